@@ -1,0 +1,81 @@
+"""A batch of states from several workers, with gymnasium-style stacked fields."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from ._environment import Step
+
+__all__ = ["Batch"]
+
+S = TypeVar("S")
+
+
+class Batch(Generic[S]):
+    """States taken together: row ``i`` is ``states[i]`` from worker ``worker_ids[i]``.
+
+    For gymnasium envs (states are :class:`~aioenv.Step`), ``observations`` is stacked with
+    gymnasium's own batching utilities (any space: Box, Discrete, Dict, Tuple, ...), and
+    ``rewards``, ``terminated``, ``truncated`` are arrays, ``infos`` a list of dicts.
+    """
+
+    def __init__(
+        self, worker_ids: Sequence[int], states: list[S], observation_space: Any = None
+    ) -> None:
+        self.worker_ids: npt.NDArray[np.int64] = np.asarray(worker_ids, dtype=np.int64)
+        self.states = states
+        self._observation_space = observation_space
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def __iter__(self) -> Any:
+        return iter(zip(self.states, self.worker_ids.tolist(), strict=True))
+
+    def __repr__(self) -> str:
+        return f"<Batch of {len(self)} from workers {self.worker_ids.tolist()}>"
+
+    def _steps(self, field: str) -> list[Step[Any]]:
+        for state in self.states:
+            if not isinstance(state, Step):
+                raise TypeError(
+                    f"Batch.{field} needs gymnasium states (aioenv.Step); these states are "
+                    f"{type(state).__name__}: use Batch.states"
+                )
+        return self.states  # type: ignore[return-value]
+
+    @functools.cached_property
+    def observations(self) -> Any:
+        steps = self._steps("observations")
+        items = [step.observation for step in steps]
+        space = self._observation_space
+        if space is None:
+            return np.stack(items) if items else np.empty((0,))
+        out = create_empty_array(space, n=len(items))
+        return concatenate(space, items, out)  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def rewards(self) -> npt.NDArray[np.float64]:
+        return np.fromiter((s.reward for s in self._steps("rewards")), np.float64, len(self))
+
+    @functools.cached_property
+    def terminated(self) -> npt.NDArray[np.bool_]:
+        return np.fromiter((s.terminated for s in self._steps("terminated")), np.bool_, len(self))
+
+    @functools.cached_property
+    def truncated(self) -> npt.NDArray[np.bool_]:
+        return np.fromiter((s.truncated for s in self._steps("truncated")), np.bool_, len(self))
+
+    @property
+    def dones(self) -> npt.NDArray[np.bool_]:
+        return self.terminated | self.truncated
+
+    @property
+    def infos(self) -> list[dict[str, Any]]:
+        return [s.info for s in self._steps("infos")]

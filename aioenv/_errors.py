@@ -1,0 +1,76 @@
+"""The exceptions aioenv raises. Every one is an :class:`AioEnvError`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AioEnvError",
+    "ClosedError",
+    "EnvError",
+    "NoActionInFlight",
+    "StateNotTaken",
+    "UnknownWorker",
+    "WorkerDied",
+    "WorkerError",
+]
+
+
+class AioEnvError(Exception):
+    """Base class of every error raised by aioenv."""
+
+
+class ClosedError(AioEnvError):
+    """The pool or worker was closed; it takes no more calls."""
+
+
+class NoActionInFlight(AioEnvError):
+    """``get_state``/``get_batch`` was called with nothing to wait for (it would hang)."""
+
+
+class StateNotTaken(AioEnvError):
+    """An action was sent to a worker whose previous state has not been taken yet."""
+
+
+class UnknownWorker(AioEnvError, LookupError):
+    """A worker id that the pool does not have."""
+
+
+class WorkerError(AioEnvError):
+    """A failure of one worker. ``worker_id`` says which (``None`` outside a pool)."""
+
+    def __init__(self, message: str, *, worker_id: int | None) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id
+
+
+class EnvError(WorkerError):
+    """The environment raised an exception (while being built, reset or stepped).
+
+    ``remote_traceback`` holds the full traceback text from the worker, and ``__cause__``
+    is the original exception when it could be carried back (always for sync and thread
+    workers; for process workers when it pickles).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: int | None,
+        remote_traceback: str,
+        exception_type: str,
+        during: str,
+    ) -> None:
+        super().__init__(message, worker_id=worker_id)
+        self.remote_traceback = remote_traceback
+        self.exception_type = exception_type
+        self.during = during
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
+
+
+class WorkerDied(WorkerError):
+    """A process worker exited without being asked to (killed, crashed, ``os._exit``)."""
+
+    def __init__(self, message: str, *, worker_id: int | None, exitcode: int | None) -> None:
+        super().__init__(message, worker_id=worker_id)
+        self.exitcode = exitcode

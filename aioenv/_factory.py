@@ -1,0 +1,106 @@
+"""Building workers and pools in one call, and giving each worker its own seed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._environment import EnvSource
+from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+
+__all__ = ["get_worker_pool", "make_pool", "worker_seeds"]
+
+_KINDS: dict[str, type[Worker[Any]]] = {
+    "sync": SyncWorker,
+    "thread": ThreadWorker,
+    "process": ProcessWorker,
+}
+_OPTIONS: dict[str, frozenset[str]] = {
+    "sync": frozenset({"cleanup_time"}),
+    "thread": frozenset({"cleanup_time"}),
+    "process": frozenset({"cleanup_time", "context"}),
+}
+
+
+def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
+    """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
+    without touching any global RNG. ``None`` gives ``None`` for every worker (each env
+    then seeds itself from OS entropy)."""
+    if seed is None:
+        return [None] * num_workers
+    children = np.random.SeedSequence(seed).spawn(num_workers)
+    return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
+
+
+def get_worker_pool(workers: Sequence[Worker[Any]], force_sync: bool = False) -> WorkerPool[Any]:
+    """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`."""
+    return SyncWorkerPool(workers) if force_sync else AsyncWorkerPool(workers)
+
+
+def make_pool(
+    env: EnvSource,
+    num_workers: int,
+    *,
+    mode: str | Sequence[str] = "process",
+    seed: int | None = None,
+    force_sync: bool = False,
+    **worker_options: Any,
+) -> WorkerPool[Any]:
+    """Build ``num_workers`` workers for ``env`` and a pool over them.
+
+    ``mode`` is ``"sync"``, ``"thread"``, ``"process"``, or one mode per worker (a pool can
+    mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
+    ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
+    :class:`SyncWorkerPool`. ``worker_options`` (``cleanup_time``, ``context``) go to the
+    kinds that take them; ``cleanup_time`` also bounds the pool's close.
+    """
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+    modes = _modes(mode, num_workers)
+    if force_sync:
+        modes = ["sync"] * num_workers
+    for option in worker_options:
+        kinds = [kind for kind in _KINDS if option in _OPTIONS[kind]]
+        if not kinds:
+            raise TypeError(f"make_pool() got an unknown worker option {option!r}")
+        if not any(kind in kinds for kind in modes):
+            raise TypeError(
+                f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
+                f"and this pool has none"
+            )
+    if not isinstance(env, str) and not callable(env) and num_workers > 1:
+        raise TypeError(
+            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
+            f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
+            "pass e.g. `lambda: MyEnv()`"
+        )
+    seeds = worker_seeds(seed, num_workers)
+    workers: list[Worker[Any]] = []
+    try:
+        for kind, worker_seed in zip(modes, seeds, strict=True):
+            options = {k: v for k, v in worker_options.items() if k in _OPTIONS[kind]}
+            workers.append(_KINDS[kind](env, seed=worker_seed, **options))
+    except BaseException:
+        for worker in workers:
+            worker._abandon()
+        raise
+    pool_options = (
+        {"cleanup_time": worker_options["cleanup_time"]} if "cleanup_time" in worker_options else {}
+    )
+    pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
+    return pool_class(workers, **pool_options)
+
+
+def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
+    modes = [mode] * num_workers if isinstance(mode, str) else list(mode)
+    if len(modes) != num_workers:
+        raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
+    for index, kind in enumerate(modes):
+        if kind not in _KINDS:
+            raise ValueError(
+                f"mode[{index}] is {kind!r}; choose one of 'sync', 'thread', 'process'"
+            )
+    return modes
