@@ -1,0 +1,177 @@
+"""Small environments for the tests. They are pickled by value (see conftest), so process
+workers can build them however the forkserver was started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+
+class Counter:
+    """The minimal ``Environment`` protocol. The state records the seed the reset got and a
+    draw from the env's own RNG, so tests can see how seeding behaved."""
+
+    def __init__(self, limit: int = 5) -> None:
+        self.limit = limit
+        self.rng = np.random.default_rng()
+        self.resets = 0
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.resets += 1
+        self.t = 0
+        self.total = 0
+        return {
+            "t": 0,
+            "total": 0,
+            "seed": seed,
+            "draw": float(self.rng.random()),
+            "pid": os.getpid(),
+        }
+
+    def step(self, action: Any) -> dict[str, Any]:
+        self.t += 1
+        self.total += int(np.sum(action))
+        return {
+            "t": self.t,
+            "total": self.total,
+            "draw": float(self.rng.random()),
+            "pid": os.getpid(),
+        }
+
+    def terminated(self, state: dict[str, Any]) -> bool:
+        return bool(state["t"] >= self.limit)
+
+
+class Failing(Counter):
+    """Raises ``ValueError(message)`` in ``__init__``, ``reset`` or ``step``."""
+
+    def __init__(self, where: str, message: str = "env exploded on purpose") -> None:
+        if where == "init":
+            raise ValueError(message)
+        super().__init__()
+        self.where = where
+        self.message = message
+
+    def reset(self, seed: int | None = None) -> dict[str, Any]:
+        if self.where == "reset":
+            raise ValueError(self.message)
+        return super().reset(seed)
+
+    def step(self, action: Any) -> dict[str, Any]:
+        if self.where == "step" and action == 13:
+            raise ValueError(self.message)
+        return super().step(action)
+
+
+class Gated(Counter):
+    """``step`` blocks until the file ``gate`` exists (or 30 s pass): a slow env that the
+    test releases when it chooses, with no timing assumptions."""
+
+    def __init__(self, gate: str) -> None:
+        super().__init__(limit=10**9)
+        self.gate = gate
+
+    def step(self, action: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return super().step(action)
+
+
+def open_gate(gate: str) -> None:
+    Path(gate).touch()
+
+
+class Dying(Counter):
+    """``step`` with action ``"exit"`` calls ``os._exit(3)``; ``"kill"`` SIGKILLs itself."""
+
+    def step(self, action: Any) -> dict[str, Any]:
+        if isinstance(action, str) and action == "exit":
+            os._exit(3)
+        if isinstance(action, str) and action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(0)
+
+
+class SlowClose(Counter):
+    """``close`` hangs; with ``ignore_sigterm`` the process also ignores SIGTERM."""
+
+    def __init__(self, ignore_sigterm: bool = False) -> None:
+        super().__init__()
+        if ignore_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def close(self) -> None:
+        time.sleep(60)
+
+
+class BigObservation(gymnasium.Env[np.ndarray, int]):
+    """A gymnasium env with a large image observation whose content encodes the step."""
+
+    def __init__(self, shape: tuple[int, ...] = (210, 160, 3, 4)) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = gymnasium.spaces.Discrete(4)
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        base = np.arange(int(np.prod(self.observation_space.shape)), dtype=np.int64)
+        return ((base + self.t) % 251).astype(np.uint8).reshape(self.observation_space.shape)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        return self._obs(), float(action), self.t >= 3, False, {"t": self.t}
+
+
+def expected_big_observation(t: int, shape: tuple[int, ...] = (210, 160, 3, 4)) -> np.ndarray:
+    base = np.arange(int(np.prod(shape)), dtype=np.int64)
+    return ((base + t) % 251).astype(np.uint8).reshape(shape)
+
+
+class DictObservation(gymnasium.Env[dict[str, Any], int]):
+    """A gymnasium env with a Dict observation space, for batching."""
+
+    def __init__(self) -> None:
+        self.observation_space = gymnasium.spaces.Dict(
+            {
+                "position": gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "mode": gymnasium.spaces.Discrete(3),
+            }
+        )
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return {"position": np.zeros(2, np.float32), "mode": 0}, {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        obs = {"position": np.full(2, self.t / 10, np.float32), "mode": int(action)}
+        return obs, 1.0, self.t >= 4, False, {}
+
+
+class FourTupleEnv(gymnasium.Env[np.ndarray, int]):
+    """Returns the old gym 4-tuple from ``step``: a clear error, not a crash."""
+
+    observation_space = gymnasium.spaces.Box(0, 1, (1,))
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        return np.zeros(1, np.float32), 0.0, False, {}

@@ -1,0 +1,484 @@
+"""Pools: first-ready, the forced-sync twin, seeds, batches, misuse, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import anyio
+import gymnasium
+import numpy as np
+import pytest
+from conftest import worker_processes, worker_threads
+from envs import Counter, DictObservation, Failing, Gated, open_gate
+
+import aioenv
+from aioenv import CLOSE, RESET
+
+POOL_MODES: dict[str, Any] = {
+    "sync": "sync",
+    "thread": "thread",
+    "process": "process",
+    "mixed": ["thread", "process", "sync", "process"],
+}
+
+
+@pytest.fixture(params=list(POOL_MODES))
+def mode(request: pytest.FixtureRequest) -> Any:
+    return POOL_MODES[request.param]
+
+
+def modes_for(mode: Any, n: int) -> Any:
+    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
+
+
+async def drain(pool: aioenv.WorkerPool[Any]) -> None:
+    async for _ in pool:
+        pass
+
+
+async def test_first_ready_fast_workers_never_wait_for_a_slow_one(gate: str) -> None:
+    slow = aioenv.ProcessWorker(lambda: Gated(gate))
+    fast = [aioenv.ThreadWorker(Counter), aioenv.ProcessWorker(Counter)]
+    async with aioenv.AsyncWorkerPool([slow, *fast]) as pool:
+        pool.reset()
+        for _ in range(3):
+            await pool.get_state()
+        pool.send_action(1, 0)  # blocks in the env until the gate opens
+        pool.send_action(1, 1)
+        pool.send_action(1, 2)
+        seen = {1: 0, 2: 0}
+        with anyio.fail_after(30):
+            while min(seen.values()) < 50:
+                _, worker_id = await pool.get_state()  # type: ignore[misc]
+                assert worker_id != 0, "the gated worker cannot have finished"
+                seen[worker_id] += 1
+                pool.send_action(1, worker_id)
+        open_gate(gate)
+        with anyio.fail_after(30):
+            rest = sorted([worker_id async for _, worker_id in pool])
+        assert rest == [0, 1, 2]  # the slow state arrives once released; nothing was lost
+
+
+def _policy(state: dict[str, Any]) -> int:
+    return (state["t"] * 7 + int(state["draw"] * 100)) % 5
+
+
+async def _scenario(
+    pool: aioenv.WorkerPool[Any], episodes: int
+) -> tuple[dict[int, list[Any]], list[int]]:
+    """Run ``episodes`` episodes per worker with a deterministic policy; return each worker's
+    trajectory and the global order states came back in."""
+    trajectories: dict[int, list[Any]] = {i: [] for i in range(len(pool))}
+    finished = dict.fromkeys(range(len(pool)), 0)
+    order: list[int] = []
+    pool.reset()
+    async for state, worker_id in pool:
+        state = {k: v for k, v in state.items() if k != "pid"}
+        trajectories[worker_id].append(state)
+        order.append(worker_id)
+        if state["t"] >= 4:
+            finished[worker_id] += 1
+            if finished[worker_id] < episodes:
+                pool.send_action(RESET, worker_id)
+        else:
+            pool.send_action(_policy(state), worker_id)
+    return trajectories, order
+
+
+async def test_forced_sync_pool_runs_the_same_program_to_the_same_result(mode: Any) -> None:
+    def env() -> Counter:
+        return Counter(limit=4)
+
+    async with aioenv.make_pool(env, 4, seed=123, force_sync=True) as pool:
+        assert isinstance(pool, aioenv.SyncWorkerPool)
+        sync_result, sync_order = await _scenario(pool, episodes=3)
+    async with aioenv.make_pool(env, 4, mode=modes_for(mode, 4), seed=123) as pool:
+        assert isinstance(pool, aioenv.AsyncWorkerPool)
+        async_result, _ = await _scenario(pool, episodes=3)
+    assert sync_result == async_result
+    for trajectory in sync_result.values():
+        assert len(trajectory) == 3 * 5
+    # Forced sync is deterministic down to the global order: actions' send order.
+    async with aioenv.make_pool(env, 4, seed=123, force_sync=True) as pool:
+        _, again = await _scenario(pool, episodes=3)
+    assert again == sync_order
+    assert sync_order[:4] == [0, 1, 2, 3]
+
+
+async def test_sync_pool_returns_states_in_send_order_even_when_they_finish_otherwise(
+    gate: str,
+) -> None:
+    slow = aioenv.ProcessWorker(lambda: Gated(gate))
+    fast = aioenv.ThreadWorker(Counter)
+    async with aioenv.get_worker_pool([slow, fast], force_sync=True) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        pool.send_action(1, 0)
+        pool.send_action(1, 1)
+        assert await pool.get_state(timeout=0.2) is None  # worker 1 is done but not first
+        open_gate(gate)
+        with anyio.fail_after(30):
+            first = await pool.get_state()
+            second = await pool.get_state()
+        assert first is not None and first[1] == 0
+        assert second is not None and second[1] == 1
+
+
+async def test_seeds_differ_per_worker_repeat_per_run_and_continue_across_episodes(
+    mode: Any,
+) -> None:
+    async def first_two_episodes(seed: int) -> dict[int, list[float]]:
+        draws: dict[int, list[float]] = {}
+        async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3), seed=seed) as pool:
+            for _ in range(2):
+                pool.reset()
+                async for state, worker_id in pool:
+                    draws.setdefault(worker_id, []).append(state["draw"])
+        return draws
+
+    run_a = await first_two_episodes(seed=2024)
+    run_b = await first_two_episodes(seed=2024)
+    run_c = await first_two_episodes(seed=2025)
+    assert run_a == run_b  # two runs with one seed: identical per worker
+    assert run_a != run_c
+    firsts = [draws[0] for draws in run_a.values()]
+    assert len(set(firsts)) == 3  # different workers differ
+    for draws in run_a.values():
+        assert draws[0] != draws[1]  # the second reset continues the RNG: episodes differ
+
+
+async def test_worker_seeds_come_from_a_seed_sequence_and_only_seed_the_first_reset() -> None:
+    seeds = aioenv.worker_seeds(7, 4)
+    assert len(set(seeds)) == 4
+    assert seeds == aioenv.worker_seeds(7, 4)
+    assert aioenv.worker_seeds(None, 2) == [None, None]
+    state = np.random.get_state()
+    async with aioenv.make_pool(Counter, 4, mode="sync", seed=7) as pool:
+        pool.reset()
+        got = {worker_id: state["seed"] async for state, worker_id in pool}
+        assert got == dict(enumerate(seeds))
+        pool.reset()
+        got = {worker_id: state["seed"] async for state, worker_id in pool}
+        assert got == dict.fromkeys(range(4))
+    assert np.all(np.random.get_state()[1] == state[1])  # global RNG untouched
+
+
+async def test_gymnasium_seeding_matches_gymnasium(mode: Any) -> None:
+    seeds = aioenv.worker_seeds(99, 2)
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes_for(mode, 2), seed=99) as pool:
+        pool.reset()
+        async for step, worker_id in pool:
+            expected, _ = gymnasium.make("CartPole-v1").reset(seed=seeds[worker_id])
+            np.testing.assert_array_equal(step.observation, expected)
+
+
+async def test_get_batch_stacks_gymnasium_fields(mode: Any) -> None:
+    async with aioenv.make_pool("CartPole-v1", 4, mode=modes_for(mode, 4), seed=0) as pool:
+        pool.reset()
+        batch = await pool.get_batch(min_size=4)
+        assert len(batch) == 4
+        assert sorted(batch.worker_ids.tolist()) == [0, 1, 2, 3]
+        assert batch.observations.shape == (4, 4)
+        assert batch.observations.dtype == np.float32
+        assert batch.rewards.tolist() == [0.0] * 4
+        assert not batch.dones.any()
+        for row, (step, worker_id) in enumerate(batch):
+            np.testing.assert_array_equal(batch.observations[row], step.observation)
+            assert worker_id == batch.worker_ids[row]
+        for worker_id in batch.worker_ids.tolist():
+            pool.send_action(1, worker_id)
+        batch = await pool.get_batch(min_size=2, max_size=3)
+        assert 2 <= len(batch) <= 3
+        assert batch.rewards.tolist() == [1.0] * len(batch)
+        assert batch.terminated.dtype == np.bool_
+        assert all(isinstance(info, dict) for info in batch.infos)
+        await drain(pool)
+
+
+async def test_get_batch_stacks_dict_observations_with_gymnasium_utilities() -> None:
+    async with aioenv.make_pool(DictObservation, 3, mode=["sync", "thread", "process"]) as pool:
+        pool.reset()
+        batch = await pool.get_batch(min_size=3)
+        for worker_id in batch.worker_ids.tolist():
+            pool.send_action(worker_id, worker_id)
+        batch = await pool.get_batch(min_size=3)
+        observations = batch.observations
+        assert set(observations) == {"position", "mode"}
+        assert observations["position"].shape == (3, 2)
+        assert observations["mode"].tolist() == batch.worker_ids.tolist()
+
+
+async def test_batch_fields_need_gymnasium_states() -> None:
+    async with aioenv.make_pool(Counter, 2, mode="sync") as pool:
+        pool.reset()
+        batch = await pool.get_batch(min_size=2)
+        assert [state["t"] for state in batch.states] == [0, 0]
+        with pytest.raises(TypeError, match="Batch.states"):
+            _ = batch.observations
+
+
+async def test_get_batch_timeout_returns_what_is_ready(gate: str) -> None:
+    workers = [aioenv.ThreadWorker(lambda: Gated(gate)), aioenv.SyncWorker(Counter)]
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        pool.send_action(1, 0)
+        pool.send_action(1, 1)
+        batch = await pool.get_batch(min_size=2, timeout=0.1)
+        assert batch.worker_ids.tolist() == [1]
+        batch = await pool.get_batch(min_size=1, timeout=0.05)
+        assert len(batch) == 0  # nothing ready by the deadline: an empty batch, no hang
+        open_gate(gate)
+        batch = await pool.get_batch()
+        assert batch.worker_ids.tolist() == [0]
+
+
+async def test_get_batch_that_can_never_fill_raises() -> None:
+    async with aioenv.make_pool(Counter, 2, mode="thread") as pool:
+        pool.reset()
+        with pytest.raises(aioenv.NoActionInFlight, match="min_size=3"):
+            await pool.get_batch(min_size=3)
+        with pytest.raises(ValueError, match="max_size"):
+            await pool.get_batch(min_size=2, max_size=1)
+        await drain(pool)
+
+
+async def test_get_batch_returns_good_states_before_raising_an_error() -> None:
+    workers = [aioenv.SyncWorker(Counter), aioenv.SyncWorker(lambda: Failing("step"))]
+    async with aioenv.SyncWorkerPool(workers) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        pool.send_action(1, 0)
+        pool.send_action(13, 1)  # raises in the env
+        batch = await pool.get_batch(min_size=1)
+        assert batch.worker_ids.tolist() == [0]
+        with pytest.raises(aioenv.EnvError) as caught:
+            await pool.get_batch(min_size=1)
+        assert caught.value.worker_id == 1
+
+
+async def test_get_state_timeout_returns_none(gate: str) -> None:
+    async with aioenv.AsyncWorkerPool([aioenv.ProcessWorker(lambda: Gated(gate))]) as pool:
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(1, 0)
+        assert await pool.get_state(timeout=0.05) is None
+        assert await pool.get_state(timeout=0) is None
+        open_gate(gate)
+        result = await pool.get_state(timeout=30)
+        assert result is not None and result[1] == 0
+
+
+async def test_env_error_in_a_pool_names_the_worker_and_others_keep_working(mode: Any) -> None:
+    kinds = modes_for(mode, 3)
+    kinds = [kinds] * 3 if isinstance(kinds, str) else kinds
+    workers = [
+        {"sync": aioenv.SyncWorker, "thread": aioenv.ThreadWorker, "process": aioenv.ProcessWorker}[
+            kind
+        ](env)
+        for kind, env in zip(
+            kinds, [Counter, lambda: Failing("step", "bad step 7"), Counter], strict=True
+        )
+    ]
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=3)
+        for worker_id in range(3):
+            pool.send_action(13, worker_id)
+        errors, states = [], {}
+        for _ in range(3):
+            try:
+                state, worker_id = await pool.get_state()  # type: ignore[misc]
+                states[worker_id] = state
+            except aioenv.EnvError as error:
+                errors.append(error)
+        assert len(errors) == 1
+        assert errors[0].worker_id == 1
+        assert f"{workers[1].kind} worker 1" in str(errors[0])
+        assert "bad step 7" in str(errors[0])
+        assert sorted(states) == [0, 2]
+        assert states[0]["total"] == 13
+
+
+async def test_misuse_is_an_immediate_clear_error(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 2, mode=modes_for(mode, 2)) as pool:
+        with pytest.raises(aioenv.NoActionInFlight, match="send_action"):
+            await pool.get_state()
+        with pytest.raises(aioenv.NoActionInFlight):
+            await pool.get_batch()
+        with pytest.raises(aioenv.UnknownWorker, match="0..1"):
+            pool.send_action(1, 2)
+        with pytest.raises(aioenv.UnknownWorker):
+            pool.send_action(1, -1)
+        with pytest.raises(aioenv.UnknownWorker):
+            pool.send_action(1, "0")  # type: ignore[arg-type]
+        pool.send_action(RESET, np.int64(0))  # numpy ints are fine ids
+        with pytest.raises(aioenv.StateNotTaken, match="worker 0"):
+            pool.send_action(1, 0)
+        with pytest.raises(aioenv.StateNotTaken, match="nothing was sent"):
+            pool.reset()
+        assert (await pool.get_state()) is not None
+        with pytest.raises(ValueError, match="timeout"):
+            await pool.get_state(timeout=-1)
+    with pytest.raises(aioenv.ClosedError):
+        pool.send_action(1, 0)
+    with pytest.raises(aioenv.ClosedError):
+        pool.reset()
+    with pytest.raises(aioenv.ClosedError):
+        await pool.get_state()
+    with pytest.raises(aioenv.ClosedError):
+        await pool.get_batch()
+    await pool.aclose()  # idempotent
+
+
+async def test_pool_rejects_bad_workers() -> None:
+    worker = aioenv.SyncWorker(Counter)
+    with pytest.raises(ValueError, match="at least one"):
+        aioenv.AsyncWorkerPool([])
+    with pytest.raises(TypeError, match="make_pool"):
+        aioenv.AsyncWorkerPool([Counter()])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="already belongs"):
+        aioenv.AsyncWorkerPool([worker, worker])
+    async with aioenv.AsyncWorkerPool([worker]) as pool:
+        with pytest.raises(ValueError, match="already belongs"):
+            aioenv.SyncWorkerPool([worker])
+        with pytest.raises(aioenv.NoActionInFlight, match="pool.get_state"):
+            await worker.get_state()
+        assert len(pool) == 1
+
+
+def test_make_pool_rejects_bad_options() -> None:
+    with pytest.raises(ValueError, match="mode\\[1\\]"):
+        aioenv.make_pool(Counter, 2, mode=["thread", "gpu"])
+    with pytest.raises(ValueError, match="2 workers"):
+        aioenv.make_pool(Counter, 2, mode=["thread"])
+    with pytest.raises(TypeError, match="context.*process"):
+        aioenv.make_pool(Counter, 2, mode="thread", context="spawn")
+    with pytest.raises(TypeError, match="unknown worker option 'colour'"):
+        aioenv.make_pool(Counter, 2, colour="red")
+    with pytest.raises(TypeError, match="factory"):
+        aioenv.make_pool(Counter(), 2, mode="thread")
+    with pytest.raises(ValueError, match="num_workers"):
+        aioenv.make_pool(Counter, 0)
+
+
+async def test_close_sentinel_closes_just_that_worker(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3)) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=3)
+        pool.send_action(CLOSE, 1)
+        with pytest.raises(aioenv.ClosedError, match="worker 1"):
+            pool.send_action(1, 1)
+        pool.reset()  # resets the open workers only
+        batch = await pool.get_batch(min_size=2)
+        assert sorted(batch.worker_ids.tolist()) == [0, 2]
+        pool.send_action(1, 0)
+        pool.send_action(1, 2)
+        assert sorted([wid async for _, wid in pool]) == [0, 2]
+        await pool.workers[1].aclose()
+        if pool.workers[1].kind == "process":
+            assert pool.workers[1].pid not in worker_processes()  # type: ignore[attr-defined]
+
+
+async def test_async_iteration_yields_until_nothing_is_in_flight(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3)) as pool:
+        pool.reset()
+        steps = 0
+        async for state, worker_id in pool:
+            if state["t"] < 3:
+                pool.send_action(1, worker_id)
+            steps += 1
+        assert steps == 3 * 4
+
+
+@pytest.mark.parametrize("ending", ["raise", "cancel"])
+async def test_context_exit_cleans_up_after_errors_and_cancellation(
+    mode: Any, ending: str, gate: str
+) -> None:
+    kinds = modes_for(mode, 3)
+    kind_list = [kinds] * 3 if isinstance(kinds, str) else kinds
+    with warnings.catch_warnings(record=True) as caught, anyio.CancelScope() as scope:
+        warnings.simplefilter("always")
+        try:
+            async with aioenv.make_pool(
+                lambda: Gated(gate), 3, mode=kinds, cleanup_time=0.5
+            ) as pool:
+                pool.reset()
+                await pool.get_batch(min_size=3)
+                for worker_id, kind in enumerate(kind_list):
+                    if kind != "sync":
+                        pool.send_action(1, worker_id)  # in flight, blocked on the gate
+                if ending == "raise":
+                    raise RuntimeError("the training loop failed")
+                scope.cancel()
+                if kinds == "sync":
+                    await anyio.sleep(10)  # a sync pool has nothing in flight to wait for
+                await pool.get_state()
+                pytest.fail("cancelled: never reached")
+        except RuntimeError as error:
+            assert ending == "raise" and "training loop" in str(error)
+    open_gate(gate)  # the abandoned thread steps can finish now, and their threads end
+    assert scope.cancel_called == (ending == "cancel")
+    assert not worker_processes()
+    abandoned = [w for w in caught if "cannot be killed" in str(w.message)]
+    assert len(abandoned) == kind_list.count("thread")
+    with pytest.raises(aioenv.ClosedError):
+        pool.send_action(1, 0)
+
+
+async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 4, mode=modes_for(mode, 4)) as pool:
+        pool.reset()
+        await asyncio.sleep(0)
+        taken: list[int] = []
+        for _ in range(200):
+            with anyio.move_on_after(0):
+                result = await pool.get_state()
+                assert result is not None
+                taken.append(result[1])
+            if len(taken) == 4:
+                break
+            await asyncio.sleep(0.001)
+        taken += [worker_id async for _, worker_id in pool]
+        assert sorted(taken) == [0, 1, 2, 3]
+
+
+async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
+    pool = aioenv.AsyncWorkerPool([aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)])
+    pool.reset()
+    await pool.get_state()
+    pool.send_action(1, 0)
+    errors: list[BaseException] = []
+
+    async def waiter() -> None:
+        try:
+            await pool.get_state()
+        except aioenv.ClosedError as error:
+            errors.append(error)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiter)
+        await asyncio.sleep(0.05)
+        await pool.aclose()
+    assert len(errors) == 1
+
+
+async def test_mixed_pool_runs_every_kind_together() -> None:
+    async with aioenv.make_pool(
+        "CartPole-v1", 4, mode=["thread", "process", "thread", "process"], seed=1
+    ) as pool:
+        assert [w.kind for w in pool.workers] == ["thread", "process", "thread", "process"]
+        pool.reset()
+        episodes = 0
+        async for step, worker_id in pool:
+            if step.done:
+                episodes += 1
+                if episodes >= 8:
+                    continue
+                pool.send_action(RESET, worker_id)
+            else:
+                pool.send_action(pool.workers[worker_id].action_space.sample(), worker_id)
+        assert episodes >= 8
+    assert not worker_threads()

@@ -1,0 +1,211 @@
+"""What only process workers have: a child that can die, pickling, a wire, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from conftest import worker_processes
+from envs import (
+    BigObservation,
+    Counter,
+    Dying,
+    Gated,
+    SlowClose,
+    expected_big_observation,
+    open_gate,
+)
+
+import aioenv
+from aioenv import RESET
+
+
+class DefinedInTestModule:
+    """An env class defined in a test module (pickled by value through its factory)."""
+
+    def reset(self, seed: int | None = None) -> str:
+        return "reset from a test-module class"
+
+    def step(self, action: Any) -> str:
+        return f"stepped {action}"
+
+    def terminated(self, state: str) -> bool:
+        return False
+
+
+async def _reset(worker: aioenv.Worker[Any]) -> Any:
+    worker.send_action(RESET)
+    return await worker.get_state()
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+async def test_worker_that_dies_mid_step_raises_worker_died(how: str) -> None:
+    async with aioenv.make_pool(Dying, 2, mode="process") as pool:
+        pool.reset()
+        for _ in range(2):
+            await pool.get_state()
+        pool.send_action(how, 0)
+        pool.send_action(1, 1)
+        results: dict[int, Any] = {}
+        with anyio.fail_after(20):
+            for _ in range(2):
+                try:
+                    state, worker_id = await pool.get_state()  # type: ignore[misc]
+                    results[worker_id] = state
+                except aioenv.WorkerDied as died:
+                    results[died.worker_id] = died  # type: ignore[index]
+        died = results[0]
+        assert isinstance(died, aioenv.WorkerDied)
+        assert died.worker_id == 0
+        assert died.exitcode == (3 if how == "exit" else -signal.SIGKILL)
+        assert "process worker 0" in str(died)
+        assert results[1]["t"] == 1  # the other worker kept working
+        with pytest.raises(aioenv.WorkerDied):
+            pool.send_action(1, 0)  # a dead worker says so when used again
+        pool.send_action(1, 1)
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert (worker_id, state["t"]) == (1, 2)
+
+
+async def test_killed_from_outside_while_blocked_is_seen_promptly(gate: str) -> None:
+    async with aioenv.ProcessWorker(lambda: Gated(gate)) as worker:
+        await _reset(worker)
+        worker.send_action(1)  # blocks in the env until the gate opens (never)
+        os.kill(worker.pid, signal.SIGKILL)
+        with anyio.fail_after(20), pytest.raises(aioenv.WorkerDied) as caught:
+            await worker.get_state()
+        assert caught.value.exitcode == -signal.SIGKILL
+
+
+async def test_large_state_survives_the_wire_on_any_loop() -> None:
+    shape = (210, 160, 3, 4)  # ~400 KB per observation
+    async with aioenv.ProcessWorker(BigObservation) as worker:
+        step = await _reset(worker)
+        np.testing.assert_array_equal(step.observation, expected_big_observation(0, shape))
+        for t in range(1, 4):
+            worker.send_action(2)
+            step = await worker.get_state()
+            assert step.observation.nbytes > 300_000
+            np.testing.assert_array_equal(step.observation, expected_big_observation(t, shape))
+            assert step.reward == 2.0
+
+
+async def test_large_action_is_written_without_blocking_the_loop() -> None:
+    async with aioenv.ProcessWorker(Counter) as worker:
+        await _reset(worker)
+        action = np.ones((1000, 1000), dtype=np.int64)  # 8 MB, far beyond a socket buffer
+        worker.send_action(action)
+        assert (await worker.get_state())["total"] == 1_000_000
+
+
+async def test_lambdas_and_test_module_classes_reach_the_child() -> None:
+    limit = 7
+    async with aioenv.ProcessWorker(lambda: Counter(limit=limit)) as worker:
+        await _reset(worker)
+    async with aioenv.ProcessWorker(DefinedInTestModule) as worker:
+        assert await _reset(worker) == "reset from a test-module class"
+        worker.send_action(3)
+        assert await worker.get_state() == "stepped 3"
+
+
+async def test_unpicklable_env_is_a_clear_error_at_construction() -> None:
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="could not be pickled.*thread worker"):
+        aioenv.ProcessWorker(lambda: (lock, Counter())[1])
+
+
+async def test_unpicklable_action_is_a_clear_error_and_the_worker_is_untouched() -> None:
+    async with aioenv.make_pool(Counter, 2, mode="process") as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        with pytest.raises(TypeError, match="process worker 1 .*action could not be pickled"):
+            pool.send_action(threading.Lock(), 1)
+        pool.send_action(4, 1)  # nothing was in flight: the worker takes a new action
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert (worker_id, state["total"]) == (1, 4)
+
+
+async def test_children_ignore_sigint() -> None:
+    async with aioenv.ProcessWorker(Counter) as worker:
+        await _reset(worker)
+        os.kill(worker.pid, signal.SIGINT)
+        worker.send_action(1)
+        assert (await worker.get_state())["t"] == 1
+    assert worker.exitcode == 0
+
+
+@pytest.mark.parametrize("ignore_sigterm", [False, True])
+async def test_aclose_terminates_then_kills_a_worker_that_will_not_close(
+    ignore_sigterm: bool,
+) -> None:
+    worker = aioenv.ProcessWorker(lambda: SlowClose(ignore_sigterm), cleanup_time=0.3)
+    await _reset(worker)
+    started = time.monotonic()
+    await worker.aclose()
+    elapsed = time.monotonic() - started
+    assert worker.pid not in worker_processes()
+    assert worker.exitcode == (-signal.SIGKILL if ignore_sigterm else -signal.SIGTERM)
+    assert elapsed < 30  # bounded: not the 60 s the env's close() would take
+
+
+async def test_aclose_is_shielded_from_cancellation() -> None:
+    worker = aioenv.ProcessWorker(lambda: SlowClose(), cleanup_time=0.3)
+    await _reset(worker)
+    with anyio.move_on_after(0.01):
+        await worker.aclose()
+    assert worker.exitcode == -signal.SIGTERM  # the close ran to the end regardless
+
+
+async def test_close_sentinel_alone_still_bounds_the_child() -> None:
+    """CLOSE with nobody awaiting aclose(): the child is still forced out in time."""
+    worker = aioenv.ProcessWorker(lambda: SlowClose(), cleanup_time=0.2)
+    await _reset(worker)
+    worker.send_action(aioenv.CLOSE)
+    with anyio.fail_after(20):
+        while worker.exitcode is None:
+            await asyncio.sleep(0.01)
+    assert worker.exitcode == -signal.SIGTERM
+    await worker.aclose()
+
+
+async def test_no_thread_per_process_worker() -> None:
+    before = threading.active_count()
+    async with aioenv.make_pool(Counter, 4, mode="process") as pool:
+        pool.reset()
+        await pool.get_batch(min_size=4)
+        assert threading.active_count() == before
+
+
+async def test_loop_is_free_while_a_process_worker_steps(gate: str) -> None:
+    async with aioenv.ProcessWorker(lambda: Gated(gate)) as worker:
+        await _reset(worker)
+        worker.send_action(1)
+        ticks = 0
+        async with anyio.create_task_group() as group:
+            waiter_done = anyio.Event()
+
+            async def wait_for_state() -> None:
+                await worker.get_state()
+                waiter_done.set()
+
+            group.start_soon(wait_for_state)
+            for _ in range(20):
+                await anyio.sleep(0.001)
+                ticks += 1
+            assert not waiter_done.is_set()  # still waiting, yet the loop ran 20 ticks
+            open_gate(gate)
+        assert ticks == 20 and waiter_done.is_set()
+
+
+async def test_spawn_context_works() -> None:
+    async with aioenv.ProcessWorker(Counter, context="spawn") as worker:
+        state = await _reset(worker)
+        assert state["pid"] == worker.pid
+    assert worker.exitcode == 0
