@@ -15,6 +15,7 @@ from ._errors import (
     UnknownWorker,
     WorkerDied,
     WorkerError,
+    WorkerTimeout,
 )
 from ._factory import get_worker_pool, make_pool, worker_seeds
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
@@ -47,6 +48,7 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerPool",
+    "WorkerTimeout",
     "__version__",
     "get_worker_pool",
     "make_pool",

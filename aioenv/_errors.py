@@ -11,6 +11,7 @@ __all__ = [
     "UnknownWorker",
     "WorkerDied",
     "WorkerError",
+    "WorkerTimeout",
 ]
 
 
@@ -74,3 +75,16 @@ class WorkerDied(WorkerError):
     def __init__(self, message: str, *, worker_id: int | None, exitcode: int | None) -> None:
         super().__init__(message, worker_id=worker_id)
         self.exitcode = exitcode
+
+
+class WorkerTimeout(WorkerError):
+    """A step (or reset, or start-up) ran past its deadline. The worker's env was then
+    killed (process) or abandoned (thread); a late reply is never taken for a later one."""
+
+    def __init__(
+        self, message: str, *, worker_id: int | None, seq: int, elapsed: float, timeout: float
+    ) -> None:
+        super().__init__(message, worker_id=worker_id)
+        self.seq = seq
+        self.elapsed = elapsed
+        self.timeout = timeout

@@ -23,6 +23,16 @@ _OPTIONS: dict[str, frozenset[str]] = {
     "thread": frozenset({"cleanup_time"}),
     "process": frozenset({"cleanup_time", "context"}),
 }
+_POOL_OPTIONS = frozenset(
+    {
+        "step_timeout",
+        "start_timeout",
+        "restart",
+        "max_restarts",
+        "restart_backoff",
+        "on_failure",
+    }
+)
 
 
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
@@ -35,9 +45,13 @@ def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
     return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
 
 
-def get_worker_pool(workers: Sequence[Worker[Any]], force_sync: bool = False) -> WorkerPool[Any]:
-    """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`."""
-    return SyncWorkerPool(workers) if force_sync else AsyncWorkerPool(workers)
+def get_worker_pool(
+    workers: Sequence[Worker[Any]], force_sync: bool = False, **pool_options: Any
+) -> WorkerPool[Any]:
+    """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`;
+    ``pool_options`` (``cleanup_time``, ``step_timeout``, ``restart``, ...) go to it."""
+    pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
+    return pool_class(workers, **pool_options)
 
 
 def make_pool(
@@ -47,16 +61,22 @@ def make_pool(
     mode: str | Sequence[str] = "process",
     seed: int | None = None,
     force_sync: bool = False,
-    **worker_options: Any,
+    **options: Any,
 ) -> WorkerPool[Any]:
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
     ``mode`` is ``"sync"``, ``"thread"``, ``"process"``, or one mode per worker (a pool can
     mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
     ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
-    :class:`SyncWorkerPool`. ``worker_options`` (``cleanup_time``, ``context``) go to the
-    kinds that take them; ``cleanup_time`` also bounds the pool's close.
+    :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``) go to the kinds
+    that take them; pool options (``step_timeout``, ``start_timeout``, ``restart``,
+    ``max_restarts``, ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the
+    pool.
     """
+    pool_options = {k: v for k, v in options.items() if k in _POOL_OPTIONS}
+    worker_options = {k: v for k, v in options.items() if k not in _POOL_OPTIONS}
+    if "cleanup_time" in worker_options:
+        pool_options["cleanup_time"] = worker_options["cleanup_time"]
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     modes = _modes(mode, num_workers)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+import warnings
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
 
 from ._batch import Batch
-from ._errors import ClosedError, NoActionInFlight, StateNotTaken, UnknownWorker
+from ._errors import ClosedError, NoActionInFlight, StateNotTaken, UnknownWorker, WorkerError
 from ._inbox import Inbox, Outcome
 from ._sentinels import RESET
+from ._supervision import Supervision
 from .workers._base import Worker
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
@@ -35,7 +37,18 @@ class WorkerPool(Generic[S]):
 
     _ordered: ClassVar[bool]
 
-    def __init__(self, workers: Sequence[Worker[S]], *, cleanup_time: float = 5.0) -> None:
+    def __init__(
+        self,
+        workers: Sequence[Worker[S]],
+        *,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        restart: Literal["never", "on_failure"] = "never",
+        max_restarts: int = 3,
+        restart_backoff: float = 0.0,
+        on_failure: Callable[[WorkerError], None] | None = None,
+    ) -> None:
         workers = list(workers)
         if not workers:
             raise ValueError("a pool needs at least one worker")
@@ -50,13 +63,37 @@ class WorkerPool(Generic[S]):
                 raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")
         if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
             raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        supervision = Supervision(
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            restart=restart,
+            max_restarts=max_restarts,
+            restart_backoff=restart_backoff,
+            on_failure=self._on_worker_failure,
+        )
         self.cleanup_time = float(cleanup_time)
+        #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
+        self.failures = 0
+        self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
         for worker_id, worker in enumerate(workers):
-            worker._attach(self._inbox, worker_id)
+            worker._attach(self._inbox, worker_id, supervision)
         self._workers = workers
         self._closed = False
         self._close_done: anyio.Event | None = None
+
+    @property
+    def restarts(self) -> int:
+        """Restarts done so far, over all workers."""
+        return sum(worker.restarts for worker in self._workers)
+
+    def _on_worker_failure(self, error: WorkerError) -> None:
+        self.failures += 1
+        if self._on_failure is not None:
+            try:
+                self._on_failure(error)
+            except Exception as exc:  # a broken callback must not break the pool's wiring
+                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
 
     @property
     def workers(self) -> tuple[Worker[S], ...]:

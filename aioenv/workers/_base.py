@@ -1,31 +1,35 @@
 """The interface every worker kind implements, and the bookkeeping they share.
 
-A kind implements four hooks: ``_submit`` (start a RESET or step request without blocking),
-``_start_close`` (ask the env to close), ``_wait_closed`` (await the end, escalating after
-the cleanup time) and, optionally, ``_bind_loop``. Replies come back through
-``_on_reply``, which drops stale replies by sequence number and delivers the rest to the
-worker's :class:`~aioenv._inbox.Inbox` — its own, or its pool's.
+A kind implements a handful of hooks: ``_spawn`` (start a fresh env: a process, a thread,
+an in-line runner), ``_submit`` (start a RESET or step request without blocking),
+``_discard_env`` (drop a failed env at once: kill its process, abandon its thread),
+``_start_close`` and ``_wait_closed``. Replies come back through ``_on_reply``, which drops
+stale replies by sequence number, applies deadlines and restarts, and delivers the rest to
+the worker's :class:`~aioenv._inbox.Inbox`: its own, or its pool's.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from .._environment import EnvSource, describe_source
+from .._environment import EnvSource, Step, describe_source
 from .._errors import (
     ClosedError,
     EnvError,
     NoActionInFlight,
     StateNotTaken,
     WorkerError,
+    WorkerTimeout,
 )
 from .._inbox import Inbox, Outcome
 from .._runner import Failure
 from .._sentinels import CLOSE, RESET, Command
+from .._supervision import Supervision, restart_seed
 
 __all__ = ["Worker"]
 
@@ -41,8 +45,17 @@ class Worker(abc.ABC, Generic[S]):
     """
 
     kind: ClassVar[str]
+    _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
 
-    def __init__(self, env: EnvSource, *, seed: int | None, cleanup_time: float) -> None:
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None,
+        cleanup_time: float,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+    ) -> None:
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
         if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
@@ -53,11 +66,20 @@ class Worker(abc.ABC, Generic[S]):
         self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None
+        #: How many times this worker's env was rebuilt after a failure.
+        self.restarts = 0
+        self._supervision = Supervision(step_timeout=step_timeout, start_timeout=start_timeout)
         self._inbox = Inbox(ordered=True)
         self._in_pool = False
         self._next_seq = 1
         self._awaited_seq = 0  # the request whose reply is still to come; 0 = none
+        self._sent_at = 0.0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._started = False  # the current env has answered a request
         self._failure: WorkerError | None = None  # set once the worker can take no more
+        self._consecutive_failures = 0
+        self._restart_reason: str | None = None  # annotate the reply to the restart's reset
+        self._pending_restart: str | None = None  # failed while idle: restart on next send
         self._closing = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,6 +105,7 @@ class Worker(abc.ABC, Generic[S]):
                     "before sending CLOSE, or call aclose() to close it discarding that state"
                 )
             self._closing = True
+            self._cancel_deadline()
             self._start_close()
             return
         if self._failure is not None:
@@ -97,17 +120,26 @@ class Worker(abc.ABC, Generic[S]):
         self._next_seq = seq + 1
         self._awaited_seq = seq
         self._inbox.owe(self.worker_id)
+        if self._pending_restart is not None:
+            # The env failed while idle and was dropped: the fresh env's reset answers this
+            # request in place of the action (its info says so).
+            reason, self._pending_restart = self._pending_restart, None
+            self._restart(seq, reason)
+            return
+        self._arm_deadline(seq)  # before submitting: a sync worker answers inside _submit
         try:
             self._submit(seq, action)
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
+            self._cancel_deadline()
             self._awaited_seq = 0
             self._inbox.forgive(self.worker_id)
             raise
 
     async def get_state(self) -> S:
         """The state produced by the last action sent. Raises :class:`~aioenv.EnvError` if
-        the env raised, :class:`~aioenv.WorkerDied` if the worker died."""
+        the env raised, :class:`~aioenv.WorkerDied` if the worker died,
+        :class:`~aioenv.WorkerTimeout` if it ran past its deadline."""
         if self._in_pool:
             raise NoActionInFlight(
                 f"{self.name} belongs to a pool; take its states with pool.get_state()"
@@ -130,12 +162,13 @@ class Worker(abc.ABC, Generic[S]):
     async def aclose(self, cleanup_time: float | None = None) -> None:
         """Close the env and stop the worker: ask it to close, wait ``cleanup_time``
         seconds, then force it. Idempotent; runs to the end even if cancelled."""
-        timeout = (
-            self.cleanup_time if cleanup_time is None else min(cleanup_time, self.cleanup_time)
-        )
+        timeout = self.cleanup_time
+        if cleanup_time is not None:
+            timeout = min(cleanup_time, timeout)
         with anyio.CancelScope(shield=True):
             if not self._closing:
                 self._closing = True
+                self._cancel_deadline()
                 self._start_close()
             self._inbox.forgive(self.worker_id)
             if not self._closed:
@@ -153,13 +186,19 @@ class Worker(abc.ABC, Generic[S]):
         return f"<{type(self).__name__} {self.name} {state}>"
 
     # For pools -----------------------------------------------------------------------
-    def _attach(self, inbox: Inbox, worker_id: int) -> None:
+    def _attach(self, inbox: Inbox, worker_id: int, supervision: Supervision) -> None:
         if self._in_pool:
             raise ValueError(f"{self.name} already belongs to a pool")
         if self._inbox.num_owed:
             raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
+        own = self._supervision
+        self._supervision = dataclasses.replace(
+            supervision,
+            step_timeout=own.step_timeout or supervision.step_timeout,
+            start_timeout=own.start_timeout or supervision.start_timeout,
+        )
         self._inbox = inbox
         self._in_pool = True
         self.worker_id = worker_id
@@ -174,8 +213,8 @@ class Worker(abc.ABC, Generic[S]):
                     f"{self.name}: send_action() must be called from async code running "
                     "in an asyncio event loop"
                 ) from None
-            self._bind_loop(loop)
             self._loop = loop
+            self._bind_loop(loop)
         return self._loop
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -186,26 +225,118 @@ class Worker(abc.ABC, Generic[S]):
         self._closing = True
 
     @staticmethod
-    def _request_kind(action: Any) -> bool:
-        """True for RESET, False for a step."""
+    def _is_reset(action: Any) -> bool:
         return isinstance(action, Command) and action is RESET
 
     def _on_reply(self, seq: int, result: Any) -> None:
         """Deliver the reply to request ``seq``: a state, or a :class:`Failure`."""
         if seq != self._awaited_seq:
             return  # a late reply to a request nobody waits for any more
-        self._awaited_seq = 0
+        self._cancel_deadline()
+        self._started = True
         if isinstance(result, Failure):
-            self._inbox.deliver(Outcome(self.worker_id, None, self._env_error(result)))
-        else:
-            self._inbox.deliver(Outcome(self.worker_id, result))
+            self._on_failure(self._env_error(result), env_gone=False)
+            return
+        self._awaited_seq = 0
+        self._consecutive_failures = 0
+        if self._restart_reason is not None:
+            result = _mark_restarted(result, self._restart_reason)
+            self._restart_reason = None
+        self._inbox.deliver(Outcome(self.worker_id, result))
 
     def _on_death(self, error: WorkerError) -> None:
-        """The worker can take no more actions; fail the one in flight, if any."""
-        self._failure = error
-        if self._awaited_seq and not self._closing:
+        """The current env is gone (its process died)."""
+        if not self._closing:
+            self._on_failure(error, env_gone=True)
+
+    def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
+        """Restart the env if the policy allows it, otherwise raise ``error`` in place of
+        the state in flight (and, if the env is gone, on every later action)."""
+        self._cancel_deadline()
+        in_flight = self._awaited_seq
+        if self._closing:
+            self._awaited_seq = 0
+            return
+        supervision = self._supervision
+        self._restart_reason = None
+        self._consecutive_failures += 1
+        restarting = (
+            supervision.restart == "on_failure" and self.restarts < supervision.max_restarts
+        )
+        if restarting:
+            self.restarts += 1
+        if supervision.on_failure is not None:
+            supervision.on_failure(error)
+        if restarting:
+            self._discard_env()
+            reason = _describe_failure(error)
+            if not in_flight:
+                self._pending_restart = reason
+                return
+            delay = supervision.backoff(self._consecutive_failures)
+            assert self._loop is not None
+            self._loop.call_later(delay, self._restart, in_flight, reason)
+            return
+        if env_gone:
+            self._failure = error
+            self._discard_env()
+        self._awaited_seq = 0
+        if in_flight:
+            self._inbox.deliver(Outcome(self.worker_id, None, error))
+
+    def _restart(self, seq: int, reason: str) -> None:
+        if self._closing or seq != self._awaited_seq:
+            return
+        self._started = False
+        self._restart_reason = reason
+        try:
+            self._spawn(restart_seed(self.seed, self.restarts))
+            self._arm_deadline(seq)
+            self._submit(seq, RESET)
+        except Exception as exc:  # no new env could be started: give up on this worker
+            self._cancel_deadline()
+            error = WorkerError(
+                f"{self.name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
+                worker_id=self.worker_id,
+            )
+            error.__cause__ = exc
+            self._restart_reason = None
+            self._failure = error
             self._awaited_seq = 0
             self._inbox.deliver(Outcome(self.worker_id, None, error))
+
+    def _arm_deadline(self, seq: int) -> None:
+        timeout = self._supervision.deadline(starting=not self._started)
+        if timeout is None or self._awaited_seq != seq:
+            return
+        loop = self._loop
+        assert loop is not None
+        self._sent_at = loop.time()
+        self._deadline = loop.call_later(timeout, self._on_deadline, seq, timeout)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _on_deadline(self, seq: int, timeout: float) -> None:
+        self._deadline = None
+        if seq != self._awaited_seq:
+            return
+        assert self._loop is not None
+        self._timed_out(seq, timeout, self._loop.time() - self._sent_at)
+
+    def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
+        what = "start-up" if not self._started else "step"
+        error = WorkerTimeout(
+            f"{self.name}: request {seq} ({what}) ran {elapsed:.2f} s, past its deadline of "
+            f"{timeout:g} s; the env was {self._discard_verb}",
+            worker_id=self.worker_id,
+            seq=seq,
+            elapsed=elapsed,
+            timeout=timeout,
+        )
+        self._on_failure(error, env_gone=True)
 
     def _env_error(self, failure: Failure) -> EnvError:
         error = EnvError(
@@ -220,8 +351,16 @@ class Worker(abc.ABC, Generic[S]):
         return error
 
     @abc.abstractmethod
+    def _spawn(self, seed: int | None) -> None:
+        """Start a fresh env with ``seed`` for its first reset (at a restart)."""
+
+    @abc.abstractmethod
     def _submit(self, seq: int, action: Any) -> None:
         """Start request ``seq`` (RESET or a step) without blocking."""
+
+    @abc.abstractmethod
+    def _discard_env(self) -> None:
+        """Drop the current env at once; its late replies must never be delivered."""
 
     @abc.abstractmethod
     def _start_close(self) -> None:
@@ -230,3 +369,15 @@ class Worker(abc.ABC, Generic[S]):
     @abc.abstractmethod
     async def _wait_closed(self, cleanup_time: float) -> None:
         """Wait for the worker to end, forcing it after ``cleanup_time`` seconds."""
+
+
+def _describe_failure(error: WorkerError) -> str:
+    return f"{type(error).__name__}: {error.args[0] if error.args else error}"
+
+
+def _mark_restarted(state: Any, reason: str) -> Any:
+    if not isinstance(state, Step):
+        return state
+    info = dict(state.info)
+    info["aioenv"] = {"restarted": True, "reason": reason}
+    return dataclasses.replace(state, info=info)

@@ -3,7 +3,8 @@
 The parent keeps no thread per worker: a persistent ``loop.add_reader`` callback reads
 replies from a non-blocking socket, and another watches the process sentinel, so a dead
 child is seen at once. The parent closes its copy of the child's socket end, so a child
-that dies shows up as end-of-file, never as a hang.
+that dies shows up as end-of-file, never as a hang. The child watches a second socket
+that only the parent holds open: if the parent dies, the child exits by itself.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import contextlib
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
+import os
 import signal
 import socket
+import threading
 import warnings
 from typing import Any, TypeVar
 
@@ -54,12 +57,10 @@ def default_context() -> Context:
 
 
 def _resolve_context(context: Context | str | None) -> Context:
-    if context is None:
+    if context is None or context == "forkserver":
         return default_context()
     if isinstance(context, str):
-        return (
-            default_context() if context == "forkserver" else multiprocessing.get_context(context)
-        )
+        return multiprocessing.get_context(context)
     return context
 
 
@@ -68,10 +69,12 @@ class ProcessWorker(Worker[S]):
 
     The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
     The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
-    waits ``cleanup_time``, then sends SIGTERM, then SIGKILL.
+    waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
+    kills the child at once.
     """
 
     kind = "process"
+    _discard_verb = "killed"
 
     def __init__(
         self,
@@ -80,55 +83,61 @@ class ProcessWorker(Worker[S]):
         seed: int | None = None,
         cleanup_time: float = 5.0,
         context: Context | str | None = None,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
-        super().__init__(env, seed=seed, cleanup_time=cleanup_time)
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
         try:
-            payload = cloudpickle.dumps(env)
+            self._payload = cloudpickle.dumps(env)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to a worker process "
                 f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
                 "or use a thread worker"
             ) from exc
-        ctx = _resolve_context(context)
-        parent_end, child_end = socket.socketpair()
-        self._process = ctx.Process(  # type: ignore[attr-defined]
-            target=_child_main,
-            args=(child_end, payload, seed),
-            name=f"aioenv-process-worker ({self.env_name})",
-            daemon=True,
-        )
-        try:
-            self._process.start()
-        finally:
-            child_end.close()
-        self.pid: int = self._process.pid
-        self.exitcode: int | None = None
-        self._sentinel: int = self._process.sentinel
-        self._socket = parent_end
-        self._socket.setblocking(False)
-        self._receive_buffer = bytearray(_RECEIVE_SIZE)
-        self._decoder = FrameDecoder()
-        self._outgoing = bytearray()
-        self._reading = False
-        self._exited: asyncio.Future[None] | None = None
+        self._context = _resolve_context(context)
+        self._children: list[_Child] = []  # every child not yet reaped
         self._force_timer: asyncio.TimerHandle | None = None
+        self._spawn(seed)
+
+    @property
+    def pid(self) -> int:
+        """The current child's process id."""
+        return self._child.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """The current child's exit code; None while it runs."""
+        return self._child.exitcode
 
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
-        return f"process worker{where} ({self.env_name}, pid {getattr(self, 'pid', '?')})"
+        child = getattr(self, "_child", None)
+        pid = f", pid {child.pid}" if child is not None else ""
+        return f"process worker{where} ({self.env_name}{pid})"
 
-    # Loop side -----------------------------------------------------------------------
+    # Hooks -----------------------------------------------------------------------------
+    def _spawn(self, seed: int | None) -> None:
+        child = _Child(self, self._context, self._payload, seed)
+        self._child = child
+        self._children.append(child)
+        if self._loop is not None:
+            child.watch(self._loop)
+
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._exited = loop.create_future()
-        loop.add_reader(self._socket.fileno(), self._on_readable)
-        loop.add_reader(self._sentinel, self._on_sentinel)
-        self._reading = True
+        for child in self._children:
+            child.watch(loop)
 
     def _submit(self, seq: int, action: Any) -> None:
-        if self._request_kind(action):
-            self._write(encode(Kind.RESET, seq))
+        if self._is_reset(action):
+            self._child.send(encode(Kind.RESET, seq))
             return
         try:
             payload = dumps(action)
@@ -137,11 +146,137 @@ class ProcessWorker(Worker[S]):
                 f"{self.name}: the action could not be pickled to send it to the worker "
                 f"process ({type(exc).__name__}: {exc})"
             ) from exc
-        self._write(encode(Kind.STEP, seq, payload))
+        self._child.send(encode(Kind.STEP, seq, payload))
 
-    def _write(self, data: bytes) -> None:
-        if self.exitcode is not None:
-            return  # already gone: its death was (or is about to be) reported
+    def _discard_env(self) -> None:
+        self._child.discard()
+
+    def _abandon(self) -> None:
+        super()._abandon()
+        for child in self._children:
+            child.kill_now()
+        self._children.clear()
+
+    # Messages from children ------------------------------------------------------------
+    def _on_child_message(self, child: _Child, kind: int, seq: int, payload: Any) -> None:
+        if child is not self._child:
+            return  # a discarded child's words are never delivered
+        if kind == Kind.READY:
+            # Spaces are informative only: one that does not unpickle here is skipped.
+            with contextlib.suppress(Exception):
+                self.observation_space, self.action_space = loads(payload)
+            return
+        if seq != self._awaited_seq:
+            return  # stale: no need to unpickle it
+        try:
+            result = loads(payload)
+        except Exception as exc:
+            result = Failure.from_exception(exc, "unpickling its reply in the parent")
+        self._on_reply(seq, result)
+
+    def _on_child_exit(self, child: _Child) -> None:
+        self._children.remove(child)
+        if child is self._child and not child.discarded:
+            exitcode = child.exitcode
+            self._on_death(
+                WorkerDied(
+                    f"{self.name} died unexpectedly with exit code {_describe_exit(exitcode)}",
+                    worker_id=self.worker_id,
+                    exitcode=exitcode,
+                )
+            )
+
+    # Closing ---------------------------------------------------------------------------
+    def _start_close(self) -> None:
+        loop = self._ensure_loop()
+        self._child.send(encode(Kind.CLOSE, 0))
+        # If nobody awaits aclose(), still make sure the children go within bounds.
+        self._force_timer = loop.call_later(self.cleanup_time, self._force, "terminate")
+
+    def _force(self, how: str) -> None:
+        for child in self._children:
+            child.terminate() if how == "terminate" else child.kill()
+        if how == "terminate" and self._children:
+            assert self._loop is not None
+            self._force_timer = self._loop.call_later(_TERMINATE_GRACE, self._force, "kill")
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        self._ensure_loop()
+        for wait, how in (
+            (cleanup_time, "terminate"),
+            (_TERMINATE_GRACE, "kill"),
+            (_KILL_GRACE, ""),
+        ):
+            with anyio.move_on_after(wait):
+                for child in list(self._children):
+                    assert child.exited is not None
+                    await asyncio.shield(child.exited)
+            if not self._children:
+                if self._force_timer is not None:
+                    self._force_timer.cancel()
+                return
+            if how:
+                if self._force_timer is not None:
+                    self._force_timer.cancel()
+                for child in self._children:
+                    child.terminate() if how == "terminate" else child.kill()
+        warnings.warn(
+            f"{self.name}: pids {[c.pid for c in self._children]} did not exit even after "
+            "SIGKILL; they are left behind",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+class _Child:
+    """One child process and the parent's ends of its two sockets."""
+
+    def __init__(
+        self, worker: ProcessWorker[Any], context: Context, payload: bytes, seed: int | None
+    ) -> None:
+        parent_end, child_end = socket.socketpair()
+        alive_parent, alive_child = socket.socketpair()
+        process = context.Process(  # type: ignore[attr-defined]
+            target=_child_main,
+            args=(child_end, alive_child, payload, seed),
+            name=f"aioenv-process-worker ({worker.env_name})",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except BaseException:
+            parent_end.close()
+            alive_parent.close()
+            raise
+        finally:
+            child_end.close()
+            alive_child.close()
+        self.pid: int = process.pid
+        self.exitcode: int | None = None
+        self.discarded = False
+        self.exited: asyncio.Future[None] | None = None
+        self._worker = worker
+        self._process = process
+        self._sentinel: int = process.sentinel
+        self._socket = parent_end
+        self._socket.setblocking(False)
+        self._alive = alive_parent  # held open, never written: the child's parent-death alarm
+        self._receive_buffer = bytearray(_RECEIVE_SIZE)
+        self._decoder = FrameDecoder()
+        self._outgoing = bytearray()
+        self._reading = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.exited = loop.create_future()
+        loop.add_reader(self._socket.fileno(), self._on_readable)
+        loop.add_reader(self._sentinel, self._on_sentinel)
+        self._reading = True
+
+    def send(self, data: bytes) -> None:
+        if self.exitcode is not None or self.discarded:
+            return  # gone, or going: its death is (or was) handled elsewhere
         if self._outgoing:
             self._outgoing += data
             return
@@ -152,8 +287,31 @@ class ProcessWorker(Worker[S]):
         except OSError:
             return  # the child is gone; the sentinel reports its death
         if sent < len(data):
+            assert self._loop is not None
             self._outgoing += memoryview(data)[sent:]
-            self._ensure_loop().add_writer(self._socket.fileno(), self._on_writable)
+            self._loop.add_writer(self._socket.fileno(), self._on_writable)
+
+    def discard(self) -> None:
+        """Stop listening and kill it; it is reaped in the background."""
+        self.discarded = True
+        self._stop_reading()
+        self.kill()
+
+    def terminate(self) -> None:
+        if self.exitcode is None:
+            self._process.terminate()
+
+    def kill(self) -> None:
+        if self.exitcode is None:
+            self._process.kill()
+
+    def kill_now(self) -> None:
+        """Kill and reap without a loop (a pool that failed to be built)."""
+        if self.exitcode is None and self._loop is None:
+            self._process.kill()
+            self._process.join()
+            self.exitcode = self._process.exitcode
+            self._close_resources()
 
     def _on_writable(self) -> None:
         try:
@@ -169,7 +327,7 @@ class ProcessWorker(Worker[S]):
     def _on_readable(self) -> None:
         buffer = self._receive_buffer
         view = memoryview(buffer)
-        while True:
+        while self._reading:
             try:
                 count = self._socket.recv_into(buffer)
             except (BlockingIOError, InterruptedError):
@@ -180,28 +338,13 @@ class ProcessWorker(Worker[S]):
                 self._stop_reading()  # end of file: the sentinel reports the exit
                 return
             for kind, seq, payload in self._decoder.feed(view[:count]):
-                self._on_message(kind, seq, payload)
+                self._worker._on_child_message(self, kind, seq, payload)
             if count < len(buffer):
                 return
 
-    def _on_message(self, kind: int, seq: int, payload: bytes | memoryview) -> None:
-        if kind == Kind.READY:
-            # Spaces are informative only: one that does not unpickle here is skipped.
-            with contextlib.suppress(Exception):
-                self.observation_space, self.action_space = loads(payload)
-            return
-        if seq != self._awaited_seq:
-            return  # stale: no need to unpickle it
-        try:
-            result = loads(payload)
-        except Exception as exc:
-            result = Failure.from_exception(exc, "unpickling its reply in the parent")
-        self._on_reply(seq, result)
-
     def _on_sentinel(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        loop.remove_reader(self._sentinel)
+        assert self._loop is not None
+        self._loop.remove_reader(self._sentinel)
         if self._reading:
             self._on_readable()  # replies the child wrote before it exited come first
         self._reap(attempt=0)
@@ -214,83 +357,25 @@ class ProcessWorker(Worker[S]):
             assert self._loop is not None
             self._loop.call_later(0.001 * (attempt + 1), self._reap, attempt + 1)
             return
-        self._finish(exitcode)
-
-    def _finish(self, exitcode: int | None) -> None:
         self.exitcode = exitcode if exitcode is not None else -1
-        self._stop_reading()
-        if self._force_timer is not None:
-            self._force_timer.cancel()
-        if self._loop is not None and self._outgoing:
-            self._loop.remove_writer(self._socket.fileno())
-        self._outgoing.clear()
-        self._socket.close()
-        self._process.close()
-        if not self._closing:
-            self._on_death(
-                WorkerDied(
-                    f"{self.name} died unexpectedly with exit code {_describe_exit(exitcode)}",
-                    worker_id=self.worker_id,
-                    exitcode=exitcode,
-                )
-            )
-        if self._exited is not None and not self._exited.done():
-            self._exited.set_result(None)
+        self._close_resources()
+        if self.exited is not None and not self.exited.done():
+            self.exited.set_result(None)
+        self._worker._on_child_exit(self)
 
     def _stop_reading(self) -> None:
         if self._reading and self._loop is not None:
             self._reading = False
             self._loop.remove_reader(self._socket.fileno())
 
-    # Closing -------------------------------------------------------------------------
-    def _start_close(self) -> None:
-        loop = self._ensure_loop()
-        self._write(encode(Kind.CLOSE, 0))
-        if self.exitcode is None:
-            # If nobody awaits aclose(), still make sure the child goes within bounds.
-            self._force_timer = loop.call_later(self.cleanup_time, self._terminate)
-
-    def _abandon(self) -> None:
-        super()._abandon()
-        if self.exitcode is None and self._loop is None:
-            self._process.kill()
-            self._process.join()
-            self.exitcode = self._process.exitcode
-            self._socket.close()
-            self._process.close()
-
-    def _terminate(self) -> None:
-        if self.exitcode is None:
-            self._process.terminate()
-            assert self._loop is not None
-            self._force_timer = self._loop.call_later(_TERMINATE_GRACE, self._kill)
-
-    def _kill(self) -> None:
-        if self.exitcode is None:
-            self._process.kill()
-
-    async def _wait_closed(self, cleanup_time: float) -> None:
-        self._ensure_loop()
-        exited = self._exited
-        assert exited is not None
-        for wait, force in (
-            (cleanup_time, self._terminate),
-            (_TERMINATE_GRACE, self._kill),
-            (_KILL_GRACE, None),
-        ):
-            with anyio.move_on_after(wait):
-                await asyncio.shield(exited)
-            if exited.done():
-                return
-            if force is not None:
-                if self._force_timer is not None:
-                    self._force_timer.cancel()
-                force()
-        warnings.warn(
-            f"{self.name} did not exit even after SIGKILL; it is left behind",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    def _close_resources(self) -> None:
+        self._stop_reading()
+        if self._loop is not None and self._outgoing:
+            self._loop.remove_writer(self._socket.fileno())
+        self._outgoing.clear()
+        self._socket.close()
+        self._alive.close()
+        self._process.close()
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -305,8 +390,11 @@ def _describe_exit(exitcode: int | None) -> str:
 
 
 # Child side ------------------------------------------------------------------------------
-def _child_main(sock: socket.socket, payload: bytes, seed: int | None) -> None:
+def _child_main(
+    sock: socket.socket, alive: socket.socket, payload: bytes, seed: int | None
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_when_parent_dies, args=(alive,), daemon=True).start()
     sock.setblocking(True)
     stream = sock.makefile("rb")
     try:
@@ -343,6 +431,13 @@ def _child_main(sock: socket.socket, payload: bytes, seed: int | None) -> None:
         runner.close()
         stream.close()
         sock.close()
+
+
+def _exit_when_parent_dies(alive: socket.socket) -> None:
+    """Only the parent holds the other end open: end-of-file means it died."""
+    with contextlib.suppress(OSError):
+        alive.recv(1)
+    os._exit(1)
 
 
 def _encode_reply(seq: int, result: Any) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, TypeVar
 
 from .._environment import EnvSource
@@ -16,23 +17,54 @@ S = TypeVar("S")
 class SyncWorker(Worker[S]):
     """Steps the env inside ``send_action``: no concurrency, fully deterministic, easy to
     debug (a breakpoint in the env just works). The env is built at the first action, so a
-    construction error is raised by ``get_state`` exactly as for the other kinds."""
+    construction error is raised by ``get_state`` exactly as for the other kinds.
+
+    A step cannot be interrupted in line: with a ``step_timeout``, a step that took longer
+    is treated as timed out once it returns (its state is discarded), as the other kinds
+    would have; an env that hangs forever hangs the caller.
+    """
 
     kind = "sync"
 
     def __init__(
-        self, env: EnvSource, *, seed: int | None = None, cleanup_time: float = 5.0
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
-        super().__init__(env, seed=seed, cleanup_time=cleanup_time)
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        self._source = env
         self._runner = EnvRunner(env, seed)
+
+    def _spawn(self, seed: int | None) -> None:
+        self._runner = EnvRunner(self._source, seed)
 
     def _submit(self, seq: int, action: Any) -> None:
         runner = self._runner
-        if self.observation_space is None and runner.env is None:
+        timeout = self._supervision.deadline(starting=not self._started)
+        started = time.monotonic()
+        if runner.env is None and runner.build_failure is None:
             runner.build()
-            self.observation_space, self.action_space = runner.spaces
-        result = runner.reset() if self._request_kind(action) else runner.step(action)
+            if self.observation_space is None:
+                self.observation_space, self.action_space = runner.spaces
+        result = runner.reset() if self._is_reset(action) else runner.step(action)
+        elapsed = time.monotonic() - started
+        if timeout is not None and elapsed > timeout:
+            self._timed_out(seq, timeout, elapsed)
+            return
         self._on_reply(seq, result)
+
+    def _discard_env(self) -> None:
+        self._runner.close()
 
     def _start_close(self) -> None:
         self._runner.close()

@@ -28,30 +28,50 @@ class ThreadWorker(Worker[S]):
     C/C++, I/O) and for envs that cannot be pickled. Results are handed to the event loop
     with ``call_soon_threadsafe``: nothing polls and the loop never blocks.
 
-    A thread cannot be killed: if the env does not close within ``cleanup_time``, the
-    (daemon) thread is left behind and a ``RuntimeWarning`` says so.
+    A thread cannot be killed. A step past its deadline abandons the thread (its late
+    reply is ignored; a restart gets a new thread), and an env that does not close within
+    ``cleanup_time`` is left running as a daemon thread, with a ``RuntimeWarning``.
     """
 
     kind = "thread"
+    _discard_verb = "abandoned (a thread cannot be killed; its late reply is ignored)"
 
     def __init__(
-        self, env: EnvSource, *, seed: int | None = None, cleanup_time: float = 5.0
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
-        super().__init__(env, seed=seed, cleanup_time=cleanup_time)
-        self._runner = EnvRunner(env, seed)
-        self._requests: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-        self._finished = threading.Event()
-        self._on_finished: Callable[[], None] | None = None
-        self._thread = threading.Thread(
-            target=self._serve, name=f"aioenv-thread-worker ({self.env_name})", daemon=True
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
         )
-        self._thread.start()
+        self._source = env
+        self._threads: list[_EnvThread] = []
+        self._spawn(seed)
+
+    def _spawn(self, seed: int | None) -> None:
+        self._current = _EnvThread(self, EnvRunner(self._source, seed))
+        self._threads.append(self._current)
 
     def _submit(self, seq: int, action: Any) -> None:
-        self._requests.put((seq, action))
+        self._current.requests.put((seq, action))
+
+    def _on_thread_reply(self, env_thread: _EnvThread, seq: int, result: Any) -> None:
+        if env_thread is self._current:  # an abandoned thread's reply is never delivered
+            self._on_reply(seq, result)
+
+    def _discard_env(self) -> None:
+        self._current.requests.put((0, _STOP))
 
     def _start_close(self) -> None:
-        self._requests.put((0, _STOP))
+        self._current.requests.put((0, _STOP))
 
     def _abandon(self) -> None:
         super()._abandon()
@@ -59,20 +79,15 @@ class ThreadWorker(Worker[S]):
 
     async def _wait_closed(self, cleanup_time: float) -> None:
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
-
-        def on_finished() -> None:
-            loop.call_soon_threadsafe(_set_done, done)
-
-        # The serving thread sets the event, then calls back; whichever side comes second
-        # sees the other's write, so the wake-up cannot be missed.
-        self._on_finished = on_finished
-        if self._finished.is_set():
-            return
+        pending = [t for t in self._threads if not t.finished.is_set()]
+        done = [loop.create_future() for _ in pending]
+        for env_thread, future in zip(pending, done, strict=True):
+            env_thread.notify(loop, future)
         with anyio.move_on_after(cleanup_time):
-            await done
-            return
-        if not self._finished.is_set():
+            for future in done:
+                await future
+        self._threads = [t for t in self._threads if not t.finished.is_set()]
+        if self._threads:
             warnings.warn(
                 f"{self.name}: the env did not close within {cleanup_time:g} s; its thread "
                 "cannot be killed and is left running as a daemon thread",
@@ -80,26 +95,54 @@ class ThreadWorker(Worker[S]):
                 stacklevel=3,
             )
 
+
+class _EnvThread:
+    """One env and the thread that serves its requests, in order."""
+
+    def __init__(self, worker: ThreadWorker[Any], runner: EnvRunner) -> None:
+        self.requests: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        self.finished = threading.Event()
+        self._worker = worker
+        self._runner = runner
+        self._on_finished: Callable[[], None] | None = None
+        self._thread = threading.Thread(
+            target=self._serve, name=f"aioenv-thread-worker ({worker.env_name})", daemon=True
+        )
+        self._thread.start()
+
+    def notify(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+        """Complete ``future`` on ``loop`` when the thread has finished."""
+
+        def on_finished() -> None:
+            loop.call_soon_threadsafe(_set_done, future)
+
+        # The thread sets the event, then reads the callback; whichever side comes second
+        # sees the other's write, so the wake-up cannot be missed.
+        self._on_finished = on_finished
+        if self.finished.is_set():
+            _set_done(future)
+
     def _serve(self) -> None:
-        runner = self._runner
+        worker, runner = self._worker, self._runner
         runner.build()
-        self.observation_space, self.action_space = runner.spaces
+        if worker.observation_space is None:
+            worker.observation_space, worker.action_space = runner.spaces
         try:
             while True:
-                seq, action = self._requests.get()
+                seq, action = self.requests.get()
                 if action is _STOP:
                     runner.close()
                     return
-                result = runner.reset() if self._request_kind(action) else runner.step(action)
-                loop = self._loop
+                result = runner.reset() if worker._is_reset(action) else runner.step(action)
+                loop = worker._loop
                 if loop is None:
                     continue
                 try:
-                    loop.call_soon_threadsafe(self._on_reply, seq, result)
+                    loop.call_soon_threadsafe(worker._on_thread_reply, self, seq, result)
                 except RuntimeError:
                     return  # the event loop is closed: nobody is left to answer
         finally:
-            self._finished.set()
+            self.finished.set()
             callback = self._on_finished
             if callback is not None:
                 with contextlib.suppress(RuntimeError):
