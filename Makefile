@@ -4,7 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo clean
+.PHONY: install test lint demo soak clean
+
+SOAK_SECONDS ?= 180
 
 install: $(STAMP)
 
@@ -24,6 +26,9 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/async_loop.py
+
+soak: $(STAMP)
+	$(BIN)/python tests/faults/soak.py --seconds $(SOAK_SECONDS)
 
 clean:
 	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache .ruff_cache

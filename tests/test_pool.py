@@ -10,8 +10,8 @@ import anyio
 import gymnasium
 import numpy as np
 import pytest
-from conftest import worker_processes, worker_threads
 from envs import Counter, DictObservation, Failing, Gated, open_gate
+from support import worker_processes, worker_threads
 
 import aioenv
 from aioenv import CLOSE, RESET

@@ -12,7 +12,6 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from conftest import worker_processes
 from envs import (
     BigObservation,
     Counter,
@@ -22,6 +21,7 @@ from envs import (
     expected_big_observation,
     open_gate,
 )
+from support import worker_processes
 
 import aioenv
 from aioenv import RESET

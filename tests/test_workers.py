@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from conftest import KINDS, worker_processes
 from envs import Counter, Failing, FourTupleEnv
+from support import KINDS, worker_processes
 
 import aioenv
 from aioenv import CLOSE, RESET

@@ -1,0 +1,105 @@
+"""Shutdown when the parent is interrupted or killed: the workers go, and quietly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from support import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gone(pid: int) -> bool:
+    """The process no longer runs (exited, or a zombie waiting to be reaped)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def start_script(code: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT / "tests" / "faults",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal job
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'faults'}"},
+    )
+
+
+def read_pids(script: subprocess.Popen[str]) -> list[int]:
+    assert script.stdout is not None
+    line = script.stdout.readline()
+    assert line.startswith("pids"), (
+        f"script said {line!r}; stderr: {script.stderr.read() if script.stderr else ''}"
+    )
+    return [int(pid) for pid in line.split()[1:]]
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_closes_every_worker_and_children_print_nothing() -> None:
+    script = start_script(
+        """
+        import asyncio, os, signal
+        import aioenv
+        from faulty_env import FaultyEnv
+
+        async def main():
+            async with aioenv.make_pool(FaultyEnv, 3, mode=["process", "process", "thread"]) as pool:
+                print("pids", *[w.pid for w in pool.workers if w.kind == "process"], flush=True)
+                pool.reset()
+                steps = 0
+                async for step, worker_id in pool:
+                    steps += 1
+                    if steps == 30:  # Ctrl-C: SIGINT to the whole process group
+                        os.killpg(os.getpgid(0), signal.SIGINT)
+                    pool.send_action(aioenv.RESET if step.done else 0, worker_id)
+
+        asyncio.run(main())
+        """
+    )
+    pids = read_pids(script)
+    _, stderr = script.communicate(timeout=60)
+    assert script.returncode != 0
+    assert "KeyboardInterrupt" in stderr
+    for child_sign in ("_child_main", "forkserver", "multiprocessing/process.py", "_serve"):
+        assert child_sign not in stderr, stderr  # only the parent's own traceback
+    assert wait_until(lambda: all(gone(pid) for pid in pids))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> None:
+    script = start_script(
+        f"""
+        import asyncio, time
+        import aioenv
+        from faulty_env import FaultyEnv
+
+        async def main():
+            workers = [aioenv.ProcessWorker(FaultyEnv, context={context!r}) for _ in range(2)]
+            pool = aioenv.AsyncWorkerPool(workers)
+            pool.reset()
+            await pool.get_batch(min_size=2)
+            pool.send_action({{"fault": "hang"}}, 0)  # worker 0 hangs in a step
+            print("pids", *[w.pid for w in workers], flush=True)
+            await asyncio.sleep(3600)
+
+        asyncio.run(main())
+        """
+    )
+    pids = read_pids(script)
+    time.sleep(0.2)  # let the hung step begin
+    assert not any(gone(pid) for pid in pids)
+    os.killpg(script.pid, signal.SIGKILL)  # the parent and its forkserver die at once
+    script.wait(timeout=30)
+    assert wait_until(lambda: all(gone(pid) for pid in pids), timeout=10), "orphaned workers"

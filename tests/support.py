@@ -1,0 +1,70 @@
+"""Helpers shared by the tests: what processes and threads are left, waiting for a condition."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+KINDS = ["sync", "thread", "process"]
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            children.setdefault(int(fields[1]), []).append(-int(entry))  # zombie: negative
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def worker_processes() -> list[int]:
+    """Descendants of this process other than multiprocessing's forkserver and resource
+    tracker, which live for the whole session (zombies included, as negative pids)."""
+    tree = _children()
+    found: list[int] = []
+    stack = [os.getpid()]
+    while stack:
+        parent = stack.pop()
+        for child in tree.get(parent, []):
+            if child > 0 and parent == os.getpid():
+                command = _cmdline(child)
+                if "resource_tracker" in command:
+                    continue  # multiprocessing's helper, up for the whole session
+                if "forkserver" in command:
+                    stack.append(child)  # the server stays up; its children are workers
+                    continue
+            found.append(child)
+            if child > 0:
+                stack.append(child)
+    return found
+
+
+def worker_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("aioenv-")]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
