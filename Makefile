@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install test lint demo soak clean
+.PHONY: install test lint demo soak bench bench-quick clean
 
 SOAK_SECONDS ?= 180
 
@@ -20,12 +21,22 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check aioenv tests examples
-	$(BIN)/ruff format --check aioenv tests examples
+	$(BIN)/ruff check aioenv tests examples benchmarks
+	$(BIN)/ruff format --check aioenv tests examples benchmarks
 	$(BIN)/mypy --strict aioenv
 
 demo: $(STAMP)
 	$(BIN)/python examples/async_loop.py
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py --quick $(BENCH_ARGS)
 
 soak: $(STAMP)
 	$(BIN)/python tests/faults/soak.py --seconds $(SOAK_SECONDS)

@@ -6,20 +6,25 @@ first. See the README for a tour.
 
 from ._batch import Batch
 from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step
+from ._episodes import EpisodeStats
 from ._errors import (
     AioEnvError,
     ClosedError,
     EnvError,
+    InvalidAction,
     NoActionInFlight,
+    SpaceMismatch,
     StateNotTaken,
     UnknownWorker,
     WorkerDied,
     WorkerError,
+    WorkerPaused,
     WorkerTimeout,
 )
 from ._factory import get_worker_pool, make_pool, worker_seeds
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
-from ._sentinels import CLOSE, RESET, Command
+from ._sentinels import CLOSE, RESET, Command, Reset
+from ._vector import AioVectorEnv, make_vec
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"
@@ -28,6 +33,7 @@ __all__ = [
     "CLOSE",
     "RESET",
     "AioEnvError",
+    "AioVectorEnv",
     "AsyncWorkerPool",
     "Batch",
     "ClosedError",
@@ -35,9 +41,13 @@ __all__ = [
     "EnvError",
     "EnvSource",
     "Environment",
+    "EpisodeStats",
     "GymnasiumEnvironment",
+    "InvalidAction",
     "NoActionInFlight",
     "ProcessWorker",
+    "Reset",
+    "SpaceMismatch",
     "StateNotTaken",
     "Step",
     "SyncWorker",
@@ -47,10 +57,12 @@ __all__ = [
     "Worker",
     "WorkerDied",
     "WorkerError",
+    "WorkerPaused",
     "WorkerPool",
     "WorkerTimeout",
     "__version__",
     "get_worker_pool",
     "make_pool",
+    "make_vec",
     "worker_seeds",
 ]

@@ -79,3 +79,22 @@ class Batch(Generic[S]):
     @property
     def infos(self) -> list[dict[str, Any]]:
         return [s.info for s in self._steps("infos")]
+
+    @property
+    def final_observations(self) -> list[Any]:
+        """Per row, the finished episode's last observation under ``autoreset="same_step"``
+        (None for rows that did not end an episode)."""
+        return [s.final_observation for s in self._steps("final_observations")]
+
+    @property
+    def final_infos(self) -> list[dict[str, Any] | None]:
+        return [s.final_info for s in self._steps("final_infos")]
+
+    def sorted(self) -> Batch[S]:
+        """The same rows in worker-id order."""
+        order = np.argsort(self.worker_ids, kind="stable")
+        return Batch(
+            self.worker_ids[order].tolist(),
+            [self.states[i] for i in order],
+            self._observation_space,
+        )

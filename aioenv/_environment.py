@@ -43,13 +43,20 @@ class Environment(Protocol[S, A_contra]):
 @dataclasses.dataclass(frozen=True)
 class Step(Generic[O]):
     """One gymnasium transition as a state. The reply to ``RESET`` has reward 0.0 and both
-    flags False; the final step of an episode is returned whole."""
+    flags False; the final step of an episode is returned whole.
+
+    With ``autoreset="same_step"`` the step that ends an episode carries the reset
+    observation and info as ``observation``/``info``, and the finished episode's last
+    observation and info as ``final_observation``/``final_info`` (None otherwise).
+    """
 
     observation: O
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    final_observation: O | None = None
+    final_info: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
@@ -57,7 +64,10 @@ class Step(Generic[O]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Explicit so pickling is fast and works for frozen dataclasses on every Python.
-        return (Step, (self.observation, self.reward, self.terminated, self.truncated, self.info))
+        fields = (self.observation, self.reward, self.terminated, self.truncated, self.info)
+        if self.final_info is None and self.final_observation is None:
+            return (Step, fields)
+        return (Step, (*fields, self.final_observation, self.final_info))
 
 
 class GymnasiumEnvironment(Generic[O]):
@@ -74,8 +84,8 @@ class GymnasiumEnvironment(Generic[O]):
     def action_space(self) -> gymnasium.Space[Any]:
         return self.env.action_space
 
-    def reset(self, seed: int | None = None) -> Step[O]:
-        observation, info = self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Step[O]:
+        observation, info = self.env.reset(seed=seed, options=options)
         return Step(observation, 0.0, False, False, info)
 
     def step(self, action: Any) -> Step[O]:
@@ -93,6 +103,12 @@ class GymnasiumEnvironment(Generic[O]):
 
     def close(self) -> None:
         self.env.close()
+
+    def get_attr(self, name: str) -> Any:
+        return self.env.get_wrapper_attr(name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self.env.set_wrapper_attr(name, value)
 
 
 def _describe_result(result: object) -> str:
@@ -139,6 +155,9 @@ def describe_source(source: EnvSource) -> str:
     """A short human name for an env source, for worker names and error messages."""
     if isinstance(source, str):
         return source
+    description = getattr(source, "description", None)
+    if isinstance(description, str):
+        return description
     if isinstance(source, gymnasium.Env) and source.spec is not None:
         return source.spec.id
     if callable(source) and not _is_environment(source):

@@ -6,10 +6,13 @@ __all__ = [
     "AioEnvError",
     "ClosedError",
     "EnvError",
+    "InvalidAction",
     "NoActionInFlight",
+    "SpaceMismatch",
     "StateNotTaken",
     "UnknownWorker",
     "WorkerDied",
+    "WorkerPaused",
     "WorkerError",
     "WorkerTimeout",
 ]
@@ -33,6 +36,15 @@ class StateNotTaken(AioEnvError):
 
 class UnknownWorker(AioEnvError, LookupError):
     """A worker id that the pool does not have."""
+
+
+class WorkerPaused(AioEnvError):
+    """An action was sent to a paused worker; resume it first."""
+
+
+class InvalidAction(AioEnvError, ValueError):
+    """With ``check_actions=True``: an action outside the worker's action space. Nothing
+    was sent; the worker is untouched."""
 
 
 class WorkerError(AioEnvError):
@@ -88,3 +100,7 @@ class WorkerTimeout(WorkerError):
         self.seq = seq
         self.elapsed = elapsed
         self.timeout = timeout
+
+
+class SpaceMismatch(WorkerError):
+    """A worker's observation or action space differs from the rest of its pool."""

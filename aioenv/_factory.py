@@ -31,6 +31,9 @@ _POOL_OPTIONS = frozenset(
         "max_restarts",
         "restart_backoff",
         "on_failure",
+        "autoreset",
+        "max_episode_steps",
+        "check_actions",
     }
 )
 
@@ -69,9 +72,9 @@ def make_pool(
     mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
     ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
     :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``) go to the kinds
-    that take them; pool options (``step_timeout``, ``start_timeout``, ``restart``,
-    ``max_restarts``, ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the
-    pool.
+    that take them; pool options (``autoreset``, ``max_episode_steps``, ``check_actions``,
+    ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
+    ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the pool.
     """
     pool_options = {k: v for k, v in options.items() if k in _POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in _POOL_OPTIONS}
@@ -101,17 +104,13 @@ def make_pool(
     workers: list[Worker[Any]] = []
     try:
         for kind, worker_seed in zip(modes, seeds, strict=True):
-            options = {k: v for k, v in worker_options.items() if k in _OPTIONS[kind]}
-            workers.append(_KINDS[kind](env, seed=worker_seed, **options))
+            kind_options = {k: v for k, v in worker_options.items() if k in _OPTIONS[kind]}
+            workers.append(_KINDS[kind](env, seed=worker_seed, **kind_options))
+        return get_worker_pool(workers, force_sync, **pool_options)
     except BaseException:
         for worker in workers:
             worker._abandon()
         raise
-    pool_options = (
-        {"cleanup_time": worker_options["cleanup_time"]} if "cleanup_time" in worker_options else {}
-    )
-    pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
-    return pool_class(workers, **pool_options)
 
 
 def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:

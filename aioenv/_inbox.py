@@ -38,6 +38,7 @@ class Inbox:
         self._owed: dict[int | None, None] = {}  # insertion order == send order
         self._ready: dict[int | None, Outcome] = {}  # insertion order == arrival order
         self._waiters: list[asyncio.Future[None]] = []
+        self._paused: set[int | None] = set()  # their outcomes wait until they are resumed
         self.closed = False
 
     # Producer side -------------------------------------------------------------------
@@ -64,43 +65,69 @@ class Inbox:
         self.closed = True
         self._wake()
 
+    def pause(self, worker_id: int | None) -> None:
+        self._paused.add(worker_id)
+
+    def resume(self, worker_id: int | None) -> None:
+        self._paused.discard(worker_id)
+        self._wake()
+
+    def is_paused(self, worker_id: int | None) -> bool:
+        return worker_id in self._paused
+
     # Consumer side -------------------------------------------------------------------
     @property
     def num_owed(self) -> int:
-        return len(self._owed)
+        """Outcomes owed by workers that are not paused (what a consumer can wait for)."""
+        if not self._paused:
+            return len(self._owed)
+        return sum(1 for worker_id in self._owed if worker_id not in self._paused)
 
     def num_ready(self) -> int:
+        paused = self._paused
         if not self.ordered:
-            return len(self._ready)
+            if not paused:
+                return len(self._ready)
+            return sum(1 for worker_id in self._ready if worker_id not in paused)
         count = 0
         for worker_id in self._owed:
+            if worker_id in paused:
+                continue
             if worker_id not in self._ready:
                 break
             count += 1
         return count
 
+    def _next_id(self) -> int | bool | None:
+        """The worker whose outcome is next in line (False: none is)."""
+        paused = self._paused
+        if self.ordered:
+            for worker_id in self._owed:
+                if worker_id not in paused:
+                    return worker_id if worker_id in self._ready else False
+            return False
+        for worker_id in self._ready:
+            if worker_id not in paused:
+                return worker_id
+        return False
+
     def pop_next(self) -> Outcome | None:
         """The next outcome to take, or None if it has not arrived yet."""
-        if self.ordered:
-            if not self._owed:
-                return None
-            worker_id = next(iter(self._owed))
-            outcome = self._ready.pop(worker_id, None)
-        else:
+        if not self._paused and not self.ordered:  # the hot path
             if not self._ready:
                 return None
             worker_id = next(iter(self._ready))
-            outcome = self._ready.pop(worker_id)
-        if outcome is not None:
             del self._owed[worker_id]
-        return outcome
+            return self._ready.pop(worker_id)
+        worker_id = self._next_id()
+        if worker_id is False:
+            return None
+        del self._owed[worker_id]
+        return self._ready.pop(worker_id)
 
     def peek_next(self) -> Outcome | None:
-        if self.ordered:
-            if not self._owed:
-                return None
-            return self._ready.get(next(iter(self._owed)))
-        return next(iter(self._ready.values()), None)
+        worker_id = self._next_id()
+        return None if worker_id is False else self._ready[worker_id]
 
     def pop(self, worker_id: int | None) -> Outcome | None:
         outcome = self._ready.pop(worker_id, None)

@@ -8,19 +8,36 @@ in which that inbox hands outcomes out (first finished vs first sent).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
+import numpy as np
 
 from ._batch import Batch
-from ._errors import ClosedError, NoActionInFlight, StateNotTaken, UnknownWorker, WorkerError
+from ._episodes import EpisodeStats, record_episode
+from ._errors import (
+    ClosedError,
+    InvalidAction,
+    NoActionInFlight,
+    SpaceMismatch,
+    StateNotTaken,
+    UnknownWorker,
+    WorkerError,
+    WorkerPaused,
+)
 from ._inbox import Inbox, Outcome
-from ._sentinels import RESET
+from ._render import tile_images
+from ._runner import Autoreset, ControlRequest, EpisodeOptions
+from ._sentinels import RESET, Command, Reset
 from ._supervision import Supervision
 from .workers._base import Worker
+
+if TYPE_CHECKING:
+    from ._vector import AioVectorEnv
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
 
@@ -48,6 +65,9 @@ class WorkerPool(Generic[S]):
         max_restarts: int = 3,
         restart_backoff: float = 0.0,
         on_failure: Callable[[WorkerError], None] | None = None,
+        autoreset: Autoreset = "disabled",
+        max_episode_steps: int | None = None,
+        check_actions: bool = False,
     ) -> None:
         workers = list(workers)
         if not workers:
@@ -71,13 +91,21 @@ class WorkerPool(Generic[S]):
             restart_backoff=restart_backoff,
             on_failure=self._on_worker_failure,
         )
+        episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)
         self.cleanup_time = float(cleanup_time)
+        #: What happens when an episode ends: "disabled", "same_step" or "next_step".
+        self.autoreset = episode.autoreset
+        self.max_episode_steps = max_episode_steps
+        self.check_actions = bool(check_actions)
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
         self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
+        self._spaces: tuple[Any, Any] | None = None
+        self._stats = [EpisodeStats() for _ in workers]
         for worker_id, worker in enumerate(workers):
-            worker._attach(self._inbox, worker_id, supervision)
+            worker._attach(self._inbox, worker_id, supervision, episode)
+            worker._on_first_reply = self._check_spaces
         self._workers = workers
         self._closed = False
         self._close_done: anyio.Event | None = None
@@ -109,15 +137,27 @@ class WorkerPool(Generic[S]):
 
     # Sending ---------------------------------------------------------------------------
     def send_action(self, action: Any, worker_id: int) -> None:
-        """Send ``action`` (or ``RESET``/``CLOSE``) to one worker. Returns at once."""
+        """Send ``action`` (or ``RESET``, ``Reset(...)``, ``CLOSE``) to one worker. Returns
+        at once."""
         self._check_open()
-        self._worker(worker_id).send_action(action)
+        worker = self._worker(worker_id)
+        if self._inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
+        if self.check_actions and not isinstance(action, (Command, Reset)):
+            space = worker.action_space
+            if space is not None and not space.contains(action):
+                raise InvalidAction(
+                    f"{worker.name}: action {action!r} is not in its action space {space}; "
+                    "nothing was sent"
+                )
+        worker.send_action(action)
 
-    def reset(self) -> None:
-        """Send ``RESET`` to every open worker; the replies come back through
-        ``get_state``/``get_batch`` like any other state."""
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Send ``RESET`` to every open, unpaused worker; the replies come back through
+        ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds worker ``i``
+        with ``s + i`` (gymnasium's vector convention) for this reset only."""
         self._check_open()
-        targets = [worker for worker in self._workers if not worker.closed]
+        targets = self._active_workers()
         for worker in targets:
             if worker._failure is not None:
                 raise worker._failure
@@ -127,7 +167,152 @@ class WorkerPool(Generic[S]):
                     "take every pending state before resetting (nothing was sent)"
                 )
         for worker in targets:
-            worker.send_action(RESET)
+            assert worker.worker_id is not None
+            if seed is None and options is None:
+                worker.send_action(RESET)
+            else:
+                worker_seed = None if seed is None else seed + worker.worker_id
+                worker.send_action(Reset(seed=worker_seed, options=options))
+
+    async def reset_all(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Batch[S]:
+        """Reset every open, unpaused worker and return their reset states, in worker-id
+        order. Without ``seed`` each env's RNG continues (see :meth:`reset`)."""
+        self.reset(seed=seed, options=options)
+        batch = await self.get_batch(min_size=len(self._active_workers()))
+        return batch.sorted()
+
+    async def set_seeds(self, seeds: Sequence[int | None]) -> None:
+        """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
+        worker alone). Later resets continue the env's RNG."""
+        if len(seeds) != len(self._workers):
+            raise ValueError(f"set_seeds() needs {len(self._workers)} seeds, got {len(seeds)}")
+        for worker, seed in zip(self._workers, seeds, strict=True):
+            if seed is not None:
+                worker._next_reset_seed = operator.index(seed)
+
+    # Pausing ---------------------------------------------------------------------------
+    def pause(self, worker_id: int) -> None:
+        """Skip this worker in ``get_state``, ``get_batch`` and ``reset()`` until resumed.
+        It keeps its env and any state in flight or not yet taken; ids never shift."""
+        self._check_open()
+        self._inbox.pause(self._worker(worker_id).worker_id)
+
+    def resume(self, worker_id: int | None = None) -> None:
+        """Resume one worker, or every paused worker."""
+        self._check_open()
+        targets = self._workers if worker_id is None else [self._worker(worker_id)]
+        for worker in targets:
+            self._inbox.resume(worker.worker_id)
+
+    @property
+    def num_active(self) -> int:
+        """Workers that are open and not paused."""
+        return len(self._active_workers())
+
+    def _active_workers(self) -> list[Worker[S]]:
+        return [
+            worker
+            for worker in self._workers
+            if not worker.closed and not self._inbox.is_paused(worker.worker_id)
+        ]
+
+    # Remote control --------------------------------------------------------------------
+    async def call(
+        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> list[Any]:
+        """Call method ``name`` of each env (or read it, if it is not callable) and return
+        the results in ``worker_ids`` order. A worker with a step in flight finishes that
+        step first; its state is delivered as usual."""
+        request = ControlRequest("call", name, args, kwargs)
+        return await self._control(request, worker_ids)
+
+    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
+        """Attribute ``name`` of each env, in ``worker_ids`` order."""
+        return await self._control(ControlRequest("get", name), worker_ids)
+
+    async def set_attr(
+        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
+    ) -> None:
+        """Set attribute ``name`` of each env: ``values`` is a list with one value per
+        worker, or a single value for all."""
+        ids = self._ids(worker_ids)
+        if isinstance(values, (list, tuple)):
+            if len(values) != len(ids):
+                raise ValueError(f"set_attr() got {len(values)} values for {len(ids)} workers")
+        else:
+            values = [values] * len(ids)
+        futures = [
+            self._workers[i]._control(ControlRequest("set", name, (value,)))
+            for i, value in zip(ids, values, strict=True)
+        ]
+        await self._gather(futures)
+
+    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
+        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
+        envs must have been made with ``render_mode="rgb_array"``."""
+        if mode != "rgb_array":
+            raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
+        ids = [worker.worker_id for worker in self._active_workers()]
+        frames = await self.call("render", worker_ids=ids)  # type: ignore[arg-type]
+        for worker_id, frame in zip(ids, frames, strict=True):
+            if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
+                raise TypeError(
+                    f"{self._workers[worker_id].name}: render() returned "  # type: ignore[index]
+                    f"{type(frame).__name__}; make the env with render_mode='rgb_array'"
+                )
+        return tile_images(frames) if tiled else frames
+
+    async def _control(
+        self, request: ControlRequest, worker_ids: Sequence[int] | None
+    ) -> list[Any]:
+        ids = self._ids(worker_ids)
+        return await self._gather([self._workers[i]._control(request) for i in ids])
+
+    @staticmethod
+    async def _gather(futures: list[asyncio.Future[Any]]) -> list[Any]:
+        # Wait for all, then raise the first error: no reply is left dangling.
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results
+
+    def _ids(self, worker_ids: Sequence[int] | None) -> list[int]:
+        self._check_open()
+        if worker_ids is None:
+            return [i for i, worker in enumerate(self._workers) if not worker.closed]
+        return [self._index(worker_id) for worker_id in worker_ids]
+
+    def as_vector_env(self) -> AioVectorEnv:
+        """This pool as a ``gymnasium.vector.VectorEnv`` for synchronous code; the pool must
+        not have been used from an event loop yet."""
+        from ._vector import AioVectorEnv
+
+        return AioVectorEnv.from_pool(self)
+
+    # Statistics and checks -------------------------------------------------------------
+    def episode_stats(self) -> list[EpisodeStats]:
+        """Per worker (by id): finished episodes, their mean return and mean length, counted
+        from the states the pool has handed out."""
+        return [dataclasses.replace(stats) for stats in self._stats]
+
+    def _check_spaces(self, worker: Worker[S]) -> WorkerError | None:
+        spaces = (worker.observation_space, worker.action_space)
+        if spaces == (None, None):
+            return None
+        if self._spaces is None:
+            self._spaces = spaces
+            return None
+        for what, mine, theirs in zip(("observation", "action"), spaces, self._spaces, strict=True):
+            if mine != theirs:
+                return SpaceMismatch(
+                    f"{worker.name}: its {what} space {mine} differs from the pool's {theirs}; "
+                    "every worker of a pool must share its spaces",
+                    worker_id=worker.worker_id,
+                )
+        return None
 
     # Receiving -------------------------------------------------------------------------
     async def get_state(self, timeout: float | None = None) -> tuple[S, int] | None:
@@ -142,6 +327,7 @@ class WorkerPool(Generic[S]):
                 return None
         if outcome.error is not None:
             raise outcome.error
+        record_episode(self._stats[outcome.worker_id], outcome.state)  # type: ignore[index]
         return outcome.state, outcome.worker_id  # type: ignore[return-value]
 
     async def get_batch(
@@ -182,6 +368,7 @@ class WorkerPool(Generic[S]):
                 break
             inbox.pop_next()
             outcomes.append(upcoming)
+            record_episode(self._stats[upcoming.worker_id], upcoming.state)  # type: ignore[index]
         ids = [outcome.worker_id for outcome in outcomes]
         space = self._workers[ids[0]].observation_space if ids else None  # type: ignore[index]
         return Batch(ids, [outcome.state for outcome in outcomes], space)  # type: ignore[arg-type]
@@ -203,8 +390,8 @@ class WorkerPool(Generic[S]):
         while True:
             if not inbox.num_owed:
                 raise NoActionInFlight(
-                    "get_state() would wait forever: no worker has an action in flight; "
-                    "call pool.send_action(action, worker_id) or pool.reset() first"
+                    "get_state() would wait forever: no unpaused worker has an action in "
+                    "flight; call pool.send_action(action, worker_id) or pool.reset() first"
                 )
             await inbox.wait(deadline)
             self._check_open()
@@ -254,6 +441,9 @@ class WorkerPool(Generic[S]):
             raise ClosedError("the pool is closed; create a new pool to keep going")
 
     def _worker(self, worker_id: int) -> Worker[S]:
+        return self._workers[self._index(worker_id)]
+
+    def _index(self, worker_id: int) -> int:
         try:
             index = operator.index(worker_id)
         except TypeError:
@@ -262,7 +452,7 @@ class WorkerPool(Generic[S]):
             raise UnknownWorker(
                 f"no worker {worker_id!r}: this pool has workers 0..{len(self._workers) - 1}"
             )
-        return self._workers[index]
+        return index
 
 
 class AsyncWorkerPool(WorkerPool[S]):

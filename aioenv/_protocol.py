@@ -34,8 +34,9 @@ HEADER = struct.Struct("<QQB")
 class Kind(enum.IntEnum):
     # parent -> child
     STEP = 1
-    RESET = 2
+    RESET = 2  # payload: empty, or a pickled Reset(seed, options)
     CLOSE = 3
+    CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state

@@ -175,3 +175,27 @@ class FourTupleEnv(gymnasium.Env[np.ndarray, int]):
 
     def step(self, action: int) -> Any:
         return np.zeros(1, np.float32), 0.0, False, {}
+
+
+class Painted(gymnasium.Env[np.ndarray, int]):
+    """Renders a solid ``rgb_array`` frame whose colour is ``shade`` (no pygame needed)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # noqa: RUF012
+
+    def __init__(self, shade: int = 0, render_mode: str | None = "rgb_array") -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 1, (1,), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self.render_mode = render_mode
+        self.shade = shade
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return np.full((20, 30, 3), self.shade, dtype=np.uint8)

@@ -27,8 +27,8 @@ from .._errors import (
     WorkerTimeout,
 )
 from .._inbox import Inbox, Outcome
-from .._runner import Failure
-from .._sentinels import CLOSE, RESET, Command
+from .._runner import ControlRequest, EpisodeOptions, Failure
+from .._sentinels import CLOSE, RESET, Command, Reset, is_reset
 from .._supervision import Supervision, restart_seed
 
 __all__ = ["Worker"]
@@ -63,12 +63,17 @@ class Worker(abc.ABC, Generic[S]):
         self.seed = seed
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
+        self.source = env
         self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None
         #: How many times this worker's env was rebuilt after a failure.
         self.restarts = 0
         self._supervision = Supervision(step_timeout=step_timeout, start_timeout=start_timeout)
+        self._episode = EpisodeOptions()
+        self._next_reset_seed: int | None = None  # from set_seeds(): the next reset's seed
+        self._controls: dict[int, asyncio.Future[Any]] = {}  # control requests in flight
+        self._on_first_reply: Any = None  # the pool's space check
         self._inbox = Inbox(ordered=True)
         self._in_pool = False
         self._next_seq = 1
@@ -116,6 +121,11 @@ class Worker(abc.ABC, Generic[S]):
                 "take it with get_state() before sending another action"
             )
         self._ensure_loop()
+        if self._next_reset_seed is not None and is_reset(action):
+            options = action.options if isinstance(action, Reset) else None
+            seed = action.seed if isinstance(action, Reset) and action.seed is not None else None
+            action = Reset(seed=self._next_reset_seed if seed is None else seed, options=options)
+            self._next_reset_seed = None
         seq = self._next_seq
         self._next_seq = seq + 1
         self._awaited_seq = seq
@@ -171,6 +181,7 @@ class Worker(abc.ABC, Generic[S]):
                 self._cancel_deadline()
                 self._start_close()
             self._inbox.forgive(self.worker_id)
+            self._fail_controls(ClosedError(f"{self.name} was closed"))
             if not self._closed:
                 await self._wait_closed(timeout)
                 self._closed = True
@@ -186,7 +197,13 @@ class Worker(abc.ABC, Generic[S]):
         return f"<{type(self).__name__} {self.name} {state}>"
 
     # For pools -----------------------------------------------------------------------
-    def _attach(self, inbox: Inbox, worker_id: int, supervision: Supervision) -> None:
+    def _attach(
+        self,
+        inbox: Inbox,
+        worker_id: int,
+        supervision: Supervision,
+        episode: EpisodeOptions | None = None,
+    ) -> None:
         if self._in_pool:
             raise ValueError(f"{self.name} already belongs to a pool")
         if self._inbox.num_owed:
@@ -202,6 +219,9 @@ class Worker(abc.ABC, Generic[S]):
         self._inbox = inbox
         self._in_pool = True
         self.worker_id = worker_id
+        if episode is not None and episode != self._episode:
+            self._episode = episode
+            self._configure(episode)
 
     # For worker kinds ----------------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
@@ -224,16 +244,55 @@ class Worker(abc.ABC, Generic[S]):
         """Hook: stop at once, without a loop (a pool that failed to be built)."""
         self._closing = True
 
-    @staticmethod
-    def _is_reset(action: Any) -> bool:
-        return isinstance(action, Command) and action is RESET
+    def _control(self, request: ControlRequest) -> asyncio.Future[Any]:
+        """Send a control request (call, get/set attribute); the future gets its result.
+        Requests are answered in order, after any step already in flight."""
+        if self._closing:
+            raise ClosedError(f"{self.name} is closed")
+        if self._failure is not None:
+            raise self._failure
+        loop = self._ensure_loop()
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        future: asyncio.Future[Any] = loop.create_future()
+        self._controls[seq] = future
+        try:
+            self._submit_control(seq, request)
+        except BaseException:
+            del self._controls[seq]
+            raise
+        return future
+
+    def _on_control_reply(self, seq: int, result: Any) -> None:
+        future = self._controls.pop(seq, None)
+        if future is None or future.done():
+            return
+        if isinstance(result, Failure):
+            future.set_exception(self._env_error(result))
+        else:
+            future.set_result(result)
+
+    def _fail_controls(self, error: BaseException) -> None:
+        controls, self._controls = self._controls, {}
+        for future in controls.values():
+            if not future.done():
+                future.set_exception(error)
 
     def _on_reply(self, seq: int, result: Any) -> None:
         """Deliver the reply to request ``seq``: a state, or a :class:`Failure`."""
-        if seq != self._awaited_seq:
+        if not seq or seq != self._awaited_seq:
+            if seq in self._controls:
+                self._on_control_reply(seq, result)
             return  # a late reply to a request nobody waits for any more
         self._cancel_deadline()
-        self._started = True
+        if not self._started:
+            self._started = True
+            mismatch = self._on_first_reply(self) if self._on_first_reply is not None else None
+            if mismatch is not None:  # a configuration error: no restart would fix it
+                self._failure = mismatch
+                self._awaited_seq = 0
+                self._inbox.deliver(Outcome(self.worker_id, None, mismatch))
+                return
         if isinstance(result, Failure):
             self._on_failure(self._env_error(result), env_gone=False)
             return
@@ -267,6 +326,8 @@ class Worker(abc.ABC, Generic[S]):
             self.restarts += 1
         if supervision.on_failure is not None:
             supervision.on_failure(error)
+        if restarting or env_gone:
+            self._fail_controls(error)
         if restarting:
             self._discard_env()
             reason = _describe_failure(error)
@@ -357,6 +418,14 @@ class Worker(abc.ABC, Generic[S]):
     @abc.abstractmethod
     def _submit(self, seq: int, action: Any) -> None:
         """Start request ``seq`` (RESET or a step) without blocking."""
+
+    @abc.abstractmethod
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        """Send control request ``seq`` to the env without blocking."""
+
+    def _configure(self, episode: EpisodeOptions) -> None:
+        """Give the running env new episode options (sent ahead of any request)."""
+        self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
 
     @abc.abstractmethod
     def _discard_env(self) -> None:

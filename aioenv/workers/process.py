@@ -27,7 +27,8 @@ import cloudpickle
 from .._environment import EnvSource
 from .._errors import WorkerDied
 from .._protocol import FrameDecoder, Kind, dumps, encode, loads, read_frame
-from .._runner import EnvRunner, Failure
+from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
+from .._sentinels import RESET, Command, Reset
 from ._base import Worker
 
 __all__ = ["ProcessWorker", "default_context"]
@@ -125,7 +126,7 @@ class ProcessWorker(Worker[S]):
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
-        child = _Child(self, self._context, self._payload, seed)
+        child = _Child(self, self._context, self._payload, seed, self._episode)
         self._child = child
         self._children.append(child)
         if self._loop is not None:
@@ -136,17 +137,24 @@ class ProcessWorker(Worker[S]):
             child.watch(loop)
 
     def _submit(self, seq: int, action: Any) -> None:
-        if self._is_reset(action):
+        if isinstance(action, Command) and action is RESET:
             self._child.send(encode(Kind.RESET, seq))
-            return
+        elif isinstance(action, Reset):
+            self._child.send(encode(Kind.RESET, seq, self._pickle(action, "reset arguments")))
+        else:
+            self._child.send(encode(Kind.STEP, seq, self._pickle(action, "action")))
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._child.send(encode(Kind.CONTROL, seq, self._pickle(request, "request")))
+
+    def _pickle(self, obj: Any, what: str) -> bytes:
         try:
-            payload = dumps(action)
+            return dumps(obj)
         except Exception as exc:
             raise TypeError(
-                f"{self.name}: the action could not be pickled to send it to the worker "
+                f"{self.name}: the {what} could not be pickled to send it to the worker "
                 f"process ({type(exc).__name__}: {exc})"
             ) from exc
-        self._child.send(encode(Kind.STEP, seq, payload))
 
     def _discard_env(self) -> None:
         self._child.discard()
@@ -166,7 +174,7 @@ class ProcessWorker(Worker[S]):
             with contextlib.suppress(Exception):
                 self.observation_space, self.action_space = loads(payload)
             return
-        if seq != self._awaited_seq:
+        if not seq or (seq != self._awaited_seq and seq not in self._controls):
             return  # stale: no need to unpickle it
         try:
             result = loads(payload)
@@ -232,13 +240,18 @@ class _Child:
     """One child process and the parent's ends of its two sockets."""
 
     def __init__(
-        self, worker: ProcessWorker[Any], context: Context, payload: bytes, seed: int | None
+        self,
+        worker: ProcessWorker[Any],
+        context: Context,
+        payload: bytes,
+        seed: int | None,
+        episode: EpisodeOptions,
     ) -> None:
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
         process = context.Process(  # type: ignore[attr-defined]
             target=_child_main,
-            args=(child_end, alive_child, payload, seed),
+            args=(child_end, alive_child, payload, seed, episode),
             name=f"aioenv-process-worker ({worker.env_name})",
             daemon=True,
         )
@@ -391,7 +404,11 @@ def _describe_exit(exitcode: int | None) -> str:
 
 # Child side ------------------------------------------------------------------------------
 def _child_main(
-    sock: socket.socket, alive: socket.socket, payload: bytes, seed: int | None
+    sock: socket.socket,
+    alive: socket.socket,
+    payload: bytes,
+    seed: int | None,
+    episode: EpisodeOptions,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_parent_dies, args=(alive,), daemon=True).start()
@@ -399,10 +416,10 @@ def _child_main(
     stream = sock.makefile("rb")
     try:
         source = cloudpickle.loads(payload)
-        runner = EnvRunner(source, seed)
+        runner = EnvRunner(source, seed, episode)
         runner.build()
     except Exception as exc:
-        runner = EnvRunner(None, seed)
+        runner = EnvRunner(None, seed, episode)
         runner.build_failure = Failure.from_exception(exc, "construction (unpickling the env)")
     try:
         try:
@@ -415,15 +432,18 @@ def _child_main(
             if frame is None or frame[0] == Kind.CLOSE:
                 return  # the parent asked us to close, or is gone
             kind, seq, data = frame
-            if kind == Kind.RESET:
+            if kind == Kind.RESET and not data:
                 result = runner.reset()
             else:
                 try:
-                    action = loads(data)
+                    request = loads(data)
                 except Exception as exc:
-                    result = Failure.from_exception(exc, "unpickling the action")
+                    result = Failure.from_exception(exc, "unpickling the request")
                 else:
-                    result = runner.step(action)
+                    if kind == Kind.CONTROL:
+                        result = runner.control(request)
+                    else:
+                        result = runner.handle(request)
             sock.sendall(_encode_reply(seq, result))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone

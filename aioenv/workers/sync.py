@@ -6,7 +6,7 @@ import time
 from typing import Any, TypeVar
 
 from .._environment import EnvSource
-from .._runner import EnvRunner
+from .._runner import ControlRequest, EnvRunner
 from ._base import Worker
 
 __all__ = ["SyncWorker"]
@@ -46,7 +46,7 @@ class SyncWorker(Worker[S]):
         self._runner = EnvRunner(env, seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._runner = EnvRunner(self._source, seed)
+        self._runner = EnvRunner(self._source, seed, self._episode)
 
     def _submit(self, seq: int, action: Any) -> None:
         runner = self._runner
@@ -56,12 +56,15 @@ class SyncWorker(Worker[S]):
             runner.build()
             if self.observation_space is None:
                 self.observation_space, self.action_space = runner.spaces
-        result = runner.reset() if self._is_reset(action) else runner.step(action)
+        result = runner.handle(action)
         elapsed = time.monotonic() - started
         if timeout is not None and elapsed > timeout:
             self._timed_out(seq, timeout, elapsed)
             return
         self._on_reply(seq, result)
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._on_reply(seq, self._runner.control(request))
 
     def _discard_env(self) -> None:
         self._runner.close()

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._environment import EnvSource
-from .._runner import EnvRunner
+from .._runner import ControlRequest, EnvRunner
 from ._base import Worker
 
 __all__ = ["ThreadWorker"]
@@ -57,11 +57,14 @@ class ThreadWorker(Worker[S]):
         self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._current = _EnvThread(self, EnvRunner(self._source, seed))
+        self._current = _EnvThread(self, EnvRunner(self._source, seed, self._episode))
         self._threads.append(self._current)
 
     def _submit(self, seq: int, action: Any) -> None:
         self._current.requests.put((seq, action))
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._current.requests.put((seq, request))
 
     def _on_thread_reply(self, env_thread: _EnvThread, seq: int, result: Any) -> None:
         if env_thread is self._current:  # an abandoned thread's reply is never delivered
@@ -133,7 +136,10 @@ class _EnvThread:
                 if action is _STOP:
                     runner.close()
                     return
-                result = runner.reset() if worker._is_reset(action) else runner.step(action)
+                if isinstance(action, ControlRequest):
+                    result = runner.control(action)
+                else:
+                    result = runner.handle(action)
                 loop = worker._loop
                 if loop is None:
                     continue

@@ -1,0 +1,366 @@
+"""W1-W5: what is measured, against which configurations, in which order.
+
+``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
+its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
+gymnasium row passes them to the vector env. Adding a configuration is adding a row.
+
+Repetitions are interleaved: every repetition runs every (case, configuration) once, in an
+order rotated from one repetition to the next, so slow drifts of the machine spread over
+all configurations instead of landing on one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any, Literal, TypedDict
+
+import envs
+from envs import EnvFactory, Policy
+from floors import FLOORS
+from machine import CpuAccount
+from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
+
+__all__ = [
+    "CONFIGS",
+    "SIZES",
+    "WORKLOADS",
+    "Case",
+    "Config",
+    "Row",
+    "Workload",
+    "WorkloadResult",
+    "build_workloads",
+    "measurements_per_rep",
+    "run_workload",
+]
+
+Runner = Literal["aioenv", "gym_sync", "gym_async"]
+
+
+class _ConfigRequired(TypedDict):
+    label: str
+    runner: Runner
+    workloads: tuple[str, ...]  # the workloads this row runs in
+
+
+class Config(_ConfigRequired, total=False):
+    api: Api  # aioenv only: "state" (get_state loop) or "batch" (get_batch loop)
+    options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
+
+
+_ALL = ("W1", "W2", "W3", "W4", "W5")
+
+CONFIGS: list[Config] = [
+    {
+        "label": "aioenv process / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "process"},
+        "workloads": ("W1", "W2", "W3", "W4"),
+    },
+    {
+        "label": "aioenv process / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "process"},
+        "workloads": ("W1", "W2", "W3"),
+    },
+    # Several envs hosted by one process (not built yet): rows like these, once
+    # make_pool() accepts the option.
+    # {
+    #     "label": "aioenv process x4 / state",
+    #     "runner": "aioenv",
+    #     "api": "state",
+    #     "options": {"mode": "process", "envs_per_process": 4},
+    #     "workloads": ("W1", "W2", "W3"),
+    # },
+    {
+        "label": "aioenv thread / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "thread"},
+        "workloads": _ALL,
+    },
+    {
+        "label": "aioenv thread / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "thread"},
+        "workloads": ("W1", "W2", "W3", "W5"),
+    },
+    {
+        "label": "aioenv sync / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "sync"},
+        "workloads": ("W1", "W3", "W4"),
+    },
+    {
+        "label": "gym SyncVectorEnv",
+        "runner": "gym_sync",
+        "workloads": _ALL,
+    },
+    {
+        "label": "gym AsyncVectorEnv",
+        "runner": "gym_async",
+        "options": {"shared_memory": True},
+        "workloads": _ALL,
+    },
+]
+
+#: The ratio column divides by this row's median in the same case.
+REFERENCE = "gym AsyncVectorEnv"
+
+#: Case sizes: N (number of envs) per workload, and W3's observation shapes.
+SIZES: dict[str, dict[str, list[Any]]] = {
+    "full": {
+        "W1": [1, 2, 4, 8, 16],
+        "W2": [8, 32],
+        "W3": [4, 8],
+        "W3 shapes": [(84, 84, 4), (210, 160, 3)],
+        "W5": [4, 16, 64, 256],
+    },
+    "quick": {
+        "W1": [1, 4, 16],
+        "W2": [8, 32],
+        "W3": [4],
+        "W3 shapes": [(84, 84, 4), (210, 160, 3)],
+        "W5": [4, 64],
+    },
+}
+
+STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
+FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
+W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One env at one N: a row group in the table."""
+
+    key: str
+    n: int
+    env: EnvFactory
+    policy: Policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    key: str
+    title: str
+    cases: list[Case]
+    sleep: tuple[float, float] | None = None  # SleepyEnv (mean_s, sigma): compute the ideal
+    max_processes: int | None = None  # skip rows that would start more processes than this
+    floors: bool = False  # W4: also run the transport floors (round trips, not steps)
+
+
+def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
+    sizes = SIZES[scale]
+    shapes: list[tuple[int, ...]] = sizes["W3 shapes"]
+    return {
+        "W1": Workload(
+            "W1",
+            "CartPole-v1",
+            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W1"]],
+        ),
+        "W2": Workload(
+            "W2",
+            "stragglers: each step sleeps lognormal(mean 1 ms, sigma 1), seeded",
+            [Case(f"N={n}", n, envs.sleepy(*STRAGGLER), envs.zero_policy) for n in sizes["W2"]],
+            sleep=STRAGGLER,
+        ),
+        "W3": Workload(
+            "W3",
+            "large uint8 observations",
+            [
+                Case(
+                    f"{'x'.join(map(str, shape))} N={n}",
+                    n,
+                    envs.large_obs(shape),
+                    envs.zero_policy,
+                )
+                for shape in shapes
+                for n in sizes["W3"]
+            ],
+        ),
+        "W4": Workload(
+            "W4",
+            "round-trip floors (one no-op env, N=1)",
+            [Case("N=1", 1, envs.noop(), envs.zero_policy)],
+            floors=True,
+        ),
+        "W5": Workload(
+            "W5",
+            "dispatch scaling: every step sleeps 1 ms",
+            [Case(f"N={n}", n, envs.sleepy(*FIXED_SLEEP), envs.zero_policy) for n in sizes["W5"]],
+            sleep=FIXED_SLEEP,
+            max_processes=W5_MAX_PROCESSES,
+        ),
+    }
+
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+
+
+@dataclasses.dataclass
+class Row:
+    """All repetitions of one configuration in one case."""
+
+    case: str
+    n: int
+    label: str
+    kind: str  # "aioenv", "gym_sync", "gym_async" or "floor"
+    api: str | None
+    options: dict[str, Any]
+    samples: list[Sample] = dataclasses.field(default_factory=list)
+    skipped: str | None = None
+    errors: list[str] = dataclasses.field(default_factory=list)  # failed measurements
+
+
+@dataclasses.dataclass
+class WorkloadResult:
+    workload: Workload
+    rows: list[Row]
+    step_times: list[float]  # calibrated mean step time per repetition (sleep workloads)
+    seconds: float
+
+
+Progress = Callable[[str], None]
+_Measure = Callable[[int], Sample]  # seed -> one measurement
+
+
+def run_workload(
+    workload: Workload,
+    configs: list[Config],
+    *,
+    reps: int,
+    timing: Timing,
+    account: CpuAccount,
+    progress: Progress,
+) -> WorkloadResult:
+    started = time.monotonic()
+    plan: list[list[tuple[Row, _Measure | None]]] = []  # per case: rows in base order
+    for case in workload.cases:
+        entries: list[tuple[Row, _Measure | None]] = []
+        if workload.floors:
+            for floor in FLOORS:
+                row = Row(case.key, case.n, floor.label, "floor", None, {})
+                entries.append((row, _floor_measure(floor.run, timing, account)))
+        for config in configs:
+            if workload.key not in config["workloads"]:
+                continue
+            options = dict(config.get("options", {}))
+            row = Row(
+                case.key, case.n, config["label"], config["runner"], config.get("api"), options
+            )
+            skip = _skip_reason(workload, case, config)
+            if skip is not None:
+                row.skipped = skip
+                entries.append((row, None))
+            else:
+                entries.append((row, _config_measure(config, case, timing, account)))
+        plan.append(entries)
+
+    step_times: list[float] = []
+    for rep in range(reps):
+        seed = 1000 * (rep + 1)  # the same seeds for every configuration in a repetition
+        if workload.sleep is not None:
+            mean_s, sigma = workload.sleep
+            step_time = calibrate_sleep(mean_s, sigma, min(0.5, timing.budget), seed)
+            step_times.append(step_time)
+            progress(
+                f"{workload.key} rep {rep + 1}/{reps}: mean step {step_time * 1e3:.3f} ms "
+                f"(nominal {mean_s * 1e3:g} ms)"
+            )
+        for entries in plan:
+            shift = rep % len(entries)
+            for row, measure in entries[shift:] + entries[:shift]:
+                if measure is None:
+                    continue
+                try:
+                    sample = measure(seed)
+                except Exception as exc:  # report it and go on with the other rows
+                    row.errors.append(f"{type(exc).__name__}: {exc}")
+                    progress(f"{workload.key} {row.case} {row.label}: FAILED {row.errors[-1]}")
+                    continue
+                row.samples.append(sample)
+                unit = "round trips/s" if workload.floors else "steps/s"
+                progress(
+                    f"{workload.key} rep {rep + 1}/{reps} {row.case:<14} {row.label:<42} "
+                    f"{sample.rate:>12,.0f} {unit}"
+                )
+    rows = [row for entries in plan for row, _ in entries]
+    return WorkloadResult(workload, rows, step_times, time.monotonic() - started)
+
+
+def measurements_per_rep(workload: Workload, configs: list[Config]) -> int:
+    """How many measurements one repetition of ``workload`` takes (for the estimate)."""
+    count = 0
+    for case in workload.cases:
+        count += len(FLOORS) if workload.floors else 0
+        count += sum(
+            workload.key in config["workloads"] and _skip_reason(workload, case, config) is None
+            for config in configs
+        )
+    return count
+
+
+def _floor_measure(
+    run: Callable[[Timing, CpuAccount], Sample], timing: Timing, account: CpuAccount
+) -> _Measure:
+    def measure(seed: int) -> Sample:
+        return run(timing, account)
+
+    return measure
+
+
+def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAccount) -> _Measure:
+    options = dict(config.get("options", {}))
+    runner = config["runner"]
+
+    def measure(seed: int) -> Sample:
+        if runner == "aioenv":
+            return run_aioenv(
+                case.env,
+                case.n,
+                api=config.get("api", "state"),
+                policy=case.policy,
+                seed=seed,
+                timing=timing,
+                account=account,
+                **options,
+            )
+        kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
+        return run_gym(
+            kind,
+            case.env,
+            case.n,
+            policy=case.policy,
+            seed=seed,
+            timing=timing,
+            account=account,
+            **options,
+        )
+
+    return measure
+
+
+def _processes(config: Config, n: int) -> int:
+    """How many child processes a configuration starts for ``n`` envs."""
+    options = config.get("options", {})
+    if config["runner"] == "gym_async":
+        return n
+    if config["runner"] == "aioenv" and options.get("mode") == "process":
+        per_process = int(options.get("envs_per_process", 1))
+        return -(-n // per_process)
+    return 0
+
+
+def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
+    limit = workload.max_processes
+    processes = _processes(config, case.n)
+    if limit is not None and processes > limit:
+        return f"would start {processes} processes (limit {limit} for {workload.key})"
+    return None

@@ -1,0 +1,208 @@
+"""Remote control (call, get_attr, set_attr, render), pause/resume, seeds, and the checks
+a pool makes on spaces and actions: for every worker kind and a mixed pool."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio
+import gymnasium
+import numpy as np
+import pytest
+from envs import Counter, Gated, Painted, open_gate
+
+import aioenv
+from aioenv import RESET
+
+POOL_MODES: dict[str, Any] = {
+    "sync": "sync",
+    "thread": "thread",
+    "process": "process",
+    "mixed": ["process", "thread", "sync"],
+}
+
+
+@pytest.fixture(params=list(POOL_MODES))
+def mode(request: pytest.FixtureRequest) -> Any:
+    return POOL_MODES[request.param]
+
+
+WORKERS: dict[str, Any] = {
+    "sync": aioenv.SyncWorker,
+    "thread": aioenv.ThreadWorker,
+    "process": aioenv.ProcessWorker,
+}
+
+
+def modes(mode: Any, n: int) -> Any:
+    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
+
+
+async def test_call_get_attr_set_attr_on_gymnasium_envs(mode: Any) -> None:
+    async with aioenv.make_pool("CartPole-v1", 3, mode=modes(mode, 3)) as pool:
+        assert await pool.get_attr("gravity") == [9.8, 9.8, 9.8]
+        await pool.set_attr("gravity", [1.0, 2.0, 3.0])
+        assert await pool.get_attr("gravity") == [1.0, 2.0, 3.0]
+        await pool.set_attr("gravity", 4.0, worker_ids=[1])
+        assert await pool.get_attr("gravity", worker_ids=[1, 0]) == [4.0, 1.0]
+        spaces = await pool.call("action_space")  # not callable: its value
+        assert spaces == [gymnasium.spaces.Discrete(2)] * 3
+        pool.reset(seed=0)
+        await pool.get_batch(min_size=3)
+        states = await pool.call("state", worker_ids=[2])
+        assert len(states) == 1
+        assert np.asarray(states[0]).shape == (4,)
+
+
+async def test_call_methods_with_arguments_on_protocol_envs(mode: Any) -> None:
+    async with aioenv.make_pool(lambda: Counter(limit=9), 2, mode=modes(mode, 2)) as pool:
+        assert await pool.call("terminated", {"t": 9}) == [True, True]
+        assert await pool.call("terminated", state={"t": 1}) == [False, False]
+        assert await pool.get_attr("limit") == [9, 9]
+
+
+async def test_call_errors_name_the_worker(mode: Any) -> None:
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2)) as pool:
+        with pytest.raises(aioenv.EnvError, match=r"worker 0 .*no_such_method") as caught:
+            await pool.call("no_such_method")
+        assert caught.value.worker_id == 0
+        with pytest.raises(aioenv.UnknownWorker):
+            await pool.get_attr("gravity", worker_ids=[5])
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_call_waits_for_the_step_in_flight_and_never_steals_its_state(
+    kind: str, gate: str
+) -> None:
+    worker = {"thread": aioenv.ThreadWorker, "process": aioenv.ProcessWorker}[kind]
+    async with aioenv.AsyncWorkerPool([worker(lambda: Gated(gate))]) as pool:
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(5, 0)  # blocked until the gate opens
+        results: list[Any] = []
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                results.append(await pool.get_attr("total"))
+
+            group.start_soon(ask)
+            await anyio.sleep(0.1)
+            assert results == []  # the call waits behind the step
+            open_gate(gate)
+        assert results == [[5]]  # answered after the step ran
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert (worker_id, state["total"]) == (0, 5)  # the step's state is still there
+
+
+async def test_pause_keeps_pending_state_and_skips_the_worker(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3)) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=3)
+        pool.send_action(7, 1)
+        pool.pause(1)  # its state is in flight (or ready): nothing is thrown away
+        assert pool.num_active == 2
+        with pytest.raises(aioenv.NoActionInFlight, match="unpaused"):
+            await pool.get_state()
+        with pytest.raises(aioenv.WorkerPaused, match="worker 1"):
+            pool.send_action(1, 1)
+        pool.reset()  # skips the paused worker
+        batch = await pool.get_batch(min_size=2)
+        assert sorted(batch.worker_ids.tolist()) == [0, 2]
+        with pytest.raises(aioenv.NoActionInFlight):
+            await pool.get_state()  # the paused worker's state is not handed out
+        pool.send_action(1, 0)
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert worker_id == 0
+        pool.resume(1)
+        assert pool.num_active == 3
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert (worker_id, state["total"]) == (1, 7)
+        assert len(pool) == 3  # ids never shift
+
+
+async def test_pause_in_the_sync_pool_keeps_send_order_for_the_rest() -> None:
+    async with aioenv.make_pool(Counter, 3, force_sync=True) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=3)
+        for worker_id in (2, 0, 1):
+            pool.send_action(worker_id, worker_id)
+        pool.pause(2)
+        assert [wid async for _, wid in pool] == [0, 1]
+        pool.resume()
+        assert [wid async for _, wid in pool] == [2]
+
+
+async def test_set_seeds_and_reset_all(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3), seed=1) as pool:
+        batch = await pool.reset_all()
+        assert batch.worker_ids.tolist() == [0, 1, 2]
+        assert [s["seed"] for s in batch.states] == aioenv.worker_seeds(1, 3)
+        await pool.set_seeds([10, None, 30])
+        batch = await pool.reset_all()
+        assert [s["seed"] for s in batch.states] == [10, None, 30]
+        batch = await pool.reset_all()
+        assert [s["seed"] for s in batch.states] == [None, None, None]  # RNG continues
+        batch = await pool.reset_all(seed=100)
+        assert [s["seed"] for s in batch.states] == [100, 101, 102]
+        with pytest.raises(ValueError, match="3 seeds"):
+            await pool.set_seeds([1])
+
+
+async def test_render_tiles_every_env(mode: Any) -> None:
+    factories = [functools.partial(Painted, shade) for shade in (10, 20, 30, 40, 50)]
+    kinds = modes(mode, 5)
+    kinds = [kinds] * 5 if isinstance(kinds, str) else kinds
+    workers = [WORKERS[kind](factory) for kind, factory in zip(kinds, factories, strict=True)]
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        await pool.reset_all(seed=0)
+        frames = await pool.render(tiled=False)
+        assert [int(frame[0, 0, 0]) for frame in frames] == [10, 20, 30, 40, 50]
+        image = await pool.render()
+        assert image.shape == (2 * 20, 3 * 30, 3)  # 5 frames on a 3-wide grid
+        assert int(image[20, 30, 0]) == 50  # row 1, column 1 is the fifth frame
+        assert int(image[20, 60, 0]) == 0  # an empty cell is black
+        pool.pause(0)
+        assert len(await pool.render(tiled=False)) == 4  # paused envs are left out
+    async with aioenv.make_pool(lambda: Painted(render_mode=None), 1, mode="sync") as pool:
+        await pool.reset_all()
+        with pytest.raises(TypeError, match="render_mode='rgb_array'"):
+            await pool.render()
+
+
+async def test_render_gymnasium_envs_in_processes() -> None:
+    def env() -> gymnasium.Env[Any, Any]:
+        return gymnasium.make("CartPole-v1", render_mode="rgb_array")
+
+    async with aioenv.make_pool(env, 4, mode="process") as pool:
+        await pool.reset_all(seed=0)
+        image = await pool.render()
+        assert image.shape == (2 * 400, 2 * 600, 3)  # a 2 x 2 grid
+        assert image.std() > 0  # a real drawing, not a blank frame
+
+
+async def test_workers_must_share_spaces() -> None:
+    workers = [aioenv.ThreadWorker("CartPole-v1"), aioenv.ProcessWorker("MountainCar-v0")]
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        pool.reset()
+        errors = []
+        for _ in range(2):
+            try:
+                await pool.get_state()
+            except aioenv.SpaceMismatch as error:
+                errors.append(error)
+        assert len(errors) == 1
+        assert "space" in str(errors[0])
+        assert errors[0].worker_id in (0, 1)
+
+
+async def test_check_actions_rejects_invalid_actions_before_sending(mode: Any) -> None:
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2), check_actions=True) as pool:
+        await pool.reset_all()
+        with pytest.raises(aioenv.InvalidAction, match="worker 1.*Discrete"):
+            pool.send_action(7, 1)
+        pool.send_action(1, 1)  # the worker is untouched and takes a valid action
+        _, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert worker_id == 1
+        pool.send_action(RESET, 1)
+        await pool.get_state()

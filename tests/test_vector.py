@@ -1,0 +1,160 @@
+"""AioVectorEnv: a drop-in for gymnasium's SyncVectorEnv/AsyncVectorEnv, checked array by
+array against SyncVectorEnv on the same seeded rollout, in each autoreset mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aioenv
+
+N = 3
+MODES: dict[str, Any] = {
+    "sync": "sync",
+    "thread": "thread",
+    "process": "process",
+    "mixed": ["process", "thread", "sync"],
+}
+AUTORESET = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+def without_episode(infos: dict[str, Any]) -> dict[str, Any]:
+    """aioenv adds episode statistics; everything else must match gymnasium."""
+    return {k: v for k, v in infos.items() if k not in ("episode", "_episode")}
+
+
+def assert_same_infos(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
+    ours, theirs = without_episode(ours), without_episode(theirs)
+    assert set(ours) == set(theirs)
+    for key, value in theirs.items():
+        if isinstance(value, dict):
+            assert_same_infos(ours[key], value)
+        elif key == "final_obs":
+            for mine, reference in zip(ours[key], value, strict=True):
+                np.testing.assert_array_equal(mine, reference)
+        else:
+            np.testing.assert_array_equal(ours[key], value)
+
+
+@pytest.mark.parametrize("autoreset", list(AUTORESET))
+@pytest.mark.parametrize("mode", list(MODES))
+def test_same_seeded_rollout_as_sync_vector_env(mode: str, autoreset: str) -> None:
+    reference = SyncVectorEnv(
+        [lambda: gymnasium.make("CartPole-v1")] * N, autoreset_mode=AUTORESET[autoreset]
+    )
+    ours = aioenv.AioVectorEnv("CartPole-v1", N, mode=MODES[mode], autoreset=autoreset)
+    try:
+        assert ours.metadata["autoreset_mode"] == AUTORESET[autoreset]
+        assert ours.single_observation_space == reference.single_observation_space
+        assert ours.observation_space == reference.observation_space
+        assert ours.single_action_space == reference.single_action_space
+        assert ours.action_space == reference.action_space
+        obs_a, info_a = ours.reset(seed=123)
+        obs_b, info_b = reference.reset(seed=123)
+        np.testing.assert_array_equal(obs_a, obs_b)
+        assert_same_infos(info_a, info_b)
+        rng = np.random.default_rng(1)
+        ends = 0
+        for _ in range(150):
+            actions = rng.integers(0, 2, N)
+            a = ours.step(actions)
+            b = reference.step(actions)
+            for mine, theirs in zip(a[:4], b[:4], strict=True):
+                np.testing.assert_array_equal(mine, theirs)
+                assert mine.dtype == theirs.dtype
+            assert_same_infos(a[4], b[4])
+            done = b[2] | b[3]
+            ends += int(done.sum())
+            if autoreset == "disabled" and done.any():
+                obs_a, info_a = ours.reset(options={"reset_mask": done})
+                obs_b, info_b = reference.reset(options={"reset_mask": done})
+                np.testing.assert_array_equal(obs_a, obs_b)
+                assert_same_infos(info_a, info_b)
+        assert ends >= 5
+    finally:
+        ours.close()
+        reference.close()
+
+
+def test_make_vec_mirrors_gymnasium_make_vec() -> None:
+    seen: list[str] = []
+
+    def wrapper(env: gymnasium.Env[Any, Any]) -> gymnasium.Env[Any, Any]:
+        seen.append("wrapped")
+        return gymnasium.wrappers.TimeLimit(env, max_episode_steps=3)
+
+    venv = aioenv.make_vec(
+        "CartPole-v1",
+        2,
+        vectorization_mode="process",  # pygame's first render is not thread-safe
+        vector_kwargs={"autoreset": "same_step"},
+        wrappers=[wrapper],
+        render_mode="rgb_array",
+    )
+    try:
+        assert venv.render_mode == "rgb_array"
+        assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        venv.reset(seed=0)
+        for _ in range(3):
+            _, _, terminated, truncated, infos = venv.step(np.array([1, 1]))
+        assert truncated.all() or terminated.any()
+        assert "final_obs" in infos
+        frames = venv.render()
+        assert frames is not None
+        assert len(frames) == 2
+        assert frames[0].shape == (400, 600, 3)
+        assert seen  # the probe env and every worker's env were wrapped
+    finally:
+        venv.close()
+
+
+def test_call_get_attr_set_attr_through_the_vector_env() -> None:
+    venv = aioenv.AioVectorEnv("CartPole-v1", 2, mode=["thread", "process"])
+    try:
+        assert venv.get_attr("gravity") == (9.8, 9.8)
+        venv.set_attr("gravity", [1.5, 2.5])
+        assert venv.get_attr("gravity") == (1.5, 2.5)
+        venv.reset(seed=0)
+        assert venv.call("action_space") == (gymnasium.spaces.Discrete(2),) * 2
+        assert venv.render() is None  # no render_mode, as with gymnasium
+    finally:
+        venv.close()
+        venv.close()  # idempotent
+
+
+def test_pool_as_vector_env() -> None:
+    pool = aioenv.make_pool("CartPole-v1", 2, mode="process", autoreset="next_step")
+    venv = pool.as_vector_env()
+    try:
+        assert venv.num_envs == 2
+        obs, _ = venv.reset(seed=9)
+        expected = np.stack([gymnasium.make("CartPole-v1").reset(seed=9 + i)[0] for i in range(2)])
+        np.testing.assert_array_equal(obs, expected)
+        venv.step(np.array([0, 1]))
+    finally:
+        venv.close()
+
+
+async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
+    async with aioenv.make_pool("CartPole-v1", 1, mode="thread") as pool:
+        await pool.reset_all()
+        with pytest.raises(RuntimeError, match="as_vector_env"):
+            pool.as_vector_env()
+
+
+async def test_vector_env_works_when_called_from_inside_a_running_loop() -> None:
+    venv = aioenv.AioVectorEnv("CartPole-v1", 2, mode="thread")
+    try:
+        obs, _ = venv.reset(seed=0)  # sync call from async code: its own loop runs it
+        assert obs.shape == (2, 4)
+        assert venv.step(np.array([0, 1]))[0].shape == (2, 4)
+    finally:
+        venv.close()
