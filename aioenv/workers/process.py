@@ -19,6 +19,7 @@ import signal
 import socket
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -38,7 +39,7 @@ S = TypeVar("S")
 _RECEIVE_SIZE = 1 << 16
 _TERMINATE_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
-_PRELOAD = ["aioenv.workers.process", "numpy", "gymnasium"]
+_PRELOAD = ["aioenv.workers._quiet_start", "aioenv.workers.process", "numpy", "gymnasium"]
 
 Context = multiprocessing.context.BaseContext
 
@@ -256,7 +257,11 @@ class _Child:
             daemon=True,
         )
         try:
-            process.start()
+            if context.get_start_method() == "forkserver":
+                process.start()  # the server's children start with SIGINT ignored
+            else:
+                with _sigint_ignored():
+                    process.start()
         except BaseException:
             parent_end.close()
             alive_parent.close()
@@ -389,6 +394,20 @@ class _Child:
         self._socket.close()
         self._alive.close()
         self._process.close()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start children with SIGINT ignored (the disposition survives fork and exec), so a
+    Ctrl-C during their start-up cannot reach them. Only the main thread may do this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _describe_exit(exitcode: int | None) -> str:

@@ -46,22 +46,36 @@ def read_pids(script: subprocess.Popen[str]) -> list[int]:
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_closes_every_worker_and_children_print_nothing() -> None:
+@pytest.mark.parametrize("when", [0, 1, 30])  # during start-up, at the first state, later
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, context: str) -> None:
     script = start_script(
-        """
+        f"""
         import asyncio, os, signal
+        import numpy as np
         import aioenv
         from faulty_env import FaultyEnv
 
+        ballast = np.ones(30_000_000, np.uint8)  # a slow start-up: a wide window for Ctrl-C
+
+        def env():
+            return FaultyEnv(episode_length=int(ballast[0]) * 50)
+
+        def ctrl_c():  # SIGINT to the whole process group, as a terminal does
+            os.killpg(os.getpgid(0), signal.SIGINT)
+
         async def main():
-            async with aioenv.make_pool(FaultyEnv, 3, mode=["process", "process", "thread"]) as pool:
+            modes = ["process", "process", "thread"]
+            async with aioenv.make_pool(env, 3, mode=modes, context={context!r}) as pool:
                 print("pids", *[w.pid for w in pool.workers if w.kind == "process"], flush=True)
+                if {when} == 0:
+                    ctrl_c()  # the workers are still starting
                 pool.reset()
                 steps = 0
                 async for step, worker_id in pool:
                     steps += 1
-                    if steps == 30:  # Ctrl-C: SIGINT to the whole process group
-                        os.killpg(os.getpgid(0), signal.SIGINT)
+                    if steps == {when}:
+                        ctrl_c()
                     pool.send_action(aioenv.RESET if step.done else 0, worker_id)
 
         asyncio.run(main())
