@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +26,26 @@ def gone(pid: int) -> bool:
         return True
 
 
+# A terminal program gets KeyboardInterrupt on Ctrl-C even when the test runner was started
+# with SIGINT ignored (as a non-interactive shell does for background jobs).
+PROLOGUE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+@contextlib.contextmanager
+def script_running(code: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``code`` in its own process group; whatever happens, kill the group after."""
+    script = start_script(code)
+    try:
+        yield script
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+        script.wait(timeout=30)
+
+
 def start_script(code: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", PROLOGUE + textwrap.dedent(code)],
         cwd=ROOT / "tests" / "faults",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -49,7 +68,7 @@ def read_pids(script: subprocess.Popen[str]) -> list[int]:
 @pytest.mark.parametrize("when", [0, 1, 30])  # during start-up, at the first state, later
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, context: str) -> None:
-    script = start_script(
+    with script_running(
         f"""
         import asyncio, os, signal
         import numpy as np
@@ -80,9 +99,9 @@ def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, contex
 
         asyncio.run(main())
         """
-    )
-    pids = read_pids(script)
-    _, stderr = script.communicate(timeout=60)
+    ) as script:
+        pids = read_pids(script)
+        _, stderr = script.communicate(timeout=60)
     assert script.returncode != 0
     assert "KeyboardInterrupt" in stderr
     for child_sign in ("_child_main", "forkserver", "multiprocessing/process.py", "_serve"):
@@ -93,7 +112,7 @@ def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, contex
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> None:
-    script = start_script(
+    with script_running(
         f"""
         import asyncio, time
         import aioenv
@@ -110,10 +129,10 @@ def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> N
 
         asyncio.run(main())
         """
-    )
-    pids = read_pids(script)
-    time.sleep(0.2)  # let the hung step begin
-    assert not any(gone(pid) for pid in pids)
-    os.killpg(script.pid, signal.SIGKILL)  # the parent and its forkserver die at once
-    script.wait(timeout=30)
+    ) as script:
+        pids = read_pids(script)
+        time.sleep(0.2)  # let the hung step begin
+        assert not any(gone(pid) for pid in pids)
+        os.killpg(script.pid, signal.SIGKILL)  # the parent and its forkserver die at once
+        script.wait(timeout=30)
     assert wait_until(lambda: all(gone(pid) for pid in pids), timeout=10), "orphaned workers"
