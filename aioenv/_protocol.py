@@ -13,17 +13,24 @@ reads and writes with plain blocking calls.
 from __future__ import annotations
 
 import enum
+import functools
 import io
 import pickle
 import struct
 from typing import Any
 
+import numpy as np
+
+from ._environment import Step
+
 __all__ = [
     "HEADER",
     "FrameDecoder",
     "Kind",
+    "decode_step",
     "dumps",
     "encode",
+    "encode_step",
     "loads",
     "read_frame",
 ]
@@ -39,8 +46,9 @@ class Kind(enum.IntEnum):
     CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
-    STATE = 17  # payload: the state
+    STATE = 17  # payload: the state, pickled
     FAILURE = 18  # payload: a Failure
+    STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
 
 
 def dumps(obj: Any) -> bytes:
@@ -53,6 +61,77 @@ def loads(data: bytes | memoryview) -> Any:
 
 def encode(kind: Kind, seq: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(len(payload), seq, kind) + payload
+
+
+# A Step: reward, flags, then the observation (raw array bytes, or a pickle), then a pickled
+# tail (info, final_observation, final_info) only when there is something in it.
+_STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation part
+_ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
+_TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL = 1, 2, 4, 8
+
+
+def encode_step(seq: int, step: Step[Any]) -> bytes:
+    """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes."""
+    observation = step.observation
+    flags = (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
+    if type(observation) is np.ndarray and not observation.dtype.hasobject:
+        dtype = observation.dtype.str.encode()
+        ndim = observation.ndim
+        body = [
+            _ARRAY_HEAD.pack(len(dtype), ndim),
+            dtype,
+            _shape_struct(ndim).pack(*observation.shape),
+            observation.tobytes(),
+        ]
+        flags |= _RAW_ARRAY
+    else:
+        body = [dumps(observation)]
+    size = sum(map(len, body))
+    if step.info or step.final_observation is not None or step.final_info is not None:
+        flags |= _TAIL
+        body.append(dumps((step.info, step.final_observation, step.final_info)))
+    payload = b"".join([_STEP_HEAD.pack(step.reward, flags, size), *body])
+    return HEADER.pack(len(payload), seq, Kind.STEP_STATE) + payload
+
+
+def decode_step(payload: bytes | memoryview) -> Step[Any]:
+    """The Step of a STEP_STATE message; an array observation is a fresh, writable copy."""
+    reward, flags, size = _STEP_HEAD.unpack_from(payload)
+    start = _STEP_HEAD.size
+    if flags & _RAW_ARRAY:
+        dtype_length, ndim = _ARRAY_HEAD.unpack_from(payload, start)
+        at = start + _ARRAY_HEAD.size
+        dtype = _dtype(bytes(payload[at : at + dtype_length]))
+        at += dtype_length
+        shape = _shape_struct(ndim).unpack_from(payload, at)
+        at += 8 * ndim
+        observation: Any = np.empty(shape, dtype)
+        if observation.nbytes:  # a memoryview of a zero-size array cannot be cast
+            observation.data.cast("B")[:] = payload[at : start + size]
+    else:
+        observation = loads(payload[start : start + size])
+    if not flags & _TAIL:
+        return Step(observation, reward, bool(flags & _TERMINATED), bool(flags & _TRUNCATED), {})
+    info, final_observation, final_info = loads(payload[start + size :])
+    return Step(
+        observation,
+        reward,
+        bool(flags & _TERMINATED),
+        bool(flags & _TRUNCATED),
+        info,
+        final_observation,
+        final_info,
+    )
+
+
+@functools.cache
+def _dtype(code: bytes) -> np.dtype[Any]:
+    return np.dtype(code.decode())
+
+
+@functools.cache
+def _shape_struct(ndim: int) -> struct.Struct:
+    return struct.Struct(f"<{ndim}Q")
 
 
 class FrameDecoder:

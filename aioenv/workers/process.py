@@ -25,9 +25,18 @@ from typing import Any, TypeVar
 import anyio
 import cloudpickle
 
-from .._environment import EnvSource
+from .._environment import EnvSource, Step
 from .._errors import WorkerDied
-from .._protocol import FrameDecoder, Kind, dumps, encode, loads, read_frame
+from .._protocol import (
+    FrameDecoder,
+    Kind,
+    decode_step,
+    dumps,
+    encode,
+    encode_step,
+    loads,
+    read_frame,
+)
 from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
 from .._sentinels import RESET, Command, Reset
 from ._base import Worker
@@ -178,7 +187,7 @@ class ProcessWorker(Worker[S]):
         if not seq or (seq != self._awaited_seq and seq not in self._controls):
             return  # stale: no need to unpickle it
         try:
-            result = loads(payload)
+            result = decode_step(payload) if kind == Kind.STEP_STATE else loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling its reply in the parent")
         self._on_reply(seq, result)
@@ -486,6 +495,8 @@ def _encode_reply(seq: int, result: Any) -> bytes:
         except Exception:
             return encode(Kind.FAILURE, seq, dumps(result.without_exception()))
     try:
+        if type(result) is Step:
+            return encode_step(seq, result)
         return encode(Kind.STATE, seq, dumps(result))
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")

@@ -1,0 +1,80 @@
+"""The wire protocol: framing fed in arbitrary chunks, and the binary Step layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from aioenv import Step
+from aioenv._protocol import HEADER, FrameDecoder, Kind, decode_step, dumps, encode, encode_step
+
+OBSERVATIONS: list[Any] = [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.arange(12, dtype=">i4").reshape(4, 3)[:, ::2],  # big-endian, not contiguous
+    np.asfortranarray(np.arange(6, dtype=np.float64).reshape(2, 3)),
+    np.zeros((0, 3), np.uint8),
+    np.array(7),  # zero dimensions
+    np.ones((84, 84, 4), np.uint8),
+    np.array([True, False]),
+    np.float64(3.5),  # a numpy scalar: pickled
+    {"position": np.zeros(2), "mode": 1},  # a Dict observation: pickled
+    np.array(["a", None], dtype=object),  # object arrays: pickled
+    5,
+]
+
+
+@pytest.mark.parametrize("observation", OBSERVATIONS, ids=lambda o: type(o).__name__)
+def test_step_round_trips_exactly(observation: Any) -> None:
+    for step in (
+        Step(observation, 1.5, True, False, {}),
+        Step(observation, -2.0, False, True, {"episode": {"r": 3.0}}),
+        Step(
+            observation,
+            0.0,
+            True,
+            True,
+            {"k": 1},
+            final_observation=observation,
+            final_info={"x": 2},
+        ),
+    ):
+        message = encode_step(9, step)
+        length, seq, kind = HEADER.unpack_from(message)
+        assert (length, seq, kind) == (len(message) - HEADER.size, 9, Kind.STEP_STATE)
+        decoded = decode_step(memoryview(message)[HEADER.size :])
+        assert (decoded.reward, decoded.terminated, decoded.truncated) == (
+            step.reward,
+            step.terminated,
+            step.truncated,
+        )
+        assert decoded.info == step.info
+        assert decoded.final_info == step.final_info
+        if isinstance(observation, np.ndarray):
+            np.testing.assert_array_equal(decoded.observation, observation)
+            assert decoded.observation.dtype == observation.dtype
+            assert decoded.observation.shape == observation.shape
+            if observation.dtype != object:
+                assert decoded.observation.flags.writeable
+        else:
+            assert repr(decoded.observation) == repr(observation)
+
+
+def test_decoded_observation_does_not_alias_the_receive_buffer() -> None:
+    buffer = bytearray(encode_step(1, Step(np.arange(4.0))))
+    decoded = decode_step(memoryview(buffer)[HEADER.size :])
+    buffer[HEADER.size :] = bytes(len(buffer) - HEADER.size)  # the buffer is reused
+    np.testing.assert_array_equal(decoded.observation, np.arange(4.0))
+
+
+def test_frames_survive_any_chunking() -> None:
+    payloads = [b"", b"x", dumps(np.arange(100_000)), b"y" * 70_000]
+    stream = b"".join(encode(Kind.STATE, i + 1, p) for i, p in enumerate(payloads))
+    for chunk_size in (1, 7, 17, 4096, 65536, len(stream)):
+        decoder = FrameDecoder()
+        frames = []
+        for at in range(0, len(stream), chunk_size):
+            frames += [(k, s, bytes(p)) for k, s, p in decoder.feed(stream[at : at + chunk_size])]
+        assert frames == [(Kind.STATE, i + 1, p) for i, p in enumerate(payloads)]
+        assert decoder.pending_bytes == 0
