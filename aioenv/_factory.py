@@ -21,7 +21,7 @@ _KINDS: dict[str, type[Worker[Any]]] = {
 _OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time"}),
     "thread": frozenset({"cleanup_time"}),
-    "process": frozenset({"cleanup_time", "context"}),
+    "process": frozenset({"cleanup_time", "context", "envs_per_process"}),
 }
 _POOL_OPTIONS = frozenset(
     {
@@ -71,8 +71,9 @@ def make_pool(
     ``mode`` is ``"sync"``, ``"thread"``, ``"process"``, or one mode per worker (a pool can
     mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
     ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
-    :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``) go to the kinds
-    that take them; pool options (``autoreset``, ``max_episode_steps``, ``check_actions``,
+    :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``,
+    ``envs_per_process``: how many envs share one child process) go to the kinds that take
+    them; pool options (``autoreset``, ``max_episode_steps``, ``check_actions``,
     ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
     ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the pool.
     """
@@ -101,9 +102,22 @@ def make_pool(
             "pass e.g. `lambda: MyEnv()`"
         )
     seeds = worker_seeds(seed, num_workers)
+    envs_per_process = worker_options.pop("envs_per_process", 1)
     workers: list[Worker[Any]] = []
     try:
+        processes = [i for i, kind in enumerate(modes) if kind == "process"]
+        process_options = {k: v for k, v in worker_options.items() if k in _OPTIONS["process"]}
+        hosted = iter(
+            ProcessWorker.hosted(
+                env, [seeds[i] for i in processes], envs_per_process, **process_options
+            )
+            if processes
+            else []
+        )
         for kind, worker_seed in zip(modes, seeds, strict=True):
+            if kind == "process":
+                workers.append(next(hosted))
+                continue
             kind_options = {k: v for k, v in worker_options.items() if k in _OPTIONS[kind]}
             workers.append(_KINDS[kind](env, seed=worker_seed, **kind_options))
         return get_worker_pool(workers, force_sync, **pool_options)

@@ -9,7 +9,6 @@ cancelled while waiting loses nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -147,7 +146,7 @@ class Inbox:
         finally:
             if timer is not None:
                 timer.cancel()
-            with contextlib.suppress(ValueError):  # a wake-up already took it off the list
+            if waiter in self._waiters:  # unless a wake-up already took it off the list
                 self._waiters.remove(waiter)
 
     def _wake(self) -> None:

@@ -444,6 +444,8 @@ class WorkerPool(Generic[S]):
         return self._workers[self._index(worker_id)]
 
     def _index(self, worker_id: int) -> int:
+        if type(worker_id) is int and 0 <= worker_id < len(self._workers):
+            return worker_id  # the common case, checked first
         try:
             index = operator.index(worker_id)
         except TypeError:

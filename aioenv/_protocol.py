@@ -1,8 +1,10 @@
 """The wire protocol between the parent and a process worker.
 
-A message is a fixed binary header followed by a pickled payload::
+A message is a fixed binary header followed by a payload::
 
-    payload length (u64) | sequence number (u64) | kind (u8) | payload
+    payload length (u64) | sequence number (u64) | kind (u8) | slot (u16) | payload
+
+``slot`` says which of the child's envs the message is for (a child can host several).
 
 Requests carry a sequence number and the reply repeats it, so the parent can tell the
 reply to the current request from a late reply to an abandoned one. The parent reads
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import io
 import pickle
 import struct
 from typing import Any
@@ -32,10 +33,10 @@ __all__ = [
     "encode",
     "encode_step",
     "loads",
-    "read_frame",
+    "Frame",
 ]
 
-HEADER = struct.Struct("<QQB")
+HEADER = struct.Struct("<QQBH")
 
 
 class Kind(enum.IntEnum):
@@ -44,6 +45,8 @@ class Kind(enum.IntEnum):
     RESET = 2  # payload: empty, or a pickled Reset(seed, options)
     CLOSE = 3
     CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
+    REBUILD = 5  # payload: the new env's seed, pickled; build the slot's env afresh
+    CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state, pickled
@@ -59,8 +62,8 @@ def loads(data: bytes | memoryview) -> Any:
     return pickle.loads(data)
 
 
-def encode(kind: Kind, seq: int, payload: bytes = b"") -> bytes:
-    return HEADER.pack(len(payload), seq, kind) + payload
+def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
+    return HEADER.pack(len(payload), seq, kind, slot) + payload
 
 
 # A Step: reward, flags, then the observation (raw array bytes, or a pickle), then a pickled
@@ -70,7 +73,7 @@ _ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dime
 _TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL = 1, 2, 4, 8
 
 
-def encode_step(seq: int, step: Step[Any]) -> bytes:
+def encode_step(seq: int, step: Step[Any], slot: int = 0) -> bytes:
     """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes."""
     observation = step.observation
     flags = (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
@@ -91,7 +94,7 @@ def encode_step(seq: int, step: Step[Any]) -> bytes:
         flags |= _TAIL
         body.append(dumps((step.info, step.final_observation, step.final_info)))
     payload = b"".join([_STEP_HEAD.pack(step.reward, flags, size), *body])
-    return HEADER.pack(len(payload), seq, Kind.STEP_STATE) + payload
+    return HEADER.pack(len(payload), seq, Kind.STEP_STATE, slot) + payload
 
 
 def decode_step(payload: bytes | memoryview) -> Step[Any]:
@@ -134,25 +137,28 @@ def _shape_struct(ndim: int) -> struct.Struct:
     return struct.Struct(f"<{ndim}Q")
 
 
+Frame = tuple[int, int, int, "bytes | memoryview"]  # kind, seq, slot, payload
+
+
 class FrameDecoder:
-    """Turns a byte stream, fed in chunks of any size, into ``(kind, seq, payload)``."""
+    """Turns a byte stream, fed in chunks of any size, into ``(kind, seq, slot, payload)``."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, chunk: bytes | memoryview) -> list[tuple[int, int, bytes | memoryview]]:
-        frames: list[tuple[int, int, bytes | memoryview]] = []
+    def feed(self, chunk: bytes | memoryview) -> list[Frame]:
+        frames: list[Frame] = []
         size = HEADER.size
         if not self._buffer:
             # Fast path: the chunk holds whole frames, nothing buffered from before.
             offset = 0
             end = len(chunk)
             while end - offset >= size:
-                length, seq, kind = HEADER.unpack_from(chunk, offset)
+                length, seq, kind, slot = HEADER.unpack_from(chunk, offset)
                 stop = offset + size + length
                 if stop > end:
                     break
-                frames.append((kind, seq, chunk[offset + size : stop]))
+                frames.append((kind, seq, slot, chunk[offset + size : stop]))
                 offset = stop
             if offset < end:
                 self._buffer += chunk[offset:]
@@ -161,11 +167,11 @@ class FrameDecoder:
         buffer += chunk
         offset = 0
         while len(buffer) - offset >= size:
-            length, seq, kind = HEADER.unpack_from(buffer, offset)
+            length, seq, kind, slot = HEADER.unpack_from(buffer, offset)
             stop = offset + size + length
             if stop > len(buffer):
                 break
-            frames.append((kind, seq, bytes(buffer[offset + size : stop])))
+            frames.append((kind, seq, slot, bytes(buffer[offset + size : stop])))
             offset = stop
         del buffer[:offset]
         return frames
@@ -173,15 +179,3 @@ class FrameDecoder:
     @property
     def pending_bytes(self) -> int:
         return len(self._buffer)
-
-
-def read_frame(stream: io.BufferedIOBase) -> tuple[int, int, bytes] | None:
-    """Blocking read of one message (the child side); None at end of stream."""
-    header = stream.read(HEADER.size)
-    if len(header) < HEADER.size:
-        return None
-    length, seq, kind = HEADER.unpack(header)
-    payload = stream.read(length) if length else b""
-    if len(payload) < length:
-        return None
-    return kind, seq, payload

@@ -67,15 +67,21 @@ CONFIGS: list[Config] = [
         "options": {"mode": "process"},
         "workloads": ("W1", "W2", "W3"),
     },
-    # Several envs hosted by one process (not built yet): rows like these, once
-    # make_pool() accepts the option.
-    # {
-    #     "label": "aioenv process x4 / state",
-    #     "runner": "aioenv",
-    #     "api": "state",
-    #     "options": {"mode": "process", "envs_per_process": 4},
-    #     "workloads": ("W1", "W2", "W3"),
-    # },
+    # Several envs hosted by one process: one hand-off per batch of cheap envs.
+    {
+        "label": "aioenv process x4 / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "process", "envs_per_process": 4},
+        "workloads": ("W1",),
+    },
+    {
+        "label": "aioenv process x8 / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "process", "envs_per_process": 8},
+        "workloads": ("W1", "W3"),
+    },
     {
         "label": "aioenv thread / state",
         "runner": "aioenv",

@@ -40,9 +40,9 @@ def test_step_round_trips_exactly(observation: Any) -> None:
             final_info={"x": 2},
         ),
     ):
-        message = encode_step(9, step)
-        length, seq, kind = HEADER.unpack_from(message)
-        assert (length, seq, kind) == (len(message) - HEADER.size, 9, Kind.STEP_STATE)
+        message = encode_step(9, step, slot=3)
+        length, seq, kind, slot = HEADER.unpack_from(message)
+        assert (length, seq, kind, slot) == (len(message) - HEADER.size, 9, Kind.STEP_STATE, 3)
         decoded = decode_step(memoryview(message)[HEADER.size :])
         assert (decoded.reward, decoded.terminated, decoded.truncated) == (
             step.reward,
@@ -70,11 +70,12 @@ def test_decoded_observation_does_not_alias_the_receive_buffer() -> None:
 
 def test_frames_survive_any_chunking() -> None:
     payloads = [b"", b"x", dumps(np.arange(100_000)), b"y" * 70_000]
-    stream = b"".join(encode(Kind.STATE, i + 1, p) for i, p in enumerate(payloads))
+    stream = b"".join(encode(Kind.STATE, i + 1, p, slot=i) for i, p in enumerate(payloads))
     for chunk_size in (1, 7, 17, 4096, 65536, len(stream)):
         decoder = FrameDecoder()
         frames = []
         for at in range(0, len(stream), chunk_size):
-            frames += [(k, s, bytes(p)) for k, s, p in decoder.feed(stream[at : at + chunk_size])]
-        assert frames == [(Kind.STATE, i + 1, p) for i, p in enumerate(payloads)]
+            chunk = stream[at : at + chunk_size]
+            frames += [(k, s, slot, bytes(p)) for k, s, slot, p in decoder.feed(chunk)]
+        assert frames == [(Kind.STATE, i + 1, i, p) for i, p in enumerate(payloads)]
         assert decoder.pending_bytes == 0

@@ -329,7 +329,7 @@ class Worker(abc.ABC, Generic[S]):
         if restarting or env_gone:
             self._fail_controls(error)
         if restarting:
-            self._discard_env()
+            self._discard_env(env_gone)
             reason = _describe_failure(error)
             if not in_flight:
                 self._pending_restart = reason
@@ -340,7 +340,7 @@ class Worker(abc.ABC, Generic[S]):
             return
         if env_gone:
             self._failure = error
-            self._discard_env()
+            self._discard_env(env_gone)
         self._awaited_seq = 0
         if in_flight:
             self._inbox.deliver(Outcome(self.worker_id, None, error))
@@ -367,7 +367,10 @@ class Worker(abc.ABC, Generic[S]):
             self._inbox.deliver(Outcome(self.worker_id, None, error))
 
     def _arm_deadline(self, seq: int) -> None:
-        timeout = self._supervision.deadline(starting=not self._started)
+        supervision = self._supervision
+        if supervision.step_timeout is None and supervision.start_timeout is None:
+            return  # no deadlines: the common case, and on every step
+        timeout = supervision.deadline(starting=not self._started)
         if timeout is None or self._awaited_seq != seq:
             return
         loop = self._loop
@@ -428,8 +431,9 @@ class Worker(abc.ABC, Generic[S]):
         self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
 
     @abc.abstractmethod
-    def _discard_env(self) -> None:
-        """Drop the current env at once; its late replies must never be delivered."""
+    def _discard_env(self, env_gone: bool) -> None:
+        """Drop the current env at once; its late replies must never be delivered.
+        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept."""
 
     @abc.abstractmethod
     def _start_close(self) -> None:

@@ -1,10 +1,15 @@
 """A worker whose env runs in a child process, watched from the event loop.
 
-The parent keeps no thread per worker: a persistent ``loop.add_reader`` callback reads
-replies from a non-blocking socket, and another watches the process sentinel, so a dead
-child is seen at once. The parent closes its copy of the child's socket end, so a child
-that dies shows up as end-of-file, never as a hang. The child watches a second socket
-that only the parent holds open: if the parent dies, the child exits by itself.
+A child process (a *host*) serves one env, or several with ``envs_per_process``: each env
+is still its own worker, with its own id and first-ready semantics, in a *slot* of the
+host. The parent keeps no thread per worker: a persistent ``loop.add_reader`` callback
+reads replies from a non-blocking socket, and another watches the process sentinel, so a
+dead child is seen at once. The parent closes its copy of the child's socket end, so a
+child that dies shows up as end-of-file, never as a hang. The child watches a second
+socket that only the parent holds open: if the parent dies, the child exits by itself.
+
+Messages for one host sent in the same loop iteration travel in one write, and the child
+answers everything it read in one write: cheap envs pay one hand-off per batch.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import signal
 import socket
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -35,7 +40,6 @@ from .._protocol import (
     encode,
     encode_step,
     loads,
-    read_frame,
 )
 from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
 from .._sentinels import RESET, Command, Reset
@@ -81,7 +85,8 @@ class ProcessWorker(Worker[S]):
     The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
     The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
     waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
-    kills the child at once.
+    kills the child at once (with every env it hosts). Use :meth:`hosted` (or
+    ``make_pool(..., envs_per_process=k)``) to put several envs in one child.
     """
 
     kind = "process"
@@ -96,6 +101,7 @@ class ProcessWorker(Worker[S]):
         context: Context | str | None = None,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        _start: bool = True,
     ) -> None:
         super().__init__(
             env,
@@ -113,49 +119,82 @@ class ProcessWorker(Worker[S]):
                 "or use a thread worker"
             ) from exc
         self._context = _resolve_context(context)
-        self._children: list[_Child] = []  # every child not yet reaped
-        self._force_timer: asyncio.TimerHandle | None = None
-        self._spawn(seed)
+        self._slot = 0
+        self._hosts: list[_Host] = []  # every host this worker used that may still run
+        if _start:
+            self._join(_Host([self], build=True))
+
+    @classmethod
+    def hosted(
+        cls, env: EnvSource, seeds: Sequence[int | None], envs_per_process: int, **options: Any
+    ) -> list[ProcessWorker[Any]]:
+        """One worker per seed, ``envs_per_process`` of them sharing each child process."""
+        if not isinstance(envs_per_process, int) or envs_per_process < 1:
+            raise ValueError(f"envs_per_process must be an int >= 1, got {envs_per_process!r}")
+        workers: list[ProcessWorker[Any]] = [
+            cls(env, seed=seed, _start=False, **options) for seed in seeds
+        ]
+        for first in range(0, len(workers), envs_per_process):
+            members = workers[first : first + envs_per_process]
+            host = _Host(members, build=True)
+            for worker in members:
+                worker._join(host)
+        return workers
+
+    def _join(self, host: _Host) -> None:
+        self._host = host
+        self._slot = host.members.index(self)
+        host.open_slots.add(self._slot)
+        self._hosts.append(host)
+        if self._loop is not None:
+            host.watch(self._loop)
 
     @property
     def pid(self) -> int:
-        """The current child's process id."""
-        return self._child.pid
+        """The process id of the child running this worker's env."""
+        return self._host.pid
 
     @property
     def exitcode(self) -> int | None:
-        """The current child's exit code; None while it runs."""
-        return self._child.exitcode
+        """That child's exit code; None while it runs."""
+        return self._host.exitcode
 
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
-        child = getattr(self, "_child", None)
-        pid = f", pid {child.pid}" if child is not None else ""
-        return f"process worker{where} ({self.env_name}{pid})"
+        host = getattr(self, "_host", None)
+        if host is None:
+            return f"process worker{where} ({self.env_name})"
+        slot = f", slot {self._slot}" if host.size > 1 else ""
+        return f"process worker{where} ({self.env_name}, pid {host.pid}{slot})"
 
     # Hooks -----------------------------------------------------------------------------
-    def _spawn(self, seed: int | None) -> None:
-        child = _Child(self, self._context, self._payload, seed, self._episode)
-        self._child = child
-        self._children.append(child)
-        if self._loop is not None:
-            child.watch(self._loop)
-
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        for child in self._children:
-            child.watch(loop)
+        for host in self._hosts:
+            host.watch(loop)
+
+    def _spawn(self, seed: int | None) -> None:
+        host = self._host
+        while host.successor is not None:  # siblings may have replaced it already
+            host = host.successor
+        if not host.alive:
+            host.successor = _Host(host.members, build=False)
+            host = host.successor
+        if host is not self._host:
+            self._join(host)
+        host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
         if isinstance(action, Command) and action is RESET:
-            self._child.send(encode(Kind.RESET, seq))
+            frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
-            self._child.send(encode(Kind.RESET, seq, self._pickle(action, "reset arguments")))
+            frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
         else:
-            self._child.send(encode(Kind.STEP, seq, self._pickle(action, "action")))
+            frame = encode(Kind.STEP, seq, self._pickle(action, "action"), self._slot)
+        self._host.send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._child.send(encode(Kind.CONTROL, seq, self._pickle(request, "request")))
+        self._host.send(encode(Kind.CONTROL, seq, self._pickle(request, "request"), self._slot))
 
     def _pickle(self, obj: Any, what: str) -> bytes:
         try:
@@ -166,107 +205,105 @@ class ProcessWorker(Worker[S]):
                 f"process ({type(exc).__name__}: {exc})"
             ) from exc
 
-    def _discard_env(self) -> None:
-        self._child.discard()
+    def _discard_env(self, env_gone: bool) -> None:
+        host = self._host
+        if env_gone or host.size == 1:
+            host.kill(self)  # a hung step cannot be interrupted: the whole child goes
+        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
 
     def _abandon(self) -> None:
         super()._abandon()
-        for child in self._children:
-            child.kill_now()
-        self._children.clear()
+        for host in self._hosts:
+            host.kill_now()
+        self._hosts.clear()
 
-    # Messages from children ------------------------------------------------------------
-    def _on_child_message(self, child: _Child, kind: int, seq: int, payload: Any) -> None:
-        if child is not self._child:
-            return  # a discarded child's words are never delivered
+    # From hosts --------------------------------------------------------------------------
+    def _on_host_message(self, host: _Host, kind: int, seq: int, payload: Any) -> None:
+        if host is not self._host:
+            return  # a replaced host's words are never delivered
         if kind == Kind.READY:
             # Spaces are informative only: one that does not unpickle here is skipped.
             with contextlib.suppress(Exception):
                 self.observation_space, self.action_space = loads(payload)
             return
         if not seq or (seq != self._awaited_seq and seq not in self._controls):
-            return  # stale: no need to unpickle it
+            return  # stale: no need to decode it
         try:
             result = decode_step(payload) if kind == Kind.STEP_STATE else loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling its reply in the parent")
         self._on_reply(seq, result)
 
-    def _on_child_exit(self, child: _Child) -> None:
-        self._children.remove(child)
-        if child is self._child and not child.discarded:
-            exitcode = child.exitcode
-            self._on_death(
-                WorkerDied(
-                    f"{self.name} died unexpectedly with exit code {_describe_exit(exitcode)}",
-                    worker_id=self.worker_id,
-                    exitcode=exitcode,
-                )
+    def _on_host_exit(self, host: _Host) -> None:
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        if host is not self._host or host.killed_by is self or self._closing:
+            return
+        cause = ""
+        if host.killed_by is not None:
+            cause = f"; its process was killed because {host.killed_by.name} failed"
+        self._on_death(
+            WorkerDied(
+                f"{self.name} died unexpectedly with exit code "
+                f"{_describe_exit(host.exitcode)}{cause}",
+                worker_id=self.worker_id,
+                exitcode=host.exitcode,
             )
+        )
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
-        loop = self._ensure_loop()
-        self._child.send(encode(Kind.CLOSE, 0))
-        # If nobody awaits aclose(), still make sure the children go within bounds.
-        self._force_timer = loop.call_later(self.cleanup_time, self._force, "terminate")
-
-    def _force(self, how: str) -> None:
-        for child in self._children:
-            child.terminate() if how == "terminate" else child.kill()
-        if how == "terminate" and self._children:
-            assert self._loop is not None
-            self._force_timer = self._loop.call_later(_TERMINATE_GRACE, self._force, "kill")
+        self._ensure_loop()
+        self._host.release(self._slot, self.cleanup_time)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
         self._ensure_loop()
-        for wait, how in (
-            (cleanup_time, "terminate"),
-            (_TERMINATE_GRACE, "kill"),
-            (_KILL_GRACE, ""),
-        ):
+        hosts = [
+            host
+            for host in self._hosts
+            if host.exited is not None and (not host.open_slots or not host.alive)
+        ]
+        steps = ((cleanup_time, "terminate"), (_TERMINATE_GRACE, "kill"), (_KILL_GRACE, ""))
+        for wait, how in steps:
             with anyio.move_on_after(wait):
-                for child in list(self._children):
-                    assert child.exited is not None
-                    await asyncio.shield(child.exited)
-            if not self._children:
-                if self._force_timer is not None:
-                    self._force_timer.cancel()
+                for host in hosts:
+                    assert host.exited is not None
+                    await asyncio.shield(host.exited)
+            hosts = [host for host in hosts if host.exitcode is None]
+            if not hosts:
                 return
-            if how:
-                if self._force_timer is not None:
-                    self._force_timer.cancel()
-                for child in self._children:
-                    child.terminate() if how == "terminate" else child.kill()
+            for host in hosts:
+                host.force(how)
         warnings.warn(
-            f"{self.name}: pids {[c.pid for c in self._children]} did not exit even after "
+            f"{self.name}: pids {[host.pid for host in hosts]} did not exit even after "
             "SIGKILL; they are left behind",
             RuntimeWarning,
             stacklevel=3,
         )
 
 
-class _Child:
-    """One child process and the parent's ends of its two sockets."""
+class _Host:
+    """One child process serving the envs of ``members`` (slot ``i`` is ``members[i]``)."""
 
-    def __init__(
-        self,
-        worker: ProcessWorker[Any],
-        context: Context,
-        payload: bytes,
-        seed: int | None,
-        episode: EpisodeOptions,
-    ) -> None:
+    def __init__(self, members: list[ProcessWorker[Any]], *, build: bool) -> None:
+        first = members[0]
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
-        process = context.Process(  # type: ignore[attr-defined]
-            target=_child_main,
-            args=(child_end, alive_child, payload, seed, episode),
-            name=f"aioenv-process-worker ({worker.env_name})",
+        process = first._context.Process(  # type: ignore[attr-defined]
+            target=_host_main,
+            args=(
+                child_end,
+                alive_child,
+                [member._payload for member in members],
+                [member.seed for member in members],
+                first._episode,
+                build,
+            ),
+            name=f"aioenv-process-worker ({first.env_name})",
             daemon=True,
         )
         try:
-            if context.get_start_method() == "forkserver":
+            if first._context.get_start_method() == "forkserver":
                 process.start()  # the server's children start with SIGINT ignored
             else:
                 with _sigint_ignored():
@@ -278,11 +315,15 @@ class _Child:
         finally:
             child_end.close()
             alive_child.close()
+        self.members = members
+        self.size = len(members)
+        # Slots whose worker uses this host; a replacement host gains them as they join.
+        self.open_slots = set(range(self.size)) if build else set()
         self.pid: int = process.pid
         self.exitcode: int | None = None
-        self.discarded = False
+        self.killed_by: ProcessWorker[Any] | None = None
+        self.successor: _Host | None = None
         self.exited: asyncio.Future[None] | None = None
-        self._worker = worker
         self._process = process
         self._sentinel: int = process.sentinel
         self._socket = parent_end
@@ -291,19 +332,42 @@ class _Child:
         self._receive_buffer = bytearray(_RECEIVE_SIZE)
         self._decoder = FrameDecoder()
         self._outgoing = bytearray()
+        self._queued: list[bytes] = []
         self._reading = False
+        self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def alive(self) -> bool:
+        return self.exitcode is None and self.killed_by is None
+
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not None or self.exitcode is not None:
+            return
         self._loop = loop
         self.exited = loop.create_future()
         loop.add_reader(self._socket.fileno(), self._on_readable)
         loop.add_reader(self._sentinel, self._on_sentinel)
         self._reading = True
 
-    def send(self, data: bytes) -> None:
-        if self.exitcode is not None or self.discarded:
+    def send(self, frame: bytes) -> None:
+        """Send now, or (several envs here) at the end of this loop iteration, together
+        with every other frame for this host sent meanwhile."""
+        if not self.alive:
             return  # gone, or going: its death is (or was) handled elsewhere
+        if self.size == 1 or self._loop is None:
+            self._write(frame)
+            return
+        if not self._queued:
+            self._loop.call_soon(self._flush)
+        self._queued.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._queued = self._queued, []
+        if self.alive:
+            self._write(b"".join(frames))
+
+    def _write(self, data: bytes) -> None:
         if self._outgoing:
             self._outgoing += data
             return
@@ -318,17 +382,35 @@ class _Child:
             self._outgoing += memoryview(data)[sent:]
             self._loop.add_writer(self._socket.fileno(), self._on_writable)
 
-    def discard(self) -> None:
-        """Stop listening and kill it; it is reaped in the background."""
-        self.discarded = True
-        self._stop_reading()
-        self.kill()
+    def release(self, slot: int, cleanup_time: float) -> None:
+        """The env in ``slot`` is done: close it; the last one closes the process, which is
+        forced out if it does not exit within ``cleanup_time``."""
+        self.open_slots.discard(slot)
+        if self.open_slots:
+            self.send(encode(Kind.CLOSE_SLOT, 0, b"", slot))
+            return
+        if self._queued:
+            self._flush()
+        if self.alive:
+            self._write(encode(Kind.CLOSE, 0))
+        if self.exitcode is None and self._loop is not None:
+            self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 
-    def terminate(self) -> None:
-        if self.exitcode is None:
+    def force(self, how: str) -> None:
+        if self.exitcode is not None:
+            return
+        if how == "terminate":
             self._process.terminate()
+            assert self._loop is not None
+            self._force_timer = self._loop.call_later(_TERMINATE_GRACE, self.force, "kill")
+        elif how == "kill":
+            self._process.kill()
 
-    def kill(self) -> None:
+    def kill(self, by: ProcessWorker[Any]) -> None:
+        """Kill the child at once because ``by`` failed; it is reaped in the background."""
+        if self.killed_by is None:
+            self.killed_by = by
+        self._stop_reading()
         if self.exitcode is None:
             self._process.kill()
 
@@ -354,6 +436,7 @@ class _Child:
     def _on_readable(self) -> None:
         buffer = self._receive_buffer
         view = memoryview(buffer)
+        members = self.members
         while self._reading:
             try:
                 count = self._socket.recv_into(buffer)
@@ -364,8 +447,8 @@ class _Child:
             if count == 0:
                 self._stop_reading()  # end of file: the sentinel reports the exit
                 return
-            for kind, seq, payload in self._decoder.feed(view[:count]):
-                self._worker._on_child_message(self, kind, seq, payload)
+            for kind, seq, slot, payload in self._decoder.feed(view[:count]):
+                members[slot]._on_host_message(self, kind, seq, payload)
             if count < len(buffer):
                 return
 
@@ -388,7 +471,8 @@ class _Child:
         self._close_resources()
         if self.exited is not None and not self.exited.done():
             self.exited.set_result(None)
-        self._worker._on_child_exit(self)
+        for member in self.members:
+            member._on_host_exit(self)
 
     def _stop_reading(self) -> None:
         if self._reading and self._loop is not None:
@@ -397,9 +481,12 @@ class _Child:
 
     def _close_resources(self) -> None:
         self._stop_reading()
+        if self._force_timer is not None:
+            self._force_timer.cancel()
         if self._loop is not None and self._outgoing:
             self._loop.remove_writer(self._socket.fileno())
         self._outgoing.clear()
+        self._queued.clear()
         self._socket.close()
         self._alive.close()
         self._process.close()
@@ -431,54 +518,94 @@ def _describe_exit(exitcode: int | None) -> str:
 
 
 # Child side ------------------------------------------------------------------------------
-def _child_main(
+def _host_main(
     sock: socket.socket,
     alive: socket.socket,
-    payload: bytes,
-    seed: int | None,
+    payloads: list[bytes],
+    seeds: list[int | None],
     episode: EpisodeOptions,
+    build: bool,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_parent_dies, args=(alive,), daemon=True).start()
     sock.setblocking(True)
-    stream = sock.makefile("rb")
-    try:
-        source = cloudpickle.loads(payload)
-        runner = EnvRunner(source, seed, episode)
-        runner.build()
-    except Exception as exc:
-        runner = EnvRunner(None, seed, episode)
-        runner.build_failure = Failure.from_exception(exc, "construction (unpickling the env)")
-    try:
+    sources: list[Any] = []
+    for payload in payloads:
         try:
-            spaces = dumps(runner.spaces)
-        except Exception:
-            spaces = dumps((None, None))
-        sock.sendall(encode(Kind.READY, 0, spaces))
+            sources.append(cloudpickle.loads(payload))
+        except Exception as exc:
+            sources.append(_Unpicklable(Failure.from_exception(exc, "construction (unpickling)")))
+    runners = [
+        _runner(source, seed, episode, build) for source, seed in zip(sources, seeds, strict=True)
+    ]
+    try:
+        if build:
+            sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
+        decoder = FrameDecoder()
         while True:
-            frame = read_frame(stream)
-            if frame is None or frame[0] == Kind.CLOSE:
-                return  # the parent asked us to close, or is gone
-            kind, seq, data = frame
-            if kind == Kind.RESET and not data:
-                result = runner.reset()
-            else:
-                try:
-                    request = loads(data)
-                except Exception as exc:
-                    result = Failure.from_exception(exc, "unpickling the request")
+            data = sock.recv(_RECEIVE_SIZE)  # whatever has arrived is one batch
+            if not data:
+                return  # the parent is gone
+            replies: list[bytes] = []
+            for kind, seq, slot, frame in decoder.feed(data):
+                if kind == Kind.CLOSE:
+                    sock.sendall(b"".join(replies))
+                    return
+                runner = runners[slot]
+                if kind == Kind.CLOSE_SLOT:
+                    runner.close()
+                elif kind == Kind.REBUILD:
+                    runner.close()
+                    seed, slot_episode = loads(frame)
+                    runners[slot] = _runner(sources[slot], seed, slot_episode, True)
                 else:
-                    if kind == Kind.CONTROL:
-                        result = runner.control(request)
-                    else:
-                        result = runner.handle(request)
-            sock.sendall(_encode_reply(seq, result))
+                    replies.append(_answer(runner, kind, seq, slot, frame))
+            if replies:
+                sock.sendall(b"".join(replies))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
-        runner.close()
-        stream.close()
+        for runner in runners:
+            runner.close()
         sock.close()
+
+
+class _Unpicklable:
+    """Stands in for an env that could not be unpickled in the child."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> EnvRunner:
+    if isinstance(source, _Unpicklable):
+        runner = EnvRunner(None, seed, episode)
+        runner.build_failure = source.failure
+        return runner
+    runner = EnvRunner(source, seed, episode)
+    if build:
+        runner.build()
+    return runner
+
+
+def _ready(slot: int, runner: EnvRunner) -> bytes:
+    try:
+        return encode(Kind.READY, 0, dumps(runner.spaces), slot)
+    except Exception:
+        return encode(Kind.READY, 0, dumps((None, None)), slot)
+
+
+def _answer(runner: EnvRunner, kind: int, seq: int, slot: int, payload: Any) -> bytes:
+    if kind == Kind.RESET and not payload:
+        result = runner.reset()
+    else:
+        try:
+            request = loads(payload)
+        except Exception as exc:
+            result = Failure.from_exception(exc, "unpickling the request")
+        else:
+            result = runner.control(request) if kind == Kind.CONTROL else runner.handle(request)
+    return _encode_reply(seq, result, slot)
 
 
 def _exit_when_parent_dies(alive: socket.socket) -> None:
@@ -488,16 +615,16 @@ def _exit_when_parent_dies(alive: socket.socket) -> None:
     os._exit(1)
 
 
-def _encode_reply(seq: int, result: Any) -> bytes:
+def _encode_reply(seq: int, result: Any, slot: int) -> bytes:
     if isinstance(result, Failure):
         try:
-            return encode(Kind.FAILURE, seq, dumps(result))
+            return encode(Kind.FAILURE, seq, dumps(result), slot)
         except Exception:
-            return encode(Kind.FAILURE, seq, dumps(result.without_exception()))
+            return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
     try:
         if type(result) is Step:
-            return encode_step(seq, result)
-        return encode(Kind.STATE, seq, dumps(result))
+            return encode_step(seq, result, slot)
+        return encode(Kind.STATE, seq, dumps(result), slot)
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
-        return encode(Kind.FAILURE, seq, dumps(failure.without_exception()))
+        return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)

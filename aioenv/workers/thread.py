@@ -70,7 +70,7 @@ class ThreadWorker(Worker[S]):
         if env_thread is self._current:  # an abandoned thread's reply is never delivered
             self._on_reply(seq, result)
 
-    def _discard_env(self) -> None:
+    def _discard_env(self, env_gone: bool) -> None:
         self._current.requests.put((0, _STOP))
 
     def _start_close(self) -> None:
