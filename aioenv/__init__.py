@@ -22,6 +22,7 @@ from ._errors import (
     WorkerTimeout,
 )
 from ._factory import get_worker_pool, make_pool, worker_seeds
+from ._loop import run
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._vector import AioVectorEnv, make_vec
@@ -64,5 +65,6 @@ __all__ = [
     "get_worker_pool",
     "make_pool",
     "make_vec",
+    "run",
     "worker_seeds",
 ]

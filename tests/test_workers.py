@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -228,3 +229,15 @@ async def test_process_worker_process_is_gone_after_aclose() -> None:
     await worker.aclose()
     assert worker.pid not in worker_processes()
     assert worker.exitcode == 0
+
+
+def test_run_uses_uvloop_and_returns_the_result() -> None:
+    import uvloop
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        async with aioenv.make_pool("CartPole-v1", 2, mode="process") as pool:
+            batch = await pool.reset_all(seed=0)
+        return f"{type(loop).__module__}:{len(batch)}"
+
+    assert aioenv.run(main()) == f"{uvloop.Loop.__module__}:2"
