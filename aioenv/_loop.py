@@ -18,4 +18,4 @@ def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
         import uvloop
     except ImportError:
         return asyncio.run(main, debug=debug)
-    return uvloop.run(main, debug=debug)  # type: ignore[no-any-return]
+    return uvloop.run(main, debug=debug)

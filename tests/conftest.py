@@ -9,7 +9,7 @@ import cloudpickle
 import envs
 import pytest
 import uvloop
-from support import wait_until, worker_processes, worker_threads
+from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
 # Test envs travel to process workers by value, like envs defined in a user's __main__.
 cloudpickle.register_pickle_by_value(envs)
@@ -34,3 +34,9 @@ def gate(tmp_path: Path) -> Iterator[str]:
     path = str(tmp_path / "gate")
     yield path
     envs.open_gate(path)
+
+
+@pytest.fixture(params=list(POOL_MODES))
+def mode(request: pytest.FixtureRequest) -> Any:
+    """Each pool configuration in turn: sync, thread, process, mixed."""
+    return POOL_MODES[request.param]

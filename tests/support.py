@@ -7,8 +7,28 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import aioenv
 
 KINDS = ["sync", "thread", "process"]
+WORKERS: dict[str, Any] = {
+    "sync": aioenv.SyncWorker,
+    "thread": aioenv.ThreadWorker,
+    "process": aioenv.ProcessWorker,
+}
+#: Pool configurations the pool-level tests run through: each kind alone, and mixed.
+POOL_MODES: dict[str, Any] = {
+    "sync": "sync",
+    "thread": "thread",
+    "process": "process",
+    "mixed": ["process", "thread", "sync"],
+}
+
+
+def modes(mode: Any, n: int) -> Any:
+    """``make_pool``'s ``mode`` for ``n`` workers: one kind, or the mixed list cycled."""
+    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
 def _children() -> dict[int, list[int]]:

@@ -11,32 +11,10 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, Gated, Painted, open_gate
+from support import WORKERS, modes
 
 import aioenv
 from aioenv import RESET
-
-POOL_MODES: dict[str, Any] = {
-    "sync": "sync",
-    "thread": "thread",
-    "process": "process",
-    "mixed": ["process", "thread", "sync"],
-}
-
-
-@pytest.fixture(params=list(POOL_MODES))
-def mode(request: pytest.FixtureRequest) -> Any:
-    return POOL_MODES[request.param]
-
-
-WORKERS: dict[str, Any] = {
-    "sync": aioenv.SyncWorker,
-    "thread": aioenv.ThreadWorker,
-    "process": aioenv.ProcessWorker,
-}
-
-
-def modes(mode: Any, n: int) -> Any:
-    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
 async def test_call_get_attr_set_attr_on_gymnasium_envs(mode: Any) -> None:

@@ -10,27 +10,17 @@ import numpy as np
 import pytest
 from envs import Counter
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from support import modes
 
 import aioenv
 from aioenv import RESET
 
 N = 3
-POOL_MODES: dict[str, Any] = {
-    "sync": "sync",
-    "thread": "thread",
-    "process": "process",
-    "mixed": ["process", "thread", "sync"],
-}
 GYM_MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-
-
-@pytest.fixture(params=list(POOL_MODES))
-def mode(request: pytest.FixtureRequest) -> Any:
-    return POOL_MODES[request.param]
 
 
 async def _pool_round(pool: aioenv.WorkerPool[Any], actions: dict[int, Any]) -> list[Any]:
@@ -120,10 +110,6 @@ async def test_max_episode_steps_truncates_on_top_of_the_env_limit(mode: Any) ->
         assert flags[:3] == [[False, False]] * 3
         assert flags[3] == [True, True]
         assert all(s.info["episode"]["l"] == 4 for s in steps)
-
-
-def modes(mode: Any, n: int) -> Any:
-    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
 async def test_episode_statistics_in_info_and_on_the_pool(mode: Any) -> None:

@@ -11,26 +11,10 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, DictObservation, Failing, Gated, open_gate
-from support import worker_processes, worker_threads
+from support import modes, worker_processes, worker_threads
 
 import aioenv
 from aioenv import CLOSE, RESET
-
-POOL_MODES: dict[str, Any] = {
-    "sync": "sync",
-    "thread": "thread",
-    "process": "process",
-    "mixed": ["thread", "process", "sync", "process"],
-}
-
-
-@pytest.fixture(params=list(POOL_MODES))
-def mode(request: pytest.FixtureRequest) -> Any:
-    return POOL_MODES[request.param]
-
-
-def modes_for(mode: Any, n: int) -> Any:
-    return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
 async def drain(pool: aioenv.WorkerPool[Any]) -> None:
@@ -94,7 +78,7 @@ async def test_forced_sync_pool_runs_the_same_program_to_the_same_result(mode: A
     async with aioenv.make_pool(env, 4, seed=123, force_sync=True) as pool:
         assert isinstance(pool, aioenv.SyncWorkerPool)
         sync_result, sync_order = await _scenario(pool, episodes=3)
-    async with aioenv.make_pool(env, 4, mode=modes_for(mode, 4), seed=123) as pool:
+    async with aioenv.make_pool(env, 4, mode=modes(mode, 4), seed=123) as pool:
         assert isinstance(pool, aioenv.AsyncWorkerPool)
         async_result, _ = await _scenario(pool, episodes=3)
     assert sync_result == async_result
@@ -131,7 +115,7 @@ async def test_seeds_differ_per_worker_repeat_per_run_and_continue_across_episod
 ) -> None:
     async def first_two_episodes(seed: int) -> dict[int, list[float]]:
         draws: dict[int, list[float]] = {}
-        async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3), seed=seed) as pool:
+        async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3), seed=seed) as pool:
             for _ in range(2):
                 pool.reset()
                 async for state, worker_id in pool:
@@ -167,7 +151,7 @@ async def test_worker_seeds_come_from_a_seed_sequence_and_only_seed_the_first_re
 
 async def test_gymnasium_seeding_matches_gymnasium(mode: Any) -> None:
     seeds = aioenv.worker_seeds(99, 2)
-    async with aioenv.make_pool("CartPole-v1", 2, mode=modes_for(mode, 2), seed=99) as pool:
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2), seed=99) as pool:
         pool.reset()
         async for step, worker_id in pool:
             expected, _ = gymnasium.make("CartPole-v1").reset(seed=seeds[worker_id])
@@ -175,7 +159,7 @@ async def test_gymnasium_seeding_matches_gymnasium(mode: Any) -> None:
 
 
 async def test_get_batch_stacks_gymnasium_fields(mode: Any) -> None:
-    async with aioenv.make_pool("CartPole-v1", 4, mode=modes_for(mode, 4), seed=0) as pool:
+    async with aioenv.make_pool("CartPole-v1", 4, mode=modes(mode, 4), seed=0) as pool:
         pool.reset()
         batch = await pool.get_batch(min_size=4)
         assert len(batch) == 4
@@ -272,7 +256,7 @@ async def test_get_state_timeout_returns_none(gate: str) -> None:
 
 
 async def test_env_error_in_a_pool_names_the_worker_and_others_keep_working(mode: Any) -> None:
-    kinds = modes_for(mode, 3)
+    kinds = modes(mode, 3)
     kinds = [kinds] * 3 if isinstance(kinds, str) else kinds
     workers = [
         {"sync": aioenv.SyncWorker, "thread": aioenv.ThreadWorker, "process": aioenv.ProcessWorker}[
@@ -303,7 +287,7 @@ async def test_env_error_in_a_pool_names_the_worker_and_others_keep_working(mode
 
 
 async def test_misuse_is_an_immediate_clear_error(mode: Any) -> None:
-    async with aioenv.make_pool(Counter, 2, mode=modes_for(mode, 2)) as pool:
+    async with aioenv.make_pool(Counter, 2, mode=modes(mode, 2)) as pool:
         with pytest.raises(aioenv.NoActionInFlight, match="send_action"):
             await pool.get_state()
         with pytest.raises(aioenv.NoActionInFlight):
@@ -365,7 +349,7 @@ def test_make_pool_rejects_bad_options() -> None:
 
 
 async def test_close_sentinel_closes_just_that_worker(mode: Any) -> None:
-    async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3)) as pool:
+    async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3)) as pool:
         pool.reset()
         await pool.get_batch(min_size=3)
         pool.send_action(CLOSE, 1)
@@ -383,7 +367,7 @@ async def test_close_sentinel_closes_just_that_worker(mode: Any) -> None:
 
 
 async def test_async_iteration_yields_until_nothing_is_in_flight(mode: Any) -> None:
-    async with aioenv.make_pool(Counter, 3, mode=modes_for(mode, 3)) as pool:
+    async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3)) as pool:
         pool.reset()
         steps = 0
         async for state, worker_id in pool:
@@ -397,7 +381,7 @@ async def test_async_iteration_yields_until_nothing_is_in_flight(mode: Any) -> N
 async def test_context_exit_cleans_up_after_errors_and_cancellation(
     mode: Any, ending: str, gate: str
 ) -> None:
-    kinds = modes_for(mode, 3)
+    kinds = modes(mode, 3)
     kind_list = [kinds] * 3 if isinstance(kinds, str) else kinds
     with warnings.catch_warnings(record=True) as caught, anyio.CancelScope() as scope:
         warnings.simplefilter("always")
@@ -429,7 +413,7 @@ async def test_context_exit_cleans_up_after_errors_and_cancellation(
 
 
 async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
-    async with aioenv.make_pool(Counter, 4, mode=modes_for(mode, 4)) as pool:
+    async with aioenv.make_pool(Counter, 4, mode=modes(mode, 4)) as pool:
         pool.reset()
         await asyncio.sleep(0)
         taken: list[int] = []

@@ -9,16 +9,11 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from support import POOL_MODES
 
 import aioenv
 
 N = 3
-MODES: dict[str, Any] = {
-    "sync": "sync",
-    "thread": "thread",
-    "process": "process",
-    "mixed": ["process", "thread", "sync"],
-}
 AUTORESET = {
     "next_step": AutoresetMode.NEXT_STEP,
     "same_step": AutoresetMode.SAME_STEP,
@@ -45,12 +40,12 @@ def assert_same_infos(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("autoreset", list(AUTORESET))
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(POOL_MODES))
 def test_same_seeded_rollout_as_sync_vector_env(mode: str, autoreset: str) -> None:
     reference = SyncVectorEnv(
         [lambda: gymnasium.make("CartPole-v1")] * N, autoreset_mode=AUTORESET[autoreset]
     )
-    ours = aioenv.AioVectorEnv("CartPole-v1", N, mode=MODES[mode], autoreset=autoreset)
+    ours = aioenv.AioVectorEnv("CartPole-v1", N, mode=POOL_MODES[mode], autoreset=autoreset)
     try:
         assert ours.metadata["autoreset_mode"] == AUTORESET[autoreset]
         assert ours.single_observation_space == reference.single_observation_space

@@ -10,16 +10,10 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, Failing, FourTupleEnv
-from support import KINDS, worker_processes
+from support import KINDS, WORKERS, worker_processes
 
 import aioenv
 from aioenv import CLOSE, RESET
-
-WORKERS: dict[str, type[aioenv.Worker[Any]]] = {
-    "sync": aioenv.SyncWorker,
-    "thread": aioenv.ThreadWorker,
-    "process": aioenv.ProcessWorker,
-}
 
 
 @pytest.fixture(params=KINDS)

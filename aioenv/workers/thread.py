@@ -89,6 +89,9 @@ class ThreadWorker(Worker[S]):
         with anyio.move_on_after(cleanup_time):
             for future in done:
                 await future
+        for env_thread in self._threads:
+            if env_thread.finished.is_set():
+                env_thread.join()  # it has run its last line: this returns at once
         self._threads = [t for t in self._threads if not t.finished.is_set()]
         if self._threads:
             warnings.warn(
@@ -112,6 +115,9 @@ class _EnvThread:
             target=self._serve, name=f"aioenv-thread-worker ({worker.env_name})", daemon=True
         )
         self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=1.0)
 
     def notify(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
         """Complete ``future`` on ``loop`` when the thread has finished."""

@@ -14,7 +14,7 @@ import anyio
 import numpy as np
 import pytest
 from faulty_env import PROCESS_ONLY, FaultyEnv
-from support import wait_until, worker_threads
+from support import WORKERS, wait_until, worker_threads
 
 import aioenv
 from aioenv import RESET
@@ -33,7 +33,6 @@ EXPECTED: dict[str, tuple[type[aioenv.WorkerError], int | None]] = {
 ENV_GONE = {"exit", "sigkill", "sigsegv", "hang", "gated_hang"}
 FAULTS = ["raise", "garbage", "exit", "sigkill", "sigsegv", "hang"]
 POOLS = ["thread", "process", "mixed"]
-WORKER = {"sync": aioenv.SyncWorker, "thread": aioenv.ThreadWorker, "process": aioenv.ProcessWorker}
 
 
 def cases() -> list[tuple[str, str]]:
@@ -59,8 +58,8 @@ def env_factory(**kwargs: Any) -> Callable[[], FaultyEnv]:
 
 
 def build(kinds: list[str], faulty: Callable[[], FaultyEnv], **pool_options: Any) -> Any:
-    workers = [WORKER[kinds[0]](faulty, seed=10)]
-    workers += [WORKER[kind](FaultyEnv, seed=11 + i) for i, kind in enumerate(kinds[1:])]
+    workers = [WORKERS[kinds[0]](faulty, seed=10)]
+    workers += [WORKERS[kind](FaultyEnv, seed=11 + i) for i, kind in enumerate(kinds[1:])]
     return aioenv.AsyncWorkerPool(workers, cleanup_time=1.0, **pool_options)
 
 
@@ -294,13 +293,13 @@ async def test_start_timeout_applies_to_construction_and_first_reset(kind: str) 
 
             time.sleep(1.0)
 
-    worker = WORKER[kind](SlowStart)
+    worker = WORKERS[kind](SlowStart)
     async with aioenv.AsyncWorkerPool([worker], step_timeout=0.2, start_timeout=0.4) as pool:
         pool.reset()
         with pytest.raises(aioenv.WorkerTimeout, match="start-up"):
             await pool.get_state()
     # The default start deadline is generous (max(step_timeout, 60 s)): slow starts pass.
-    async with aioenv.AsyncWorkerPool([WORKER[kind](SlowStart)], step_timeout=0.2) as pool:
+    async with aioenv.AsyncWorkerPool([WORKERS[kind](SlowStart)], step_timeout=0.2) as pool:
         pool.reset()
         assert (await pool.get_state()) is not None
     del slow_start
@@ -320,7 +319,7 @@ async def test_sync_workers_report_a_step_past_its_deadline(pool_kind: str) -> N
 @pytest.mark.parametrize("pool_kind", POOLS)
 async def test_cancelling_get_state_and_get_batch_anywhere_loses_nothing(pool_kind: str) -> None:
     kinds = [*kinds_for(pool_kind, "raise"), "thread"]
-    workers = [WORKER[kind](FaultyEnv) for kind in kinds]
+    workers = [WORKERS[kind](FaultyEnv) for kind in kinds]
     rng = np.random.default_rng(0)
     async with aioenv.AsyncWorkerPool(workers) as pool:
         pool.reset()
@@ -407,7 +406,7 @@ async def test_fds_are_released_after_faults() -> None:
 @pytest.mark.parametrize("pool_kind", POOLS)
 async def test_bad_input_gives_one_clear_error_and_the_pool_stays_usable(pool_kind: str) -> None:
     kinds = kinds_for(pool_kind, "raise")
-    workers = [WORKER[kind]("CartPole-v1") for kind in kinds]
+    workers = [WORKERS[kind]("CartPole-v1") for kind in kinds]
     async with aioenv.AsyncWorkerPool(workers) as pool:
         pool.reset()
         await pool.get_batch(min_size=3)
