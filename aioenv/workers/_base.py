@@ -122,9 +122,10 @@ class Worker(abc.ABC, Generic[S]):
             )
         self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
-            options = action.options if isinstance(action, Reset) else None
-            seed = action.seed if isinstance(action, Reset) and action.seed is not None else None
-            action = Reset(seed=self._next_reset_seed if seed is None else seed, options=options)
+            # From set_seeds(): this reset takes the stored seed, unless it names its own.
+            request = action if isinstance(action, Reset) else Reset()
+            if request.seed is None:
+                action = dataclasses.replace(request, seed=self._next_reset_seed)
             self._next_reset_seed = None
         seq = self._next_seq
         self._next_seq = seq + 1
