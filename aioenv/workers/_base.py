@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
@@ -73,7 +74,8 @@ class Worker(abc.ABC, Generic[S]):
         self._episode = EpisodeOptions()
         self._next_reset_seed: int | None = None  # from set_seeds(): the next reset's seed
         self._controls: dict[int, asyncio.Future[Any]] = {}  # control requests in flight
-        self._on_first_reply: Any = None  # the pool's space check
+        # The pool's space check: an error to raise in place of the first reply, or None.
+        self._on_first_reply: Callable[[Worker[Any]], WorkerError | None] | None = None
         self._inbox = Inbox(ordered=True)
         self._in_pool = False
         self._next_seq = 1
@@ -288,7 +290,8 @@ class Worker(abc.ABC, Generic[S]):
         self._cancel_deadline()
         if not self._started:
             self._started = True
-            mismatch = self._on_first_reply(self) if self._on_first_reply is not None else None
+            check = self._on_first_reply
+            mismatch = check(self) if check is not None else None
             if mismatch is not None:  # a configuration error: no restart would fix it
                 self._failure = mismatch
                 self._awaited_seq = 0
