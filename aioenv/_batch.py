@@ -26,11 +26,16 @@ class Batch(Generic[S]):
     """
 
     def __init__(
-        self, worker_ids: Sequence[int], states: list[S], observation_space: Any = None
+        self,
+        worker_ids: Sequence[int],
+        states: list[S],
+        observation_space: Any = None,
+        out: Any = None,
     ) -> None:
         self.worker_ids: npt.NDArray[np.int64] = np.asarray(worker_ids, dtype=np.int64)
         self.states = states
         self._observation_space = observation_space
+        self._out = out  # where to stack the observations (a pool's reused array), if given
 
     def __len__(self) -> int:
         return len(self.states)
@@ -57,7 +62,7 @@ class Batch(Generic[S]):
         space = self._observation_space
         if space is None:
             return np.stack(items) if items else np.empty((0,))
-        out = create_empty_array(space, n=len(items))
+        out = self._out if self._out is not None else create_empty_array(space, n=len(items))
         return concatenate(space, items, out)  # type: ignore[arg-type]
 
     @functools.cached_property

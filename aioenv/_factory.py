@@ -21,7 +21,7 @@ _KINDS: dict[str, type[Worker[Any]]] = {
 _OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time"}),
     "thread": frozenset({"cleanup_time"}),
-    "process": frozenset({"cleanup_time", "context", "envs_per_process"}),
+    "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
 }
 _POOL_OPTIONS = frozenset(
     {
@@ -34,6 +34,7 @@ _POOL_OPTIONS = frozenset(
         "autoreset",
         "max_episode_steps",
         "check_actions",
+        "copy",
     }
 )
 
@@ -72,8 +73,9 @@ def make_pool(
     mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
     ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
     :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``,
-    ``envs_per_process``: how many envs share one child process) go to the kinds that take
-    them; pool options (``autoreset``, ``max_episode_steps``, ``check_actions``,
+    ``envs_per_process``: how many envs share one child process, ``shared_memory``) go to
+    the kinds that take them; pool options (``autoreset``, ``max_episode_steps``,
+    ``check_actions``, ``copy``,
     ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
     ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the pool.
     """

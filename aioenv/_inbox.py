@@ -22,6 +22,7 @@ class Outcome:
     worker_id: int | None
     state: Any
     error: BaseException | None = None
+    borrowed: bool = False  # the state's observation views shared memory: copy it to keep it
 
 
 class Inbox:

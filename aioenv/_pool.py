@@ -15,7 +15,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
+import gymnasium
 import numpy as np
+from gymnasium.vector.utils import create_empty_array
 
 from ._batch import Batch
 from ._episodes import EpisodeStats, record_episode
@@ -33,6 +35,7 @@ from ._inbox import Inbox, Outcome
 from ._render import tile_images
 from ._runner import Autoreset, ControlRequest, EpisodeOptions
 from ._sentinels import RESET, Command, Reset
+from ._shared_memory import owned_step
 from ._supervision import Supervision
 from .workers._base import Worker
 
@@ -68,6 +71,7 @@ class WorkerPool(Generic[S]):
         autoreset: Autoreset = "disabled",
         max_episode_steps: int | None = None,
         check_actions: bool = False,
+        copy: bool = True,
     ) -> None:
         workers = list(workers)
         if not workers:
@@ -97,6 +101,10 @@ class WorkerPool(Generic[S]):
         self.autoreset = episode.autoreset
         self.max_episode_steps = max_episode_steps
         self.check_actions = bool(check_actions)
+        #: False: observations in shared memory are handed out as views, valid until the
+        #: next action sent to their worker, and ``get_batch`` reuses its stacked arrays.
+        self.copy = bool(copy)
+        self._batch_buffer: Any = None  # with copy=False: rows for stacked Box observations
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
         self._on_failure = on_failure
@@ -327,8 +335,11 @@ class WorkerPool(Generic[S]):
                 return None
         if outcome.error is not None:
             raise outcome.error
-        record_episode(self._stats[outcome.worker_id], outcome.state)  # type: ignore[index]
-        return outcome.state, outcome.worker_id  # type: ignore[return-value]
+        state = outcome.state
+        if outcome.borrowed and self.copy:
+            state = owned_step(state)
+        record_episode(self._stats[outcome.worker_id], state)  # type: ignore[index]
+        return state, outcome.worker_id  # type: ignore[return-value]
 
     async def get_batch(
         self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
@@ -369,9 +380,28 @@ class WorkerPool(Generic[S]):
             inbox.pop_next()
             outcomes.append(upcoming)
             record_episode(self._stats[upcoming.worker_id], upcoming.state)  # type: ignore[index]
-        ids = [outcome.worker_id for outcome in outcomes]
-        space = self._workers[ids[0]].observation_space if ids else None  # type: ignore[index]
-        return Batch(ids, [outcome.state for outcome in outcomes], space)  # type: ignore[arg-type]
+        ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
+        states = [outcome.state for outcome in outcomes]
+        space = self._workers[ids[0]].observation_space if ids else None
+        out = None if self.copy else self._reusable_rows(space, len(ids))
+        batch = Batch(ids, states, space, out)
+        if any(outcome.borrowed for outcome in outcomes):
+            # Views of shared memory: stack them now, before a next action overwrites them.
+            observations = batch.observations
+            if self.copy:
+                for row, outcome in enumerate(outcomes):
+                    if outcome.borrowed:
+                        states[row] = _with_row(outcome.state, space, observations, row)
+        return batch
+
+    def _reusable_rows(self, space: Any, rows: int) -> Any:
+        """Stacked Box observations reuse one array (``copy=False``); None otherwise."""
+        if not isinstance(space, gymnasium.spaces.Box):
+            return None
+        buffer = self._batch_buffer
+        if buffer is None or buffer.shape[1:] != space.shape or buffer.dtype != space.dtype:
+            buffer = self._batch_buffer = create_empty_array(space, len(self._workers))
+        return buffer[:rows]
 
     def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
         """``async for state, worker_id in pool``: states as they arrive, until no worker
@@ -478,3 +508,11 @@ class SyncWorkerPool(WorkerPool[S]):
     async def __aenter__(self) -> SyncWorkerPool[S]:
         self._check_open()
         return self
+
+
+def _with_row(step: Any, space: Any, observations: Any, row: int) -> Any:
+    """``step`` whose observation (a view of shared memory) is replaced by its row of the
+    freshly stacked batch: the batch's copy is the state's copy."""
+    if isinstance(space, gymnasium.spaces.Box):
+        return dataclasses.replace(step, observation=observations[row])
+    return owned_step(step)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._environment import Step
+from ._shared_memory import SharedObservations
 
 __all__ = [
     "HEADER",
@@ -34,6 +35,7 @@ __all__ = [
     "encode_step",
     "loads",
     "Frame",
+    "is_shared",
 ]
 
 HEADER = struct.Struct("<QQBH")
@@ -47,6 +49,7 @@ class Kind(enum.IntEnum):
     CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
     REBUILD = 5  # payload: the new env's seed, pickled; build the slot's env afresh
     CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
+    SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state, pickled
@@ -66,18 +69,27 @@ def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
     return HEADER.pack(len(payload), seq, kind, slot) + payload
 
 
-# A Step: reward, flags, then the observation (raw array bytes, or a pickle), then a pickled
-# tail (info, final_observation, final_info) only when there is something in it.
+# A Step: reward, flags, then the observation (raw array bytes, a pickle, or nothing when it
+# is in shared memory), then a pickled tail (info, final_observation, final_info) only when
+# there is something in it.
 _STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation part
 _ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
-_TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL = 1, 2, 4, 8
+_TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL, _SHARED = 1, 2, 4, 8, 16
+_FLAGS_AT = 8  # the flags byte's offset in a STEP_STATE payload
 
 
-def encode_step(seq: int, step: Step[Any], slot: int = 0) -> bytes:
-    """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes."""
+def encode_step(
+    seq: int, step: Step[Any], slot: int = 0, shared: SharedObservations | None = None
+) -> bytes:
+    """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes, or are
+    written to ``shared`` memory when they fit its layout."""
     observation = step.observation
     flags = (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
-    if type(observation) is np.ndarray and not observation.dtype.hasobject:
+    body: list[bytes]
+    if shared is not None and shared.write(observation):
+        body = []
+        flags |= _SHARED
+    elif type(observation) is np.ndarray and not observation.dtype.hasobject:
         dtype = observation.dtype.str.encode()
         ndim = observation.ndim
         body = [
@@ -97,18 +109,28 @@ def encode_step(seq: int, step: Step[Any], slot: int = 0) -> bytes:
     return HEADER.pack(len(payload), seq, Kind.STEP_STATE, slot) + payload
 
 
-def decode_step(payload: bytes | memoryview) -> Step[Any]:
-    """The Step of a STEP_STATE message; an array observation is a fresh, writable copy."""
+def is_shared(payload: bytes | memoryview) -> bool:
+    """Is this STEP_STATE's observation in shared memory?"""
+    return bool(payload[_FLAGS_AT] & _SHARED)
+
+
+def decode_step(payload: bytes | memoryview, shared: SharedObservations | None = None) -> Step[Any]:
+    """The Step of a STEP_STATE message. An array observation is a fresh, writable copy,
+    except one in shared memory: that is a view of ``shared``, valid until the next request."""
     reward, flags, size = _STEP_HEAD.unpack_from(payload)
     start = _STEP_HEAD.size
-    if flags & _RAW_ARRAY:
+    if flags & _SHARED:
+        if shared is None:
+            raise ValueError("a reply refers to shared memory this worker does not have")
+        observation: Any = shared.read()
+    elif flags & _RAW_ARRAY:
         dtype_length, ndim = _ARRAY_HEAD.unpack_from(payload, start)
         at = start + _ARRAY_HEAD.size
         dtype = _dtype(bytes(payload[at : at + dtype_length]))
         at += dtype_length
         shape = _shape_struct(ndim).unpack_from(payload, at)
         at += 8 * ndim
-        observation: Any = np.empty(shape, dtype)
+        observation = np.empty(shape, dtype)
         if observation.nbytes:  # a memoryview of a zero-size array cannot be cast
             observation.data.cast("B")[:] = payload[at : start + size]
     else:

@@ -199,3 +199,62 @@ class Painted(gymnasium.Env[np.ndarray, int]):
         if self.render_mode != "rgb_array":
             return None
         return np.full((20, 30, 3), self.shade, dtype=np.uint8)
+
+
+class Structured(gymnasium.Env[Any, int]):
+    """Seeded random observations in a nested space (Dict of Box, Discrete, MultiBinary,
+    MultiDiscrete and a Tuple), a new one every step. ``wrong`` makes the step's image
+    disagree with the space ("dtype": float64 for uint8, "shape": one row short,
+    "numpy_int": a numpy scalar for the Discrete), to check nothing is converted."""
+
+    def __init__(self, wrong: str | None = None, size: int = 48) -> None:
+        spaces = gymnasium.spaces
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (size, size, 3), np.uint8),
+                "mode": spaces.Discrete(5),
+                "pair": spaces.Tuple((spaces.MultiBinary(3), spaces.MultiDiscrete([2, 3, 4]))),
+                "vector": spaces.Box(-1.0, 1.0, (7,), np.float32),
+            }
+        )
+        self.action_space = spaces.Discrete(2)
+        self.wrong = wrong
+
+    def _obs(self) -> dict[str, Any]:
+        rng = self.np_random
+        size = self.observation_space["image"].shape[0]
+        image: np.ndarray = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        mode: Any = int(rng.integers(5))
+        if self.wrong == "dtype" and self.t:
+            image = image.astype(np.float64)
+        elif self.wrong == "shape" and self.t:
+            image = image[1:]
+        elif self.wrong == "numpy_int" and self.t:
+            mode = np.int64(mode)
+        return {
+            "image": image,
+            "mode": mode,
+            "pair": (
+                rng.integers(0, 2, 3, dtype=np.int8),
+                rng.integers(0, [2, 3, 4], dtype=np.int64),
+            ),
+            "vector": rng.uniform(-1, 1, 7).astype(np.float32),
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        return self._obs(), float(action), False, self.t >= 6, {"t": self.t}
+
+
+class DyingBig(BigObservation):
+    """Exits its process on its second step of an episode."""
+
+    def step(self, action: int) -> Any:
+        if self.t == 1:
+            os._exit(3)
+        return super().step(action)

@@ -30,6 +30,7 @@ from .._errors import (
 from .._inbox import Inbox, Outcome
 from .._runner import ControlRequest, EpisodeOptions, Failure
 from .._sentinels import CLOSE, RESET, Command, Reset, is_reset
+from .._shared_memory import owned_step
 from .._supervision import Supervision, restart_seed
 
 __all__ = ["Worker"]
@@ -165,6 +166,8 @@ class Worker(abc.ABC, Generic[S]):
             if outcome is not None:
                 if outcome.error is not None:
                     raise outcome.error
+                if outcome.borrowed:
+                    return owned_step(outcome.state)  # type: ignore[return-value]
                 return outcome.state  # type: ignore[no-any-return]
             if not inbox.is_owed(self.worker_id):
                 if self._closing:
@@ -281,8 +284,9 @@ class Worker(abc.ABC, Generic[S]):
             if not future.done():
                 future.set_exception(error)
 
-    def _on_reply(self, seq: int, result: Any) -> None:
-        """Deliver the reply to request ``seq``: a state, or a :class:`Failure`."""
+    def _on_reply(self, seq: int, result: Any, borrowed: bool = False) -> None:
+        """Deliver the reply to request ``seq``: a state, or a :class:`Failure`.
+        ``borrowed``: the state's observation is a view of shared memory."""
         if not seq or seq != self._awaited_seq:
             if seq in self._controls:
                 self._on_control_reply(seq, result)
@@ -305,7 +309,7 @@ class Worker(abc.ABC, Generic[S]):
         if self._restart_reason is not None:
             result = _mark_restarted(result, self._restart_reason)
             self._restart_reason = None
-        self._inbox.deliver(Outcome(self.worker_id, result))
+        self._inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
 
     def _on_death(self, error: WorkerError) -> None:
         """The current env is gone (its process died)."""

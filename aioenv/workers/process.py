@@ -10,6 +10,10 @@ socket that only the parent holds open: if the parent dies, the child exits by i
 
 Messages for one host sent in the same loop iteration travel in one write, and the child
 answers everything it read in one write: cheap envs pay one hand-off per batch.
+
+Large observations skip the socket: once the env reports its observation space, the parent
+maps a memory file laid out for that space and passes it to the child, which writes each
+observation in place (see :mod:`aioenv._shared_memory`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import socket
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import cloudpickle
@@ -39,10 +43,12 @@ from .._protocol import (
     dumps,
     encode,
     encode_step,
+    is_shared,
     loads,
 )
 from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
 from .._sentinels import RESET, Command, Reset
+from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available
 from ._base import Worker
 
 __all__ = ["ProcessWorker", "default_context"]
@@ -87,6 +93,11 @@ class ProcessWorker(Worker[S]):
     waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
     kills the child at once (with every env it hosts). Use :meth:`hosted` (or
     ``make_pool(..., envs_per_process=k)``) to put several envs in one child.
+
+    ``shared_memory``: ``"auto"`` (observations of 8 KiB or more, in a space with a fixed
+    layout, travel through shared memory), True (whenever the space allows) or False (always
+    through the socket). Either way the states handed out own their arrays unless the pool
+    was made with ``copy=False``.
     """
 
     kind = "process"
@@ -101,6 +112,7 @@ class ProcessWorker(Worker[S]):
         context: Context | str | None = None,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        shared_memory: bool | Literal["auto"] = "auto",
         _start: bool = True,
     ) -> None:
         super().__init__(
@@ -118,6 +130,15 @@ class ProcessWorker(Worker[S]):
                 f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
                 "or use a thread worker"
             ) from exc
+        if shared_memory not in (True, False, "auto"):
+            raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
+        if shared_memory is True and not available():
+            raise ValueError(
+                "shared_memory=True needs os.memfd_create (Linux); use shared_memory='auto'"
+            )
+        self._shared_memory = shared_memory
+        self._layout: Layout | None = None  # known once the env reports its space
+        self._shared: SharedObservations | None = None  # mapped for the current host
         self._context = _resolve_context(context)
         self._slot = 0
         self._hosts: list[_Host] = []  # every host this worker used that may still run
@@ -146,8 +167,30 @@ class ProcessWorker(Worker[S]):
         self._slot = host.members.index(self)
         host.open_slots.add(self._slot)
         self._hosts.append(host)
+        self._shared = None  # a new process gets its own memory: a killed one cannot write it
         if self._loop is not None:
             host.watch(self._loop)
+        if self._layout is not None:
+            self._share()
+
+    def _share(self) -> None:
+        """Map memory for this worker's observations and pass it to its current host."""
+        assert self._layout is not None
+        shared = SharedObservations(self._layout)
+        try:
+            frame = encode(Kind.SHARE, 0, dumps(self._layout), self._slot)
+            if self._host.send_with_fd(frame, shared.fd):
+                self._shared = shared
+        finally:
+            shared.close_fd()  # the child has its own descriptor now
+
+    def _layout_for(self, space: Any) -> Layout | None:
+        if self._shared_memory is False or not available():
+            return None
+        layout = Layout.of(space)
+        if layout is None or (self._shared_memory == "auto" and layout.nbytes < AUTO_THRESHOLD):
+            return None
+        return layout
 
     @property
     def pid(self) -> int:
@@ -213,6 +256,7 @@ class ProcessWorker(Worker[S]):
 
     def _abandon(self) -> None:
         super()._abandon()
+        self._shared = None
         for host in self._hosts:
             host.kill_now()
         self._hosts.clear()
@@ -225,14 +269,23 @@ class ProcessWorker(Worker[S]):
             # Spaces are informative only: one that does not unpickle here is skipped.
             with contextlib.suppress(Exception):
                 self.observation_space, self.action_space = loads(payload)
+                self._layout = self._layout_for(self.observation_space)
+                if self._layout is not None:
+                    self._share()
             return
         if not seq or (seq != self._awaited_seq and seq not in self._controls):
             return  # stale: no need to decode it
+        borrowed = False
+        result: Any
         try:
-            result = decode_step(payload) if kind == Kind.STEP_STATE else loads(payload)
+            if kind == Kind.STEP_STATE:
+                result = decode_step(payload, self._shared)
+                borrowed = self._shared is not None and is_shared(payload)
+            else:
+                result = loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling its reply in the parent")
-        self._on_reply(seq, result)
+        self._on_reply(seq, result, borrowed)
 
     def _on_host_exit(self, host: _Host) -> None:
         with contextlib.suppress(ValueError):
@@ -254,6 +307,7 @@ class ProcessWorker(Worker[S]):
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
         self._ensure_loop()
+        self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
         self._host.release(self._slot, self.cleanup_time)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
@@ -366,6 +420,25 @@ class _Host:
         frames, self._queued = self._queued, []
         if self.alive:
             self._write(b"".join(frames))
+
+    def send_with_fd(self, frame: bytes, fd: int) -> bool:
+        """Send ``frame`` now, with a copy of descriptor ``fd``, after every frame queued
+        before it. False if it could not go (the caller carries on without it)."""
+        if not self.alive:
+            return False
+        if self._queued:
+            self._flush()
+        if self._outgoing:
+            return False  # the socket is backed up: the descriptor would overtake frames
+        try:
+            sent = socket.send_fds(self._socket, [frame], [fd])
+        except OSError:
+            return False
+        if sent < len(frame):  # rare: a full socket buffer; the rest goes as usual
+            self._outgoing += frame[sent:]
+            if self._loop is not None:
+                self._loop.add_writer(self._socket.fileno(), self._on_writable)
+        return True
 
     def _write(self, data: bytes) -> None:
         if self._outgoing:
@@ -529,6 +602,8 @@ def _host_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_parent_dies, args=(alive,), daemon=True).start()
     sock.setblocking(True)
+    shared: list[SharedObservations | None] = [None] * len(payloads)
+    descriptors: list[int] = []  # passed with SHARE frames, in order
     sources: list[Any] = []
     for payload in payloads:
         try:
@@ -543,7 +618,9 @@ def _host_main(
             sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
         decoder = FrameDecoder()
         while True:
-            data = sock.recv(_RECEIVE_SIZE)  # whatever has arrived is one batch
+            # Whatever has arrived is one batch; SHARE frames bring a file descriptor.
+            data, fds, _, _ = socket.recv_fds(sock, _RECEIVE_SIZE, 4)
+            descriptors += fds
             if not data:
                 return  # the parent is gone
             replies: list[bytes] = []
@@ -552,14 +629,17 @@ def _host_main(
                     sock.sendall(b"".join(replies))
                     return
                 runner = runners[slot]
-                if kind == Kind.CLOSE_SLOT:
+                if kind == Kind.SHARE:
+                    shared[slot] = _attach(frame, descriptors.pop(0) if descriptors else -1)
+                elif kind == Kind.CLOSE_SLOT:
                     runner.close()
+                    shared[slot] = None
                 elif kind == Kind.REBUILD:
                     runner.close()
                     seed, slot_episode = loads(frame)
                     runners[slot] = _runner(sources[slot], seed, slot_episode, True)
                 else:
-                    replies.append(_answer(runner, kind, seq, slot, frame))
+                    replies.append(_answer(runner, kind, seq, slot, frame, shared[slot]))
             if replies:
                 sock.sendall(b"".join(replies))
     except (BrokenPipeError, ConnectionResetError):
@@ -567,7 +647,18 @@ def _host_main(
     finally:
         for runner in runners:
             runner.close()
+        for fd in descriptors:
+            os.close(fd)
         sock.close()
+
+
+def _attach(frame: Any, fd: int) -> SharedObservations | None:
+    if fd < 0:
+        return None
+    try:
+        return SharedObservations.attach(loads(frame), fd)
+    except Exception:
+        return None  # observations keep travelling through the socket
 
 
 class _Unpicklable:
@@ -595,7 +686,14 @@ def _ready(slot: int, runner: EnvRunner) -> bytes:
         return encode(Kind.READY, 0, dumps((None, None)), slot)
 
 
-def _answer(runner: EnvRunner, kind: int, seq: int, slot: int, payload: Any) -> bytes:
+def _answer(
+    runner: EnvRunner,
+    kind: int,
+    seq: int,
+    slot: int,
+    payload: Any,
+    shared: SharedObservations | None,
+) -> bytes:
     if kind == Kind.RESET and not payload:
         result = runner.reset()
     else:
@@ -605,7 +703,7 @@ def _answer(runner: EnvRunner, kind: int, seq: int, slot: int, payload: Any) -> 
             result = Failure.from_exception(exc, "unpickling the request")
         else:
             result = runner.control(request) if kind == Kind.CONTROL else runner.handle(request)
-    return _encode_reply(seq, result, slot)
+    return _encode_reply(seq, result, slot, shared if kind != Kind.CONTROL else None)
 
 
 def _exit_when_parent_dies(alive: socket.socket) -> None:
@@ -615,7 +713,9 @@ def _exit_when_parent_dies(alive: socket.socket) -> None:
     os._exit(1)
 
 
-def _encode_reply(seq: int, result: Any, slot: int) -> bytes:
+def _encode_reply(
+    seq: int, result: Any, slot: int, shared: SharedObservations | None = None
+) -> bytes:
     if isinstance(result, Failure):
         try:
             return encode(Kind.FAILURE, seq, dumps(result), slot)
@@ -623,7 +723,7 @@ def _encode_reply(seq: int, result: Any, slot: int) -> bytes:
             return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
     try:
         if type(result) is Step:
-            return encode_step(seq, result, slot)
+            return encode_step(seq, result, slot, shared)
         return encode(Kind.STATE, seq, dumps(result), slot)
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import os
 import sys
 import time
@@ -121,7 +122,9 @@ class Soak:
             worker_class = {"process": aioenv.ProcessWorker, "thread": aioenv.ThreadWorker}.get(
                 kind, aioenv.SyncWorker
             )
-            workers.append(worker_class(FaultyEnv, seed=int(self.rng.integers(2**31))))
+            # Process workers put every observation in shared memory, however small.
+            options = {"shared_memory": True} if kind == "process" else {}
+            workers.append(worker_class(FaultyEnv, seed=int(self.rng.integers(2**31)), **options))
         pool = aioenv.AsyncWorkerPool(
             workers,
             step_timeout=STEP_TIMEOUT,
@@ -169,6 +172,11 @@ class Soak:
         return pool
 
 
+def memory_files_mapped() -> int:
+    gc.collect()
+    return Path(f"/proc/{os.getpid()}/maps").read_text().count("memfd:aioenv")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,6 +211,7 @@ def main() -> int:
         "threads": len(worker_threads()) if leaked_threads else 0,
         "fds": max(0, fds_after - fds_before),
         "shm segments": len(set(os.listdir("/dev/shm")) - shm_before),
+        "shared memory files still mapped": memory_files_mapped(),
     }
     counts = soak.counts
     faults = {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("fault:")}

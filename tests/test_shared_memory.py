@@ -1,0 +1,253 @@
+"""Observations in shared memory: the layout, exact round trips, the lifetime of what the
+pool hands out, restarts, fallbacks and leaks."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from envs import BigObservation, DyingBig, Structured, expected_big_observation
+from gymnasium import spaces
+
+import aioenv
+from aioenv._shared_memory import Layout, SharedObservations
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)"),
+]
+
+MEMORY_NAME = "memfd:aioenv-observations"
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values of the same types, all the way down (no silent conversion)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def mapped_in(pid: int) -> int:
+    """How many of aioenv's memory files process ``pid`` maps."""
+    return Path(f"/proc/{pid}/maps").read_text().count(MEMORY_NAME)
+
+
+def open_memory_files() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:aioenv")
+    return count
+
+
+@pytest.fixture(autouse=True)
+def nothing_mapped_after() -> Any:
+    yield
+    gc.collect()
+    assert mapped_in(os.getpid()) == 0, "a memory file is still mapped after the test"
+    assert open_memory_files() == 0, "a memory file descriptor is still open"
+
+
+async def trajectory(env: Any, n: int, steps: int, **options: Any) -> list[list[Any]]:
+    """Per worker, every observation of ``steps`` actions (taken with get_state)."""
+    seen: list[list[Any]] = [[] for _ in range(n)]
+    async with aioenv.make_pool(env, n, seed=7, **options) as pool:
+        pool.reset()
+        for _ in range(n * (steps + 1)):
+            item = await pool.get_state()
+            assert item is not None
+            step, worker_id = item
+            seen[worker_id].append(step.observation)
+            if len(seen[worker_id]) <= steps:
+                pool.send_action(len(seen[worker_id]) % 2, worker_id)
+    return seen
+
+
+# The layout --------------------------------------------------------------------------------
+def test_layout_of_every_fixed_space_and_none_for_the_rest() -> None:
+    nested = Structured().observation_space
+    layout = Layout.of(nested)
+    assert layout is not None
+    assert layout.nbytes >= 48 * 48 * 3 + 8 + 3 + 3 * 8 + 7 * 4
+    for space in (
+        spaces.Box(0, 1, (3, 4), np.float32),
+        spaces.Discrete(3),
+        spaces.MultiBinary(5),
+        spaces.MultiDiscrete([2, 2]),
+    ):
+        assert Layout.of(space) is not None, space
+    for space in (
+        spaces.Text(5),
+        spaces.Sequence(spaces.Discrete(2)),
+        spaces.Dict({"a": spaces.Box(0, 1, (2,)), "b": spaces.Text(3)}),
+    ):
+        assert Layout.of(space) is None, space
+
+
+def test_write_then_read_is_exact_and_refuses_what_does_not_fit() -> None:
+    env = Structured()
+    observation, _ = env.reset(seed=3)
+    layout = Layout.of(env.observation_space)
+    assert layout is not None
+    memory = SharedObservations(layout)
+    try:
+        assert memory.write(observation)
+        assert same(memory.read(), observation)
+        # A view, not a copy: the next write shows through.
+        view = memory.read()["image"]
+        following = env.step(0)[0]
+        assert memory.write(following)
+        assert np.array_equal(view, following["image"])
+        for wrong in (
+            {**following, "image": following["image"].astype(np.float64)},
+            {**following, "image": following["image"][1:]},
+            {**following, "mode": np.int64(1)},
+            {**following, "extra": 1},
+            {key: value for key, value in following.items() if key != "mode"},
+            [following],
+        ):
+            assert not memory.write(wrong)
+        assert same(memory.read(), following)  # a refused write changed nothing
+    finally:
+        memory.close_fd()
+
+
+# Through process workers -------------------------------------------------------------------
+@pytest.mark.parametrize("envs_per_process", [1, 2])
+async def test_observations_through_shared_memory_equal_the_socket_path(
+    envs_per_process: int,
+) -> None:
+    options = {"mode": "process", "envs_per_process": envs_per_process}
+    through_memory = await trajectory(Structured, 3, 8, shared_memory=True, **options)
+    through_socket = await trajectory(Structured, 3, 8, shared_memory=False, **options)
+    in_line = await trajectory(Structured, 3, 8, mode="sync")
+    for a, b, c in zip(through_memory, through_socket, in_line, strict=True):
+        assert len(a) == len(b) == len(c) == 9
+        for x, y, z in zip(a, b, c, strict=True):
+            assert same(x, y) and same(x, z)
+
+
+async def test_the_child_writes_into_memory_the_parent_mapped() -> None:
+    async with aioenv.make_pool(BigObservation, 2, mode="process") as pool:  # "auto": 400 KB
+        await pool.reset_all()
+        for worker in pool.workers:
+            assert isinstance(worker, aioenv.ProcessWorker)
+            assert mapped_in(worker.pid) == 1
+        assert mapped_in(os.getpid()) == 2
+    async with aioenv.make_pool(BigObservation, 1, mode="process", shared_memory=False) as pool:
+        await pool.reset_all()
+        assert mapped_in(pool.workers[0].pid) == 0  # type: ignore[attr-defined]
+
+
+async def test_small_observations_stay_on_the_socket_under_auto() -> None:
+    async with aioenv.make_pool(lambda: BigObservation((8, 8)), 1, mode="process") as pool:
+        await pool.reset_all()
+        assert mapped_in(pool.workers[0].pid) == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("wrong", ["dtype", "shape", "numpy_int"])
+async def test_an_observation_that_does_not_fit_travels_unchanged(wrong: str) -> None:
+    expected = await trajectory(lambda: Structured(wrong), 1, 3, mode="sync")
+    seen = await trajectory(lambda: Structured(wrong), 1, 3, mode="process", shared_memory=True)
+    assert all(same(x, y) for x, y in zip(seen[0], expected[0], strict=True))
+    assert seen[0][1]["image"].dtype == expected[0][1]["image"].dtype
+
+
+async def test_states_handed_out_are_copies_by_default() -> None:
+    async with aioenv.make_pool(BigObservation, 1, mode="process") as pool:
+        pool.reset()
+        first, _ = await pool.get_state()  # type: ignore[misc]
+        pool.send_action(0, 0)
+        second, _ = await pool.get_state()  # type: ignore[misc]
+        assert first.observation.flags.owndata and first.observation.flags.writeable
+        assert np.array_equal(first.observation, expected_big_observation(0))
+        assert np.array_equal(second.observation, expected_big_observation(1))
+        first.observation[...] = 0  # the caller owns it
+        pool.send_action(0, 0)
+        third, _ = await pool.get_state()  # type: ignore[misc]
+        assert np.array_equal(third.observation, expected_big_observation(2))
+        assert np.array_equal(second.observation, expected_big_observation(1))
+
+
+async def test_copy_false_hands_out_views_until_the_next_action() -> None:
+    async with aioenv.make_pool(BigObservation, 1, mode="process", copy=False) as pool:
+        pool.reset()
+        await pool.get_state()  # may come before the memory is in place (see below)
+        pool.send_action(0, 0)
+        first, _ = await pool.get_state()  # type: ignore[misc]
+        assert not first.observation.flags.owndata
+        assert np.array_equal(first.observation, expected_big_observation(1))
+        kept = first.observation.copy()
+        pool.send_action(0, 0)
+        second, _ = await pool.get_state()  # type: ignore[misc]
+        assert np.shares_memory(first.observation, second.observation)  # the documented cost
+        assert np.array_equal(second.observation, expected_big_observation(2))
+        assert np.array_equal(kept, expected_big_observation(1))
+
+
+async def test_batches_stack_straight_from_memory_and_own_their_rows() -> None:
+    async with aioenv.make_pool(BigObservation, 3, mode="process", seed=1) as pool:
+        await pool.reset_all()  # may come before the memory is in place
+        for worker_id in range(3):
+            pool.send_action(1, worker_id)
+        batch = await pool.get_batch(min_size=3)
+        assert batch.observations.shape == (3, 210, 160, 3, 4)
+        for row, (step, _) in enumerate(batch):
+            assert np.shares_memory(step.observation, batch.observations[row])
+            assert np.array_equal(batch.observations[row], expected_big_observation(1))
+        for worker_id in range(3):
+            pool.send_action(1, worker_id)
+        following = await pool.get_batch(min_size=3)
+        assert np.array_equal(following.observations[0], expected_big_observation(2))
+        assert np.array_equal(batch.observations[0], expected_big_observation(1))  # untouched
+        assert np.array_equal(batch.states[0].observation, expected_big_observation(1))
+
+
+async def test_copy_false_batches_reuse_one_array() -> None:
+    async with aioenv.make_pool(BigObservation, 2, mode="process", copy=False) as pool:
+        pool.reset()
+        first = await pool.get_batch(min_size=2)
+        first_observations = first.observations
+        for worker_id in range(2):
+            pool.send_action(0, worker_id)
+        second = await pool.get_batch(min_size=2)
+        assert np.shares_memory(first_observations, second.observations)
+        assert np.array_equal(second.observations[1], expected_big_observation(1))
+
+
+async def test_restarted_processes_get_fresh_memory() -> None:
+    async with aioenv.make_pool(
+        DyingBig, 2, mode="process", envs_per_process=2, restart="on_failure"
+    ) as pool:
+        await pool.reset_all()
+        old = pool.workers[0].pid  # type: ignore[attr-defined]
+        for worker_id in range(2):
+            pool.send_action(0, worker_id)
+        await pool.get_batch(min_size=2)
+        pool.send_action(0, 0)  # worker 0's env dies: its host (and worker 1) restarts
+        restarted, _ = await pool.get_state()  # type: ignore[misc]
+        assert restarted.info["aioenv"]["restarted"]
+        assert np.array_equal(restarted.observation, expected_big_observation(0))
+        new = pool.workers[0].pid  # type: ignore[attr-defined]
+        assert new != old and mapped_in(new) >= 1
+        # The old process's memory is released at once (no cycle left for the collector).
+        assert open_memory_files() == 2 and mapped_in(os.getpid()) == 2
+        pool.send_action(0, 0)
+        step, _ = await pool.get_state()  # type: ignore[misc]
+        assert np.array_equal(step.observation, expected_big_observation(1))
+
+
+def test_shared_memory_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="shared_memory must be"):
+        aioenv.ProcessWorker(BigObservation, shared_memory="yes", _start=False)  # type: ignore[arg-type]
