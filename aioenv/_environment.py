@@ -58,6 +58,28 @@ class Step(Generic[O]):
     final_observation: O | None = None
     final_info: dict[str, Any] | None = None
 
+    def __init__(
+        self,
+        observation: O,
+        reward: float = 0.0,
+        terminated: bool = False,
+        truncated: bool = False,
+        info: dict[str, Any] | None = None,
+        final_observation: O | None = None,
+        final_info: dict[str, Any] | None = None,
+    ) -> None:
+        # Written straight to the instance dict: a frozen dataclass's generated __init__
+        # sets each field through object.__setattr__, which costs more than the rest of
+        # decoding a step on the hot path.
+        fields = self.__dict__
+        fields["observation"] = observation
+        fields["reward"] = reward
+        fields["terminated"] = terminated
+        fields["truncated"] = truncated
+        fields["info"] = {} if info is None else info
+        fields["final_observation"] = final_observation
+        fields["final_info"] = final_info
+
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated

@@ -20,6 +20,7 @@ import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
 from ._batch import Batch
+from ._environment import Step
 from ._episodes import EpisodeStats, record_episode
 from ._errors import (
     ClosedError,
@@ -514,5 +515,13 @@ def _with_row(step: Any, space: Any, observations: Any, row: int) -> Any:
     """``step`` whose observation (a view of shared memory) is replaced by its row of the
     freshly stacked batch: the batch's copy is the state's copy."""
     if isinstance(space, gymnasium.spaces.Box):
-        return dataclasses.replace(step, observation=observations[row])
+        return Step(
+            observations[row],
+            step.reward,
+            step.terminated,
+            step.truncated,
+            step.info,
+            step.final_observation,
+            step.final_info,
+        )
     return owned_step(step)

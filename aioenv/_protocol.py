@@ -90,14 +90,7 @@ def encode_step(
         body = []
         flags |= _SHARED
     elif type(observation) is np.ndarray and not observation.dtype.hasobject:
-        dtype = observation.dtype.str.encode()
-        ndim = observation.ndim
-        body = [
-            _ARRAY_HEAD.pack(len(dtype), ndim),
-            dtype,
-            _shape_struct(ndim).pack(*observation.shape),
-            observation.tobytes(),
-        ]
+        body = [_array_header(observation.dtype, observation.shape), observation.tobytes()]
         flags |= _RAW_ARRAY
     else:
         body = [dumps(observation)]
@@ -124,15 +117,9 @@ def decode_step(payload: bytes | memoryview, shared: SharedObservations | None =
             raise ValueError("a reply refers to shared memory this worker does not have")
         observation: Any = shared.read()
     elif flags & _RAW_ARRAY:
-        dtype_length, ndim = _ARRAY_HEAD.unpack_from(payload, start)
-        at = start + _ARRAY_HEAD.size
-        dtype = _dtype(bytes(payload[at : at + dtype_length]))
-        at += dtype_length
-        shape = _shape_struct(ndim).unpack_from(payload, at)
-        at += 8 * ndim
-        observation = np.empty(shape, dtype)
-        if observation.nbytes:  # a memoryview of a zero-size array cannot be cast
-            observation.data.cast("B")[:] = payload[at : start + size]
+        header_end = start + _ARRAY_HEAD.size + payload[start] + 8 * payload[start + 1]
+        dtype, shape = _array_description(bytes(payload[start:header_end]))
+        observation = np.ndarray(shape, dtype, payload, header_end).copy()
     else:
         observation = loads(payload[start : start + size])
     if not flags & _TAIL:
@@ -150,13 +137,21 @@ def decode_step(payload: bytes | memoryview, shared: SharedObservations | None =
 
 
 @functools.cache
-def _dtype(code: bytes) -> np.dtype[Any]:
-    return np.dtype(code.decode())
+def _array_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """Length of the dtype string, number of dimensions, the dtype string, the shape."""
+    code: bytes = dtype.str.encode()
+    ndim = len(shape)
+    return _ARRAY_HEAD.pack(len(code), ndim) + code + struct.pack(f"<{ndim}Q", *shape)
 
 
 @functools.cache
-def _shape_struct(ndim: int) -> struct.Struct:
-    return struct.Struct(f"<{ndim}Q")
+def _array_description(header: bytes) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """What :func:`_array_header` wrote: the dtype and the shape."""
+    code_length, ndim = _ARRAY_HEAD.unpack_from(header)
+    at = _ARRAY_HEAD.size
+    dtype = np.dtype(header[at : at + code_length].decode())
+    shape = struct.unpack_from(f"<{ndim}Q", header, at + code_length)
+    return dtype, shape
 
 
 Frame = tuple[int, int, int, "bytes | memoryview"]  # kind, seq, slot, payload
