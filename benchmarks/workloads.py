@@ -67,6 +67,15 @@ CONFIGS: list[Config] = [
         "options": {"mode": "process"},
         "workloads": ("W1", "W2", "W3"),
     },
+    # The same, with observations through the socket instead of shared memory (W3's
+    # frames are 28 KB and more, so "auto" puts them in shared memory).
+    {
+        "label": "aioenv process, socket / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "process", "shared_memory": False},
+        "workloads": ("W3",),
+    },
     # Several envs hosted by one process: one hand-off per batch of cheap envs.
     {
         "label": "aioenv process x4 / state",
@@ -74,6 +83,13 @@ CONFIGS: list[Config] = [
         "api": "state",
         "options": {"mode": "process", "envs_per_process": 4},
         "workloads": ("W1",),
+    },
+    {
+        "label": "aioenv process x4 / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "process", "envs_per_process": 4},
+        "workloads": ("W1", "W3"),
     },
     {
         "label": "aioenv process x8 / batch",

@@ -8,8 +8,9 @@ dead child is seen at once. The parent closes its copy of the child's socket end
 child that dies shows up as end-of-file, never as a hang. The child watches a second
 socket that only the parent holds open: if the parent dies, the child exits by itself.
 
-Messages for one host sent in the same loop iteration travel in one write, and the child
-answers everything it read in one write: cheap envs pay one hand-off per batch.
+Messages for one host sent in the same loop iteration travel in one write: cheap envs pay
+one wake-up per batch of actions. The child answers each request as soon as it is done, so
+the parent works on one state while the child steps the next env.
 
 Large observations skip the socket: once the env reports its observation space, the parent
 maps a memory file laid out for that space and passes it to the child, which writes each
@@ -24,6 +25,7 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
 import os
+import queue
 import signal
 import socket
 import threading
@@ -58,6 +60,7 @@ S = TypeVar("S")
 _RECEIVE_SIZE = 1 << 16
 _TERMINATE_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
+_DESCRIPTOR_WAIT = 5.0  # seconds the child waits for a SHARE frame's descriptor
 _PRELOAD = ["aioenv.workers._quiet_start", "aioenv.workers.process", "numpy", "gymnasium"]
 
 Context = multiprocessing.context.BaseContext
@@ -422,22 +425,18 @@ class _Host:
             self._write(b"".join(frames))
 
     def send_with_fd(self, frame: bytes, fd: int) -> bool:
-        """Send ``frame`` now, with a copy of descriptor ``fd``, after every frame queued
-        before it. False if it could not go (the caller carries on without it)."""
+        """Send a copy of descriptor ``fd`` ahead of ``frame``, which goes as usual. False
+        if it could not go (the caller carries on without it)."""
         if not self.alive:
             return False
-        if self._queued:
-            self._flush()
-        if self._outgoing:
-            return False  # the socket is backed up: the descriptor would overtake frames
+        # Descriptors travel on the parent-death socket, which the child's watchdog thread
+        # reads: receiving them on the main socket would need recvmsg for every request,
+        # which made the child's reads several times slower.
         try:
-            sent = socket.send_fds(self._socket, [frame], [fd])
+            socket.send_fds(self._alive, [b"\0"], [fd])
         except OSError:
             return False
-        if sent < len(frame):  # rare: a full socket buffer; the rest goes as usual
-            self._outgoing += frame[sent:]
-            if self._loop is not None:
-                self._loop.add_writer(self._socket.fileno(), self._on_writable)
+        self.send(frame)
         return True
 
     def _write(self, data: bytes) -> None:
@@ -600,10 +599,10 @@ def _host_main(
     build: bool,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_when_parent_dies, args=(alive,), daemon=True).start()
+    descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE frames, in order
+    threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
     shared: list[SharedObservations | None] = [None] * len(payloads)
-    descriptors: list[int] = []  # passed with SHARE frames, in order
     sources: list[Any] = []
     for payload in payloads:
         try:
@@ -618,19 +617,15 @@ def _host_main(
             sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
         decoder = FrameDecoder()
         while True:
-            # Whatever has arrived is one batch; SHARE frames bring a file descriptor.
-            data, fds, _, _ = socket.recv_fds(sock, _RECEIVE_SIZE, 4)
-            descriptors += fds
+            data = sock.recv(_RECEIVE_SIZE)  # whatever has arrived is one batch
             if not data:
                 return  # the parent is gone
-            replies: list[bytes] = []
             for kind, seq, slot, frame in decoder.feed(data):
                 if kind == Kind.CLOSE:
-                    sock.sendall(b"".join(replies))
                     return
                 runner = runners[slot]
                 if kind == Kind.SHARE:
-                    shared[slot] = _attach(frame, descriptors.pop(0) if descriptors else -1)
+                    shared[slot] = _attach(frame, descriptors)
                 elif kind == Kind.CLOSE_SLOT:
                     runner.close()
                     shared[slot] = None
@@ -639,26 +634,32 @@ def _host_main(
                     seed, slot_episode = loads(frame)
                     runners[slot] = _runner(sources[slot], seed, slot_episode, True)
                 else:
-                    replies.append(_answer(runner, kind, seq, slot, frame, shared[slot]))
-            if replies:
-                sock.sendall(b"".join(replies))
+                    # Each answer goes at once, not with the batch: the parent works on it
+                    # while this child steps the next env, and neither side idles long
+                    # enough for its core to sleep (waking a sleeping core costs far more
+                    # than a write; see benchmarks/wake_latency.py).
+                    sock.sendall(_answer(runner, kind, seq, slot, frame, shared[slot]))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
         for runner in runners:
             runner.close()
-        for fd in descriptors:
-            os.close(fd)
+        while not descriptors.empty():
+            os.close(descriptors.get())
         sock.close()
 
 
-def _attach(frame: Any, fd: int) -> SharedObservations | None:
-    if fd < 0:
+def _attach(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservations | None:
+    """Map the memory the parent passed; None (observations keep travelling through the
+    socket) if that fails."""
+    try:
+        fd = descriptors.get(timeout=_DESCRIPTOR_WAIT)  # sent just before the frame
+    except queue.Empty:
         return None
     try:
         return SharedObservations.attach(loads(frame), fd)
     except Exception:
-        return None  # observations keep travelling through the socket
+        return None
 
 
 class _Unpicklable:
@@ -706,10 +707,16 @@ def _answer(
     return _encode_reply(seq, result, slot, shared if kind != Kind.CONTROL else None)
 
 
-def _exit_when_parent_dies(alive: socket.socket) -> None:
-    """Only the parent holds the other end open: end-of-file means it died."""
+def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
+    """Only the parent holds the other end open: end-of-file means it died. Until then it
+    carries the descriptors of shared memory, one byte each."""
     with contextlib.suppress(OSError):
-        alive.recv(1)
+        while True:
+            data, fds, _, _ = socket.recv_fds(alive, 1, 1)
+            if not data:
+                break
+            for fd in fds:
+                descriptors.put(fd)
     os._exit(1)
 
 
