@@ -148,8 +148,9 @@ class WorkerPool(Generic[S]):
     def send_action(self, action: Any, worker_id: int) -> None:
         """Send ``action`` (or ``RESET``, ``Reset(...)``, ``CLOSE``) to one worker. Returns
         at once."""
-        self._check_open()
-        worker = self._worker(worker_id)
+        if self._closed:
+            self._check_open()
+        worker = self._workers[self._index(worker_id)]
         if self._inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
         if self.check_actions and not isinstance(action, (Command, Reset)):

@@ -48,6 +48,10 @@ class Supervision:
         if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
             raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
 
+    @property
+    def has_deadlines(self) -> bool:
+        return self.step_timeout is not None or self.start_timeout is not None
+
     def deadline(self, starting: bool) -> float | None:
         if not starting:
             return self.step_timeout

@@ -29,7 +29,7 @@ from .._errors import (
 )
 from .._inbox import Inbox, Outcome
 from .._runner import ControlRequest, EpisodeOptions, Failure
-from .._sentinels import CLOSE, RESET, Command, Reset, is_reset
+from .._sentinels import CLOSE, RESET, Reset, is_reset
 from .._shared_memory import owned_step
 from .._supervision import Supervision, restart_seed
 
@@ -106,7 +106,7 @@ class Worker(abc.ABC, Generic[S]):
         """Send an action, ``RESET`` or ``CLOSE``. Returns at once."""
         if self._closing:
             raise ClosedError(f"{self.name} is closed; it takes no more actions")
-        if isinstance(action, Command) and action is CLOSE:
+        if action is CLOSE:  # identity: never compares an action with ==
             if self._inbox.is_owed(self.worker_id):
                 raise StateNotTaken(
                     f"{self.name} has a state that was not taken; take it with get_state() "
@@ -118,12 +118,14 @@ class Worker(abc.ABC, Generic[S]):
             return
         if self._failure is not None:
             raise self._failure
-        if self._inbox.is_owed(self.worker_id):
+        inbox = self._inbox
+        if inbox.is_owed(self.worker_id):
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
             )
-        self._ensure_loop()
+        if self._loop is None:
+            self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             # From set_seeds(): this reset takes the stored seed, unless it names its own.
             request = action if isinstance(action, Reset) else Reset()
@@ -133,14 +135,15 @@ class Worker(abc.ABC, Generic[S]):
         seq = self._next_seq
         self._next_seq = seq + 1
         self._awaited_seq = seq
-        self._inbox.owe(self.worker_id)
+        inbox.owe(self.worker_id)
         if self._pending_restart is not None:
             # The env failed while idle and was dropped: the fresh env's reset answers this
             # request in place of the action (its info says so).
             reason, self._pending_restart = self._pending_restart, None
             self._restart(seq, reason)
             return
-        self._arm_deadline(seq)  # before submitting: a sync worker answers inside _submit
+        if self._supervision.has_deadlines:
+            self._arm_deadline(seq)  # before submitting: a sync worker answers inside _submit
         try:
             self._submit(seq, action)
         except BaseException:
@@ -291,7 +294,8 @@ class Worker(abc.ABC, Generic[S]):
             if seq in self._controls:
                 self._on_control_reply(seq, result)
             return  # a late reply to a request nobody waits for any more
-        self._cancel_deadline()
+        if self._deadline is not None:
+            self._cancel_deadline()
         if not self._started:
             self._started = True
             check = self._on_first_reply

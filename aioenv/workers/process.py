@@ -44,12 +44,13 @@ from .._protocol import (
     decode_step,
     dumps,
     encode,
+    encode_action,
     encode_step,
     is_shared,
     loads,
 )
 from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
-from .._sentinels import RESET, Command, Reset
+from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available
 from ._base import Worker
 
@@ -231,12 +232,12 @@ class ProcessWorker(Worker[S]):
         host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
-        if isinstance(action, Command) and action is RESET:
+        if action is RESET:
             frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
         else:
-            frame = encode(Kind.STEP, seq, self._pickle(action, "action"), self._slot)
+            frame = encode_action(seq, self._pickle(action, "action"), self._slot)
         self._host.send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
