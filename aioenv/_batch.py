@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from gymnasium.spaces import Box
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ._environment import Step
@@ -36,6 +37,7 @@ class Batch(Generic[S]):
         self.states = states
         self._observation_space = observation_space
         self._out = out  # where to stack the observations (a pool's reused array), if given
+        self._all_steps = False  # checked once that every state is a Step
 
     def __len__(self) -> int:
         return len(self.states)
@@ -47,12 +49,14 @@ class Batch(Generic[S]):
         return f"<Batch of {len(self)} from workers {self.worker_ids.tolist()}>"
 
     def _steps(self, field: str) -> list[Step[Any]]:
-        for state in self.states:
-            if not isinstance(state, Step):
-                raise TypeError(
-                    f"Batch.{field} needs gymnasium states (aioenv.Step); these states are "
-                    f"{type(state).__name__}: use Batch.states"
-                )
+        if not self._all_steps:
+            for state in self.states:
+                if not isinstance(state, Step):
+                    raise TypeError(
+                        f"Batch.{field} needs gymnasium states (aioenv.Step); these states "
+                        f"are {type(state).__name__}: use Batch.states"
+                    )
+            self._all_steps = True
         return self.states  # type: ignore[return-value]
 
     @functools.cached_property
@@ -62,8 +66,14 @@ class Batch(Generic[S]):
         space = self._observation_space
         if space is None:
             return np.stack(items) if items else np.empty((0,))
-        out = self._out if self._out is not None else create_empty_array(space, n=len(items))
-        return concatenate(space, items, out)  # type: ignore[arg-type]
+        out = self._out
+        if isinstance(space, Box):  # what gymnasium's concatenate does for a Box, minus dispatch
+            if out is None:
+                out = np.empty((len(items), *space.shape), space.dtype)
+            return np.stack(items, axis=0, out=out)
+        if out is None:
+            out = create_empty_array(space, n=len(items))
+        return concatenate(space, items, out)
 
     @functools.cached_property
     def rewards(self) -> npt.NDArray[np.float64]:
@@ -79,7 +89,7 @@ class Batch(Generic[S]):
 
     @property
     def dones(self) -> npt.NDArray[np.bool_]:
-        return self.terminated | self.truncated
+        return np.fromiter((s.done for s in self._steps("dones")), np.bool_, len(self))
 
     @property
     def infos(self) -> list[dict[str, Any]]:

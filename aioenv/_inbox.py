@@ -125,6 +125,31 @@ class Inbox:
         del self._owed[worker_id]
         return self._ready.pop(worker_id)
 
+    def take(self, limit: int) -> list[Outcome]:
+        """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
+        before an error unless it comes first (so states ready before it are not lost)."""
+        taken: list[Outcome] = []
+        if not self._paused and not self.ordered:  # the hot path: arrival order
+            ready, owed = self._ready, self._owed
+            for worker_id in list(ready)[:limit]:
+                outcome = ready[worker_id]
+                if outcome.error is not None and taken:
+                    break
+                del ready[worker_id], owed[worker_id]
+                taken.append(outcome)
+                if outcome.error is not None:
+                    break
+            return taken
+        while len(taken) < limit:
+            upcoming = self.peek_next()
+            if upcoming is None or (upcoming.error is not None and taken):
+                break
+            self.pop_next()
+            taken.append(upcoming)
+            if upcoming.error is not None:
+                break
+        return taken
+
     def peek_next(self) -> Outcome | None:
         worker_id = self._next_id()
         return None if worker_id is False else self._ready[worker_id]

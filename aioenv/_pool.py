@@ -369,19 +369,12 @@ class WorkerPool(Generic[S]):
             await inbox.wait(deadline)
             self._check_open()
         limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
-        outcomes: list[Outcome] = []
-        while len(outcomes) < limit:
-            upcoming = inbox.peek_next()
-            if upcoming is None:
-                break
-            if upcoming.error is not None:
-                if not outcomes:
-                    inbox.pop_next()
-                    raise upcoming.error
-                break
-            inbox.pop_next()
-            outcomes.append(upcoming)
-            record_episode(self._stats[upcoming.worker_id], upcoming.state)  # type: ignore[index]
+        outcomes = inbox.take(limit)
+        if outcomes and outcomes[0].error is not None:
+            raise outcomes[0].error
+        stats = self._stats
+        for outcome in outcomes:
+            record_episode(stats[outcome.worker_id], outcome.state)  # type: ignore[index]
         ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
         states = [outcome.state for outcome in outcomes]
         space = self._workers[ids[0]].observation_space if ids else None
