@@ -15,7 +15,7 @@ from typing import Any
 __all__ = ["Inbox", "Outcome"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Outcome:
     """What one action produced: a state, or the error to raise in its place."""
 

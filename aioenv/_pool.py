@@ -150,7 +150,11 @@ class WorkerPool(Generic[S]):
         at once."""
         if self._closed:
             self._check_open()
-        worker = self._workers[self._index(worker_id)]
+        workers = self._workers
+        if type(worker_id) is int and 0 <= worker_id < len(workers):
+            worker = workers[worker_id]  # the common case, checked first
+        else:
+            worker = workers[self._index(worker_id)]
         if self._inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
         if self.check_actions and not isinstance(action, (Command, Reset)):
@@ -374,7 +378,9 @@ class WorkerPool(Generic[S]):
             raise outcomes[0].error
         stats = self._stats
         for outcome in outcomes:
-            record_episode(stats[outcome.worker_id], outcome.state)  # type: ignore[index]
+            state = outcome.state
+            if isinstance(state, Step) and (state.terminated or state.truncated):
+                record_episode(stats[outcome.worker_id], state)  # type: ignore[index]
         ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
         states = [outcome.state for outcome in outcomes]
         space = self._workers[ids[0]].observation_space if ids else None
