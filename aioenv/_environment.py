@@ -84,6 +84,18 @@ class Step(Generic[O]):
     def done(self) -> bool:
         return self.terminated or self.truncated
 
+    def with_observation(self, observation: O) -> Step[O]:
+        """The same step with another observation (``dataclasses.replace``, faster)."""
+        return Step(
+            observation,
+            self.reward,
+            self.terminated,
+            self.truncated,
+            self.info,
+            self.final_observation,
+            self.final_info,
+        )
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Explicit so pickling is fast and works for frozen dataclasses on every Python.
         fields = (self.observation, self.reward, self.terminated, self.truncated, self.info)

@@ -515,13 +515,5 @@ def _with_row(step: Any, space: Any, observations: Any, row: int) -> Any:
     """``step`` whose observation (a view of shared memory) is replaced by its row of the
     freshly stacked batch: the batch's copy is the state's copy."""
     if isinstance(space, gymnasium.spaces.Box):
-        return Step(
-            observations[row],
-            step.reward,
-            step.terminated,
-            step.truncated,
-            step.info,
-            step.final_observation,
-            step.final_info,
-        )
+        return step.with_observation(observations[row])
     return owned_step(step)

@@ -31,6 +31,7 @@ __all__ = [
     "SharedObservations",
     "available",
     "copy_observation",
+    "memory_file",
     "owned_step",
 ]
 
@@ -112,38 +113,25 @@ class Layout:
         return _read(tree, views)
 
 
+def memory_file(nbytes: int) -> int:
+    """A new anonymous memory file of ``nbytes`` bytes; the caller closes the descriptor."""
+    fd = os.memfd_create("aioenv-observations", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class SharedObservations:
-    """One memory file mapped for one worker on one process: the layout and its views."""
+    """One memory file mapped for one worker on one process: the layout and its views.
+    The caller keeps (and closes) ``fd``: the mapping holds a descriptor of its own."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, fd: int) -> None:
         self.layout = layout
-        self.fd = os.memfd_create("aioenv-observations", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(self.fd, layout.nbytes)
-            mapping = mmap.mmap(self.fd, layout.nbytes)
-        except BaseException:
-            os.close(self.fd)
-            raise
         # The views keep the mapping alive; nothing closes it while an array still uses it.
-        self.views = layout.views(mapping)
-
-    @classmethod
-    def attach(cls, layout: Layout, fd: int) -> SharedObservations:
-        """In the child: map the file the parent passed (and close the descriptor)."""
-        self = cls.__new__(cls)
-        self.layout = layout
-        try:
-            mapping = mmap.mmap(fd, layout.nbytes)
-        finally:
-            os.close(fd)
-        self.fd = -1
-        self.views = layout.views(mapping)
-        return self
-
-    def close_fd(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.views = layout.views(mmap.mmap(fd, layout.nbytes))
 
     def read(self) -> Any:
         return self.layout.read(self.views)
@@ -223,12 +211,4 @@ def copy_observation(observation: Any) -> Any:
 
 def owned_step(step: Step[Any]) -> Step[Any]:
     """``step`` with its observation copied out of shared memory."""
-    return Step(
-        copy_observation(step.observation),
-        step.reward,
-        step.terminated,
-        step.truncated,
-        step.info,
-        step.final_observation,
-        step.final_info,
-    )
+    return step.with_observation(copy_observation(step.observation))

@@ -15,7 +15,7 @@ from envs import BigObservation, DyingBig, Structured, expected_big_observation
 from gymnasium import spaces
 
 import aioenv
-from aioenv._shared_memory import Layout, SharedObservations
+from aioenv._shared_memory import Layout, SharedObservations, memory_file
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -100,8 +100,9 @@ def test_write_then_read_is_exact_and_refuses_what_does_not_fit() -> None:
     observation, _ = env.reset(seed=3)
     layout = Layout.of(env.observation_space)
     assert layout is not None
-    memory = SharedObservations(layout)
+    fd = memory_file(layout.nbytes)
     try:
+        memory = SharedObservations(layout, fd)
         assert memory.write(observation)
         assert same(memory.read(), observation)
         # A view, not a copy: the next write shows through.
@@ -120,7 +121,7 @@ def test_write_then_read_is_exact_and_refuses_what_does_not_fit() -> None:
             assert not memory.write(wrong)
         assert same(memory.read(), following)  # a refused write changed nothing
     finally:
-        memory.close_fd()
+        os.close(fd)
 
 
 # Through process workers -------------------------------------------------------------------

@@ -379,10 +379,7 @@ class Worker(abc.ABC, Generic[S]):
             self._inbox.deliver(Outcome(self.worker_id, None, error))
 
     def _arm_deadline(self, seq: int) -> None:
-        supervision = self._supervision
-        if supervision.step_timeout is None and supervision.start_timeout is None:
-            return  # no deadlines: the common case, and on every step
-        timeout = supervision.deadline(starting=not self._started)
+        timeout = self._supervision.deadline(starting=not self._started)
         if timeout is None or self._awaited_seq != seq:
             return
         loop = self._loop

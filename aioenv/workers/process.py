@@ -51,7 +51,13 @@ from .._protocol import (
 )
 from .._runner import ControlRequest, EnvRunner, EpisodeOptions, Failure
 from .._sentinels import RESET, Reset
-from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available
+from .._shared_memory import (
+    AUTO_THRESHOLD,
+    Layout,
+    SharedObservations,
+    available,
+    memory_file,
+)
 from ._base import Worker
 
 __all__ = ["ProcessWorker", "default_context"]
@@ -181,13 +187,14 @@ class ProcessWorker(Worker[S]):
     def _share(self) -> None:
         """Map memory for this worker's observations and pass it to its current host."""
         assert self._layout is not None
-        shared = SharedObservations(self._layout)
+        fd = memory_file(self._layout.nbytes)
         try:
+            shared = SharedObservations(self._layout, fd)
             frame = encode(Kind.SHARE, 0, dumps(self._layout), self._slot)
-            if self._host.send_with_fd(frame, shared.fd):
+            if self._host.send_with_fd(frame, fd):
                 self._shared = shared
         finally:
-            shared.close_fd()  # the child has its own descriptor now
+            os.close(fd)  # the child has its own descriptor now
 
     def _layout_for(self, space: Any) -> Layout | None:
         if self._shared_memory is False or not available():
@@ -660,9 +667,11 @@ def _attach(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservatio
     except queue.Empty:
         return None
     try:
-        return SharedObservations.attach(loads(frame), fd)
+        return SharedObservations(loads(frame), fd)
     except Exception:
         return None
+    finally:
+        os.close(fd)
 
 
 class _Unpicklable:
