@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import envs
+from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
 from machine import CpuAccount
@@ -36,7 +37,7 @@ __all__ = [
     "run_workload",
 ]
 
-Runner = Literal["aioenv", "gym_sync", "gym_async"]
+Runner = Literal["aioenv", "gym_sync", "gym_async", "bare"]
 
 
 class _ConfigRequired(TypedDict):
@@ -118,6 +119,13 @@ CONFIGS: list[Config] = [
         "api": "state",
         "options": {"mode": "sync"},
         "workloads": ("W1", "W3", "W4"),
+    },
+    # Not a pool: the leanest batch-per-hand-off process design (see bare.py), for scale.
+    {
+        "label": "reference: bare vectorized x8",
+        "runner": "bare",
+        "options": {"envs_per_process": 8},
+        "workloads": ("W1",),
     },
     {
         "label": "gym SyncVectorEnv",
@@ -233,7 +241,7 @@ class Row:
     case: str
     n: int
     label: str
-    kind: str  # "aioenv", "gym_sync", "gym_async" or "floor"
+    kind: str  # "aioenv", "gym_sync", "gym_async", "bare" or "floor"
     api: str | None
     options: dict[str, Any]
     samples: list[Sample] = dataclasses.field(default_factory=list)
@@ -354,6 +362,16 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
                 account=account,
                 **options,
             )
+        if runner == "bare":
+            return run_bare(
+                case.env,
+                case.n,
+                policy=case.policy,
+                seed=seed,
+                timing=timing,
+                account=account,
+                **options,
+            )
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
         return run_gym(
             kind,
@@ -374,7 +392,9 @@ def _processes(config: Config, n: int) -> int:
     options = config.get("options", {})
     if config["runner"] == "gym_async":
         return n
-    if config["runner"] == "aioenv" and options.get("mode") == "process":
+    if config["runner"] == "bare" or (
+        config["runner"] == "aioenv" and options.get("mode") == "process"
+    ):
         per_process = int(options.get("envs_per_process", 1))
         return -(-n // per_process)
     return 0
