@@ -351,38 +351,14 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
     runner = config["runner"]
 
     def measure(seed: int) -> Sample:
+        common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
-            return run_aioenv(
-                case.env,
-                case.n,
-                api=config.get("api", "state"),
-                policy=case.policy,
-                seed=seed,
-                timing=timing,
-                account=account,
-                **options,
-            )
+            api = config.get("api", "state")
+            return run_aioenv(case.env, case.n, api=api, **common, **options)
         if runner == "bare":
-            return run_bare(
-                case.env,
-                case.n,
-                policy=case.policy,
-                seed=seed,
-                timing=timing,
-                account=account,
-                **options,
-            )
+            return run_bare(case.env, case.n, **common, **options)
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
-        return run_gym(
-            kind,
-            case.env,
-            case.n,
-            policy=case.policy,
-            seed=seed,
-            timing=timing,
-            account=account,
-            **options,
-        )
+        return run_gym(kind, case.env, case.n, **common, **options)
 
     return measure
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: what processes and threads are left, waiting for a condition."""
+"""Helpers shared by the tests: what processes and threads are left, waiting for a condition,
+collecting states and errors."""
 
 from __future__ import annotations
 
@@ -88,3 +89,17 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+async def states_or_errors(
+    pool: aioenv.WorkerPool[Any], count: int, error: type[BaseException]
+) -> dict[int, Any]:
+    """The next ``count`` outcomes by worker id: the state, or the ``error`` raised instead."""
+    results: dict[int, Any] = {}
+    for _ in range(count):
+        try:
+            state, worker_id = await pool.get_state()  # type: ignore[misc]
+            results[worker_id] = state
+        except error as raised:
+            results[raised.worker_id] = raised  # type: ignore[attr-defined]
+    return results

@@ -12,7 +12,7 @@ import cloudpickle
 import numpy as np
 import pytest
 from envs import Counter, Gated, open_gate
-from support import worker_processes
+from support import states_or_errors, worker_processes
 
 import aioenv
 from aioenv import CLOSE, RESET
@@ -93,13 +93,7 @@ async def test_an_env_exception_touches_only_its_own_slot(restart: str) -> None:
         await pool.reset_all()
         for worker_id, action in enumerate([{"id": 0}, {"id": 1, "fault": "raise"}, {"id": 2}]):
             pool.send_action(action, worker_id)
-        results: dict[int, Any] = {}
-        for _ in range(3):
-            try:
-                step, worker_id = await pool.get_state()  # type: ignore[misc]
-                results[worker_id] = step
-            except aioenv.EnvError as error:
-                results[error.worker_id] = error  # type: ignore[index]
+        results = await states_or_errors(pool, 3, aioenv.EnvError)
         assert results[0].observation[0] == 1
         assert results[2].observation[0] == 1
         if restart == "never":
@@ -126,14 +120,8 @@ async def test_when_the_process_goes_every_env_in_it_fails_or_restarts(
         pool.send_action({"id": 0, "fault": fault}, 0)
         pool.send_action({"id": 1}, 1)
         pool.send_action({"id": 2}, 2)
-        results: dict[int, Any] = {}
         with anyio.fail_after(30):
-            for _ in range(3):
-                try:
-                    step, worker_id = await pool.get_state()  # type: ignore[misc]
-                    results[worker_id] = step
-                except aioenv.WorkerError as error:
-                    results[error.worker_id] = error  # type: ignore[index]
+            results = await states_or_errors(pool, 3, aioenv.WorkerError)
         assert results[2].observation[0] == 1  # another process: untouched
         if restart == "never":
             expected = aioenv.WorkerTimeout if fault == "hang" else aioenv.WorkerDied

@@ -21,7 +21,7 @@ from envs import (
     expected_big_observation,
     open_gate,
 )
-from support import worker_processes
+from support import states_or_errors, worker_processes
 
 import aioenv
 from aioenv import RESET
@@ -53,14 +53,8 @@ async def test_worker_that_dies_mid_step_raises_worker_died(how: str) -> None:
             await pool.get_state()
         pool.send_action(how, 0)
         pool.send_action(1, 1)
-        results: dict[int, Any] = {}
         with anyio.fail_after(20):
-            for _ in range(2):
-                try:
-                    state, worker_id = await pool.get_state()  # type: ignore[misc]
-                    results[worker_id] = state
-                except aioenv.WorkerDied as died:
-                    results[died.worker_id] = died  # type: ignore[index]
+            results = await states_or_errors(pool, 2, aioenv.WorkerDied)
         died = results[0]
         assert isinstance(died, aioenv.WorkerDied)
         assert died.worker_id == 0
