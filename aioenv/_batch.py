@@ -12,6 +12,7 @@ from gymnasium.spaces import Box
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ._environment import Step
+from ._inbox import Outcome
 
 __all__ = ["Batch"]
 
@@ -105,6 +106,27 @@ class Batch(Generic[S]):
     def final_infos(self) -> list[dict[str, Any] | None]:
         return [s.final_info for s in self._steps("final_infos")]
 
+    @classmethod
+    def of_outcomes(
+        cls, outcomes: Sequence[Outcome], space: Any, reused: ReusedRows | None = None
+    ) -> Batch[Any]:
+        """The batch of a pool's ``outcomes`` (states, not errors). Observations that view
+        shared memory are stacked at once, before a next action overwrites them; with
+        ``reused`` (a pool made with ``copy=False``) a Box batch is stacked into its array
+        and the states keep their views, else each state's observation becomes its row of
+        the stacked copy."""
+        ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
+        states = [outcome.state for outcome in outcomes]
+        out = None if reused is None else reused.rows(space, len(ids))
+        batch = cls(ids, states, space, out)
+        if any(outcome.borrowed for outcome in outcomes):
+            observations = batch.observations
+            if reused is None:
+                for row, outcome in enumerate(outcomes):
+                    if outcome.borrowed:
+                        states[row] = _with_row(outcome.state, space, observations, row)
+        return batch
+
     def sorted(self) -> Batch[S]:
         """The same rows in worker-id order."""
         order = np.argsort(self.worker_ids, kind="stable")
@@ -113,3 +135,29 @@ class Batch(Generic[S]):
             [self.states[i] for i in order],
             self._observation_space,
         )
+
+
+class ReusedRows:
+    """One array that every batch of a ``copy=False`` pool stacks its Box observations
+    into (rows ``[:n]`` for a batch of ``n``): no allocation per batch."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._buffer: Any = None
+
+    def rows(self, space: Any, count: int) -> Any:
+        """``count`` rows for ``space``'s observations; None unless it is a Box."""
+        if not isinstance(space, Box):
+            return None
+        buffer = self._buffer
+        if buffer is None or buffer.shape[1:] != space.shape or buffer.dtype != space.dtype:
+            buffer = self._buffer = create_empty_array(space, self._capacity)
+        return buffer[:count]
+
+
+def _with_row(step: Step[Any], space: Any, observations: Any, row: int) -> Step[Any]:
+    """``step`` whose observation (a view of shared memory) is replaced by its row of the
+    freshly stacked batch: the batch's copy is the state's copy."""
+    if isinstance(space, Box):
+        return step.with_observation(observations[row])
+    return step.owned()

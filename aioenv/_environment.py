@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
 
 import gymnasium
+import numpy as np
 
 __all__ = [
     "EnvSource",
@@ -96,12 +97,27 @@ class Step(Generic[O]):
             self.final_info,
         )
 
+    def owned(self) -> Step[O]:
+        """The same step with every array of its observation copied: what to keep of a step
+        whose observation views shared memory (valid only until the worker's next action)."""
+        return self.with_observation(_copy_arrays(self.observation))
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Explicit so pickling is fast and works for frozen dataclasses on every Python.
         fields = (self.observation, self.reward, self.terminated, self.truncated, self.info)
         if self.final_info is None and self.final_observation is None:
             return (Step, fields)
         return (Step, (*fields, self.final_observation, self.final_info))
+
+
+def _copy_arrays(observation: Any) -> Any:
+    if type(observation) is np.ndarray:
+        return observation.copy()
+    if type(observation) is dict:
+        return {key: _copy_arrays(value) for key, value in observation.items()}
+    if type(observation) is tuple:
+        return tuple(_copy_arrays(value) for value in observation)
+    return observation
 
 
 class GymnasiumEnvironment(Generic[O]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._messages import Failure
+
 __all__ = [
     "AioEnvError",
     "ClosedError",
@@ -76,6 +78,21 @@ class EnvError(WorkerError):
         self.remote_traceback = remote_traceback
         self.exception_type = exception_type
         self.during = during
+
+    @classmethod
+    def from_failure(cls, failure: Failure, worker_name: str, worker_id: int | None) -> EnvError:
+        """The error for a :class:`Failure` reported by ``worker_name``; its cause is the
+        original exception when that came back."""
+        error = cls(
+            f"{worker_name}: the env raised {failure.exception_type} during {failure.during}: "
+            f"{failure.message}",
+            worker_id=worker_id,
+            remote_traceback=failure.traceback,
+            exception_type=failure.exception_type,
+            during=failure.during,
+        )
+        error.__cause__ = failure.exception
+        return error
 
     def __str__(self) -> str:
         return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"

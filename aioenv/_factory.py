@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._environment import EnvSource
+from ._options import POOL_OPTIONS
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
@@ -18,25 +19,12 @@ _KINDS: dict[str, type[Worker[Any]]] = {
     "thread": ThreadWorker,
     "process": ProcessWorker,
 }
-_OPTIONS: dict[str, frozenset[str]] = {
+#: The worker options each kind takes (``envs_per_process`` is applied by make_pool).
+_WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time"}),
     "thread": frozenset({"cleanup_time"}),
     "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
 }
-_POOL_OPTIONS = frozenset(
-    {
-        "step_timeout",
-        "start_timeout",
-        "restart",
-        "max_restarts",
-        "restart_backoff",
-        "on_failure",
-        "autoreset",
-        "max_episode_steps",
-        "check_actions",
-        "copy",
-    }
-)
 
 
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
@@ -53,7 +41,7 @@ def get_worker_pool(
     workers: Sequence[Worker[Any]], force_sync: bool = False, **pool_options: Any
 ) -> WorkerPool[Any]:
     """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`;
-    ``pool_options`` (``cleanup_time``, ``step_timeout``, ``restart``, ...) go to it."""
+    ``pool_options`` (:class:`~aioenv._options.PoolOptions`) go to it."""
     pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
     return pool_class(workers, **pool_options)
 
@@ -69,27 +57,80 @@ def make_pool(
 ) -> WorkerPool[Any]:
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
-    ``mode`` is ``"sync"``, ``"thread"``, ``"process"``, or one mode per worker (a pool can
-    mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
-    ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
-    :class:`SyncWorkerPool`. Worker options (``cleanup_time``, ``context``,
-    ``envs_per_process``: how many envs share one child process, ``shared_memory``) go to
-    the kinds that take them; pool options (``autoreset``, ``max_episode_steps``,
-    ``check_actions``, ``copy``,
-    ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
-    ``restart_backoff``, ``on_failure``) and ``cleanup_time`` go to the pool.
+    :param env: a gymnasium id or a zero-argument factory (an instance only for one worker).
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), or one mode per
+        worker: a pool can mix kinds.
+    :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
+    :param force_sync: build sync workers whatever ``mode`` says, in a
+        :class:`SyncWorkerPool` (states in send order); default False.
+    :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
+        ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
+        that take them: ``cleanup_time`` (all kinds, and the pool), and for process
+        workers ``context``, ``shared_memory`` and ``envs_per_process`` (how many envs
+        share one child process; default 1).
     """
-    pool_options = {k: v for k, v in options.items() if k in _POOL_OPTIONS}
-    worker_options = {k: v for k, v in options.items() if k not in _POOL_OPTIONS}
-    if "cleanup_time" in worker_options:
-        pool_options["cleanup_time"] = worker_options["cleanup_time"]
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     modes = _modes(mode, num_workers)
     if force_sync:
         modes = ["sync"] * num_workers
-    for option in worker_options:
-        kinds = [kind for kind in _KINDS if option in _OPTIONS[kind]]
+    pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
+    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
+    if "cleanup_time" in worker_options:
+        pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    _check_worker_options(worker_options, modes)
+    if not isinstance(env, str) and not callable(env) and num_workers > 1:
+        raise TypeError(
+            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
+            f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
+            "pass e.g. `lambda: MyEnv()`"
+        )
+    workers: list[Worker[Any]] = []
+    try:
+        _build_workers(env, modes, worker_seeds(seed, num_workers), worker_options, workers)
+        return get_worker_pool(workers, force_sync, **pool_options)
+    except BaseException:
+        for worker in workers:
+            worker.abandon()
+        raise
+
+
+def _build_workers(
+    env: EnvSource,
+    modes: list[str],
+    seeds: list[int | None],
+    options: dict[str, Any],
+    into: list[Worker[Any]],
+) -> None:
+    """Append one worker per mode to ``into`` (so the caller can abandon what was built if
+    a later one fails); process workers share children ``envs_per_process`` at a time."""
+    options = dict(options)
+    envs_per_process = options.pop("envs_per_process", 1)
+    processes = [i for i, kind in enumerate(modes) if kind == "process"]
+    hosted = iter(
+        ProcessWorker.hosted(
+            env,
+            [seeds[i] for i in processes],
+            envs_per_process,
+            **_options_for("process", options),
+        )
+        if processes
+        else []
+    )
+    for kind, worker_seed in zip(modes, seeds, strict=True):
+        if kind == "process":
+            into.append(next(hosted))
+        else:
+            into.append(_KINDS[kind](env, seed=worker_seed, **_options_for(kind, options)))
+
+
+def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in _WORKER_OPTIONS[kind]}
+
+
+def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
+    for option in options:
+        kinds = [kind for kind in _KINDS if option in _WORKER_OPTIONS[kind]]
         if not kinds:
             raise TypeError(f"make_pool() got an unknown worker option {option!r}")
         if not any(kind in kinds for kind in modes):
@@ -97,36 +138,6 @@ def make_pool(
                 f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
                 f"and this pool has none"
             )
-    if not isinstance(env, str) and not callable(env) and num_workers > 1:
-        raise TypeError(
-            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-            f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
-            "pass e.g. `lambda: MyEnv()`"
-        )
-    seeds = worker_seeds(seed, num_workers)
-    envs_per_process = worker_options.pop("envs_per_process", 1)
-    workers: list[Worker[Any]] = []
-    try:
-        processes = [i for i, kind in enumerate(modes) if kind == "process"]
-        process_options = {k: v for k, v in worker_options.items() if k in _OPTIONS["process"]}
-        hosted = iter(
-            ProcessWorker.hosted(
-                env, [seeds[i] for i in processes], envs_per_process, **process_options
-            )
-            if processes
-            else []
-        )
-        for kind, worker_seed in zip(modes, seeds, strict=True):
-            if kind == "process":
-                workers.append(next(hosted))
-                continue
-            kind_options = {k: v for k, v in worker_options.items() if k in _OPTIONS[kind]}
-            workers.append(_KINDS[kind](env, seed=worker_seed, **kind_options))
-        return get_worker_pool(workers, force_sync, **pool_options)
-    except BaseException:
-        for worker in workers:
-            worker._abandon()
-        raise
 
 
 def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:

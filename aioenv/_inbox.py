@@ -39,7 +39,6 @@ class Inbox:
         self._ready: dict[int | None, Outcome] = {}  # insertion order == arrival order
         self._waiters: list[asyncio.Future[None]] = []
         self._paused: set[int | None] = set()  # their outcomes wait until they are resumed
-        self.closed = False
 
     # Producer side -------------------------------------------------------------------
     def owe(self, worker_id: int | None) -> None:
@@ -62,7 +61,7 @@ class Inbox:
         self._wake()
 
     def close(self) -> None:
-        self.closed = True
+        """The pool is closing: wake every waiter (each re-checks and raises)."""
         self._wake()
 
     def pause(self, worker_id: int | None) -> None:

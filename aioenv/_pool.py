@@ -1,8 +1,13 @@
 """Pools: many workers behind one ``get_state``.
 
-The pool does not know which kind its workers are. It shares one :class:`Inbox` with
-them; the only difference between the async pool and the forced-sync twin is the order
-in which that inbox hands outcomes out (first finished vs first sent).
+The pool does not know which kind its workers are: it talks to them only through the
+worker's pool interface (``join_pool``, ``failure``, ``seed_next_reset``, ``control``,
+``send_action``, ``aclose``). It shares one :class:`Inbox` with them; the only difference
+between the async pool and the forced-sync twin is the order in which that inbox hands
+outcomes out (first finished vs first sent).
+
+Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
+structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
 """
 
 from __future__ import annotations
@@ -12,14 +17,11 @@ import dataclasses
 import operator
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
-import gymnasium
-import numpy as np
-from gymnasium.vector.utils import create_empty_array
 
-from ._batch import Batch
+from ._batch import Batch, ReusedRows
 from ._environment import Step
 from ._episodes import EpisodeStats, record_episode
 from ._errors import (
@@ -33,27 +35,25 @@ from ._errors import (
     WorkerPaused,
 )
 from ._inbox import Inbox, Outcome
-from ._render import tile_images
-from ._runner import Autoreset, ControlRequest, EpisodeOptions
+from ._messages import Autoreset
+from ._options import PoolOptions
+from ._remote_control import RemoteControl
 from ._sentinels import RESET, Command, Reset
-from ._shared_memory import owned_step
-from ._supervision import Supervision
 from .workers._base import Worker
-
-if TYPE_CHECKING:
-    from ._vector import AioVectorEnv
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
 
 S = TypeVar("S")
 
 
-class WorkerPool(Generic[S]):
+class WorkerPool(RemoteControl[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
     block closes every worker (timed: close, wait ``cleanup_time``, terminate, kill), even
     when the body raised or was cancelled. Worker ids are the positions in ``workers``.
+
+    The options are :class:`~aioenv._options.PoolOptions`' (units, defaults, meaning).
     """
 
     _ordered: ClassVar[bool]
@@ -74,38 +74,35 @@ class WorkerPool(Generic[S]):
         check_actions: bool = False,
         copy: bool = True,
     ) -> None:
-        workers = list(workers)
-        if not workers:
-            raise ValueError("a pool needs at least one worker")
-        for position, worker in enumerate(workers):
-            if not isinstance(worker, Worker):
-                raise TypeError(
-                    f"workers[{position}] is a {type(worker).__name__}, not an aioenv worker "
-                    "(SyncWorker, ThreadWorker or ProcessWorker); use make_pool() to build "
-                    "workers from envs"
-                )
-            if worker._in_pool or any(other is worker for other in workers[:position]):
-                raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
-        supervision = Supervision(
+        if not hasattr(self, "_ordered"):
+            raise TypeError(
+                "WorkerPool is the base class of the pools; use AsyncWorkerPool (states in the "
+                "order they finish), SyncWorkerPool (in the order sent) or make_pool()"
+            )
+        workers = _checked_workers(workers)
+        options = PoolOptions(
+            cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             restart=restart,
             max_restarts=max_restarts,
             restart_backoff=restart_backoff,
-            on_failure=self._on_worker_failure,
+            on_failure=on_failure,
+            autoreset=autoreset,
+            max_episode_steps=max_episode_steps,
+            check_actions=bool(check_actions),
+            copy=bool(copy),
         )
-        episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)
-        self.cleanup_time = float(cleanup_time)
-        #: What happens when an episode ends: "disabled", "same_step" or "next_step".
-        self.autoreset = episode.autoreset
+        supervision = options.supervision(self._on_worker_failure)
+        episode = options.episode()
+        #: The options this pool was made with.
+        self.options = options
+        self.cleanup_time = float(options.cleanup_time)
+        self.autoreset = options.autoreset
         self.max_episode_steps = max_episode_steps
-        self.check_actions = bool(check_actions)
-        #: False: observations in shared memory are handed out as views, valid until the
-        #: next action sent to their worker, and ``get_batch`` reuses its stacked arrays.
-        self.copy = bool(copy)
-        self._batch_buffer: Any = None  # with copy=False: rows for stacked Box observations
+        self.check_actions = options.check_actions
+        self.copy = options.copy
+        self._reused_rows = ReusedRows(len(workers))  # with copy=False
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
         self._on_failure = on_failure
@@ -113,8 +110,7 @@ class WorkerPool(Generic[S]):
         self._spaces: tuple[Any, Any] | None = None
         self._stats = [EpisodeStats() for _ in workers]
         for worker_id, worker in enumerate(workers):
-            worker._attach(self._inbox, worker_id, supervision, episode)
-            worker._on_first_reply = self._check_spaces
+            worker.join_pool(self._inbox, worker_id, supervision, episode, self._check_spaces)
         self._workers = workers
         self._closed = False
         self._close_done: anyio.Event | None = None
@@ -173,8 +169,8 @@ class WorkerPool(Generic[S]):
         self._check_open()
         targets = self._active_workers()
         for worker in targets:
-            if worker._failure is not None:
-                raise worker._failure
+            if worker.failure is not None:
+                raise worker.failure
             if self._inbox.is_owed(worker.worker_id):
                 raise StateNotTaken(
                     f"reset(): {worker.name} has an action in flight or a state not taken; "
@@ -204,7 +200,7 @@ class WorkerPool(Generic[S]):
             raise ValueError(f"set_seeds() needs {len(self._workers)} seeds, got {len(seeds)}")
         for worker, seed in zip(self._workers, seeds, strict=True):
             if seed is not None:
-                worker._next_reset_seed = operator.index(seed)
+                worker.seed_next_reset(operator.index(seed))
 
     # Pausing ---------------------------------------------------------------------------
     def pause(self, worker_id: int) -> None:
@@ -232,79 +228,11 @@ class WorkerPool(Generic[S]):
             if not worker.closed and not self._inbox.is_paused(worker.worker_id)
         ]
 
-    # Remote control --------------------------------------------------------------------
-    async def call(
-        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> list[Any]:
-        """Call method ``name`` of each env (or read it, if it is not callable) and return
-        the results in ``worker_ids`` order. A worker with a step in flight finishes that
-        step first; its state is delivered as usual."""
-        request = ControlRequest("call", name, args, kwargs)
-        return await self._control(request, worker_ids)
-
-    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
-        """Attribute ``name`` of each env, in ``worker_ids`` order."""
-        return await self._control(ControlRequest("get", name), worker_ids)
-
-    async def set_attr(
-        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
-    ) -> None:
-        """Set attribute ``name`` of each env: ``values`` is a list with one value per
-        worker, or a single value for all."""
-        ids = self._ids(worker_ids)
-        if isinstance(values, (list, tuple)):
-            if len(values) != len(ids):
-                raise ValueError(f"set_attr() got {len(values)} values for {len(ids)} workers")
-        else:
-            values = [values] * len(ids)
-        futures = [
-            self._workers[i]._control(ControlRequest("set", name, (value,)))
-            for i, value in zip(ids, values, strict=True)
-        ]
-        await self._gather(futures)
-
-    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
-        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
-        envs must have been made with ``render_mode="rgb_array"``."""
-        if mode != "rgb_array":
-            raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
-        ids = [worker.worker_id for worker in self._active_workers()]
-        frames = await self.call("render", worker_ids=ids)  # type: ignore[arg-type]
-        for worker_id, frame in zip(ids, frames, strict=True):
-            if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
-                raise TypeError(
-                    f"{self._workers[worker_id].name}: render() returned "  # type: ignore[index]
-                    f"{type(frame).__name__}; make the env with render_mode='rgb_array'"
-                )
-        return tile_images(frames) if tiled else frames
-
-    async def _control(
-        self, request: ControlRequest, worker_ids: Sequence[int] | None
-    ) -> list[Any]:
-        ids = self._ids(worker_ids)
-        return await self._gather([self._workers[i]._control(request) for i in ids])
-
-    @staticmethod
-    async def _gather(futures: list[asyncio.Future[Any]]) -> list[Any]:
-        # Wait for all, then raise the first error: no reply is left dangling.
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return results
-
     def _ids(self, worker_ids: Sequence[int] | None) -> list[int]:
         self._check_open()
         if worker_ids is None:
             return [i for i, worker in enumerate(self._workers) if not worker.closed]
         return [self._index(worker_id) for worker_id in worker_ids]
-
-    def as_vector_env(self) -> AioVectorEnv:
-        """This pool as a ``gymnasium.vector.VectorEnv`` for synchronous code; the pool must
-        not have been used from an event loop yet."""
-        from ._vector import AioVectorEnv
-
-        return AioVectorEnv.from_pool(self)
 
     # Statistics and checks -------------------------------------------------------------
     def episode_stats(self) -> list[EpisodeStats]:
@@ -343,7 +271,7 @@ class WorkerPool(Generic[S]):
             raise outcome.error
         state = outcome.state
         if outcome.borrowed and self.copy:
-            state = owned_step(state)
+            state = state.owned()
         record_episode(self._stats[outcome.worker_id], state)  # type: ignore[index]
         return state, outcome.worker_id  # type: ignore[return-value]
 
@@ -381,28 +309,9 @@ class WorkerPool(Generic[S]):
             state = outcome.state
             if isinstance(state, Step) and (state.terminated or state.truncated):
                 record_episode(stats[outcome.worker_id], state)  # type: ignore[index]
-        ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
-        states = [outcome.state for outcome in outcomes]
-        space = self._workers[ids[0]].observation_space if ids else None
-        out = None if self.copy else self._reusable_rows(space, len(ids))
-        batch = Batch(ids, states, space, out)
-        if any(outcome.borrowed for outcome in outcomes):
-            # Views of shared memory: stack them now, before a next action overwrites them.
-            observations = batch.observations
-            if self.copy:
-                for row, outcome in enumerate(outcomes):
-                    if outcome.borrowed:
-                        states[row] = _with_row(outcome.state, space, observations, row)
-        return batch
-
-    def _reusable_rows(self, space: Any, rows: int) -> Any:
-        """Stacked Box observations reuse one array (``copy=False``); None otherwise."""
-        if not isinstance(space, gymnasium.spaces.Box):
-            return None
-        buffer = self._batch_buffer
-        if buffer is None or buffer.shape[1:] != space.shape or buffer.dtype != space.dtype:
-            buffer = self._batch_buffer = create_empty_array(space, len(self._workers))
-        return buffer[:rows]
+        space = self._workers[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
+        rows = None if self.copy else self._reused_rows
+        return Batch.of_outcomes(outcomes, space, rows)
 
     def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
         """``async for state, worker_id in pool``: states as they arrive, until no worker
@@ -488,6 +397,22 @@ class WorkerPool(Generic[S]):
         return index
 
 
+def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
+    workers = list(workers)
+    if not workers:
+        raise ValueError("a pool needs at least one worker")
+    for position, worker in enumerate(workers):
+        if not isinstance(worker, Worker):
+            raise TypeError(
+                f"workers[{position}] is a {type(worker).__name__}, not an aioenv worker "
+                "(SyncWorker, ThreadWorker or ProcessWorker); use make_pool() to build "
+                "workers from envs"
+            )
+        if worker.in_pool or any(other is worker for other in workers[:position]):
+            raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")
+    return workers
+
+
 class AsyncWorkerPool(WorkerPool[S]):
     """Hands out states in the order they finish: a fast env never waits for a slow one."""
 
@@ -509,11 +434,3 @@ class SyncWorkerPool(WorkerPool[S]):
     async def __aenter__(self) -> SyncWorkerPool[S]:
         self._check_open()
         return self
-
-
-def _with_row(step: Any, space: Any, observations: Any, row: int) -> Any:
-    """``step`` whose observation (a view of shared memory) is replaced by its row of the
-    freshly stacked batch: the batch's copy is the state's copy."""
-    if isinstance(space, gymnasium.spaces.Box):
-        return step.with_observation(observations[row])
-    return owned_step(step)

@@ -1,15 +1,24 @@
-"""The wire protocol between the parent and a process worker.
+"""The wire protocol between the parent and a process worker: both ends read it here.
 
-A message is a fixed binary header followed by a payload::
+The parent's end is :mod:`aioenv.workers._host`, the child's :mod:`aioenv.workers._child`.
+They share two sockets.
+
+**The message socket.** A message is a fixed binary header followed by a payload::
 
     payload length (u64) | sequence number (u64) | kind (u8) | slot (u16) | payload
 
 ``slot`` says which of the child's envs the message is for (a child can host several).
-
 Requests carry a sequence number and the reply repeats it, so the parent can tell the
-reply to the current request from a late reply to an abandoned one. The parent reads
-without ever blocking (``FrameDecoder`` is fed whatever bytes have arrived); the child
-reads and writes with plain blocking calls.
+reply to the current request from a late reply to an abandoned one (sequence number 0:
+no reply expected). The parent reads without ever blocking (``FrameDecoder`` is fed
+whatever bytes have arrived); the child reads and writes with plain blocking calls.
+
+**The alive socket.** Only the parent holds its far end, and never writes data on it, so
+end-of-file there tells the child that the parent died. It also carries file descriptors
+(shared memory, see :mod:`aioenv._shared_memory`): one byte with one descriptor attached
+(SCM_RIGHTS), sent just before the SHARE message that describes it. Descriptors ride on
+this socket, read by the child's watchdog thread, because receiving them on the message
+socket would need ``recvmsg`` for every request, several times slower than ``recv``.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from __future__ import annotations
 import enum
 import functools
 import pickle
+import queue
+import socket
 import struct
 from typing import Any
 
@@ -26,7 +37,14 @@ from ._environment import Step
 from ._shared_memory import SharedObservations
 
 __all__ = [
+    "CONTROL",
+    "FAILURE",
     "HEADER",
+    "READY",
+    "RECEIVE_SIZE",
+    "RESET",
+    "STATE",
+    "STEP_STATE",
     "FrameDecoder",
     "Kind",
     "decode_step",
@@ -37,6 +55,8 @@ __all__ = [
     "loads",
     "Frame",
     "is_shared",
+    "receive_descriptors",
+    "send_descriptor",
 ]
 
 HEADER = struct.Struct("<QQBH")
@@ -48,7 +68,7 @@ class Kind(enum.IntEnum):
     RESET = 2  # payload: empty, or a pickled Reset(seed, options)
     CLOSE = 3
     CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
-    REBUILD = 5  # payload: the new env's seed, pickled; build the slot's env afresh
+    REBUILD = 5  # payload: (seed, EpisodeOptions), pickled; build the slot's env afresh
     CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
     SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
     # child -> parent
@@ -56,6 +76,21 @@ class Kind(enum.IntEnum):
     STATE = 17  # payload: the state, pickled
     FAILURE = 18  # payload: a Failure
     STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
+
+
+# The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
+# comparing two ints is cheaper than looking up and comparing an enum member.
+RESET, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
+READY, STATE, FAILURE, STEP_STATE = (
+    int(Kind.READY),
+    int(Kind.STATE),
+    int(Kind.FAILURE),
+    int(Kind.STEP_STATE),
+)
+_STEP = int(Kind.STEP)
+
+#: Bytes either side reads from the message socket at once.
+RECEIVE_SIZE = 1 << 16
 
 
 def dumps(obj: Any) -> bytes:
@@ -70,9 +105,6 @@ def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
     return HEADER.pack(len(payload), seq, kind, slot) + payload
 
 
-_STEP = int(Kind.STEP)  # a plain int packs faster than the enum member
-
-
 def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
     """A STEP message (the hot path's :func:`encode`)."""
     return HEADER.pack(len(payload), seq, _STEP, slot) + payload
@@ -84,7 +116,7 @@ def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
 _STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation part
 _ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
 _TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL, _SHARED = 1, 2, 4, 8, 16
-_FLAGS_AT = 8  # the flags byte's offset in a STEP_STATE payload
+_FLAGS_AT = struct.calcsize("<d")  # the flags byte's offset in a STEP_STATE payload
 
 
 def encode_step(
@@ -205,3 +237,24 @@ class FrameDecoder:
     @property
     def pending_bytes(self) -> int:
         return len(self._buffer)
+
+
+# The alive socket: descriptors, one byte each --------------------------------------------
+def send_descriptor(alive: socket.socket, fd: int) -> None:
+    """Send a copy of descriptor ``fd`` to the child (it arrives before any message sent
+    on the message socket after this call returns). Raises OSError if the child is gone."""
+    socket.send_fds(alive, [b"\0"], [fd])
+
+
+def receive_descriptors(alive: socket.socket, into: queue.SimpleQueue[int]) -> None:
+    """The child's watchdog: put every descriptor the parent sends into ``into``, in order;
+    return at end-of-file (the parent died) or on any error."""
+    try:
+        while True:
+            data, fds, _, _ = socket.recv_fds(alive, 1, 1)
+            if not data:
+                return
+            for fd in fds:
+                into.put(fd)
+    except OSError:
+        return

@@ -7,70 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import traceback
-from typing import Any, Literal
+from typing import Any
 
 from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step, build_environment
+from ._messages import ControlRequest, EpisodeOptions, Failure
 from ._sentinels import RESET, Command, Reset
 
-__all__ = ["AUTORESET_MODES", "ControlRequest", "EnvRunner", "EpisodeOptions", "Failure"]
-
-Autoreset = Literal["disabled", "same_step", "next_step"]
-AUTORESET_MODES: tuple[str, ...] = ("disabled", "same_step", "next_step")
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """An exception raised by the environment, in a form that crosses a process boundary."""
-
-    exception_type: str
-    message: str
-    traceback: str
-    during: str
-    exception: BaseException | None = None
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, during: str) -> Failure:
-        return cls(
-            exception_type=type(exc).__qualname__,
-            message=str(exc),
-            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            during=during,
-            exception=exc,
-        )
-
-    def without_exception(self) -> Failure:
-        return dataclasses.replace(self, exception=None)
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeOptions:
-    """``autoreset``: what happens when an episode ends (see the README's table);
-    ``max_episode_steps``: truncate episodes after this many steps (None: no limit)."""
-
-    autoreset: Autoreset = "disabled"
-    max_episode_steps: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.autoreset not in AUTORESET_MODES:
-            raise ValueError(
-                f"autoreset must be one of {', '.join(map(repr, AUTORESET_MODES))}, "
-                f"got {self.autoreset!r}"
-            )
-        limit = self.max_episode_steps
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"max_episode_steps must be None or an int >= 1, got {limit!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ControlRequest:
-    """A request that is not a step: ``call`` a method, ``get``/``set`` an attribute, or
-    ``configure`` the episode options. Answered in order with the steps."""
-
-    op: Literal["call", "get", "set", "configure"]
-    name: str = ""
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+__all__ = ["EnvRunner"]
 
 
 class EnvRunner:

@@ -23,16 +23,12 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ._environment import Step
-
 __all__ = [
     "AUTO_THRESHOLD",
     "Layout",
     "SharedObservations",
     "available",
-    "copy_observation",
     "memory_file",
-    "owned_step",
 ]
 
 #: With ``shared_memory="auto"``, observations of at least this many bytes use shared memory.
@@ -196,19 +192,3 @@ def _read(node: Any, views: Any) -> Any:
     if isinstance(node, dict):
         return {key: _read(sub, views[key]) for key, sub in node.items()}
     return tuple(_read(sub, view) for sub, view in zip(node, views, strict=True))
-
-
-def copy_observation(observation: Any) -> Any:
-    """A copy of every array in ``observation`` (a view of shared memory), same structure."""
-    if type(observation) is np.ndarray:
-        return observation.copy()
-    if type(observation) is dict:
-        return {key: copy_observation(value) for key, value in observation.items()}
-    if type(observation) is tuple:
-        return tuple(copy_observation(value) for value in observation)
-    return observation
-
-
-def owned_step(step: Step[Any]) -> Step[Any]:
-    """``step`` with its observation copied out of shared memory."""
-    return step.with_observation(copy_observation(step.observation))

@@ -70,10 +70,10 @@ class AioVectorEnv(VectorEnv):
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
         becomes the vector env's)."""
         for worker in pool.workers:
-            if worker._loop is not None:
+            if worker.event_loop is not None:
                 raise RuntimeError(
                     f"{worker.name} is already bound to an event loop; build the pool and "
-                    "call as_vector_env() before using it"
+                    "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
         venv._setup(pool, pool.workers[0].source)

@@ -27,7 +27,7 @@ from machine import CpuAccount
 from runners import Meter, Sample, Timing, run_coroutine
 
 import aioenv
-from aioenv.workers.process import default_context
+from aioenv.workers import default_context
 
 __all__ = ["run_bare"]
 

@@ -24,7 +24,7 @@ from typing import Any
 from machine import CpuAccount
 from runners import Loop, Meter, Sample, Timing, run_coroutine
 
-from aioenv.workers.process import default_context
+from aioenv.workers import default_context
 
 __all__ = ["FLOORS", "Floor"]
 

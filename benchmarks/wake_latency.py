@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from aioenv.workers.process import default_context
+from aioenv.workers import default_context
 
 WORK_US = (0, 50, 100, 150, 200, 300, 500, 1000)
 _MESSAGE = bytes(64)

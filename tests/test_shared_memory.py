@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from envs import BigObservation, DyingBig, Structured, expected_big_observation
 from gymnasium import spaces
+from support import wait_until
 
 import aioenv
 from aioenv._shared_memory import Layout, SharedObservations, memory_file
@@ -144,7 +145,9 @@ async def test_the_child_writes_into_memory_the_parent_mapped() -> None:
         await pool.reset_all()
         for worker in pool.workers:
             assert isinstance(worker, aioenv.ProcessWorker)
-            assert mapped_in(worker.pid) == 1
+            # The child maps the memory when it reads the SHARE message, which the parent
+            # sends once the env reported its space: that may come after the first reset.
+            assert wait_until(lambda pid=worker.pid: mapped_in(pid) == 1)
         assert mapped_in(os.getpid()) == 2
     async with aioenv.make_pool(BigObservation, 1, mode="process", shared_memory=False) as pool:
         await pool.reset_all()

@@ -127,7 +127,7 @@ def test_call_get_attr_set_attr_through_the_vector_env() -> None:
 
 def test_pool_as_vector_env() -> None:
     pool = aioenv.make_pool("CartPole-v1", 2, mode="process", autoreset="next_step")
-    venv = pool.as_vector_env()
+    venv = aioenv.AioVectorEnv.from_pool(pool)
     try:
         assert venv.num_envs == 2
         obs, _ = venv.reset(seed=9)
@@ -141,8 +141,8 @@ def test_pool_as_vector_env() -> None:
 async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
     async with aioenv.make_pool("CartPole-v1", 1, mode="thread") as pool:
         await pool.reset_all()
-        with pytest.raises(RuntimeError, match="as_vector_env"):
-            pool.as_vector_env()
+        with pytest.raises(RuntimeError, match="from_pool"):
+            aioenv.AioVectorEnv.from_pool(pool)
 
 
 async def test_vector_env_works_when_called_from_inside_a_running_loop() -> None:

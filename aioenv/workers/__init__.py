@@ -1,8 +1,13 @@
-"""Worker kinds: one file per kind, all behind the :class:`Worker` interface."""
+"""Worker kinds: one private module per kind, all behind the :class:`Worker` interface.
+
+The public names are these re-exports (and the same names at ``aioenv``'s top level); the
+modules themselves (``_sync``, ``_thread``, ``_process`` and the process worker's
+``_host`` and ``_child``) are private.
+"""
 
 from ._base import Worker
-from .process import ProcessWorker
-from .sync import SyncWorker
-from .thread import ThreadWorker
+from ._process import ProcessWorker, default_context
+from ._sync import SyncWorker
+from ._thread import ThreadWorker
 
-__all__ = ["ProcessWorker", "SyncWorker", "ThreadWorker", "Worker"]
+__all__ = ["ProcessWorker", "SyncWorker", "ThreadWorker", "Worker", "default_context"]

@@ -1,16 +1,25 @@
 """The interface every worker kind implements, and the bookkeeping they share.
 
-A kind implements a handful of hooks: ``_spawn`` (start a fresh env: a process, a thread,
-an in-line runner), ``_submit`` (start a RESET or step request without blocking),
-``_discard_env`` (drop a failed env at once: kill its process, abandon its thread),
-``_start_close`` and ``_wait_closed``. Replies come back through ``_on_reply``, which drops
-stale replies by sequence number, applies deadlines and restarts, and delivers the rest to
-the worker's :class:`~aioenv._inbox.Inbox`: its own, or its pool's.
+Three faces:
+
+- **Users**: ``send_action``, ``get_state``, ``aclose`` (and ``async with``).
+- **Pools** (the pool↔worker seam): ``in_pool``, ``join_pool``, ``failure``,
+  ``seed_next_reset``, ``control``, ``event_loop`` and ``abandon``. A pool uses nothing
+  else of a worker and never asks which kind it is.
+- **Kinds** implement a handful of hooks: ``_spawn`` (start a fresh env: a process, a
+  thread, an in-line runner), ``_submit`` (start a RESET or step request without blocking),
+  ``_submit_control``, ``_discard_env`` (drop a failed env at once: kill its process,
+  abandon its thread), ``_start_close``, ``_wait_closed``, and optionally ``_bind_loop``
+  and ``_abandon``. Replies come back through ``_on_reply``, which drops stale replies by
+  sequence number and delivers the rest to the worker's :class:`~aioenv._inbox.Inbox` (its
+  own, or its pool's); failures go through its :class:`~aioenv._supervision.Supervisor`.
+
+Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
+waiting and timers, and anyio only for cancel scopes (the shielded close).
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import dataclasses
 from collections.abc import Callable
@@ -28,22 +37,37 @@ from .._errors import (
     WorkerTimeout,
 )
 from .._inbox import Inbox, Outcome
-from .._runner import ControlRequest, EpisodeOptions, Failure
+from .._messages import ControlRequest, EpisodeOptions, Failure
 from .._sentinels import CLOSE, RESET, Reset, is_reset
-from .._shared_memory import owned_step
-from .._supervision import Supervision, restart_seed
+from .._supervision import Remedies, Supervision, Supervisor
+from ._controls import PendingControls
+from ._hooks import KindHooks
 
-__all__ = ["Worker"]
+__all__ = ["FirstReplyCheck", "Worker"]
 
 S = TypeVar("S")
 
+#: A pool's check of a worker's first reply: the error to raise in its place, or None.
+FirstReplyCheck = Callable[["Worker[Any]"], "WorkerError | None"]
 
-class Worker(abc.ABC, Generic[S]):
+
+class Worker(KindHooks, Generic[S]):
     """One environment behind the worker interface: ``send_action`` then ``get_state``.
 
     ``send_action`` never blocks the event loop (a sync worker steps inline, which is its
     point). At most one action is in flight per worker, and its state must be taken before
     the next action is sent.
+
+    :param env: a gymnasium id, a zero-argument factory, or an env instance.
+    :param seed: the seed of the env's first reset (a non-negative int); later resets
+        continue the env's RNG. None (the default): the env seeds itself.
+    :param cleanup_time: seconds ``aclose`` waits for the env to close before forcing it
+        (default 5).
+    :param step_timeout: seconds a step or reset may take before the worker fails with
+        :class:`~aioenv.WorkerTimeout`; None (the default): no deadline. A pool's own
+        ``step_timeout`` applies where the worker sets none.
+    :param start_timeout: the same for building the env and its first reset; None: see
+        :class:`~aioenv._supervision.Supervision`.
     """
 
     kind: ClassVar[str]
@@ -58,10 +82,7 @@ class Worker(abc.ABC, Generic[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
     ) -> None:
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        _check_options(seed, cleanup_time)
         self.seed = seed
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
@@ -69,30 +90,30 @@ class Worker(abc.ABC, Generic[S]):
         self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None
-        #: How many times this worker's env was rebuilt after a failure.
-        self.restarts = 0
-        self._supervision = Supervision(step_timeout=step_timeout, start_timeout=start_timeout)
+        self._controls = PendingControls()
+        remedies = Remedies(
+            discard_env=self._discard_env,
+            start_env=self._start_env,
+            fail=self._fail_request,
+            fail_controls=self._controls.fail_all,
+            awaiting=self._awaiting,
+            time_out=self._timed_out,
+        )
+        options = Supervision(step_timeout=step_timeout, start_timeout=start_timeout)
+        self._supervisor = Supervisor(options, seed, remedies)
         self._episode = EpisodeOptions()
-        self._next_reset_seed: int | None = None  # from set_seeds(): the next reset's seed
-        self._controls: dict[int, asyncio.Future[Any]] = {}  # control requests in flight
-        # The pool's space check: an error to raise in place of the first reply, or None.
-        self._on_first_reply: Callable[[Worker[Any]], WorkerError | None] | None = None
+        self._next_reset_seed: int | None = None  # from seed_next_reset()
+        self._check_first_reply: FirstReplyCheck | None = None
         self._inbox = Inbox(ordered=True)
         self._in_pool = False
         self._next_seq = 1
         self._awaited_seq = 0  # the request whose reply is still to come; 0 = none
-        self._sent_at = 0.0
-        self._deadline: asyncio.TimerHandle | None = None
-        self._started = False  # the current env has answered a request
         self._failure: WorkerError | None = None  # set once the worker can take no more
-        self._consecutive_failures = 0
-        self._restart_reason: str | None = None  # annotate the reply to the restart's reset
-        self._pending_restart: str | None = None  # failed while idle: restart on next send
         self._closing = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    # Public interface ----------------------------------------------------------------
+    # Users -----------------------------------------------------------------------------
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
@@ -102,19 +123,22 @@ class Worker(abc.ABC, Generic[S]):
     def closed(self) -> bool:
         return self._closing
 
+    @property
+    def restarts(self) -> int:
+        """How many times this worker's env was rebuilt after a failure."""
+        return self._supervisor.restarts
+
     def send_action(self, action: Any) -> None:
-        """Send an action, ``RESET`` or ``CLOSE``. Returns at once."""
+        """Send an action, ``RESET``, ``Reset(...)`` or ``CLOSE``. Returns at once.
+
+        :raises StateNotTaken: the previous state has not been taken yet.
+        :raises ClosedError: the worker is closed.
+        :raises WorkerError: the worker failed for good earlier (that same error).
+        """
         if self._closing:
             raise ClosedError(f"{self.name} is closed; it takes no more actions")
         if action is CLOSE:  # identity: never compares an action with ==
-            if self._inbox.is_owed(self.worker_id):
-                raise StateNotTaken(
-                    f"{self.name} has a state that was not taken; take it with get_state() "
-                    "before sending CLOSE, or call aclose() to close it discarding that state"
-                )
-            self._closing = True
-            self._cancel_deadline()
-            self._start_close()
+            self._close_by_sentinel()
             return
         if self._failure is not None:
             raise self._failure
@@ -127,36 +151,37 @@ class Worker(abc.ABC, Generic[S]):
         if self._loop is None:
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
-            # From set_seeds(): this reset takes the stored seed, unless it names its own.
-            request = action if isinstance(action, Reset) else Reset()
-            if request.seed is None:
-                action = dataclasses.replace(request, seed=self._next_reset_seed)
-            self._next_reset_seed = None
+            action, self._next_reset_seed = _seeded(action, self._next_reset_seed), None
         seq = self._next_seq
         self._next_seq = seq + 1
         self._awaited_seq = seq
         inbox.owe(self.worker_id)
-        if self._pending_restart is not None:
+        supervisor = self._supervisor
+        if supervisor.pending_restart is not None:
             # The env failed while idle and was dropped: the fresh env's reset answers this
             # request in place of the action (its info says so).
-            reason, self._pending_restart = self._pending_restart, None
-            self._restart(seq, reason)
+            supervisor.restart(seq, supervisor.pending_restart)
             return
-        if self._supervision.has_deadlines:
-            self._arm_deadline(seq)  # before submitting: a sync worker answers inside _submit
+        if supervisor.has_deadlines:
+            assert self._loop is not None  # before submitting: a sync worker answers inside
+            supervisor.arm(self._loop, seq)
         try:
             self._submit(seq, action)
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
-            self._cancel_deadline()
+            supervisor.disarm()
             self._awaited_seq = 0
             self._inbox.forgive(self.worker_id)
             raise
 
     async def get_state(self) -> S:
-        """The state produced by the last action sent. Raises :class:`~aioenv.EnvError` if
-        the env raised, :class:`~aioenv.WorkerDied` if the worker died,
-        :class:`~aioenv.WorkerTimeout` if it ran past its deadline."""
+        """The state produced by the last action sent.
+
+        :raises EnvError: the env raised (with the worker's traceback).
+        :raises WorkerDied: the worker's process died.
+        :raises WorkerTimeout: the request ran past its deadline.
+        :raises NoActionInFlight: nothing was sent, or the worker belongs to a pool.
+        """
         if self._in_pool:
             raise NoActionInFlight(
                 f"{self.name} belongs to a pool; take its states with pool.get_state()"
@@ -170,7 +195,7 @@ class Worker(abc.ABC, Generic[S]):
                 if outcome.error is not None:
                     raise outcome.error
                 if outcome.borrowed:
-                    return owned_step(outcome.state)  # type: ignore[return-value]
+                    return outcome.state.owned()  # type: ignore[no-any-return]
                 return outcome.state  # type: ignore[no-any-return]
             if not inbox.is_owed(self.worker_id):
                 if self._closing:
@@ -180,17 +205,18 @@ class Worker(abc.ABC, Generic[S]):
 
     async def aclose(self, cleanup_time: float | None = None) -> None:
         """Close the env and stop the worker: ask it to close, wait ``cleanup_time``
-        seconds, then force it. Idempotent; runs to the end even if cancelled."""
+        seconds (at most the worker's own), then force it. Idempotent; runs to the end
+        even if cancelled."""
         timeout = self.cleanup_time
         if cleanup_time is not None:
             timeout = min(cleanup_time, timeout)
         with anyio.CancelScope(shield=True):
             if not self._closing:
                 self._closing = True
-                self._cancel_deadline()
+                self._supervisor.disarm()
                 self._start_close()
             self._inbox.forgive(self.worker_id)
-            self._fail_controls(ClosedError(f"{self.name} was closed"))
+            self._controls.fail_all(ClosedError(f"{self.name} was closed"))
             if not self._closed:
                 await self._wait_closed(timeout)
                 self._closed = True
@@ -205,34 +231,86 @@ class Worker(abc.ABC, Generic[S]):
         state = "closed" if self._closing else "open"
         return f"<{type(self).__name__} {self.name} {state}>"
 
-    # For pools -----------------------------------------------------------------------
-    def _attach(
+    def _close_by_sentinel(self) -> None:
+        if self._inbox.is_owed(self.worker_id):
+            raise StateNotTaken(
+                f"{self.name} has a state that was not taken; take it with get_state() "
+                "before sending CLOSE, or call aclose() to close it discarding that state"
+            )
+        self._closing = True
+        self._supervisor.disarm()
+        self._start_close()
+
+    # Pools -----------------------------------------------------------------------------
+    @property
+    def in_pool(self) -> bool:
+        """The worker belongs to a pool, which takes its states."""
+        return self._in_pool
+
+    @property
+    def failure(self) -> WorkerError | None:
+        """The error every later action raises, once the worker failed for good."""
+        return self._failure
+
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the worker is bound to (at its first action), or None."""
+        return self._loop
+
+    def join_pool(
         self,
         inbox: Inbox,
         worker_id: int,
         supervision: Supervision,
         episode: EpisodeOptions | None = None,
+        check_first_reply: FirstReplyCheck | None = None,
     ) -> None:
+        """Deliver to the pool's ``inbox`` as worker ``worker_id``, under the pool's
+        ``supervision`` (the worker's own deadlines win) and ``episode`` options.
+        ``check_first_reply`` runs when the env first answers (the pool's space check)."""
         if self._in_pool:
             raise ValueError(f"{self.name} already belongs to a pool")
         if self._inbox.num_owed:
             raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
-        own = self._supervision
-        self._supervision = dataclasses.replace(
-            supervision,
-            step_timeout=own.step_timeout or supervision.step_timeout,
-            start_timeout=own.start_timeout or supervision.start_timeout,
-        )
+        self._supervisor.configure(supervision.under(self._supervisor.options))
         self._inbox = inbox
         self._in_pool = True
         self.worker_id = worker_id
+        self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
             self._episode = episode
             self._configure(episode)
 
-    # For worker kinds ----------------------------------------------------------------
+    def seed_next_reset(self, seed: int) -> None:
+        """Seed the next reset (unless it names its own seed); later resets continue."""
+        self._next_reset_seed = seed
+
+    def control(self, request: ControlRequest) -> asyncio.Future[Any]:
+        """Send a control request (call, get/set attribute); the future gets its result.
+        Requests are answered in order, after any step already in flight."""
+        if self._closing:
+            raise ClosedError(f"{self.name} is closed")
+        if self._failure is not None:
+            raise self._failure
+        loop = self._ensure_loop()
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        future = self._controls.add(seq, loop)
+        try:
+            self._submit_control(seq, request)
+        except BaseException:
+            self._controls.discard(seq)
+            raise
+        return future
+
+    def abandon(self) -> None:
+        """Stop at once, without an event loop (a pool that failed to be built)."""
+        self._closing = True
+        self._abandon()
+
+    # Kinds: replies and failures -------------------------------------------------------
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             try:
@@ -246,73 +324,30 @@ class Worker(abc.ABC, Generic[S]):
             self._bind_loop(loop)
         return self._loop
 
-    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Hook: start watching this worker from ``loop``."""
-
-    def _abandon(self) -> None:
-        """Hook: stop at once, without a loop (a pool that failed to be built)."""
-        self._closing = True
-
-    def _control(self, request: ControlRequest) -> asyncio.Future[Any]:
-        """Send a control request (call, get/set attribute); the future gets its result.
-        Requests are answered in order, after any step already in flight."""
-        if self._closing:
-            raise ClosedError(f"{self.name} is closed")
-        if self._failure is not None:
-            raise self._failure
-        loop = self._ensure_loop()
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        future: asyncio.Future[Any] = loop.create_future()
-        self._controls[seq] = future
-        try:
-            self._submit_control(seq, request)
-        except BaseException:
-            del self._controls[seq]
-            raise
-        return future
-
-    def _on_control_reply(self, seq: int, result: Any) -> None:
-        future = self._controls.pop(seq, None)
-        if future is None or future.done():
-            return
-        if isinstance(result, Failure):
-            future.set_exception(self._env_error(result))
-        else:
-            future.set_result(result)
-
-    def _fail_controls(self, error: BaseException) -> None:
-        controls, self._controls = self._controls, {}
-        for future in controls.values():
-            if not future.done():
-                future.set_exception(error)
+    def _awaits(self, seq: int) -> bool:
+        """A reply to ``seq`` would be used (not stale): worth decoding."""
+        return bool(seq) and (seq == self._awaited_seq or seq in self._controls)
 
     def _on_reply(self, seq: int, result: Any, borrowed: bool = False) -> None:
         """Deliver the reply to request ``seq``: a state, or a :class:`Failure`.
         ``borrowed``: the state's observation is a view of shared memory."""
         if not seq or seq != self._awaited_seq:
             if seq in self._controls:
-                self._on_control_reply(seq, result)
+                self._controls.answer(seq, result, self._env_error)
             return  # a late reply to a request nobody waits for any more
-        if self._deadline is not None:
-            self._cancel_deadline()
-        if not self._started:
-            self._started = True
-            check = self._on_first_reply
-            mismatch = check(self) if check is not None else None
+        supervisor = self._supervisor
+        if supervisor.answered() and self._check_first_reply is not None:
+            mismatch = self._check_first_reply(self)
             if mismatch is not None:  # a configuration error: no restart would fix it
-                self._failure = mismatch
-                self._awaited_seq = 0
-                self._inbox.deliver(Outcome(self.worker_id, None, mismatch))
+                self._fail_request(mismatch, True)
                 return
         if isinstance(result, Failure):
             self._on_failure(self._env_error(result), env_gone=False)
             return
         self._awaited_seq = 0
-        self._consecutive_failures = 0
-        if self._restart_reason is not None:
-            result = _mark_restarted(result, self._restart_reason)
-            self._restart_reason = None
+        reason = supervisor.succeeded()
+        if reason is not None:
+            result = _mark_restarted(result, reason)
         self._inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
 
     def _on_death(self, error: WorkerError) -> None:
@@ -321,86 +356,16 @@ class Worker(abc.ABC, Generic[S]):
             self._on_failure(error, env_gone=True)
 
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
-        """Restart the env if the policy allows it, otherwise raise ``error`` in place of
-        the state in flight (and, if the env is gone, on every later action)."""
-        self._cancel_deadline()
-        in_flight = self._awaited_seq
         if self._closing:
+            self._supervisor.disarm()
             self._awaited_seq = 0
-            return
-        supervision = self._supervision
-        self._restart_reason = None
-        self._consecutive_failures += 1
-        restarting = (
-            supervision.restart == "on_failure" and self.restarts < supervision.max_restarts
-        )
-        if restarting:
-            self.restarts += 1
-        if supervision.on_failure is not None:
-            supervision.on_failure(error)
-        if restarting or env_gone:
-            self._fail_controls(error)
-        if restarting:
-            self._discard_env(env_gone)
-            reason = _describe_failure(error)
-            if not in_flight:
-                self._pending_restart = reason
-                return
-            delay = supervision.backoff(self._consecutive_failures)
-            assert self._loop is not None
-            self._loop.call_later(delay, self._restart, in_flight, reason)
-            return
-        if env_gone:
-            self._failure = error
-            self._discard_env(env_gone)
-        self._awaited_seq = 0
-        if in_flight:
-            self._inbox.deliver(Outcome(self.worker_id, None, error))
-
-    def _restart(self, seq: int, reason: str) -> None:
-        if self._closing or seq != self._awaited_seq:
-            return
-        self._started = False
-        self._restart_reason = reason
-        try:
-            self._spawn(restart_seed(self.seed, self.restarts))
-            self._arm_deadline(seq)
-            self._submit(seq, RESET)
-        except Exception as exc:  # no new env could be started: give up on this worker
-            self._cancel_deadline()
-            error = WorkerError(
-                f"{self.name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
-                worker_id=self.worker_id,
-            )
-            error.__cause__ = exc
-            self._restart_reason = None
-            self._failure = error
-            self._awaited_seq = 0
-            self._inbox.deliver(Outcome(self.worker_id, None, error))
-
-    def _arm_deadline(self, seq: int) -> None:
-        timeout = self._supervision.deadline(starting=not self._started)
-        if timeout is None or self._awaited_seq != seq:
-            return
-        loop = self._loop
-        assert loop is not None
-        self._sent_at = loop.time()
-        self._deadline = loop.call_later(timeout, self._on_deadline, seq, timeout)
-
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _on_deadline(self, seq: int, timeout: float) -> None:
-        self._deadline = None
-        if seq != self._awaited_seq:
             return
         assert self._loop is not None
-        self._timed_out(seq, timeout, self._loop.time() - self._sent_at)
+        in_flight = self._awaited_seq
+        self._supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
-        what = "start-up" if not self._started else "step"
+        what = "start-up" if self._supervisor.starting else "step"
         error = WorkerTimeout(
             f"{self.name}: request {seq} ({what}) ran {elapsed:.2f} s, past its deadline of "
             f"{timeout:g} s; the env was {self._discard_verb}",
@@ -411,50 +376,49 @@ class Worker(abc.ABC, Generic[S]):
         )
         self._on_failure(error, env_gone=True)
 
+    # Remedies: what the supervisor does through the worker ----------------------------
+    def _awaiting(self, seq: int) -> bool:
+        return not self._closing and seq == self._awaited_seq
+
+    def _fail_request(self, error: WorkerError, for_good: bool) -> None:
+        if for_good:
+            self._failure = error
+        in_flight, self._awaited_seq = self._awaited_seq, 0
+        if in_flight:
+            self._inbox.deliver(Outcome(self.worker_id, None, error))
+
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
+        supervisor = self._supervisor
+        try:
+            self._spawn(seed)
+            if supervisor.has_deadlines:
+                assert self._loop is not None
+                supervisor.arm(self._loop, seq)
+            self._submit(seq, RESET)
+        except Exception as exc:  # no new env could be started: give up on this worker
+            supervisor.restart_failed()
+            error = WorkerError(
+                f"{self.name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
+                worker_id=self.worker_id,
+            )
+            error.__cause__ = exc
+            self._fail_request(error, True)
+
     def _env_error(self, failure: Failure) -> EnvError:
-        error = EnvError(
-            f"{self.name}: the env raised {failure.exception_type} during {failure.during}: "
-            f"{failure.message}",
-            worker_id=self.worker_id,
-            remote_traceback=failure.traceback,
-            exception_type=failure.exception_type,
-            during=failure.during,
-        )
-        error.__cause__ = failure.exception
-        return error
-
-    @abc.abstractmethod
-    def _spawn(self, seed: int | None) -> None:
-        """Start a fresh env with ``seed`` for its first reset (at a restart)."""
-
-    @abc.abstractmethod
-    def _submit(self, seq: int, action: Any) -> None:
-        """Start request ``seq`` (RESET or a step) without blocking."""
-
-    @abc.abstractmethod
-    def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        """Send control request ``seq`` to the env without blocking."""
-
-    def _configure(self, episode: EpisodeOptions) -> None:
-        """Give the running env new episode options (sent ahead of any request)."""
-        self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
-
-    @abc.abstractmethod
-    def _discard_env(self, env_gone: bool) -> None:
-        """Drop the current env at once; its late replies must never be delivered.
-        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept."""
-
-    @abc.abstractmethod
-    def _start_close(self) -> None:
-        """Ask the env to close, without blocking."""
-
-    @abc.abstractmethod
-    async def _wait_closed(self, cleanup_time: float) -> None:
-        """Wait for the worker to end, forcing it after ``cleanup_time`` seconds."""
+        return EnvError.from_failure(failure, self.name, self.worker_id)
 
 
-def _describe_failure(error: WorkerError) -> str:
-    return f"{type(error).__name__}: {error.args[0] if error.args else error}"
+def _seeded(reset: Any, seed: int) -> Any:
+    """The reset request with ``seed`` (from seed_next_reset), unless it names its own."""
+    request = reset if isinstance(reset, Reset) else Reset()
+    return request if request.seed is not None else dataclasses.replace(request, seed=seed)
+
+
+def _check_options(seed: object, cleanup_time: object) -> None:
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+    if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+        raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
 
 
 def _mark_restarted(state: Any, reason: str) -> Any:

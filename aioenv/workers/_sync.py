@@ -6,7 +6,8 @@ import time
 from typing import Any, TypeVar
 
 from .._environment import EnvSource
-from .._runner import ControlRequest, EnvRunner
+from .._messages import ControlRequest
+from .._runner import EnvRunner
 from ._base import Worker
 
 __all__ = ["SyncWorker"]
@@ -42,15 +43,14 @@ class SyncWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._source = env
         self._runner = EnvRunner(env, seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._runner = EnvRunner(self._source, seed, self._episode)
+        self._runner = EnvRunner(self.source, seed, self._episode)
 
     def _submit(self, seq: int, action: Any) -> None:
         runner = self._runner
-        timeout = self._supervision.deadline(starting=not self._started)
+        timeout = self._supervisor.timeout()
         started = time.monotonic()
         if runner.env is None and runner.build_failure is None:
             runner.build()

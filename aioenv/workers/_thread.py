@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 import anyio
 
 from .._environment import EnvSource
-from .._runner import ControlRequest, EnvRunner
+from .._messages import ControlRequest
+from .._runner import EnvRunner
 from ._base import Worker
 
 __all__ = ["ThreadWorker"]
@@ -52,12 +53,11 @@ class ThreadWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._source = env
         self._threads: list[_EnvThread] = []
         self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._current = _EnvThread(self, EnvRunner(self._source, seed, self._episode))
+        self._current = _EnvThread(self, EnvRunner(self.source, seed, self._episode))
         self._threads.append(self._current)
 
     def _submit(self, seq: int, action: Any) -> None:
@@ -77,7 +77,6 @@ class ThreadWorker(Worker[S]):
         self._current.requests.put((0, _STOP))
 
     def _abandon(self) -> None:
-        super()._abandon()
         self._start_close()
 
     async def _wait_closed(self, cleanup_time: float) -> None:

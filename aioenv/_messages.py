@@ -1,0 +1,69 @@
+"""The messages both sides of a worker share: what the parent asks for besides a step, the
+episode options it configures, and how a failure travels back. A leaf module: it imports
+nothing from aioenv, so parent-side code (pools, workers) and env-side code (the runner,
+the child process) both depend on it and on nothing of each other."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any, Literal
+
+__all__ = ["AUTORESET_MODES", "Autoreset", "ControlRequest", "EpisodeOptions", "Failure"]
+
+Autoreset = Literal["disabled", "same_step", "next_step"]
+AUTORESET_MODES: tuple[str, ...] = ("disabled", "same_step", "next_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """An exception raised by the environment, in a form that crosses a process boundary."""
+
+    exception_type: str
+    message: str
+    traceback: str
+    during: str
+    exception: BaseException | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, during: str) -> Failure:
+        return cls(
+            exception_type=type(exc).__qualname__,
+            message=str(exc),
+            traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            during=during,
+            exception=exc,
+        )
+
+    def without_exception(self) -> Failure:
+        return dataclasses.replace(self, exception=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeOptions:
+    """``autoreset``: what happens when an episode ends (see the README's table);
+    ``max_episode_steps``: truncate episodes after this many steps (None: no limit)."""
+
+    autoreset: Autoreset = "disabled"
+    max_episode_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.autoreset not in AUTORESET_MODES:
+            raise ValueError(
+                f"autoreset must be one of {', '.join(map(repr, AUTORESET_MODES))}, "
+                f"got {self.autoreset!r}"
+            )
+        limit = self.max_episode_steps
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"max_episode_steps must be None or an int >= 1, got {limit!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlRequest:
+    """A request that is not a step: ``call`` a method, ``get``/``set`` an attribute, or
+    ``configure`` the episode options. Answered in order with the steps."""
+
+    op: Literal["call", "get", "set", "configure"]
+    name: str = ""
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -1,0 +1,185 @@
+"""The child's side of a process worker: the main loop of a child process.
+
+:func:`serve` is the whole program of a child. It talks to the parent only through its two
+sockets (the protocol is in :mod:`aioenv._protocol`): it builds the envs of its slots,
+then answers requests in the order they arrive with plain blocking reads and writes. It
+imports nothing from the parent's side.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import threading
+from typing import Any
+
+import cloudpickle
+
+from .._environment import Step
+from .._messages import EpisodeOptions, Failure
+from .._protocol import (
+    CONTROL,
+    RECEIVE_SIZE,
+    RESET,
+    FrameDecoder,
+    Kind,
+    dumps,
+    encode,
+    encode_step,
+    loads,
+    receive_descriptors,
+)
+from .._runner import EnvRunner
+from .._shared_memory import SharedObservations
+
+__all__ = ["serve"]
+
+_DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
+
+
+def serve(
+    sock: socket.socket,
+    alive: socket.socket,
+    payloads: list[bytes],
+    seeds: list[int | None],
+    episode: EpisodeOptions,
+    build: bool,
+) -> None:
+    """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
+    ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
+    and report its spaces (READY); otherwise each slot waits for a REBUILD."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
+    descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
+    threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
+    sock.setblocking(True)
+    shared: list[SharedObservations | None] = [None] * len(payloads)
+    sources = [_unpickle(payload) for payload in payloads]
+    runners = [
+        _runner(source, seed, episode, build) for source, seed in zip(sources, seeds, strict=True)
+    ]
+    try:
+        if build:
+            sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
+        decoder = FrameDecoder()
+        while True:
+            data = sock.recv(RECEIVE_SIZE)  # whatever has arrived is one batch
+            if not data:
+                return  # the parent is gone
+            for kind, seq, slot, frame in decoder.feed(data):
+                if kind == Kind.CLOSE:
+                    return
+                runner = runners[slot]
+                if kind == Kind.SHARE:
+                    shared[slot] = _map_shared(frame, descriptors)
+                elif kind == Kind.CLOSE_SLOT:
+                    runner.close()
+                    shared[slot] = None
+                elif kind == Kind.REBUILD:
+                    runner.close()
+                    seed, slot_episode = loads(frame)
+                    runners[slot] = _runner(sources[slot], seed, slot_episode, True)
+                else:
+                    # Each answer goes at once, not with the batch: the parent works on it
+                    # while this child steps the next env, and neither side idles long
+                    # enough for its core to sleep (waking a sleeping core costs far more
+                    # than a write; see benchmarks/wake_latency.py).
+                    sock.sendall(_answer(runner, kind, seq, slot, frame, shared[slot]))
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone
+    finally:
+        for runner in runners:
+            runner.close()
+        while not descriptors.empty():
+            os.close(descriptors.get())
+        sock.close()
+
+
+def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
+    receive_descriptors(alive, descriptors)  # returns once the parent is gone
+    os._exit(1)
+
+
+def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservations | None:
+    """Map the memory the parent passed; None (observations keep travelling through the
+    socket) if that fails."""
+    try:
+        fd = descriptors.get(timeout=_DESCRIPTOR_WAIT)  # sent just before the frame
+    except queue.Empty:
+        return None
+    try:
+        return SharedObservations(loads(frame), fd)
+    except Exception:
+        return None
+    finally:
+        os.close(fd)
+
+
+class _Unpicklable:
+    """Stands in for an env that could not be unpickled in the child."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+def _unpickle(payload: bytes) -> Any:
+    try:
+        return cloudpickle.loads(payload)
+    except Exception as exc:
+        return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
+
+
+def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> EnvRunner:
+    if isinstance(source, _Unpicklable):
+        runner = EnvRunner(None, seed, episode)
+        runner.build_failure = source.failure
+        return runner
+    runner = EnvRunner(source, seed, episode)
+    if build:
+        runner.build()
+    return runner
+
+
+def _ready(slot: int, runner: EnvRunner) -> bytes:
+    try:
+        return encode(Kind.READY, 0, dumps(runner.spaces), slot)
+    except Exception:
+        return encode(Kind.READY, 0, dumps((None, None)), slot)
+
+
+def _answer(
+    runner: EnvRunner,
+    kind: int,
+    seq: int,
+    slot: int,
+    payload: Any,
+    shared: SharedObservations | None,
+) -> bytes:
+    if kind == RESET and not payload:
+        result = runner.reset()
+    else:
+        try:
+            request = loads(payload)
+        except Exception as exc:
+            result = Failure.from_exception(exc, "unpickling the request")
+        else:
+            result = runner.control(request) if kind == CONTROL else runner.handle(request)
+    return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
+
+
+def _encode_reply(
+    seq: int, result: Any, slot: int, shared: SharedObservations | None = None
+) -> bytes:
+    if isinstance(result, Failure):
+        try:
+            return encode(Kind.FAILURE, seq, dumps(result), slot)
+        except Exception:
+            return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
+    try:
+        if type(result) is Step:
+            return encode_step(seq, result, slot, shared)
+        return encode(Kind.STATE, seq, dumps(result), slot)
+    except Exception as exc:
+        failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
+        return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)

@@ -1,0 +1,52 @@
+"""The hooks a worker kind implements: how it starts an env, sends it requests, drops it
+after a failure and closes it. :class:`~aioenv.workers.Worker` does everything else."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from typing import Any
+
+from .._messages import ControlRequest, EpisodeOptions
+
+__all__ = ["KindHooks"]
+
+
+class KindHooks(abc.ABC):
+    """What a worker kind (sync, thread, process, ...) implements. Replies go back through
+    ``Worker._on_reply(seq, result)``; a dead env through ``Worker._on_death(error)``."""
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 (optional)
+        """Hook: start watching this worker from ``loop``."""
+
+    def _abandon(self) -> None:  # noqa: B027 (optional)
+        """Hook: stop at once, without a loop."""
+
+    @abc.abstractmethod
+    def _spawn(self, seed: int | None) -> None:
+        """Start a fresh env with ``seed`` for its first reset (at a restart)."""
+
+    @abc.abstractmethod
+    def _submit(self, seq: int, action: Any) -> None:
+        """Start request ``seq`` (RESET or a step) without blocking."""
+
+    @abc.abstractmethod
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        """Send control request ``seq`` to the env without blocking."""
+
+    def _configure(self, episode: EpisodeOptions) -> None:
+        """Give the running env new episode options (sent ahead of any request)."""
+        self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
+
+    @abc.abstractmethod
+    def _discard_env(self, env_gone: bool) -> None:
+        """Drop the current env at once; its late replies must never be delivered.
+        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept."""
+
+    @abc.abstractmethod
+    def _start_close(self) -> None:
+        """Ask the env to close, without blocking."""
+
+    @abc.abstractmethod
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        """Wait for the worker to end, forcing it after ``cleanup_time`` seconds."""

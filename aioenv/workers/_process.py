@@ -1,0 +1,357 @@
+"""A worker whose env runs in a child process, watched from the event loop.
+
+A child process (a *host*) serves one env, or several with ``envs_per_process``: each env
+is still its own worker, with its own id and first-ready semantics, in a *slot* of the
+host. An action travels: :meth:`ProcessWorker._submit` encodes it (:mod:`aioenv._protocol`)
+and hands it to the worker's :class:`~aioenv.workers._host.Host`, which writes it to the
+child; the child's loop (:mod:`aioenv.workers._child`) steps the env and writes the reply;
+the host reads it and calls back :meth:`ProcessWorker._on_host_message`, which decodes it
+and delivers it through :meth:`~aioenv.workers.Worker._on_reply`.
+
+Messages for one host sent in the same loop iteration travel in one write: cheap envs pay
+one wake-up per batch of actions. The child answers each request as soon as it is done, so
+the parent works on one state while the child steps the next env.
+
+Large observations skip the socket: once the env reports its observation space, the parent
+maps a memory file laid out for that space and passes it to the child, which writes each
+observation in place (see :mod:`aioenv._shared_memory`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+import anyio
+import cloudpickle
+
+from .._environment import EnvSource
+from .._errors import WorkerDied
+from .._messages import ControlRequest, Failure
+from .._protocol import (
+    READY,
+    STEP_STATE,
+    Kind,
+    decode_step,
+    dumps,
+    encode,
+    encode_action,
+    is_shared,
+    loads,
+)
+from .._sentinels import RESET, Reset
+from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
+from ._base import Worker
+from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+
+__all__ = ["ProcessWorker", "default_context"]
+
+S = TypeVar("S")
+
+_KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
+_PRELOAD = ["aioenv.workers._quiet_start", "aioenv.workers._child", "numpy", "gymnasium"]
+
+
+def default_context() -> Context:
+    """``forkserver`` (with numpy, gymnasium and aioenv preloaded in the server, so a worker
+    starts in tens of milliseconds) where available, else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    preload = list(getattr(server, "_preload_modules", ["__main__"]))
+    missing = [name for name in _PRELOAD if name not in preload]
+    if missing and getattr(server, "_forkserver_pid", None) is None:
+        context.set_forkserver_preload(preload + missing)
+    return context
+
+
+def _resolve_context(context: Context | str | None) -> Context:
+    if context is None or context == "forkserver":
+        return default_context()
+    if isinstance(context, str):
+        return multiprocessing.get_context(context)
+    return context
+
+
+class ProcessWorker(Worker[S]):
+    """Runs the env in a child process (crash isolation, true parallelism).
+
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
+    The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
+    waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
+    kills the child at once (with every env it hosts). Use :meth:`hosted` (or
+    ``make_pool(..., envs_per_process=k)``) to put several envs in one child.
+
+    :param context: a multiprocessing context or start method name; default
+        :func:`default_context` (forkserver with preloads, else spawn).
+    :param shared_memory: ``"auto"`` (the default: observations of 8 KiB or more, in a
+        space with a fixed layout, travel through shared memory), True (whenever the space
+        allows) or False (always through the socket). Either way the states handed out own
+        their arrays unless the pool was made with ``copy=False``.
+
+    The other parameters are :class:`~aioenv.workers.Worker`'s.
+    """
+
+    kind = "process"
+    _discard_verb = "killed"
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        cleanup_time: float = 5.0,
+        context: Context | str | None = None,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        shared_memory: bool | Literal["auto"] = "auto",
+        _start: bool = True,
+    ) -> None:
+        self._host: Host | None = None  # the child serving this worker's env now
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        try:
+            self._payload = cloudpickle.dumps(env)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the env could not be pickled to send it to a worker process "
+                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
+                "or use a thread worker"
+            ) from exc
+        if shared_memory not in (True, False, "auto"):
+            raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
+        if shared_memory is True and not available():
+            raise ValueError(
+                "shared_memory=True needs os.memfd_create (Linux); use shared_memory='auto'"
+            )
+        self._shared_memory = shared_memory
+        self._layout: Layout | None = None  # known once the env reports its space
+        self._shared: SharedObservations | None = None  # mapped for the current host
+        self._context = _resolve_context(context)
+        self._slot = 0
+        self._hosts: list[Host] = []  # every host this worker used that may still run
+        if _start:
+            _start_host([self])
+
+    @classmethod
+    def hosted(
+        cls, env: EnvSource, seeds: Sequence[int | None], envs_per_process: int, **options: Any
+    ) -> list[ProcessWorker[Any]]:
+        """One worker per seed, ``envs_per_process`` of them sharing each child process."""
+        if not isinstance(envs_per_process, int) or envs_per_process < 1:
+            raise ValueError(f"envs_per_process must be an int >= 1, got {envs_per_process!r}")
+        workers: list[ProcessWorker[Any]] = [
+            cls(env, seed=seed, _start=False, **options) for seed in seeds
+        ]
+        for first in range(0, len(workers), envs_per_process):
+            _start_host(workers[first : first + envs_per_process])
+        return workers
+
+    @property
+    def pid(self) -> int:
+        """The process id of the child running this worker's env."""
+        return self._current_host().pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """That child's exit code; None while it runs."""
+        return self._current_host().exitcode
+
+    @property
+    def name(self) -> str:
+        where = "" if self.worker_id is None else f" {self.worker_id}"
+        host = self._host
+        if host is None:
+            return f"process worker{where} ({self.env_name})"
+        slot = f", slot {self._slot}" if host.size > 1 else ""
+        return f"process worker{where} ({self.env_name}, pid {host.pid}{slot})"
+
+    def _current_host(self) -> Host:
+        assert self._host is not None, "a process worker always has a host once built"
+        return self._host
+
+    def _join(self, host: Host, slot: int) -> None:
+        self._host = host
+        self._slot = slot
+        host.open_slot(slot)
+        self._hosts.append(host)
+        self._shared = None  # a new process gets its own memory: a killed one cannot write it
+        if self._loop is not None:
+            host.watch(self._loop)
+        if self._layout is not None:
+            self._share()
+
+    # Shared memory ---------------------------------------------------------------------
+    def _share(self) -> None:
+        """Map memory for this worker's observations and pass it to its current host."""
+        assert self._layout is not None
+        fd = memory_file(self._layout.nbytes)
+        try:
+            shared = SharedObservations(self._layout, fd)
+            frame = encode(Kind.SHARE, 0, dumps(self._layout), self._slot)
+            if self._current_host().send_with_fd(frame, fd):
+                self._shared = shared
+        finally:
+            os.close(fd)  # the child has its own descriptor now
+
+    def _layout_for(self, space: Any) -> Layout | None:
+        if self._shared_memory is False or not available():
+            return None
+        layout = Layout.of(space)
+        if layout is None or (self._shared_memory == "auto" and layout.nbytes < AUTO_THRESHOLD):
+            return None
+        return layout
+
+    # Hooks -----------------------------------------------------------------------------
+    def _bind_loop(self, loop: Any) -> None:
+        for host in self._hosts:
+            host.watch(loop)
+
+    def _spawn(self, seed: int | None) -> None:
+        host = self._current_host()
+        while host.successor is not None:  # siblings may have replaced it already
+            host = host.successor
+        if not host.alive:
+            host = host.replacement()
+        if host is not self._host:
+            self._join(host, self._slot)
+        host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
+
+    def _submit(self, seq: int, action: Any) -> None:
+        if action is RESET:
+            frame = encode(Kind.RESET, seq, b"", self._slot)
+        elif isinstance(action, Reset):
+            frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+        else:
+            frame = encode_action(seq, self._pickle(action, "action"), self._slot)
+        self._current_host().send(frame)
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        frame = encode(Kind.CONTROL, seq, self._pickle(request, "request"), self._slot)
+        self._current_host().send(frame)
+
+    def _pickle(self, obj: Any, what: str) -> bytes:
+        try:
+            return dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the {what} could not be pickled to send it to the worker "
+                f"process ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _discard_env(self, env_gone: bool) -> None:
+        host = self._current_host()
+        if env_gone or host.size == 1:
+            # A hung step cannot be interrupted: the whole child goes.
+            host.kill(self._slot, f"{self.name} failed")
+        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
+
+    def _abandon(self) -> None:
+        self._shared = None
+        for host in self._hosts:
+            host.kill_now()
+        self._hosts.clear()
+
+    # From the host ---------------------------------------------------------------------
+    def _on_host_message(self, host: Host, kind: int, seq: int, payload: Any) -> None:
+        if host is not self._host:
+            return  # a replaced host's words are never delivered
+        if kind == READY:
+            # Spaces are informative only: one that does not unpickle here is skipped.
+            with contextlib.suppress(Exception):
+                self.observation_space, self.action_space = loads(payload)
+                self._layout = self._layout_for(self.observation_space)
+                if self._layout is not None:
+                    self._share()
+            return
+        if not self._awaits(seq):
+            return  # stale: no need to decode it
+        borrowed = False
+        result: Any
+        try:
+            if kind == STEP_STATE:
+                shared = self._shared
+                result = decode_step(payload, shared)
+                borrowed = shared is not None and is_shared(payload)
+            else:
+                result = loads(payload)
+        except Exception as exc:
+            result = Failure.from_exception(exc, "unpickling its reply in the parent")
+        self._on_reply(seq, result, borrowed)
+
+    def _on_host_exit(self, host: Host) -> None:
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        killed_for = host.killed_for
+        if host is not self._host or self._closing:
+            return
+        if killed_for is not None and killed_for[0] == self._slot:
+            return  # killed for this worker's own failure, which is already handled
+        cause = "" if killed_for is None else f"; its process was killed because {killed_for[1]}"
+        self._on_death(
+            WorkerDied(
+                f"{self.name} died unexpectedly with exit code "
+                f"{describe_exit(host.exitcode)}{cause}",
+                worker_id=self.worker_id,
+                exitcode=host.exitcode,
+            )
+        )
+
+    # Closing ---------------------------------------------------------------------------
+    def _start_close(self) -> None:
+        self._ensure_loop()
+        self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
+        self._current_host().release(self._slot, self.cleanup_time)
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        self._ensure_loop()
+        # This worker waits for the hosts it was the last to release (or that died).
+        hosts = [
+            host
+            for host in self._hosts
+            if host.exited is not None and (not host.in_use or not host.alive)
+        ]
+        steps = ((cleanup_time, "terminate"), (TERMINATE_GRACE, "kill"), (_KILL_GRACE, ""))
+        for wait, how in steps:
+            with anyio.move_on_after(wait):
+                for host in hosts:
+                    assert host.exited is not None
+                    await host.exited.wait()
+            hosts = [host for host in hosts if host.exitcode is None]
+            if not hosts:
+                return
+            for host in hosts:
+                host.force(how)
+        warnings.warn(
+            f"{self.name}: pids {[host.pid for host in hosts]} did not exit even after "
+            "SIGKILL; they are left behind",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _start_host(workers: Sequence[ProcessWorker[Any]]) -> None:
+    """Start one child serving ``workers`` (slot ``i`` is ``workers[i]``) and join them to it."""
+    first = workers[0]
+    host = Host(
+        first._context,
+        first.env_name,
+        [worker._payload for worker in workers],
+        [worker.seed for worker in workers],
+        first._episode,
+        deliver=[worker._on_host_message for worker in workers],
+        on_exit=[worker._on_host_exit for worker in workers],
+    )
+    for slot, worker in enumerate(workers):
+        worker._join(host, slot)
