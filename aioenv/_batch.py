@@ -34,7 +34,9 @@ class Batch(Generic[S]):
         observation_space: Any = None,
         out: Any = None,
     ) -> None:
+        #: Which worker each row came from.
         self.worker_ids: npt.NDArray[np.int64] = np.asarray(worker_ids, dtype=np.int64)
+        #: The states themselves, row by row (any state type).
         self.states = states
         self._observation_space = observation_space
         self._out = out  # where to stack the observations (a pool's reused array), if given
@@ -62,6 +64,8 @@ class Batch(Generic[S]):
 
     @functools.cached_property
     def observations(self) -> Any:
+        """The rows' observations stacked along a new first axis (a dict or tuple of
+        stacked arrays for Dict/Tuple spaces), computed once."""
         steps = self._steps("observations")
         items = [step.observation for step in steps]
         space = self._observation_space
@@ -78,22 +82,27 @@ class Batch(Generic[S]):
 
     @functools.cached_property
     def rewards(self) -> npt.NDArray[np.float64]:
+        """The rows' rewards, float64 (0.0 for reset states)."""
         return np.fromiter((s.reward for s in self._steps("rewards")), np.float64, len(self))
 
     @functools.cached_property
     def terminated(self) -> npt.NDArray[np.bool_]:
+        """Per row: the episode ended in a terminal state."""
         return np.fromiter((s.terminated for s in self._steps("terminated")), np.bool_, len(self))
 
     @functools.cached_property
     def truncated(self) -> npt.NDArray[np.bool_]:
+        """Per row: the episode was cut short (a time limit)."""
         return np.fromiter((s.truncated for s in self._steps("truncated")), np.bool_, len(self))
 
     @property
     def dones(self) -> npt.NDArray[np.bool_]:
+        """Per row: ``terminated or truncated``."""
         return np.fromiter((s.done for s in self._steps("dones")), np.bool_, len(self))
 
     @property
     def infos(self) -> list[dict[str, Any]]:
+        """The rows' info dicts, as the envs returned them."""
         return [s.info for s in self._steps("infos")]
 
     @property
@@ -104,6 +113,8 @@ class Batch(Generic[S]):
 
     @property
     def final_infos(self) -> list[dict[str, Any] | None]:
+        """Per row, the finished episode's last info under ``autoreset="same_step"``
+        (None for rows that did not end an episode)."""
         return [s.final_info for s in self._steps("final_infos")]
 
     @classmethod

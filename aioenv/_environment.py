@@ -34,11 +34,19 @@ class Environment(Protocol[S, A_contra]):
     """The minimal environment: everything about a step (reward, flags, info) lives in the
     state it returns. ``close()`` is optional."""
 
-    def reset(self, seed: int | None = None) -> S: ...
+    def reset(self, seed: int | None = None) -> S:
+        """Start an episode and return its first state. ``seed``: seed the env's RNG (a
+        worker passes its seed at the first reset only, then None so episodes differ)."""
+        ...
 
-    def step(self, action: A_contra) -> S: ...
+    def step(self, action: A_contra) -> S:
+        """Apply ``action`` and return the next state. Raising is allowed: the worker
+        reports it as :class:`~aioenv.EnvError` with this traceback."""
+        ...
 
-    def terminated(self, state: S) -> bool: ...
+    def terminated(self, state: S) -> bool:
+        """True if ``state`` ends the episode (the time limit and autoreset use it)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,10 +23,10 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from .._messages import EpisodeOptions
 from .._protocol import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
-from ._child import serve
 
 __all__ = ["Context", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -74,7 +74,7 @@ class Host:
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
         process = context.Process(  # type: ignore[attr-defined]
-            target=serve,
+            target=_child_main,
             args=(child_end, alive_child, list(payloads), list(seeds), episode, build),
             name=f"aioenv-process-worker ({name})",
             daemon=True,
@@ -313,6 +313,14 @@ class Host:
         self._socket.close()
         self._alive.close()
         self._process.close()
+
+
+def _child_main(*args: Any) -> None:
+    """A child process's entry point. The child's loop is imported here, in the child (or
+    preloaded by the forkserver): the parent's side never imports the child's."""
+    from ._child import serve
+
+    serve(*args)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,108 @@
+"""The package's import graph: no circles, and the child's side never leans on the parent's.
+
+Read from the source (module-level imports, as Python runs them when a module is imported;
+imports inside functions run only when called)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import aioenv
+
+PACKAGE = Path(aioenv.__file__).parent
+
+#: What a child process runs (and, in-line, sync and thread workers): the env's side.
+CHILD_SIDE = {
+    "aioenv.workers._child",
+    "aioenv._runner",
+    "aioenv._protocol",
+    "aioenv._shared_memory",
+    "aioenv._environment",
+    "aioenv._messages",
+    "aioenv._sentinels",
+}
+#: Parent-side kinds that run an env in the parent's own process.
+RUNS_ENVS_IN_LINE = {"aioenv.workers._sync", "aioenv.workers._thread"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The aioenv modules ``path`` imports when it is imported."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    body = list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.If, ast.Try)):  # e.g. `if TYPE_CHECKING:` blocks
+            body.extend([*node.body, *node.orelse, *getattr(node, "finalbody", [])])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("aioenv"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            elif node.module and node.module.startswith("aioenv"):
+                target = node.module
+            else:
+                continue
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)  # submodules
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {name: module_level_imports(path) & modules.keys() for name, path in modules.items()}
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    edges = graph()
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            cycle = [*path[path.index(module) :], module]
+            raise AssertionError(f"import circle: {' -> '.join(cycle)}")
+        if module in done:
+            return
+        for imported in sorted(edges[module]):
+            # A package's __init__ imports its submodules; a submodule importing a sibling
+            # through the package is an edge to that sibling, not back to the __init__.
+            if imported != "aioenv" and not module.startswith(f"{imported}."):
+                visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(edges):
+        visit(module, [])
+
+
+def test_the_child_side_imports_nothing_of_the_parent_side() -> None:
+    edges = graph()
+    for module in CHILD_SIDE:
+        outside = {m for m in edges[module] if m not in CHILD_SIDE and m != "aioenv.workers"}
+        assert not outside, f"{module} imports parent-side {sorted(outside)}"
+
+
+def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_child() -> None:
+    edges = graph()
+    for module, imported in edges.items():
+        if module in CHILD_SIDE:
+            continue
+        if module not in RUNS_ENVS_IN_LINE:
+            assert "aioenv._runner" not in imported, f"{module} imports the env runner"
+        assert "aioenv.workers._child" not in imported, f"{module} imports the child's loop"
+
+
+def test_the_checks_see_real_edges() -> None:
+    """The graph is read correctly: known imports show up (so the tests above can fail)."""
+    edges = graph()
+    assert "aioenv._protocol" in edges["aioenv.workers._child"]
+    assert "aioenv.workers._host" in edges["aioenv.workers._process"]
+    assert "aioenv._pool" in edges["aioenv._factory"]
+    assert "aioenv._messages" in edges["aioenv._runner"]
