@@ -18,12 +18,24 @@ class Progress:
     """
 
     def __init__(
-        self, enabled: bool, *, total: int | None, unit: str = "step", file: IO[str] | None = None
+        self,
+        enabled: bool,
+        *,
+        total: int | None,
+        unit: str = "step",
+        file: IO[str] | None = None,
+        mininterval: float = 0.1,
     ) -> None:
         self._bar: Any = None  # a tqdm bar
         if enabled:
             self._bar = tqdm(
-                total=total, unit=unit, dynamic_ncols=True, disable=None, file=file, leave=False
+                total=total,
+                unit=unit,
+                dynamic_ncols=True,
+                disable=None,  # tqdm's "only on a terminal"
+                file=file,
+                leave=False,  # collect() runs in a loop: one line, not one per call
+                mininterval=mininterval,
             )
         self.episodes = 0
         self._return_sum = 0.0
