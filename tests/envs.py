@@ -264,13 +264,15 @@ class Walk(gymnasium.Env[np.ndarray, int]):
     """Deterministic given its seed: episodes of 2 to 6 steps (even lengths terminate, odd
     ones truncate); the observation is ``(episode draw, step)`` and the reward is
     ``action + step / 10``. ``steps_taken`` counts every ``step`` call. With ``gate``,
-    ``step`` blocks until that file exists (a straggler the test releases)."""
+    ``step`` blocks until that file exists (a straggler the test releases); with
+    ``explode_at=n`` its ``n``-th step call raises ``ValueError``."""
 
     observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float64)
     action_space = gymnasium.spaces.Discrete(3)
 
-    def __init__(self, gate: str | None = None) -> None:
+    def __init__(self, gate: str | None = None, explode_at: int | None = None) -> None:
         self.gate = gate
+        self.explode_at = explode_at
         self.steps_taken = 0
 
     def _obs(self) -> np.ndarray:
@@ -289,6 +291,8 @@ class Walk(gymnasium.Env[np.ndarray, int]):
             while not os.path.exists(self.gate) and time.monotonic() < deadline:
                 time.sleep(0.002)
         self.steps_taken += 1
+        if self.steps_taken == self.explode_at:
+            raise ValueError("Walk exploded on purpose")
         self.t += 1
         done = self.t >= self.length
         even = self.length % 2 == 0

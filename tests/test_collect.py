@@ -5,6 +5,7 @@ pool.drain()."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import io
 from typing import Any
@@ -307,6 +308,50 @@ async def test_a_slow_policy_holds_every_worker_at_one_step(mode: Any) -> None:
         part = await task
         assert sum(await pool.get_attr("steps_taken")) <= len(part) + 6 * N
     assert_replay_prefix([part])
+
+
+async def test_paused_workers_are_skipped_and_a_busy_pool_is_refused(mode: Any) -> None:
+    async with walk_pool(mode) as pool:
+        pool.reset()
+        with pytest.raises(aioenv.StateNotTaken, match="drain"):
+            await aioenv.Collector(pool, policy).collect(num_steps=1)
+        await pool.drain()
+        pool.pause(3)
+        collector = aioenv.Collector(pool, policy)
+        first = await collector.collect(num_episodes=2, per_worker=True)
+        pool.resume(3)
+        second = await collector.collect(num_episodes=2, per_worker=True)
+    assert episode_counts(first) == [2, 2, 2, 0]
+    assert episode_counts(second) == [2] * N
+
+
+# Failures --------------------------------------------------------------------------------
+@pytest.mark.parametrize("restart", ["never", "on_failure"])
+async def test_a_failed_step_ends_its_episode_at_the_last_transition(
+    mode: Any, restart: str
+) -> None:
+    exploding = functools.partial(envs.Walk, None, 5)  # every worker's 5th step raises
+    async with aioenv.make_pool(
+        exploding, N, mode=modes(mode, N), seed=SEED, restart=restart
+    ) as pool:
+        collector = aioenv.Collector(pool, policy)
+        if restart == "never":
+            with pytest.raises(aioenv.EnvError):
+                await collector.collect(num_episodes=2, per_worker=True)
+            for _ in range(N - 1):  # the others fail too, each raised once
+                with contextlib.suppress(aioenv.EnvError):
+                    await collector.collect(num_episodes=2, per_worker=True)
+        part = await collector.collect(num_episodes=2, per_worker=True)
+    for worker_id, rows in rows_of([part]).items():
+        first_four, expected = rows[:4], REPLAYS[worker_id][:4]
+        for got, want in zip(first_four, expected, strict=True):
+            assert got[:2] == want[:2]
+            np.testing.assert_array_equal(got[2], want[2])
+            assert got[3:6] == want[3:6]
+        assert first_four[3][6], "the transition before the failed step ends its episode"
+        if len(rows) > 4:
+            assert rows[4][1] == 0, "the next row starts a new episode"
+    assert episode_counts(part) == [2] * N  # a cut episode counts as one
 
 
 # Progress --------------------------------------------------------------------------------
