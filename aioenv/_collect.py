@@ -15,7 +15,7 @@ import math
 import operator
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ._environment import Step
 from ._errors import StateNotTaken, WorkerError
 from ._pool import WorkerPool
 from ._progress import Progress
+from ._quota import Boundary, Quota, make_quota
 from ._sentinels import RESET
 from ._trajectories import Trajectories, stack
 
@@ -32,7 +33,6 @@ __all__ = ["Collector", "Policy", "collect"]
 #: A sync or async callable from a :class:`Batch` to one action per row (a sequence or an
 #: array whose first axis is the rows).
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
-Boundary = Literal["episode", "step"]
 
 _NEEDS_RESET = "needs reset"  # a worker's marker: its episode ended, send RESET next
 _ROW_FIELDS = (
@@ -77,32 +77,6 @@ class _Track:
     waiting: Any = _NEEDS_RESET
     in_flight: Any = None
     finished: list[_Episode] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Quota:
-    amount: int
-    unit: Literal["steps", "episodes"]
-    per_worker: bool
-    fraction: float
-    boundary: Boundary
-
-    def count(self, track: _Track) -> int:
-        if self.unit == "episodes":
-            return len(track.finished)
-        rows = sum(len(episode) for episode in track.finished)
-        if self.boundary == "step" and track.episode is not None:
-            rows += len(track.episode)
-        return rows
-
-    def met(self, tracks: list[_Track], active: list[int]) -> bool:
-        if not self.per_worker:
-            return sum(self.count(track) for track in tracks) >= self.amount
-        needed = max(1, math.ceil(self.fraction * len(active) - 1e-9))
-        return sum(self.count(tracks[w]) >= self.amount for w in active) >= needed
-
-    def wants_more(self, track: _Track) -> bool:
-        return not self.per_worker or self.count(track) < self.amount
 
 
 class Collector:
@@ -165,7 +139,7 @@ class Collector:
         stderr is a terminal. Open episodes, states waiting for an action and actions in
         flight carry over to the next call; a cancelled call loses nothing either.
         """
-        quota = _make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
+        quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
         if self._running:
             raise RuntimeError("this collector is already collecting (one call at a time)")
         self._running = True
@@ -203,7 +177,7 @@ class Collector:
     def _active_ids(self) -> list[int]:
         return [worker.worker_id for worker in self.pool._active_workers()]  # type: ignore[misc]
 
-    async def _act(self, quota: _Quota, active: list[int]) -> None:
+    async def _act(self, quota: Quota, active: list[int]) -> None:
         """Send RESET or a policy action to every active worker that waits and may go on."""
         rows: list[int] = []
         for worker_id in active:
@@ -322,7 +296,7 @@ class Collector:
         return observation if self.pool.copy else copy.deepcopy(observation)
 
     # Returning -------------------------------------------------------------------------
-    def _take(self, quota: _Quota) -> Trajectories:
+    def _take(self, quota: Quota) -> Trajectories:
         limits = self._finished_limits(quota)
         parts: list[tuple[int, _Episode, bool]] = []  # (worker, rows, open)
         for worker_id, track in enumerate(self._tracks):
@@ -335,7 +309,7 @@ class Collector:
         parts.sort(key=lambda part: (part[0], part[1].episode_id))
         return self._assemble(parts)
 
-    def _finished_limits(self, quota: _Quota) -> list[int]:
+    def _finished_limits(self, quota: Quota) -> list[int]:
         """How many finished episodes to return per worker: all of them for ``num_steps``,
         the first ``num_episodes`` per worker, or the first ``num_episodes`` to finish."""
         tracks = self._tracks
@@ -399,30 +373,6 @@ def _rows(actions: Any, count: int) -> list[Any]:
     if len(rows) != count:
         raise ValueError(f"the policy returned {len(rows)} actions for a batch of {count}")
     return rows
-
-
-def _make_quota(
-    num_steps: int | None,
-    num_episodes: int | None,
-    per_worker: bool,
-    fraction: float,
-    boundary: Boundary,
-) -> _Quota:
-    if (num_steps is None) == (num_episodes is None):
-        raise ValueError("collect() needs exactly one of num_steps= or num_episodes=")
-    amount = num_steps if num_steps is not None else num_episodes
-    if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
-        raise ValueError(f"num_steps/num_episodes must be an int >= 1, got {amount!r}")
-    if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
-        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
-    if fraction != 1 and not per_worker:
-        raise ValueError("fraction < 1 needs per_worker=True (it counts workers that met theirs)")
-    if boundary not in ("episode", "step"):
-        raise ValueError(f"boundary must be 'episode' or 'step', got {boundary!r}")
-    if boundary == "step" and num_steps is None:
-        raise ValueError("boundary='step' applies to num_steps (num_episodes counts whole ones)")
-    unit: Literal["steps", "episodes"] = "steps" if num_steps is not None else "episodes"
-    return _Quota(amount, unit, bool(per_worker), float(fraction), boundary)
 
 
 _collectors: weakref.WeakKeyDictionary[WorkerPool[Any], Collector] = weakref.WeakKeyDictionary()
