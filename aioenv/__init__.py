@@ -5,6 +5,7 @@ first. See the README for a tour.
 """
 
 from ._batch import Batch
+from ._collect import Collector, Policy, collect
 from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step
 from ._episodes import EpisodeStats
 from ._errors import (
@@ -25,6 +26,7 @@ from ._factory import get_worker_pool, make_pool, worker_seeds
 from ._loop import run
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._sentinels import CLOSE, RESET, Command, Reset
+from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, make_vec
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
@@ -38,6 +40,7 @@ __all__ = [
     "AsyncWorkerPool",
     "Batch",
     "ClosedError",
+    "Collector",
     "Command",
     "EnvError",
     "EnvSource",
@@ -46,6 +49,7 @@ __all__ = [
     "GymnasiumEnvironment",
     "InvalidAction",
     "NoActionInFlight",
+    "Policy",
     "ProcessWorker",
     "Reset",
     "SpaceMismatch",
@@ -54,6 +58,7 @@ __all__ = [
     "SyncWorker",
     "SyncWorkerPool",
     "ThreadWorker",
+    "Trajectories",
     "UnknownWorker",
     "Worker",
     "WorkerDied",
@@ -62,6 +67,7 @@ __all__ = [
     "WorkerPool",
     "WorkerTimeout",
     "__version__",
+    "collect",
     "get_worker_pool",
     "make_pool",
     "make_vec",

@@ -324,6 +324,29 @@ class WorkerPool(RemoteControl[S]):
             assert item is not None
             yield item
 
+    async def drain(self) -> list[tuple[S | WorkerError, int]]:
+        """Wait for every action in flight and take every state not yet taken, so the pool
+        is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
+        order; where a worker's action failed, the error it raised takes the state's place
+        (it is returned, not raised, so no other state is lost). Paused workers are left
+        alone: they keep their pending state until resumed. Cancel-safe: states are taken
+        only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
+        self._check_open()
+        inbox = self._inbox
+        while inbox.num_ready() < inbox.num_owed:
+            await inbox.wait(None)
+            self._check_open()
+        taken: list[tuple[Any, int]] = []
+        while (outcome := inbox.pop_next()) is not None:
+            worker_id: int = outcome.worker_id  # type: ignore[assignment]
+            if outcome.error is not None:
+                taken.append((outcome.error, worker_id))
+                continue
+            state = owned_step(outcome.state) if outcome.borrowed else outcome.state
+            record_episode(self._stats[worker_id], state)
+            taken.append((state, worker_id))
+        return sorted(taken, key=operator.itemgetter(1))
+
     async def _wait_next(self, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
         deadline = self._deadline(timeout)

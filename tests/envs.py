@@ -258,3 +258,42 @@ class DyingBig(BigObservation):
         if self.t == 1:
             os._exit(3)
         return super().step(action)
+
+
+class Walk(gymnasium.Env[np.ndarray, int]):
+    """Deterministic given its seed: episodes of 2 to 6 steps (even lengths terminate, odd
+    ones truncate); the observation is ``(episode draw, step)`` and the reward is
+    ``action + step / 10``. ``steps_taken`` counts every ``step`` call. With ``gate``,
+    ``step`` blocks until that file exists (a straggler the test releases); with
+    ``explode_at=n`` its ``n``-th step call raises ``ValueError``."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gymnasium.spaces.Discrete(3)
+
+    def __init__(self, gate: str | None = None, explode_at: int | None = None) -> None:
+        self.gate = gate
+        self.explode_at = explode_at
+        self.steps_taken = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.draw, self.t], dtype=np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.length = int(self.np_random.integers(2, 7))
+        self.draw = float(self.np_random.random())
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        if self.gate is not None:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.gate) and time.monotonic() < deadline:
+                time.sleep(0.002)
+        self.steps_taken += 1
+        if self.steps_taken == self.explode_at:
+            raise ValueError("Walk exploded on purpose")
+        self.t += 1
+        done = self.t >= self.length
+        even = self.length % 2 == 0
+        return self._obs(), float(action) + self.t / 10, done and even, done and not even, {}

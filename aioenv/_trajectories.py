@@ -1,0 +1,119 @@
+"""What :func:`aioenv.collect` returns: transitions as numpy arrays, grouped by episode."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.spaces import Space
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+__all__ = ["Trajectories", "stack"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Trajectories:
+    """Transitions, one per row, with the rows of one episode contiguous and in step order;
+    episodes are ordered by worker id, then by episode id (so per worker, in the order they
+    were played).
+
+    Row ``i`` is one transition: the policy saw ``observations[i]`` and chose
+    ``actions[i]``; the env answered ``rewards[i]``, ``terminated[i]``, ``truncated[i]`` and
+    ``next_observations[i]``. The last row of a finished episode has ``terminated`` or
+    ``truncated`` set and its ``next_observations`` row is the episode's final observation
+    (whatever the pool's autoreset mode). A reset is not a transition: its observation is the
+    ``observations`` row of its episode's first transition (``step == 0``).
+
+    Observations are stacked as gymnasium batches them (an array for a Box, a dict of arrays
+    for a Dict space, ...); everything else is a 1-D array with one entry per row.
+    """
+
+    observations: Any
+    actions: Any
+    rewards: npt.NDArray[np.float64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    next_observations: Any
+    #: The worker that played the row's episode.
+    worker_id: npt.NDArray[np.int64]
+    #: Unique per collector: the ``k``-th episode (from 0) of worker ``w`` in a pool of
+    #: ``n`` workers has id ``k * n + w``, whatever order the workers finish in.
+    episode_id: npt.NDArray[np.int64]
+    #: The transition's index in its episode (0 for the first action after a reset).
+    step: npt.NDArray[np.int64]
+    #: ``Collector.policy_version`` when the policy chose the row's action.
+    policy_version: npt.NDArray[np.int64]
+    #: True for rows of an episode still running: ``collect(boundary="step")`` returns them
+    #: and the next call returns the episode's later rows (``step`` goes on from here).
+    open: npt.NDArray[np.bool_]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Trajectories of {len(self)} transitions, {self.num_episodes} finished episodes, "
+            f"{len(self.episode_slices()) - self.num_episodes} open>"
+        )
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes that end in these rows (with ``terminated`` or ``truncated``)."""
+        return int(np.count_nonzero((self.terminated | self.truncated) & ~self.open))
+
+    def episode_slices(self) -> list[slice]:
+        """One slice of rows per episode (or part of an episode), in row order."""
+        if not len(self):
+            return []
+        key = self.episode_id
+        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        stops = [*starts[1:].tolist(), len(self)]
+        return [slice(start, stop) for start, stop in zip(starts.tolist(), stops, strict=True)]
+
+    def episode_returns(self) -> npt.NDArray[np.float64]:
+        """The sum of rewards of each finished episode here, in row order. An episode whose
+        first rows came in an earlier call (``boundary="step"``) sums only the rows here."""
+        ends = self.episode_slices()
+        return np.array(
+            [self.rewards[part].sum() for part in ends if not self.open[part.stop - 1]],
+            dtype=np.float64,
+        )
+
+    def finished(self) -> Trajectories:
+        """The rows of episodes that end here."""
+        return self.select(~self.open)
+
+    def unfinished(self) -> Trajectories:
+        """The rows of episodes still running (only ``boundary="step"`` returns any)."""
+        return self.select(self.open)
+
+    def select(self, rows: Any) -> Trajectories:
+        """These rows (a boolean mask, a slice or indices) as new Trajectories."""
+        return Trajectories(
+            **{
+                field.name: _take(getattr(self, field.name), rows)
+                for field in dataclasses.fields(self)
+            }
+        )
+
+
+def stack(space: Space[Any] | None, items: Sequence[Any]) -> Any:
+    """``items`` (observations or actions) stacked as gymnasium batches ``space``; with no
+    space known, ``numpy.asarray``."""
+    if space is None:
+        return np.asarray(items)
+    out: Any = create_empty_array(space, n=len(items))
+    if not items:
+        return out
+    return concatenate(space, items, out)
+
+
+def _take(value: Any, rows: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _take(item, rows) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_take(item, rows) for item in value)
+    return value[rows]

@@ -1,0 +1,38 @@
+"""The examples run and do what they say."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RANDOM_POLICY_RETURN = 22  # CartPole-v1's mean return under uniformly random actions
+
+
+@pytest.mark.timeout(180)
+def test_train_cartpole_learns_within_a_short_budget() -> None:
+    # Seeded and independent of the order workers answer in: the same figures every run;
+    # the time budget is only a safety net far above what six generations need.
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_cartpole.py"),
+            "--max-iterations=6",
+            "--max-seconds=120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=160,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    generations = re.findall(r"generation +(\d+): mean return +([\d.]+)", result.stdout)
+    assert [int(number) for number, _ in generations] == list(range(1, 7)), result.stdout
+    first, last = float(generations[0][1]), float(generations[-1][1])
+    assert first < 2 * RANDOM_POLICY_RETURN, result.stdout  # it starts near random
+    assert last > 4 * RANDOM_POLICY_RETURN, result.stdout  # and learns
