@@ -167,7 +167,7 @@ class Collector:
         if self._started:
             return
         for worker_id in range(len(self.pool)):
-            if self.pool._inbox.is_owed(worker_id):  # TODO(#10): a public "owes" query
+            if self.pool.has_pending(worker_id):
                 raise StateNotTaken(
                     f"collect(): worker {worker_id} has an action in flight or a state not "
                     "taken; await pool.drain() (after resuming paused workers) first"
@@ -175,7 +175,7 @@ class Collector:
         self._started = True
 
     def _active_ids(self) -> list[int]:
-        return [worker.worker_id for worker in self.pool._active_workers()]  # type: ignore[misc]
+        return self.pool.active_ids
 
     async def _act(self, quota: Quota, active: list[int]) -> None:
         """Send RESET or a policy action to every active worker that waits and may go on."""

@@ -217,6 +217,15 @@ class WorkerPool(RemoteControl[S]):
             self._inbox.resume(worker.worker_id)
 
     @property
+    def active_ids(self) -> list[int]:
+        """Ids of the workers that are open and not paused."""
+        return [worker.worker_id for worker in self._active_workers()]  # type: ignore[misc]
+
+    def has_pending(self, worker_id: int) -> bool:
+        """The worker has an action in flight or a state not yet taken."""
+        return self._inbox.is_owed(self._worker(worker_id).worker_id)
+
+    @property
     def num_active(self) -> int:
         """Workers that are open and not paused."""
         return len(self._active_workers())
@@ -342,7 +351,7 @@ class WorkerPool(RemoteControl[S]):
             if outcome.error is not None:
                 taken.append((outcome.error, worker_id))
                 continue
-            state = owned_step(outcome.state) if outcome.borrowed else outcome.state
+            state = outcome.state.owned() if outcome.borrowed and self.copy else outcome.state
             record_episode(self._stats[worker_id], state)
             taken.append((state, worker_id))
         return sorted(taken, key=operator.itemgetter(1))
