@@ -6,7 +6,7 @@ first. See the README for a tour.
 
 from ._batch import Batch
 from ._collect import Collector, Policy, collect
-from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step
+from ._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
 from ._episodes import EpisodeStats
 from ._errors import (
     AioEnvError,
@@ -22,9 +22,10 @@ from ._errors import (
     WorkerPaused,
     WorkerTimeout,
 )
-from ._factory import get_worker_pool, make_pool, worker_seeds
+from ._factory import get_worker_pool, make_pool
 from ._loop import run
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, make_vec
@@ -39,6 +40,7 @@ __all__ = [
     "AioVectorEnv",
     "AsyncWorkerPool",
     "Batch",
+    "BatchStep",
     "ClosedError",
     "Collector",
     "Command",

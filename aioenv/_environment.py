@@ -11,10 +11,12 @@ import gymnasium
 import numpy as np
 
 __all__ = [
+    "BatchStep",
     "EnvSource",
     "Environment",
     "GymnasiumEnvironment",
     "Step",
+    "VectorSource",
     "as_environment",
     "build_environment",
     "describe_source",
@@ -116,6 +118,57 @@ class Step(Generic[O]):
         if self.final_info is None and self.final_observation is None:
             return (Step, fields)
         return (Step, (*fields, self.final_observation, self.final_info))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchStep(Generic[O]):
+    """The transitions of the ``k`` envs one worker steps together (``envs_per_worker=k``):
+    row ``i`` is env ``i`` of the worker. One message carries all of them, so the parent
+    does no work per env.
+
+    ``observations`` are stacked along a first axis of length ``k`` (gymnasium's batched
+    space); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are arrays.
+    ``infos`` maps a row to its info and leaves out rows whose info is empty (most steps
+    of most envs). Under ``autoreset="same_step"`` the rows that ended an episode carry the
+    reset observation in ``observations`` and the last one in ``final_observations[row]``,
+    with ``final_infos[row]``.
+    """
+
+    observations: Any
+    rewards: Any  # npt.NDArray[np.float64]
+    terminated: Any  # npt.NDArray[np.bool_]
+    truncated: Any  # npt.NDArray[np.bool_]
+    infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    final_observations: dict[int, Any] = dataclasses.field(default_factory=dict)
+    final_infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def dones(self) -> Any:
+        """Per row: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+    def owned(self) -> BatchStep[O]:
+        """The same batch with its observations copied (see :meth:`Step.owned`)."""
+        return dataclasses.replace(self, observations=_copy_arrays(self.observations))
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorSource:
+    """``len(sources)`` envs that one worker steps together, env ``i`` built from
+    ``sources[i]``. The worker's seed ``s`` seeds them with ``worker_seeds(s, k)``."""
+
+    sources: tuple[EnvSource, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("a VectorSource needs at least one env source")
+
+    @property
+    def description(self) -> str:
+        return f"{describe_source(self.sources[0])} x{len(self.sources)}"
 
 
 def _copy_arrays(observation: Any) -> Any:

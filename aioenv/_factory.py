@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from ._environment import EnvSource
+from ._environment import EnvSource, VectorSource
 from ._options import POOL_OPTIONS
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from ._seeds import worker_seeds
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
-__all__ = ["get_worker_pool", "make_pool", "worker_seeds"]
+__all__ = ["get_worker_pool", "make_pool"]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
@@ -21,20 +20,12 @@ _KINDS: dict[str, type[Worker[Any]]] = {
 }
 #: The worker options each kind takes (``envs_per_process`` is applied by make_pool).
 _WORKER_OPTIONS: dict[str, frozenset[str]] = {
-    "sync": frozenset({"cleanup_time"}),
-    "thread": frozenset({"cleanup_time"}),
-    "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
+    "sync": frozenset({"cleanup_time", "envs_per_worker"}),
+    "thread": frozenset({"cleanup_time", "envs_per_worker"}),
+    "process": frozenset(
+        {"cleanup_time", "context", "envs_per_process", "envs_per_worker", "shared_memory"}
+    ),
 }
-
-
-def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
-    """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
-    without touching any global RNG. ``None`` gives ``None`` for every worker (each env
-    then seeds itself from OS entropy)."""
-    if seed is None:
-        return [None] * num_workers
-    children = np.random.SeedSequence(seed).spawn(num_workers)
-    return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
 
 
 def get_worker_pool(
@@ -66,8 +57,10 @@ def make_pool(
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
         that take them: ``cleanup_time`` (all kinds, and the pool), and for process
-        workers ``context``, ``shared_memory`` and ``envs_per_process`` (how many envs
-        share one child process; default 1).
+        workers ``context``, ``shared_memory`` and ``envs_per_process`` (how many workers
+        share one child process; default 1). ``envs_per_worker=k`` (any kind; default 1):
+        each worker steps ``k`` envs together; its actions are batches of ``k`` and its
+        states :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
@@ -79,10 +72,11 @@ def make_pool(
     if "cleanup_time" in worker_options:
         pool_options["cleanup_time"] = worker_options["cleanup_time"]
     _check_worker_options(worker_options, modes)
-    if not isinstance(env, str) and not callable(env) and num_workers > 1:
+    separate_envs = num_workers * options.get("envs_per_worker", 1)
+    if not isinstance(env, str) and not callable(env) and separate_envs > 1:
         raise TypeError(
             f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-            f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
+            f"{separate_envs} separate envs, got an instance of {type(env).__name__}; "
             "pass e.g. `lambda: MyEnv()`"
         )
     workers: list[Worker[Any]] = []
@@ -106,6 +100,11 @@ def _build_workers(
     a later one fails); process workers share children ``envs_per_process`` at a time."""
     options = dict(options)
     envs_per_process = options.pop("envs_per_process", 1)
+    envs_per_worker = options.pop("envs_per_worker", 1)
+    if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
+    if envs_per_worker > 1:
+        env = VectorSource((env,) * envs_per_worker)
     processes = [i for i, kind in enumerate(modes) if kind == "process"]
     hosted = iter(
         ProcessWorker.hosted(

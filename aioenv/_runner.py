@@ -46,6 +46,11 @@ class EnvRunner:
             self.build_failure = Failure.from_exception(exc, "construction")
 
     @property
+    def built(self) -> bool:
+        """``build`` ran: the env exists, or its construction failed."""
+        return self.env is not None or self.build_failure is not None
+
+    @property
     def spaces(self) -> tuple[Any, Any]:
         return (
             getattr(self.env, "observation_space", None),

@@ -297,3 +297,23 @@ class Walk(gymnasium.Env[np.ndarray, int]):
         done = self.t >= self.length
         even = self.length % 2 == 0
         return self._obs(), float(action) + self.t / 10, done and even, done and not even, {}
+
+
+class RaisesOnTwo(gymnasium.Env[np.ndarray, int]):
+    """Counts its steps in the observation; action 2 raises ValueError."""
+
+    def __init__(self) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 1000, (1,), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            raise ValueError("action 2 is not allowed here")
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}

@@ -33,17 +33,7 @@ import cloudpickle
 from .._environment import EnvSource
 from .._errors import WorkerDied
 from .._messages import ControlRequest, Failure
-from .._protocol import (
-    READY,
-    STEP_STATE,
-    Kind,
-    decode_step,
-    dumps,
-    encode,
-    encode_action,
-    is_shared,
-    loads,
-)
+from .._protocol import READY, Kind, decode_reply, dumps, encode, encode_action, loads
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
 from ._base import Worker
@@ -277,17 +267,13 @@ class ProcessWorker(Worker[S]):
             return
         if not self._awaits(seq):
             return  # stale: no need to decode it
-        borrowed = False
-        result: Any
         try:
-            if kind == STEP_STATE:
-                shared = self._shared
-                result = decode_step(payload, shared)
-                borrowed = shared is not None and is_shared(payload)
-            else:
-                result = loads(payload)
+            result, borrowed = decode_reply(kind, payload, self._shared)
         except Exception as exc:
-            result = Failure.from_exception(exc, "unpickling its reply in the parent")
+            result, borrowed = (
+                Failure.from_exception(exc, "unpickling its reply in the parent"),
+                False,
+            )
         self._on_reply(seq, result, borrowed)
 
     def _on_host_exit(self, host: Host) -> None:
