@@ -20,6 +20,7 @@ import envs
 from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
+from lockstep import VECTORS, run_lockstep
 from machine import CpuAccount
 from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
 
@@ -37,7 +38,7 @@ __all__ = [
     "run_workload",
 ]
 
-Runner = Literal["aioenv", "gym_sync", "gym_async", "bare"]
+Runner = Literal["aioenv", "gym_sync", "gym_async", "bare", "lockstep"]
 
 
 class _ConfigRequired(TypedDict):
@@ -99,6 +100,22 @@ CONFIGS: list[Config] = [
         "options": {"mode": "process", "envs_per_process": 8},
         "workloads": ("W1", "W3"),
     },
+    # Workers that step several envs together: one message per batch each way, one
+    # BatchStep per worker (envs_per_worker), first ready per worker.
+    {
+        "label": "aioenv process, 4 envs/worker",
+        "runner": "aioenv",
+        "api": "vector",
+        "options": {"mode": "process", "envs_per_worker": 4},
+        "workloads": ("W1", "W3"),
+    },
+    {
+        "label": "aioenv process, 8 envs/worker",
+        "runner": "aioenv",
+        "api": "vector",
+        "options": {"mode": "process", "envs_per_worker": 8},
+        "workloads": ("W1",),
+    },
     {
         "label": "aioenv thread / state",
         "runner": "aioenv",
@@ -140,6 +157,9 @@ CONFIGS: list[Config] = [
     },
 ]
 
+# W6: the same synchronous training loop over each vector env (see lockstep.py).
+CONFIGS += [{"label": label, "runner": "lockstep", "workloads": ("W6",)} for label in VECTORS]
+
 #: The ratio column divides by this row's median in the same case.
 REFERENCE = "gym AsyncVectorEnv"
 
@@ -151,6 +171,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4, 8],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
+        "W6": [4, 16],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -158,6 +179,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
+        "W6": [4, 16],
     },
 }
 
@@ -228,10 +250,15 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             sleep=FIXED_SLEEP,
             max_processes=W5_MAX_PROCESSES,
         ),
+        "W6": Workload(
+            "W6",
+            "training script: lockstep CartPole, a numpy MLP policy between steps",
+            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]],
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
 
 
 @dataclasses.dataclass
@@ -357,6 +384,10 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_aioenv(case.env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
+        if runner == "lockstep":
+            return run_lockstep(
+                config["label"], case.env, case.n, seed=seed, timing=timing, account=account
+            )
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
         return run_gym(kind, case.env, case.n, **common, **options)
 
@@ -366,17 +397,21 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
 def _processes(config: Config, n: int) -> int:
     """How many child processes a configuration starts for ``n`` envs."""
     options = config.get("options", {})
-    if config["runner"] == "gym_async":
+    if config["runner"] == "gym_async" or config["label"] == "gym AsyncVectorEnv":
         return n
     if config["runner"] == "bare" or (
         config["runner"] == "aioenv" and options.get("mode") == "process"
     ):
         per_process = int(options.get("envs_per_process", 1))
+        per_process *= int(options.get("envs_per_worker", 1))
         return -(-n // per_process)
     return 0
 
 
 def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
+    per_worker = int(config.get("options", {}).get("envs_per_worker", 1))
+    if case.n % per_worker or case.n < 2 * per_worker:
+        return f"needs N a multiple of {per_worker} with at least two workers"
     limit = workload.max_processes
     processes = _processes(config, case.n)
     if limit is not None and processes > limit:
