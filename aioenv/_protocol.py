@@ -39,6 +39,7 @@ from ._shared_memory import SharedObservations
 __all__ = [
     "BATCH_STATE",
     "CONTROL",
+    "STEP_ARRAY",
     "FAILURE",
     "HEADER",
     "READY",
@@ -48,12 +49,14 @@ __all__ = [
     "STEP_STATE",
     "FrameDecoder",
     "Kind",
+    "decode_array",
     "decode_batch_step",
     "decode_reply",
     "decode_step",
     "dumps",
     "encode",
     "encode_action",
+    "encode_array_action",
     "encode_batch_step",
     "encode_step",
     "loads",
@@ -74,6 +77,7 @@ class Kind(enum.IntEnum):
     REBUILD = 5  # payload: (seed, EpisodeOptions), pickled; build the slot's env afresh
     CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
     SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
+    STEP_ARRAY = 8  # a STEP whose action is a numeric array: raw bytes, no pickling
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state, pickled
@@ -84,7 +88,7 @@ class Kind(enum.IntEnum):
 
 # The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
 # comparing two ints is cheaper than looking up and comparing an enum member.
-RESET, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
+RESET, CONTROL, STEP_ARRAY = int(Kind.RESET), int(Kind.CONTROL), int(Kind.STEP_ARRAY)
 READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
     int(Kind.READY),
     int(Kind.STATE),
@@ -113,6 +117,18 @@ def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
 def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
     """A STEP message (the hot path's :func:`encode`)."""
     return HEADER.pack(len(payload), seq, _STEP, slot) + payload
+
+
+def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> bytes:
+    """A STEP_ARRAY message: a numeric array action (a batch of actions, a continuous
+    action) as its dtype, shape and raw bytes, several times cheaper than a pickle."""
+    payload = _array_header(action.dtype, action.shape) + action.tobytes()
+    return HEADER.pack(len(payload), seq, STEP_ARRAY, slot) + payload
+
+
+def decode_array(payload: bytes | memoryview) -> np.ndarray[Any, Any]:
+    """The array of a STEP_ARRAY message (a fresh, writable copy)."""
+    return _decode_observation(payload, 0, len(payload), _RAW_ARRAY, None)  # type: ignore[no-any-return]
 
 
 # A Step: reward, flags, then the observation (raw array bytes, a pickle, or nothing when it

@@ -23,8 +23,10 @@ from .._protocol import (
     CONTROL,
     RECEIVE_SIZE,
     RESET,
+    STEP_ARRAY,
     FrameDecoder,
     Kind,
+    decode_array,
     dumps,
     encode,
     encode_batch_step,
@@ -160,6 +162,8 @@ def _answer(
 ) -> bytes:
     if kind == RESET and not payload:
         result = runner.reset()
+    elif kind == STEP_ARRAY:
+        result = runner.handle(decode_array(payload))
     else:
         try:
             request = loads(payload)

@@ -29,11 +29,21 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import cloudpickle
+import numpy as np
 
 from .._environment import EnvSource
 from .._errors import WorkerDied
 from .._messages import ControlRequest, Failure
-from .._protocol import READY, Kind, decode_reply, dumps, encode, encode_action, loads
+from .._protocol import (
+    READY,
+    Kind,
+    decode_reply,
+    dumps,
+    encode,
+    encode_action,
+    encode_array_action,
+    loads,
+)
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
 from ._base import Worker
@@ -223,6 +233,8 @@ class ProcessWorker(Worker[S]):
             frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+        elif type(action) is np.ndarray and not action.dtype.hasobject:
+            frame = encode_array_action(seq, action, self._slot)
         else:
             frame = encode_action(seq, self._pickle(action, "action"), self._slot)
         self._current_host().send(frame)
