@@ -26,7 +26,7 @@ from ._loop import run
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._vector import AioVectorEnv, make_vec
-from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"
 
@@ -35,6 +35,7 @@ __all__ = [
     "RESET",
     "AioEnvError",
     "AioVectorEnv",
+    "AsyncEnvWorker",
     "AsyncWorkerPool",
     "Batch",
     "ClosedError",
