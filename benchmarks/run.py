@@ -5,7 +5,8 @@
     python benchmarks/run.py --quick --only W1,W3
 
 Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observations,
-W4 round-trip floors, W5 dispatch scaling with thread workers. Each figure is env steps
+W4 round-trip floors, W5 dispatch scaling with thread workers, W6 coroutine envs (async
+workers) against thread workers when every step waits 10 ms. Each figure is env steps
 per second (one env transition = one step) over a fixed wall-clock window after a warm-up;
 tables show the median and min-max over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.

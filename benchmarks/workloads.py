@@ -1,4 +1,4 @@
-"""W1-W5: what is measured, against which configurations, in which order.
+"""W1-W6: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -51,7 +51,7 @@ class Config(_ConfigRequired, total=False):
     options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
 
 
-_ALL = ("W1", "W2", "W3", "W4", "W5")
+_ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 runs only the rows that name it
 
 CONFIGS: list[Config] = [
     {
@@ -104,14 +104,29 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "thread"},
-        "workloads": _ALL,
+        "workloads": (*_ALL, "W6"),
     },
     {
         "label": "aioenv thread / batch",
         "runner": "aioenv",
         "api": "batch",
         "options": {"mode": "thread"},
-        "workloads": ("W1", "W2", "W3", "W5"),
+        "workloads": ("W1", "W2", "W3", "W5", "W6"),
+    },
+    # Coroutine envs (W6 only: the case's coroutine twin of its env), tasks on one loop.
+    {
+        "label": "aioenv async / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "async"},
+        "workloads": ("W6",),
+    },
+    {
+        "label": "aioenv async / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "async"},
+        "workloads": ("W6",),
     },
     {
         "label": "aioenv sync / state",
@@ -151,6 +166,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4, 8],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
+        "W6": [100, 1000],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -158,11 +174,13 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
+        "W6": [100, 1000],
     },
 }
 
 STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
+AWAITED_SLEEP = (1e-2, 0.0)  # W6: every step waits 10 ms (asyncio.sleep or time.sleep)
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 
 
@@ -174,6 +192,7 @@ class Case:
     n: int
     env: EnvFactory
     policy: Policy
+    async_env: Callable[[], Any] | None = None  # the coroutine twin, for mode="async" rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,10 +247,25 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             sleep=FIXED_SLEEP,
             max_processes=W5_MAX_PROCESSES,
         ),
+        "W6": Workload(
+            "W6",
+            "waiting envs: every step awaits asyncio.sleep(10 ms) (async) or time.sleep (thread)",
+            [
+                Case(
+                    f"N={n}",
+                    n,
+                    envs.sleepy(*AWAITED_SLEEP),
+                    envs.zero_policy,
+                    envs.sleepy_coroutine(AWAITED_SLEEP[0]),
+                )
+                for n in sizes["W6"]
+            ],
+            sleep=AWAITED_SLEEP,
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
 
 
 @dataclasses.dataclass
@@ -354,7 +388,8 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
         common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
             api = config.get("api", "state")
-            return run_aioenv(case.env, case.n, api=api, **common, **options)
+            env = case.async_env if options.get("mode") == "async" else case.env
+            return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
@@ -377,6 +412,8 @@ def _processes(config: Config, n: int) -> int:
 
 
 def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
+    if config.get("options", {}).get("mode") == "async" and case.async_env is None:
+        return "no coroutine twin of this env"
     limit = workload.max_processes
     processes = _processes(config, case.n)
     if limit is not None and processes > limit:
