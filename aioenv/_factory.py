@@ -12,7 +12,7 @@ from ._options import POOL_OPTIONS
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
-__all__ = ["get_worker_pool", "make_pool", "worker_seeds"]
+__all__ = ["get_worker_pool", "make_pool", "worker_modes", "worker_seeds"]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
@@ -27,6 +27,11 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
     "async": frozenset({"cleanup_time"}),
 }
+
+
+def worker_modes() -> tuple[str, ...]:
+    """The worker kinds ``make_pool``'s ``mode`` names."""
+    return tuple(_KINDS)
 
 
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
