@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import warnings
 from typing import Any, TypeVar
 
@@ -67,10 +68,10 @@ class AsyncEnvWorker(Worker[S]):
         self._current.start(loop)
 
     def _submit(self, seq: int, action: Any) -> None:
-        self._current.requests.put_nowait((seq, action))
+        self._current.put(seq, action)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._current.requests.put_nowait((seq, request))
+        self._current.put(seq, request)
 
     def _on_task_reply(self, env_task: _EnvTask, seq: int, result: Any) -> None:
         if env_task is self._current:  # a discarded env's reply is never delivered
@@ -92,7 +93,7 @@ class AsyncEnvWorker(Worker[S]):
         if env_gone:
             self._current.cancel()  # it hung: cancel the step it is awaiting
         else:
-            self._current.requests.put_nowait((0, _STOP))
+            self._current.put(0, _STOP)
 
     def _start_close(self) -> None:
         self._current.cancel()  # a step in flight is cancelled; the env is then closed
@@ -122,8 +123,9 @@ class _EnvTask:
     """One env and the task that serves its requests, in order."""
 
     def __init__(self, worker: AsyncEnvWorker[Any], runner: AsyncEnvRunner) -> None:
-        self.requests: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self.requests: collections.deque[tuple[int, Any]] = collections.deque()
         self.task: asyncio.Task[None] | None = None
+        self._wake_up: asyncio.Future[None] | None = None  # set while the task waits
         self._worker = worker
         self._runner = runner
         self._cancelled = False
@@ -136,6 +138,13 @@ class _EnvTask:
         )
         self.task.add_done_callback(lambda task: self._worker._on_task_ended(self, task))
 
+    def put(self, seq: int, request: Any) -> None:
+        """Queue request ``seq``; the task serves it after those before it."""
+        self.requests.append((seq, request))
+        wake_up = self._wake_up
+        if wake_up is not None and not wake_up.done():
+            wake_up.set_result(None)
+
     def cancel(self) -> None:
         self._cancelled = True
         if self.task is not None:
@@ -147,8 +156,12 @@ class _EnvTask:
             runner.build()
             if worker.observation_space is None:
                 worker.observation_space, worker.action_space = runner.spaces
+            loop = asyncio.get_running_loop()
             while True:
-                seq, request = await requests.get()
+                while not requests:
+                    self._wake_up = loop.create_future()
+                    await self._wake_up
+                seq, request = requests.popleft()
                 if request is _STOP:
                     return
                 if isinstance(request, ControlRequest):
