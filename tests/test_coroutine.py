@@ -177,6 +177,37 @@ async def test_timed_out_env_is_restarted_with_a_fresh_env() -> None:
         assert (await pool.get_state())[0]["t"] == 1  # type: ignore[index]
 
 
+async def test_env_that_raised_is_closed_and_rebuilt_on_restart() -> None:
+    built = Built(fail_on=13)
+    async with aioenv.make_pool(built, 1, mode="async", seed=5, restart="on_failure") as pool:
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(13, 0)
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["t"] == 0  # the rebuilt env's first reset answers in place of the step
+        assert pool.restarts == 1 and len(built.envs) == 2
+        await wait_for(lambda: built.envs[0].closed)
+        assert not built.envs[0].cancelled  # it raised: it was closed, not cancelled
+        pool.send_action(2, 0)
+        assert (await pool.get_state())[0]["total"] == 2  # type: ignore[index]
+
+
+async def test_a_close_that_hangs_is_cancelled_after_cleanup_time() -> None:
+    closing = asyncio.Event()
+
+    class HangingClose(AsyncCounter):
+        async def close(self) -> None:
+            closing.set()
+            await asyncio.Event().wait()  # never set
+
+    worker = aioenv.AsyncEnvWorker(HangingClose, cleanup_time=0.1)
+    worker.send_action(RESET)
+    await worker.get_state()
+    with anyio.fail_after(20):  # cleanup_time, then the cancellation: far under this
+        await worker.aclose()
+    assert closing.is_set() and aioenv_tasks() == []
+
+
 async def test_closing_the_pool_cancels_steps_in_flight_and_leaves_no_task() -> None:
     loop = asyncio.get_running_loop()
     reported: list[dict[str, Any]] = []

@@ -34,6 +34,9 @@ class AsyncEnvWorker(Worker[S]):
     cancelled (the task is cancelled and the env closed); closing the worker cancels a
     step in flight, closes the env (awaiting an async ``close``) and waits for the task,
     at most ``cleanup_time`` seconds before cancelling the close as well.
+
+    The options are :class:`Worker`'s: ``seed`` (default None), ``cleanup_time`` (seconds,
+    default 5), ``step_timeout`` and ``start_timeout`` (seconds, default None).
     """
 
     kind = "async"
