@@ -29,7 +29,7 @@ from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, make_vec
-from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ __all__ = [
     "RESET",
     "AioEnvError",
     "AioVectorEnv",
+    "AsyncEnvWorker",
     "AsyncWorkerPool",
     "Batch",
     "BatchStep",

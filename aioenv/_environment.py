@@ -4,6 +4,7 @@ turning whatever the user passed (an id, a factory, an instance) into one."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
 
@@ -20,6 +21,7 @@ __all__ = [
     "as_environment",
     "build_environment",
     "describe_source",
+    "is_coroutine_env",
 ]
 
 S = TypeVar("S")
@@ -234,8 +236,18 @@ def _is_environment(obj: object) -> bool:
     return all(callable(getattr(obj, name, None)) for name in ("reset", "step", "terminated"))
 
 
+def is_coroutine_env(obj: object) -> bool:
+    """``obj`` is an env instance whose ``step`` is an ``async def`` (a coroutine env)."""
+    return not isinstance(obj, type) and inspect.iscoroutinefunction(getattr(obj, "step", None))
+
+
 def as_environment(obj: object) -> Environment[Any, Any]:
     """Wrap a gymnasium env; pass an :class:`Environment` through; reject anything else."""
+    if is_coroutine_env(obj):
+        raise TypeError(
+            f"got {type(obj).__name__!s}, whose step() is a coroutine function; coroutine "
+            "envs run on AsyncEnvWorker: use make_pool(..., mode='async')"
+        )
     if isinstance(obj, gymnasium.Env):
         return GymnasiumEnvironment(obj)
     if _is_environment(obj):
@@ -246,20 +258,23 @@ def as_environment(obj: object) -> Environment[Any, Any]:
     )
 
 
-def build_environment(source: EnvSource) -> Environment[Any, Any]:
+def build_environment(
+    source: EnvSource, adapt: Callable[[object], Environment[Any, Any]] = as_environment
+) -> Environment[Any, Any]:
     """Build the environment a worker runs: ``gymnasium.make`` for an id, a call for a
-    factory, the object itself for an instance."""
+    factory, the object itself for an instance; ``adapt`` turns it into an environment
+    (default :func:`as_environment`)."""
     if isinstance(source, str):
-        return as_environment(gymnasium.make(source))
-    if isinstance(source, gymnasium.Env) or _is_environment(source):
-        return as_environment(source)
+        return adapt(gymnasium.make(source))
+    if isinstance(source, gymnasium.Env) or _is_environment(source) or is_coroutine_env(source):
+        return adapt(source)
     if callable(source):
         built = source()
         try:
-            return as_environment(built)
+            return adapt(built)
         except TypeError as exc:
             raise TypeError(f"the env factory {describe_source(source)} returned {exc}") from None
-    return as_environment(source)
+    return adapt(source)
 
 
 def describe_source(source: EnvSource) -> str:

@@ -9,14 +9,15 @@ from ._environment import EnvSource, VectorSource
 from ._options import POOL_OPTIONS
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._seeds import worker_seeds
-from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
-__all__ = ["get_worker_pool", "make_pool"]
+__all__ = ["get_worker_pool", "make_pool", "worker_modes"]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
     "thread": ThreadWorker,
     "process": ProcessWorker,
+    "async": AsyncEnvWorker,
 }
 #: The worker options each kind takes (``envs_per_process`` is applied by make_pool).
 _WORKER_OPTIONS: dict[str, frozenset[str]] = {
@@ -25,7 +26,13 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "process": frozenset(
         {"cleanup_time", "context", "envs_per_process", "envs_per_worker", "shared_memory"}
     ),
+    "async": frozenset({"cleanup_time"}),
 }
+
+
+def worker_modes() -> tuple[str, ...]:
+    """The worker kinds ``make_pool``'s ``mode`` names."""
+    return tuple(_KINDS)
 
 
 def get_worker_pool(
@@ -49,11 +56,13 @@ def make_pool(
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
     :param env: a gymnasium id or a zero-argument factory (an instance only for one worker).
-    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), or one mode per
-        worker: a pool can mix kinds.
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
+        (coroutine envs, as tasks on the event loop), or one mode per worker: a pool can
+        mix kinds.
     :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
-    :param force_sync: build sync workers whatever ``mode`` says, in a
-        :class:`SyncWorkerPool` (states in send order); default False.
+    :param force_sync: build sync workers whatever ``mode`` says (async workers stay
+        async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
+        in send order); default False.
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
         that take them: ``cleanup_time`` (all kinds, and the pool), and for process
@@ -66,7 +75,7 @@ def make_pool(
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     modes = _modes(mode, num_workers)
     if force_sync:
-        modes = ["sync"] * num_workers
+        modes = ["async" if kind == "async" else "sync" for kind in modes]
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
     if "cleanup_time" in worker_options:
@@ -146,6 +155,6 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     for index, kind in enumerate(modes):
         if kind not in _KINDS:
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of 'sync', 'thread', 'process'"
+                f"mode[{index}] is {kind!r}; choose one of {', '.join(map(repr, _KINDS))}"
             )
     return modes

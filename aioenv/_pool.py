@@ -440,8 +440,8 @@ def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
         if not isinstance(worker, Worker):
             raise TypeError(
                 f"workers[{position}] is a {type(worker).__name__}, not an aioenv worker "
-                "(SyncWorker, ThreadWorker or ProcessWorker); use make_pool() to build "
-                "workers from envs"
+                "(SyncWorker, ThreadWorker, ProcessWorker or AsyncEnvWorker); use make_pool() "
+                "to build workers from envs"
             )
         if worker.in_pool or any(other is worker for other in workers[:position]):
             raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")

@@ -6,7 +6,8 @@
 
 Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observations,
 W4 round-trip floors, W5 dispatch scaling with thread workers, W6 a synchronous training
-script over vector envs (a numpy MLP between lockstep steps). Each figure is env steps
+script over vector envs (a numpy MLP between lockstep steps), W7 coroutine envs (async
+workers) against thread workers when every step waits 10 ms. Each figure is env steps
 per second (one env transition = one step) over a fixed wall-clock window after a warm-up;
 tables show the median and min-max over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.

@@ -1,4 +1,4 @@
-"""W1-W5: what is measured, against which configurations, in which order.
+"""W1-W7: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -52,7 +52,7 @@ class Config(_ConfigRequired, total=False):
     options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
 
 
-_ALL = ("W1", "W2", "W3", "W4", "W5")
+_ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 and W7 run only the rows that name them
 
 CONFIGS: list[Config] = [
     {
@@ -121,14 +121,29 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "thread"},
-        "workloads": _ALL,
+        "workloads": (*_ALL, "W7"),
     },
     {
         "label": "aioenv thread / batch",
         "runner": "aioenv",
         "api": "batch",
         "options": {"mode": "thread"},
-        "workloads": ("W1", "W2", "W3", "W5"),
+        "workloads": ("W1", "W2", "W3", "W5", "W7"),
+    },
+    # Coroutine envs (W7 only: the case's coroutine twin of its env), tasks on one loop.
+    {
+        "label": "aioenv async / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "async"},
+        "workloads": ("W7",),
+    },
+    {
+        "label": "aioenv async / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "async"},
+        "workloads": ("W7",),
     },
     {
         "label": "aioenv sync / state",
@@ -172,6 +187,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
         "W6": [4, 16],
+        "W7": [100, 1000],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -180,11 +196,13 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
         "W6": [4, 16],
+        "W7": [100, 1000],
     },
 }
 
 STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
+AWAITED_SLEEP = (1e-2, 0.0)  # W7: every step waits 10 ms (asyncio.sleep or time.sleep)
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 
 
@@ -196,6 +214,7 @@ class Case:
     n: int
     env: EnvFactory
     policy: Policy
+    async_env: Callable[[], Any] | None = None  # the coroutine twin, for mode="async" rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,10 +274,25 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             "training script: lockstep CartPole, a numpy MLP policy between steps",
             [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]],
         ),
+        "W7": Workload(
+            "W7",
+            "waiting envs: every step awaits asyncio.sleep(10 ms) (async) or time.sleep (thread)",
+            [
+                Case(
+                    f"N={n}",
+                    n,
+                    envs.sleepy(*AWAITED_SLEEP),
+                    envs.zero_policy,
+                    envs.sleepy_coroutine(AWAITED_SLEEP[0]),
+                )
+                for n in sizes["W7"]
+            ],
+            sleep=AWAITED_SLEEP,
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
 
 
 @dataclasses.dataclass
@@ -381,7 +415,8 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
         common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
             api = config.get("api", "state")
-            return run_aioenv(case.env, case.n, api=api, **common, **options)
+            env = case.async_env if options.get("mode") == "async" else case.env
+            return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
         if runner == "lockstep":
@@ -412,6 +447,8 @@ def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
     per_worker = int(config.get("options", {}).get("envs_per_worker", 1))
     if case.n % per_worker or case.n < 2 * per_worker:
         return f"needs N a multiple of {per_worker} with at least two workers"
+    if config.get("options", {}).get("mode") == "async" and case.async_env is None:
+        return "no coroutine twin of this env"
     limit = workload.max_processes
     processes = _processes(config, case.n)
     if limit is not None and processes > limit:

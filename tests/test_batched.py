@@ -9,13 +9,27 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import BigObservation, RaisesOnTwo, Structured
-from support import modes
+from support import POOL_MODES, modes
 
 import aioenv
 from aioenv._environment import BatchStep
 from aioenv._protocol import FrameDecoder, decode_batch_step, encode_batch_step
 
 K = 3
+
+#: Coroutine (async) workers run their env's coroutines one env per worker.
+BATCHING_MODES = {name: mode for name, mode in POOL_MODES.items() if "async" not in name}
+
+
+@pytest.fixture(params=list(BATCHING_MODES))
+def mode(request: pytest.FixtureRequest) -> Any:
+    """The pool configurations whose workers can step several envs together."""
+    return BATCHING_MODES[request.param]
+
+
+def test_async_workers_say_they_step_one_env_each() -> None:
+    with pytest.raises(TypeError, match="envs_per_worker.*sync and thread and process"):
+        aioenv.make_pool(Structured, 2, mode="async", envs_per_worker=K)
 
 
 def flat(observation: Any, row: int) -> list[np.ndarray]:
