@@ -19,9 +19,9 @@ import gymnasium
 import numpy as np
 from gymnasium.vector.utils import create_empty_array
 
+from ._actions import explain_invalid_action
 from ._batch import Batch
-from ._environment import Step
-from ._episodes import EpisodeStats, record_episode
+from ._episodes import EpisodeCounter, EpisodeStats
 from ._errors import (
     ClosedError,
     InvalidAction,
@@ -111,7 +111,7 @@ class WorkerPool(Generic[S]):
         self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
         self._spaces: tuple[Any, Any] | None = None
-        self._stats = [EpisodeStats() for _ in workers]
+        self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         for worker_id, worker in enumerate(workers):
             worker._attach(self._inbox, worker_id, supervision, episode)
             worker._on_first_reply = self._check_spaces
@@ -160,11 +160,10 @@ class WorkerPool(Generic[S]):
         if self.check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space
             if space is not None and not space.contains(action):
-                raise InvalidAction(
-                    f"{worker.name}: action {action!r} is not in its action space {space}; "
-                    "nothing was sent"
-                )
+                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
         worker.send_action(action)
+        if action is RESET or isinstance(action, Reset):
+            self._episodes.expect_reset(worker_id)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Send ``RESET`` to every open, unpaused worker; the replies come back through
@@ -187,6 +186,7 @@ class WorkerPool(Generic[S]):
             else:
                 worker_seed = None if seed is None else seed + worker.worker_id
                 worker.send_action(Reset(seed=worker_seed, options=options))
+            self._episodes.expect_reset(worker.worker_id)
 
     async def reset_all(
         self, seed: int | None = None, options: dict[str, Any] | None = None
@@ -219,6 +219,11 @@ class WorkerPool(Generic[S]):
         targets = self._workers if worker_id is None else [self._worker(worker_id)]
         for worker in targets:
             self._inbox.resume(worker.worker_id)
+
+    @property
+    def paused(self) -> tuple[int, ...]:
+        """The ids of the paused workers, in increasing order."""
+        return tuple(i for i in range(len(self._workers)) if self._inbox.is_paused(i))
 
     @property
     def num_active(self) -> int:
@@ -309,8 +314,16 @@ class WorkerPool(Generic[S]):
     # Statistics and checks -------------------------------------------------------------
     def episode_stats(self) -> list[EpisodeStats]:
         """Per worker (by id): finished episodes, their mean return and mean length, counted
-        from the states the pool has handed out."""
-        return [dataclasses.replace(stats) for stats in self._stats]
+        from the rewards and steps of the states the pool has handed out (nothing is added
+        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
+        if self._episodes.saw_custom_state:
+            raise TypeError(
+                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
+                "out custom states, whose episode ends only the env's terminated() knows: "
+                "count episodes in your own loop"
+            )
+        return [dataclasses.replace(stats) for stats in self._episodes.stats]
 
     def _check_spaces(self, worker: Worker[S]) -> WorkerError | None:
         spaces = (worker.observation_space, worker.action_space)
@@ -329,22 +342,28 @@ class WorkerPool(Generic[S]):
         return None
 
     # Receiving -------------------------------------------------------------------------
-    async def get_state(self, timeout: float | None = None) -> tuple[S, int] | None:
+    async def get_state(
+        self, timeout: float | None = None, *, worker_id: int | None = None
+    ) -> tuple[S, int] | None:
         """The state of whichever worker finished first (the async pool), or of the oldest
         action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
-        seconds pass first."""
+        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
+        others' states stay in the pool for later calls."""
         self._check_open()
-        outcome = self._inbox.pop_next()
-        if outcome is None:
-            outcome = await self._wait_next(timeout)
+        if worker_id is not None:
+            outcome = await self._wait_for(self._worker(worker_id), timeout)
+        else:
+            outcome = self._inbox.pop_next()
             if outcome is None:
-                return None
+                outcome = await self._wait_next(timeout)
+        if outcome is None:
+            return None
         if outcome.error is not None:
             raise outcome.error
         state = outcome.state
         if outcome.borrowed and self.copy:
             state = owned_step(state)
-        record_episode(self._stats[outcome.worker_id], state)  # type: ignore[index]
+        self._episodes.record(outcome.worker_id, state)  # type: ignore[arg-type]
         return state, outcome.worker_id  # type: ignore[return-value]
 
     async def get_batch(
@@ -376,11 +395,9 @@ class WorkerPool(Generic[S]):
         outcomes = inbox.take(limit)
         if outcomes and outcomes[0].error is not None:
             raise outcomes[0].error
-        stats = self._stats
+        record = self._episodes.record
         for outcome in outcomes:
-            state = outcome.state
-            if isinstance(state, Step) and (state.terminated or state.truncated):
-                record_episode(stats[outcome.worker_id], state)  # type: ignore[index]
+            record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
         ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
         states = [outcome.state for outcome in outcomes]
         space = self._workers[ids[0]].observation_space if ids else None
@@ -410,6 +427,7 @@ class WorkerPool(Generic[S]):
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[tuple[S, int]]:
+        self._check_open()
         while self._inbox.num_owed:
             item = await self.get_state()
             assert item is not None
@@ -431,6 +449,25 @@ class WorkerPool(Generic[S]):
                 return outcome
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return None
+
+    async def _wait_for(self, worker: Worker[S], timeout: float | None) -> Outcome | None:
+        inbox = self._inbox
+        deadline = self._deadline(timeout)
+        if inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
+        while True:
+            outcome = inbox.pop(worker.worker_id)
+            if outcome is not None:
+                return outcome
+            if not inbox.is_owed(worker.worker_id):
+                raise NoActionInFlight(
+                    f"get_state(worker_id={worker.worker_id}) would wait forever: {worker.name} "
+                    "has no action in flight; send it an action first"
+                )
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                return None
+            await inbox.wait(deadline)
+            self._check_open()
 
     @staticmethod
     def _deadline(timeout: float | None) -> float | None:
