@@ -125,9 +125,7 @@ class EnvRunner:
             return Failure.from_exception(exc, "reset")
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
-        if self.episode.max_episode_steps is not None and not isinstance(
-            env, GymnasiumEnvironment
-        ):
+        if self.episode.max_episode_steps is not None and not isinstance(env, GymnasiumEnvironment):
             raise TypeError(
                 "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
                 "Environment's state as truncated; end the episode in the env itself (its "
