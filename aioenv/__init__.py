@@ -23,9 +23,10 @@ from ._errors import (
 )
 from ._factory import get_worker_pool, make_pool, worker_seeds
 from ._loop import run
+from ._make_vec import make_vec
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._sentinels import CLOSE, RESET, Command, Reset
-from ._vector import AioVectorEnv, make_vec
+from ._vector import AioVectorEnv
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"

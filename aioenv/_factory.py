@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ._environment import EnvSource
+from ._environment import EnvSource, resolve_source
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from ._runner import EpisodeOptions
+from ._supervision import Supervision
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __all__ = ["get_worker_pool", "make_pool", "worker_seeds"]
@@ -59,8 +62,8 @@ def get_worker_pool(
 
 
 def make_pool(
-    env: EnvSource,
-    num_workers: int,
+    env: EnvSource | Sequence[EnvSource],
+    num_workers: int | None = None,
     *,
     mode: str | Sequence[str] = "process",
     seed: int | None = None,
@@ -69,6 +72,8 @@ def make_pool(
 ) -> WorkerPool[Any]:
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
+    ``env`` is a gymnasium id, a factory or an instance; or a list with one of those per
+    worker (``num_workers`` is then its length), so envs can differ per worker.
     ``mode`` is ``"sync"``, ``"thread"``, ``"process"``, or one mode per worker (a pool can
     mix kinds). ``seed`` gives every worker its own seed (see :func:`worker_seeds`).
     ``force_sync=True`` builds sync workers whatever ``mode`` says, in a
@@ -83,6 +88,13 @@ def make_pool(
     worker_options = {k: v for k, v in options.items() if k not in _POOL_OPTIONS}
     if "cleanup_time" in worker_options:
         pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    _check_pool_options(pool_options)  # before any worker starts
+    per_worker = isinstance(env, (list, tuple))
+    sources: list[EnvSource] = list(env) if per_worker else [env]  # type: ignore[arg-type]
+    if num_workers is None:
+        if not per_worker:
+            raise TypeError("make_pool() needs num_workers, unless env is a list of envs")
+        num_workers = len(sources)
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     modes = _modes(mode, num_workers)
@@ -97,12 +109,31 @@ def make_pool(
                 f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
                 f"and this pool has none"
             )
-    if not isinstance(env, str) and not callable(env) and num_workers > 1:
+    if per_worker:
+        if len(sources) != num_workers:
+            raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
+    elif not isinstance(env, str) and not callable(env) and num_workers > 1:
         raise TypeError(
             f"make_pool() needs a gymnasium id or a zero-argument factory to build "
             f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
             "pass e.g. `lambda: MyEnv()`"
         )
+    # An unknown gymnasium id fails here, before any worker starts.
+    envs = [resolve_source(source) for source in sources]
+    if not per_worker:
+        envs *= num_workers
+    return _make_pool(envs, num_workers, modes, seed, force_sync, pool_options, worker_options)
+
+
+def _make_pool(
+    envs: list[EnvSource],
+    num_workers: int,
+    modes: list[str],
+    seed: int | None,
+    force_sync: bool,
+    pool_options: dict[str, Any],
+    worker_options: dict[str, Any],
+) -> WorkerPool[Any]:
     seeds = worker_seeds(seed, num_workers)
     envs_per_process = worker_options.pop("envs_per_process", 1)
     workers: list[Worker[Any]] = []
@@ -111,12 +142,15 @@ def make_pool(
         process_options = {k: v for k, v in worker_options.items() if k in _OPTIONS["process"]}
         hosted = iter(
             ProcessWorker.hosted(
-                env, [seeds[i] for i in processes], envs_per_process, **process_options
+                [envs[i] for i in processes],
+                [seeds[i] for i in processes],
+                envs_per_process,
+                **process_options,
             )
             if processes
             else []
         )
-        for kind, worker_seed in zip(modes, seeds, strict=True):
+        for kind, env, worker_seed in zip(modes, envs, seeds, strict=True):
             if kind == "process":
                 workers.append(next(hosted))
                 continue
@@ -127,6 +161,16 @@ def make_pool(
         for worker in workers:
             worker._abandon()
         raise
+
+
+def _check_pool_options(options: dict[str, Any]) -> None:
+    """Raise what the pool would raise for these options, without building anything."""
+    supervision = {field.name for field in dataclasses.fields(Supervision)}
+    Supervision(**{k: v for k, v in options.items() if k in supervision})
+    EpisodeOptions(options.get("autoreset", "disabled"), options.get("max_episode_steps"))
+    cleanup_time = options.get("cleanup_time", 0.0)
+    if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+        raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
 
 
 def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:

@@ -111,6 +111,9 @@ class WorkerPool(Generic[S]):
         self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
         self._spaces: tuple[Any, Any] | None = None
+        # Set by AioVectorEnv(observation_mode="different"): its envs' observation spaces
+        # may differ in bounds (it checks their shapes and dtypes itself).
+        self._observation_spaces_may_differ = False
         self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         for worker_id, worker in enumerate(workers):
             worker._attach(self._inbox, worker_id, supervision, episode)
@@ -333,6 +336,8 @@ class WorkerPool(Generic[S]):
             self._spaces = spaces
             return None
         for what, mine, theirs in zip(("observation", "action"), spaces, self._spaces, strict=True):
+            if what == "observation" and self._observation_spaces_may_differ:
+                continue
             if mine != theirs:
                 return SpaceMismatch(
                     f"{worker.name}: its {what} space {mine} differs from the pool's {theirs}; "

@@ -258,3 +258,25 @@ class DyingBig(BigObservation):
         if self.t == 1:
             os._exit(3)
         return super().step(action)
+
+
+class Touchy(gymnasium.Env[np.ndarray, int]):
+    """A tiny gymnasium env that raises ``ValueError`` in ``reset`` when seeded with 13,
+    and (when ``fragile``) in ``step`` for action 1."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, fragile: bool = False) -> None:
+        self.fragile = fragile
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if seed == 13:
+            raise ValueError("unlucky seed")
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        if self.fragile and action == 1:
+            raise ValueError("fragile env stepped with 1")
+        return np.ones(1, np.float32), 1.0, False, False, {}

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from .._environment import EnvSource, Step, describe_source
+from .._environment import EnvSource, Step, describe_source, resolve_source
 from .._errors import (
     ClosedError,
     EnvError,
@@ -65,7 +65,9 @@ class Worker(abc.ABC, Generic[S]):
         self.seed = seed
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
-        self.source = env
+        #: What the worker builds its env from (a gymnasium id becomes a factory over its
+        #: spec, looked up in this process).
+        self.source = resolve_source(env)
         self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None

@@ -134,7 +134,7 @@ class ProcessWorker(Worker[S]):
             start_timeout=start_timeout,
         )
         try:
-            self._payload = cloudpickle.dumps(env)
+            self._payload = cloudpickle.dumps(self.source)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to a worker process "
@@ -158,19 +158,31 @@ class ProcessWorker(Worker[S]):
 
     @classmethod
     def hosted(
-        cls, env: EnvSource, seeds: Sequence[int | None], envs_per_process: int, **options: Any
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_process: int,
+        **options: Any,
     ) -> list[ProcessWorker[Any]]:
-        """One worker per seed, ``envs_per_process`` of them sharing each child process."""
+        """One worker per seed, ``envs_per_process`` of them sharing each child process.
+        ``env`` is one env source for all, or a list with one per seed."""
         if not isinstance(envs_per_process, int) or envs_per_process < 1:
             raise ValueError(f"envs_per_process must be an int >= 1, got {envs_per_process!r}")
+        envs = env if isinstance(env, list) else [env] * len(seeds)
         workers: list[ProcessWorker[Any]] = [
-            cls(env, seed=seed, _start=False, **options) for seed in seeds
+            cls(source, seed=seed, _start=False, **options)
+            for source, seed in zip(envs, seeds, strict=True)
         ]
-        for first in range(0, len(workers), envs_per_process):
-            members = workers[first : first + envs_per_process]
-            host = _Host(members, build=True)
-            for worker in members:
-                worker._join(host)
+        try:
+            for first in range(0, len(workers), envs_per_process):
+                members = workers[first : first + envs_per_process]
+                host = _Host(members, build=True)
+                for worker in members:
+                    worker._join(host)
+        except BaseException:
+            for worker in workers:
+                worker._abandon()  # the children started so far go too
+            raise
         return workers
 
     def _join(self, host: _Host) -> None:

@@ -42,8 +42,8 @@ class SyncWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._source = env
-        self._runner = EnvRunner(env, seed)
+        self._source = self.source
+        self._runner = EnvRunner(self.source, seed)
 
     def _spawn(self, seed: int | None) -> None:
         self._runner = EnvRunner(self._source, seed, self._episode)

@@ -52,7 +52,7 @@ class ThreadWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._source = env
+        self._source = self.source
         self._threads: list[_EnvThread] = []
         self._spawn(seed)
 
