@@ -121,6 +121,7 @@ class WorkerPool(Generic[S]):
         self._workers = workers
         self._closed = False
         self._close_done: anyio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
 
     @property
     def restarts(self) -> int:
@@ -385,6 +386,8 @@ class WorkerPool(Generic[S]):
             raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
         inbox = self._inbox
         deadline = self._deadline(timeout)
+        if self._loop is not asyncio._get_running_loop():
+            self._check_loop()
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -438,9 +441,21 @@ class WorkerPool(Generic[S]):
             assert item is not None
             yield item
 
+    def _check_loop(self) -> None:
+        """Before waiting on a new event loop: a worker whose reply was due on an old one
+        raises at once (its reply is lost with that loop) rather than hang."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        for worker in self._workers:
+            if self._inbox.is_owed(worker.worker_id):
+                worker._ensure_loop()
+        self._loop = loop
+
     async def _wait_next(self, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
         deadline = self._deadline(timeout)
+        self._check_loop()
         while True:
             if not inbox.num_owed:
                 raise NoActionInFlight(
@@ -458,6 +473,7 @@ class WorkerPool(Generic[S]):
     async def _wait_for(self, worker: Worker[S], timeout: float | None) -> Outcome | None:
         inbox = self._inbox
         deadline = self._deadline(timeout)
+        self._check_loop()
         if inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
         while True:

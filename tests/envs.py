@@ -280,3 +280,23 @@ class Touchy(gymnasium.Env[np.ndarray, int]):
         if self.fragile and action == 1:
             raise ValueError("fragile env stepped with 1")
         return np.ones(1, np.float32), 1.0, False, False, {}
+
+
+def _lost_outside(pid: int) -> None:
+    if os.getpid() != pid:
+        raise RuntimeError("this object only unpickles in the worker")
+
+
+class _ChildOnly:
+    def __reduce__(self) -> Any:
+        return (_lost_outside, (os.getpid(),))
+
+
+class ChildOnlyReplies(Counter):
+    """Its steps return an object that cannot be unpickled outside the worker process."""
+
+    def step(self, action: Any) -> Any:
+        return _ChildOnly()
+
+    def terminated(self, state: Any) -> bool:
+        return False

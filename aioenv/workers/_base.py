@@ -126,7 +126,7 @@ class Worker(abc.ABC, Generic[S]):
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
             )
-        if self._loop is None:
+        if self._loop is not asyncio._get_running_loop():
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             # From set_seeds(): this reset takes the stored seed, unless it names its own.
@@ -187,6 +187,7 @@ class Worker(abc.ABC, Generic[S]):
         if cleanup_time is not None:
             timeout = min(cleanup_time, timeout)
         with anyio.CancelScope(shield=True):
+            self._ensure_loop(closing=True)  # a pool may be closed from a later event loop
             if not self._closing:
                 self._closing = True
                 self._cancel_deadline()
@@ -235,18 +236,43 @@ class Worker(abc.ABC, Generic[S]):
             self._configure(episode)
 
     # For worker kinds ----------------------------------------------------------------
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                raise RuntimeError(
-                    f"{self.name}: send_action() must be called from async code running "
-                    "in an asyncio event loop"
-                ) from None
-            self._loop = loop
-            self._bind_loop(loop)
-        return self._loop
+    def _ensure_loop(self, *, closing: bool = False) -> asyncio.AbstractEventLoop:
+        """The running loop, which this worker is bound to from now on. A worker moves to a
+        new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
+        is in flight; ``closing``: whatever was in flight is dropped."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                f"{self.name}: send_action() must be called from async code running "
+                "in an asyncio event loop"
+            ) from None
+        old = self._loop
+        if old is loop:
+            return loop
+        if old is not None:
+            self._leave_loop(old, closing)
+        self._loop = loop
+        self._bind_loop(loop)
+        return loop
+
+    def _leave_loop(self, old: asyncio.AbstractEventLoop, closing: bool) -> None:
+        if not old.is_closed() and not closing:
+            raise RuntimeError(
+                f"{self.name} is bound to another event loop, which is still open; a pool "
+                "works on one event loop at a time"
+            )
+        if (self._awaited_seq or self._controls) and not closing:
+            raise RuntimeError(
+                f"{self.name} had a request in flight when its event loop ended; its reply "
+                "is lost with that loop. Close the pool (aclose works from any loop) and "
+                "make a new one"
+            )
+        self._cancel_deadline()
+        if self._awaited_seq:
+            self._awaited_seq = 0
+            self._inbox.forgive(self.worker_id)
+        self._fail_controls(ClosedError(f"{self.name} was closed"))
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hook: start watching this worker from ``loop``."""

@@ -37,7 +37,7 @@ import anyio
 import cloudpickle
 
 from .._environment import EnvSource, Step
-from .._errors import WorkerDied
+from .._errors import TransportError, WorkerDied
 from .._protocol import (
     FrameDecoder,
     Kind,
@@ -290,12 +290,7 @@ class ProcessWorker(Worker[S]):
         if host is not self._host:
             return  # a replaced host's words are never delivered
         if kind == _READY:
-            # Spaces are informative only: one that does not unpickle here is skipped.
-            with contextlib.suppress(Exception):
-                self.observation_space, self.action_space = loads(payload)
-                self._layout = self._layout_for(self.observation_space)
-                if self._layout is not None:
-                    self._share()
+            self._on_ready(payload)
             return
         if not seq or (seq != self._awaited_seq and seq not in self._controls):
             return  # stale: no need to decode it
@@ -309,8 +304,42 @@ class ProcessWorker(Worker[S]):
             else:
                 result = loads(payload)
         except Exception as exc:
-            result = Failure.from_exception(exc, "unpickling its reply in the parent")
+            self._on_undecodable(seq, exc)
+            return
         self._on_reply(seq, result, borrowed)
+
+    def _on_ready(self, payload: Any) -> None:
+        """The env reports its spaces: map shared memory for its observations. Neither is
+        needed to go on, so a failure here is a warning, and observations travel through
+        the socket."""
+        try:
+            self.observation_space, self.action_space = loads(payload)
+            self._layout = self._layout_for(self.observation_space)
+            if self._layout is not None:
+                self._share()
+        except Exception as exc:
+            self._layout = self._shared = None
+            warnings.warn(
+                f"{self.name}: aioenv could not set up shared memory for its observations "
+                f"({type(exc).__name__}: {exc}); they travel through the socket instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _on_undecodable(self, seq: int, exc: Exception) -> None:
+        error = TransportError(
+            f"{self.name}: aioenv could not decode the worker's reply in the parent "
+            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
+            "(a state the parent cannot unpickle: make it plain data)",
+            worker_id=self.worker_id,
+        )
+        error.__cause__ = exc
+        future = self._controls.pop(seq, None)
+        if future is not None:
+            if not future.done():
+                future.set_exception(error)
+            return
+        self._on_failure(error, env_gone=False)
 
     def _on_host_exit(self, host: _Host) -> None:
         with contextlib.suppress(ValueError):
@@ -421,6 +450,10 @@ class _Host:
         return self.exitcode is None and self.killed_by is None
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        previous = self._loop
+        if previous is not None and previous is not loop and previous.is_closed():
+            # A later event loop takes over; the closed one took its readers and timers.
+            self._loop, self._reading, self._force_timer = None, False, None
         if self._loop is not None or self.exitcode is not None:
             return
         self._loop = loop
@@ -749,13 +782,26 @@ def _encode_reply(
 ) -> bytes:
     if isinstance(result, Failure):
         try:
-            return encode(Kind.FAILURE, seq, dumps(result), slot)
+            return encode(Kind.FAILURE, seq, _dumps_by_value(result), slot)
         except Exception:
             return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
     try:
         if type(result) is Step:
             return encode_step(seq, result, slot, shared)
         return encode(Kind.STATE, seq, dumps(result), slot)
+    except Exception:
+        pass
+    try:
+        # Classes from the user's __main__ (shipped here by value with the env) pickle by
+        # value too; cloudpickle hands the parent back its own class objects.
+        return encode(Kind.STATE, seq, cloudpickle.dumps(result, protocol=5), slot)
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
         return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)
+
+
+def _dumps_by_value(obj: Any) -> bytes:
+    try:
+        return dumps(obj)
+    except Exception:
+        return cloudpickle.dumps(obj, protocol=5)  # type: ignore[no-any-return]
