@@ -27,7 +27,7 @@ from ._loop import run
 from ._make_vec import make_vec
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._sentinels import CLOSE, RESET, Command, Reset
-from ._vector import AioVectorEnv
+from ._vector import AioVectorEnv, VectorEnvClosed
 from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"
@@ -58,6 +58,7 @@ __all__ = [
     "ThreadWorker",
     "TransportError",
     "UnknownWorker",
+    "VectorEnvClosed",
     "Worker",
     "WorkerDied",
     "WorkerError",

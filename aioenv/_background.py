@@ -68,6 +68,10 @@ class BackgroundLoop:
             loop.close()
 
     @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    @property
     def running(self) -> bool:
         return self._thread.is_alive() and self._loop is not None and not self._loop.is_closed()
 

@@ -336,7 +336,7 @@ class _Runtime:
         self.closed = True
         close_at_exit(id(self), None)
         try:
-            if self.loop.running:
+            if self.loop.running and not self.loop.in_loop_thread:
                 # aclose is bounded by cleanup_time plus the SIGTERM/SIGKILL graces.
                 self.loop.call(self.pool.aclose, timeout=self.pool.cleanup_time + 10.0)
         finally:

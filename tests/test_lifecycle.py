@@ -129,6 +129,11 @@ async def test_an_env_raising_system_exit_is_a_dead_worker_for_every_kind(kind: 
         assert raised.value.exitcode == 7
         with pytest.raises(aioenv.WorkerDied):
             pool.send_action(1, 0)  # later actions raise it again
+    async with aioenv.make_pool(Exiting, 1, mode=kind, restart="on_failure") as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)
+        state, _ = await asyncio.wait_for(pool.get_state(), 20)  # type: ignore[misc]
+        assert state["t"] == 0  # the rebuilt env's reset answers in place of the step
 
 
 def test_an_unknown_gymnasium_id_fails_in_the_parent_before_any_process() -> None:
