@@ -225,6 +225,11 @@ class WorkerPool(Generic[S]):
             self._inbox.resume(worker.worker_id)
 
     @property
+    def num_pending(self) -> int:
+        """Unpaused workers with an action in flight or a state not yet taken."""
+        return self._inbox.num_owed
+
+    @property
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
         return tuple(i for i in range(len(self._workers)) if self._inbox.is_paused(i))

@@ -355,6 +355,8 @@ async def _exchange(
     """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
     order, or the first worker error. Every state sent for is taken, whatever fails, so
     the next call starts clean."""
+    if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
+        await _take(pool, pool.num_pending)
     sent = 0
     try:
         for worker_id, action in zip(ids, actions, strict=True):

@@ -300,3 +300,17 @@ class ChildOnlyReplies(Counter):
 
     def terminated(self, state: Any) -> bool:
         return False
+
+
+class GatedTouchy(Touchy):
+    """``step`` blocks until the file ``gate`` exists (or 30 s pass)."""
+
+    def __init__(self, gate: str) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def step(self, action: int) -> Any:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return super().step(action)

@@ -4,12 +4,15 @@ observation modes, the spec, and every generic vector wrapper."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter, Touchy
+from envs import Counter, GatedTouchy, Touchy, open_gate
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import vector as vector_wrappers
 from support import wait_until, worker_processes, worker_threads
@@ -71,6 +74,28 @@ def test_a_wrong_number_of_actions_sends_nothing_and_leaves_the_env_usable() -> 
         observations, *_ = envs.step(np.array([0, 1, 0]))
         assert observations.shape == (3, 4)
         envs.reset()
+
+
+def test_a_step_interrupted_by_ctrl_c_leaves_the_env_usable(gate: str) -> None:
+    # Even where SIGINT was inherited ignored (a test run started in the background).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_a_step(gate)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_a_step(gate: str) -> None:
+    with aioenv.AioVectorEnv([lambda: GatedTouchy(gate)] * 2, mode="thread") as envs:
+        envs.reset(seed=0)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.array([0, 0]))  # blocked until the gate opens
+        timer.join()
+        open_gate(gate)
+        _, rewards, *_ = envs.step(np.array([0, 0]))
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
 
 
 @pytest.mark.parametrize("mode", ["sync", "thread", "process"])
