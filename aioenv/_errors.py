@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium
+
 __all__ = [
     "AioEnvError",
     "ClosedError",
@@ -12,6 +14,7 @@ __all__ = [
     "StateNotTaken",
     "TransportError",
     "UnknownWorker",
+    "VectorEnvClosed",
     "WorkerDied",
     "WorkerPaused",
     "WorkerError",
@@ -126,3 +129,8 @@ class WorkerTimeout(WorkerError):
 
 class SpaceMismatch(WorkerError):
     """A worker's observation or action space differs from the rest of its pool."""
+
+
+class VectorEnvClosed(ClosedError, gymnasium.error.ClosedEnvironmentError):
+    """A call on an :class:`AioVectorEnv` after ``close()`` (gymnasium's
+    ``ClosedEnvironmentError`` and aioenv's ``ClosedError`` both catch it)."""

@@ -9,9 +9,8 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
@@ -27,7 +26,6 @@ from gymnasium.vector.utils import (
     iterate,
 )
 
-from ._background import BackgroundLoop, close_at_exit
 from ._environment import (
     EnvSource,
     GymnasiumEnvironment,
@@ -36,11 +34,12 @@ from ._environment import (
     describe_source,
     resolve_source,
 )
-from ._errors import ClosedError, EnvError, WorkerError
+from ._errors import VectorEnvClosed
 from ._factory import make_pool
 from ._pool import WorkerPool
 from ._runner import autoreset_name
 from ._sentinels import RESET, Reset
+from ._vector_runtime import Runtime, as_raised, exchange, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -49,11 +48,6 @@ _MODES = {
     "same_step": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-
-
-class VectorEnvClosed(ClosedError, gymnasium.error.ClosedEnvironmentError):
-    """A call on an :class:`AioVectorEnv` after ``close()`` (gymnasium's
-    ``ClosedEnvironmentError`` and aioenv's ``ClosedError`` both catch it)."""
 
 
 class AioVectorEnv(VectorEnv):
@@ -126,14 +120,14 @@ class AioVectorEnv(VectorEnv):
         probe: tuple[dict[str, Any], Any, Any, Any],
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
     ) -> None:
-        runtime = _Runtime(pool)
+        runtime = Runtime(pool)
         self._runtime = runtime
         # Closes the pool when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, runtime.close)
         self._finalizer.atexit = False  # the runtime's own exit hook comes earlier
         try:
             self._define(pool, probe, observation_mode)
-            spaces = runtime.call(_start, pool)
+            spaces = runtime.call(start, pool)
             self._check_spaces(*spaces)
         except BaseException:
             runtime.close()
@@ -271,9 +265,9 @@ class AioVectorEnv(VectorEnv):
 
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
         states: list[Any]
-        states, error = self._runtime.call(_exchange, self._pool, ids, actions)
+        states, error = self._runtime.call(exchange, self._pool, ids, actions)
         if error is not None:
-            raise _as_raised(error)
+            raise as_raised(error)
         return states
 
     def _observations(self) -> Any:
@@ -312,93 +306,6 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
-
-
-class _Runtime:
-    """The pool and the background loop it runs on; closed exactly once, by ``close()``,
-    the vector env's finalizer or the interpreter's exit."""
-
-    def __init__(self, pool: WorkerPool[Any]) -> None:
-        self.pool = pool
-        self.closed = False
-        name = describe_source(pool.workers[0].source)
-        self.loop = BackgroundLoop(f"aioenv-vector-loop ({name})")
-        close_at_exit(id(self), self.close)
-
-    def call(self, function: Callable[..., Any], *args: Any) -> Any:
-        if self.closed:
-            raise VectorEnvClosed("this AioVectorEnv is closed; make a new one to go on")
-        return self.loop.call(function, *args)
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        close_at_exit(id(self), None)
-        try:
-            if self.loop.running and not self.loop.in_loop_thread:
-                # aclose is bounded by cleanup_time plus the SIGTERM/SIGKILL graces.
-                self.loop.call(self.pool.aclose, timeout=self.pool.cleanup_time + 10.0)
-        finally:
-            self.loop.stop()
-
-
-async def _start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:
-    """Enter the pool and read every env's spaces."""
-    await pool.__aenter__()
-    return await pool.get_attr("observation_space"), await pool.get_attr("action_space")
-
-
-async def _exchange(
-    pool: WorkerPool[Any], ids: list[int], actions: list[Any]
-) -> tuple[list[Any], WorkerError | None]:
-    """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
-    order, or the first worker error. Every state sent for is taken, whatever fails, so
-    the next call starts clean."""
-    if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
-        await _take(pool, pool.num_pending)
-    sent = 0
-    try:
-        for worker_id, action in zip(ids, actions, strict=True):
-            pool.send_action(action, worker_id)
-            sent += 1
-    finally:
-        if sent < len(ids):  # a send failed: take what was sent, then let its error go on
-            await _take(pool, sent)
-    states, errors = await _take(pool, len(ids))
-    if errors:
-        return [], errors[0]
-    return [states[worker_id] for worker_id in ids], None
-
-
-async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list[WorkerError]]:
-    states: dict[int, Any] = {}
-    errors: list[WorkerError] = []
-    while len(states) + len(errors) < count:
-        try:
-            batch = await pool.get_batch(min_size=count - len(states) - len(errors))
-        except WorkerError as error:
-            errors.append(error)
-            continue
-        states.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
-    return states, errors
-
-
-def _as_raised(error: WorkerError) -> BaseException:
-    """The env's own exception where it came back (gymnasium's vector envs re-raise the
-    env's type), with aioenv's account of where it happened attached; else ``error``."""
-    if not isinstance(error, EnvError) or not isinstance(error.__cause__, Exception):
-        return error
-    original = error.__cause__
-    note = (
-        f"[aioenv] raised by env {error.worker_id} of the AioVectorEnv during {error.during}; "
-        f"traceback in the worker:\n{error.remote_traceback}"
-    )
-    if sys.version_info >= (3, 11):
-        original.add_note(note)
-    elif original.__cause__ is None:
-        original.__cause__ = error
-    return original
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
