@@ -9,6 +9,7 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter
+from gymnasium.vector import AutoresetMode
 from support import modes
 
 import aioenv
@@ -106,3 +107,9 @@ async def test_the_users_info_is_left_alone_and_stats_come_from_rewards(mode: An
         pool.send_action(RESET, 0)
         await pool.get_state()
         assert pool.episode_stats()[0].episodes == 1
+
+
+@pytest.mark.parametrize("autoreset", [AutoresetMode.NEXT_STEP, "NextStep"])
+def test_pools_take_gymnasium_autoreset_modes(autoreset: Any) -> None:
+    pool = aioenv.make_pool(Counter, 1, mode="sync", autoreset=autoreset)
+    assert pool.autoreset == "next_step"
