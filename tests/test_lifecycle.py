@@ -34,7 +34,19 @@ def _script(tmp_path: Path, body: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,  # its own process group, so a hung script can be killed whole
     )
+
+
+def _finish(script: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """The script's output; a script still running after ``timeout`` is killed (with its
+    process group's workers gone with it) and fails the test."""
+    try:
+        return script.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(script.pid, signal.SIGKILL)
+        script.communicate()
+        pytest.fail(f"the script did not exit within {timeout:g} s")
 
 
 def test_a_vector_env_never_closed_does_not_hold_up_exit(tmp_path: Path) -> None:
@@ -48,7 +60,7 @@ def test_a_vector_env_never_closed_does_not_hold_up_exit(tmp_path: Path) -> None
             print(envs.pool.workers[0].pid, flush=True)
         """,
     )
-    out, err = script.communicate(timeout=40)  # it hung until killed before
+    out, err = _finish(script, 40)  # it hung until killed before
     assert script.returncode == 0, err
     child = int(out.split()[0])
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
@@ -73,7 +85,7 @@ def test_ctrl_c_in_a_step_loop_exits_with_only_the_keyboard_interrupt(tmp_path: 
     assert script.stdout is not None
     assert script.stdout.readline().strip() == "ready"
     script.send_signal(signal.SIGINT)
-    _, err = script.communicate(timeout=40)
+    _, err = _finish(script, 40)
     assert "KeyboardInterrupt" in err
     assert "process object is closed" not in err
     assert "Exception ignored" not in err
@@ -177,7 +189,7 @@ def test_states_of_a_class_from_main_come_back_from_process_workers(tmp_path: Pa
             aioenv.run(main())
         """,
     )
-    out, err = script.communicate(timeout=40)
+    out, err = _finish(script, 40)
     assert script.returncode == 0, err
     assert out.strip() == "ok"
 
