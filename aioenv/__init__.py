@@ -16,6 +16,7 @@ from ._errors import (
     NoActionInFlight,
     SpaceMismatch,
     StateNotTaken,
+    TransportError,
     UnknownWorker,
     WorkerDied,
     WorkerError,
@@ -24,11 +25,12 @@ from ._errors import (
 )
 from ._factory import get_worker_pool, make_pool
 from ._loop import run
+from ._make_vec import make_vec
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
-from ._vector import AioVectorEnv, make_vec
+from ._vector import AioVectorEnv, VectorEnvClosed
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 __version__ = "0.1.0"
@@ -62,7 +64,9 @@ __all__ = [
     "SyncWorkerPool",
     "ThreadWorker",
     "Trajectories",
+    "TransportError",
     "UnknownWorker",
+    "VectorEnvClosed",
     "Worker",
     "WorkerDied",
     "WorkerError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
 
 import gymnasium
@@ -16,12 +16,14 @@ __all__ = [
     "EnvSource",
     "Environment",
     "GymnasiumEnvironment",
+    "GymnasiumFactory",
     "Step",
     "VectorSource",
     "as_environment",
     "build_environment",
     "describe_source",
     "is_coroutine_env",
+    "resolve_source",
 ]
 
 S = TypeVar("S")
@@ -275,6 +277,49 @@ def build_environment(
         except TypeError as exc:
             raise TypeError(f"the env factory {describe_source(source)} returned {exc}") from None
     return adapt(source)
+
+
+class GymnasiumFactory:
+    """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` then each wrapper.
+    ``env_id`` is an id or an ``EnvSpec``; a spec is built without gymnasium's registry,
+    so an env registered in the parent at run time builds in a worker process too."""
+
+    def __init__(
+        self,
+        env_id: str | gymnasium.envs.registration.EnvSpec,
+        kwargs: dict[str, Any],
+        wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] = (),
+    ) -> None:
+        self.env_id = env_id
+        self.kwargs = kwargs
+        self.wrappers = list(wrappers)
+        self.description = env_id if isinstance(env_id, str) else env_id.id
+
+    def __call__(self) -> gymnasium.Env[Any, Any]:
+        env = gymnasium.make(self.env_id, **self.kwargs)
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, looked up here (gymnasium's ``NameNotFound`` and
+    friends for an unknown id). An entry point in ``__main__`` is resolved to the class
+    itself, which cloudpickle then ships by value to worker processes."""
+    spec = gymnasium.spec(env_id)
+    entry_point = spec.entry_point
+    if isinstance(entry_point, str) and entry_point.startswith("__main__:"):
+        creator = gymnasium.envs.registration.load_env_creator(entry_point)
+        spec = dataclasses.replace(spec, entry_point=creator)  # type: ignore[arg-type]
+    return spec
+
+
+def resolve_source(source: EnvSource) -> EnvSource:
+    """A gymnasium id becomes a factory over its spec, resolved in this process (so an
+    unknown id fails here, before any worker starts); anything else is returned as is."""
+    if isinstance(source, str):
+        return GymnasiumFactory(resolve_spec(source), {})
+    return source
 
 
 def describe_source(source: EnvSource) -> str:

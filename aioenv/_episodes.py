@@ -1,4 +1,5 @@
-"""Running episode statistics per worker, fed by the states the pool hands out."""
+"""Running episode statistics per worker, counted in the parent from the states the pool
+hands out (rewards and step counts). Nothing is added to the env's info."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ from typing import Any
 
 from ._environment import Step
 
-__all__ = ["EpisodeStats", "record_episode"]
+__all__ = ["EpisodeCounter", "EpisodeStats"]
 
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """Finished episodes of one worker: how many, their total return and length."""
+    """Finished episodes of one worker: how many, their total return and length (in
+    steps), and the return and length of the last one (NaN and 0 before the first)."""
 
     episodes: int = 0
     total_return: float = 0.0
     total_length: int = 0
     last_return: float = math.nan
+    last_length: int = 0
 
     @property
     def mean_return(self) -> float:
@@ -29,15 +32,40 @@ class EpisodeStats:
         return self.total_length / self.episodes if self.episodes else math.nan
 
 
-def record_episode(stats: EpisodeStats, state: Any) -> None:
-    """Count the episode that ``state`` ends, if it ends one."""
-    if not isinstance(state, Step) or not state.done:
-        return
-    info = state.final_info if state.final_info is not None else state.info
-    episode = info.get("episode")
-    if not isinstance(episode, dict):
-        return
-    stats.episodes += 1
-    stats.total_return += float(episode["r"])
-    stats.total_length += int(episode["l"])
-    stats.last_return = float(episode["r"])
+class EpisodeCounter:
+    """Adds up each worker's rewards and steps from the states it hands out, and closes an
+    episode at the state that ends it. A state that answers a reset (a ``RESET`` sent, the
+    state after a finished episode under ``"next_step"``, a restart) starts a new one."""
+
+    def __init__(self, num_workers: int, autoreset: str) -> None:
+        self.stats = [EpisodeStats() for _ in range(num_workers)]
+        self._returns = [0.0] * num_workers
+        self._lengths = [0] * num_workers
+        self._resetting = [True] * num_workers  # the next state answers a reset
+        self._next_step = autoreset == "next_step"
+        #: A state that is not an aioenv.Step was handed out: episode ends are invisible.
+        self.saw_custom_state = False
+
+    def expect_reset(self, worker_id: int) -> None:
+        """A reset was sent to ``worker_id``: its next state starts an episode."""
+        self._resetting[worker_id] = True
+
+    def record(self, worker_id: int, state: Any) -> None:
+        if type(state) is not Step:
+            self.saw_custom_state = True
+            return
+        if self._resetting[worker_id] or "aioenv" in state.info:  # a reset, or a restart's
+            self._resetting[worker_id] = False
+            self._returns[worker_id], self._lengths[worker_id] = 0.0, 0
+            return
+        episode_return = self._returns[worker_id] + state.reward
+        length = self._lengths[worker_id] + 1
+        if state.terminated or state.truncated:
+            stats = self.stats[worker_id]
+            stats.episodes += 1
+            stats.total_return += episode_return
+            stats.total_length += length
+            stats.last_return, stats.last_length = episode_return, length
+            episode_return, length = 0.0, 0
+            self._resetting[worker_id] = self._next_step
+        self._returns[worker_id], self._lengths[worker_id] = episode_return, length

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium
+
 from ._messages import Failure
 
 __all__ = [
@@ -12,11 +14,14 @@ __all__ = [
     "NoActionInFlight",
     "SpaceMismatch",
     "StateNotTaken",
+    "TransportError",
     "UnknownWorker",
+    "VectorEnvClosed",
     "WorkerDied",
     "WorkerPaused",
     "WorkerError",
     "WorkerTimeout",
+    "env_ended_worker",
 ]
 
 
@@ -98,12 +103,32 @@ class EnvError(WorkerError):
         return f"{self.args[0]}\n\nTraceback in the worker:\n{self.remote_traceback}"
 
 
+class TransportError(WorkerError):
+    """aioenv itself failed in the parent while handling a worker's message (decoding a
+    reply, say); the env is not at fault. Raised in place of the state that was lost."""
+
+
 class WorkerDied(WorkerError):
     """A process worker exited without being asked to (killed, crashed, ``os._exit``)."""
 
     def __init__(self, message: str, *, worker_id: int | None, exitcode: int | None) -> None:
         super().__init__(message, worker_id=worker_id)
         self.exitcode = exitcode
+
+
+def env_ended_worker(name: str, worker_id: int | None, exc: BaseException) -> WorkerDied:
+    """The error for an env that raised ``SystemExit`` or another ``BaseException`` (not an
+    ``Exception``): every worker kind treats it as the worker's death, as a process worker
+    exiting would be."""
+    code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else None
+    error = WorkerDied(
+        f"{name}: the env raised {type(exc).__name__}({exc}), which ends a worker like a "
+        "process exit does",
+        worker_id=worker_id,
+        exitcode=code,
+    )
+    error.__cause__ = exc
+    return error
 
 
 class WorkerTimeout(WorkerError):
@@ -121,3 +146,8 @@ class WorkerTimeout(WorkerError):
 
 class SpaceMismatch(WorkerError):
     """A worker's observation or action space differs from the rest of its pool."""
+
+
+class VectorEnvClosed(ClosedError, gymnasium.error.ClosedEnvironmentError):
+    """A call on an :class:`AioVectorEnv` after ``close()`` (gymnasium's
+    ``ClosedEnvironmentError`` and aioenv's ``ClosedError`` both catch it)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._environment import EnvSource, VectorSource
-from ._options import POOL_OPTIONS
+from ._environment import EnvSource, VectorSource, resolve_source
+from ._options import POOL_OPTIONS, PoolOptions
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._seeds import worker_seeds
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
@@ -45,8 +45,8 @@ def get_worker_pool(
 
 
 def make_pool(
-    env: EnvSource,
-    num_workers: int,
+    env: EnvSource | Sequence[EnvSource],
+    num_workers: int | None = None,
     *,
     mode: str | Sequence[str] = "process",
     seed: int | None = None,
@@ -55,7 +55,11 @@ def make_pool(
 ) -> WorkerPool[Any]:
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
-    :param env: a gymnasium id or a zero-argument factory (an instance only for one worker).
+    :param env: a gymnasium id, a zero-argument factory, or an instance (for one worker);
+        or a list with one of those per worker (``num_workers`` is then its length), so
+        envs can differ per worker. A gymnasium id is looked up here, before any worker
+        starts (an unknown id raises at once; an env registered by this script works in
+        worker processes too).
     :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
         (coroutine envs, as tasks on the event loop), or one mode per worker: a pool can
         mix kinds.
@@ -64,33 +68,27 @@ def make_pool(
         async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
         in send order); default False.
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
-        ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
-        that take them: ``cleanup_time`` (all kinds, and the pool), and for process
-        workers ``context``, ``shared_memory`` and ``envs_per_process`` (how many workers
-        share one child process; default 1). ``envs_per_worker=k`` (any kind; default 1):
-        each worker steps ``k`` envs together; its actions are batches of ``k`` and its
-        states :class:`~aioenv.BatchStep` (one message per batch for process workers).
+        ``step_timeout``, ``restart``, ...) go to the pool, checked before any worker
+        starts; worker options go to the kinds that take them: ``cleanup_time`` (all
+        kinds, and the pool), and for process workers ``context``, ``shared_memory`` and
+        ``envs_per_process`` (how many workers share one child process; default 1).
+        ``envs_per_worker=k`` (sync, thread and process; default 1): each worker steps
+        ``k`` envs together; its actions are batches of ``k`` and its states
+        :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-    modes = _modes(mode, num_workers)
-    if force_sync:
-        modes = ["async" if kind == "async" else "sync" for kind in modes]
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
     if "cleanup_time" in worker_options:
         pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    PoolOptions(**pool_options)  # raises what the pool would, before any worker starts
+    sources, num_workers = _sources(env, num_workers, worker_options.get("envs_per_worker", 1))
+    modes = _modes(mode, num_workers)
+    if force_sync:
+        modes = ["async" if kind == "async" else "sync" for kind in modes]
     _check_worker_options(worker_options, modes)
-    separate_envs = num_workers * options.get("envs_per_worker", 1)
-    if not isinstance(env, str) and not callable(env) and separate_envs > 1:
-        raise TypeError(
-            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-            f"{separate_envs} separate envs, got an instance of {type(env).__name__}; "
-            "pass e.g. `lambda: MyEnv()`"
-        )
     workers: list[Worker[Any]] = []
     try:
-        _build_workers(env, modes, worker_seeds(seed, num_workers), worker_options, workers)
+        _build_workers(sources, modes, worker_seeds(seed, num_workers), worker_options, workers)
         return get_worker_pool(workers, force_sync, **pool_options)
     except BaseException:
         for worker in workers:
@@ -98,8 +96,33 @@ def make_pool(
         raise
 
 
+def _sources(
+    env: EnvSource | Sequence[EnvSource], num_workers: int | None, envs_per_worker: Any
+) -> tuple[list[EnvSource], int]:
+    """One env source per worker (gymnasium ids resolved here), and how many workers."""
+    per_worker = isinstance(env, (list, tuple))
+    sources: list[EnvSource] = list(env) if per_worker else [env]  # type: ignore[arg-type]
+    if num_workers is None:
+        if not per_worker:
+            raise TypeError("make_pool() needs num_workers, unless env is a list of envs")
+        num_workers = len(sources)
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+    if per_worker and len(sources) != num_workers:
+        raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
+    separate = num_workers * (envs_per_worker if isinstance(envs_per_worker, int) else 1)
+    if not per_worker and not isinstance(env, str) and not callable(env) and separate > 1:
+        raise TypeError(
+            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
+            f"{separate} separate envs, got an instance of {type(env).__name__}; "
+            "pass e.g. `lambda: MyEnv()`"
+        )
+    resolved = [resolve_source(source) for source in sources]  # an unknown id fails here
+    return (resolved if per_worker else resolved * num_workers), num_workers
+
+
 def _build_workers(
-    env: EnvSource,
+    sources: list[EnvSource],
     modes: list[str],
     seeds: list[int | None],
     options: dict[str, Any],
@@ -113,11 +136,11 @@ def _build_workers(
     if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
     if envs_per_worker > 1:
-        env = VectorSource((env,) * envs_per_worker)
+        sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     processes = [i for i, kind in enumerate(modes) if kind == "process"]
     hosted = iter(
         ProcessWorker.hosted(
-            env,
+            [sources[i] for i in processes],
             [seeds[i] for i in processes],
             envs_per_process,
             **_options_for("process", options),
@@ -125,11 +148,11 @@ def _build_workers(
         if processes
         else []
     )
-    for kind, worker_seed in zip(modes, seeds, strict=True):
+    for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
         if kind == "process":
             into.append(next(hosted))
         else:
-            into.append(_KINDS[kind](env, seed=worker_seed, **_options_for(kind, options)))
+            into.append(_KINDS[kind](source, seed=worker_seed, **_options_for(kind, options)))
 
 
 def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -182,5 +182,9 @@ class Inbox:
 
 
 def _wake_one(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
+    if waiter.done():
+        return
+    try:  # a try costs nothing here, a suppress() context would on every delivery
         waiter.set_result(None)
+    except RuntimeError:
+        return  # its event loop is closed: nobody waits on it any more

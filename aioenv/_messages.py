@@ -9,10 +9,35 @@ import dataclasses
 import traceback
 from typing import Any, Literal
 
-__all__ = ["AUTORESET_MODES", "Autoreset", "ControlRequest", "EpisodeOptions", "Failure"]
+from gymnasium.vector import AutoresetMode
+
+__all__ = [
+    "AUTORESET_MODES",
+    "Autoreset",
+    "ControlRequest",
+    "EpisodeOptions",
+    "Failure",
+    "autoreset_name",
+]
 
 Autoreset = Literal["disabled", "same_step", "next_step"]
 AUTORESET_MODES: tuple[str, ...] = ("disabled", "same_step", "next_step")
+_GYMNASIUM_NAMES = {
+    AutoresetMode.DISABLED: "disabled",
+    AutoresetMode.SAME_STEP: "same_step",
+    AutoresetMode.NEXT_STEP: "next_step",
+}
+
+
+def autoreset_name(mode: object) -> object:
+    """aioenv's name for an autoreset mode given as gymnasium's ``AutoresetMode`` member or
+    its value (``"NextStep"``, ``"SameStep"``, ``"Disabled"``); anything else unchanged."""
+    if isinstance(mode, AutoresetMode):
+        return _GYMNASIUM_NAMES[mode]
+    for member, name in _GYMNASIUM_NAMES.items():
+        if mode == member.value:
+            return name
+    return mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +73,11 @@ class EpisodeOptions:
     max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "autoreset", autoreset_name(self.autoreset))
         if self.autoreset not in AUTORESET_MODES:
             raise ValueError(
-                f"autoreset must be one of {', '.join(map(repr, AUTORESET_MODES))}, "
-                f"got {self.autoreset!r}"
+                f"autoreset must be one of {', '.join(map(repr, AUTORESET_MODES))} (or "
+                f"gymnasium's AutoresetMode), got {self.autoreset!r}"
             )
         limit = self.max_episode_steps
         if limit is not None and (not isinstance(limit, int) or limit < 1):

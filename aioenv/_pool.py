@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
 
+from ._actions import explain_invalid_action
 from ._batch import Batch, ReusedRows
-from ._environment import Step
-from ._episodes import EpisodeStats, record_episode
+from ._episodes import EpisodeCounter, EpisodeStats
 from ._errors import (
     ClosedError,
     InvalidAction,
@@ -98,7 +98,7 @@ class WorkerPool(RemoteControl[S]):
         #: The options this pool was made with.
         self.options = options
         self.cleanup_time = float(options.cleanup_time)
-        self.autoreset = options.autoreset
+        self.autoreset = episode.autoreset  # aioenv's name, whichever form was given
         self.max_episode_steps = max_episode_steps
         self.check_actions = options.check_actions
         self.copy = options.copy
@@ -108,7 +108,8 @@ class WorkerPool(RemoteControl[S]):
         self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
         self._spaces: tuple[Any, Any] | None = None
-        self._stats = [EpisodeStats() for _ in workers]
+        self._observation_spaces_may_differ = False  # see allow_differing_observations()
+        self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         for worker_id, worker in enumerate(workers):
             worker.join_pool(self._inbox, worker_id, supervision, episode, self._check_spaces)
         self._workers = workers
@@ -116,6 +117,7 @@ class WorkerPool(RemoteControl[S]):
         self._first_env = [sum(w.num_envs for w in workers[:i]) for i in range(len(workers))]
         self._closed = False
         self._close_done: anyio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
 
     @property
     def restarts(self) -> int:
@@ -158,11 +160,10 @@ class WorkerPool(RemoteControl[S]):
         if self.check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space
             if space is not None and not space.contains(action):
-                raise InvalidAction(
-                    f"{worker.name}: action {action!r} is not in its action space {space}; "
-                    "nothing was sent"
-                )
+                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
         worker.send_action(action)
+        if action is RESET or isinstance(action, Reset):
+            self._episodes.expect_reset(worker_id)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Send ``RESET`` to every open, unpaused worker; the replies come back through
@@ -186,6 +187,7 @@ class WorkerPool(RemoteControl[S]):
             else:
                 worker_seed = None if seed is None else seed + self._first_env[worker.worker_id]
                 worker.send_action(Reset(seed=worker_seed, options=options))
+            self._episodes.expect_reset(worker.worker_id)
 
     async def reset_all(
         self, seed: int | None = None, options: dict[str, Any] | None = None
@@ -229,6 +231,16 @@ class WorkerPool(RemoteControl[S]):
         return self._inbox.is_owed(self._worker(worker_id).worker_id)
 
     @property
+    def num_pending(self) -> int:
+        """Unpaused workers with an action in flight or a state not yet taken."""
+        return self._inbox.num_owed
+
+    @property
+    def paused(self) -> tuple[int, ...]:
+        """The ids of the paused workers, in increasing order."""
+        return tuple(i for i in range(len(self._workers)) if self._inbox.is_paused(i))
+
+    @property
     def num_active(self) -> int:
         """Workers that are open and not paused."""
         return len(self._active_workers())
@@ -249,8 +261,21 @@ class WorkerPool(RemoteControl[S]):
     # Statistics and checks -------------------------------------------------------------
     def episode_stats(self) -> list[EpisodeStats]:
         """Per worker (by id): finished episodes, their mean return and mean length, counted
-        from the states the pool has handed out."""
-        return [dataclasses.replace(stats) for stats in self._stats]
+        from the rewards and steps of the states the pool has handed out (nothing is added
+        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
+        if self._episodes.saw_custom_state:
+            raise TypeError(
+                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
+                "out custom states, whose episode ends only the env's terminated() knows: "
+                "count episodes in your own loop"
+            )
+        return [dataclasses.replace(stats) for stats in self._episodes.stats]
+
+    def allow_differing_observations(self) -> None:
+        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
+        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
+        self._observation_spaces_may_differ = True
 
     def _check_spaces(self, worker: Worker[S]) -> WorkerError | None:
         spaces = (worker.observation_space, worker.action_space)
@@ -260,6 +285,8 @@ class WorkerPool(RemoteControl[S]):
             self._spaces = spaces
             return None
         for what, mine, theirs in zip(("observation", "action"), spaces, self._spaces, strict=True):
+            if what == "observation" and self._observation_spaces_may_differ:
+                continue
             if mine != theirs:
                 return SpaceMismatch(
                     f"{worker.name}: its {what} space {mine} differs from the pool's {theirs}; "
@@ -269,22 +296,28 @@ class WorkerPool(RemoteControl[S]):
         return None
 
     # Receiving -------------------------------------------------------------------------
-    async def get_state(self, timeout: float | None = None) -> tuple[S, int] | None:
+    async def get_state(
+        self, timeout: float | None = None, *, worker_id: int | None = None
+    ) -> tuple[S, int] | None:
         """The state of whichever worker finished first (the async pool), or of the oldest
         action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
-        seconds pass first."""
+        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
+        others' states stay in the pool for later calls."""
         self._check_open()
-        outcome = self._inbox.pop_next()
-        if outcome is None:
-            outcome = await self._wait_next(timeout)
+        if worker_id is not None:
+            outcome = await self._wait_for(self._worker(worker_id), timeout)
+        else:
+            outcome = self._inbox.pop_next()
             if outcome is None:
-                return None
+                outcome = await self._wait_next(timeout)
+        if outcome is None:
+            return None
         if outcome.error is not None:
             raise outcome.error
         state = outcome.state
         if outcome.borrowed and self.copy:
             state = state.owned()
-        record_episode(self._stats[outcome.worker_id], state)  # type: ignore[index]
+        self._episodes.record(outcome.worker_id, state)  # type: ignore[arg-type]
         return state, outcome.worker_id  # type: ignore[return-value]
 
     async def get_batch(
@@ -301,6 +334,8 @@ class WorkerPool(RemoteControl[S]):
             raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
         inbox = self._inbox
         deadline = self._deadline(timeout)
+        if self._loop is not asyncio._get_running_loop():
+            self._check_loop()
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -316,11 +351,9 @@ class WorkerPool(RemoteControl[S]):
         outcomes = inbox.take(limit)
         if outcomes and outcomes[0].error is not None:
             raise outcomes[0].error
-        stats = self._stats
+        record = self._episodes.record
         for outcome in outcomes:
-            state = outcome.state
-            if isinstance(state, Step) and (state.terminated or state.truncated):
-                record_episode(stats[outcome.worker_id], state)  # type: ignore[index]
+            record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
         space = self._workers[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
         rows = None if self.copy else self._reused_rows
         return Batch.of_outcomes(outcomes, space, rows)
@@ -331,6 +364,7 @@ class WorkerPool(RemoteControl[S]):
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[tuple[S, int]]:
+        self._check_open()
         while self._inbox.num_owed:
             item = await self.get_state()
             assert item is not None
@@ -355,13 +389,25 @@ class WorkerPool(RemoteControl[S]):
                 taken.append((outcome.error, worker_id))
                 continue
             state = outcome.state.owned() if outcome.borrowed and self.copy else outcome.state
-            record_episode(self._stats[worker_id], state)
+            self._episodes.record(worker_id, state)
             taken.append((state, worker_id))
         return sorted(taken, key=operator.itemgetter(1))
+
+    def _check_loop(self) -> None:
+        """Before waiting on a new event loop: a worker whose reply was due on an old one
+        raises at once (its reply is lost with that loop) rather than hang."""
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        for worker in self._workers:
+            if self._inbox.is_owed(worker.worker_id):
+                worker.enter_loop()
+        self._loop = loop
 
     async def _wait_next(self, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
         deadline = self._deadline(timeout)
+        self._check_loop()
         while True:
             if not inbox.num_owed:
                 raise NoActionInFlight(
@@ -375,6 +421,26 @@ class WorkerPool(RemoteControl[S]):
                 return outcome
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return None
+
+    async def _wait_for(self, worker: Worker[S], timeout: float | None) -> Outcome | None:
+        inbox = self._inbox
+        deadline = self._deadline(timeout)
+        self._check_loop()
+        if inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
+        while True:
+            outcome = inbox.pop(worker.worker_id)
+            if outcome is not None:
+                return outcome
+            if not inbox.is_owed(worker.worker_id):
+                raise NoActionInFlight(
+                    f"get_state(worker_id={worker.worker_id}) would wait forever: {worker.name} "
+                    "has no action in flight; send it an action first"
+                )
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                return None
+            await inbox.wait(deadline)
+            self._check_open()
 
     @staticmethod
     def _deadline(timeout: float | None) -> float | None:

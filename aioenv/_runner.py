@@ -1,12 +1,11 @@
 """The environment side of every worker kind: build the env, answer reset, step and
-control requests, apply the episode options (autoreset, time limit, statistics), report
+control requests, apply the episode options (autoreset, time limit), report
 failures with their traceback. Sync, thread and process workers all run this same code,
 so they cannot drift apart in semantics."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from ._async_environment import AsyncGymnasiumEnvironment
@@ -47,9 +46,7 @@ class EnvRunner:
         self.env: Environment[Any, Any] | None = None
         self.build_failure: Failure | None = None
         self._needs_reset = False
-        self._return = 0.0
         self._length = 0
-        self._episode_started = time.perf_counter()
 
     def build(self) -> None:
         if self.env is not None or self.build_failure is not None:
@@ -90,12 +87,17 @@ class EnvRunner:
             return Failure.from_exception(exc, "reset")
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
+        if self.episode.max_episode_steps is not None and not isinstance(env, GymnasiumEnvironment):
+            raise TypeError(
+                "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
+                "Environment's state as truncated; end the episode in the env itself (its "
+                "terminated(state)) and drop the max_episode_steps option"
+            )
         if seed is None and not self._seed_used:
             seed = self._seed
         self._seed_used = True
         self._needs_reset = False
-        self._return, self._length = 0.0, 0
-        self._episode_started = time.perf_counter()
+        self._length = 0
         if options is not None:
             return env.reset(seed=seed, options=options)
         return env.reset(seed=seed)
@@ -126,7 +128,7 @@ class EnvRunner:
         self._length += 1
         limit = self.episode.max_episode_steps
         if not isinstance(state, Step):
-            done = env.terminated(state) or (limit is not None and self._length >= limit)
+            done = env.terminated(state)
             if done and self.episode.autoreset == "same_step":
                 raise TypeError(
                     "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
@@ -134,17 +136,10 @@ class EnvRunner:
                 )
             self._needs_reset = done and self.episode.autoreset == "next_step"
             return state, False
-        self._return += state.reward
         if limit is not None and self._length >= limit and not state.done:
             state = dataclasses.replace(state, truncated=True)
         if not state.done:
             return state, False
-        statistics = {
-            "r": self._return,
-            "l": self._length,
-            "t": round(time.perf_counter() - self._episode_started, 6),
-        }
-        state = dataclasses.replace(state, info={**state.info, "episode": statistics})
         if self.episode.autoreset == "next_step":
             self._needs_reset = True
         return state, self.episode.autoreset == "same_step"

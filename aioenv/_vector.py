@@ -1,34 +1,47 @@
 """A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code.
 
-The pool runs on an event loop in a background thread (an anyio blocking portal), so the
-vector env works from plain code and from inside a running loop alike. ``reset`` and
+The pool runs on an event loop in a daemon thread, so the vector env works from plain code
+and from inside a running loop alike, and never holds up interpreter exit. ``reset`` and
 ``step`` follow gymnasium's conventions exactly: batched 5-tuple, info dicts with ``_key``
 masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s + i``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Sequence
 from typing import Any
 
-import anyio.from_thread
 import gymnasium
 import numpy as np
 import numpy.typing as npt
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.utils import (
+    batch_differing_spaces,
+    batch_space,
+    concatenate,
+    create_empty_array,
+    iterate,
+)
 
-from ._environment import EnvSource, GymnasiumEnvironment, build_environment
+from ._environment import (
+    EnvSource,
+    GymnasiumEnvironment,
+    GymnasiumFactory,
+    build_environment,
+    describe_source,
+    resolve_source,
+)
+from ._errors import VectorEnvClosed
 from ._factory import make_pool
+from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._sentinels import RESET, Reset
+from ._vector_runtime import Runtime, as_raised, exchange, start
 
-__all__ = ["AioVectorEnv", "GymnasiumFactory", "make_vec"]
-
-Floats = npt.NDArray[np.float64]
-Bools = npt.NDArray[np.bool_]
+__all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -37,38 +50,60 @@ _MODES = {
 }
 
 
-def _autoreset_name(autoreset: str | AutoresetMode) -> str:
-    if isinstance(autoreset, AutoresetMode):
-        return {mode: name for name, mode in _MODES.items()}[autoreset]
-    return autoreset
-
-
 class AioVectorEnv(VectorEnv):
     """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` backed by an aioenv pool.
 
-    ``AioVectorEnv(env, num_envs, mode="process", autoreset="next_step", **pool_options)``:
-    ``env`` is a gymnasium id or a factory; ``mode`` and the pool options are those of
-    :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...).
+    ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as
+    gymnasium's vector envs do; ``AioVectorEnv(env, num_envs)`` builds ``num_envs`` envs
+    from one id or factory. ``mode`` (default ``"process"``) and the pool options are those
+    of :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...).
+    ``autoreset_mode`` (or ``autoreset``) takes gymnasium's ``AutoresetMode``, its value
+    (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
+    is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
+    checked at construction (``RuntimeError``); whatever was started is closed again when
+    the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
+    env left open is closed when it is garbage collected or at interpreter exit.
     """
 
     def __init__(
         self,
-        env: EnvSource,
-        num_envs: int,
+        env: EnvSource | Sequence[EnvSource],
+        num_envs: int | None = None,
         *,
         mode: str | Sequence[str] = "process",
-        autoreset: str | AutoresetMode = "next_step",
+        autoreset: str | AutoresetMode | None = None,
+        autoreset_mode: str | AutoresetMode | None = None,
+        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
         **pool_options: Any,
     ) -> None:
-        pool = make_pool(
-            env, num_envs, mode=mode, autoreset=_autoreset_name(autoreset), **pool_options
-        )
-        self._setup(pool, env)
+        if autoreset is not None and autoreset_mode is not None:
+            raise TypeError("pass autoreset_mode= or autoreset=, not both")
+        chosen = autoreset_mode if autoreset_mode is not None else autoreset
+        name = autoreset_name(chosen if chosen is not None else "next_step")
+        if isinstance(env, (list, tuple)):
+            sources = [resolve_source(source) for source in env]
+            if not sources:
+                raise ValueError("AioVectorEnv needs at least one env factory")
+            if num_envs is not None and num_envs != len(sources):
+                raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
+            first: EnvSource = sources[0]
+            env = sources
+        else:
+            if num_envs is None:
+                raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
+            env = first = resolve_source(env)  # an unknown id fails here
+        probe = _probe(first)  # before any worker starts
+        pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
+        self._setup(pool, probe, observation_mode)
 
     @classmethod
-    def from_pool(cls, pool: WorkerPool[Any]) -> AioVectorEnv:
+    def from_pool(
+        cls,
+        pool: WorkerPool[Any],
+        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
+    ) -> AioVectorEnv:
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
-        becomes the vector env's)."""
+        becomes the vector env's). The vector env owns the pool from then on."""
         for worker in pool.workers:
             if worker.event_loop is not None:
                 raise RuntimeError(
@@ -76,38 +111,99 @@ class AioVectorEnv(VectorEnv):
                     "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
-        venv._setup(pool, pool.workers[0].source)
+        venv._setup(pool, _probe(pool.workers[0].source), observation_mode)
         return venv
 
-    def _setup(self, pool: WorkerPool[Any], source: EnvSource) -> None:
-        # Like gymnasium's AsyncVectorEnv: one env built here for spaces and metadata.
-        probe = build_environment(source)
-        if not isinstance(probe, GymnasiumEnvironment):
-            raise TypeError("AioVectorEnv needs gymnasium envs; use a pool for other envs")
+    def _setup(
+        self,
+        pool: WorkerPool[Any],
+        probe: tuple[dict[str, Any], Any, Any, Any],
+        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
+    ) -> None:
+        runtime = Runtime(pool)
+        self._runtime = runtime
+        # Closes the pool when this vector env is garbage collected unclosed.
+        self._finalizer = weakref.finalize(self, runtime.close)
+        self._finalizer.atexit = False  # the runtime's own exit hook comes earlier
         try:
-            single = probe.env
-            self.metadata = dict(single.metadata)
-            self.render_mode = single.render_mode
-            self.spec = single.spec
-            self.single_observation_space = single.observation_space
-            self.single_action_space = single.action_space
-        finally:
-            probe.close()
-        self.num_envs = len(pool)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata["autoreset_mode"] = _MODES[pool.autoreset]
+            self._define(pool, probe, observation_mode)
+            spaces = runtime.call(start, pool)
+            self._check_spaces(*spaces)
+        except BaseException:
+            runtime.close()
+            raise
+
+    def _define(
+        self,
+        pool: WorkerPool[Any],
+        probe: tuple[dict[str, Any], Any, Any, Any],
+        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
+    ) -> None:
+        metadata, render_mode, observation_space, action_space = probe
         self._pool = pool
+        self.num_envs = len(pool)
+        # Like gymnasium's vector envs: make_vec sets the spec, a vector env built by hand
+        # has none (the single env's spec would not rebuild it).
+        self.spec = None
+        self.metadata = metadata
+        self.render_mode = render_mode
+        self.autoreset_mode = _MODES[pool.autoreset]
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.observation_mode = observation_mode
+        self.single_action_space = action_space
+        self.action_space = batch_space(action_space, self.num_envs)
+        self.single_observation_space = observation_space
+        if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
+            if not all(isinstance(space, gymnasium.Space) for space in observation_mode):
+                raise TypeError(f"observation_mode must hold two Spaces, got {observation_mode}")
+            self.observation_space, self.single_observation_space = observation_mode
+        elif observation_mode == "same":
+            self.observation_space = batch_space(observation_space, self.num_envs)
+        elif observation_mode == "different":
+            pool.allow_differing_observations()
+        else:
+            raise ValueError(
+                "observation_mode must be 'same', 'different' or (batched, single) spaces, "
+                f"got {observation_mode!r}"
+            )
         self._env_obs: list[Any] = [None] * self.num_envs
-        self._portal_context = anyio.from_thread.start_blocking_portal(
-            "asyncio", backend_options=_loop_options()
-        )
-        self._portal = self._portal_context.__enter__()
-        self._portal.call(pool.__aenter__)
+
+    def _check_spaces(self, observations: list[Any], actions: list[Any]) -> None:
+        if self.observation_mode == "different":
+            self.observation_space = batch_differing_spaces(observations)
+        for index, (observation, action) in enumerate(zip(observations, actions, strict=True)):
+            if self.observation_mode == "same" and observation != self.single_observation_space:
+                raise RuntimeError(
+                    f"env {index}'s observation space {observation} differs from env 0's "
+                    f"{self.single_observation_space}; pass observation_mode='different' if "
+                    "that is intended"
+                )
+            if self.observation_mode != "same" and not is_space_dtype_shape_equiv(
+                observation, self.single_observation_space
+            ):
+                raise RuntimeError(
+                    f"env {index}'s observation space {observation} does not share the shape "
+                    f"and dtype of {self.single_observation_space}"
+                )
+            if action != self.single_action_space:
+                raise RuntimeError(
+                    f"env {index}'s action space {action} differs from env 0's "
+                    f"{self.single_action_space}"
+                )
 
     @property
     def pool(self) -> WorkerPool[Any]:
         return self._pool
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed`` (``(42, 43, ...)`` after ``reset(seed=42)``)."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's ``np_random`` (copies, for process workers)."""
+        return self.get_attr("np_random")
 
     def reset(
         self,
@@ -115,6 +211,7 @@ class AioVectorEnv(VectorEnv):
         seed: int | list[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
+        self._check_open()
         if seed is None:
             seeds: list[int | None] = [None] * self.num_envs
         elif isinstance(seed, int):
@@ -126,19 +223,13 @@ class AioVectorEnv(VectorEnv):
         options = dict(options) if options is not None else None
         mask = np.ones(self.num_envs, dtype=np.bool_)
         if options is not None and "reset_mask" in options:
-            mask = np.asarray(options.pop("reset_mask"))
-            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_ or not mask.any():
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool array of shape ({self.num_envs},) "
-                    "with at least one True"
-                )
+            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
         ids = np.flatnonzero(mask).tolist()
         requests = [
             RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
         ]
-        states = self._portal.call(self._exchange, ids, requests)
         infos: dict[str, Any] = {}
-        for i, step in zip(ids, states, strict=True):
+        for i, step in zip(ids, self._exchange(ids, requests), strict=True):
             self._env_obs[i] = step.observation
             infos = self._add_info(infos, step.info, i)
         return self._observations(), infos
@@ -148,8 +239,13 @@ class AioVectorEnv(VectorEnv):
     ) -> tuple[
         Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
     ]:
-        ids = list(range(self.num_envs))
-        states = self._portal.call(self._exchange, ids, list(iterate(self.action_space, actions)))
+        self._check_open()
+        batch = list(iterate(self.action_space, actions))
+        if len(batch) != self.num_envs:
+            raise ValueError(
+                f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
+            )
+        states = self._exchange(list(range(self.num_envs)), batch)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=np.bool_)
         truncations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -167,80 +263,81 @@ class AioVectorEnv(VectorEnv):
             infos = self._add_info(infos, step.info, i)
         return self._observations(), rewards, terminations, truncations, infos
 
-    async def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
-        pool = self._pool
-        for worker_id, action in zip(ids, actions, strict=True):
-            pool.send_action(action, worker_id)
-        batch = await pool.get_batch(min_size=len(ids))
-        return batch.sorted().states
+    def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
+        states: list[Any]
+        states, error = self._runtime.call(exchange, self._pool, ids, actions)
+        if error is not None:
+            raise as_raised(error)
+        return states
 
     def _observations(self) -> Any:
         out = create_empty_array(self.single_observation_space, self.num_envs)
         return concatenate(self.single_observation_space, self._env_obs, out)  # type: ignore[arg-type]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        return tuple(self._portal.call(functools.partial(self._pool.call, name, *args, **kwargs)))
+        self._check_open()
+        call = functools.partial(self._pool.call, name, *args, **kwargs)
+        return tuple(self._runtime.call(call))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        return tuple(self._portal.call(self._pool.get_attr, name))
+        self._check_open()
+        return tuple(self._runtime.call(self._pool.get_attr, name))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        self._portal.call(self._pool.set_attr, name, values)
+        self._check_open()
+        self._runtime.call(self._pool.set_attr, name, values)
 
     def render(self) -> tuple[Any, ...] | None:
         frames = self.call("render")
         return None if all(frame is None for frame in frames) else frames
 
     def close_extras(self, **kwargs: Any) -> None:
-        portal_context = self.__dict__.pop("_portal_context", None)
-        if portal_context is None:
-            return
-        try:
-            self._portal.call(self._pool.aclose)
-        finally:
-            portal_context.__exit__(None, None, None)
+        self._finalizer.detach()
+        self._runtime.close()
+
+    def __enter__(self) -> AioVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed or self._runtime.closed:
+            raise VectorEnvClosed(
+                "this AioVectorEnv is closed (close() was called); make a new one to go on"
+            )
 
 
-def _loop_options() -> dict[str, Any]:
-    with contextlib.suppress(ImportError):
-        import uvloop  # noqa: F401
-
-        return {"use_uvloop": True}
-    return {}
-
-
-class GymnasiumFactory:
-    """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` then each wrapper."""
-
-    def __init__(
-        self,
-        env_id: str | gymnasium.envs.registration.EnvSpec,
-        kwargs: dict[str, Any],
-        wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] = (),
-    ) -> None:
-        self.env_id = env_id
-        self.kwargs = kwargs
-        self.wrappers = list(wrappers)
-        self.description = env_id if isinstance(env_id, str) else env_id.id
-
-    def __call__(self) -> gymnasium.Env[Any, Any]:
-        env = gymnasium.make(self.env_id, **self.kwargs)
-        for wrapper in self.wrappers:
-            env = wrapper(env)
-        return env
+def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask).__name__}")
+    if mask.shape != (num_envs,):
+        raise ValueError(f"options['reset_mask'] must have shape ({num_envs},), got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError("options['reset_mask'] must have at least one True")
+    return mask
 
 
-def make_vec(
-    id: str | gymnasium.envs.registration.EnvSpec,
-    num_envs: int = 1,
-    vectorization_mode: str | Sequence[str] = "process",
-    vector_kwargs: dict[str, Any] | None = None,
-    wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] | None = None,
-    **kwargs: Any,
-) -> AioVectorEnv:
-    """Mirrors ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``, ``wrappers``
-    wrap each env, ``vector_kwargs`` go to :class:`AioVectorEnv` (``autoreset=``, pool
-    options), and ``vectorization_mode`` is the worker mode (``"process"``, ``"thread"``,
-    ``"sync"`` or one per env)."""
-    factory = GymnasiumFactory(id, kwargs, wrappers or ())
-    return AioVectorEnv(factory, num_envs, mode=vectorization_mode, **(vector_kwargs or {}))
+def _probe(source: EnvSource) -> tuple[dict[str, Any], Any, Any, Any]:
+    """Like gymnasium's AsyncVectorEnv: one env built here for the spaces and metadata."""
+    env = build_environment(source)
+    if not isinstance(env, GymnasiumEnvironment):
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(
+            f"AioVectorEnv needs gymnasium envs, and {describe_source(source)} built a "
+            f"{type(env).__name__}; drive other envs with a pool (aioenv.make_pool)"
+        )
+    try:
+        single = env.env
+        return (
+            dict(single.metadata),
+            single.render_mode,
+            single.observation_space,
+            single.action_space,
+        )
+    finally:
+        env.close()

@@ -395,3 +395,59 @@ class AsyncCartPole:
 
     def close(self) -> None:
         self.env.close()
+
+
+class Touchy(gymnasium.Env[np.ndarray, int]):
+    """A tiny gymnasium env that raises ``ValueError`` in ``reset`` when seeded with 13,
+    and (when ``fragile``) in ``step`` for action 1."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, fragile: bool = False) -> None:
+        self.fragile = fragile
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        if seed == 13:
+            raise ValueError("unlucky seed")
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        if self.fragile and action == 1:
+            raise ValueError("fragile env stepped with 1")
+        return np.ones(1, np.float32), 1.0, False, False, {}
+
+
+def _lost_outside(pid: int) -> None:
+    if os.getpid() != pid:
+        raise RuntimeError("this object only unpickles in the worker")
+
+
+class _ChildOnly:
+    def __reduce__(self) -> Any:
+        return (_lost_outside, (os.getpid(),))
+
+
+class ChildOnlyReplies(Counter):
+    """Its steps return an object that cannot be unpickled outside the worker process."""
+
+    def step(self, action: Any) -> Any:
+        return _ChildOnly()
+
+    def terminated(self, state: Any) -> bool:
+        return False
+
+
+class GatedTouchy(Touchy):
+    """``step`` blocks until the file ``gate`` exists (or 30 s pass)."""
+
+    def __init__(self, gate: str) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def step(self, action: int) -> Any:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return super().step(action)

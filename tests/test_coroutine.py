@@ -111,10 +111,13 @@ async def test_async_gymnasium_env_matches_sync_vector_env(autoreset: str) -> No
                 if done:
                     ended += 1
                     info = step.final_info if autoreset == "same_step" else step.info
-                    assert info is not None and info["episode"]["l"] >= 1  # the runner's
+                    assert info is not None and "episode" not in info  # aioenv adds no key
             if autoreset == "disabled" and any(terminated | truncated):
                 break
         assert ended >= 1
+        stats = pool.episode_stats()  # counted by the pool from the states it handed out
+        assert sum(s.episodes for s in stats) == ended
+        assert all(s.mean_length >= 1 for s in stats if s.episodes)
     reference.close()
 
 

@@ -56,7 +56,8 @@ async def test_autoreset_matches_gymnasium_step_by_step(mode: Any, autoreset: st
                     assert infos["_final_obs"][i]
                     np.testing.assert_array_equal(step.final_observation, infos["final_obs"][i])
                     assert step.final_info is not None
-                    assert step.final_info["episode"]["l"] > 0
+                    assert "episode" not in step.final_info  # nothing added
+                    assert pool.episode_stats()[i].last_length > 0
                 else:
                     assert step.final_observation is None
             done = terminated | truncated
@@ -109,10 +110,11 @@ async def test_max_episode_steps_truncates_on_top_of_the_env_limit(mode: Any) ->
             flags.append([s.truncated for s in steps])
         assert flags[:3] == [[False, False]] * 3
         assert flags[3] == [True, True]
-        assert all(s.info["episode"]["l"] == 4 for s in steps)
+        assert all("episode" not in s.info for s in steps)
+        assert [s.last_length for s in pool.episode_stats()] == [4, 4]
 
 
-async def test_episode_statistics_in_info_and_on_the_pool(mode: Any) -> None:
+async def test_episode_statistics_on_the_pool_leave_info_alone(mode: Any) -> None:
     async with aioenv.make_pool("CartPole-v1", 3, mode=modes(mode, 3), seed=1) as pool:
         pool.reset()
         returns: dict[int, list[float]] = {0: [], 1: [], 2: []}
@@ -122,17 +124,16 @@ async def test_episode_statistics_in_info_and_on_the_pool(mode: Any) -> None:
             running[worker_id] += step.reward
             if step.reward:
                 lengths[worker_id] += 1
+            assert "episode" not in step.info
             if step.done:
-                episode = step.info["episode"]
-                assert episode["r"] == running[worker_id]
-                assert episode["l"] == lengths[worker_id]
-                assert episode["t"] >= 0
+                episode = pool.episode_stats()[worker_id]
+                assert episode.last_return == running[worker_id]
+                assert episode.last_length == lengths[worker_id]
                 returns[worker_id].append(running[worker_id])
                 running[worker_id], lengths[worker_id] = 0.0, 0
                 if len(returns[worker_id]) < 3:
                     pool.send_action(RESET, worker_id)
             else:
-                assert "episode" not in step.info
                 pool.send_action(int(step.observation[2] > 0), worker_id)
         stats = pool.episode_stats()
         assert [s.episodes for s in stats] == [3, 3, 3]
@@ -154,7 +155,9 @@ async def test_batches_keep_per_row_final_observations() -> None:
         for row in range(len(batch)):
             if row in rows:
                 assert batch.final_observations[row] is not None
-                assert batch.final_infos[row]["episode"]["l"] > 0
+                assert batch.final_infos[row] is not None
+                assert "episode" not in batch.final_infos[row]
+                assert pool.episode_stats()[int(batch.worker_ids[row])].last_length > 0
             else:
                 assert batch.final_observations[row] is None
                 assert batch.final_infos[row] is None

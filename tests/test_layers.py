@@ -16,7 +16,9 @@ PACKAGE = Path(aioenv.__file__).parent
 CHILD_SIDE = {
     "aioenv.workers._child",
     "aioenv._runner",
+    "aioenv._async_runner",
     "aioenv._vector_runner",
+    "aioenv._async_environment",
     "aioenv._seeds",
     "aioenv._protocol",
     "aioenv._shared_memory",
@@ -25,7 +27,7 @@ CHILD_SIDE = {
     "aioenv._sentinels",
 }
 #: Parent-side kinds that run an env in the parent's own process.
-RUNS_ENVS_IN_LINE = {"aioenv.workers._sync", "aioenv.workers._thread"}
+RUNS_ENVS_IN_LINE = {"aioenv.workers._sync", "aioenv.workers._thread", "aioenv.workers._coroutine"}
 
 
 def module_name(path: Path) -> str:
@@ -97,7 +99,7 @@ def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_ch
         if module in CHILD_SIDE:
             continue
         if module not in RUNS_ENVS_IN_LINE:
-            for runner in ("aioenv._runner", "aioenv._vector_runner"):
+            for runner in ("aioenv._runner", "aioenv._async_runner", "aioenv._vector_runner"):
                 assert runner not in imported, f"{module} imports the env's {runner}"
         assert "aioenv.workers._child" not in imported, f"{module} imports the child's loop"
 

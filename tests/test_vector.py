@@ -21,13 +21,7 @@ AUTORESET = {
 }
 
 
-def without_episode(infos: dict[str, Any]) -> dict[str, Any]:
-    """aioenv adds episode statistics; everything else must match gymnasium."""
-    return {k: v for k, v in infos.items() if k not in ("episode", "_episode")}
-
-
 def assert_same_infos(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
-    ours, theirs = without_episode(ours), without_episode(theirs)
     assert set(ours) == set(theirs)
     for key, value in theirs.items():
         if isinstance(value, dict):

@@ -27,7 +27,14 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from .._environment import BatchStep, EnvSource, Step, VectorSource, describe_source
+from .._environment import (
+    BatchStep,
+    EnvSource,
+    Step,
+    VectorSource,
+    describe_source,
+    resolve_source,
+)
 from .._errors import (
     ClosedError,
     EnvError,
@@ -86,7 +93,9 @@ class Worker(KindHooks, Generic[S]):
         self.seed = seed
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
-        self.source = env
+        #: What the worker builds its env from (a gymnasium id becomes a factory over its
+        #: spec, looked up in this process).
+        self.source = resolve_source(env)
         #: Envs this worker steps together: k with ``envs_per_worker=k`` (states are then
         #: :class:`~aioenv.BatchStep`), else 1.
         self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
@@ -151,7 +160,7 @@ class Worker(KindHooks, Generic[S]):
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
             )
-        if self._loop is None:
+        if self._loop is not asyncio._get_running_loop():
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = _seeded(action, self._next_reset_seed), None
@@ -214,6 +223,7 @@ class Worker(KindHooks, Generic[S]):
         if cleanup_time is not None:
             timeout = min(cleanup_time, timeout)
         with anyio.CancelScope(shield=True):
+            self._ensure_loop(closing=True)  # a pool may be closed from a later event loop
             if not self._closing:
                 self._closing = True
                 self._supervisor.disarm()
@@ -308,24 +318,54 @@ class Worker(KindHooks, Generic[S]):
             raise
         return future
 
+    def enter_loop(self) -> None:
+        """Bind to the running event loop (a pool about to wait on a new loop): a worker
+        whose reply was due on its old loop raises at once instead of hanging."""
+        self._ensure_loop()
+
     def abandon(self) -> None:
         """Stop at once, without an event loop (a pool that failed to be built)."""
         self._closing = True
         self._abandon()
 
     # Kinds: replies and failures -------------------------------------------------------
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                raise RuntimeError(
-                    f"{self.name}: send_action() must be called from async code running "
-                    "in an asyncio event loop"
-                ) from None
-            self._loop = loop
-            self._bind_loop(loop)
-        return self._loop
+    def _ensure_loop(self, *, closing: bool = False) -> asyncio.AbstractEventLoop:
+        """The running loop, which this worker is bound to from now on. A worker moves to a
+        new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
+        is in flight; ``closing``: whatever was in flight is dropped."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                f"{self.name}: send_action() must be called from async code running "
+                "in an asyncio event loop"
+            ) from None
+        old = self._loop
+        if old is loop:
+            return loop
+        if old is not None:
+            self._leave_loop(old, closing)
+        self._loop = loop
+        self._bind_loop(loop)
+        return loop
+
+    def _leave_loop(self, old: asyncio.AbstractEventLoop, closing: bool) -> None:
+        if not old.is_closed() and not closing:
+            raise RuntimeError(
+                f"{self.name} is bound to another event loop, which is still open; a pool "
+                "works on one event loop at a time"
+            )
+        if (self._awaited_seq or self._controls) and not closing:
+            raise RuntimeError(
+                f"{self.name} had a request in flight when its event loop ended; its reply "
+                "is lost with that loop. Close the pool (aclose works from any loop) and "
+                "make a new one"
+            )
+        self._supervisor.disarm()
+        if self._awaited_seq:
+            self._awaited_seq = 0
+            self._inbox.forgive(self.worker_id)
+        self._controls.fail_all(ClosedError(f"{self.name} was closed"))
 
     def _awaits(self, seq: int) -> bool:
         """A reply to ``seq`` would be used (not stale): worth decoding."""

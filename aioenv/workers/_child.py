@@ -179,7 +179,7 @@ def _encode_reply(
 ) -> bytes:
     if isinstance(result, Failure):
         try:
-            return encode(Kind.FAILURE, seq, dumps(result), slot)
+            return encode(Kind.FAILURE, seq, _dumps_by_value(result), slot)
         except Exception:
             return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
     try:
@@ -188,6 +188,19 @@ def _encode_reply(
         if type(result) is BatchStep:
             return encode_batch_step(seq, result, slot, shared)
         return encode(Kind.STATE, seq, dumps(result), slot)
+    except Exception:
+        pass
+    try:
+        # Classes from the user's __main__ (shipped here by value with the env) pickle by
+        # value too; cloudpickle hands the parent back its own class objects.
+        return encode(Kind.STATE, seq, cloudpickle.dumps(result, protocol=5), slot)
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
         return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)
+
+
+def _dumps_by_value(obj: Any) -> bytes:
+    try:
+        return dumps(obj)
+    except Exception:
+        return cloudpickle.dumps(obj, protocol=5)  # type: ignore[no-any-return]

@@ -21,6 +21,9 @@ class PendingControls:
     def __contains__(self, seq: int) -> bool:
         return seq in self._futures
 
+    def __len__(self) -> int:
+        return len(self._futures)
+
     def add(self, seq: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = loop.create_future()
         self._futures[seq] = future
@@ -38,6 +41,12 @@ class PendingControls:
             future.set_exception(to_error(result))
         else:
             future.set_result(result)
+
+    def fail(self, seq: int, error: BaseException) -> None:
+        """Complete request ``seq`` with ``error`` (its answer could not be read)."""
+        future = self._futures.pop(seq, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
 
     def fail_all(self, error: BaseException) -> None:
         futures, self._futures = self._futures, {}

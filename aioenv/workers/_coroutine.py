@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from .._async_runner import AsyncEnvRunner
 from .._environment import EnvSource
-from .._errors import WorkerError
+from .._errors import WorkerError, env_ended_worker
 from .._messages import ControlRequest
 from ._base import Worker
 
@@ -79,6 +79,10 @@ class AsyncEnvWorker(Worker[S]):
     def _on_task_reply(self, env_task: _EnvTask, seq: int, result: Any) -> None:
         if env_task is self._current:  # a discarded env's reply is never delivered
             self._on_reply(seq, result)
+
+    def _on_task_death(self, env_task: _EnvTask, exc: BaseException) -> None:
+        if env_task is self._current:
+            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
 
     def _on_task_ended(self, env_task: _EnvTask, task: asyncio.Task[None]) -> None:
         if env_task in self._envs:
@@ -167,10 +171,16 @@ class _EnvTask:
                 seq, request = requests.popleft()
                 if request is _STOP:
                     return
-                if isinstance(request, ControlRequest):
-                    result = await runner.acontrol(request)
-                else:
-                    result = await runner.ahandle(request)
+                try:
+                    if isinstance(request, ControlRequest):
+                        result = await runner.acontrol(request)
+                    else:
+                        result = await runner.ahandle(request)
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    # Raised in a task, these would end the whole event loop: this env is
+                    # done instead, as a process worker's would be.
+                    worker._on_task_death(self, exc)
+                    return
                 worker._on_task_reply(self, seq, result)
         finally:
             await runner.aclose()  # after a cancellation too: the env's close is awaited

@@ -149,7 +149,12 @@ class Host:
         return self.successor
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start reading replies and watching for the exit from ``loop`` (once)."""
+        """Start reading replies and watching for the exit from ``loop`` (once; again
+        from a later loop once the first is closed)."""
+        previous = self._loop
+        if previous is not None and previous is not loop and previous.is_closed():
+            # A later event loop takes over; the closed one took its readers and timers.
+            self._loop, self._reading, self._force_timer = None, False, None
         if self._loop is not None or self.exitcode is not None:
             return
         self._loop = loop

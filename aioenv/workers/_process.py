@@ -32,8 +32,8 @@ import cloudpickle
 import numpy as np
 
 from .._environment import EnvSource
-from .._errors import WorkerDied
-from .._messages import ControlRequest, Failure
+from .._errors import TransportError, WorkerDied
+from .._messages import ControlRequest
 from .._protocol import (
     READY,
     Kind,
@@ -122,7 +122,7 @@ class ProcessWorker(Worker[S]):
             start_timeout=start_timeout,
         )
         try:
-            self._payload = cloudpickle.dumps(env)
+            self._payload = cloudpickle.dumps(self.source)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to a worker process "
@@ -146,16 +146,28 @@ class ProcessWorker(Worker[S]):
 
     @classmethod
     def hosted(
-        cls, env: EnvSource, seeds: Sequence[int | None], envs_per_process: int, **options: Any
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_process: int,
+        **options: Any,
     ) -> list[ProcessWorker[Any]]:
-        """One worker per seed, ``envs_per_process`` of them sharing each child process."""
+        """One worker per seed, ``envs_per_process`` of them sharing each child process.
+        ``env`` is one env source for all, or a list with one per seed."""
         if not isinstance(envs_per_process, int) or envs_per_process < 1:
             raise ValueError(f"envs_per_process must be an int >= 1, got {envs_per_process!r}")
+        envs = env if isinstance(env, list) else [env] * len(seeds)
         workers: list[ProcessWorker[Any]] = [
-            cls(env, seed=seed, _start=False, **options) for seed in seeds
+            cls(source, seed=seed, _start=False, **options)
+            for source, seed in zip(envs, seeds, strict=True)
         ]
-        for first in range(0, len(workers), envs_per_process):
-            _start_host(workers[first : first + envs_per_process])
+        try:
+            for first in range(0, len(workers), envs_per_process):
+                _start_host(workers[first : first + envs_per_process])
+        except BaseException:
+            for worker in workers:
+                worker.abandon()  # the children started so far go too
+            raise
         return workers
 
     @property
@@ -270,23 +282,47 @@ class ProcessWorker(Worker[S]):
         if host is not self._host:
             return  # a replaced host's words are never delivered
         if kind == READY:
-            # Spaces are informative only: one that does not unpickle here is skipped.
-            with contextlib.suppress(Exception):
-                self.observation_space, self.action_space = loads(payload)
-                self._layout = self._layout_for(self.observation_space)
-                if self._layout is not None:
-                    self._share()
+            self._on_ready(payload)
             return
         if not self._awaits(seq):
             return  # stale: no need to decode it
         try:
             result, borrowed = decode_reply(kind, payload, self._shared)
         except Exception as exc:
-            result, borrowed = (
-                Failure.from_exception(exc, "unpickling its reply in the parent"),
-                False,
-            )
+            self._on_undecodable(seq, exc)
+            return
         self._on_reply(seq, result, borrowed)
+
+    def _on_ready(self, payload: Any) -> None:
+        """The env reports its spaces: map shared memory for its observations. Neither is
+        needed to go on, so a failure here is a warning, and observations travel through
+        the socket."""
+        try:
+            self.observation_space, self.action_space = loads(payload)
+            self._layout = self._layout_for(self.observation_space)
+            if self._layout is not None:
+                self._share()
+        except Exception as exc:
+            self._layout = self._shared = None
+            warnings.warn(
+                f"{self.name}: aioenv could not set up shared memory for its observations "
+                f"({type(exc).__name__}: {exc}); they travel through the socket instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _on_undecodable(self, seq: int, exc: Exception) -> None:
+        error = TransportError(
+            f"{self.name}: aioenv could not decode the worker's reply in the parent "
+            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
+            "(a state the parent cannot unpickle: make it plain data)",
+            worker_id=self.worker_id,
+        )
+        error.__cause__ = exc
+        if seq in self._controls:
+            self._controls.fail(seq, error)
+            return
+        self._on_failure(error, env_gone=False)
 
     def _on_host_exit(self, host: Host) -> None:
         with contextlib.suppress(ValueError):

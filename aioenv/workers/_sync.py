@@ -6,6 +6,7 @@ import time
 from typing import Any, TypeVar
 
 from .._environment import EnvSource
+from .._errors import env_ended_worker
 from .._messages import ControlRequest
 from .._vector_runner import make_runner
 from ._base import Worker
@@ -43,7 +44,7 @@ class SyncWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._runner = make_runner(env, seed)
+        self._runner = make_runner(self.source, seed)
 
     def _spawn(self, seed: int | None) -> None:
         self._runner = make_runner(self.source, seed, self._episode)
@@ -56,7 +57,13 @@ class SyncWorker(Worker[S]):
             runner.build()
             if self.observation_space is None:
                 self.observation_space, self.action_space = runner.spaces
-        result = runner.handle(action)
+        try:
+            result = runner.handle(action)
+        except KeyboardInterrupt:
+            raise  # Ctrl-C during an inline step is the caller's, not the env's
+        except BaseException as exc:  # SystemExit and the like: this env is done
+            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
+            return
         elapsed = time.monotonic() - started
         if timeout is not None and elapsed > timeout:
             self._timed_out(seq, timeout, elapsed)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._environment import EnvSource
+from .._errors import env_ended_worker
 from .._messages import ControlRequest
 from .._vector_runner import Runner, make_runner
 from ._base import Worker
@@ -69,6 +70,10 @@ class ThreadWorker(Worker[S]):
     def _on_thread_reply(self, env_thread: _EnvThread, seq: int, result: Any) -> None:
         if env_thread is self._current:  # an abandoned thread's reply is never delivered
             self._on_reply(seq, result)
+
+    def _on_thread_death(self, env_thread: _EnvThread, exc: BaseException) -> None:
+        if env_thread is self._current:
+            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
 
     def _discard_env(self, env_gone: bool) -> None:
         self._current.requests.put((0, _STOP))
@@ -141,10 +146,14 @@ class _EnvThread:
                 if action is _STOP:
                     runner.close()
                     return
-                if isinstance(action, ControlRequest):
-                    result = runner.control(action)
-                else:
-                    result = runner.handle(action)
+                try:
+                    if isinstance(action, ControlRequest):
+                        result = runner.control(action)
+                    else:
+                        result = runner.handle(action)
+                except BaseException as exc:  # SystemExit and the like: this env is done
+                    self._report_death(exc)
+                    return
                 loop = worker._loop
                 if loop is None:
                     continue
@@ -158,6 +167,13 @@ class _EnvThread:
             if callback is not None:
                 with contextlib.suppress(RuntimeError):
                     callback()
+
+    def _report_death(self, exc: BaseException) -> None:
+        self._runner.close()
+        loop = self._worker._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
+                loop.call_soon_threadsafe(self._worker._on_thread_death, self, exc)
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

@@ -1,0 +1,109 @@
+"""An event loop in a daemon thread, for synchronous code that drives a pool.
+
+The thread is a daemon, so it never holds up interpreter exit; whatever runs on it is
+closed by its owner's ``close`` (called by hand, by ``with``, by a finalizer when the owner
+is garbage collected, or by an ``atexit`` hook registered after multiprocessing's, so it
+runs while worker processes and this loop are still there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["BackgroundLoop", "close_at_exit"]
+
+T = TypeVar("T")
+
+_at_exit: dict[int, Callable[[], None]] = {}
+_hook_registered = False
+
+
+def close_at_exit(key: int, close: Callable[[], None] | None) -> None:
+    """Call ``close`` at interpreter exit unless it is withdrawn first (``close=None``)."""
+    global _hook_registered
+    if close is None:
+        _at_exit.pop(key, None)
+        return
+    if not _hook_registered:
+        atexit.register(_run_exit_hooks)
+        _hook_registered = True
+    _at_exit[key] = close
+
+
+def _run_exit_hooks() -> None:
+    while _at_exit:
+        _, close = _at_exit.popitem()
+        with contextlib.suppress(Exception):
+            close()
+
+
+class BackgroundLoop:
+    """An asyncio loop (uvloop where installed) running in a daemon thread named
+    ``name``; :meth:`call` runs a coroutine function on it and waits for the result."""
+
+    def __init__(self, name: str) -> None:
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        loop = _new_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and self._loop is not None and not self._loop.is_closed()
+
+    def call(
+        self,
+        function: Callable[..., Coroutine[Any, Any, T]],
+        *args: Any,
+        timeout: float | None = None,
+    ) -> T:
+        """Run ``function(*args)`` on the loop and return its result. If the caller is
+        interrupted (Ctrl-C), the coroutine is cancelled before the exception goes on."""
+        assert self._loop is not None
+        future = asyncio.run_coroutine_threadsafe(function(*args), self._loop)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and wait up to ``timeout`` seconds for its thread to end."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

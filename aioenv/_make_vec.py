@@ -1,0 +1,76 @@
+"""``make_vec``: gymnasium's ``make_vec`` with aioenv's worker modes, and a ``spec`` that
+rebuilds the same vector env (``make_vec(envs.spec)``)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium
+from gymnasium.envs.registration import EnvSpec
+
+from ._environment import GymnasiumFactory, resolve_spec
+from ._vector import AioVectorEnv
+
+__all__ = ["make_vec"]
+
+Wrapper = Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]
+#: gymnasium's own vectorization modes, for specs written by gymnasium.make_vec.
+_GYMNASIUM_MODES = {"async": "process", "sync": "sync"}
+
+
+def make_vec(
+    id: str | EnvSpec,
+    num_envs: int = 1,
+    vectorization_mode: str | Sequence[str] = "process",
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    **kwargs: Any,
+) -> AioVectorEnv:
+    """Mirrors ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``, ``wrappers``
+    wrap each env, ``vector_kwargs`` go to :class:`AioVectorEnv` (``autoreset_mode=``,
+    ``observation_mode=``, pool options), and ``vectorization_mode`` is the worker mode
+    (``"process"``, ``"thread"``, ``"sync"`` or one per env; gymnasium's ``"async"`` means
+    ``"process"``). ``id`` is an id or a spec; the spec is looked up here, so an env
+    registered at run time in this process builds in worker processes too. The result's
+    ``spec`` records ``num_envs`` and the vector options: ``make_vec(envs.spec)`` rebuilds
+    the same vector env."""
+    spec = _resolved(id)
+    spec_kwargs = dict(spec.kwargs)
+    spec.kwargs = {}
+    num_envs = spec_kwargs.pop("num_envs", num_envs)
+    vectorization_mode = spec_kwargs.pop("vectorization_mode", vectorization_mode)
+    vector_kwargs = dict(spec_kwargs.pop("vector_kwargs", vector_kwargs) or {})
+    wrappers = spec_kwargs.pop("wrappers", wrappers)
+    spec_kwargs.update(kwargs)
+    mode: str | Sequence[str] = vectorization_mode
+    if isinstance(vectorization_mode, str):
+        mode = _GYMNASIUM_MODES.get(vectorization_mode, vectorization_mode)
+    factory = GymnasiumFactory(spec, dict(spec_kwargs), wrappers or ())
+    venv = AioVectorEnv(factory, num_envs, mode=mode, **vector_kwargs)
+    recorded = copy.copy(spec)
+    recorded.kwargs = dict(spec_kwargs)
+    if num_envs != 1:
+        recorded.kwargs["num_envs"] = num_envs
+    recorded.kwargs["vectorization_mode"] = vectorization_mode
+    if vector_kwargs:
+        recorded.kwargs["vector_kwargs"] = vector_kwargs
+    if wrappers:
+        recorded.kwargs["wrappers"] = list(wrappers)
+    venv.spec = recorded
+    return venv
+
+
+def _resolved(id: str | EnvSpec) -> EnvSpec:
+    if isinstance(id, str):
+        return copy.deepcopy(resolve_spec(id))
+    if not isinstance(id, EnvSpec):
+        raise TypeError(f"make_vec() takes an env id or an EnvSpec, got {type(id).__name__}")
+    spec = copy.deepcopy(id)
+    entry_point = spec.entry_point
+    if isinstance(entry_point, str) and entry_point.startswith("__main__:"):
+        creator = gymnasium.envs.registration.load_env_creator(entry_point)
+        spec = dataclasses.replace(spec, entry_point=creator)  # type: ignore[arg-type]
+    return spec

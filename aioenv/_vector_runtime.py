@@ -1,0 +1,103 @@
+"""What AioVectorEnv runs on its background loop: the pool's lifetime, one call's
+exchange of actions for states, and turning a worker's failure into what gymnasium's
+vector envs raise."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ._background import BackgroundLoop, close_at_exit
+from ._environment import describe_source
+from ._errors import EnvError, VectorEnvClosed, WorkerError
+from ._pool import WorkerPool
+
+__all__ = ["Runtime", "as_raised", "exchange", "start"]
+
+
+class Runtime:
+    """The pool and the background loop it runs on; closed exactly once, by ``close()``,
+    the vector env's finalizer or the interpreter's exit."""
+
+    def __init__(self, pool: WorkerPool[Any]) -> None:
+        self.pool = pool
+        self.closed = False
+        name = describe_source(pool.workers[0].source)
+        self.loop = BackgroundLoop(f"aioenv-vector-loop ({name})")
+        close_at_exit(id(self), self.close)
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self.closed:
+            raise VectorEnvClosed("this AioVectorEnv is closed; make a new one to go on")
+        return self.loop.call(function, *args)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        close_at_exit(id(self), None)
+        try:
+            if self.loop.running and not self.loop.in_loop_thread:
+                # aclose is bounded by cleanup_time plus the SIGTERM/SIGKILL graces.
+                self.loop.call(self.pool.aclose, timeout=self.pool.cleanup_time + 10.0)
+        finally:
+            self.loop.stop()
+
+
+async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:
+    """Enter the pool and read every env's spaces."""
+    await pool.__aenter__()
+    return await pool.get_attr("observation_space"), await pool.get_attr("action_space")
+
+
+async def exchange(
+    pool: WorkerPool[Any], ids: list[int], actions: list[Any]
+) -> tuple[list[Any], WorkerError | None]:
+    """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
+    order, or the first worker error. Every state sent for is taken, whatever fails, so
+    the next call starts clean."""
+    if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
+        await _take(pool, pool.num_pending)
+    sent = 0
+    try:
+        for worker_id, action in zip(ids, actions, strict=True):
+            pool.send_action(action, worker_id)
+            sent += 1
+    finally:
+        if sent < len(ids):  # a send failed: take what was sent, then let its error go on
+            await _take(pool, sent)
+    states, errors = await _take(pool, len(ids))
+    if errors:
+        return [], errors[0]
+    return [states[worker_id] for worker_id in ids], None
+
+
+async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list[WorkerError]]:
+    states: dict[int, Any] = {}
+    errors: list[WorkerError] = []
+    while len(states) + len(errors) < count:
+        try:
+            batch = await pool.get_batch(min_size=count - len(states) - len(errors))
+        except WorkerError as error:
+            errors.append(error)
+            continue
+        states.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
+    return states, errors
+
+
+def as_raised(error: WorkerError) -> BaseException:
+    """The env's own exception where it came back (gymnasium's vector envs re-raise the
+    env's type), with aioenv's account of where it happened attached; else ``error``."""
+    if not isinstance(error, EnvError) or not isinstance(error.__cause__, Exception):
+        return error
+    original = error.__cause__
+    note = (
+        f"[aioenv] raised by env {error.worker_id} of the AioVectorEnv during {error.during}; "
+        f"traceback in the worker:\n{error.remote_traceback}"
+    )
+    if sys.version_info >= (3, 11):
+        original.add_note(note)
+    elif original.__cause__ is None:
+        original.__cause__ = error
+    return original

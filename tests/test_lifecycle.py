@@ -1,0 +1,219 @@
+"""Nothing hangs, nothing leaks: vector envs left open at exit or interrupted with Ctrl-C,
+pools used from a second event loop, envs that raise SystemExit, ids checked in the
+parent, states of classes from the user's __main__, failures in the parent reported."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import pytest
+from envs import BigObservation, ChildOnlyReplies, Counter
+from support import KINDS, worker_processes
+
+import aioenv
+import aioenv.workers._process
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(tmp_path: Path, body: str) -> subprocess.Popen[str]:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return subprocess.Popen(
+        [sys.executable, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,  # its own process group, so a hung script can be killed whole
+    )
+
+
+def _finish(script: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """The script's output; a script still running after ``timeout`` is killed (with its
+    process group's workers gone with it) and fails the test."""
+    try:
+        return script.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(script.pid, signal.SIGKILL)
+        script.communicate()
+        pytest.fail(f"the script did not exit within {timeout:g} s")
+
+
+def test_a_vector_env_never_closed_does_not_hold_up_exit(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import aioenv
+        if __name__ == "__main__":
+            envs = aioenv.make_vec("CartPole-v1", 2, vectorization_mode=["process", "thread"])
+            envs.reset(seed=0)
+            print(envs.pool.workers[0].pid, flush=True)
+        """,
+    )
+    out, err = _finish(script, 40)  # it hung until killed before
+    assert script.returncode == 0, err
+    child = int(out.split()[0])
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_ctrl_c_in_a_step_loop_exits_with_only_the_keyboard_interrupt(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import signal
+        import numpy as np
+        import aioenv
+        if __name__ == "__main__":
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored
+            envs = aioenv.make_vec("CartPole-v1", 2, vectorization_mode=["process", "thread"])
+            envs.reset(seed=0)
+            print("ready", flush=True)
+            while True:
+                envs.step(np.array([0, 1]))
+        """,
+    )
+    assert script.stdout is not None
+    assert script.stdout.readline().strip() == "ready"
+    script.send_signal(signal.SIGINT)
+    _, err = _finish(script, 40)
+    assert "KeyboardInterrupt" in err
+    assert "process object is closed" not in err
+    assert "Exception ignored" not in err
+
+
+def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> None:
+    pool = aioenv.make_pool(Counter, 2, mode=["process", "thread"])
+
+    async def first() -> None:
+        await pool.reset_all()
+
+    async def second() -> list[int]:
+        pool.send_action(1, 0)
+        pool.send_action(1, 1)
+        batch = await asyncio.wait_for(pool.get_batch(min_size=2), 20)
+        await pool.aclose()
+        return sorted(state["t"] for state in batch.states)
+
+    asyncio.run(first())
+    assert asyncio.run(second()) == [1, 1]
+
+
+def test_a_reply_lost_with_its_loop_raises_at_once_and_aclose_works_later(gate: str) -> None:
+    from envs import Gated
+
+    pool = aioenv.make_pool(lambda: Gated(gate), 1, mode="process")
+
+    async def first() -> None:
+        await pool.reset_all()
+        pool.send_action(1, 0)  # in flight when this loop ends
+
+    async def second() -> None:
+        with pytest.raises(RuntimeError, match="in flight when its event loop ended"):
+            await asyncio.wait_for(pool.get_state(), 20)
+        await pool.aclose()
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert not worker_processes()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_env_raising_system_exit_is_a_dead_worker_for_every_kind(kind: str) -> None:
+    class Exiting(Counter):
+        def step(self, action: Any) -> Any:
+            raise SystemExit(7)
+
+    async with aioenv.make_pool(Exiting, 1, mode=kind) as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)
+        with pytest.raises(aioenv.WorkerDied) as raised:
+            await asyncio.wait_for(pool.get_state(), 20)
+        assert raised.value.exitcode == 7
+        with pytest.raises(aioenv.WorkerDied):
+            pool.send_action(1, 0)  # later actions raise it again
+    async with aioenv.make_pool(Exiting, 1, mode=kind, restart="on_failure") as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)
+        state, _ = await asyncio.wait_for(pool.get_state(), 20)  # type: ignore[misc]
+        assert state["t"] == 0  # the rebuilt env's reset answers in place of the step
+
+
+def test_an_unknown_gymnasium_id_fails_in_the_parent_before_any_process() -> None:
+    with pytest.raises(gymnasium.error.NameNotFound):
+        aioenv.make_pool("NoSuchEnv-v0", 2, mode="process")
+    assert not worker_processes()
+    with pytest.raises(ValueError, match="autoreset"):  # pool options too
+        aioenv.make_pool("CartPole-v1", 2, mode="process", autoreset="sometimes")
+    assert not worker_processes()
+
+
+def test_states_of_a_class_from_main_come_back_from_process_workers(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import dataclasses
+        import aioenv
+
+        @dataclasses.dataclass
+        class State:
+            t: int
+
+        class Env:
+            def reset(self, seed=None):
+                return State(0)
+            def step(self, action):
+                return State(1)
+            def terminated(self, state):
+                return False
+
+        async def main():
+            async with aioenv.make_pool(Env, 2, mode="process") as pool:
+                batch = await pool.reset_all()
+                assert all(type(s) is State for s in batch.states), batch.states
+                pool.send_action(0, 0)
+                state, _ = await pool.get_state()
+                assert state == State(1)
+            print("ok")
+
+        if __name__ == "__main__":
+            aioenv.run(main())
+        """,
+    )
+    out, err = _finish(script, 40)
+    assert script.returncode == 0, err
+    assert out.strip() == "ok"
+
+
+async def test_a_reply_the_parent_cannot_decode_is_aioenvs_own_error() -> None:
+    async with aioenv.make_pool(ChildOnlyReplies, 1, mode="process") as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)
+        with pytest.raises(aioenv.TransportError, match="could not decode") as raised:
+            await pool.get_state()
+        assert not isinstance(raised.value, aioenv.EnvError)
+        assert raised.value.worker_id == 0
+        pool.send_action(aioenv.RESET, 0)  # the env itself is fine
+        await pool.get_state()
+
+
+async def test_shared_memory_set_up_failures_are_reported(monkeypatch: Any) -> None:
+    def no_memory(nbytes: int) -> int:
+        raise OSError("no memory file today")
+
+    monkeypatch.setattr(aioenv.workers._process, "memory_file", no_memory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with aioenv.make_pool(BigObservation, 1, mode="process") as pool:
+            batch = await pool.reset_all()
+            assert batch.states[0].observation.shape == (210, 160, 3, 4)
+    assert any("no memory file today" in str(w.message) for w in caught)

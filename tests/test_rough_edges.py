@@ -1,0 +1,115 @@
+"""What a new user of the pool hits first: waiting for one worker, pausing, closed pools,
+action checks that say why, episode options for custom envs, info left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import Counter
+from gymnasium.vector import AutoresetMode
+from support import modes
+
+import aioenv
+from aioenv import RESET
+
+
+async def test_get_state_of_one_worker_leaves_the_others_first_ready(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 3, mode=mode) as pool:
+        pool.reset()
+        state, worker_id = await pool.get_state(worker_id=2)  # type: ignore[misc]
+        assert worker_id == 2
+        assert state["t"] == 0
+        others = {(await pool.get_state())[1] for _ in range(2)}  # type: ignore[index]
+        assert others == {0, 1}
+        pool.send_action(1, 1)
+        with pytest.raises(aioenv.NoActionInFlight, match="worker_id=0"):
+            await pool.get_state(worker_id=0)
+        state, worker_id = await pool.get_state(worker_id=1)  # type: ignore[misc]
+        assert (worker_id, state["t"]) == (1, 1)
+
+
+async def test_paused_lists_the_paused_ids() -> None:
+    async with aioenv.make_pool(Counter, 4, mode="sync") as pool:
+        assert pool.paused == ()
+        pool.pause(3)
+        pool.pause(1)
+        assert pool.paused == (1, 3)
+        pool.resume(1)
+        assert pool.paused == (3,)
+
+
+async def test_async_for_over_a_closed_pool_raises() -> None:
+    pool = aioenv.make_pool(Counter, 1, mode="sync")
+    await pool.aclose()
+    with pytest.raises(aioenv.ClosedError):
+        async for _ in pool:
+            pass
+
+
+async def test_check_actions_says_dtype_shape_and_bounds() -> None:
+    def box_env() -> gymnasium.Env[Any, Any]:
+        return gymnasium.make("Pendulum-v1")
+
+    async with aioenv.make_pool(box_env, 1, mode="sync", check_actions=True) as pool:
+        await pool.reset_all()
+        with pytest.raises(aioenv.InvalidAction, match=r"float64.*float32.*astype"):
+            pool.send_action(np.array([0.5]), 0)
+        with pytest.raises(aioenv.InvalidAction, match=r"shape is \(2,\)"):
+            pool.send_action(np.zeros(2, dtype=np.float32), 0)
+        with pytest.raises(aioenv.InvalidAction, match="outside the bounds.*clip"):
+            pool.send_action(np.array([9.0], dtype=np.float32), 0)
+        pool.send_action(np.array([0.5], dtype=np.float32), 0)  # nothing was sent before
+        await pool.get_state()
+
+
+async def test_episode_stats_refused_for_custom_states() -> None:
+    async with aioenv.make_pool(Counter, 1, mode="sync") as pool:
+        await pool.reset_all()
+        with pytest.raises(TypeError, match="gymnasium envs"):
+            pool.episode_stats()
+
+
+async def test_max_episode_steps_refused_for_custom_envs(mode: Any) -> None:
+    async with aioenv.make_pool(Counter, 1, mode=modes(mode, 1), max_episode_steps=3) as pool:
+        pool.reset()
+        with pytest.raises(aioenv.EnvError, match="max_episode_steps needs gymnasium envs"):
+            await pool.get_state()
+
+
+class _StatsByHand(gymnasium.Wrapper[Any, Any, Any, Any]):
+    """Puts the user's own statistics under info["episode"], as a stats wrapper does."""
+
+    def step(self, action: Any) -> Any:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            info = {**info, "episode": {"r": "mine"}}
+        return observation, reward, terminated, truncated, info
+
+
+async def test_the_users_info_is_left_alone_and_stats_come_from_rewards(mode: Any) -> None:
+    def make() -> gymnasium.Env[Any, Any]:
+        return _StatsByHand(gymnasium.make("CartPole-v1"))
+
+    async with aioenv.make_pool(make, 1, mode=modes(mode, 1), seed=3) as pool:
+        pool.reset()
+        total, length = 0.0, 0
+        async for step, worker_id in pool:
+            if step.done:
+                assert step.info["episode"] == {"r": "mine"}  # not overwritten
+                break
+            pool.send_action(0, worker_id)
+            total, length = total + 1.0, length + 1
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length, stats.last_return) == (1, length, total)
+        pool.send_action(RESET, 0)
+        await pool.get_state()
+        assert pool.episode_stats()[0].episodes == 1
+
+
+@pytest.mark.parametrize("autoreset", [AutoresetMode.NEXT_STEP, "NextStep"])
+def test_pools_take_gymnasium_autoreset_modes(autoreset: Any) -> None:
+    pool = aioenv.make_pool(Counter, 1, mode="sync", autoreset=autoreset)
+    assert pool.autoreset == "next_step"
