@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,11 +19,25 @@ _KINDS: dict[str, type[Worker[Any]]] = {
     "thread": ThreadWorker,
     "process": ProcessWorker,
 }
-#: The worker options each kind takes (``envs_per_process`` is applied by make_pool).
+#: Kinds whose workers share a host (a child process, a Ray actor), by the option that
+#: says how many envs go in each.
+_HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
+#: The worker options each kind takes (``envs_per_*`` are applied by make_pool).
 _WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time"}),
     "thread": frozenset({"cleanup_time"}),
     "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
+    "ray": frozenset(
+        {
+            "cleanup_time",
+            "envs_per_actor",
+            "num_cpus",
+            "num_gpus",
+            "resources",
+            "runtime_env",
+            "actor_options",
+        }
+    ),
 }
 
 
@@ -58,16 +72,18 @@ def make_pool(
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
     :param env: a gymnasium id or a zero-argument factory (an instance only for one worker).
-    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), or one mode per
-        worker: a pool can mix kinds.
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"ray"``, or one
+        mode per worker: a pool can mix kinds.
     :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
     :param force_sync: build sync workers whatever ``mode`` says, in a
         :class:`SyncWorkerPool` (states in send order); default False.
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
-        that take them: ``cleanup_time`` (all kinds, and the pool), and for process
-        workers ``context``, ``shared_memory`` and ``envs_per_process`` (how many envs
-        share one child process; default 1).
+        that take them: ``cleanup_time`` (all kinds, and the pool); for process workers
+        ``context``, ``shared_memory`` and ``envs_per_process`` (how many envs share one
+        child process; default 1); for Ray workers ``num_cpus``, ``num_gpus``,
+        ``resources``, ``runtime_env``, ``actor_options`` (see :class:`~aioenv.RayWorker`;
+        per actor) and ``envs_per_actor`` (how many envs share one actor; default 1).
     """
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
@@ -103,25 +119,34 @@ def _build_workers(
     into: list[Worker[Any]],
 ) -> None:
     """Append one worker per mode to ``into`` (so the caller can abandon what was built if
-    a later one fails); process workers share children ``envs_per_process`` at a time."""
-    options = dict(options)
-    envs_per_process = options.pop("envs_per_process", 1)
-    processes = [i for i, kind in enumerate(modes) if kind == "process"]
-    hosted = iter(
-        ProcessWorker.hosted(
-            env,
-            [seeds[i] for i in processes],
-            envs_per_process,
-            **_options_for("process", options),
-        )
-        if processes
-        else []
-    )
+    a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
+    envs_per_host = {k: v for k, v in options.items() if k in _HOSTED.values()}
+    options = {k: v for k, v in options.items() if k not in envs_per_host}
+    hosted: dict[str, Iterator[Worker[Any]]] = {}
+    for kind, per_host in _HOSTED.items():
+        indices = [i for i, mode in enumerate(modes) if mode == kind]
+        if indices:
+            hosted[kind] = iter(
+                _kind_class(kind).hosted(  # type: ignore[attr-defined]
+                    env,
+                    [seeds[i] for i in indices],
+                    envs_per_host.get(per_host, 1),
+                    **_options_for(kind, options),
+                )
+            )
     for kind, worker_seed in zip(modes, seeds, strict=True):
-        if kind == "process":
-            into.append(next(hosted))
+        if kind in hosted:
+            into.append(next(hosted[kind]))
         else:
-            into.append(_KINDS[kind](env, seed=worker_seed, **_options_for(kind, options)))
+            into.append(_kind_class(kind)(env, seed=worker_seed, **_options_for(kind, options)))
+
+
+def _kind_class(kind: str) -> type[Worker[Any]]:
+    if kind == "ray":  # imported on first use: see aioenv.workers
+        from .workers import RayWorker
+
+        return RayWorker
+    return _KINDS[kind]
 
 
 def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +155,7 @@ def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
     for option in options:
-        kinds = [kind for kind in _KINDS if option in _WORKER_OPTIONS[kind]]
+        kinds = [kind for kind, names in _WORKER_OPTIONS.items() if option in names]
         if not kinds:
             raise TypeError(f"make_pool() got an unknown worker option {option!r}")
         if not any(kind in kinds for kind in modes):
@@ -145,8 +170,8 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     if len(modes) != num_workers:
         raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
     for index, kind in enumerate(modes):
-        if kind not in _KINDS:
+        if kind not in _WORKER_OPTIONS:
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of 'sync', 'thread', 'process'"
+                f"mode[{index}] is {kind!r}; choose one of 'sync', 'thread', 'process', 'ray'"
             )
     return modes

@@ -1,0 +1,128 @@
+"""The env side of a Ray worker: the actor that serves one or more env slots.
+
+It is what a child process is to a process worker (:mod:`aioenv.workers._child`), with a
+Ray actor call in place of the socket: each call carries a batch of messages (one per slot
+that had something to send in one loop iteration of the parent) and returns the answers
+in the same order. Each env is driven by the same :class:`~aioenv._runner.EnvRunner` as
+every other kind. This module imports nothing from the parent's side, and not ray itself:
+the parent wraps :class:`EnvActor` with ``ray.remote``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import cloudpickle
+
+from .._messages import ControlRequest, EpisodeOptions, Failure
+from .._runner import EnvRunner
+
+__all__ = ["EnvActor", "Message", "Op", "Ready", "Reply"]
+
+
+class Op(enum.IntEnum):
+    """What a message asks of a slot."""
+
+    BUILD = 0  # build the env (seeded as given at start-up) and report its spaces
+    REBUILD = 1  # close the env and build a fresh one: payload (seed, episode options)
+    STEP = 2  # RESET, Reset(...) or an action: payload the action
+    CONTROL = 3  # payload a ControlRequest
+    CLOSE_SLOT = 4  # close the env of this slot
+
+
+#: ``(slot, seq, op, payload)``: one request for one slot.
+Message = tuple[int, int, Op, Any]
+#: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
+Reply = tuple[int, int, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """A slot's env was built: its spaces (None where they could not travel)."""
+
+    observation_space: Any
+    action_space: Any
+
+
+class EnvActor:
+    """Serves one env per payload (cloudpickled env sources); slot ``i`` is seeded with
+    ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks."""
+
+    def __init__(
+        self, payloads: list[bytes], seeds: list[int | None], episode: EpisodeOptions
+    ) -> None:
+        self._sources: list[Any] = []
+        self._runners: list[EnvRunner] = []
+        for payload, seed in zip(payloads, seeds, strict=True):
+            try:
+                source, failure = cloudpickle.loads(payload), None
+            except Exception as exc:
+                source, failure = None, Failure.from_exception(exc, "construction (unpickling)")
+            self._sources.append(source)
+            runner = EnvRunner(source, seed, episode)
+            runner.build_failure = failure
+            self._runners.append(runner)
+
+    def serve(self, messages: list[Message]) -> list[Reply]:
+        """Answer ``messages`` in order; messages that need no answer get none."""
+        replies: list[Reply] = []
+        for slot, seq, op, payload in messages:
+            runner = self._runners[slot]
+            if op == Op.STEP:
+                replies.append((slot, seq, _portable(runner.handle(payload))))
+            elif op == Op.CONTROL:
+                request: ControlRequest = _resolved(payload)
+                replies.append((slot, seq, _portable(runner.control(request))))
+            elif op == Op.CLOSE_SLOT:
+                runner.close()
+            else:
+                if op == Op.REBUILD:
+                    runner.close()
+                    seed, episode = payload
+                    runner = EnvRunner(self._sources[slot], seed, episode)
+                    self._runners[slot] = runner
+                runner.build()
+                replies.append((slot, 0, _ready(runner)))
+        return replies
+
+    def close(self) -> None:
+        """Close every env (the parent then kills the actor)."""
+        for runner in self._runners:
+            runner.close()
+
+
+def _ready(runner: EnvRunner) -> Ready:
+    spaces = runner.spaces
+    try:
+        cloudpickle.dumps(spaces)
+    except Exception:
+        return Ready(None, None)  # spaces are informative only
+    return Ready(*spaces)
+
+
+def _portable(result: Any) -> Any:
+    """A :class:`Failure` whose exception cannot travel loses it (its text stays)."""
+    if isinstance(result, Failure) and result.exception is not None:
+        try:
+            cloudpickle.dumps(result.exception)
+        except Exception:
+            return result.without_exception()
+    return result
+
+
+def _resolved(request: ControlRequest) -> ControlRequest:
+    """The request with the arguments the parent put in the object store fetched here.
+    (Ray resolves only an actor call's top-level arguments, and these are nested.)"""
+    if not any(_is_ref(value) for value in (*request.args, *request.kwargs.values())):
+        return request
+    import ray  # only reached inside a Ray actor, where ray is importable
+
+    args = tuple(ray.get(value) if _is_ref(value) else value for value in request.args)
+    kwargs = {k: ray.get(v) if _is_ref(v) else v for k, v in request.kwargs.items()}
+    return dataclasses.replace(request, args=args, kwargs=kwargs)
+
+
+def _is_ref(value: Any) -> bool:
+    return type(value).__name__ == "ObjectRef" and type(value).__module__.startswith("ray")
