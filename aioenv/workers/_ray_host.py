@@ -223,6 +223,7 @@ class ActorHost:
         if self.death is None:
             self.death = reason
             self._queued.clear()
+            self._kill_actor()  # merely unreachable, it might come back: make sure it won't
             self._report_death()
 
     def _report_death(self) -> None:
