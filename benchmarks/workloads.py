@@ -1,4 +1,4 @@
-"""W1-W5: what is measured, against which configurations, in which order.
+"""W1-W6: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -52,6 +52,9 @@ class Config(_ConfigRequired, total=False):
 
 
 _ALL = ("W1", "W2", "W3", "W4", "W5")
+#: Ray actors reserve a quarter CPU each: eight of them fit on a 2-core machine (Ray
+#: counts reservations, not use; a whole CPU each would leave six of eight pending).
+_RAY = {"mode": "ray", "num_cpus": 0.25}
 
 CONFIGS: list[Config] = [
     {
@@ -59,7 +62,7 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "process"},
-        "workloads": ("W1", "W2", "W3", "W4"),
+        "workloads": ("W1", "W2", "W3", "W4", "W6"),
     },
     {
         "label": "aioenv process / batch",
@@ -120,6 +123,22 @@ CONFIGS: list[Config] = [
         "options": {"mode": "sync"},
         "workloads": ("W1", "W3", "W4"),
     },
+    # Ray actors on a local Ray instance (started by the first measurement, outside its
+    # window): the cost of a worker that could live on another machine.
+    {
+        "label": "aioenv ray / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": _RAY,
+        "workloads": ("W4", "W6"),
+    },
+    {
+        "label": "aioenv ray x8 / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {**_RAY, "envs_per_actor": 8},
+        "workloads": ("W1",),
+    },
     # Not a pool: the leanest batch-per-hand-off process design (see bare.py), for scale.
     {
         "label": "reference: bare vectorized x8",
@@ -163,6 +182,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
 
 STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
+REMOTE_SLEEP = (5e-3, 0.0)  # W6: every step sleeps 5 ms
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 
 
@@ -228,10 +248,16 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             sleep=FIXED_SLEEP,
             max_processes=W5_MAX_PROCESSES,
         ),
+        "W6": Workload(
+            "W6",
+            "remote-sized steps: every step sleeps 5 ms (Ray actors vs processes)",
+            [Case("N=8", 8, envs.sleepy(*REMOTE_SLEEP), envs.zero_policy)],
+            sleep=REMOTE_SLEEP,
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
 
 
 @dataclasses.dataclass
