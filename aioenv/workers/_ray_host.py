@@ -52,11 +52,15 @@ def import_ray() -> Any:
 
 def init_ray(ray: Any) -> None:
     """Start a local Ray instance (:data:`LOCAL_RAY_DEFAULTS`, usage stats off) unless Ray
-    is initialised already (``ray.init(address=...)``: that cluster is used)."""
+    is initialised already (``ray.init(address=...)``: that cluster is used) or
+    ``RAY_ADDRESS`` names a cluster to join."""
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(**LOCAL_RAY_DEFAULTS)
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # joins that cluster, which has its own settings
+    else:
+        ray.init(**LOCAL_RAY_DEFAULTS)
 
 
 @dataclasses.dataclass(frozen=True)
