@@ -28,7 +28,8 @@ def ray_test(function: F) -> F:
     return pytest.mark.ray(pytest.mark.usefixtures("ray_local")(function))  # type: ignore[no-any-return]
 
 
-OFF_CPU = {"num_cpus": 0}  # the test instance has 2 CPUs; these actors reserve none
+OFF_CPU = {"num_cpus": 0}
+ACTOR_NAME = "aioenv-test-actor"  # the test instance has 2 CPUs; these actors reserve none
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -229,3 +230,58 @@ async def test_a_large_value_for_many_ray_workers_goes_into_the_object_store_onc
         await pool.set_attr("limit", 9)  # small values travel inline
         assert len(puts) == 1
         assert await pool.get_attr("limit") == [9] * 4
+
+
+@ray_test
+async def test_an_env_exception_with_restarts_rebuilds_that_env_in_the_same_actor() -> None:
+    async with aioenv.make_pool(
+        lambda: Failing("step"), 2, mode="ray", envs_per_actor=2, restart="on_failure", **OFF_CPU
+    ) as pool:
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+            await pool.get_state()
+        actor = pool.workers[1].actor_id  # type: ignore[attr-defined]
+        pool.send_action(0, 0)
+        pool.send_action(13, 1)
+        outcomes = [await pool.get_state() for _ in range(2)]
+        states = {worker_id: state for state, worker_id in outcomes}
+        assert states[0]["t"] == 1  # the sibling's step, untouched
+        assert states[1]["t"] == 0 and pool.workers[1].restarts == 1  # a fresh env's reset
+        assert pool.workers[1].actor_id == actor  # type: ignore[attr-defined]
+        assert actor_state(actor) == "ALIVE"
+
+
+@ray_test
+async def test_a_timeout_with_restarts_replaces_the_actor_and_drops_its_late_reply(
+    gate: str,
+) -> None:
+    worker: aioenv.RayWorker[Any] = aioenv.RayWorker(
+        lambda: Gated(gate), seed=3, step_timeout=1.0, start_timeout=30.0, **OFF_CPU
+    )
+    async with aioenv.get_worker_pool([worker], restart="on_failure") as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        first = worker.actor_id
+        pool.send_action(1, 0)
+        state, _ = await pool.get_state()  # the new actor's reset, in place of the step
+        assert state["t"] == 0 and state["seed"] == restart_seed(3, 1)
+        assert worker.actor_id != first
+        assert wait_until(lambda: actor_state(first) == "DEAD")
+        envs.open_gate(gate)
+        pool.send_action(1, 0)
+        state, _ = await pool.get_state()
+        assert state["t"] == 1  # this env's first step: nothing of the old one came through
+
+
+@ray_test
+async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_action() -> None:
+    import ray
+
+    options = {"actor_options": {"name": ACTOR_NAME}, **OFF_CPU}
+    async with aioenv.make_pool(Counter, 1, mode="ray", **options) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        ray.kill(ray.get_actor(ACTOR_NAME))  # as an operator or an autoscaler might
+        pool.send_action(1, 0)
+        with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
+            await pool.get_state()
