@@ -25,8 +25,8 @@ from .._environment import EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
 from ._base import Worker
-from ._ray_actor import Op, Ready
 from ._ray_host import ActorHost, import_ray
+from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
 
 __all__ = ["RayWorker"]

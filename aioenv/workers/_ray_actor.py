@@ -5,45 +5,22 @@ Ray actor call in place of the socket: each call carries a batch of messages (on
 that had something to send in one loop iteration of the parent) and returns the answers
 in the same order. Each env is driven by the same :class:`~aioenv._runner.EnvRunner` as
 every other kind. This module imports nothing from the parent's side, and not ray itself:
-the parent wraps :class:`EnvActor` with ``ray.remote``.
+the parent wraps :class:`EnvActor` with ``ray.remote`` (and imports this module only
+then). The messages are in :mod:`aioenv.workers._ray_protocol`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any
 
 import cloudpickle
 
 from .._messages import ControlRequest, EpisodeOptions, Failure
 from .._runner import EnvRunner
+from ._ray_protocol import Message, Op, Ready, Reply
 
-__all__ = ["EnvActor", "Message", "Op", "Ready", "Reply"]
-
-
-class Op(enum.IntEnum):
-    """What a message asks of a slot."""
-
-    BUILD = 0  # build the env (seeded as given at start-up) and report its spaces
-    REBUILD = 1  # close the env and build a fresh one: payload (seed, episode options)
-    STEP = 2  # RESET, Reset(...) or an action: payload the action
-    CONTROL = 3  # payload a ControlRequest
-    CLOSE_SLOT = 4  # close the env of this slot
-
-
-#: ``(slot, seq, op, payload)``: one request for one slot.
-Message = tuple[int, int, Op, Any]
-#: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
-Reply = tuple[int, int, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Ready:
-    """A slot's env was built: its spaces (None where they could not travel)."""
-
-    observation_space: Any
-    action_space: Any
+__all__ = ["EnvActor"]
 
 
 class EnvActor:

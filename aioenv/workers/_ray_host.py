@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._messages import EpisodeOptions, Failure
-from ._ray_actor import EnvActor, Message, Op
+from ._ray_protocol import Message, Op
 
 __all__ = ["ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
 
@@ -277,7 +277,11 @@ class ActorHost:
 
 @functools.cache
 def _actor_class(ray: Any) -> Any:
-    """:class:`EnvActor` as a Ray actor class, made once (Ray exports it on first use)."""
+    """The env side's :class:`~aioenv.workers._ray_actor.EnvActor` as a Ray actor class,
+    made once (Ray exports it on first use). Imported here only: the parent's side leans
+    on nothing of the env's side but this class to name."""
+    from ._ray_actor import EnvActor
+
     return ray.remote(EnvActor)
 
 
