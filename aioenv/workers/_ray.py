@@ -15,6 +15,7 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from .._environment import EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
 from ._base import Worker
-from ._ray_host import ActorHost, import_ray
+from ._ray_host import KILL_GRACE, ActorHost, import_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
 
@@ -209,10 +210,22 @@ class RayWorker(Worker[S]):
         self._ensure_loop()
         # This worker ends the actors it was the last to release, and any left dead.
         hosts = [host for host in self._hosts if not host.in_use or not host.alive]
+        ended: list[bool] = []
+
+        async def end(host: ActorHost) -> None:
+            ended.append(await host.end(cleanup_time))
+
         async with anyio.create_task_group() as group:
             for host in hosts:
-                group.start_soon(host.end, cleanup_time)
+                group.start_soon(end, host)
         self._hosts = [host for host in self._hosts if host not in hosts]
+        if not all(ended):
+            warnings.warn(
+                f"{self.name}: Ray did not report its actor dead within {KILL_GRACE:g} s "
+                "of ray.kill; it may still be in the cluster",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def _actor_options(

@@ -12,6 +12,7 @@ then). The messages are in :mod:`aioenv.workers._ray_protocol`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import cloudpickle
@@ -68,6 +69,11 @@ class EnvActor:
         """Close every env (the parent then kills the actor)."""
         for runner in self._runners:
             runner.close()
+
+    def linger(self, seconds: float) -> None:
+        """Wait here: a call the parent makes after killing the actor, which fails as soon
+        as the kill has taken effect (and returns only if it never does)."""
+        time.sleep(seconds)
 
 
 def _ready(runner: EnvRunner) -> Ready:

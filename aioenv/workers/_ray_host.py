@@ -25,12 +25,15 @@ from typing import Any
 from .._messages import EpisodeOptions, Failure
 from ._ray_protocol import Message, Op
 
-__all__ = ["ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
+__all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
 
 #: ``deliver(host, seq, result)``: an answer for one slot.
 Deliver = Callable[["ActorHost", int, Any], None]
 #: ``on_death(host, reason)``: the actor is gone (dead, lost with its node, or killed).
 OnDeath = Callable[["ActorHost", str], None]
+
+#: Seconds to wait for Ray to report a killed actor dead before warning.
+KILL_GRACE = 10.0
 
 #: ``ray.init`` defaults when aioenv starts Ray itself: a laptop, not a cluster.
 LOCAL_RAY_DEFAULTS: dict[str, Any] = {
@@ -258,17 +261,30 @@ class ActorHost:
         if self._open_slots:
             self.send((slot, 0, Op.CLOSE_SLOT, None))
 
-    async def end(self, cleanup_time: float) -> None:
-        """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it."""
+    async def end(self, cleanup_time: float) -> bool:
+        """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it
+        and wait (up to :data:`KILL_GRACE` seconds) until Ray reports it dead. Returns
+        whether it did."""
         if self.alive:
-            ref = self._actor.close.remote()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.wrap_future(ref.future()), cleanup_time)
+                await asyncio.wait_for(self._call("close"), cleanup_time)
         self.death = self.death or "closed"
         self._queued.clear()
         self._kill_actor()
         if self.closed is not None:
             self.closed.set()
+        # ray.kill only asks: a call made now fails once the kill has taken effect.
+        try:
+            await asyncio.wait_for(self._call("linger", KILL_GRACE), KILL_GRACE + 1)
+        except self._ray.exceptions.RayActorError:
+            return True
+        except Exception:
+            return False
+        return False
+
+    def _call(self, method: str, *args: Any) -> asyncio.Future[Any]:
+        ref = getattr(self._actor, method).remote(*args)
+        return asyncio.wrap_future(ref.future())
 
     def _kill_actor(self) -> None:
         with contextlib.suppress(Exception):  # already gone: nothing left to kill
