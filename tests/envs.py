@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,13 @@ class Walk(gymnasium.Env[np.ndarray, int]):
         done = self.t >= self.length
         even = self.length % 2 == 0
         return self._obs(), float(action) + self.t / 10, done and even, done and not even, {}
+
+
+class LockedState(Counter):
+    """``step`` with action ``"lock"`` returns a state holding a lock: it cannot be pickled."""
+
+    def step(self, action: Any) -> dict[str, Any]:
+        state = super().step(0)
+        if isinstance(action, str) and action == "lock":
+            state["lock"] = threading.Lock()
+        return state

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import envs
 import numpy as np
 import pytest
-from envs import Counter, Dying, Failing, Gated
+from envs import Counter, Dying, Failing, Gated, LockedState
 from ray_support import actor_state
 from support import wait_until
 
@@ -285,3 +285,19 @@ async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_acti
         pool.send_action(1, 0)
         with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
             await pool.get_state()
+
+
+@ray_test
+async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on() -> None:
+    async with aioenv.make_pool(LockedState, 1, mode="ray", **OFF_CPU) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        actor = pool.workers[0].actor_id  # type: ignore[attr-defined]
+        pool.send_action("lock", 0)
+        with pytest.raises(aioenv.EnvError, match="Ray actor call") as caught:
+            await pool.get_state()
+        assert caught.value.worker_id == 0
+        assert "lock" in caught.value.remote_traceback
+        pool.send_action(0, 0)  # the same env, in the same actor, goes on
+        state, _ = await pool.get_state()
+        assert state["t"] == 2 and pool.workers[0].actor_id == actor  # type: ignore[attr-defined]

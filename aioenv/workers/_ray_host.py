@@ -120,7 +120,6 @@ class ActorHost:
         self._calls: collections.deque[_Call] = collections.deque()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.closed: asyncio.Event | None = None
 
     @property
     def alive(self) -> bool:
@@ -159,9 +158,6 @@ class ActorHost:
         if self._loop is not None:
             return
         self._loop = loop
-        self.closed = asyncio.Event()
-        if not self.alive:
-            self.closed.set()
         if self._queued:
             self._schedule_flush()
 
@@ -235,8 +231,6 @@ class ActorHost:
 
     def _report_death(self) -> None:
         assert self.death is not None
-        if self.closed is not None:
-            self.closed.set()
         on_death = self._recipe.on_death
         for slot in sorted(self._open_slots):
             on_death[slot](self, self.death)
@@ -265,14 +259,12 @@ class ActorHost:
         """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it
         and wait (up to :data:`KILL_GRACE` seconds) until Ray reports it dead. Returns
         whether it did."""
+        self._queued.clear()  # requests not sent yet: nobody waits for their answers now
         if self.alive:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._call("close"), cleanup_time)
         self.death = self.death or "closed"
-        self._queued.clear()
         self._kill_actor()
-        if self.closed is not None:
-            self.closed.set()
         # ray.kill only asks: a call made now fails once the kill has taken effect.
         try:
             await asyncio.wait_for(self._call("linger", KILL_GRACE), KILL_GRACE + 1)
