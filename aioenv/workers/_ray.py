@@ -36,20 +36,21 @@ S = TypeVar("S")
 
 
 class RayWorker(Worker[S]):
-    """Runs the env in a Ray actor: on a Ray cluster if Ray is initialised with one
-    (``ray.init(address=...)``), else on a local Ray instance that the first Ray worker
-    starts (no dashboard, a 256 MiB object store, usage stats off).
+    """Runs the env in a Ray actor: on the cluster Ray is initialised with
+    (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
+    the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
 
     The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work;
     aioenv itself must be importable on every node (install it there, or use
     ``runtime_env``). A step past its deadline kills the actor (``ray.kill``) with every
     env it serves; a dead actor or a lost node is :class:`~aioenv.WorkerDied`, noticed by
-    the request in flight (or the next one). ``aclose`` lets the actor close its envs for
-    ``cleanup_time`` seconds, then kills it. Use :meth:`hosted` (or
+    the request in flight (or the next one). Ray's own actor restarts are off: aioenv's
+    ``restart`` option decides. ``aclose`` lets the actor close its envs for
+    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use :meth:`hosted` (or
     ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several envs in one actor.
 
-    Observations come back through Ray's object store (arrays as read-only views where Ray
-    allows it; a pool with ``copy=True``, its default, hands out copies). Values sent with
+    States come back through Ray's serialization (arrays as read-only views of Ray's
+    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out copies). Values sent with
     ``pool.set_attr``/``pool.call`` to several Ray workers go into the object store once.
 
     :param num_cpus: CPUs the actor reserves (default 1; may be fractional).
