@@ -13,7 +13,15 @@ from typing import Any, TypeVar
 import envs
 import numpy as np
 import pytest
-from envs import Counter, Dying, Failing, Gated, LockedState
+from envs import (
+    BigObservation,
+    Counter,
+    Dying,
+    Failing,
+    Gated,
+    LockedState,
+    expected_big_observation,
+)
 from ray_support import actor_state
 from support import wait_until
 
@@ -301,3 +309,18 @@ async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on
         pool.send_action(0, 0)  # the same env, in the same actor, goes on
         state, _ = await pool.get_state()
         assert state["t"] == 2 and pool.workers[0].actor_id == actor  # type: ignore[attr-defined]
+
+
+@ray_test
+@pytest.mark.parametrize("copy", [True, False])
+async def test_large_observations_come_back_as_ray_views_and_the_pool_copies_them(
+    copy: bool,
+) -> None:
+    async with aioenv.make_pool(BigObservation, 1, mode="ray", copy=copy, **OFF_CPU) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        pool.send_action(0, 0)
+        state, _ = await pool.get_state()
+        np.testing.assert_array_equal(state.observation, expected_big_observation(1))
+        # copy=True: the state owns its array; copy=False: a read-only view of Ray's buffer.
+        assert state.observation.flags.writeable is copy
