@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._batch import Batch
 from ._collect import Collector, Policy, collect
-from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step
+from ._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
 from ._episodes import EpisodeStats
 from ._errors import (
     AioEnvError,
@@ -24,13 +24,14 @@ from ._errors import (
     WorkerPaused,
     WorkerTimeout,
 )
-from ._factory import get_worker_pool, make_pool, worker_seeds
+from ._factory import get_worker_pool, make_pool
 from ._loop import run
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, make_vec
-from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 if TYPE_CHECKING:
     from .workers import RayWorker
@@ -42,8 +43,10 @@ __all__ = [
     "RESET",
     "AioEnvError",
     "AioVectorEnv",
+    "AsyncEnvWorker",
     "AsyncWorkerPool",
     "Batch",
+    "BatchStep",
     "ClosedError",
     "Collector",
     "Command",

@@ -125,17 +125,25 @@ class Batch(Generic[S]):
         shared memory are stacked at once, before a next action overwrites them; with
         ``reused`` (a pool made with ``copy=False``) a Box batch is stacked into its array
         and the states keep their views, else each state's observation becomes its row of
-        the stacked copy."""
+        the stacked copy. A batch of BatchSteps (workers stepping several envs) is not
+        stacked: each state owns its rows (with ``copy=True``)."""
         ids: list[int] = [outcome.worker_id for outcome in outcomes]  # type: ignore[misc]
         states = [outcome.state for outcome in outcomes]
         out = None if reused is None else reused.rows(space, len(ids))
         batch = cls(ids, states, space, out)
-        if any(outcome.borrowed for outcome in outcomes):
-            observations = batch.observations
+        if not any(outcome.borrowed for outcome in outcomes):
+            return batch
+        if not all(type(state) is Step for state in states):  # BatchSteps: each owns its rows
             if reused is None:
                 for row, outcome in enumerate(outcomes):
                     if outcome.borrowed:
-                        states[row] = _with_row(outcome.state, space, observations, row)
+                        states[row] = outcome.state.owned()
+            return batch
+        observations = batch.observations
+        if reused is None:
+            for row, outcome in enumerate(outcomes):
+                if outcome.borrowed:
+                    states[row] = _with_row(outcome.state, space, observations, row)
         return batch
 
     def sorted(self) -> Batch[S]:

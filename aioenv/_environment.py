@@ -4,6 +4,7 @@ turning whatever the user passed (an id, a factory, an instance) into one."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
 
@@ -11,13 +12,16 @@ import gymnasium
 import numpy as np
 
 __all__ = [
+    "BatchStep",
     "EnvSource",
     "Environment",
     "GymnasiumEnvironment",
     "Step",
+    "VectorSource",
     "as_environment",
     "build_environment",
     "describe_source",
+    "is_coroutine_env",
 ]
 
 S = TypeVar("S")
@@ -118,6 +122,57 @@ class Step(Generic[O]):
         return (Step, (*fields, self.final_observation, self.final_info))
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchStep(Generic[O]):
+    """The transitions of the ``k`` envs one worker steps together (``envs_per_worker=k``):
+    row ``i`` is env ``i`` of the worker. One message carries all of them, so the parent
+    does no work per env.
+
+    ``observations`` are stacked along a first axis of length ``k`` (gymnasium's batched
+    space); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are arrays.
+    ``infos`` maps a row to its info and leaves out rows whose info is empty (most steps
+    of most envs). Under ``autoreset="same_step"`` the rows that ended an episode carry the
+    reset observation in ``observations`` and the last one in ``final_observations[row]``,
+    with ``final_infos[row]``.
+    """
+
+    observations: Any
+    rewards: Any  # npt.NDArray[np.float64]
+    terminated: Any  # npt.NDArray[np.bool_]
+    truncated: Any  # npt.NDArray[np.bool_]
+    infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    final_observations: dict[int, Any] = dataclasses.field(default_factory=dict)
+    final_infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def dones(self) -> Any:
+        """Per row: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+    def owned(self) -> BatchStep[O]:
+        """The same batch with its observations copied (see :meth:`Step.owned`)."""
+        return dataclasses.replace(self, observations=_copy_arrays(self.observations))
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorSource:
+    """``len(sources)`` envs that one worker steps together, env ``i`` built from
+    ``sources[i]``. The worker's seed ``s`` seeds them with ``worker_seeds(s, k)``."""
+
+    sources: tuple[EnvSource, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("a VectorSource needs at least one env source")
+
+    @property
+    def description(self) -> str:
+        return f"{describe_source(self.sources[0])} x{len(self.sources)}"
+
+
 def _copy_arrays(observation: Any) -> Any:
     if type(observation) is np.ndarray:
         return observation.copy()
@@ -181,8 +236,18 @@ def _is_environment(obj: object) -> bool:
     return all(callable(getattr(obj, name, None)) for name in ("reset", "step", "terminated"))
 
 
+def is_coroutine_env(obj: object) -> bool:
+    """``obj`` is an env instance whose ``step`` is an ``async def`` (a coroutine env)."""
+    return not isinstance(obj, type) and inspect.iscoroutinefunction(getattr(obj, "step", None))
+
+
 def as_environment(obj: object) -> Environment[Any, Any]:
     """Wrap a gymnasium env; pass an :class:`Environment` through; reject anything else."""
+    if is_coroutine_env(obj):
+        raise TypeError(
+            f"got {type(obj).__name__!s}, whose step() is a coroutine function; coroutine "
+            "envs run on AsyncEnvWorker: use make_pool(..., mode='async')"
+        )
     if isinstance(obj, gymnasium.Env):
         return GymnasiumEnvironment(obj)
     if _is_environment(obj):
@@ -193,20 +258,23 @@ def as_environment(obj: object) -> Environment[Any, Any]:
     )
 
 
-def build_environment(source: EnvSource) -> Environment[Any, Any]:
+def build_environment(
+    source: EnvSource, adapt: Callable[[object], Environment[Any, Any]] = as_environment
+) -> Environment[Any, Any]:
     """Build the environment a worker runs: ``gymnasium.make`` for an id, a call for a
-    factory, the object itself for an instance."""
+    factory, the object itself for an instance; ``adapt`` turns it into an environment
+    (default :func:`as_environment`)."""
     if isinstance(source, str):
-        return as_environment(gymnasium.make(source))
-    if isinstance(source, gymnasium.Env) or _is_environment(source):
-        return as_environment(source)
+        return adapt(gymnasium.make(source))
+    if isinstance(source, gymnasium.Env) or _is_environment(source) or is_coroutine_env(source):
+        return adapt(source)
     if callable(source):
         built = source()
         try:
-            return as_environment(built)
+            return adapt(built)
         except TypeError as exc:
             raise TypeError(f"the env factory {describe_source(source)} returned {exc}") from None
-    return as_environment(source)
+    return adapt(source)
 
 
 def describe_source(source: EnvSource) -> str:

@@ -5,32 +5,36 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
-from ._environment import EnvSource
+from ._environment import EnvSource, VectorSource
 from ._options import POOL_OPTIONS
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
-from .workers import ProcessWorker, SyncWorker, ThreadWorker, Worker
+from ._seeds import worker_seeds
+from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
-__all__ = ["get_worker_pool", "make_pool", "worker_seeds"]
+__all__ = ["get_worker_pool", "make_pool", "worker_modes"]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
     "thread": ThreadWorker,
     "process": ProcessWorker,
+    "async": AsyncEnvWorker,
 }
 #: Kinds whose workers share a host (a child process, a Ray actor), by the option that
 #: says how many envs go in each.
 _HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
 #: The worker options each kind takes (``envs_per_*`` are applied by make_pool).
 _WORKER_OPTIONS: dict[str, frozenset[str]] = {
-    "sync": frozenset({"cleanup_time"}),
-    "thread": frozenset({"cleanup_time"}),
-    "process": frozenset({"cleanup_time", "context", "envs_per_process", "shared_memory"}),
+    "sync": frozenset({"cleanup_time", "envs_per_worker"}),
+    "thread": frozenset({"cleanup_time", "envs_per_worker"}),
+    "process": frozenset(
+        {"cleanup_time", "context", "envs_per_process", "envs_per_worker", "shared_memory"}
+    ),
+    "async": frozenset({"cleanup_time"}),
     "ray": frozenset(
         {
             "cleanup_time",
             "envs_per_actor",
+            "envs_per_worker",
             "num_cpus",
             "num_gpus",
             "resources",
@@ -41,14 +45,9 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
 }
 
 
-def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
-    """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
-    without touching any global RNG. ``None`` gives ``None`` for every worker (each env
-    then seeds itself from OS entropy)."""
-    if seed is None:
-        return [None] * num_workers
-    children = np.random.SeedSequence(seed).spawn(num_workers)
-    return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
+def worker_modes() -> tuple[str, ...]:
+    """The worker kinds ``make_pool``'s ``mode`` names."""
+    return tuple(_WORKER_OPTIONS)
 
 
 def get_worker_pool(
@@ -72,33 +71,39 @@ def make_pool(
     """Build ``num_workers`` workers for ``env`` and a pool over them.
 
     :param env: a gymnasium id or a zero-argument factory (an instance only for one worker).
-    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"ray"``, or one
-        mode per worker: a pool can mix kinds.
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
+        (coroutine envs, as tasks on the event loop), ``"ray"`` (Ray actors, see
+        :class:`~aioenv.RayWorker`), or one mode per worker: a pool can mix kinds.
     :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
-    :param force_sync: build sync workers whatever ``mode`` says, in a
-        :class:`SyncWorkerPool` (states in send order); default False.
+    :param force_sync: build sync workers whatever ``mode`` says (async workers stay
+        async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
+        in send order); default False.
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool; worker options go to the kinds
         that take them: ``cleanup_time`` (all kinds, and the pool); for process workers
-        ``context``, ``shared_memory`` and ``envs_per_process`` (how many envs share one
+        ``context``, ``shared_memory`` and ``envs_per_process`` (how many workers share one
         child process; default 1); for Ray workers ``num_cpus``, ``num_gpus``,
         ``resources``, ``runtime_env``, ``actor_options`` (see :class:`~aioenv.RayWorker`;
-        per actor) and ``envs_per_actor`` (how many envs share one actor; default 1).
+        per actor) and ``envs_per_actor`` (how many workers share one actor; default 1).
+        ``envs_per_worker=k`` (any kind but async; default 1): each worker steps ``k`` envs
+        together; its actions are batches of ``k`` and its states
+        :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     modes = _modes(mode, num_workers)
     if force_sync:
-        modes = ["sync"] * num_workers
+        modes = ["async" if kind == "async" else "sync" for kind in modes]
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
     if "cleanup_time" in worker_options:
         pool_options["cleanup_time"] = worker_options["cleanup_time"]
     _check_worker_options(worker_options, modes)
-    if not isinstance(env, str) and not callable(env) and num_workers > 1:
+    separate_envs = num_workers * options.get("envs_per_worker", 1)
+    if not isinstance(env, str) and not callable(env) and separate_envs > 1:
         raise TypeError(
             f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-            f"{num_workers} separate envs, got an instance of {type(env).__name__}; "
+            f"{separate_envs} separate envs, got an instance of {type(env).__name__}; "
             "pass e.g. `lambda: MyEnv()`"
         )
     workers: list[Worker[Any]] = []
@@ -122,6 +127,11 @@ def _build_workers(
     a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
     envs_per_host = {k: v for k, v in options.items() if k in _HOSTED.values()}
     options = {k: v for k, v in options.items() if k not in envs_per_host}
+    envs_per_worker = options.pop("envs_per_worker", 1)
+    if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
+    if envs_per_worker > 1:
+        env = VectorSource((env,) * envs_per_worker)
     hosted: dict[str, Iterator[Worker[Any]]] = {}
     for kind, per_host in _HOSTED.items():
         indices = [i for i, mode in enumerate(modes) if mode == kind]
@@ -172,6 +182,6 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     for index, kind in enumerate(modes):
         if kind not in _WORKER_OPTIONS:
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of 'sync', 'thread', 'process', 'ray'"
+                f"mode[{index}] is {kind!r}; choose one of {', '.join(map(repr, worker_modes()))}"
             )
     return modes

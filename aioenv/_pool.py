@@ -112,6 +112,8 @@ class WorkerPool(RemoteControl[S]):
         for worker_id, worker in enumerate(workers):
             worker.join_pool(self._inbox, worker_id, supervision, episode, self._check_spaces)
         self._workers = workers
+        #: Per worker, the index of its first env (workers may step several together).
+        self._first_env = [sum(w.num_envs for w in workers[:i]) for i in range(len(workers))]
         self._closed = False
         self._close_done: anyio.Event | None = None
 
@@ -164,8 +166,9 @@ class WorkerPool(RemoteControl[S]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Send ``RESET`` to every open, unpaused worker; the replies come back through
-        ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds worker ``i``
-        with ``s + i`` (gymnasium's vector convention) for this reset only."""
+        ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env ``i`` with
+        ``s + i`` (gymnasium's vector convention; envs counted across workers, in worker
+        order) for this reset only."""
         self._check_open()
         targets = self._active_workers()
         for worker in targets:
@@ -181,7 +184,7 @@ class WorkerPool(RemoteControl[S]):
             if seed is None and options is None:
                 worker.send_action(RESET)
             else:
-                worker_seed = None if seed is None else seed + worker.worker_id
+                worker_seed = None if seed is None else seed + self._first_env[worker.worker_id]
                 worker.send_action(Reset(seed=worker_seed, options=options))
 
     async def reset_all(
@@ -437,8 +440,8 @@ def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
         if not isinstance(worker, Worker):
             raise TypeError(
                 f"workers[{position}] is a {type(worker).__name__}, not an aioenv worker "
-                "(SyncWorker, ThreadWorker or ProcessWorker); use make_pool() to build "
-                "workers from envs"
+                "(SyncWorker, ThreadWorker, ProcessWorker or AsyncEnvWorker); use make_pool() "
+                "to build workers from envs"
             )
         if worker.in_pool or any(other is worker for other in workers[:position]):
             raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")

@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from ._environment import Step
+from ._environment import BatchStep, Step
 from ._shared_memory import SharedObservations
 
 __all__ = [
+    "BATCH_STATE",
     "CONTROL",
+    "STEP_ARRAY",
     "FAILURE",
     "HEADER",
     "READY",
@@ -47,14 +49,18 @@ __all__ = [
     "STEP_STATE",
     "FrameDecoder",
     "Kind",
+    "decode_array",
+    "decode_batch_step",
+    "decode_reply",
     "decode_step",
     "dumps",
     "encode",
     "encode_action",
+    "encode_array_action",
+    "encode_batch_step",
     "encode_step",
     "loads",
     "Frame",
-    "is_shared",
     "receive_descriptors",
     "send_descriptor",
 ]
@@ -71,21 +77,24 @@ class Kind(enum.IntEnum):
     REBUILD = 5  # payload: (seed, EpisodeOptions), pickled; build the slot's env afresh
     CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
     SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
+    STEP_ARRAY = 8  # a STEP whose action is a numeric array: raw bytes, no pickling
     # child -> parent
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state, pickled
     FAILURE = 18  # payload: a Failure
     STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
+    BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
 
 
 # The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
 # comparing two ints is cheaper than looking up and comparing an enum member.
-RESET, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
-READY, STATE, FAILURE, STEP_STATE = (
+RESET, CONTROL, STEP_ARRAY = int(Kind.RESET), int(Kind.CONTROL), int(Kind.STEP_ARRAY)
+READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
     int(Kind.READY),
     int(Kind.STATE),
     int(Kind.FAILURE),
     int(Kind.STEP_STATE),
+    int(Kind.BATCH_STATE),
 )
 _STEP = int(Kind.STEP)
 
@@ -110,6 +119,18 @@ def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
     return HEADER.pack(len(payload), seq, _STEP, slot) + payload
 
 
+def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> bytes:
+    """A STEP_ARRAY message: a numeric array action (a batch of actions, a continuous
+    action) as its dtype, shape and raw bytes, several times cheaper than a pickle."""
+    payload = _array_header(action.dtype, action.shape) + action.tobytes()
+    return HEADER.pack(len(payload), seq, STEP_ARRAY, slot) + payload
+
+
+def decode_array(payload: bytes | memoryview) -> np.ndarray[Any, Any]:
+    """The array of a STEP_ARRAY message (a fresh, writable copy)."""
+    return _decode_observation(payload, 0, len(payload), _RAW_ARRAY, None)  # type: ignore[no-any-return]
+
+
 # A Step: reward, flags, then the observation (raw array bytes, a pickle, or nothing when it
 # is in shared memory), then a pickled tail (info, final_observation, final_info) only when
 # there is something in it.
@@ -117,6 +138,7 @@ _STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation p
 _ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
 _TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL, _SHARED = 1, 2, 4, 8, 16
 _FLAGS_AT = struct.calcsize("<d")  # the flags byte's offset in a STEP_STATE payload
+_BATCH_FLAGS_AT = struct.calcsize("<I")  # ... and in a BATCH_STATE payload
 
 
 def encode_step(
@@ -124,28 +146,14 @@ def encode_step(
 ) -> bytes:
     """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes, or are
     written to ``shared`` memory when they fit its layout."""
-    observation = step.observation
-    flags = (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
-    body: list[bytes]
-    if shared is not None and shared.write(observation):
-        body = []
-        flags |= _SHARED
-    elif type(observation) is np.ndarray and not observation.dtype.hasobject:
-        body = [_array_header(observation.dtype, observation.shape), observation.tobytes()]
-        flags |= _RAW_ARRAY
-    else:
-        body = [dumps(observation)]
+    flags, body = _encode_observation(step.observation, shared)
+    flags |= (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
     size = sum(map(len, body))
     if step.info or step.final_observation is not None or step.final_info is not None:
         flags |= _TAIL
         body.append(dumps((step.info, step.final_observation, step.final_info)))
     payload = b"".join([_STEP_HEAD.pack(step.reward, flags, size), *body])
-    return HEADER.pack(len(payload), seq, Kind.STEP_STATE, slot) + payload
-
-
-def is_shared(payload: bytes | memoryview) -> bool:
-    """Is this STEP_STATE's observation in shared memory?"""
-    return bool(payload[_FLAGS_AT] & _SHARED)
+    return HEADER.pack(len(payload), seq, STEP_STATE, slot) + payload
 
 
 def decode_step(payload: bytes | memoryview, shared: SharedObservations | None = None) -> Step[Any]:
@@ -153,28 +161,99 @@ def decode_step(payload: bytes | memoryview, shared: SharedObservations | None =
     except one in shared memory: that is a view of ``shared``, valid until the next request."""
     reward, flags, size = _STEP_HEAD.unpack_from(payload)
     start = _STEP_HEAD.size
+    observation = _decode_observation(payload, start, size, flags, shared)
+    terminated, truncated = bool(flags & _TERMINATED), bool(flags & _TRUNCATED)
+    if not flags & _TAIL:
+        return Step(observation, reward, terminated, truncated, {})
+    info, final_observation, final_info = loads(payload[start + size :])
+    return Step(observation, reward, terminated, truncated, info, final_observation, final_info)
+
+
+# A BatchStep of k envs: k, flags, length of the observation part; then the rewards (k
+# float64), terminated and truncated (k bytes each), the stacked observations as for a Step,
+# and a pickled tail (the sparse infos and finals) only when there is something in it.
+_BATCH_HEAD = struct.Struct("<IBI")
+
+
+def encode_batch_step(
+    seq: int, batch: BatchStep[Any], slot: int = 0, shared: SharedObservations | None = None
+) -> bytes:
+    """A BATCH_STATE message: one header and a few raw arrays for the whole batch."""
+    flags, body = _encode_observation(batch.observations, shared)
+    size = sum(map(len, body))
+    if batch.infos or batch.final_infos:
+        flags |= _TAIL
+        body.append(dumps((batch.infos, batch.final_observations, batch.final_infos)))
+    head = _BATCH_HEAD.pack(len(batch.rewards), flags, size)
+    arrays = [
+        np.ascontiguousarray(batch.rewards, np.float64).tobytes(),
+        np.ascontiguousarray(batch.terminated, np.bool_).tobytes(),
+        np.ascontiguousarray(batch.truncated, np.bool_).tobytes(),
+    ]
+    payload = b"".join([head, *arrays, *body])
+    return HEADER.pack(len(payload), seq, BATCH_STATE, slot) + payload
+
+
+def decode_batch_step(
+    payload: bytes | memoryview, shared: SharedObservations | None = None
+) -> BatchStep[Any]:
+    """The BatchStep of a BATCH_STATE message (arrays copied out of the message; stacked
+    observations in shared memory are a view, as for :func:`decode_step`)."""
+    rows, flags, size = _BATCH_HEAD.unpack_from(payload)
+    at = _BATCH_HEAD.size
+    rewards = np.frombuffer(payload, np.float64, rows, at).copy()
+    at += 8 * rows
+    terminated = np.frombuffer(payload, np.bool_, rows, at).copy()
+    truncated = np.frombuffer(payload, np.bool_, rows, at + rows).copy()
+    at += 2 * rows
+    observations = _decode_observation(payload, at, size, flags, shared)
+    if not flags & _TAIL:
+        return BatchStep(observations, rewards, terminated, truncated)
+    infos, finals, final_infos = loads(payload[at + size :])
+    return BatchStep(observations, rewards, terminated, truncated, infos, finals, final_infos)
+
+
+def decode_reply(
+    kind: int, payload: bytes | memoryview, shared: SharedObservations | None
+) -> tuple[Any, bool]:
+    """A reply's state (or Failure) and whether its observation views ``shared`` memory."""
+    if kind == STEP_STATE:
+        return decode_step(payload, shared), bool(payload[_FLAGS_AT] & _SHARED)
+    if kind == BATCH_STATE:
+        state = decode_batch_step(payload, shared)
+        return state, bool(payload[_BATCH_FLAGS_AT] & _SHARED)
+    return loads(payload), False
+
+
+def _encode_observation(
+    observation: Any, shared: SharedObservations | None
+) -> tuple[int, list[bytes]]:
+    if shared is not None and shared.write(observation):
+        return _SHARED, []
+    if type(observation) is np.ndarray and not observation.dtype.hasobject:
+        return _RAW_ARRAY, [
+            _array_header(observation.dtype, observation.shape),
+            observation.tobytes(),
+        ]
+    return 0, [dumps(observation)]
+
+
+def _decode_observation(
+    payload: bytes | memoryview,
+    start: int,
+    size: int,
+    flags: int,
+    shared: SharedObservations | None,
+) -> Any:
     if flags & _SHARED:
         if shared is None:
             raise ValueError("a reply refers to shared memory this worker does not have")
-        observation: Any = shared.read()
-    elif flags & _RAW_ARRAY:
+        return shared.read()
+    if flags & _RAW_ARRAY:
         header_end = start + _ARRAY_HEAD.size + payload[start] + 8 * payload[start + 1]
         dtype, shape = _array_description(bytes(payload[start:header_end]))
-        observation = np.ndarray(shape, dtype, payload, header_end).copy()
-    else:
-        observation = loads(payload[start : start + size])
-    if not flags & _TAIL:
-        return Step(observation, reward, bool(flags & _TERMINATED), bool(flags & _TRUNCATED), {})
-    info, final_observation, final_info = loads(payload[start + size :])
-    return Step(
-        observation,
-        reward,
-        bool(flags & _TERMINATED),
-        bool(flags & _TRUNCATED),
-        info,
-        final_observation,
-        final_info,
-    )
+        return np.ndarray(shape, dtype, payload, header_end).copy()
+    return loads(payload[start : start + size])
 
 
 @functools.cache

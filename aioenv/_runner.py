@@ -9,11 +9,22 @@ import dataclasses
 import time
 from typing import Any
 
-from ._environment import Environment, EnvSource, GymnasiumEnvironment, Step, build_environment
+from ._async_environment import AsyncGymnasiumEnvironment
+from ._environment import (
+    Environment,
+    EnvSource,
+    GymnasiumEnvironment,
+    Step,
+    as_environment,
+    build_environment,
+)
 from ._messages import ControlRequest, EpisodeOptions, Failure
 from ._sentinels import RESET, Command, Reset
 
-__all__ = ["EnvRunner"]
+__all__ = ["EnvRunner", "answer_control", "with_reset"]
+
+#: The adapters whose attributes are their wrapped env's.
+_ADAPTERS = (GymnasiumEnvironment, AsyncGymnasiumEnvironment)
 
 
 class EnvRunner:
@@ -22,6 +33,9 @@ class EnvRunner:
     The seed is used for the first reset only; later resets pass ``seed=None`` so the env's
     RNG continues and consecutive episodes differ (a ``Reset(seed=...)`` overrides).
     """
+
+    #: Turns what the source built into an environment (coroutine envs adapt their own).
+    _adapt = staticmethod(as_environment)
 
     def __init__(
         self, source: EnvSource, seed: int | None, episode: EpisodeOptions | None = None
@@ -41,9 +55,14 @@ class EnvRunner:
         if self.env is not None or self.build_failure is not None:
             return
         try:
-            self.env = build_environment(self._source)
+            self.env = build_environment(self._source, self._adapt)
         except Exception as exc:
             self.build_failure = Failure.from_exception(exc, "construction")
+
+    @property
+    def built(self) -> bool:
+        """``build`` ran: the env exists, or its construction failed."""
+        return self.env is not None or self.build_failure is not None
 
     @property
     def spaces(self) -> tuple[Any, Any]:
@@ -93,11 +112,17 @@ class EnvRunner:
         except Exception as exc:
             return Failure.from_exception(exc, "step")
         try:
-            return self._end_of_step(env, state)
+            state, reset_now = self._end_of_step(env, state)
+            if reset_now:
+                state = with_reset(state, self._reset(env, None, None))
+            return state
         except Exception as exc:
             return Failure.from_exception(exc, "autoreset")
 
-    def _end_of_step(self, env: Any, state: Any) -> Any:
+    def _end_of_step(self, env: Any, state: Any) -> tuple[Any, bool]:
+        """The bookkeeping after ``env`` returned ``state``: the state to answer, and
+        whether the env must be reset now (autoreset "same_step": the caller resets it and
+        merges the two with :func:`with_reset`)."""
         self._length += 1
         limit = self.episode.max_episode_steps
         if not isinstance(state, Step):
@@ -108,12 +133,12 @@ class EnvRunner:
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
             self._needs_reset = done and self.episode.autoreset == "next_step"
-            return state
+            return state, False
         self._return += state.reward
         if limit is not None and self._length >= limit and not state.done:
             state = dataclasses.replace(state, truncated=True)
         if not state.done:
-            return state
+            return state, False
         statistics = {
             "r": self._return,
             "l": self._length,
@@ -122,18 +147,7 @@ class EnvRunner:
         state = dataclasses.replace(state, info={**state.info, "episode": statistics})
         if self.episode.autoreset == "next_step":
             self._needs_reset = True
-        elif self.episode.autoreset == "same_step":
-            first = self._reset(env, None, None)
-            state = Step(
-                first.observation,
-                state.reward,
-                state.terminated,
-                state.truncated,
-                first.info,
-                final_observation=state.observation,
-                final_info=state.info,
-            )
-        return state
+        return state, self.episode.autoreset == "same_step"
 
     def control(self, request: ControlRequest) -> Any:
         """Answer a control request: its result, or a :class:`Failure`."""
@@ -144,13 +158,7 @@ class EnvRunner:
         if env is None:
             return self.build_failure
         try:
-            if request.op == "set":
-                _set_attr(env, request.name, request.args[0])
-                return None
-            value = _get_attr(env, request.name)
-            if request.op == "call" and callable(value):
-                return value(*request.args, **request.kwargs)
-            return value
+            return answer_control(env, request)
         except Exception as exc:
             return Failure.from_exception(exc, f"{request.op} {request.name!r}")
 
@@ -171,14 +179,39 @@ class EnvRunner:
         return self.env
 
 
+def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
+    """The step that ended an episode, carrying the next episode's ``first`` state (autoreset
+    "same_step")."""
+    return Step(
+        first.observation,
+        last.reward,
+        last.terminated,
+        last.truncated,
+        first.info,
+        final_observation=last.observation,
+        final_info=last.info,
+    )
+
+
+def answer_control(env: Any, request: ControlRequest) -> Any:
+    """The answer to a call, get or set (a method's result may be a coroutine)."""
+    if request.op == "set":
+        _set_attr(env, request.name, request.args[0])
+        return None
+    value = _get_attr(env, request.name)
+    if request.op == "call" and callable(value):
+        return value(*request.args, **request.kwargs)
+    return value
+
+
 def _get_attr(env: Any, name: str) -> Any:
-    if isinstance(env, GymnasiumEnvironment):
+    if isinstance(env, _ADAPTERS):
         return env.get_attr(name)
     return getattr(env, name)
 
 
 def _set_attr(env: Any, name: str, value: Any) -> None:
-    if isinstance(env, GymnasiumEnvironment):
+    if isinstance(env, _ADAPTERS):
         env.set_attr(name, value)
     else:
         setattr(env, name, value)

@@ -12,9 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-import numpy as np
-
 from ._errors import WorkerError
+from ._seeds import restart_seed
 
 __all__ = [
     "DEFAULT_START_TIMEOUT",
@@ -96,15 +95,6 @@ class Supervision:
         return float(
             min(self.restart_backoff * 2 ** max(consecutive_failures - 1, 0), _MAX_BACKOFF)
         )
-
-
-def restart_seed(seed: int | None, restart: int) -> int | None:
-    """The seed for a worker's ``restart``-th restart: child ``restart`` of the worker's
-    ``SeedSequence``, so restarts are deterministic and differ from the first start."""
-    if seed is None:
-        return None
-    child = np.random.SeedSequence(seed, spawn_key=(restart,))
-    return int(child.generate_state(1, dtype=np.uint32)[0])
 
 
 class Clock(Protocol):

@@ -8,6 +8,7 @@ unpickle it by reference (this module is importable from every child).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import math
@@ -21,6 +22,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 __all__ = [
+    "AsyncSleepyEnv",
     "EnvFactory",
     "LargeObsEnv",
     "NoopEnv",
@@ -31,6 +33,7 @@ __all__ = [
     "large_obs",
     "noop",
     "sleepy",
+    "sleepy_coroutine",
     "zero_policy",
 ]
 
@@ -73,6 +76,28 @@ class SleepyEnv(gymnasium.Env[npt.NDArray[np.float32], np.int64]):
             duration = self.mean_s
         self.last_sleep = duration
         time.sleep(duration)
+        return self._observation, 0.0, False, False, {}
+
+
+class AsyncSleepyEnv:
+    """:class:`SleepyEnv`'s coroutine twin for ``mode="async"`` (an async gymnasium env):
+    its step awaits ``asyncio.sleep(mean_s)`` instead of blocking in ``time.sleep``."""
+
+    def __init__(self, mean_s: float = 1e-2) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.mean_s = mean_s
+        self._observation = np.zeros(4, np.float32)
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
+        return self._observation, {}
+
+    async def step(
+        self, action: Action
+    ) -> tuple[npt.NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        await asyncio.sleep(self.mean_s)
         return self._observation, 0.0, False, False, {}
 
 
@@ -127,6 +152,10 @@ def cartpole() -> EnvFactory:
 
 def sleepy(mean_s: float, sigma: float) -> EnvFactory:
     return functools.partial(SleepyEnv, mean_s, sigma)
+
+
+def sleepy_coroutine(mean_s: float) -> Callable[[], AsyncSleepyEnv]:
+    return functools.partial(AsyncSleepyEnv, mean_s)
 
 
 def large_obs(shape: tuple[int, ...]) -> EnvFactory:

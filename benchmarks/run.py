@@ -5,10 +5,12 @@
     python benchmarks/run.py --quick --only W1,W3
 
 Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observations,
-W4 round-trip floors, W5 dispatch scaling with thread workers, W6 5 ms steps on Ray actors
-vs processes. Each figure is env steps per second (one env transition = one step) over a
-fixed wall-clock window after a warm-up; tables show the median and min-max over
-interleaved repetitions. Results go to
+W4 round-trip floors, W5 dispatch scaling with thread workers, W6 a synchronous training
+script over vector envs (a numpy MLP between lockstep steps), W7 coroutine envs (async
+workers) against thread workers when every step waits 10 ms, W8 5 ms steps on Ray actors
+against process workers. Each figure is env steps per second (one env transition = one
+step) over a fixed wall-clock window after a warm-up; tables show the median and min-max
+over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.
 """
 
@@ -43,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 OVERHEAD_S = 0.15  # per measurement, beyond warm-up and window: build, first reset, close
 BUSY_MARK = "*"
-OVERHEAD_WORKLOADS = ("W5", "W6")  # fixed step time: the overhead per step is meaningful
+OVERHEAD_WORKLOADS = ("W5", "W8")  # fixed step time: the overhead per step is meaningful
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Api = Literal["state", "batch"]
+Api = Literal["state", "batch", "vector"]
 GymKind = Literal["sync", "async"]
 Loop = Literal["uvloop", "asyncio"]
 
@@ -183,6 +183,8 @@ async def _measure_aioenv(
     pool_options: dict[str, Any],
 ) -> Sample:
     started = time.perf_counter()
+    if api == "vector":
+        return await _measure_vector_workers(env, n, policy, seed, timing, account, pool_options)
     async with aioenv.make_pool(env, n, seed=seed, **pool_options) as pool:
         pool.reset()
         # Like gymnasium's reset(): every env is built and reset before the clock starts.
@@ -195,6 +197,40 @@ async def _measure_aioenv(
             await _drive_states(pool, policy, meter)
         else:
             await _drive_batches(pool, policy, meter)
+    return meter.sample(build_s)
+
+
+async def _measure_vector_workers(
+    env: EnvFactory,
+    n: int,
+    policy: Policy,
+    seed: int,
+    timing: Timing,
+    account: CpuAccount,
+    pool_options: dict[str, Any],
+) -> Sample:
+    """Workers that step ``envs_per_worker`` envs each (BatchStep states, next-step
+    autoreset like gymnasium's), driven first-ready per worker."""
+    started = time.perf_counter()
+    per_worker = pool_options["envs_per_worker"]
+    async with aioenv.make_pool(
+        env, n // per_worker, seed=seed, autoreset="next_step", **pool_options
+    ) as pool:
+        first = await pool.reset_all()
+        build_s = time.perf_counter() - started
+        resetting = {worker_id: np.zeros(per_worker, np.bool_) for worker_id in range(len(pool))}
+        act = policy.many
+        for batch, worker_id in first:
+            pool.send_action(act(batch.observations), worker_id)
+        meter = Meter(timing, account)
+        while meter.running():
+            item = await pool.get_state()
+            assert item is not None
+            batch, worker_id = item
+            meter.count += per_worker - int(resetting[worker_id].sum())
+            resetting[worker_id] = batch.terminated | batch.truncated
+            pool.send_action(act(batch.observations), worker_id)
+        await pool.drain()
     return meter.sample(build_s)
 
 

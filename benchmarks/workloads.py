@@ -1,4 +1,4 @@
-"""W1-W6: what is measured, against which configurations, in which order.
+"""W1-W8: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -20,6 +20,7 @@ import envs
 from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
+from lockstep import VECTORS, run_lockstep
 from machine import CpuAccount
 from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
 
@@ -37,7 +38,7 @@ __all__ = [
     "run_workload",
 ]
 
-Runner = Literal["aioenv", "gym_sync", "gym_async", "bare"]
+Runner = Literal["aioenv", "gym_sync", "gym_async", "bare", "lockstep"]
 
 
 class _ConfigRequired(TypedDict):
@@ -51,7 +52,7 @@ class Config(_ConfigRequired, total=False):
     options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
 
 
-_ALL = ("W1", "W2", "W3", "W4", "W5")
+_ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 to W8 run only the rows that name them
 #: Ray actors reserve a quarter CPU each: eight of them fit on a 2-core machine (Ray
 #: counts reservations, not use; a whole CPU each would leave six of eight pending).
 _RAY = {"mode": "ray", "num_cpus": 0.25}
@@ -62,7 +63,7 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "process"},
-        "workloads": ("W1", "W2", "W3", "W4", "W6"),
+        "workloads": ("W1", "W2", "W3", "W4", "W8"),
     },
     {
         "label": "aioenv process / batch",
@@ -102,19 +103,50 @@ CONFIGS: list[Config] = [
         "options": {"mode": "process", "envs_per_process": 8},
         "workloads": ("W1", "W3"),
     },
+    # Workers that step several envs together: one message per batch each way, one
+    # BatchStep per worker (envs_per_worker), first ready per worker.
+    {
+        "label": "aioenv process, 4 envs/worker",
+        "runner": "aioenv",
+        "api": "vector",
+        "options": {"mode": "process", "envs_per_worker": 4},
+        "workloads": ("W1", "W3"),
+    },
+    {
+        "label": "aioenv process, 8 envs/worker",
+        "runner": "aioenv",
+        "api": "vector",
+        "options": {"mode": "process", "envs_per_worker": 8},
+        "workloads": ("W1",),
+    },
     {
         "label": "aioenv thread / state",
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "thread"},
-        "workloads": _ALL,
+        "workloads": (*_ALL, "W7"),
     },
     {
         "label": "aioenv thread / batch",
         "runner": "aioenv",
         "api": "batch",
         "options": {"mode": "thread"},
-        "workloads": ("W1", "W2", "W3", "W5"),
+        "workloads": ("W1", "W2", "W3", "W5", "W7"),
+    },
+    # Coroutine envs (W7 only: the case's coroutine twin of its env), tasks on one loop.
+    {
+        "label": "aioenv async / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {"mode": "async"},
+        "workloads": ("W7",),
+    },
+    {
+        "label": "aioenv async / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {"mode": "async"},
+        "workloads": ("W7",),
     },
     {
         "label": "aioenv sync / state",
@@ -130,7 +162,7 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": _RAY,
-        "workloads": ("W4", "W6"),
+        "workloads": ("W4", "W8"),
     },
     {
         "label": "aioenv ray x8 / batch",
@@ -159,6 +191,9 @@ CONFIGS: list[Config] = [
     },
 ]
 
+# W6: the same synchronous training loop over each vector env (see lockstep.py).
+CONFIGS += [{"label": label, "runner": "lockstep", "workloads": ("W6",)} for label in VECTORS]
+
 #: The ratio column divides by this row's median in the same case.
 REFERENCE = "gym AsyncVectorEnv"
 
@@ -170,6 +205,8 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4, 8],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
+        "W6": [4, 16],
+        "W7": [100, 1000],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -177,12 +214,15 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3": [4],
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
+        "W6": [4, 16],
+        "W7": [100, 1000],
     },
 }
 
 STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
-REMOTE_SLEEP = (5e-3, 0.0)  # W6: every step sleeps 5 ms
+AWAITED_SLEEP = (1e-2, 0.0)  # W7: every step waits 10 ms (asyncio.sleep or time.sleep)
+REMOTE_SLEEP = (5e-3, 0.0)  # W8: every step sleeps 5 ms
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 
 
@@ -194,6 +234,7 @@ class Case:
     n: int
     env: EnvFactory
     policy: Policy
+    async_env: Callable[[], Any] | None = None  # the coroutine twin, for mode="async" rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +291,26 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
         ),
         "W6": Workload(
             "W6",
+            "training script: lockstep CartPole, a numpy MLP policy between steps",
+            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]],
+        ),
+        "W7": Workload(
+            "W7",
+            "waiting envs: every step awaits asyncio.sleep(10 ms) (async) or time.sleep (thread)",
+            [
+                Case(
+                    f"N={n}",
+                    n,
+                    envs.sleepy(*AWAITED_SLEEP),
+                    envs.zero_policy,
+                    envs.sleepy_coroutine(AWAITED_SLEEP[0]),
+                )
+                for n in sizes["W7"]
+            ],
+            sleep=AWAITED_SLEEP,
+        ),
+        "W8": Workload(
+            "W8",
             "remote-sized steps: every step sleeps 5 ms (Ray actors vs processes)",
             [Case("N=8", 8, envs.sleepy(*REMOTE_SLEEP), envs.zero_policy)],
             sleep=REMOTE_SLEEP,
@@ -257,7 +318,7 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
 
 
 @dataclasses.dataclass
@@ -380,9 +441,14 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
         common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
             api = config.get("api", "state")
-            return run_aioenv(case.env, case.n, api=api, **common, **options)
+            env = case.async_env if options.get("mode") == "async" else case.env
+            return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
+        if runner == "lockstep":
+            return run_lockstep(
+                config["label"], case.env, case.n, seed=seed, timing=timing, account=account
+            )
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
         return run_gym(kind, case.env, case.n, **common, **options)
 
@@ -392,17 +458,23 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
 def _processes(config: Config, n: int) -> int:
     """How many child processes a configuration starts for ``n`` envs."""
     options = config.get("options", {})
-    if config["runner"] == "gym_async":
+    if config["runner"] == "gym_async" or config["label"] == "gym AsyncVectorEnv":
         return n
     if config["runner"] == "bare" or (
         config["runner"] == "aioenv" and options.get("mode") == "process"
     ):
         per_process = int(options.get("envs_per_process", 1))
+        per_process *= int(options.get("envs_per_worker", 1))
         return -(-n // per_process)
     return 0
 
 
 def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
+    per_worker = int(config.get("options", {}).get("envs_per_worker", 1))
+    if case.n % per_worker or case.n < 2 * per_worker:
+        return f"needs N a multiple of {per_worker} with at least two workers"
+    if config.get("options", {}).get("mode") == "async" and case.async_env is None:
+        return "no coroutine twin of this env"
     limit = workload.max_processes
     processes = _processes(config, case.n)
     if limit is not None and processes > limit:

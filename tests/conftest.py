@@ -76,5 +76,5 @@ def gate(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(params=list(POOL_MODES))
 def mode(request: pytest.FixtureRequest) -> Any:
-    """Each pool configuration in turn: sync, thread, process, mixed."""
+    """Each pool configuration in turn: sync, thread, process, async, and two mixes."""
     return POOL_MODES[request.param]

@@ -3,6 +3,7 @@ workers can build them however the forkserver was started."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -298,6 +299,103 @@ class Walk(gymnasium.Env[np.ndarray, int]):
         done = self.t >= self.length
         even = self.length % 2 == 0
         return self._obs(), float(action) + self.t / 10, done and even, done and not even, {}
+
+
+class RaisesOnTwo(gymnasium.Env[np.ndarray, int]):
+    """Counts its steps in the observation; action 2 raises ValueError."""
+
+    def __init__(self) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 1000, (1,), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            raise ValueError("action 2 is not allowed here")
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+
+class AsyncCounter(Counter):
+    """:class:`Counter` as a coroutine env: ``reset``/``step`` are ``async def``. A step
+    awaits ``gate`` (an ``asyncio.Event``) when one is given, or the event keyed by the
+    action in ``gates``; it records whether it was cancelled and whether the env closed."""
+
+    def __init__(
+        self,
+        gate: Any = None,
+        gates: dict[Any, Any] | None = None,
+        fail_on: Any = None,
+        finished: list[Any] | None = None,
+        limit: int = 5,
+    ) -> None:
+        super().__init__(limit=limit)
+        self.gate = gate
+        self.gates = gates or {}
+        self.fail_on = fail_on
+        self.finished = finished
+        self.cancelled = False
+        self.closed = False
+
+    async def reset(self, seed: int | None = None) -> dict[str, Any]:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return Counter.reset(self, seed)
+
+    async def step(self, action: Any) -> dict[str, Any]:  # type: ignore[override]
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if isinstance(action, int) and action in self.gates:
+                await self.gates[action].wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self.fail_on is not None and action == self.fail_on:
+            raise ValueError(f"async step failed on {action!r}")
+        if self.finished is not None:
+            self.finished.append(action)
+        return Counter.step(self, action)
+
+    async def add(self, a: int, b: int) -> int:
+        await asyncio.sleep(0)
+        return a + b
+
+    async def explode(self) -> None:
+        await asyncio.sleep(0)
+        raise RuntimeError("async method exploded")
+
+    async def close(self) -> None:
+        await asyncio.sleep(0)
+        self.closed = True
+
+
+class AsyncCartPole:
+    """An async gymnasium env (``reset``/``step`` are coroutine functions returning
+    gymnasium's tuples) wrapping CartPole, yielding to the loop on every call."""
+
+    def __init__(self) -> None:
+        self.env = gymnasium.make("CartPole-v1")
+        self.observation_space = self.env.observation_space
+        self.action_space = self.env.action_space
+        self.label = "async cartpole"
+
+    async def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        await asyncio.sleep(0)
+        return self.env.reset(seed=seed, options=options)
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        await asyncio.sleep(0)
+        return self.env.step(action)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.env.close()
 
 
 class LockedState(Counter):

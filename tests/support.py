@@ -12,18 +12,21 @@ from typing import Any
 
 import aioenv
 
-KINDS = ["sync", "thread", "process"]
+KINDS = ["sync", "thread", "process", "async"]
 WORKERS: dict[str, Any] = {
     "sync": aioenv.SyncWorker,
     "thread": aioenv.ThreadWorker,
     "process": aioenv.ProcessWorker,
+    "async": aioenv.AsyncEnvWorker,
 }
 #: Pool configurations the pool-level tests run through: each kind alone, and mixed.
 POOL_MODES: dict[str, Any] = {
     "sync": "sync",
     "thread": "thread",
     "process": "process",
+    "async": "async",
     "mixed": ["process", "thread", "sync"],
+    "mixed_async": ["async", "process", "thread"],
 }
 
 

@@ -19,6 +19,8 @@ CHILD_SIDE = {
     "aioenv.workers._ray_actor",
     "aioenv.workers._ray_protocol",
     "aioenv._runner",
+    "aioenv._vector_runner",
+    "aioenv._seeds",
     "aioenv._protocol",
     "aioenv._shared_memory",
     "aioenv._environment",
@@ -98,7 +100,8 @@ def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_ch
         if module in CHILD_SIDE:
             continue
         if module not in RUNS_ENVS_IN_LINE:
-            assert "aioenv._runner" not in imported, f"{module} imports the env runner"
+            for runner in ("aioenv._runner", "aioenv._vector_runner"):
+                assert runner not in imported, f"{module} imports the env's {runner}"
         assert "aioenv.workers._child" not in imported, f"{module} imports the child's loop"
         assert "aioenv.workers._ray_actor" not in imported, f"{module} imports the actor"
 

@@ -11,7 +11,7 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, DictObservation, Failing, Gated, open_gate
-from support import modes, worker_processes, worker_threads
+from support import WORKERS, modes, worker_processes, worker_threads
 
 import aioenv
 from aioenv import CLOSE, RESET
@@ -259,9 +259,7 @@ async def test_env_error_in_a_pool_names_the_worker_and_others_keep_working(mode
     kinds = modes(mode, 3)
     kinds = [kinds] * 3 if isinstance(kinds, str) else kinds
     workers = [
-        {"sync": aioenv.SyncWorker, "thread": aioenv.ThreadWorker, "process": aioenv.ProcessWorker}[
-            kind
-        ](env)
+        WORKERS[kind](env)
         for kind, env in zip(
             kinds, [Counter, lambda: Failing("step", "bad step 7"), Counter], strict=True
         )
@@ -392,12 +390,14 @@ async def test_context_exit_cleans_up_after_errors_and_cancellation(
                 pool.reset()
                 await pool.get_batch(min_size=3)
                 for worker_id, kind in enumerate(kind_list):
-                    if kind != "sync":
+                    # An async worker steps a blocking env on the loop itself: it would block
+                    # the test (tests/test_coroutine.py cancels coroutine steps in flight).
+                    if kind not in ("sync", "async"):
                         pool.send_action(1, worker_id)  # in flight, blocked on the gate
                 if ending == "raise":
                     raise RuntimeError("the training loop failed")
                 scope.cancel()
-                if kinds == "sync":
+                if kinds in ("sync", "async"):
                     await anyio.sleep(10)  # a sync pool has nothing in flight to wait for
                 await pool.get_state()
                 pytest.fail("cancelled: never reached")

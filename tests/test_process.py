@@ -203,3 +203,42 @@ async def test_spawn_context_works() -> None:
         state = await _reset(worker)
         assert state["pid"] == worker.pid
     assert worker.exitcode == 0
+
+
+MAIN_WITH_A_SIDE_EFFECT = """
+import os
+with open(os.environ["MARK"], "a") as mark:  # runs wherever this script is imported
+    mark.write(f"{os.getpid()}\\n")
+import asyncio
+import aioenv
+
+async def main() -> None:
+    async with aioenv.make_pool(
+        lambda: __import__("gymnasium").make("CartPole-v1"),  # from __main__: by value
+        3, mode="process", context=os.environ["CONTEXT"],
+    ) as pool:
+        await pool.reset_all()
+        pids = {worker.pid for worker in pool.workers}
+    print(len(pids))
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_children_do_not_rerun_the_users_main_module(tmp_path: Any, context: str) -> None:
+    """A training script's top-level code (its imports: seconds and hundreds of MB for a
+    deep learning framework) runs once, in the parent, not again in every child."""
+    import subprocess
+    import sys
+
+    script, mark = tmp_path / "train.py", tmp_path / "mark"
+    script.write_text(MAIN_WITH_A_SIDE_EFFECT)
+    environment = {**os.environ, "MARK": str(mark), "CONTEXT": context}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=environment, capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3"]  # three children served the pool
+    assert len(mark.read_text().split()) == 1  # the parent's import only

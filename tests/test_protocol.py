@@ -79,3 +79,23 @@ def test_frames_survive_any_chunking() -> None:
             frames += [(k, s, slot, bytes(p)) for k, s, slot, p in decoder.feed(chunk)]
         assert frames == [(Kind.STATE, i + 1, i, p) for i, p in enumerate(payloads)]
         assert decoder.pending_bytes == 0
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        np.arange(8, dtype=np.int64),
+        np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2),
+        np.array(3.5),
+        np.zeros((0, 4), np.uint8),
+    ],
+)
+def test_array_actions_travel_raw_with_dtype_and_shape(action: np.ndarray) -> None:
+    from aioenv._protocol import STEP_ARRAY, decode_array, encode_array_action
+
+    [(kind, seq, slot, payload)] = FrameDecoder().feed(encode_array_action(5, action, 2))
+    assert (kind, seq, slot) == (STEP_ARRAY, 5, 2)
+    decoded = decode_array(payload)
+    assert decoded.dtype == action.dtype and decoded.shape == action.shape
+    np.testing.assert_array_equal(decoded, action)
+    assert decoded.flags.writeable

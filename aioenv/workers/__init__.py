@@ -1,14 +1,15 @@
 """Worker kinds: one private module per kind, all behind the :class:`Worker` interface.
 
 The public names are these re-exports (and the same names at ``aioenv``'s top level); the
-modules themselves (``_sync``, ``_thread``, ``_process`` and the process worker's
-``_host`` and ``_child``; the Ray worker's ``_ray``, ``_ray_host`` and ``_ray_actor``) are
-private. ``RayWorker`` is imported on first use.
+modules themselves (``_sync``, ``_thread``, ``_coroutine``, ``_process`` and the process
+worker's ``_host`` and ``_child``; the Ray worker's ``_ray``, ``_ray_host`` and
+``_ray_actor``) are private. ``RayWorker`` is imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from ._base import Worker
+from ._coroutine import AsyncEnvWorker
 from ._process import ProcessWorker, default_context
 from ._sync import SyncWorker
 from ._thread import ThreadWorker
@@ -16,7 +17,15 @@ from ._thread import ThreadWorker
 if TYPE_CHECKING:
     from ._ray import RayWorker
 
-__all__ = ["ProcessWorker", "RayWorker", "SyncWorker", "ThreadWorker", "Worker", "default_context"]
+__all__ = [
+    "AsyncEnvWorker",
+    "ProcessWorker",
+    "RayWorker",
+    "SyncWorker",
+    "ThreadWorker",
+    "Worker",
+    "default_context",
+]
 
 
 def __getattr__(name: str) -> Any:

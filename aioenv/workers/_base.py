@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from .._environment import EnvSource, Step, describe_source
+from .._environment import BatchStep, EnvSource, Step, VectorSource, describe_source
 from .._errors import (
     ClosedError,
     EnvError,
@@ -87,6 +87,9 @@ class Worker(KindHooks, Generic[S]):
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
         self.source = env
+        #: Envs this worker steps together: k with ``envs_per_worker=k`` (states are then
+        #: :class:`~aioenv.BatchStep`), else 1.
+        self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
         self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None
@@ -422,8 +425,12 @@ def _check_options(seed: object, cleanup_time: object) -> None:
 
 
 def _mark_restarted(state: Any, reason: str) -> Any:
-    if not isinstance(state, Step):
-        return state
-    info = dict(state.info)
-    info["aioenv"] = {"restarted": True, "reason": reason}
-    return dataclasses.replace(state, info=info)
+    """The restarted env's first state, its info saying so under aioenv's own key (every
+    row's, for a batch)."""
+    note = {"restarted": True, "reason": reason}
+    if isinstance(state, Step):
+        return dataclasses.replace(state, info={**state.info, "aioenv": note})
+    if isinstance(state, BatchStep):
+        infos = {row: {**state.infos.get(row, {}), "aioenv": note} for row in range(len(state))}
+        return dataclasses.replace(state, infos=infos)
+    return state

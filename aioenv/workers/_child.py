@@ -17,22 +17,26 @@ from typing import Any
 
 import cloudpickle
 
-from .._environment import Step
+from .._environment import BatchStep, Step
 from .._messages import EpisodeOptions, Failure
 from .._protocol import (
     CONTROL,
     RECEIVE_SIZE,
     RESET,
+    STEP_ARRAY,
     FrameDecoder,
     Kind,
+    decode_array,
     dumps,
     encode,
+    encode_batch_step,
     encode_step,
     loads,
     receive_descriptors,
 )
 from .._runner import EnvRunner
 from .._shared_memory import SharedObservations
+from .._vector_runner import Runner, make_runner
 
 __all__ = ["serve"]
 
@@ -130,18 +134,18 @@ def _unpickle(payload: bytes) -> Any:
         return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
 
 
-def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> EnvRunner:
+def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> Runner:
     if isinstance(source, _Unpicklable):
-        runner = EnvRunner(None, seed, episode)
-        runner.build_failure = source.failure
-        return runner
-    runner = EnvRunner(source, seed, episode)
+        failed = EnvRunner(None, seed, episode)
+        failed.build_failure = source.failure
+        return failed
+    runner = make_runner(source, seed, episode)
     if build:
         runner.build()
     return runner
 
 
-def _ready(slot: int, runner: EnvRunner) -> bytes:
+def _ready(slot: int, runner: Runner) -> bytes:
     try:
         return encode(Kind.READY, 0, dumps(runner.spaces), slot)
     except Exception:
@@ -149,7 +153,7 @@ def _ready(slot: int, runner: EnvRunner) -> bytes:
 
 
 def _answer(
-    runner: EnvRunner,
+    runner: Runner,
     kind: int,
     seq: int,
     slot: int,
@@ -158,6 +162,8 @@ def _answer(
 ) -> bytes:
     if kind == RESET and not payload:
         result = runner.reset()
+    elif kind == STEP_ARRAY:
+        result = runner.handle(decode_array(payload))
     else:
         try:
             request = loads(payload)
@@ -179,6 +185,8 @@ def _encode_reply(
     try:
         if type(result) is Step:
             return encode_step(seq, result, slot, shared)
+        if type(result) is BatchStep:
+            return encode_batch_step(seq, result, slot, shared)
         return encode(Kind.STATE, seq, dumps(result), slot)
     except Exception as exc:
         failure = Failure.from_exception(exc, "pickling the state to send it to the parent")

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import multiprocessing.context
+import multiprocessing.spawn
 import signal
 import socket
 import threading
@@ -80,11 +81,12 @@ class Host:
             daemon=True,
         )
         try:
-            if context.get_start_method() == "forkserver":
-                process.start()  # the server's children start with SIGINT ignored
-            else:
-                with _sigint_ignored():
-                    process.start()
+            with _main_module_skipped():
+                if context.get_start_method() == "forkserver":
+                    process.start()  # the server's children start with SIGINT ignored
+                else:
+                    with _sigint_ignored():
+                        process.start()
         except BaseException:
             parent_end.close()
             alive_parent.close()
@@ -321,6 +323,40 @@ def _child_main(*args: Any) -> None:
     from ._child import serve
 
     serve(*args)
+
+
+_starting = threading.local()  # this thread is starting an aioenv child right now
+
+
+@contextlib.contextmanager
+def _main_module_skipped() -> Iterator[None]:
+    """Start a child that does not re-run the user's main module.
+
+    multiprocessing's spawn and forkserver children import the parent's ``__main__`` (as
+    ``__mp_main__``) before running their target, so that targets defined there resolve:
+    a training script's top-level imports (a deep learning framework: seconds and hundreds
+    of MB per child) run again in every child. An aioenv child needs none of it: its
+    target lives in aioenv, and envs travel by value (cloudpickle). So while this thread
+    starts one, multiprocessing's preparation data leaves the main module out. Other
+    threads' process starts are untouched.
+    """
+    if not getattr(multiprocessing.spawn.get_preparation_data, "_aioenv", False):
+        original = multiprocessing.spawn.get_preparation_data
+
+        def get_preparation_data(name: str) -> dict[str, Any]:
+            data: dict[str, Any] = original(name)
+            if getattr(_starting, "active", False):
+                data.pop("init_main_from_path", None)
+                data.pop("init_main_from_name", None)
+            return data
+
+        get_preparation_data._aioenv = True  # type: ignore[attr-defined]
+        multiprocessing.spawn.get_preparation_data = get_preparation_data
+    _starting.active = True
+    try:
+        yield
+    finally:
+        _starting.active = False
 
 
 @contextlib.contextmanager

@@ -29,19 +29,19 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 import cloudpickle
+import numpy as np
 
 from .._environment import EnvSource
 from .._errors import WorkerDied
 from .._messages import ControlRequest, Failure
 from .._protocol import (
     READY,
-    STEP_STATE,
     Kind,
-    decode_step,
+    decode_reply,
     dumps,
     encode,
     encode_action,
-    is_shared,
+    encode_array_action,
     loads,
 )
 from .._sentinels import RESET, Reset
@@ -233,6 +233,8 @@ class ProcessWorker(Worker[S]):
             frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+        elif type(action) is np.ndarray and not action.dtype.hasobject:
+            frame = encode_array_action(seq, action, self._slot)
         else:
             frame = encode_action(seq, self._pickle(action, "action"), self._slot)
         self._current_host().send(frame)
@@ -277,17 +279,13 @@ class ProcessWorker(Worker[S]):
             return
         if not self._awaits(seq):
             return  # stale: no need to decode it
-        borrowed = False
-        result: Any
         try:
-            if kind == STEP_STATE:
-                shared = self._shared
-                result = decode_step(payload, shared)
-                borrowed = shared is not None and is_shared(payload)
-            else:
-                result = loads(payload)
+            result, borrowed = decode_reply(kind, payload, self._shared)
         except Exception as exc:
-            result = Failure.from_exception(exc, "unpickling its reply in the parent")
+            result, borrowed = (
+                Failure.from_exception(exc, "unpickling its reply in the parent"),
+                False,
+            )
         self._on_reply(seq, result, borrowed)
 
     def _on_host_exit(self, host: Host) -> None:

@@ -46,12 +46,14 @@ class RayWorker(Worker[S]):
     env it serves; a dead actor or a lost node is :class:`~aioenv.WorkerDied`, noticed by
     the request in flight (or the next one). Ray's own actor restarts are off: aioenv's
     ``restart`` option decides. ``aclose`` lets the actor close its envs for
-    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use :meth:`hosted` (or
-    ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several envs in one actor.
+    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use
+    :meth:`hosted` (or ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several
+    envs in one actor.
 
     States come back through Ray's serialization (arrays as read-only views of Ray's
-    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out copies). Values sent with
-    ``pool.set_attr``/``pool.call`` to several Ray workers go into the object store once.
+    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
+    copies). Values sent with ``pool.set_attr``/``pool.call`` to several Ray workers go
+    into the object store once.
 
     :param num_cpus: CPUs the actor reserves (default 1; may be fractional).
     :param num_gpus: GPUs the actor reserves (default 0).

@@ -19,6 +19,7 @@ import cloudpickle
 
 from .._messages import ControlRequest, EpisodeOptions, Failure
 from .._runner import EnvRunner
+from .._vector_runner import Runner, make_runner
 from ._ray_protocol import Message, Op, Ready, Reply
 
 __all__ = ["EnvActor"]
@@ -32,16 +33,24 @@ class EnvActor:
         self, payloads: list[bytes], seeds: list[int | None], episode: EpisodeOptions
     ) -> None:
         self._sources: list[Any] = []
-        self._runners: list[EnvRunner] = []
-        for payload, seed in zip(payloads, seeds, strict=True):
+        self._failures: list[Failure | None] = []  # an env source that did not unpickle
+        self._runners: list[Runner] = []
+        for slot, (payload, seed) in enumerate(zip(payloads, seeds, strict=True)):
             try:
                 source, failure = cloudpickle.loads(payload), None
             except Exception as exc:
                 source, failure = None, Failure.from_exception(exc, "construction (unpickling)")
             self._sources.append(source)
-            runner = EnvRunner(source, seed, episode)
-            runner.build_failure = failure
-            self._runners.append(runner)
+            self._failures.append(failure)
+            self._runners.append(self._runner(slot, seed, episode))
+
+    def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
+        failure = self._failures[slot]
+        if failure is None:
+            return make_runner(self._sources[slot], seed, episode)
+        failed = EnvRunner(None, seed, episode)
+        failed.build_failure = failure
+        return failed
 
     def serve(self, messages: list[Message]) -> list[Reply]:
         """Answer ``messages`` in order; messages that need no answer get none."""
@@ -59,7 +68,7 @@ class EnvActor:
                 if op == Op.REBUILD:
                     runner.close()
                     seed, episode = payload
-                    runner = EnvRunner(self._sources[slot], seed, episode)
+                    runner = self._runner(slot, seed, episode)
                     self._runners[slot] = runner
                 runner.build()
                 replies.append((slot, 0, _ready(runner)))
@@ -76,7 +85,7 @@ class EnvActor:
         time.sleep(seconds)
 
 
-def _ready(runner: EnvRunner) -> Ready:
+def _ready(runner: Runner) -> Ready:
     spaces = runner.spaces
     try:
         cloudpickle.dumps(spaces)

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from .._environment import EnvSource
 from .._messages import ControlRequest
-from .._runner import EnvRunner
+from .._vector_runner import make_runner
 from ._base import Worker
 
 __all__ = ["SyncWorker"]
@@ -43,16 +43,16 @@ class SyncWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
         )
-        self._runner = EnvRunner(env, seed)
+        self._runner = make_runner(env, seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._runner = EnvRunner(self.source, seed, self._episode)
+        self._runner = make_runner(self.source, seed, self._episode)
 
     def _submit(self, seq: int, action: Any) -> None:
         runner = self._runner
         timeout = self._supervisor.timeout()
         started = time.monotonic()
-        if runner.env is None and runner.build_failure is None:
+        if not runner.built:
             runner.build()
             if self.observation_space is None:
                 self.observation_space, self.action_space = runner.spaces

@@ -14,7 +14,7 @@ import anyio
 
 from .._environment import EnvSource
 from .._messages import ControlRequest
-from .._runner import EnvRunner
+from .._vector_runner import Runner, make_runner
 from ._base import Worker
 
 __all__ = ["ThreadWorker"]
@@ -57,7 +57,7 @@ class ThreadWorker(Worker[S]):
         self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
-        self._current = _EnvThread(self, EnvRunner(self.source, seed, self._episode))
+        self._current = _EnvThread(self, make_runner(self.source, seed, self._episode))
         self._threads.append(self._current)
 
     def _submit(self, seq: int, action: Any) -> None:
@@ -104,7 +104,7 @@ class ThreadWorker(Worker[S]):
 class _EnvThread:
     """One env and the thread that serves its requests, in order."""
 
-    def __init__(self, worker: ThreadWorker[Any], runner: EnvRunner) -> None:
+    def __init__(self, worker: ThreadWorker[Any], runner: Runner) -> None:
         self.requests: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
         self.finished = threading.Event()
         self._worker = worker

@@ -1,0 +1,101 @@
+"""An event loop that runs in the caller's own thread, only while a call runs.
+
+A synchronous ``AioVectorEnv.step`` on it costs no hand-off to another thread and back
+(about 170 µs on uvloop for a blocking-portal round trip): the calling thread runs the
+loop until the step's states are in, then the loop rests until the next call. Between
+calls nothing is lost: process workers' replies wait in their sockets, thread workers'
+in the loop's queue (``call_soon_threadsafe``), timers fire late at the next run.
+
+It cannot be used from inside a running event loop (a thread runs one loop at a time):
+code that already runs a loop gets a background loop instead (see ``_vector_runtime``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["InlineLoop", "new_loop"]
+
+T = TypeVar("T")
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A new uvloop loop where uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class InlineLoop:
+    """An event loop that :meth:`call` runs in the calling thread until its result is in."""
+
+    def __init__(self) -> None:
+        self._loop = new_loop()
+
+    @property
+    def running(self) -> bool:
+        """Calls can still be made (not stopped)."""
+        return not self._loop.is_closed()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        """A call is running right now (so another cannot be made from inside it)."""
+        return self._loop.is_running()
+
+    def call(
+        self,
+        function: Callable[..., Coroutine[Any, Any, T]],
+        *args: Any,
+        timeout: float | None = None,
+    ) -> T:
+        """Run ``function(*args)`` to completion on the loop, in this thread. If the caller
+        is interrupted (Ctrl-C), the coroutine is cancelled and run to its end before the
+        exception goes on, so nothing of it is left half done."""
+        if _loop_running_here():
+            raise RuntimeError(
+                "this AioVectorEnv was made outside any event loop, so it runs its own in "
+                "the calling thread, which cannot be done from inside a running loop: make "
+                "the vector env inside the loop instead (it then runs on a background loop)"
+            )
+        loop = self._loop
+        task = loop.create_task(_within(function(*args), timeout))
+        try:
+            return loop.run_until_complete(task)
+        except BaseException:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    loop.run_until_complete(task)
+            raise
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel whatever is left on the loop and close it."""
+        loop = self._loop
+        if loop.is_closed() or loop.is_running():
+            return
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _within(coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
+    if timeout is None:
+        return await coroutine
+    return await asyncio.wait_for(coroutine, timeout)

@@ -1,0 +1,234 @@
+"""Several envs behind one worker: a batch of actions in, one :class:`BatchStep` out.
+
+With ``envs_per_worker=k`` a worker's env is a :class:`VectorSource` of ``k`` env sources,
+and the env side runs a :class:`VectorRunner`: one :class:`~aioenv._runner.EnvRunner` per
+env (so autoreset, time limits and failures mean exactly what they mean for one env),
+stepped in turn, their states stacked into one batch. A process worker then exchanges one
+message per batch each way, and the parent does no work per env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.spaces import Box
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from ._environment import BatchStep, Step, VectorSource
+from ._messages import ControlRequest, EpisodeOptions, Failure
+from ._runner import EnvRunner
+from ._seeds import worker_seeds
+from ._sentinels import RESET, Command, Reset
+
+__all__ = ["Runner", "VectorRunner", "make_runner"]
+
+
+class Runner(Protocol):
+    """What every worker kind drives: an :class:`EnvRunner` or a :class:`VectorRunner`."""
+
+    build_failure: Failure | None
+
+    def build(self) -> None: ...
+
+    @property
+    def built(self) -> bool: ...
+
+    @property
+    def spaces(self) -> tuple[Any, Any]: ...
+
+    def handle(self, action: Any) -> Any: ...
+
+    def reset(self) -> Any: ...
+
+    def control(self, request: ControlRequest) -> Any: ...
+
+    def close(self) -> Failure | None: ...
+
+
+def make_runner(source: Any, seed: int | None, episode: EpisodeOptions | None = None) -> Runner:
+    """The runner for a worker's env source, first reset with ``seed``."""
+    if isinstance(source, VectorSource):
+        return VectorRunner(source, seed, episode)
+    return EnvRunner(source, seed, episode)
+
+
+class VectorRunner:
+    """Answers batch requests for the envs of a :class:`VectorSource`.
+
+    A step takes one action per env (anything gymnasium's ``iterate`` splits over the
+    batched action space). A reset takes ``RESET`` or ``Reset(seed, options)``, where
+    ``seed`` is None, an int (env ``i`` gets ``seed + i``, gymnasium's convention) or one
+    seed per env, and ``options["reset_mask"]`` (bool per env) resets only those envs: the
+    others keep their last observation. An env that raises fails the whole request (its
+    Failure says which env); the worker's restart policy then rebuilds all of them.
+    """
+
+    def __init__(self, source: VectorSource, seed: int | None, episode: EpisodeOptions | None):
+        seeds = worker_seeds(seed, len(source.sources))
+        self.runners = [
+            EnvRunner(s, env_seed, episode)
+            for s, env_seed in zip(source.sources, seeds, strict=True)
+        ]
+        self.size = len(self.runners)
+        self.build_failure: Failure | None = None
+        self._spaces: tuple[Any, Any] = (None, None)
+        self._single_space: Any = None
+        self._observations: list[Any] = [None] * self.size
+
+    @property
+    def built(self) -> bool:
+        return self.build_failure is not None or all(r.env is not None for r in self.runners)
+
+    def build(self) -> None:
+        if self.built:
+            return
+        for index, runner in enumerate(self.runners):
+            runner.build()
+            if runner.build_failure is not None:
+                self.build_failure = _in_env(runner.build_failure, index)
+                return
+        spaces = [runner.spaces for runner in self.runners]
+        if any(pair != spaces[0] for pair in spaces[1:]):
+            error = TypeError(f"the envs of one worker must share their spaces, got {spaces}")
+            self.build_failure = Failure.from_exception(error, "construction")
+            return
+        observation, action = spaces[0]
+        self._single_space = observation
+        if observation is not None and action is not None:
+            self._spaces = (batch_space(observation, self.size), batch_space(action, self.size))
+
+    @property
+    def spaces(self) -> tuple[Any, Any]:
+        return self._spaces
+
+    def handle(self, action: Any) -> Any:
+        """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
+        if isinstance(action, Reset):
+            return self._reset(action.seed, action.options)
+        if isinstance(action, Command) and action is RESET:
+            return self._reset(None, None)
+        return self.step(action)
+
+    def reset(self) -> Any:
+        return self._reset(None, None)
+
+    def _reset(self, seed: Any, options: dict[str, Any] | None) -> Any:
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        try:
+            seeds, mask, options = _reset_arguments(seed, options, self.size)
+        except (TypeError, ValueError) as exc:
+            return Failure.from_exception(exc, "reset")
+        states: list[Any] = []
+        for index, runner in enumerate(self.runners):
+            if not mask[index]:
+                continue
+            state = runner.reset(seeds[index], options)
+            if isinstance(state, Failure):
+                return _in_env(state, index)
+            states.append((index, state))
+        return self._batch(states, np.zeros(self.size), np.zeros(self.size, np.bool_))
+
+    def step(self, actions: Any) -> Any:
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        try:
+            rows = (
+                list(iterate(self._spaces[1], actions))
+                if self._spaces[1] is not None
+                else list(actions)
+            )
+        except Exception as exc:
+            return Failure.from_exception(exc, "step (splitting the batch of actions)")
+        if len(rows) != self.size:
+            count = ValueError(f"a batch of {len(rows)} actions for {self.size} envs")
+            return Failure.from_exception(count, "step")
+        states: list[Any] = []
+        for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True)):
+            state = runner.step(action)
+            if isinstance(state, Failure):
+                return _in_env(state, index)
+            states.append((index, state))
+        if not all(isinstance(state, Step) for _, state in states):
+            error = TypeError("envs_per_worker needs gymnasium envs (aioenv.Step states)")
+            return Failure.from_exception(error, "step")
+        size = self.size
+        rewards = np.fromiter((state.reward for _, state in states), np.float64, size)
+        terminated = np.fromiter((state.terminated for _, state in states), np.bool_, size)
+        truncated = np.fromiter((state.truncated for _, state in states), np.bool_, size)
+        return self._batch(states, rewards, terminated, truncated)
+
+    def _batch(
+        self, states: list[tuple[int, Any]], rewards: Any, terminated: Any, truncated: Any = None
+    ) -> Any:
+        """A BatchStep from the states of the envs in ``states`` (the others keep their last
+        observation: a masked reset)."""
+        infos: dict[int, dict[str, Any]] = {}
+        finals: dict[int, Any] = {}
+        final_infos: dict[int, dict[str, Any]] = {}
+        for index, state in states:
+            if not isinstance(state, Step):
+                error = TypeError("envs_per_worker needs gymnasium envs (aioenv.Step states)")
+                return Failure.from_exception(error, "reset")
+            self._observations[index] = state.observation
+            if state.info:
+                infos[index] = state.info
+            if state.final_info is not None:
+                finals[index] = state.final_observation
+                final_infos[index] = state.final_info
+        flags = (
+            np.zeros(self.size, np.bool_) if truncated is None else np.array(truncated, np.bool_)
+        )
+        return BatchStep(self._stacked(), rewards, terminated, flags, infos, finals, final_infos)
+
+    def _stacked(self) -> Any:
+        space = self._single_space
+        if isinstance(space, Box):
+            return np.stack(self._observations)
+        out = create_empty_array(space, self.size)
+        return concatenate(space, self._observations, out)  # type: ignore[arg-type]
+
+    def control(self, request: ControlRequest) -> Any:
+        """``configure`` applies to every env; other requests go to each env in turn and
+        answer a list (one result per env), or the first Failure."""
+        results = []
+        for index, runner in enumerate(self.runners):
+            result = runner.control(request)
+            if isinstance(result, Failure):
+                return _in_env(result, index)
+            results.append(result)
+        return None if request.op in ("configure", "set") else results
+
+    def close(self) -> Failure | None:
+        failures = [runner.close() for runner in self.runners]
+        return next((failure for failure in failures if failure is not None), None)
+
+
+def _reset_arguments(
+    seed: Any, options: dict[str, Any] | None, size: int
+) -> tuple[Sequence[int | None], Any, dict[str, Any] | None]:
+    if seed is None:
+        seeds: Sequence[int | None] = [None] * size
+    elif isinstance(seed, (int, np.integer)):
+        seeds = [int(seed) + i for i in range(size)]
+    else:
+        seeds = list(seed)
+        if len(seeds) != size:
+            raise ValueError(f"reset needs {size} seeds, one per env, got {len(seeds)}")
+    mask = np.ones(size, np.bool_)
+    if options is not None and "reset_mask" in options:
+        options = dict(options)
+        mask = np.asarray(options.pop("reset_mask"))
+        if mask.shape != (size,) or mask.dtype != np.bool_:
+            raise TypeError(f"options['reset_mask'] must be a bool array of shape ({size},)")
+        options = options or None
+    return seeds, mask, options
+
+
+def _in_env(failure: Failure, index: int) -> Failure:
+    return dataclasses.replace(failure, during=f"{failure.during} of env {index} of the batch")

@@ -1,0 +1,176 @@
+"""A worker whose env is a coroutine env, served by a task on the worker's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import warnings
+from typing import Any, TypeVar
+
+from .._async_runner import AsyncEnvRunner
+from .._environment import EnvSource
+from .._errors import WorkerError
+from .._messages import ControlRequest
+from ._base import Worker
+
+__all__ = ["AsyncEnvWorker"]
+
+S = TypeVar("S")
+
+_STOP = object()
+
+#: Seconds ``aclose`` waits for env tasks to end once cancelled (an env that swallows the
+#: cancellation is left behind, with a warning).
+_CANCEL_GRACE = 1.0
+
+
+class AsyncEnvWorker(Worker[S]):
+    """Runs a coroutine env (``async def reset``/``step``; see the README) as a task on the
+    event loop: no thread, no process, so thousands of envs that wait on I/O (a remote
+    simulator, a game server, a web API) share one loop. Plain envs work too, but block
+    the loop while they step.
+
+    Requests are served in order by one task per env. A step past its ``step_timeout`` is
+    cancelled (the task is cancelled and the env closed); closing the worker cancels a
+    step in flight, closes the env (awaiting an async ``close``) and waits for the task,
+    at most ``cleanup_time`` seconds before cancelling the close as well.
+
+    The options are :class:`Worker`'s: ``seed`` (default None), ``cleanup_time`` (seconds,
+    default 5), ``step_timeout`` and ``start_timeout`` (seconds, default None).
+    """
+
+    kind = "async"
+    _discard_verb = "cancelled (its task was cancelled and the env closed)"
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        self._envs: list[_EnvTask] = []  # the current env's, and discarded ones still closing
+        self._spawn(seed)
+
+    def _spawn(self, seed: int | None) -> None:
+        self._current = _EnvTask(self, AsyncEnvRunner(self.source, seed, self._episode))
+        self._envs.append(self._current)
+        if self._loop is not None:
+            self._current.start(self._loop)
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._current.start(loop)
+
+    def _submit(self, seq: int, action: Any) -> None:
+        self._current.put(seq, action)
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._current.put(seq, request)
+
+    def _on_task_reply(self, env_task: _EnvTask, seq: int, result: Any) -> None:
+        if env_task is self._current:  # a discarded env's reply is never delivered
+            self._on_reply(seq, result)
+
+    def _on_task_ended(self, env_task: _EnvTask, task: asyncio.Task[None]) -> None:
+        if env_task in self._envs:
+            self._envs.remove(env_task)
+        if task.cancelled() or task.exception() is None or env_task is not self._current:
+            return
+        error = WorkerError(
+            f"{self.name}: the task serving the env failed ({task.exception()!r})",
+            worker_id=self.worker_id,
+        )
+        error.__cause__ = task.exception()
+        self._on_death(error)
+
+    def _discard_env(self, env_gone: bool) -> None:
+        if env_gone:
+            self._current.cancel()  # it hung: cancel the step it is awaiting
+        else:
+            self._current.put(0, _STOP)
+
+    def _start_close(self) -> None:
+        self._current.cancel()  # a step in flight is cancelled; the env is then closed
+
+    def _abandon(self) -> None:
+        self._current.cancel()
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        tasks = [env.task for env in self._envs if env.task is not None]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=cleanup_time)
+        for task in pending:  # an env whose close outlasted cleanup_time: cancel the close
+            task.cancel()
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=_CANCEL_GRACE)
+        if pending:
+            warnings.warn(
+                f"{self.name}: the env's task did not end when cancelled (does the env "
+                "swallow asyncio.CancelledError?); it is left running",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+class _EnvTask:
+    """One env and the task that serves its requests, in order."""
+
+    def __init__(self, worker: AsyncEnvWorker[Any], runner: AsyncEnvRunner) -> None:
+        self.requests: collections.deque[tuple[int, Any]] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+        self._wake_up: asyncio.Future[None] | None = None  # set while the task waits
+        self._worker = worker
+        self._runner = runner
+        self._cancelled = False
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.task is not None or self._cancelled:
+            return
+        self.task = loop.create_task(
+            self._serve(), name=f"aioenv-async-worker ({self._worker.env_name})"
+        )
+        self.task.add_done_callback(lambda task: self._worker._on_task_ended(self, task))
+
+    def put(self, seq: int, request: Any) -> None:
+        """Queue request ``seq``; the task serves it after those before it."""
+        self.requests.append((seq, request))
+        wake_up = self._wake_up
+        if wake_up is not None and not wake_up.done():
+            wake_up.set_result(None)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _serve(self) -> None:
+        worker, runner, requests = self._worker, self._runner, self.requests
+        try:
+            runner.build()
+            if worker.observation_space is None:
+                worker.observation_space, worker.action_space = runner.spaces
+            loop = asyncio.get_running_loop()
+            while True:
+                while not requests:
+                    self._wake_up = loop.create_future()
+                    await self._wake_up
+                seq, request = requests.popleft()
+                if request is _STOP:
+                    return
+                if isinstance(request, ControlRequest):
+                    result = await runner.acontrol(request)
+                else:
+                    result = await runner.ahandle(request)
+                worker._on_task_reply(self, seq, result)
+        finally:
+            await runner.aclose()  # after a cancellation too: the env's close is awaited

@@ -1,0 +1,238 @@
+"""Workers that step several envs together (``envs_per_worker=k``): one message per batch,
+BatchStep states, the same episodes as one env per worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import BigObservation, RaisesOnTwo, Structured
+from support import POOL_MODES, modes
+
+import aioenv
+from aioenv._environment import BatchStep
+from aioenv._protocol import FrameDecoder, decode_batch_step, encode_batch_step
+
+K = 3
+
+#: Coroutine (async) workers run their env's coroutines one env per worker.
+BATCHING_MODES = {name: mode for name, mode in POOL_MODES.items() if "async" not in name}
+
+
+@pytest.fixture(params=list(BATCHING_MODES))
+def mode(request: pytest.FixtureRequest) -> Any:
+    """The pool configurations whose workers can step several envs together."""
+    return BATCHING_MODES[request.param]
+
+
+def test_async_workers_say_they_step_one_env_each() -> None:
+    with pytest.raises(TypeError, match="envs_per_worker.*sync and thread and process"):
+        aioenv.make_pool(Structured, 2, mode="async", envs_per_worker=K)
+
+
+def flat(observation: Any, row: int) -> list[np.ndarray]:
+    """The arrays of one row of a (possibly nested) stacked observation, in a fixed order."""
+    if isinstance(observation, dict):
+        return [a for key in sorted(observation) for a in flat(observation[key], row)]
+    if isinstance(observation, tuple):
+        return [a for part in observation for a in flat(part, row)]
+    return [np.asarray(observation[row])]
+
+
+def flat_single(observation: Any) -> list[np.ndarray]:
+    if isinstance(observation, dict):
+        return [a for key in sorted(observation) for a in flat_single(observation[key])]
+    if isinstance(observation, tuple):
+        return [a for part in observation for a in flat_single(part)]
+    return [np.asarray(observation)]
+
+
+def same(xs: list[np.ndarray], ys: list[np.ndarray]) -> bool:
+    return len(xs) == len(ys) and all(np.array_equal(x, y) for x, y in zip(xs, ys, strict=True))
+
+
+def timeless(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` without the episode's wall-clock duration, which no two runs share."""
+    if isinstance(info.get("episode"), dict):
+        info = {**info, "episode": {k: v for k, v in info["episode"].items() if k != "t"}}
+    return info
+
+
+async def reference(seed: int, autoreset: str, actions: list[list[int]]) -> list[list[Any]]:
+    """Per env of one batched worker with ``seed``: the states of a one-env sync worker
+    with that env's seed, driven by the same actions (its column of ``actions``)."""
+    seeds = aioenv.worker_seeds(seed, K)
+    runs: list[list[Any]] = []
+    for column, env_seed in enumerate(seeds):
+        worker = aioenv.SyncWorker(Structured, seed=env_seed)
+        pool = aioenv.SyncWorkerPool([worker], autoreset=autoreset)  # type: ignore[arg-type]
+        states = [(await pool.reset_all()).states[0]]
+        for row in actions:
+            pool.send_action(row[column], 0)
+            state, _ = await pool.get_state()  # type: ignore[misc]
+            states.append(state)
+        await pool.aclose()
+        runs.append(states)
+    return runs
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+async def test_a_batched_worker_steps_the_same_episodes_as_one_env_per_worker(
+    mode: Any, autoreset: str
+) -> None:
+    rng = np.random.default_rng(3)
+    actions = rng.integers(0, 2, (14, K)).tolist()  # several episodes of 6 steps each
+    async with aioenv.make_pool(
+        Structured, 2, mode=modes(mode, 2), envs_per_worker=K, seed=11, autoreset=autoreset
+    ) as pool:
+        assert [worker.num_envs for worker in pool.workers] == [K, K]
+        got: dict[int, list[BatchStep[Any]]] = {0: [], 1: []}
+        for state, worker_id in (await pool.reset_all()).sorted():
+            got[worker_id].append(state)
+        for row in actions:
+            for worker_id in (0, 1):
+                pool.send_action(np.array(row), worker_id)
+            for _ in range(2):
+                state, worker_id = await pool.get_state()  # type: ignore[misc]
+                got[worker_id].append(state)
+    for worker_id, worker_seed in enumerate(aioenv.worker_seeds(11, 2)):
+        expected = await reference(worker_seed, autoreset, actions)  # type: ignore[arg-type]
+        for t, batch in enumerate(got[worker_id]):
+            assert isinstance(batch, BatchStep) and len(batch) == K
+            for env in range(K):
+                step = expected[env][t]
+                assert same(flat(batch.observations, env), flat_single(step.observation))
+                assert batch.rewards[env] == step.reward
+                assert batch.terminated[env] == step.terminated
+                assert batch.truncated[env] == step.truncated
+                assert timeless(batch.infos.get(env, {})) == timeless(step.info)
+                if step.final_observation is not None:
+                    final = batch.final_observations[env]
+                    assert same(flat_single(final), flat_single(step.final_observation))
+                else:
+                    assert env not in batch.final_observations
+
+
+async def test_reset_seeds_count_envs_across_workers(mode: Any) -> None:
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2), envs_per_worker=K) as pool:
+        batch = (await pool.reset_all(seed=100)).sorted()
+        got = np.concatenate([state.observations for state in batch.states])
+    expected = [gymnasium.make("CartPole-v1").reset(seed=100 + i)[0] for i in range(2 * K)]
+    np.testing.assert_array_equal(got, np.stack(expected))
+
+
+async def test_a_masked_reset_resets_only_those_envs() -> None:
+    async with aioenv.make_pool(Structured, 1, mode="process", envs_per_worker=K) as pool:
+        first = (await pool.reset_all(seed=1)).states[0]
+        pool.send_action(np.array([0, 1, 0]), 0)
+        stepped, _ = await pool.get_state()  # type: ignore[misc]
+        mask = np.array([False, True, False])
+        pool.send_action(aioenv.Reset(seed=[None, 7, None], options={"reset_mask": mask}), 0)
+        masked, _ = await pool.get_state()  # type: ignore[misc]
+    expected_reset = Structured()
+    observation, _ = expected_reset.reset(seed=7)
+    assert same(flat(masked.observations, 1), flat_single(observation))
+    for env in (0, 2):  # untouched: their last observation, from the step
+        assert same(flat(masked.observations, env), flat(stepped.observations, env))
+    assert not same(flat(first.observations, 1), flat(masked.observations, 1))
+    assert set(masked.infos) <= {1}  # only the reset env's info
+
+
+async def test_an_env_error_names_its_env_and_a_restart_rebuilds_the_batch(mode: Any) -> None:
+    async with aioenv.make_pool(
+        RaisesOnTwo, 1, mode=modes(mode, 1), envs_per_worker=K, seed=0
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([0, 2, 0]), 0)
+        with pytest.raises(aioenv.EnvError, match="env 1 of the batch") as raised:
+            await pool.get_state()
+        assert raised.value.exception_type == "ValueError"
+    async with aioenv.make_pool(
+        RaisesOnTwo, 1, mode=modes(mode, 1), envs_per_worker=K, seed=0, restart="on_failure"
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([0, 0, 0]), 0)
+        await pool.get_state()
+        pool.send_action(np.array([0, 2, 0]), 0)
+        restarted, _ = await pool.get_state()  # type: ignore[misc]
+        assert pool.restarts == 1
+        np.testing.assert_array_equal(restarted.observations, np.zeros((K, 1), np.float32))
+        assert all(restarted.infos[env]["aioenv"]["restarted"] for env in range(K))
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+async def test_big_batched_observations_through_shared_memory_or_the_socket(
+    shared_memory: bool,
+) -> None:
+    shape = (32, 32, 3)
+    async with aioenv.make_pool(
+        lambda: BigObservation(shape),
+        2,
+        mode="process",
+        envs_per_worker=K,
+        envs_per_process=2,
+        shared_memory=shared_memory,
+    ) as pool:
+        await pool.reset_all()
+        held = []
+        for _ in range(3):
+            for worker_id in (0, 1):
+                pool.send_action(np.array([1, 2, 3]), worker_id)
+            batch = await pool.get_batch(min_size=2)
+            held.extend(batch.states)
+        # The states own their arrays (copy=True): what was taken earlier is unchanged.
+        for index, state in enumerate(held):
+            expected = BigObservation(shape)
+            expected.t = index // 2 + 1
+            np.testing.assert_array_equal(state.observations, np.stack([expected._obs()] * K))
+            np.testing.assert_array_equal(state.rewards, [1.0, 2.0, 3.0])
+
+
+def test_a_batch_step_round_trips_through_the_protocol() -> None:
+    batch = BatchStep(
+        {"x": np.arange(6, dtype=np.int16).reshape(3, 2), "y": (np.ones(3),)},
+        np.array([0.5, -1.0, 2.0]),
+        np.array([True, False, False]),
+        np.array([False, False, True]),
+        {2: {"k": "v"}},
+        {0: {"x": np.zeros(2), "y": (1.0,)}},
+        {0: {"done": True}},
+    )
+    frames = FrameDecoder().feed(encode_batch_step(9, batch, slot=4))
+    assert [(kind, seq, slot) for kind, seq, slot, _ in frames] == [(20, 9, 4)]
+    decoded = decode_batch_step(frames[0][3])
+    np.testing.assert_array_equal(decoded.observations["x"], batch.observations["x"])
+    np.testing.assert_array_equal(decoded.rewards, batch.rewards)
+    np.testing.assert_array_equal(decoded.terminated, batch.terminated)
+    np.testing.assert_array_equal(decoded.truncated, batch.truncated)
+    assert decoded.infos == batch.infos and decoded.final_infos == batch.final_infos
+    plain = BatchStep(
+        np.zeros((2, 4), np.float32), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool)
+    )
+    again = decode_batch_step(FrameDecoder().feed(encode_batch_step(1, plain))[0][3])
+    assert again.observations.dtype == np.float32 and again.infos == {}
+    assert again.rewards.flags.writeable  # copied out of the receive buffer
+
+
+async def test_force_sync_gives_the_async_pools_data() -> None:
+    async def run(force_sync: bool) -> list[Any]:
+        async with aioenv.make_pool(
+            Structured,
+            2,
+            mode="process",
+            envs_per_worker=K,
+            seed=4,
+            autoreset="next_step",
+            force_sync=force_sync,
+        ) as pool:
+            out = [s.rewards.tolist() for s in (await pool.reset_all()).sorted().states]
+            for t in range(8):
+                for worker_id in (0, 1):
+                    pool.send_action(np.full(K, t % 2), worker_id)
+                batch = (await pool.get_batch(min_size=2)).sorted()
+                out.extend(flat(s.observations, 0)[0].tolist() for s in batch.states)
+            return out
+
+    assert await run(True) == await run(False)
