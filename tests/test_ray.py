@@ -26,6 +26,7 @@ from ray_support import actor_state
 from support import wait_until
 
 import aioenv
+from aioenv._environment import BatchStep
 from aioenv._supervision import restart_seed
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -324,3 +325,21 @@ async def test_large_observations_come_back_as_ray_views_and_the_pool_copies_the
         np.testing.assert_array_equal(state.observation, expected_big_observation(1))
         # copy=True: the state owns its array; copy=False: a read-only view of Ray's buffer.
         assert state.observation.flags.writeable is copy
+
+
+@ray_test
+async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -> None:
+    async with aioenv.make_pool(
+        "CartPole-v1", 2, mode="ray", envs_per_worker=3, seed=5, **OFF_CPU
+    ) as pool:
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+        for _ in range(2):
+            batch, worker_id = await pool.get_state()
+            assert isinstance(batch, BatchStep) and len(batch) == 3
+            assert batch.observations.shape == (3, 4) and batch.observations.flags.writeable
+        for worker_id in range(2):
+            pool.send_action(np.ones(3, dtype=np.int64), worker_id)
+        for _ in range(2):
+            batch, _ = await pool.get_state()
+            assert len(batch) == 3 and batch.rewards.tolist() == [1.0, 1.0, 1.0]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import cloudpickle
 
-from .._environment import EnvSource, Step
+from .._environment import BatchStep, EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
 from ._base import Worker
@@ -191,7 +191,7 @@ class RayWorker(Worker[S]):
             return
         # Ray hands arrays back as read-only views of its buffers: a pool that owns its
         # states (copy=True) copies them, as for shared memory.
-        self._on_reply(seq, result, borrowed=type(result) is Step)
+        self._on_reply(seq, result, borrowed=type(result) in (Step, BatchStep))
 
     def _on_actor_death(self, host: ActorHost, reason: str) -> None:
         with contextlib.suppress(ValueError):
