@@ -19,6 +19,8 @@ CHILD_SIDE = {
     "aioenv.workers._ray_actor",
     "aioenv.workers._ray_protocol",
     "aioenv._runner",
+    "aioenv._async_runner",
+    "aioenv._async_environment",
     "aioenv._vector_runner",
     "aioenv._seeds",
     "aioenv._protocol",
