@@ -330,8 +330,10 @@ async def test_large_observations_come_back_as_ray_views_and_the_pool_copies_the
 @ray_test
 async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -> None:
     async with aioenv.make_pool(
-        "CartPole-v1", 2, mode="ray", envs_per_worker=3, seed=5, **OFF_CPU
+        "CartPole-v1", 2, mode="ray", envs_per_worker=3, envs_per_actor=2, seed=5, **OFF_CPU
     ) as pool:
+        actors = {worker.actor_id for worker in pool.workers}  # type: ignore[attr-defined]
+        assert len(actors) == 1  # both workers, three envs each, in one actor
         for worker_id in range(2):
             pool.send_action(aioenv.RESET, worker_id)
         for _ in range(2):
