@@ -4,6 +4,8 @@ Drive many environments from one ``async`` training loop and act on whichever is
 first. See the README for a tour.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._batch import Batch
 from ._collect import Collector, Policy, collect
 from ._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
@@ -33,6 +35,9 @@ from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, VectorEnvClosed
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
+if TYPE_CHECKING:
+    from .workers import RayWorker
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "NoActionInFlight",
     "Policy",
     "ProcessWorker",
+    "RayWorker",
     "Reset",
     "SpaceMismatch",
     "StateNotTaken",
@@ -81,3 +87,12 @@ __all__ = [
     "run",
     "worker_seeds",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Importing aioenv never imports ray: RayWorker comes on first use.
+    if name == "RayWorker":
+        from .workers import RayWorker
+
+        return RayWorker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -94,7 +94,7 @@ def info_lines() -> list[str]:
     lines.append(f"event loop (aioenv.run): {run(_loop_name())}")
     lines.append(f"worker kinds: {', '.join(worker_modes())}")
     for module, note in (
-        ("ray", "aioenv has no ray worker kind yet"),
+        ("ray", "mode='ray' needs it: pip install 'aioenv[ray]'"),
         ("trio", "aioenv pools run on asyncio event loops only"),
     ):
         found = importlib.util.find_spec(module) is not None

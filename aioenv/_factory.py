@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._environment import EnvSource, VectorSource, resolve_source
@@ -19,7 +19,10 @@ _KINDS: dict[str, type[Worker[Any]]] = {
     "process": ProcessWorker,
     "async": AsyncEnvWorker,
 }
-#: The worker options each kind takes (``envs_per_process`` is applied by make_pool).
+#: Kinds whose workers share a host (a child process, a Ray actor), by the option that
+#: says how many envs go in each.
+_HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
+#: The worker options each kind takes (``envs_per_*`` are applied by make_pool).
 _WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time", "envs_per_worker"}),
     "thread": frozenset({"cleanup_time", "envs_per_worker"}),
@@ -27,12 +30,24 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
         {"cleanup_time", "context", "envs_per_process", "envs_per_worker", "shared_memory"}
     ),
     "async": frozenset({"cleanup_time"}),
+    "ray": frozenset(
+        {
+            "cleanup_time",
+            "envs_per_actor",
+            "envs_per_worker",
+            "num_cpus",
+            "num_gpus",
+            "resources",
+            "runtime_env",
+            "actor_options",
+        }
+    ),
 }
 
 
 def worker_modes() -> tuple[str, ...]:
     """The worker kinds ``make_pool``'s ``mode`` names."""
-    return tuple(_KINDS)
+    return tuple(_WORKER_OPTIONS)
 
 
 def get_worker_pool(
@@ -61,8 +76,8 @@ def make_pool(
         starts (an unknown id raises at once; an env registered by this script works in
         worker processes too).
     :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
-        (coroutine envs, as tasks on the event loop), or one mode per worker: a pool can
-        mix kinds.
+        (coroutine envs, as tasks on the event loop), ``"ray"`` (Ray actors, see
+        :class:`~aioenv.RayWorker`), or one mode per worker: a pool can mix kinds.
     :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
     :param force_sync: build sync workers whatever ``mode`` says (async workers stay
         async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
@@ -70,10 +85,13 @@ def make_pool(
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool, checked before any worker
         starts; worker options go to the kinds that take them: ``cleanup_time`` (all
-        kinds, and the pool), and for process workers ``context``, ``shared_memory`` and
-        ``envs_per_process`` (how many workers share one child process; default 1).
-        ``envs_per_worker=k`` (sync, thread and process; default 1): each worker steps
-        ``k`` envs together; its actions are batches of ``k`` and its states
+        kinds, and the pool); for process workers ``context``, ``shared_memory`` and
+        ``envs_per_process`` (how many workers share one child process; default 1); for
+        Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
+        ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
+        ``envs_per_actor`` (how many workers share one actor; default 1).
+        ``envs_per_worker=k`` (any kind but async; default 1): each worker steps ``k`` envs
+        together; its actions are batches of ``k`` and its states
         :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
@@ -129,30 +147,39 @@ def _build_workers(
     into: list[Worker[Any]],
 ) -> None:
     """Append one worker per mode to ``into`` (so the caller can abandon what was built if
-    a later one fails); process workers share children ``envs_per_process`` at a time."""
-    options = dict(options)
-    envs_per_process = options.pop("envs_per_process", 1)
+    a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
+    envs_per_host = {k: v for k, v in options.items() if k in _HOSTED.values()}
+    options = {k: v for k, v in options.items() if k not in envs_per_host}
     envs_per_worker = options.pop("envs_per_worker", 1)
     if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
-    processes = [i for i, kind in enumerate(modes) if kind == "process"]
-    hosted = iter(
-        ProcessWorker.hosted(
-            [sources[i] for i in processes],
-            [seeds[i] for i in processes],
-            envs_per_process,
-            **_options_for("process", options),
-        )
-        if processes
-        else []
-    )
+    hosted: dict[str, Iterator[Worker[Any]]] = {}
+    for kind, per_host in _HOSTED.items():
+        indices = [i for i, mode in enumerate(modes) if mode == kind]
+        if indices:
+            hosted[kind] = iter(
+                _kind_class(kind).hosted(  # type: ignore[attr-defined]
+                    [sources[i] for i in indices],
+                    [seeds[i] for i in indices],
+                    envs_per_host.get(per_host, 1),
+                    **_options_for(kind, options),
+                )
+            )
     for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
-        if kind == "process":
-            into.append(next(hosted))
+        if kind in hosted:
+            into.append(next(hosted[kind]))
         else:
-            into.append(_KINDS[kind](source, seed=worker_seed, **_options_for(kind, options)))
+            into.append(_kind_class(kind)(source, seed=worker_seed, **_options_for(kind, options)))
+
+
+def _kind_class(kind: str) -> type[Worker[Any]]:
+    if kind == "ray":  # imported on first use: see aioenv.workers
+        from .workers import RayWorker
+
+        return RayWorker
+    return _KINDS[kind]
 
 
 def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +188,7 @@ def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
     for option in options:
-        kinds = [kind for kind in _KINDS if option in _WORKER_OPTIONS[kind]]
+        kinds = [kind for kind, names in _WORKER_OPTIONS.items() if option in names]
         if not kinds:
             raise TypeError(f"make_pool() got an unknown worker option {option!r}")
         if not any(kind in kinds for kind in modes):
@@ -176,8 +203,8 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     if len(modes) != num_workers:
         raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
     for index, kind in enumerate(modes):
-        if kind not in _KINDS:
+        if kind not in _WORKER_OPTIONS:
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of {', '.join(map(repr, _KINDS))}"
+                f"mode[{index}] is {kind!r}; choose one of {', '.join(map(repr, worker_modes()))}"
             )
     return modes

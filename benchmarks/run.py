@@ -7,9 +7,10 @@
 Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observations,
 W4 round-trip floors, W5 dispatch scaling with thread workers, W6 a synchronous training
 script over vector envs (a numpy MLP between lockstep steps), W7 coroutine envs (async
-workers) against thread workers when every step waits 10 ms. Each figure is env steps
-per second (one env transition = one step) over a fixed wall-clock window after a warm-up;
-tables show the median and min-max over interleaved repetitions. Results go to
+workers) against thread workers when every step waits 10 ms, W8 5 ms steps on Ray actors
+against process workers. Each figure is env steps per second (one env transition = one
+step) over a fixed wall-clock window after a warm-up; tables show the median and min-max
+over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.
 """
 
@@ -32,6 +33,7 @@ from workloads import (
     CONFIGS,
     REFERENCE,
     WORKLOADS,
+    Config,
     Row,
     WorkloadResult,
     build_workloads,
@@ -43,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 OVERHEAD_S = 0.15  # per measurement, beyond warm-up and window: build, first reset, close
 BUSY_MARK = "*"
+OVERHEAD_WORKLOADS = ("W5", "W8")  # fixed step time: the overhead per step is meaningful
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +168,7 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
     headers = ["case", "configuration", "steps/s", "min-max", "vs async"]
     if with_ideal:
         headers += ["% ideal"]
-    if workload.key == "W5":
+    if workload.key in OVERHEAD_WORKLOADS:
         headers += ["overhead µs/step", "extra latency µs"]
     headers += ["busy"]
     table: list[list[str]] = []
@@ -188,7 +191,7 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
         ]
         if with_ideal:
             cells.append(f"{figures['pct_ideal']:.0f}%")
-        if workload.key == "W5":
+        if workload.key in OVERHEAD_WORKLOADS:
             cells += [
                 f"{figures['overhead_us_per_step']:.1f}",
                 f"{figures['extra_latency_us']:.0f}",
@@ -205,7 +208,7 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
             "measured here): "
             + ", ".join(f"N={n}: {_count(ideal_rate(result, n) or 0)} steps/s" for n in ideals)
         )
-    if workload.key == "W5":
+    if workload.key in OVERHEAD_WORKLOADS:
         lines.append(
             "overhead µs/step = 1/(steps/s) - step time/N: wall time each step costs beyond "
             "the ideal; extra latency = N/(steps/s) - step time: what each env waits per step"
@@ -328,7 +331,9 @@ def write_chart(results: list[WorkloadResult], threshold: float, path: Path) -> 
 
 
 # Main --------------------------------------------------------------------------------------
-def parse_args(argv: list[str] | None) -> tuple[Settings, list[str], Path, bool]:
+def parse_args(
+    argv: list[str] | None,
+) -> tuple[Settings, list[str], Path, bool, list[Config]]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -341,6 +346,11 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, list[str], Path, bool]
         "--busy-threshold",
         type=float,
         help="cores used by other programs above which a figure is marked busy (0.25)",
+    )
+    parser.add_argument(
+        "--rows",
+        help="run only the configurations whose label contains one of these comma-separated "
+        "strings, e.g. 'ray,aioenv process / state' (default: all)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where latest.json/png go")
     parser.add_argument("--no-chart", action="store_true", help="do not draw latest.png")
@@ -362,7 +372,13 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, list[str], Path, bool]
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {WORKLOADS}")
     if settings.reps < 1 or settings.timing.budget <= 0 or settings.timing.warmup < 0:
         parser.error("--reps must be >= 1, --budget > 0, --warmup >= 0")
-    return settings, only, args.out, not args.no_chart
+    configs = CONFIGS
+    if args.rows:
+        wanted = [part.strip() for part in args.rows.split(",") if part.strip()]
+        configs = [c for c in CONFIGS if any(part in c["label"] for part in wanted)]
+        if not configs:
+            parser.error(f"no configuration label contains any of {wanted}")
+    return settings, only, args.out, not args.no_chart, configs
 
 
 def busy_at_start(meta: dict[str, Any], threshold: float) -> list[str]:
@@ -384,7 +400,7 @@ def progress(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings, only, out, chart = parse_args(argv)
+    settings, only, out, chart, configs = parse_args(argv)
     with run_lock():
         started = time.monotonic()
         meta: dict[str, Any] = host_info()
@@ -406,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["busy_at_start"] = busy_at_start(meta, settings.busy_threshold)
         print(render_header(meta), file=sys.stderr, flush=True)
         workloads = build_workloads(settings.scale)
-        planned = settings.reps * sum(measurements_per_rep(workloads[key], CONFIGS) for key in only)
+        planned = settings.reps * sum(measurements_per_rep(workloads[key], configs) for key in only)
         per_measurement = settings.timing.warmup + settings.timing.budget + OVERHEAD_S
         progress(
             f"{planned} measurements, about {planned * per_measurement / 60:.1f} min "
@@ -418,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(
                 run_workload(
                     workloads[key],
-                    CONFIGS,
+                    configs,
                     reps=settings.reps,
                     timing=settings.timing,
                     account=account,

@@ -1,4 +1,4 @@
-"""W1-W7: what is measured, against which configurations, in which order.
+"""W1-W8: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -52,7 +52,10 @@ class Config(_ConfigRequired, total=False):
     options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
 
 
-_ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 and W7 run only the rows that name them
+_ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 to W8 run only the rows that name them
+#: Ray actors reserve a quarter CPU each: eight of them fit on a 2-core machine (Ray
+#: counts reservations, not use; a whole CPU each would leave six of eight pending).
+_RAY = {"mode": "ray", "num_cpus": 0.25}
 
 CONFIGS: list[Config] = [
     {
@@ -60,7 +63,7 @@ CONFIGS: list[Config] = [
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "process"},
-        "workloads": ("W1", "W2", "W3", "W4"),
+        "workloads": ("W1", "W2", "W3", "W4", "W8"),
     },
     {
         "label": "aioenv process / batch",
@@ -152,6 +155,22 @@ CONFIGS: list[Config] = [
         "options": {"mode": "sync"},
         "workloads": ("W1", "W3", "W4"),
     },
+    # Ray actors on a local Ray instance (started by the first measurement, outside its
+    # window): the cost of a worker that could live on another machine.
+    {
+        "label": "aioenv ray / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": _RAY,
+        "workloads": ("W4", "W8"),
+    },
+    {
+        "label": "aioenv ray x8 / batch",
+        "runner": "aioenv",
+        "api": "batch",
+        "options": {**_RAY, "envs_per_actor": 8},
+        "workloads": ("W1",),
+    },
     # Not a pool: the leanest batch-per-hand-off process design (see bare.py), for scale.
     {
         "label": "reference: bare vectorized x8",
@@ -203,6 +222,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
 STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
 AWAITED_SLEEP = (1e-2, 0.0)  # W7: every step waits 10 ms (asyncio.sleep or time.sleep)
+REMOTE_SLEEP = (5e-3, 0.0)  # W8: every step sleeps 5 ms
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 
 
@@ -289,10 +309,16 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             ],
             sleep=AWAITED_SLEEP,
         ),
+        "W8": Workload(
+            "W8",
+            "remote-sized steps: every step sleeps 5 ms (Ray actors vs processes)",
+            [Case("N=8", 8, envs.sleepy(*REMOTE_SLEEP), envs.zero_policy)],
+            sleep=REMOTE_SLEEP,
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
 
 
 @dataclasses.dataclass

@@ -11,6 +11,13 @@ import pytest
 import uvloop
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
+try:
+    import ray  # noqa: F401 (only whether it imports)
+except ImportError as exc:  # no wheel for this interpreter, or not installed
+    RAY_MISSING: str | None = f"ray cannot be imported here ({exc}); pip install 'aioenv[ray]'"
+else:
+    RAY_MISSING = None
+
 # Test envs travel to process workers by value, like envs defined in a user's __main__.
 cloudpickle.register_pickle_by_value(envs)
 
@@ -26,6 +33,37 @@ def no_leaks() -> Iterator[None]:
     yield
     assert wait_until(lambda: not worker_processes()), f"leaked processes: {worker_processes()}"
     assert wait_until(lambda: not worker_threads()), f"leaked threads: {worker_threads()}"
+
+
+def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
+    """Tests marked ``ray`` are skipped where ray cannot be imported, and only there."""
+    if RAY_MISSING is None:
+        return
+    for item in items:
+        if "ray" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """Ray is shut down at the end of a session that started it."""
+    yield
+    import ray_support
+
+    ray_support.stop()
+
+
+@pytest.fixture
+def ray_local(ray_session: None) -> Iterator[None]:
+    """The shared local Ray instance (started on first use); after the test, no actor of
+    it is left alive (checked through Ray's state: its processes are Ray's, not ours)."""
+    import ray_support
+
+    ray_support.start()
+    yield
+    assert wait_until(lambda: not ray_support.live_actors()), (
+        f"leaked actors: {ray_support.live_actors()}"
+    )
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -451,3 +452,13 @@ class GatedTouchy(Touchy):
         while not os.path.exists(self.gate) and time.monotonic() < deadline:
             time.sleep(0.002)
         return super().step(action)
+
+
+class LockedState(Counter):
+    """``step`` with action ``"lock"`` returns a state holding a lock: it cannot be pickled."""
+
+    def step(self, action: Any) -> dict[str, Any]:
+        state = super().step(0)
+        if isinstance(action, str) and action == "lock":
+            state["lock"] = threading.Lock()
+        return state

@@ -59,15 +59,28 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+#: Children of this process that serve the whole session, with their descendants: the
+#: daemons of the shared local Ray instance (its actors' processes are theirs; the Ray
+#: tests check actors through Ray's state instead).
+SESSION_HELPERS: set[int] = set()
+
+
+def direct_children() -> set[int]:
+    return {child for child in _children().get(os.getpid(), []) if child > 0}
+
+
 def worker_processes() -> list[int]:
     """Descendants of this process other than multiprocessing's forkserver and resource
-    tracker, which live for the whole session (zombies included, as negative pids)."""
+    tracker and the :data:`SESSION_HELPERS`, which live for the whole session (zombies
+    included, as negative pids)."""
     tree = _children()
     found: list[int] = []
     stack = [os.getpid()]
     while stack:
         parent = stack.pop()
         for child in tree.get(parent, []):
+            if parent == os.getpid() and abs(child) in SESSION_HELPERS:
+                continue
             if child > 0 and parent == os.getpid():
                 command = _cmdline(child)
                 if "resource_tracker" in command:

@@ -38,7 +38,7 @@ def test_info_prints_versions_loop_kinds_and_support() -> None:
     for name in ("anyio", "uvloop", "tqdm"):
         assert any(line.startswith(f"{name} ") for line in lines)
     assert "event loop (aioenv.run): uvloop.Loop" in lines
-    assert "worker kinds: sync, thread, process, async" in lines
+    assert "worker kinds: sync, thread, process, async, ray" in lines
     assert any(line.startswith("ray: ") for line in lines)
     assert any(line.startswith("trio: ") for line in lines)
     assert "process start method: forkserver" in lines

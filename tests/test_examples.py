@@ -36,3 +36,26 @@ def test_train_cartpole_learns_within_a_short_budget() -> None:
     first, last = float(generations[0][1]), float(generations[-1][1])
     assert first < 2 * RANDOM_POLICY_RETURN, result.stdout  # it starts near random
     assert last > 4 * RANDOM_POLICY_RETURN, result.stdout  # and learns
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_ray_pool_example_mixes_ray_and_local_workers() -> None:
+    # Its own Ray instance, in its own process: what a user running it gets.
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ray_pool.py"), "--steps=600"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "disabled",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert "600 states in" in result.stdout
+    per_worker = re.findall(r"worker \d+ \((\w+)\): (\d+) states", result.stdout)
+    assert [kind for kind, _ in per_worker] == ["ray"] * 4 + ["process", "thread"]
+    assert sum(int(count) for _, count in per_worker) == 600

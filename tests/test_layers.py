@@ -12,9 +12,12 @@ import aioenv
 
 PACKAGE = Path(aioenv.__file__).parent
 
-#: What a child process runs (and, in-line, sync and thread workers): the env's side.
+#: What a child process or a Ray actor runs (and, in-line, sync and thread workers): the
+#: env's side.
 CHILD_SIDE = {
     "aioenv.workers._child",
+    "aioenv.workers._ray_actor",
+    "aioenv.workers._ray_protocol",
     "aioenv._runner",
     "aioenv._async_runner",
     "aioenv._vector_runner",
@@ -102,6 +105,7 @@ def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_ch
             for runner in ("aioenv._runner", "aioenv._async_runner", "aioenv._vector_runner"):
                 assert runner not in imported, f"{module} imports the env's {runner}"
         assert "aioenv.workers._child" not in imported, f"{module} imports the child's loop"
+        assert "aioenv.workers._ray_actor" not in imported, f"{module} imports the actor"
 
 
 def test_the_checks_see_real_edges() -> None:
@@ -109,5 +113,6 @@ def test_the_checks_see_real_edges() -> None:
     edges = graph()
     assert "aioenv._protocol" in edges["aioenv.workers._child"]
     assert "aioenv.workers._host" in edges["aioenv.workers._process"]
+    assert "aioenv.workers._ray_protocol" in edges["aioenv.workers._ray_actor"]
     assert "aioenv._pool" in edges["aioenv._factory"]
     assert "aioenv._messages" in edges["aioenv._runner"]

@@ -1,0 +1,272 @@
+"""A worker whose env runs in a Ray actor, on this machine or anywhere in a Ray cluster.
+
+An actor serves one env, or several with ``envs_per_actor``: each env is still its own
+worker, with its own id and first-ready semantics, in a *slot* of the actor. An action
+travels: :meth:`RayWorker._submit` hands it to the worker's
+:class:`~aioenv.workers._ray_host.ActorHost`, which sends everything queued for that actor
+in one loop iteration as one actor call; the actor
+(:class:`~aioenv.workers._ray_actor.EnvActor`) steps its envs with the same
+:class:`~aioenv._runner.EnvRunner` as every other kind and returns the answers, which the
+host delivers to :meth:`RayWorker._on_actor_reply`.
+
+Ray is imported when the first Ray worker is made, never by ``import aioenv``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import cloudpickle
+
+from .._environment import BatchStep, EnvSource, Step
+from .._errors import WorkerDied
+from .._messages import ControlRequest
+from ._base import Worker
+from ._ray_host import KILL_GRACE, ActorHost, import_ray
+from ._ray_protocol import Op, Ready
+from ._ray_values import shared_request
+
+__all__ = ["RayWorker"]
+
+S = TypeVar("S")
+
+
+class RayWorker(Worker[S]):
+    """Runs the env in a Ray actor: on the cluster Ray is initialised with
+    (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
+    the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
+
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work;
+    aioenv itself must be importable on every node (install it there, or use
+    ``runtime_env``). A step past its deadline kills the actor (``ray.kill``) with every
+    env it serves; a dead actor or a lost node is :class:`~aioenv.WorkerDied`, noticed by
+    the request in flight (or the next one). Ray's own actor restarts are off: aioenv's
+    ``restart`` option decides. ``aclose`` lets the actor close its envs for
+    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use
+    :meth:`hosted` (or ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several
+    envs in one actor.
+
+    States come back through Ray's serialization (arrays as read-only views of Ray's
+    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
+    copies). Values sent with ``pool.set_attr``/``pool.call`` to several Ray workers go
+    into the object store once.
+
+    :param num_cpus: CPUs the actor reserves (default 1; may be fractional).
+    :param num_gpus: GPUs the actor reserves (default 0).
+    :param resources: custom resources the actor reserves, e.g. ``{"simulator": 1}``, to
+        place it on the nodes that offer them; default None.
+    :param runtime_env: the actor's Ray runtime environment (pip packages, working
+        directory, environment variables); default None.
+    :param actor_options: further options for Ray's ``.options()`` (``scheduling_strategy``,
+        ``memory``, ``name``, ...); they win over the ones above. Default None.
+
+    The other parameters are :class:`~aioenv.workers.Worker`'s.
+    """
+
+    kind = "ray"
+    _discard_verb = "killed (ray.kill)"
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        resources: Mapping[str, float] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        _start: bool = True,
+    ) -> None:
+        import_ray()  # a clear error now if Ray is missing
+        self._host: ActorHost | None = None  # the actor serving this worker's env now
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        try:
+            self._payload = cloudpickle.dumps(env)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the env could not be pickled to send it to a Ray actor "
+                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead"
+            ) from exc
+        self._actor_options = _actor_options(
+            num_cpus, num_gpus, resources, runtime_env, actor_options
+        )
+        self._slot = 0
+        self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
+        if _start:
+            _start_actor([self])
+
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_actor: int,
+        **options: Any,
+    ) -> list[RayWorker[Any]]:
+        """One worker per seed, ``envs_per_actor`` of them sharing each actor. ``env`` is
+        one env source for all, or a list with one per seed."""
+        if not isinstance(envs_per_actor, int) or envs_per_actor < 1:
+            raise ValueError(f"envs_per_actor must be an int >= 1, got {envs_per_actor!r}")
+        envs = env if isinstance(env, list) else [env] * len(seeds)
+        workers: list[RayWorker[Any]] = [
+            cls(source, seed=seed, _start=False, **options)
+            for source, seed in zip(envs, seeds, strict=True)
+        ]
+        for first in range(0, len(workers), envs_per_actor):
+            _start_actor(workers[first : first + envs_per_actor])
+        return workers
+
+    @property
+    def actor_id(self) -> str:
+        """The id (hex) of the Ray actor serving this worker's env now."""
+        return self._current_host().actor_id
+
+    @property
+    def name(self) -> str:
+        where = "" if self.worker_id is None else f" {self.worker_id}"
+        host = self._host
+        if host is None:
+            return f"ray worker{where} ({self.env_name})"
+        slot = f", slot {self._slot}" if host.size > 1 else ""
+        return f"ray worker{where} ({self.env_name}, actor {host.actor_id[:8]}{slot})"
+
+    def _current_host(self) -> ActorHost:
+        assert self._host is not None, "a ray worker always has an actor once built"
+        return self._host
+
+    def _join(self, host: ActorHost, slot: int) -> None:
+        self._host = host
+        self._slot = slot
+        host.open_slot(slot)
+        self._hosts.append(host)
+        if self._loop is not None:
+            host.watch(self._loop)
+
+    # Hooks -----------------------------------------------------------------------------
+    def _bind_loop(self, loop: Any) -> None:
+        for host in self._hosts:
+            host.watch(loop)
+
+    def _spawn(self, seed: int | None) -> None:
+        host = self._current_host()
+        while host.successor is not None:  # siblings may have replaced it already
+            host = host.successor
+        if not host.alive:
+            host = host.replacement()
+        if host is not self._host:
+            self._join(host, self._slot)
+        host.send((self._slot, 0, Op.REBUILD, (seed, self._episode)))
+
+    def _submit(self, seq: int, action: Any) -> None:
+        self._current_host().send((self._slot, seq, Op.STEP, action))
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._current_host().send((self._slot, seq, Op.CONTROL, shared_request(request)))
+
+    def _discard_env(self, env_gone: bool) -> None:
+        host = self._current_host()
+        if env_gone or host.size == 1:
+            host.kill(self._slot, f"{self.name} failed")
+        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
+
+    def _abandon(self) -> None:
+        for host in self._hosts:
+            host.kill(self._slot, f"{self.name} was abandoned")
+        self._hosts.clear()
+
+    # From the actor --------------------------------------------------------------------
+    def _on_actor_reply(self, host: ActorHost, seq: int, result: Any) -> None:
+        if host is not self._host:
+            return  # a replaced actor's words are never delivered
+        if isinstance(result, Ready):
+            self.observation_space = result.observation_space
+            self.action_space = result.action_space
+            return
+        # Ray hands arrays back as read-only views of its buffers: a pool that owns its
+        # states (copy=True) copies them, as for shared memory.
+        self._on_reply(seq, result, borrowed=type(result) in (Step, BatchStep))
+
+    def _on_actor_death(self, host: ActorHost, reason: str) -> None:
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        if host is not self._host or self._closing:
+            return
+        if host.killed_for == self._slot:
+            return  # killed for this worker's own failure, which is already handled
+        self._on_death(
+            WorkerDied(f"{self.name} died: {reason}", worker_id=self.worker_id, exitcode=None)
+        )
+
+    # Closing ---------------------------------------------------------------------------
+    def _start_close(self) -> None:
+        self._ensure_loop()
+        self._current_host().release(self._slot)
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        self._ensure_loop()
+        # This worker ends the actors it was the last to release, and any left dead.
+        hosts = [host for host in self._hosts if not host.in_use or not host.alive]
+        ended: list[bool] = []
+
+        async def end(host: ActorHost) -> None:
+            ended.append(await host.end(cleanup_time))
+
+        async with anyio.create_task_group() as group:
+            for host in hosts:
+                group.start_soon(end, host)
+        self._hosts = [host for host in self._hosts if host not in hosts]
+        if not all(ended):
+            warnings.warn(
+                f"{self.name}: Ray did not report its actor dead within {KILL_GRACE:g} s "
+                "of ray.kill; it may still be in the cluster",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+def _actor_options(
+    num_cpus: float,
+    num_gpus: float,
+    resources: Mapping[str, float] | None,
+    runtime_env: Mapping[str, Any] | None,
+    actor_options: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+    if resources:
+        options["resources"] = dict(resources)
+    if runtime_env:
+        options["runtime_env"] = dict(runtime_env)
+    options.update(actor_options or {})
+    return options
+
+
+def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
+    """Start one actor serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
+    first = workers[0]
+    host = ActorHost(
+        first._actor_options,
+        [worker._payload for worker in workers],
+        [worker.seed for worker in workers],
+        first._episode,
+        deliver=[worker._on_actor_reply for worker in workers],
+        on_death=[worker._on_actor_death for worker in workers],
+    )
+    for slot, worker in enumerate(workers):
+        worker._join(host, slot)

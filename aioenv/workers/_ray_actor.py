@@ -1,0 +1,120 @@
+"""The env side of a Ray worker: the actor that serves one or more env slots.
+
+It is what a child process is to a process worker (:mod:`aioenv.workers._child`), with a
+Ray actor call in place of the socket: each call carries a batch of messages (one per slot
+that had something to send in one loop iteration of the parent) and returns the answers
+in the same order. Each env is driven by the same :class:`~aioenv._runner.EnvRunner` as
+every other kind. This module imports nothing from the parent's side, and not ray itself:
+the parent wraps :class:`EnvActor` with ``ray.remote`` (and imports this module only
+then). The messages are in :mod:`aioenv.workers._ray_protocol`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import cloudpickle
+
+from .._messages import ControlRequest, EpisodeOptions, Failure
+from .._runner import EnvRunner
+from .._vector_runner import Runner, make_runner
+from ._ray_protocol import Message, Op, Ready, Reply
+
+__all__ = ["EnvActor"]
+
+
+class EnvActor:
+    """Serves one env per payload (cloudpickled env sources); slot ``i`` is seeded with
+    ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks."""
+
+    def __init__(
+        self, payloads: list[bytes], seeds: list[int | None], episode: EpisodeOptions
+    ) -> None:
+        self._sources: list[Any] = []
+        self._failures: list[Failure | None] = []  # an env source that did not unpickle
+        self._runners: list[Runner] = []
+        for slot, (payload, seed) in enumerate(zip(payloads, seeds, strict=True)):
+            try:
+                source, failure = cloudpickle.loads(payload), None
+            except Exception as exc:
+                source, failure = None, Failure.from_exception(exc, "construction (unpickling)")
+            self._sources.append(source)
+            self._failures.append(failure)
+            self._runners.append(self._runner(slot, seed, episode))
+
+    def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
+        failure = self._failures[slot]
+        if failure is None:
+            return make_runner(self._sources[slot], seed, episode)
+        failed = EnvRunner(None, seed, episode)
+        failed.build_failure = failure
+        return failed
+
+    def serve(self, messages: list[Message]) -> list[Reply]:
+        """Answer ``messages`` in order; messages that need no answer get none."""
+        replies: list[Reply] = []
+        for slot, seq, op, payload in messages:
+            runner = self._runners[slot]
+            if op == Op.STEP:
+                replies.append((slot, seq, _portable(runner.handle(payload))))
+            elif op == Op.CONTROL:
+                request: ControlRequest = _resolved(payload)
+                replies.append((slot, seq, _portable(runner.control(request))))
+            elif op == Op.CLOSE_SLOT:
+                runner.close()
+            else:
+                if op == Op.REBUILD:
+                    runner.close()
+                    seed, episode = payload
+                    runner = self._runner(slot, seed, episode)
+                    self._runners[slot] = runner
+                runner.build()
+                replies.append((slot, 0, _ready(runner)))
+        return replies
+
+    def close(self) -> None:
+        """Close every env (the parent then kills the actor)."""
+        for runner in self._runners:
+            runner.close()
+
+    def linger(self, seconds: float) -> None:
+        """Wait here: a call the parent makes after killing the actor, which fails as soon
+        as the kill has taken effect (and returns only if it never does)."""
+        time.sleep(seconds)
+
+
+def _ready(runner: Runner) -> Ready:
+    spaces = runner.spaces
+    try:
+        cloudpickle.dumps(spaces)
+    except Exception:
+        return Ready(None, None)  # spaces are informative only
+    return Ready(*spaces)
+
+
+def _portable(result: Any) -> Any:
+    """A :class:`Failure` whose exception cannot travel loses it (its text stays)."""
+    if isinstance(result, Failure) and result.exception is not None:
+        try:
+            cloudpickle.dumps(result.exception)
+        except Exception:
+            return result.without_exception()
+    return result
+
+
+def _resolved(request: ControlRequest) -> ControlRequest:
+    """The request with the arguments the parent put in the object store fetched here.
+    (Ray resolves only an actor call's top-level arguments, and these are nested.)"""
+    if not any(_is_ref(value) for value in (*request.args, *request.kwargs.values())):
+        return request
+    import ray  # only reached inside a Ray actor, where ray is importable
+
+    args = tuple(ray.get(value) if _is_ref(value) else value for value in request.args)
+    kwargs = {k: ray.get(v) if _is_ref(v) else v for k, v in request.kwargs.items()}
+    return dataclasses.replace(request, args=args, kwargs=kwargs)
+
+
+def _is_ref(value: Any) -> bool:
+    return type(value).__name__ == "ObjectRef" and type(value).__module__.startswith("ray")

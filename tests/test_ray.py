@@ -1,0 +1,347 @@
+"""Ray workers on the shared local Ray instance (see ray_support): behind the same interface
+as every other kind, mixable with them, failing the same way, leaving nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import envs
+import numpy as np
+import pytest
+from envs import (
+    BigObservation,
+    Counter,
+    Dying,
+    Failing,
+    Gated,
+    LockedState,
+    expected_big_observation,
+)
+from ray_support import actor_state
+from support import wait_until
+
+import aioenv
+from aioenv._environment import BatchStep
+from aioenv._supervision import restart_seed
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def ray_test(function: F) -> F:
+    """Needs Ray (skipped where it cannot be imported) and runs on the shared instance."""
+    return pytest.mark.ray(pytest.mark.usefixtures("ray_local")(function))  # type: ignore[no-any-return]
+
+
+OFF_CPU = {"num_cpus": 0}
+ACTOR_NAME = "aioenv-test-actor"  # the test instance has 2 CPUs; these actors reserve none
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+
+
+def test_importing_aioenv_never_imports_ray() -> None:
+    result = run_python(
+        """
+        import sys
+        import aioenv
+        pool = aioenv.make_pool("CartPole-v1", 1, mode="sync")
+        assert "ray" not in sys.modules, "import aioenv imported ray"
+        assert aioenv.RayWorker.kind == "ray"
+        assert "ray" not in sys.modules, "importing RayWorker imported ray"
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_a_ray_worker_without_ray_says_what_to_install() -> None:
+    result = run_python(
+        """
+        import sys
+        sys.modules["ray"] = None  # as if ray were not installed
+        import aioenv
+        try:
+            aioenv.make_pool("CartPole-v1", 2, mode="ray")
+        except ImportError as error:
+            print(error)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'aioenv[ray]'" in result.stdout
+
+
+@ray_test
+async def test_a_mixed_pool_returns_whichever_state_is_ready_first(gate: str) -> None:
+    workers: list[aioenv.Worker[Any]] = [
+        aioenv.RayWorker(lambda: Gated(gate), **OFF_CPU),
+        aioenv.ProcessWorker(Counter),
+        aioenv.ThreadWorker(Counter),
+    ]
+    async with aioenv.get_worker_pool(workers) as pool:
+        for worker_id in range(3):
+            pool.send_action(aioenv.RESET, worker_id)
+        assert sorted([(await pool.get_state())[1] for _ in range(3)]) == [0, 1, 2]
+        for worker_id in range(3):
+            pool.send_action(1, worker_id)
+        # The Ray worker's step waits at its gate; the local ones go on meanwhile.
+        for _ in range(10):
+            state, worker_id = await pool.get_state()
+            assert worker_id in (1, 2)
+            pool.send_action(1, worker_id)
+        envs.open_gate(gate)
+        seen: dict[int, Any] = {}
+        while 0 not in seen:
+            state, worker_id = await pool.get_state()
+            seen[worker_id] = state
+        assert seen[0]["t"] == 1
+
+
+@ray_test
+async def test_force_sync_over_ray_workers_returns_states_in_send_order(gate: str) -> None:
+    workers = [
+        aioenv.RayWorker(Counter, **OFF_CPU),
+        aioenv.RayWorker(Counter, **OFF_CPU),
+        aioenv.RayWorker(lambda: Gated(gate), **OFF_CPU),
+    ]
+    async with aioenv.get_worker_pool(workers, force_sync=True) as pool:
+        for worker_id in (2, 1, 0):
+            pool.send_action(aioenv.RESET, worker_id)
+        assert [(await pool.get_state())[1] for _ in range(3)] == [2, 1, 0]
+        for worker_id in (2, 1, 0):
+            pool.send_action(1, worker_id)
+        # Worker 2 is gated: the others answer first, yet its state comes first.
+        asyncio.get_running_loop().call_later(0.5, envs.open_gate, gate)
+        order = [(await pool.get_state())[1] for _ in range(3)]
+        assert order == [2, 1, 0]
+
+
+@ray_test
+async def test_an_env_exception_is_an_env_error_with_the_actors_traceback() -> None:
+    async with aioenv.make_pool(
+        lambda: Failing("step"), 2, mode="ray", envs_per_actor=2, **OFF_CPU
+    ) as pool:
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+            await pool.get_state()
+        pool.send_action(13, 1)
+        with pytest.raises(aioenv.EnvError) as caught:
+            await pool.get_state()
+        error = caught.value
+        assert error.worker_id == 1
+        assert "ray worker 1" in str(error) and "slot 1" in str(error)
+        assert "env exploded on purpose" in error.remote_traceback
+        assert "in step" in error.remote_traceback
+        assert isinstance(error.__cause__, ValueError)
+        pool.send_action(0, 0)  # its sibling in the same actor is unharmed
+        state, worker_id = await pool.get_state()
+        assert worker_id == 0 and state["t"] == 1
+
+
+@ray_test
+async def test_a_step_past_its_deadline_is_a_timeout_and_the_actor_is_killed(gate: str) -> None:
+    worker: aioenv.RayWorker[Any] = aioenv.RayWorker(
+        lambda: Gated(gate), step_timeout=1.0, start_timeout=30.0, **OFF_CPU
+    )
+    async with worker:
+        worker.send_action(aioenv.RESET)
+        await worker.get_state()
+        actor = worker.actor_id
+        worker.send_action(1)
+        with pytest.raises(aioenv.WorkerTimeout, match="killed"):
+            await worker.get_state()
+        assert wait_until(lambda: actor_state(actor) == "DEAD")
+        with pytest.raises(aioenv.WorkerTimeout):
+            worker.send_action(1)  # without restarts it failed for good
+
+
+@ray_test
+async def test_a_dead_actor_restarts_with_a_deterministic_seed_for_every_env_it_served() -> None:
+    seeds = aioenv.worker_seeds(7, 2)
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Dying,
+        2,
+        mode="ray",
+        seed=7,
+        envs_per_actor=2,
+        restart="on_failure",
+        on_failure=failures.append,
+        **OFF_CPU,
+    ) as pool:
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+            state, _ = await pool.get_state()
+        first = pool.workers[0].actor_id  # type: ignore[attr-defined]
+        pool.send_action("kill", 0)  # SIGKILLs the actor's process
+        state, worker_id = await pool.get_state()
+        assert worker_id == 0
+        assert state["t"] == 0 and state["seed"] == restart_seed(seeds[0], 1)
+        assert pool.workers[0].restarts == 1
+        # Its sibling was idle in the same actor: its next action meets a fresh env too.
+        pool.send_action(1, 1)
+        state, worker_id = await pool.get_state()
+        assert worker_id == 1
+        assert state["t"] == 0 and state["seed"] == restart_seed(seeds[1], 1)
+        second = pool.workers[0].actor_id  # type: ignore[attr-defined]
+        assert second != first and pool.workers[1].actor_id == second  # type: ignore[attr-defined]
+        assert actor_state(first) == "DEAD"
+        assert [type(error) for error in failures] == [aioenv.WorkerDied] * 2
+        assert {error.worker_id for error in failures} == {0, 1}
+
+
+@ray_test
+async def test_closing_a_pool_leaves_no_actor_in_the_cluster() -> None:
+    pool = aioenv.make_pool("CartPole-v1", 4, mode="ray", envs_per_actor=2, seed=1, **OFF_CPU)
+    async with pool:
+        for worker_id in range(4):
+            pool.send_action(aioenv.RESET, worker_id)
+        for _ in range(4):
+            await pool.get_state()
+        actors = {worker.actor_id for worker in pool.workers}  # type: ignore[attr-defined]
+        assert len(actors) == 2
+        assert all(actor_state(actor) == "ALIVE" for actor in actors)
+    assert all(actor_state(actor) == "DEAD" for actor in actors)
+
+
+@ray_test
+async def test_a_large_value_for_many_ray_workers_goes_into_the_object_store_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    puts: list[Any] = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value: puts.append(value) or real_put(value))
+    weights = {"layer": np.arange(1 << 17, dtype=np.float64)}  # 1 MiB
+    workers: list[aioenv.Worker[Any]] = [
+        *aioenv.RayWorker.hosted(Counter, [None] * 3, 1, **OFF_CPU),
+        aioenv.ThreadWorker(Counter),
+    ]
+    async with aioenv.get_worker_pool(workers) as pool:
+        await pool.set_attr("weights", weights)
+        assert len(puts) == 1 and puts[0] is weights
+        got = await pool.get_attr("weights")
+        for value in got:
+            np.testing.assert_array_equal(value["layer"], weights["layer"])
+        assert got[3] is weights  # the thread worker's env got the value itself
+        await pool.set_attr("limit", 9)  # small values travel inline
+        assert len(puts) == 1
+        assert await pool.get_attr("limit") == [9] * 4
+
+
+@ray_test
+async def test_an_env_exception_with_restarts_rebuilds_that_env_in_the_same_actor() -> None:
+    async with aioenv.make_pool(
+        lambda: Failing("step"), 2, mode="ray", envs_per_actor=2, restart="on_failure", **OFF_CPU
+    ) as pool:
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+            await pool.get_state()
+        actor = pool.workers[1].actor_id  # type: ignore[attr-defined]
+        pool.send_action(0, 0)
+        pool.send_action(13, 1)
+        outcomes = [await pool.get_state() for _ in range(2)]
+        states = {worker_id: state for state, worker_id in outcomes}
+        assert states[0]["t"] == 1  # the sibling's step, untouched
+        assert states[1]["t"] == 0 and pool.workers[1].restarts == 1  # a fresh env's reset
+        assert pool.workers[1].actor_id == actor  # type: ignore[attr-defined]
+        assert actor_state(actor) == "ALIVE"
+
+
+@ray_test
+async def test_a_timeout_with_restarts_replaces_the_actor_and_drops_its_late_reply(
+    gate: str,
+) -> None:
+    worker: aioenv.RayWorker[Any] = aioenv.RayWorker(
+        lambda: Gated(gate), seed=3, step_timeout=1.0, start_timeout=30.0, **OFF_CPU
+    )
+    async with aioenv.get_worker_pool([worker], restart="on_failure") as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        first = worker.actor_id
+        pool.send_action(1, 0)
+        state, _ = await pool.get_state()  # the new actor's reset, in place of the step
+        assert state["t"] == 0 and state["seed"] == restart_seed(3, 1)
+        assert worker.actor_id != first
+        assert wait_until(lambda: actor_state(first) == "DEAD")
+        envs.open_gate(gate)
+        pool.send_action(1, 0)
+        state, _ = await pool.get_state()
+        assert state["t"] == 1  # this env's first step: nothing of the old one came through
+
+
+@ray_test
+async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_action() -> None:
+    import ray
+
+    options = {"actor_options": {"name": ACTOR_NAME}, **OFF_CPU}
+    async with aioenv.make_pool(Counter, 1, mode="ray", **options) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        ray.kill(ray.get_actor(ACTOR_NAME))  # as an operator or an autoscaler might
+        pool.send_action(1, 0)
+        with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
+            await pool.get_state()
+
+
+@ray_test
+async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on() -> None:
+    async with aioenv.make_pool(LockedState, 1, mode="ray", **OFF_CPU) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        actor = pool.workers[0].actor_id  # type: ignore[attr-defined]
+        pool.send_action("lock", 0)
+        with pytest.raises(aioenv.EnvError, match="Ray actor call") as caught:
+            await pool.get_state()
+        assert caught.value.worker_id == 0
+        assert "lock" in caught.value.remote_traceback
+        pool.send_action(0, 0)  # the same env, in the same actor, goes on
+        state, _ = await pool.get_state()
+        assert state["t"] == 2 and pool.workers[0].actor_id == actor  # type: ignore[attr-defined]
+
+
+@ray_test
+@pytest.mark.parametrize("copy", [True, False])
+async def test_large_observations_come_back_as_ray_views_and_the_pool_copies_them(
+    copy: bool,
+) -> None:
+    async with aioenv.make_pool(BigObservation, 1, mode="ray", copy=copy, **OFF_CPU) as pool:
+        pool.send_action(aioenv.RESET, 0)
+        await pool.get_state()
+        pool.send_action(0, 0)
+        state, _ = await pool.get_state()
+        np.testing.assert_array_equal(state.observation, expected_big_observation(1))
+        # copy=True: the state owns its array; copy=False: a read-only view of Ray's buffer.
+        assert state.observation.flags.writeable is copy
+
+
+@ray_test
+async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -> None:
+    async with aioenv.make_pool(
+        "CartPole-v1", 2, mode="ray", envs_per_worker=3, envs_per_actor=2, seed=5, **OFF_CPU
+    ) as pool:
+        actors = {worker.actor_id for worker in pool.workers}  # type: ignore[attr-defined]
+        assert len(actors) == 1  # both workers, three envs each, in one actor
+        for worker_id in range(2):
+            pool.send_action(aioenv.RESET, worker_id)
+        for _ in range(2):
+            batch, worker_id = await pool.get_state()
+            assert isinstance(batch, BatchStep) and len(batch) == 3
+            assert batch.observations.shape == (3, 4) and batch.observations.flags.writeable
+        for worker_id in range(2):
+            pool.send_action(np.ones(3, dtype=np.int64), worker_id)
+        for _ in range(2):
+            batch, _ = await pool.get_state()
+            assert len(batch) == 3 and batch.rewards.tolist() == [1.0, 1.0, 1.0]
