@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["InlineLoop", "new_loop"]
+__all__ = ["InlineLoop", "loop_running_here", "new_loop"]
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ class InlineLoop:
         """Run ``function(*args)`` to completion on the loop, in this thread. If the caller
         is interrupted (Ctrl-C), the coroutine is cancelled and run to its end before the
         exception goes on, so nothing of it is left half done."""
-        if _loop_running_here():
+        if loop_running_here():
             raise RuntimeError(
                 "this AioVectorEnv was made outside any event loop, so it runs its own in "
                 "the calling thread, which cannot be done from inside a running loop: make "
@@ -87,7 +87,8 @@ class InlineLoop:
         loop.close()
 
 
-def _loop_running_here() -> bool:
+def loop_running_here() -> bool:
+    """An event loop runs in this thread right now."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
