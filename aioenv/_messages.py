@@ -17,6 +17,7 @@ __all__ = [
     "ControlRequest",
     "EpisodeOptions",
     "Failure",
+    "PerEnv",
     "autoreset_name",
 ]
 
@@ -93,3 +94,11 @@ class ControlRequest:
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerEnv:
+    """A value to set on a worker that steps several envs: ``values[i]`` goes to env ``i``
+    (a plain value goes to all of them)."""
+
+    values: tuple[Any, ...]

@@ -9,6 +9,7 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from ._environment import (
     EnvSource,
     GymnasiumEnvironment,
     GymnasiumFactory,
+    VectorSource,
     build_environment,
     describe_source,
     resolve_source,
@@ -39,6 +41,7 @@ from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._sentinels import RESET, Reset
+from ._vector_layout import EnvLayout, VectorArrays
 from ._vector_runtime import Runtime, as_raised, exchange, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
@@ -57,6 +60,9 @@ class AioVectorEnv(VectorEnv):
     gymnasium's vector envs do; ``AioVectorEnv(env, num_envs)`` builds ``num_envs`` envs
     from one id or factory. ``mode`` (default ``"process"``) and the pool options are those
     of :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...).
+    ``envs_per_worker=k`` groups ``k`` consecutive envs in one worker (one message per
+    worker and step); process workers are grouped by default, ``k`` chosen from the cores
+    (16 envs on 2 cores: 2 workers of 8; ``envs_per_worker=1`` turns it off).
     ``autoreset_mode`` (or ``autoreset``) takes gymnasium's ``AutoresetMode``, its value
     (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
     is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
@@ -93,6 +99,7 @@ class AioVectorEnv(VectorEnv):
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
             env = first = resolve_source(env)  # an unknown id fails here
         probe = _probe(first)  # before any worker starts
+        env, num_envs = _grouped(env, num_envs, mode, pool_options)
         pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
         self._setup(pool, probe, observation_mode)
 
@@ -127,8 +134,9 @@ class AioVectorEnv(VectorEnv):
         self._finalizer.atexit = False  # the runtime's own exit hook comes earlier
         try:
             self._define(pool, probe, observation_mode)
-            spaces = runtime.call(start, pool)
-            self._check_spaces(*spaces)
+            observations, actions = runtime.call(start, pool)
+            layout = self._layout
+            self._check_spaces(layout.flatten(observations), layout.flatten(actions))
         except BaseException:
             runtime.close()
             raise
@@ -141,7 +149,8 @@ class AioVectorEnv(VectorEnv):
     ) -> None:
         metadata, render_mode, observation_space, action_space = probe
         self._pool = pool
-        self.num_envs = len(pool)
+        self._layout = EnvLayout([worker.num_envs for worker in pool.workers])
+        self.num_envs = self._layout.num_envs
         # Like gymnasium's vector envs: make_vec sets the spec, a vector env built by hand
         # has none (the single env's spec would not rebuild it).
         self.spec = None
@@ -167,6 +176,7 @@ class AioVectorEnv(VectorEnv):
                 f"got {observation_mode!r}"
             )
         self._env_obs: list[Any] = [None] * self.num_envs
+        self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
 
     def _check_spaces(self, observations: list[Any], actions: list[Any]) -> None:
         if self.observation_mode == "different":
@@ -224,6 +234,8 @@ class AioVectorEnv(VectorEnv):
         mask = np.ones(self.num_envs, dtype=np.bool_)
         if options is not None and "reset_mask" in options:
             mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
+        if self._layout.batched:
+            return self._batched_reset(seeds, mask, options)
         ids = np.flatnonzero(mask).tolist()
         requests = [
             RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
@@ -245,6 +257,8 @@ class AioVectorEnv(VectorEnv):
             raise ValueError(
                 f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
             )
+        if self._layout.batched:
+            return self._batched_step(actions)
         states = self._exchange(list(range(self.num_envs)), batch)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -270,6 +284,33 @@ class AioVectorEnv(VectorEnv):
             raise as_raised(error)
         return states
 
+    def _batched_reset(
+        self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any]]:
+        ids, requests = self._layout.resets(seeds, mask, options)
+        batches = self._exchange(ids, requests)
+        infos = self._layout.scatter(ids, batches, self._arrays, self._add_info)
+        return self._batched_observations(), infos
+
+    def _batched_step(
+        self, actions: Any
+    ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], Any]:
+        """One BatchStep per worker, written into the vector env's arrays by slices."""
+        workers = list(range(len(self._pool)))
+        batches = self._exchange(workers, self._layout.actions(actions))
+        arrays = self._arrays
+        arrays.new_step()
+        infos = self._layout.scatter(workers, batches, arrays, self._add_info)
+        observations = self._batched_observations()
+        return observations, arrays.rewards, arrays.terminated, arrays.truncated, infos
+
+    def _batched_observations(self) -> Any:
+        arrays = self._arrays
+        if arrays.box:
+            return arrays.stacked.copy()
+        out = create_empty_array(self.single_observation_space, self.num_envs)
+        return concatenate(self.single_observation_space, arrays.per_env, out)  # type: ignore[arg-type]
+
     def _observations(self) -> Any:
         out = create_empty_array(self.single_observation_space, self.num_envs)
         return concatenate(self.single_observation_space, self._env_obs, out)  # type: ignore[arg-type]
@@ -277,14 +318,16 @@ class AioVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()
         call = functools.partial(self._pool.call, name, *args, **kwargs)
-        return tuple(self._runtime.call(call))
+        return tuple(self._layout.flatten(self._runtime.call(call)))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         self._check_open()
-        return tuple(self._runtime.call(self._pool.get_attr, name))
+        return tuple(self._layout.flatten(self._runtime.call(self._pool.get_attr, name)))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         self._check_open()
+        if self._layout.batched:
+            values = self._layout.values(values)
         self._runtime.call(self._pool.set_attr, name, values)
 
     def render(self) -> tuple[Any, ...] | None:
@@ -306,6 +349,43 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
+
+
+def _grouped(
+    env: EnvSource | list[EnvSource],
+    num_envs: int | None,
+    mode: str | Sequence[str],
+    options: dict[str, Any],
+) -> tuple[EnvSource | list[EnvSource], int | None]:
+    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
+    ``options``), else for process workers ``k`` chosen from the cores (16 envs on 2 cores:
+    2 workers of 8) unless ``envs_per_process`` is given. One message per worker and step
+    instead of one per env."""
+    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
+    if "envs_per_worker" in options:
+        per_worker = options.pop("envs_per_worker")
+        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
+            raise ValueError(
+                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
+                f"got {per_worker!r}"
+            )
+    elif mode == "process" and "envs_per_process" not in options:
+        per_worker = _envs_per_worker(len(sources), os.cpu_count() or 1)
+    else:
+        return env, num_envs
+    if per_worker == 1:
+        return env, num_envs
+    groups = [
+        VectorSource(tuple(sources[first : first + per_worker]))
+        for first in range(0, len(sources), per_worker)
+    ]
+    return list(groups), len(groups)
+
+
+def _envs_per_worker(num_envs: int, cores: int) -> int:
+    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / cores)``."""
+    target = -(-num_envs // cores)
+    return max(k for k in range(1, target + 1) if num_envs % k == 0)
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:

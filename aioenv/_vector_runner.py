@@ -18,7 +18,7 @@ from gymnasium.spaces import Box
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ._environment import BatchStep, Step, VectorSource
-from ._messages import ControlRequest, EpisodeOptions, Failure
+from ._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ._runner import EnvRunner
 from ._seeds import worker_seeds
 from ._sentinels import RESET, Command, Reset
@@ -77,14 +77,16 @@ class VectorRunner:
         self._spaces: tuple[Any, Any] = (None, None)
         self._single_space: Any = None
         self._observations: list[Any] = [None] * self.size
+        self._built = False
 
     @property
     def built(self) -> bool:
-        return self.build_failure is not None or all(r.env is not None for r in self.runners)
+        return self._built
 
     def build(self) -> None:
-        if self.built:
+        if self._built:
             return
+        self._built = True
         for index, runner in enumerate(self.runners):
             runner.build()
             if runner.build_failure is not None:
@@ -106,11 +108,14 @@ class VectorRunner:
 
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
-        if isinstance(action, Reset):
-            return self._reset(action.seed, action.options)
-        if isinstance(action, Command) and action is RESET:
-            return self._reset(None, None)
-        return self.step(action)
+        try:
+            if isinstance(action, Reset):
+                return self._reset(action.seed, action.options)
+            if isinstance(action, Command) and action is RESET:
+                return self._reset(None, None)
+            return self.step(action)
+        except Exception as exc:  # stacking the envs' answers: reported like an env's error
+            return Failure.from_exception(exc, "batching the envs' states")
 
     def reset(self) -> Any:
         return self._reset(None, None)
@@ -196,9 +201,13 @@ class VectorRunner:
     def control(self, request: ControlRequest) -> Any:
         """``configure`` applies to every env; other requests go to each env in turn and
         answer a list (one result per env), or the first Failure."""
+        if request.op != "configure":
+            self.build()
+            if self.build_failure is not None:
+                return self.build_failure
         results = []
         for index, runner in enumerate(self.runners):
-            result = runner.control(request)
+            result = runner.control(_for_env(request, index))
             if isinstance(result, Failure):
                 return _in_env(result, index)
             results.append(result)
@@ -228,6 +237,13 @@ def _reset_arguments(
             raise TypeError(f"options['reset_mask'] must be a bool array of shape ({size},)")
         options = options or None
     return seeds, mask, options
+
+
+def _for_env(request: ControlRequest, index: int) -> ControlRequest:
+    """``set`` with :class:`PerEnv` values: env ``index``'s own value."""
+    if request.op == "set" and request.args and isinstance(request.args[0], PerEnv):
+        return dataclasses.replace(request, args=(request.args[0].values[index],))
+    return request
 
 
 def _in_env(failure: Failure, index: int) -> Failure:

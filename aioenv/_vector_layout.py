@@ -1,0 +1,155 @@
+"""Which envs of an :class:`~aioenv.AioVectorEnv` each worker steps, and moving a vector
+step's actions, seeds and results between per-env and per-worker form.
+
+A worker steps ``k`` consecutive envs (``envs_per_worker=k``; 1 otherwise). With every
+``k`` equal to 1 the vector env exchanges one state per env; otherwise one
+:class:`~aioenv.BatchStep` per worker, whose rows land in the vector env's arrays with a
+slice each, never a Python object per env.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gymnasium.spaces import Box
+from gymnasium.vector.utils import iterate
+
+from ._environment import BatchStep
+from ._messages import PerEnv
+from ._sentinels import RESET, Reset
+
+__all__ = ["EnvLayout"]
+
+AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+class EnvLayout:
+    """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.starts = [0, *itertools.accumulate(sizes)][:-1]
+        self.num_envs = sum(sizes)
+        #: Some worker steps several envs: the vector env exchanges BatchSteps.
+        self.batched = any(size > 1 for size in sizes)
+
+    def slices(self) -> list[slice]:
+        return [slice(lo, lo + k) for lo, k in zip(self.starts, self.sizes, strict=True)]
+
+    def actions(self, actions: Any) -> list[Any]:
+        """One batch of actions per worker: slices of ``actions`` (an array, or a dict or
+        tuple of them, as gymnasium batches actions)."""
+        return [_sliced(actions, part) for part in self.slices()]
+
+    def resets(
+        self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
+    ) -> tuple[list[int], list[Any]]:
+        """The workers to reset and their requests: per-env seeds, and a per-env mask
+        where only some of a worker's envs are reset."""
+        ids: list[int] = []
+        requests: list[Any] = []
+        for worker_id, part in enumerate(self.slices()):
+            sub_mask = mask[part]
+            if not sub_mask.any():
+                continue
+            sub_options = options
+            if not sub_mask.all():
+                sub_options = {**(options or {}), "reset_mask": np.array(sub_mask)}
+            sub_seeds = seeds[part]
+            if all(seed is None for seed in sub_seeds) and sub_options is None:
+                requests.append(RESET)
+            else:
+                requests.append(Reset(list(sub_seeds), sub_options))  # type: ignore[arg-type]
+            ids.append(worker_id)
+        return ids, requests
+
+    def values(self, values: Any) -> Any:
+        """``set_attr`` values for the workers: one per env becomes a :class:`PerEnv`
+        per worker; a single value stays as it is (it goes to every env)."""
+        if not isinstance(values, (list, tuple)):
+            return values
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr() got {len(values)} values for {self.num_envs} envs")
+        return [PerEnv(tuple(values[part])) for part in self.slices()]
+
+    def flatten(self, results: list[Any]) -> list[Any]:
+        """Per-worker answers (a list per env for workers stepping several) as per env."""
+        out: list[Any] = []
+        for size, result in zip(self.sizes, results, strict=True):
+            out.extend(result if size > 1 else [result])
+        return out
+
+    def scatter(
+        self,
+        worker_ids: list[int],
+        batches: list[BatchStep[Any]],
+        into: VectorArrays,
+        add_info: AddInfo,
+    ) -> dict[str, Any]:
+        """Write each worker's BatchStep into the vector env's arrays; return the infos."""
+        infos: dict[str, Any] = {}
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            lo = self.starts[worker_id]
+            part = slice(lo, lo + self.sizes[worker_id])
+            into.observe(part, batch.observations)
+            into.rewards[part] = batch.rewards
+            into.terminated[part] = batch.terminated
+            into.truncated[part] = batch.truncated
+            for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
+                if row in batch.final_infos:
+                    final = {
+                        "final_obs": batch.final_observations[row],
+                        "final_info": batch.final_infos[row],
+                    }
+                    infos = add_info(infos, final, lo + row)
+                if row in batch.infos:
+                    infos = add_info(infos, batch.infos[row], lo + row)
+        return infos
+
+
+class VectorArrays:
+    """The vector env's latest observations (kept between steps: a masked reset leaves
+    the other envs' as they were) and one step's rewards and flags."""
+
+    def __init__(self, single_space: Any, num_envs: int) -> None:
+        self.box = isinstance(single_space, Box)
+        self.single_space = single_space
+        self.per_env: list[Any] = [None] * num_envs  # for spaces other than Box
+        self.stacked: Any = (
+            np.empty((num_envs, *single_space.shape), single_space.dtype) if self.box else None
+        )
+        self.rewards = np.zeros(num_envs, np.float64)
+        self.terminated = np.zeros(num_envs, np.bool_)
+        self.truncated = np.zeros(num_envs, np.bool_)
+
+    def observe(self, part: slice, observations: Any) -> None:
+        if self.box:
+            self.stacked[part] = observations
+            return
+        batched = _batched_space(self.single_space, part.stop - part.start)
+        for index, observation in enumerate(iterate(batched, observations), part.start):
+            self.per_env[index] = observation
+
+    def new_step(self) -> None:
+        self.rewards = np.zeros_like(self.rewards)
+        self.terminated = np.zeros_like(self.terminated)
+        self.truncated = np.zeros_like(self.truncated)
+
+
+def _batched_space(space: Any, size: int) -> Any:
+    from gymnasium.vector.utils import batch_space
+
+    return batch_space(space, size)
+
+
+def _sliced(actions: Any, part: slice) -> Any:
+    if isinstance(actions, dict):
+        return {key: _sliced(value, part) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_sliced(value, part) for value in actions)
+    if isinstance(actions, (np.ndarray, list)):
+        return actions[part]
+    return list(actions)[part]

@@ -1,0 +1,133 @@
+"""AioVectorEnv over workers that step several envs each (``envs_per_worker``, and the
+default grouping of process workers): array by array what SyncVectorEnv gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import Structured
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aioenv
+from aioenv._vector import _envs_per_worker
+
+N = 4
+AUTORESET = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+def assert_same_observations(ours: Any, theirs: Any) -> None:
+    if isinstance(theirs, dict):
+        assert set(ours) == set(theirs)
+        for key in theirs:
+            assert_same_observations(ours[key], theirs[key])
+    elif isinstance(theirs, tuple):
+        for mine, reference in zip(ours, theirs, strict=True):
+            assert_same_observations(mine, reference)
+    else:
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def assert_same_infos(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
+    """gymnasium's info dicts, ``final_obs`` holding whole observations (dicts too)."""
+    assert set(ours) == set(theirs)
+    for key, value in theirs.items():
+        if isinstance(value, dict):
+            assert_same_infos(ours[key], value)
+        elif key == "final_obs":
+            for mine, reference in zip(ours[key], value, strict=True):
+                assert (mine is None) == (reference is None)
+                if reference is not None:
+                    assert_same_observations(mine, reference)
+        elif key == "final_info":
+            for mine, reference in zip(ours[key], value, strict=True):
+                if isinstance(reference, dict):
+                    assert_same_infos(mine, reference)
+                else:
+                    assert mine == reference
+        else:
+            np.testing.assert_array_equal(ours[key], value)
+
+
+@pytest.mark.parametrize("autoreset", list(AUTORESET))
+@pytest.mark.parametrize(("mode", "per_worker"), [("process", 2), ("thread", 4), ("sync", 2)])
+@pytest.mark.parametrize("env", ["CartPole-v1", "structured"])
+def test_grouped_envs_give_sync_vector_envs_rollout(
+    env: str, mode: str, per_worker: int, autoreset: str
+) -> None:
+    make = (lambda: gymnasium.make("CartPole-v1")) if env == "CartPole-v1" else Structured
+    reference = SyncVectorEnv([make] * N, autoreset_mode=AUTORESET[autoreset])
+    ours = aioenv.AioVectorEnv(
+        [make] * N, mode=mode, envs_per_worker=per_worker, autoreset_mode=autoreset
+    )
+    try:
+        assert len(ours.pool) == N // per_worker and ours.num_envs == N
+        assert ours.observation_space == reference.observation_space
+        mine, theirs = ours.reset(seed=7), reference.reset(seed=7)
+        assert_same_observations(mine[0], theirs[0])
+        assert_same_infos(mine[1], theirs[1])
+        rng = np.random.default_rng(2)
+        ends = 0
+        for _ in range(60):
+            actions = rng.integers(0, 2, N)
+            a, b = ours.step(actions), reference.step(actions)
+            assert_same_observations(a[0], b[0])
+            for field in (1, 2, 3):
+                np.testing.assert_array_equal(a[field], b[field])
+            assert_same_infos(a[4], b[4])
+            done = b[2] | b[3]
+            ends += int(done.sum())
+            if autoreset == "disabled" and done.any():
+                mask = done.copy()
+                mine, theirs = (
+                    env.reset(options={"reset_mask": mask}) for env in (ours, reference)
+                )
+                assert_same_observations(mine[0], theirs[0])
+                assert_same_infos(mine[1], theirs[1])
+        assert ends > 0
+    finally:
+        ours.close()
+        reference.close()
+
+
+def test_attributes_are_per_env_through_grouped_workers() -> None:
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=2) as ours:
+        ours.reset(seed=3)
+        assert ours.np_random_seed == (3, 4, 5, 6)
+        ours.set_attr("gravity", [9.0, 9.5, 10.0, 10.5])
+        assert ours.get_attr("gravity") == (9.0, 9.5, 10.0, 10.5)
+        ours.set_attr("gravity", 1.5)  # one value for every env
+        assert ours.call("get_wrapper_attr", "gravity") == (1.5,) * N
+        with pytest.raises(ValueError, match="3 values for 4 envs"):
+            ours.set_attr("gravity", [1.0, 2.0, 3.0])
+
+
+def test_an_env_error_in_a_group_is_the_envs_own_exception_and_the_env_stays_usable() -> None:
+    from envs import RaisesOnTwo
+
+    with aioenv.AioVectorEnv(RaisesOnTwo, N, mode="process", envs_per_worker=2) as ours:
+        ours.reset(seed=0)
+        with pytest.raises(ValueError, match="action 2 is not allowed"):
+            ours.step(np.array([0, 0, 2, 0]))
+        observations, *_ = ours.reset(seed=0)
+        assert observations.shape == (N, 1)
+        assert ours.step(np.array([0, 1, 0, 1]))[0].tolist() == [[1.0]] * N
+
+
+def test_process_workers_are_grouped_from_the_cores_by_default() -> None:
+    assert _envs_per_worker(16, 2) == 8
+    assert _envs_per_worker(4, 2) == 2
+    assert _envs_per_worker(16, 16) == 1
+    assert _envs_per_worker(7, 2) == 1  # no divisor fits: one env per worker
+    assert _envs_per_worker(6, 4) == 2
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process") as grouped:
+        expected = N // _envs_per_worker(N, __import__("os").cpu_count() or 1)
+        assert len(grouped.pool) == expected
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=1) as single:
+        assert len(single.pool) == N
