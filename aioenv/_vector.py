@@ -9,7 +9,6 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 from __future__ import annotations
 
 import functools
-import os
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +30,6 @@ from ._environment import (
     EnvSource,
     GymnasiumEnvironment,
     GymnasiumFactory,
-    VectorSource,
     build_environment,
     describe_source,
     resolve_source,
@@ -41,7 +39,7 @@ from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._sentinels import RESET, Reset
-from ._vector_layout import EnvLayout, VectorArrays
+from ._vector_layout import EnvLayout, VectorArrays, grouped
 from ._vector_runtime import Runtime, as_raised, exchange, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
@@ -99,7 +97,7 @@ class AioVectorEnv(VectorEnv):
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
             env = first = resolve_source(env)  # an unknown id fails here
         probe = _probe(first)  # before any worker starts
-        env, num_envs = _grouped(env, num_envs, mode, pool_options)
+        env, num_envs = grouped(env, num_envs, mode, pool_options)
         pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
         self._setup(pool, probe, observation_mode)
 
@@ -349,43 +347,6 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
-
-
-def _grouped(
-    env: EnvSource | list[EnvSource],
-    num_envs: int | None,
-    mode: str | Sequence[str],
-    options: dict[str, Any],
-) -> tuple[EnvSource | list[EnvSource], int | None]:
-    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
-    ``options``), else for process workers ``k`` chosen from the cores (16 envs on 2 cores:
-    2 workers of 8) unless ``envs_per_process`` is given. One message per worker and step
-    instead of one per env."""
-    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
-    if "envs_per_worker" in options:
-        per_worker = options.pop("envs_per_worker")
-        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
-            raise ValueError(
-                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
-                f"got {per_worker!r}"
-            )
-    elif mode == "process" and "envs_per_process" not in options:
-        per_worker = _envs_per_worker(len(sources), os.cpu_count() or 1)
-    else:
-        return env, num_envs
-    if per_worker == 1:
-        return env, num_envs
-    groups = [
-        VectorSource(tuple(sources[first : first + per_worker]))
-        for first in range(0, len(sources), per_worker)
-    ]
-    return list(groups), len(groups)
-
-
-def _envs_per_worker(num_envs: int, cores: int) -> int:
-    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / cores)``."""
-    target = -(-num_envs // cores)
-    return max(k for k in range(1, target + 1) if num_envs % k == 0)
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:

@@ -10,20 +10,58 @@ slice each, never a Python object per env.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Box
 from gymnasium.vector.utils import iterate
 
-from ._environment import BatchStep
+from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
 from ._sentinels import RESET, Reset
 
-__all__ = ["EnvLayout"]
+__all__ = ["EnvLayout", "VectorArrays", "envs_per_worker", "grouped"]
 
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+def grouped(
+    env: EnvSource | list[EnvSource],
+    num_envs: int | None,
+    mode: str | Sequence[str],
+    options: dict[str, Any],
+) -> tuple[EnvSource | list[EnvSource], int | None]:
+    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
+    ``options``), else for process workers ``k`` chosen from the cores (16 envs on 2 cores:
+    2 workers of 8) unless ``envs_per_process`` is given. One message per worker and step
+    instead of one per env."""
+    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
+    if "envs_per_worker" in options:
+        per_worker = options.pop("envs_per_worker")
+        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
+            raise ValueError(
+                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
+                f"got {per_worker!r}"
+            )
+    elif mode == "process" and "envs_per_process" not in options:
+        per_worker = envs_per_worker(len(sources), os.cpu_count() or 1)
+    else:
+        return env, num_envs
+    if per_worker == 1:
+        return env, num_envs
+    groups = [
+        VectorSource(tuple(sources[first : first + per_worker]))
+        for first in range(0, len(sources), per_worker)
+    ]
+    return list(groups), len(groups)
+
+
+def envs_per_worker(num_envs: int, cores: int) -> int:
+    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / cores)``."""
+    target = -(-num_envs // cores)
+    return max(k for k in range(1, target + 1) if num_envs % k == 0)
 
 
 class EnvLayout:

@@ -12,7 +12,7 @@ from envs import Structured
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv._vector import _envs_per_worker
+from aioenv._vector_layout import envs_per_worker as _envs_per_worker
 
 N = 4
 AUTORESET = {
