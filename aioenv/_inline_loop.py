@@ -6,14 +6,18 @@ loop until the step's states are in, then the loop rests until the next call. Be
 calls nothing is lost: process workers' replies wait in their sockets, thread workers'
 in the loop's queue (``call_soon_threadsafe``), timers fire late at the next run.
 
-It cannot be used from inside a running event loop (a thread runs one loop at a time):
-code that already runs a loop gets a background loop instead (see ``_vector_runtime``).
+A thread runs one event loop at a time: a call made while another loop runs in the
+calling thread (a vector env made in a script, then closed from async code) runs this
+loop in a short-lived helper thread instead, and blocks the caller until it is done.
+Code that already runs a loop when it makes the vector env gets a background loop
+instead (see ``_vector_runtime``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -57,11 +61,7 @@ class InlineLoop:
         is interrupted (Ctrl-C), the coroutine is cancelled and run to its end before the
         exception goes on, so nothing of it is left half done."""
         if loop_running_here():
-            raise RuntimeError(
-                "this AioVectorEnv was made outside any event loop, so it runs its own in "
-                "the calling thread, which cannot be done from inside a running loop: make "
-                "the vector env inside the loop instead (it then runs on a background loop)"
-            )
+            return _in_helper_thread(lambda: self.call(function, *args, timeout=timeout))
         loop = self._loop
         task = loop.create_task(_within(function(*args), timeout))
         try:
@@ -85,6 +85,25 @@ class InlineLoop:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def _in_helper_thread(call: Callable[[], T]) -> T:
+    """``call()`` in a new thread (which runs no event loop), waited for here."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # carried to the caller's thread
+            outcome.append((False, exc))
+
+    helper = threading.Thread(target=run, name="aioenv-inline-loop-call", daemon=True)
+    helper.start()
+    helper.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 def loop_running_here() -> bool:

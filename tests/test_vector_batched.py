@@ -3,6 +3,7 @@ default grouping of process workers): array by array what SyncVectorEnv gives.""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import gymnasium
@@ -131,3 +132,12 @@ def test_process_workers_are_grouped_from_the_cores_by_default() -> None:
         assert len(grouped.pool) == expected
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=1) as single:
         assert len(single.pool) == N
+
+
+async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async_code() -> None:
+    """Its loop runs in the calling thread; with another loop running there, a helper
+    thread runs it instead of failing (and nothing is left behind)."""
+    envs = await asyncio.to_thread(aioenv.AioVectorEnv, "CartPole-v1", 2, mode="process")
+    observations, _ = envs.reset(seed=1)  # from inside this running loop
+    assert observations.shape == (2, 4)
+    envs.close()
