@@ -279,7 +279,7 @@ class AioVectorEnv(VectorEnv):
         states: list[Any]
         states, error = self._runtime.call(exchange, self._pool, ids, actions)
         if error is not None:
-            raise as_raised(error)
+            raise as_raised(error, self._layout.describe(error.worker_id))
         return states
 
     def _batched_reset(

@@ -74,6 +74,13 @@ class EnvLayout:
         #: Some worker steps several envs: the vector env exchanges BatchSteps.
         self.batched = any(size > 1 for size in sizes)
 
+    def describe(self, worker_id: int | None) -> str:
+        """Which env(s) of the vector env a worker steps, for messages."""
+        if worker_id is None:
+            return "an env"
+        lo, size = self.starts[worker_id], self.sizes[worker_id]
+        return f"env {lo}" if size == 1 else f"envs {lo}-{lo + size - 1} (worker {worker_id})"
+
     def slices(self) -> list[slice]:
         return [slice(lo, lo + k) for lo, k in zip(self.starts, self.sizes, strict=True)]
 

@@ -97,18 +97,23 @@ async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list
     return states, errors
 
 
-def as_raised(error: WorkerError) -> BaseException:
+def as_raised(error: WorkerError, where: str) -> BaseException:
     """The env's own exception where it came back (gymnasium's vector envs re-raise the
-    env's type), with aioenv's account of where it happened attached; else ``error``."""
+    env's type), with aioenv's account of where it happened (``where``: which env of the
+    vector env) attached as a note (Python 3.11+) or as its cause; else ``error``."""
     if not isinstance(error, EnvError) or not isinstance(error.__cause__, Exception):
         return error
     original = error.__cause__
-    note = (
-        f"[aioenv] raised by env {error.worker_id} of the AioVectorEnv during {error.during}; "
-        f"traceback in the worker:\n{error.remote_traceback}"
-    )
+    note = f"[aioenv] raised by {where} of the AioVectorEnv during {error.during}"
     if sys.version_info >= (3, 11):
-        original.add_note(note)
+        original.add_note(f"{note}; traceback in the worker:\n{error.remote_traceback}")
     elif original.__cause__ is None:
-        original.__cause__ = error
+        cause = EnvError(
+            f"{note} ({error.args[0]})",
+            worker_id=error.worker_id,
+            remote_traceback=error.remote_traceback,
+            exception_type=error.exception_type,
+            during=error.during,
+        )
+        original.__cause__ = cause
     return original

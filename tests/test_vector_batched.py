@@ -114,8 +114,10 @@ def test_an_env_error_in_a_group_is_the_envs_own_exception_and_the_env_stays_usa
 
     with aioenv.AioVectorEnv(RaisesOnTwo, N, mode="process", envs_per_worker=2) as ours:
         ours.reset(seed=0)
-        with pytest.raises(ValueError, match="action 2 is not allowed"):
+        with pytest.raises(ValueError, match="action 2 is not allowed") as raised:
             ours.step(np.array([0, 0, 2, 0]))
+        notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
+        assert "envs 2-3 (worker 1)" in notes and "env 0 of the batch" in notes
         observations, *_ = ours.reset(seed=0)
         assert observations.shape == (N, 1)
         assert ours.step(np.array([0, 1, 0, 1]))[0].tolist() == [[1.0]] * N
