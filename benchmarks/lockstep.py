@@ -47,9 +47,9 @@ VECTORS: dict[str, VectorFactory] = {
     "gym AsyncVectorEnv": lambda env, n: gymnasium.vector.AsyncVectorEnv(
         [env] * n, shared_memory=True
     ),
-    "AioVectorEnv process (default)": lambda env, n: aioenv.AioVectorEnv(env, n),
-    "AioVectorEnv process, 1 env/process": lambda env, n: aioenv.AioVectorEnv(
-        env, n, mode="process"
+    "AioVectorEnv process (default: grouped)": lambda env, n: aioenv.AioVectorEnv(env, n),
+    "AioVectorEnv process, 1 env/worker": lambda env, n: aioenv.AioVectorEnv(
+        env, n, mode="process", envs_per_worker=1
     ),
     "AioVectorEnv thread": lambda env, n: aioenv.AioVectorEnv(env, n, mode="thread"),
 }

@@ -471,7 +471,7 @@ def _processes(config: Config, n: int) -> int:
 
 def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
     per_worker = int(config.get("options", {}).get("envs_per_worker", 1))
-    if case.n % per_worker or case.n < 2 * per_worker:
+    if per_worker > 1 and (case.n % per_worker or case.n < 2 * per_worker):
         return f"needs N a multiple of {per_worker} with at least two workers"
     if config.get("options", {}).get("mode") == "async" and case.async_env is None:
         return "no coroutine twin of this env"
