@@ -347,6 +347,7 @@ def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
     workers = list(workers)
     if not workers:
         raise ValueError("a pool needs at least one worker")
+    seen: set[int] = set()  # ids of the workers checked so far: a worker listed twice
     for position, worker in enumerate(workers):
         if not isinstance(worker, Worker):
             raise TypeError(
@@ -354,8 +355,9 @@ def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
                 "(SyncWorker, ThreadWorker, ProcessWorker or AsyncEnvWorker); use make_pool() "
                 "to build workers from envs"
             )
-        if worker.in_pool or any(other is worker for other in workers[:position]):
+        if worker.in_pool or id(worker) in seen:
             raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")
+        seen.add(id(worker))
     return workers
 
 
