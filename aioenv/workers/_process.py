@@ -46,8 +46,8 @@ from .._protocol import (
 )
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
-from ._base import Worker
 from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+from ._slotted import SlottedWorker
 
 __all__ = ["ProcessWorker", "default_context"]
 
@@ -79,7 +79,7 @@ def _resolve_context(context: Context | str | None) -> Context:
     return context
 
 
-class ProcessWorker(Worker[S]):
+class ProcessWorker(SlottedWorker[S, Host]):
     """Runs the env in a child process (crash isolation, true parallelism).
 
     The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
@@ -100,6 +100,7 @@ class ProcessWorker(Worker[S]):
 
     kind = "process"
     _discard_verb = "killed"
+    _per_host_option = "envs_per_process"
 
     def __init__(
         self,
@@ -142,33 +143,7 @@ class ProcessWorker(Worker[S]):
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
         if _start:
-            _start_host([self])
-
-    @classmethod
-    def hosted(
-        cls,
-        env: EnvSource | list[EnvSource],
-        seeds: Sequence[int | None],
-        envs_per_process: int,
-        **options: Any,
-    ) -> list[ProcessWorker[Any]]:
-        """One worker per seed, ``envs_per_process`` of them sharing each child process.
-        ``env`` is one env source for all, or a list with one per seed."""
-        if not isinstance(envs_per_process, int) or envs_per_process < 1:
-            raise ValueError(f"envs_per_process must be an int >= 1, got {envs_per_process!r}")
-        envs = env if isinstance(env, list) else [env] * len(seeds)
-        workers: list[ProcessWorker[Any]] = [
-            cls(source, seed=seed, _start=False, **options)
-            for source, seed in zip(envs, seeds, strict=True)
-        ]
-        try:
-            for first in range(0, len(workers), envs_per_process):
-                _start_host(workers[first : first + envs_per_process])
-        except BaseException:
-            for worker in workers:
-                worker.abandon()  # the children started so far go too
-            raise
-        return workers
+            self._start_hosts([self])
 
     @property
     def pid(self) -> int:
@@ -180,29 +155,28 @@ class ProcessWorker(Worker[S]):
         """That child's exit code; None while it runs."""
         return self._current_host().exitcode
 
-    @property
-    def name(self) -> str:
-        where = "" if self.worker_id is None else f" {self.worker_id}"
-        host = self._host
-        if host is None:
-            return f"process worker{where} ({self.env_name})"
-        slot = f", slot {self._slot}" if host.size > 1 else ""
-        return f"process worker{where} ({self.env_name}, pid {host.pid}{slot})"
+    def _where(self, host: Host) -> str:
+        return f"pid {host.pid}"
 
-    def _current_host(self) -> Host:
-        assert self._host is not None, "a process worker always has a host once built"
-        return self._host
-
-    def _join(self, host: Host, slot: int) -> None:
-        self._host = host
-        self._slot = slot
-        host.open_slot(slot)
-        self._hosts.append(host)
+    def _joined(self, host: Host) -> None:
         self._shared = None  # a new process gets its own memory: a killed one cannot write it
-        if self._loop is not None:
-            host.watch(self._loop)
         if self._layout is not None:
             self._share()
+
+    @classmethod
+    def _start_hosts(cls, workers: Sequence[Any]) -> None:
+        first = workers[0]
+        host = Host(
+            first._context,
+            first.env_name,
+            [worker._payload for worker in workers],
+            [worker.seed for worker in workers],
+            first._episode,
+            deliver=[worker._on_host_message for worker in workers],
+            on_exit=[worker._on_host_exit for worker in workers],
+        )
+        for slot, worker in enumerate(workers):
+            worker._join(host, slot)
 
     # Shared memory ---------------------------------------------------------------------
     def _share(self) -> None:
@@ -226,18 +200,8 @@ class ProcessWorker(Worker[S]):
         return layout
 
     # Hooks -----------------------------------------------------------------------------
-    def _bind_loop(self, loop: Any) -> None:
-        for host in self._hosts:
-            host.watch(loop)
-
     def _spawn(self, seed: int | None) -> None:
-        host = self._current_host()
-        while host.successor is not None:  # siblings may have replaced it already
-            host = host.successor
-        if not host.alive:
-            host = host.replacement()
-        if host is not self._host:
-            self._join(host, self._slot)
+        host = self._host_for_restart()
         host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
@@ -263,13 +227,6 @@ class ProcessWorker(Worker[S]):
                 f"{self.name}: the {what} could not be pickled to send it to the worker "
                 f"process ({type(exc).__name__}: {exc})"
             ) from exc
-
-    def _discard_env(self, env_gone: bool) -> None:
-        host = self._current_host()
-        if env_gone or host.size == 1:
-            # A hung step cannot be interrupted: the whole child goes.
-            host.kill(self._slot, f"{self.name} failed")
-        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
 
     def _abandon(self) -> None:
         self._shared = None
@@ -373,19 +330,3 @@ class ProcessWorker(Worker[S]):
             RuntimeWarning,
             stacklevel=3,
         )
-
-
-def _start_host(workers: Sequence[ProcessWorker[Any]]) -> None:
-    """Start one child serving ``workers`` (slot ``i`` is ``workers[i]``) and join them to it."""
-    first = workers[0]
-    host = Host(
-        first._context,
-        first.env_name,
-        [worker._payload for worker in workers],
-        [worker.seed for worker in workers],
-        first._episode,
-        deliver=[worker._on_host_message for worker in workers],
-        on_exit=[worker._on_host_exit for worker in workers],
-    )
-    for slot, worker in enumerate(workers):
-        worker._join(host, slot)

@@ -25,17 +25,17 @@ import cloudpickle
 from .._environment import BatchStep, EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
-from ._base import Worker
 from ._ray_host import KILL_GRACE, ActorHost, import_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
+from ._slotted import SlottedWorker
 
 __all__ = ["RayWorker"]
 
 S = TypeVar("S")
 
 
-class RayWorker(Worker[S]):
+class RayWorker(SlottedWorker[S, ActorHost]):
     """Runs the env in a Ray actor: on the cluster Ray is initialised with
     (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
     the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
@@ -68,6 +68,7 @@ class RayWorker(Worker[S]):
     """
 
     kind = "ray"
+    _per_host_option = "envs_per_actor"
     _discard_verb = "killed (ray.kill)"
 
     def __init__(
@@ -107,68 +108,23 @@ class RayWorker(Worker[S]):
         self._slot = 0
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         if _start:
-            _start_actor([self])
-
-    @classmethod
-    def hosted(
-        cls,
-        env: EnvSource | list[EnvSource],
-        seeds: Sequence[int | None],
-        envs_per_actor: int,
-        **options: Any,
-    ) -> list[RayWorker[Any]]:
-        """One worker per seed, ``envs_per_actor`` of them sharing each actor. ``env`` is
-        one env source for all, or a list with one per seed."""
-        if not isinstance(envs_per_actor, int) or envs_per_actor < 1:
-            raise ValueError(f"envs_per_actor must be an int >= 1, got {envs_per_actor!r}")
-        envs = env if isinstance(env, list) else [env] * len(seeds)
-        workers: list[RayWorker[Any]] = [
-            cls(source, seed=seed, _start=False, **options)
-            for source, seed in zip(envs, seeds, strict=True)
-        ]
-        for first in range(0, len(workers), envs_per_actor):
-            _start_actor(workers[first : first + envs_per_actor])
-        return workers
+            self._start_hosts([self])
 
     @property
     def actor_id(self) -> str:
         """The id (hex) of the Ray actor serving this worker's env now."""
         return self._current_host().actor_id
 
-    @property
-    def name(self) -> str:
-        where = "" if self.worker_id is None else f" {self.worker_id}"
-        host = self._host
-        if host is None:
-            return f"ray worker{where} ({self.env_name})"
-        slot = f", slot {self._slot}" if host.size > 1 else ""
-        return f"ray worker{where} ({self.env_name}, actor {host.actor_id[:8]}{slot})"
+    def _where(self, host: ActorHost) -> str:
+        return f"actor {host.actor_id[:8]}"
 
-    def _current_host(self) -> ActorHost:
-        assert self._host is not None, "a ray worker always has an actor once built"
-        return self._host
-
-    def _join(self, host: ActorHost, slot: int) -> None:
-        self._host = host
-        self._slot = slot
-        host.open_slot(slot)
-        self._hosts.append(host)
-        if self._loop is not None:
-            host.watch(self._loop)
+    @classmethod
+    def _start_hosts(cls, workers: Sequence[Any]) -> None:
+        _start_actor(workers)
 
     # Hooks -----------------------------------------------------------------------------
-    def _bind_loop(self, loop: Any) -> None:
-        for host in self._hosts:
-            host.watch(loop)
-
     def _spawn(self, seed: int | None) -> None:
-        host = self._current_host()
-        while host.successor is not None:  # siblings may have replaced it already
-            host = host.successor
-        if not host.alive:
-            host = host.replacement()
-        if host is not self._host:
-            self._join(host, self._slot)
+        host = self._host_for_restart()
         host.send((self._slot, 0, Op.REBUILD, (seed, self._episode)))
 
     def _submit(self, seq: int, action: Any) -> None:
@@ -176,12 +132,6 @@ class RayWorker(Worker[S]):
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         self._current_host().send((self._slot, seq, Op.CONTROL, shared_request(request)))
-
-    def _discard_env(self, env_gone: bool) -> None:
-        host = self._current_host()
-        if env_gone or host.size == 1:
-            host.kill(self._slot, f"{self.name} failed")
-        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
 
     def _abandon(self) -> None:
         for host in self._hosts:

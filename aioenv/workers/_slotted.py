@@ -1,0 +1,134 @@
+"""Workers that each run in one slot of a shared host: a child process (process workers) or
+a Ray actor (Ray workers). The bookkeeping is the same for both: which host serves this
+worker now, which hosts it used that may still run, the replacement host after a death
+that its siblings share, and starting several workers' hosts at once (``hosted``)."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from .._environment import EnvSource
+from ._base import Worker
+
+__all__ = ["SlotHost", "SlottedWorker"]
+
+S = TypeVar("S")
+
+
+class SlotHost(Protocol):
+    """What a slotted worker needs of its host."""
+
+    size: int
+    successor: Any
+
+    @property
+    def alive(self) -> bool: ...
+
+    def replacement(self) -> Any: ...
+
+    def open_slot(self, slot: int) -> None: ...
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None: ...
+
+    def kill(self, slot: int, reason: str) -> None: ...
+
+
+H = TypeVar("H", bound=SlotHost)
+
+
+class SlottedWorker(Worker[S], Generic[S, H]):
+    """A worker in slot ``_slot`` of host ``_host``; kinds name their hosts (``_where``),
+    start them (``_start_hosts``) and say what joining one means for them (``_joined``)."""
+
+    #: The option that says how many workers share a host, for messages.
+    _per_host_option: ClassVar[str]
+    _host: H | None
+    _slot: int
+    _hosts: list[H]
+
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        per_host: int,
+        **options: Any,
+    ) -> list[Any]:
+        """One worker per seed, ``per_host`` of them sharing each host. ``env`` is one env
+        source for all, or a list with one per seed. If a host fails to start, the ones
+        started so far are stopped again."""
+        if not isinstance(per_host, int) or per_host < 1:
+            raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
+        envs = env if isinstance(env, list) else [env] * len(seeds)
+        workers = [
+            cls(source, seed=seed, _start=False, **options)  # type: ignore[call-arg]
+            for source, seed in zip(envs, seeds, strict=True)
+        ]
+        try:
+            for first in range(0, len(workers), per_host):
+                cls._start_hosts(workers[first : first + per_host])
+        except BaseException:
+            for worker in workers:
+                worker.abandon()
+            raise
+        return workers
+
+    @classmethod
+    @abc.abstractmethod
+    def _start_hosts(cls, workers: Sequence[Any]) -> None:
+        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
+
+    @abc.abstractmethod
+    def _where(self, host: H) -> str:
+        """The host, for the worker's name: ``pid 123``, ``actor 0f3a…``."""
+
+    def _joined(self, host: H) -> None:
+        """Hook: the worker now runs in ``host``."""
+
+    @property
+    def name(self) -> str:
+        where = "" if self.worker_id is None else f" {self.worker_id}"
+        host = self._host
+        if host is None:
+            return f"{self.kind} worker{where} ({self.env_name})"
+        slot = f", slot {self._slot}" if host.size > 1 else ""
+        return f"{self.kind} worker{where} ({self.env_name}, {self._where(host)}{slot})"
+
+    def _current_host(self) -> H:
+        assert self._host is not None, f"a {self.kind} worker always has a host once built"
+        return self._host
+
+    def _join(self, host: H, slot: int) -> None:
+        self._host = host
+        self._slot = slot
+        host.open_slot(slot)
+        self._hosts.append(host)
+        if self._loop is not None:
+            host.watch(self._loop)
+        self._joined(host)
+
+    def _host_for_restart(self) -> H:
+        """The host a restarted env runs in: the current one if it is alive, else the
+        replacement its siblings started (or a new one), which this worker joins."""
+        host = self._current_host()
+        while host.successor is not None:  # siblings may have replaced it already
+            host = host.successor
+        if not host.alive:
+            host = host.replacement()
+        if host is not self._host:
+            self._join(host, self._slot)
+        return host
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        for host in self._hosts:
+            host.watch(loop)
+
+    def _discard_env(self, env_gone: bool) -> None:
+        host = self._current_host()
+        if env_gone or host.size == 1:
+            # A hung step cannot be interrupted: the whole host goes.
+            host.kill(self._slot, f"{self.name} failed")
+        # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
