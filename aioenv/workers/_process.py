@@ -155,6 +155,18 @@ class ProcessWorker(SlottedWorker[S, Host]):
         """That child's exit code; None while it runs."""
         return self._current_host().exitcode
 
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_process: int,
+        **options: Any,
+    ) -> list[ProcessWorker[Any]]:
+        """One worker per seed, ``envs_per_process`` of them sharing each child process.
+        ``env`` is one env source for all, or a list with one per seed."""
+        return cls._hosted(env, seeds, envs_per_process, **options)
+
     def _where(self, host: Host) -> str:
         return f"pid {host.pid}"
 

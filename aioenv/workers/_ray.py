@@ -115,6 +115,18 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         """The id (hex) of the Ray actor serving this worker's env now."""
         return self._current_host().actor_id
 
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_actor: int,
+        **options: Any,
+    ) -> list[RayWorker[Any]]:
+        """One worker per seed, ``envs_per_actor`` of them sharing each actor. ``env`` is
+        one env source for all, or a list with one per seed."""
+        return cls._hosted(env, seeds, envs_per_actor, **options)
+
     def _where(self, host: ActorHost) -> str:
         return f"actor {host.actor_id[:8]}"
 

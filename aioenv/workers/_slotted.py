@@ -50,16 +50,17 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     _hosts: list[H]
 
     @classmethod
-    def hosted(
+    def _hosted(
         cls,
         env: EnvSource | list[EnvSource],
         seeds: Sequence[int | None],
         per_host: int,
         **options: Any,
     ) -> list[Any]:
-        """One worker per seed, ``per_host`` of them sharing each host. ``env`` is one env
-        source for all, or a list with one per seed. If a host fails to start, the ones
-        started so far are stopped again."""
+        """One worker per seed, ``per_host`` of them sharing each host (each kind's public
+        ``hosted`` names that count its own way). ``env`` is one env source for all, or a
+        list with one per seed. If a host fails to start, the ones started so far are
+        stopped again."""
         if not isinstance(per_host, int) or per_host < 1:
             raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
         envs = env if isinstance(env, list) else [env] * len(seeds)
