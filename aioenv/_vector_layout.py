@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Box
-from gymnasium.vector.utils import iterate
+from gymnasium.vector.utils import batch_space, iterate
 
 from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
@@ -163,6 +163,7 @@ class VectorArrays:
         self.box = isinstance(single_space, Box)
         self.single_space = single_space
         self.per_env: list[Any] = [None] * num_envs  # for spaces other than Box
+        self._batched: dict[int, Any] = {}  # the batched space of a group of each size
         self.stacked: Any = (
             np.empty((num_envs, *single_space.shape), single_space.dtype) if self.box else None
         )
@@ -174,7 +175,10 @@ class VectorArrays:
         if self.box:
             self.stacked[part] = observations
             return
-        batched = _batched_space(self.single_space, part.stop - part.start)
+        size = part.stop - part.start
+        batched = self._batched.get(size)
+        if batched is None:
+            batched = self._batched[size] = batch_space(self.single_space, size)
         for index, observation in enumerate(iterate(batched, observations), part.start):
             self.per_env[index] = observation
 
@@ -182,12 +186,6 @@ class VectorArrays:
         self.rewards = np.zeros_like(self.rewards)
         self.terminated = np.zeros_like(self.terminated)
         self.truncated = np.zeros_like(self.truncated)
-
-
-def _batched_space(space: Any, size: int) -> Any:
-    from gymnasium.vector.utils import batch_space
-
-    return batch_space(space, size)
 
 
 def _sliced(actions: Any, part: slice) -> Any:
