@@ -27,7 +27,14 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
     "sync": frozenset({"cleanup_time", "envs_per_worker"}),
     "thread": frozenset({"cleanup_time", "envs_per_worker"}),
     "process": frozenset(
-        {"cleanup_time", "context", "envs_per_process", "envs_per_worker", "shared_memory"}
+        {
+            "cleanup_time",
+            "context",
+            "envs_per_process",
+            "envs_per_worker",
+            "idle_spin",
+            "shared_memory",
+        }
     ),
     "async": frozenset({"cleanup_time"}),
     "ray": frozenset(
@@ -85,8 +92,9 @@ def make_pool(
     :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
         ``step_timeout``, ``restart``, ...) go to the pool, checked before any worker
         starts; worker options go to the kinds that take them: ``cleanup_time`` (all
-        kinds, and the pool); for process workers ``context``, ``shared_memory`` and
-        ``envs_per_process`` (how many workers share one child process; default 1); for
+        kinds, and the pool); for process workers ``context``, ``shared_memory``,
+        ``envs_per_process`` (how many workers share one child process; default 1) and
+        ``idle_spin`` (see :class:`~aioenv.ProcessWorker`); for
         Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
         ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
         ``envs_per_actor`` (how many workers share one actor; default 1).

@@ -24,6 +24,11 @@ from ._sentinels import RESET, Reset
 
 __all__ = ["EnvLayout", "VectorArrays", "envs_per_worker", "grouped"]
 
+#: The ``idle_spin`` (seconds) of grouped process workers that have a core each: longer
+#: than a small policy's forward pass between two steps, so a child is still awake when
+#: the next step comes, and short enough to be noise if the script computes longer.
+LOCKSTEP_IDLE_SPIN = 0.0005
+
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
@@ -34,9 +39,11 @@ def grouped(
     options: dict[str, Any],
 ) -> tuple[EnvSource | list[EnvSource], int | None]:
     """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
-    ``options``), else for process workers ``k`` chosen from the cores (16 envs on 2 cores:
-    2 workers of 8) unless ``envs_per_process`` is given. One message per worker and step
-    instead of one per env."""
+    ``options``), else for process workers ``k`` chosen from the cores (a core for the
+    script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
+    cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
+    and step instead of one per env. Process workers that each have a core of their own
+    poll for the next step a moment before they sleep (``idle_spin``, unless given)."""
     sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
         per_worker = options.pop("envs_per_worker")
@@ -46,9 +53,14 @@ def grouped(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        per_worker = envs_per_worker(len(sources), os.cpu_count() or 1)
+        per_worker = envs_per_worker(len(sources), _cores())
     else:
         return env, num_envs
+    per_process = options.get("envs_per_process", 1)
+    if mode == "process" and "idle_spin" not in options and isinstance(per_process, int):
+        processes = -(-len(sources) // per_worker // max(1, per_process))
+        if processes + 1 <= _cores():
+            options["idle_spin"] = LOCKSTEP_IDLE_SPIN
     if per_worker == 1:
         return env, num_envs
     groups = [
@@ -59,9 +71,18 @@ def grouped(
 
 
 def envs_per_worker(num_envs: int, cores: int) -> int:
-    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / cores)``."""
-    target = -(-num_envs // cores)
+    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / children)``,
+    with one child per core but one (the training script's), at least one child."""
+    target = -(-num_envs // max(1, cores - 1))
     return max(k for k in range(1, target + 1) if num_envs % k == 0)
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class EnvLayout:

@@ -242,3 +242,46 @@ def test_children_do_not_rerun_the_users_main_module(tmp_path: Any, context: str
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3"]  # three children served the pool
     assert len(mark.read_text().split()) == 1  # the parent's import only
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None:
+    """A child that polls before it sleeps steps the same; once the pool is idle it stops
+    polling: over a second of idling it uses a fraction of a core (at most one spin of
+    0.01 s after its last answer, plus the clock's granularity)."""
+    async with (
+        aioenv.make_pool(Counter, 2, mode="process", seed=3, idle_spin=0.01) as spinning,
+        aioenv.make_pool(Counter, 2, mode="process", seed=3) as sleeping,
+    ):
+        for pool in (spinning, sleeping):
+            await pool.reset_all()
+        for t in range(20):
+            got = []
+            for pool in (spinning, sleeping):
+                for worker_id in range(2):
+                    pool.send_action(t, worker_id)
+                batch = await pool.get_batch(min_size=2)
+                got.append(
+                    sorted(
+                        (w, s["total"]) for w, s in zip(batch.worker_ids, batch.states, strict=True)
+                    )
+                )
+            assert got[0] == got[1]
+        pid = spinning.workers[0].pid
+        await asyncio.sleep(0.1)  # past the last spin
+        before = _cpu_seconds(pid)
+        await asyncio.sleep(1.0)
+        assert _cpu_seconds(pid) - before < 0.25
+
+
+@pytest.mark.parametrize("idle_spin", [-1e-3, 0.5, "fast"])
+async def test_idle_spin_out_of_range_is_a_clear_error(idle_spin: Any) -> None:
+    with pytest.raises(ValueError, match="idle_spin must be a number of seconds from 0 to 0.01"):
+        aioenv.ProcessWorker(Counter, idle_spin=idle_spin)
+    with pytest.raises(ValueError, match="idle_spin"):
+        aioenv.make_pool(Counter, 1, mode="process", idle_spin=idle_spin)

@@ -4,6 +4,7 @@ default grouping of process workers): array by array what SyncVectorEnv gives.""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import gymnasium
@@ -124,13 +125,16 @@ def test_an_env_error_in_a_group_is_the_envs_own_exception_and_the_env_stays_usa
 
 
 def test_process_workers_are_grouped_from_the_cores_by_default() -> None:
-    assert _envs_per_worker(16, 2) == 8
-    assert _envs_per_worker(4, 2) == 2
-    assert _envs_per_worker(16, 16) == 1
-    assert _envs_per_worker(7, 2) == 1  # no divisor fits: one env per worker
+    """One child per core but one (the script's), at least one child."""
+    assert _envs_per_worker(16, 2) == 16
+    assert _envs_per_worker(4, 2) == 4
+    assert _envs_per_worker(16, 1) == 16
+    assert _envs_per_worker(16, 16) == 2
+    assert _envs_per_worker(64, 16) == 4
+    assert _envs_per_worker(7, 3) == 1  # no divisor fits: one env per worker
     assert _envs_per_worker(6, 4) == 2
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process") as grouped:
-        expected = N // _envs_per_worker(N, __import__("os").cpu_count() or 1)
+        expected = N // _envs_per_worker(N, len(os.sched_getaffinity(0)))
         assert len(grouped.pool) == expected
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=1) as single:
         assert len(single.pool) == N
@@ -143,3 +147,27 @@ async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async
     observations, _ = envs.reset(seed=1)  # from inside this running loop
     assert observations.shape == (2, 4)
     envs.close()
+
+
+@pytest.mark.parametrize(
+    ("cores", "options", "spin"),
+    [
+        (2, {}, 0.0005),  # one child of 16 and the script: a core each
+        (16, {}, 0.0005),  # 8 children of 2
+        (1, {}, None),  # the child shares the script's core: no spinning
+        (2, {"envs_per_worker": 1}, None),  # 16 children on 2 cores
+        (2, {"idle_spin": 0.0}, 0.0),  # the user's choice stands
+    ],
+)
+def test_grouped_process_workers_spin_only_with_a_core_each(
+    monkeypatch: pytest.MonkeyPatch, cores: int, options: dict[str, Any], spin: float | None
+) -> None:
+    from aioenv import _vector_layout
+
+    monkeypatch.setattr(_vector_layout, "_cores", lambda: cores)
+    options = dict(options)
+    _vector_layout.grouped("CartPole-v1", 16, "process", options)
+    assert options.get("idle_spin") == spin
+    options = {}
+    _vector_layout.grouped("CartPole-v1", 16, "thread", options)
+    assert "idle_spin" not in options

@@ -13,6 +13,7 @@ import queue
 import signal
 import socket
 import threading
+import time
 from typing import Any
 
 import cloudpickle
@@ -50,10 +51,12 @@ def serve(
     seeds: list[int | None],
     episode: EpisodeOptions,
     build: bool,
+    idle_spin: float = 0.0,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
     ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
-    and report its spaces (READY); otherwise each slot waits for a REBUILD."""
+    and report its spaces (READY); otherwise each slot waits for a REBUILD. ``idle_spin``:
+    seconds to poll for the next request before blocking on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
@@ -68,7 +71,7 @@ def serve(
             sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
         decoder = FrameDecoder()
         while True:
-            data = sock.recv(RECEIVE_SIZE)  # whatever has arrived is one batch
+            data = _receive(sock, idle_spin)  # whatever has arrived is one batch
             if not data:
                 return  # the parent is gone
             for kind, seq, slot, frame in decoder.feed(data):
@@ -98,6 +101,22 @@ def serve(
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
+
+
+def _receive(sock: socket.socket, idle_spin: float) -> bytes:
+    """What has arrived, polling for up to ``idle_spin`` seconds before blocking: in a
+    lockstep loop the next request comes a moment after the answer, and a child that is
+    still awake takes it at once, where a sleeping one costs both sides a wake-up (see
+    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy."""
+    if idle_spin > 0:
+        deadline = time.perf_counter() + idle_spin
+        while True:
+            try:
+                return sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() > deadline:
+                    break
+    return sock.recv(RECEIVE_SIZE)
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:

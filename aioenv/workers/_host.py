@@ -51,6 +51,7 @@ class _Recipe:
     episode: EpisodeOptions
     deliver: Sequence[Deliver]
     on_exit: Sequence[OnExit]
+    idle_spin: float
 
 
 class Host:
@@ -70,13 +71,14 @@ class Host:
         deliver: Sequence[Deliver],
         on_exit: Sequence[OnExit],
         build: bool = True,
+        idle_spin: float = 0.0,
     ) -> None:
-        self._recipe = _Recipe(context, name, payloads, seeds, episode, deliver, on_exit)
+        self._recipe = _Recipe(context, name, payloads, seeds, episode, deliver, on_exit, idle_spin)
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
         process = context.Process(  # type: ignore[attr-defined]
             target=_child_main,
-            args=(child_end, alive_child, list(payloads), list(seeds), episode, build),
+            args=(child_end, alive_child, list(payloads), list(seeds), episode, build, idle_spin),
             name=f"aioenv-process-worker ({name})",
             daemon=True,
         )
@@ -145,6 +147,7 @@ class Host:
                 deliver=recipe.deliver,
                 on_exit=recipe.on_exit,
                 build=False,
+                idle_spin=recipe.idle_spin,
             )
         return self.successor
 
