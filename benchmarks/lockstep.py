@@ -48,6 +48,9 @@ VECTORS: dict[str, VectorFactory] = {
         [env] * n, shared_memory=True
     ),
     "AioVectorEnv process (default: grouped)": lambda env, n: aioenv.AioVectorEnv(env, n),
+    "AioVectorEnv process (default), idle_spin=0": lambda env, n: aioenv.AioVectorEnv(
+        env, n, idle_spin=0.0
+    ),
     "AioVectorEnv process, 1 env/worker": lambda env, n: aioenv.AioVectorEnv(
         env, n, mode="process", envs_per_worker=1
     ),
