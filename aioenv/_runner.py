@@ -18,6 +18,7 @@ from ._environment import (
     build_environment,
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
+from ._segment import Cursor, Rollout, load_policy, play
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
@@ -47,6 +48,8 @@ class EnvRunner:
         self.build_failure: Failure | None = None
         self._needs_reset = False
         self._length = 0
+        #: Where the last rollout segment left the env (None: the next one resets it).
+        self.cursor: Cursor | None = None
 
     def build(self) -> None:
         if self.env is not None or self.build_failure is not None:
@@ -69,7 +72,12 @@ class EnvRunner:
         )
 
     def handle(self, action: Any) -> Any:
-        """Answer ``RESET``, a ``Reset(...)`` or a step: the state, or a Failure."""
+        """Answer ``RESET``, a ``Reset(...)``, a step or a :class:`~aioenv._segment.Rollout`:
+        the state (a Segment), or a Failure. A reset or step between rollouts makes the
+        next rollout start from a reset."""
+        if type(action) is Rollout:
+            return play(self, action)
+        self.cursor = None
         if isinstance(action, Reset):
             return self.reset(action.seed, action.options)
         if isinstance(action, Command) and action is RESET:
@@ -149,6 +157,8 @@ class EnvRunner:
         if request.op == "configure":
             self.episode = request.kwargs["episode"]
             return None
+        if request.op == "policy":
+            return load_policy(request.kwargs["package"])
         env = self._built()
         if env is None:
             return self.build_failure

@@ -232,6 +232,9 @@ class Supervisor:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
         awaited. Its seed is deterministic (:func:`restart_seed`)."""
         if not self._remedies.awaiting(seq):
+            # Nobody waits for it any more (a cancelled rollout forgot it): the next
+            # request restarts the env, as after a failure while idle.
+            self.pending_restart = reason
             return
         self.pending_restart = None
         self.starting = True

@@ -47,6 +47,7 @@ from .._protocol import (
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
 from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+from ._policy_shipping import mark_shipped, without_shipped
 from ._slotted import SlottedWorker
 
 __all__ = ["ProcessWorker", "default_context"]
@@ -224,12 +225,18 @@ class ProcessWorker(SlottedWorker[S, Host]):
         elif type(action) is np.ndarray and not action.dtype.hasobject:
             frame = encode_array_action(seq, action, self._slot)
         else:
-            frame = encode_action(seq, self._pickle(action, "action"), self._slot)
+            host = self._current_host()
+            action, shipped = without_shipped(host, action)  # a rollout's policy: once per host
+            host.send(encode_action(seq, self._pickle(action, "action"), self._slot))
+            mark_shipped(host, shipped)
+            return
         self._current_host().send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        frame = encode(Kind.CONTROL, seq, self._pickle(request, "request"), self._slot)
-        self._current_host().send(frame)
+        host = self._current_host()
+        request, shipped = without_shipped(host, request)
+        host.send(encode(Kind.CONTROL, seq, self._pickle(request, "request"), self._slot))
+        mark_shipped(host, shipped)
 
     def _pickle(self, obj: Any, what: str) -> bytes:
         try:
