@@ -383,3 +383,37 @@ async def test_call_gives_each_worker_its_own_value_with_per_worker(mode: Any) -
         with pytest.raises(ValueError, match="3 values for 4 workers"):
             await pool.call("set_task", aioenv.PerWorker(["a", "b", "c"]))
         assert await pool.get_attr("task") == ["y:0", "task1:1", "hard:0", "x:0"]
+
+
+# Ray -------------------------------------------------------------------------------------
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_ray_actors_serve_the_same_rollouts_with_the_policy_put_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    puts: list[Any] = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value: puts.append(value) or real_put(value))
+    policy = RecordingPolicy(str(tmp_path))
+    workers: list[aioenv.Worker[Any]] = [
+        *aioenv.RayWorker.hosted(Walk, aioenv.worker_seeds(SEED, N)[:2], 2, num_cpus=0),
+        *[aioenv.ThreadWorker(Walk, seed=s) for s in aioenv.worker_seeds(SEED, N)[2:]],
+    ]
+    async with aioenv.get_worker_pool(workers) as pool:
+        assert await pool.set_policy(policy, version=3) == 3
+        first = await pool.rollout(5)
+        second = await pool.rollout(4)
+        assert len(puts) == 1 and isinstance(puts[0], bytes)  # the pickled policy, once
+        await pool.set_policy(policy)
+        third = await pool.rollout(2)
+        assert len(puts) == 2
+    assert (first.policy_version == 3).all() and (third.policy_version == 4).all()
+    for worker_id in range(N):
+        got = [row for part in (first, second, third) for row in rows_of(part, worker_id)]
+        assert_rows(got, REPLAYS[worker_id][:11], f"worker {worker_id}")
+    unpickled = marks(tmp_path, "unpickled")
+    assert len(unpickled) == 1 and list(unpickled.values()) == [2]  # one actor, 2 versions
+    called = marks(tmp_path, "called")
+    assert called[str(os.getpid())] == 1  # the thread workers share the object
