@@ -290,6 +290,32 @@ async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_seg
         assert_rows(got, REPLAYS[worker_id][5:8], f"worker {worker_id}")
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it_later(
+    kind: str,
+) -> None:
+    failed = anyio.Event()
+    async with aioenv.make_pool(
+        envs_factory(explode_at=3),
+        1,
+        mode=kind,
+        seed=SEED,
+        restart="on_failure",
+        restart_backoff=5.0,  # the restart waits: the rollout is cancelled meanwhile
+        on_failure=lambda error: failed.set(),
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(2)
+        async with anyio.create_task_group() as group:
+            group.start_soon(pool.rollout, 5)  # its first step explodes
+            await failed.wait()
+            group.cancel_scope.cancel()
+        with anyio.fail_after(20):
+            part = await pool.rollout(2)  # the env is rebuilt now, and plays
+        assert len(part) == 2 and part.step[0] == 0
+        assert pool.restarts == 1
+
+
 async def test_the_step_timeout_is_the_deadline_of_a_whole_segment(gate: str) -> None:
     factory = envs_factory(gate=gate)
     async with aioenv.make_pool(factory, 2, mode="process", seed=SEED, step_timeout=1.0) as pool:

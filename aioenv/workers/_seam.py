@@ -128,7 +128,7 @@ class PoolMember(abc.ABC):
         is dropped as stale when it comes, and the worker takes a new request at once (its
         env answers it after the forgotten one)."""
         if self._awaited_seq:
-            self._supervisor.disarm()
+            self._supervisor.forget_in_flight()
             self._awaited_seq = 0
         self._inbox.forgive(self.worker_id)
 
