@@ -35,13 +35,11 @@ __all__ = [
     "load_policy",
     "play",
     "play_async",
-    "policy_unpickles",
     "resolve_policy",
 ]
 
 _KEEP = 4  # policies kept per process: the current one and a few older (a late request)
 _loaded: dict[str, Any] = {}  # key -> the unpickled policy (or the Failure unpickling it)
-_unpickled = [0]  # policies this process unpickled
 _NO_OBJECT = object()
 
 
@@ -103,11 +101,6 @@ def resolve_policy(package: PolicyPackage) -> Any:
     return loaded
 
 
-def policy_unpickles() -> int:
-    """Policies this process unpickled so far (a diagnostic: one per set_policy call)."""
-    return _unpickled[0]
-
-
 def _load(package: PolicyPackage) -> Any:
     payload = package.payload
     if payload is None:
@@ -123,7 +116,6 @@ def _load(package: PolicyPackage) -> Any:
         failure = Failure.from_exception(exc, "loading the policy")
         message = f"could not be unpickled here ({type(exc).__name__}: {exc})"
         return dataclasses.replace(failure, message=message)
-    _unpickled[0] += 1
     return policy
 
 

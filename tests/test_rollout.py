@@ -150,6 +150,21 @@ async def test_a_seed_starts_every_env_afresh_as_reset_seeds_it() -> None:
         np.testing.assert_array_equal(rows[0][1], observation)
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_stepping_by_hand_between_segments_makes_the_next_one_start_from_a_reset(
+    kind: str,
+) -> None:
+    async with walk_pool(kind) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(3)
+        resets = await pool.reset_all()
+        part = await pool.rollout(2)
+    for worker_id in range(N):
+        rows = rows_of(part, worker_id)
+        assert rows[0][0] == 0
+        np.testing.assert_array_equal(rows[0][1], resets.observations[worker_id])
+
+
 async def test_several_envs_per_worker_each_play_the_segment() -> None:
     async with aioenv.make_pool(Walk, 2, mode="process", envs_per_worker=2, seed=SEED) as pool:
         await pool.set_policy(choose_walk)
