@@ -27,12 +27,14 @@ class AsyncEnvRunner(EnvRunner):
         """Answer ``RESET``, a ``Reset(...)``, a step or a rollout: the state, or a Failure."""
         if type(action) is Rollout:
             return await play_async(self, action)
-        self.cursor = None
         if isinstance(action, Reset):
-            return await self.areset(action.seed, action.options)
-        if isinstance(action, Command) and action is RESET:
-            return await self.areset()
-        return await self.astep(action)
+            state = await self.areset(action.seed, action.options)
+        elif isinstance(action, Command) and action is RESET:
+            state = await self.areset()
+        else:
+            state = await self.astep(action)
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
 
     async def areset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         env = self._built()

@@ -128,7 +128,8 @@ class Rollouts(abc.ABC, Generic[S]):
         :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
 
         An env goes on from where its last segment stopped (its open episode's rows are
-        marked ``open`` and continue in the next call, with the same episode id);
+        marked ``open`` and continue in the next call, with the same episode id), or from
+        the state of a reset or step sent to it by hand since;
         ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
         counted across workers in worker order). Episodes end under the pool's
         ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and

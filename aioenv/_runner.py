@@ -48,8 +48,20 @@ class EnvRunner:
         self.build_failure: Failure | None = None
         self._needs_reset = False
         self._length = 0
-        #: Where the last rollout segment left the env (None: the next one resets it).
+        #: Where the last rollout segment left the env; else the last state answered by
+        #: hand (``last``), which the next segment goes on from.
         self.cursor: Cursor | None = None
+        self.last: Any = None
+
+    @property
+    def needs_reset(self) -> bool:
+        """Autoreset "next_step" resets the env at the next step."""
+        return self._needs_reset
+
+    @property
+    def steps_in_episode(self) -> int:
+        """Steps since the env's last reset."""
+        return self._length
 
     def build(self) -> None:
         if self.env is not None or self.build_failure is not None:
@@ -77,7 +89,6 @@ class EnvRunner:
         next rollout start from a reset."""
         if type(action) is Rollout:
             return play(self, action)
-        self.cursor = None
         if isinstance(action, Reset):
             return self.reset(action.seed, action.options)
         if isinstance(action, Command) and action is RESET:
@@ -90,9 +101,11 @@ class EnvRunner:
         if env is None:
             return self.build_failure
         try:
-            return self._reset(env, seed, options)
+            state = self._reset(env, seed, options)
         except Exception as exc:
             return Failure.from_exception(exc, "reset")
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
         if self.episode.max_episode_steps is not None and not isinstance(env, GymnasiumEnvironment):
@@ -112,6 +125,11 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
+        state = self._step(action)
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
+
+    def _step(self, action: Any) -> Any:
         env = self._built()
         if env is None:
             return self.build_failure

@@ -212,8 +212,7 @@ def play(runner: Any, request: Rollout, env: int = 0) -> Segment | Failure:
         policy = resolve_policy(request.policy)
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (loading the policy)")
-    plan = _rows(runner.cursor, request.num_steps, _seed(request, env), policy)
-    runner.cursor = None  # set again only when the segment completes
+    plan = _rows(_resume(runner), request.num_steps, _seed(request, env), policy)
     try:
         asked = next(plan)
         while True:
@@ -234,8 +233,7 @@ async def play_async(runner: Any, request: Rollout) -> Segment | Failure:
         policy = resolve_policy(request.policy)
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (loading the policy)")
-    plan = _rows(runner.cursor, request.num_steps, _seed(request, 0), policy)
-    runner.cursor = None
+    plan = _rows(_resume(runner), request.num_steps, _seed(request, 0), policy)
     try:
         asked = next(plan)
         while True:
@@ -254,6 +252,20 @@ async def play_async(runner: Any, request: Rollout) -> Segment | Failure:
         return stop.failure
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (the policy)")
+
+
+def _resume(runner: Any) -> Cursor | None:
+    """Where the segment starts: where the last one stopped, else at the state last
+    answered by hand (if its episode goes on), else (None) at a reset. Cleared on the
+    runner: set again only when this segment completes."""
+    cursor, last = runner.cursor, runner.last
+    runner.cursor = runner.last = None
+    if cursor is not None or type(last) is not Step or runner.needs_reset:
+        return cursor
+    same_step = last.final_info is not None  # autoreset "same_step": already reset
+    if (last.terminated or last.truncated) and not same_step:
+        return None
+    return Cursor(last.observation, runner.steps_in_episode)
 
 
 def _answer(reset: Callable[..., Any], step: Callable[[Any], Any], asked: Any) -> Any:

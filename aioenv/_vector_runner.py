@@ -111,8 +111,6 @@ class VectorRunner:
         """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
         if type(action) is Rollout:
             return self._rollout(action)
-        for runner in self.runners:
-            runner.cursor = None  # stepped by hand: the next rollout starts from a reset
         try:
             if isinstance(action, Reset):
                 return self._reset(action.seed, action.options)

@@ -151,18 +151,28 @@ async def test_a_seed_starts_every_env_afresh_as_reset_seeds_it() -> None:
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])
-async def test_stepping_by_hand_between_segments_makes_the_next_one_start_from_a_reset(
-    kind: str,
-) -> None:
+async def test_a_segment_goes_on_from_a_reset_or_step_sent_by_hand(kind: str) -> None:
     async with walk_pool(kind) as pool:
         await pool.set_policy(choose_walk)
         await pool.rollout(3)
         resets = await pool.reset_all()
-        part = await pool.rollout(2)
+        after_reset = await pool.rollout(2)
+        for worker_id in range(N):
+            pool.send_action(0, worker_id)
+        stepped = (await pool.get_batch(min_size=N)).sorted()
+        after_step = await pool.rollout(1)
     for worker_id in range(N):
-        rows = rows_of(part, worker_id)
+        rows = rows_of(after_reset, worker_id)
         assert rows[0][0] == 0
         np.testing.assert_array_equal(rows[0][1], resets.observations[worker_id])
+        state = stepped.states[worker_id]
+        row = rows_of(after_step, worker_id)[0]
+        if state.terminated or state.truncated:
+            assert row[0] == 0  # that episode ended: the segment starts with a reset
+        else:  # the hand step was the transition after the segment's last row
+            last = rows[-1]
+            assert row[0] == (1 if last[4] or last[5] else last[0] + 2)
+            np.testing.assert_array_equal(row[1], state.observation)
 
 
 async def test_several_envs_per_worker_each_play_the_segment() -> None:
