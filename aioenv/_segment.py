@@ -258,7 +258,8 @@ def _resume(runner: Any) -> Cursor | None:
     """Where the segment starts: where the last one stopped, else at the state last
     answered by hand (if its episode goes on), else (None) at a reset. Cleared on the
     runner: set again only when this segment completes."""
-    cursor, last = runner.cursor, runner.last
+    cursor: Cursor | None = runner.cursor
+    last = runner.last
     runner.cursor = runner.last = None
     if cursor is not None or type(last) is not Step or runner.needs_reset:
         return cursor
