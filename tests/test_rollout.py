@@ -343,7 +343,7 @@ async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it
 
 async def test_the_step_timeout_is_the_deadline_of_a_whole_segment(gate: str) -> None:
     factory = envs_factory(gate=gate)
-    async with aioenv.make_pool(factory, 2, mode="process", seed=SEED, step_timeout=1.0) as pool:
+    async with aioenv.make_pool(factory, 2, mode="process", seed=SEED, step_timeout=2.0) as pool:
         await pool.set_policy(choose_walk)
         envs.open_gate(gate)
         await pool.rollout(2)  # past start-up, whose deadline is another
