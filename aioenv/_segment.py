@@ -38,7 +38,7 @@ __all__ = [
     "resolve_policy",
 ]
 
-_KEEP = 4  # policies kept per process: the current one and a few older (a late request)
+_KEEP = 2  # policies kept per process: the current one and the one before (a late request)
 _loaded: dict[str, Any] = {}  # key -> the unpickled policy (or the Failure unpickling it)
 _NO_OBJECT = object()
 

@@ -21,9 +21,9 @@ __all__ = ["mark_shipped", "package_of", "through_object_store", "without_shippe
 
 #: Per host (a child process), the key of the last package sent to it with its bytes.
 _shipped: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-#: Per package key, its bytes put in Ray's object store (the latest few).
+#: Per package key, its bytes put in Ray's object store (the latest two).
 _refs: dict[str, Any] = {}
-_KEEP = 4
+_KEEP = 2
 
 
 def package_of(request: Any) -> PolicyPackage | None:
