@@ -29,6 +29,7 @@ from ._factory import get_worker_pool, make_pool
 from ._loop import run
 from ._make_vec import make_vec
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from ._remote_control import PerWorker
 from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
@@ -59,6 +60,7 @@ __all__ = [
     "GymnasiumEnvironment",
     "InvalidAction",
     "NoActionInFlight",
+    "PerWorker",
     "Policy",
     "ProcessWorker",
     "RayWorker",

@@ -11,6 +11,7 @@ from typing import Any
 from ._async_environment import as_async_environment
 from ._messages import ControlRequest, Failure
 from ._runner import EnvRunner, answer_control, with_reset
+from ._segment import Rollout, play_async
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["AsyncEnvRunner"]
@@ -23,12 +24,17 @@ class AsyncEnvRunner(EnvRunner):
     _adapt = staticmethod(as_async_environment)
 
     async def ahandle(self, action: Any) -> Any:
-        """Answer ``RESET``, a ``Reset(...)`` or a step: the state, or a Failure."""
+        """Answer ``RESET``, a ``Reset(...)``, a step or a rollout: the state, or a Failure."""
+        if type(action) is Rollout:
+            return await play_async(self, action)
         if isinstance(action, Reset):
-            return await self.areset(action.seed, action.options)
-        if isinstance(action, Command) and action is RESET:
-            return await self.areset()
-        return await self.astep(action)
+            state = await self.areset(action.seed, action.options)
+        elif isinstance(action, Command) and action is RESET:
+            state = await self.areset()
+        else:
+            state = await self.astep(action)
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
 
     async def areset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         env = self._built()
@@ -61,7 +67,7 @@ class AsyncEnvRunner(EnvRunner):
 
     async def acontrol(self, request: ControlRequest) -> Any:
         """Answer a control request, awaiting a coroutine method's result."""
-        if request.op == "configure":
+        if request.op in ("configure", "policy"):
             return self.control(request)
         env = self._built()
         if env is None:

@@ -87,10 +87,11 @@ class EpisodeOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ControlRequest:
-    """A request that is not a step: ``call`` a method, ``get``/``set`` an attribute, or
-    ``configure`` the episode options. Answered in order with the steps."""
+    """A request that is not a step: ``call`` a method, ``get``/``set`` an attribute,
+    ``configure`` the episode options, or load a ``policy`` (``kwargs["package"]``) for
+    rollouts. Answered in order with the steps."""
 
-    op: Literal["call", "get", "set", "configure"]
+    op: Literal["call", "get", "set", "configure", "policy"]
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)

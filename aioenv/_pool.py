@@ -38,6 +38,7 @@ from ._messages import Autoreset
 from ._options import PoolOptions
 from ._receiving import Receiving
 from ._remote_control import RemoteControl
+from ._rollout import Rollouts
 from ._sentinels import RESET, Command, Reset
 from .workers._base import Worker
 
@@ -46,7 +47,7 @@ __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
 S = TypeVar("S")
 
 
-class WorkerPool(Receiving[S], RemoteControl[S]):
+class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``

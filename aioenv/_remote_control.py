@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -18,9 +19,22 @@ from ._messages import ControlRequest
 from ._render import tile_images
 from .workers._base import Worker
 
-__all__ = ["RemoteControl"]
+__all__ = ["PerWorker", "RemoteControl"]
 
 S = TypeVar("S")
+
+
+@dataclasses.dataclass(frozen=True)
+class PerWorker:
+    """An argument of :meth:`~aioenv.WorkerPool.call` with one value per addressed worker:
+    ``values[i]`` goes to the ``i``-th worker of ``worker_ids`` (default: every open worker,
+    in id order). Garage's ``env_update``: ``await pool.call("set_task", PerWorker(tasks))``.
+    """
+
+    values: Sequence[Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(self.values))
 
 
 class RemoteControl(abc.ABC, Generic[S]):
@@ -41,9 +55,32 @@ class RemoteControl(abc.ABC, Generic[S]):
     ) -> list[Any]:
         """Call method ``name`` of each env (or read it, if it is not callable) and return
         the results in ``worker_ids`` order. A worker with a step in flight finishes that
-        step first; its state is delivered as usual."""
-        request = ControlRequest("call", name, args, kwargs)
-        return await self._control(request, worker_ids)
+        step first; its state is delivered as usual. An argument (positional or keyword)
+        wrapped in :class:`PerWorker` gives each worker its own value.
+
+        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
+        """
+        per_worker = [v for v in (*args, *kwargs.values()) if isinstance(v, PerWorker)]
+        if not per_worker:
+            return await self._control(ControlRequest("call", name, args, kwargs), worker_ids)
+        ids = self._ids(worker_ids)
+        for values in per_worker:
+            if len(values.values) != len(ids):
+                raise ValueError(
+                    f"call({name!r}): a PerWorker argument holds {len(values.values)} values "
+                    f"for {len(ids)} workers ({ids}); give one value per worker"
+                )
+        requests = [
+            ControlRequest(
+                "call",
+                name,
+                tuple(_own(value, index) for value in args),
+                {key: _own(value, index) for key, value in kwargs.items()},
+            )
+            for index in range(len(ids))
+        ]
+        futures = [self._workers[i].control(r) for i, r in zip(ids, requests, strict=True)]
+        return await self._gather(futures)
 
     async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
         """Attribute ``name`` of each env, in ``worker_ids`` order."""
@@ -100,3 +137,8 @@ class RemoteControl(abc.ABC, Generic[S]):
             if isinstance(result, Exception):
                 raise result
         return results
+
+
+def _own(value: Any, index: int) -> Any:
+    """The ``index``-th worker's value of an argument."""
+    return value.values[index] if isinstance(value, PerWorker) else value

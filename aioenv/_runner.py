@@ -18,6 +18,7 @@ from ._environment import (
     build_environment,
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
+from ._segment import Cursor, Rollout, load_policy, play
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
@@ -47,6 +48,20 @@ class EnvRunner:
         self.build_failure: Failure | None = None
         self._needs_reset = False
         self._length = 0
+        #: Where the last rollout segment left the env; else the last state answered by
+        #: hand (``last``), which the next segment goes on from.
+        self.cursor: Cursor | None = None
+        self.last: Any = None
+
+    @property
+    def needs_reset(self) -> bool:
+        """Autoreset "next_step" resets the env at the next step."""
+        return self._needs_reset
+
+    @property
+    def steps_in_episode(self) -> int:
+        """Steps since the env's last reset."""
+        return self._length
 
     def build(self) -> None:
         if self.env is not None or self.build_failure is not None:
@@ -69,7 +84,11 @@ class EnvRunner:
         )
 
     def handle(self, action: Any) -> Any:
-        """Answer ``RESET``, a ``Reset(...)`` or a step: the state, or a Failure."""
+        """Answer ``RESET``, a ``Reset(...)``, a step or a :class:`~aioenv._segment.Rollout`:
+        the state (a Segment), or a Failure. A reset or step between rollouts makes the
+        next rollout start from a reset."""
+        if type(action) is Rollout:
+            return play(self, action)
         if isinstance(action, Reset):
             return self.reset(action.seed, action.options)
         if isinstance(action, Command) and action is RESET:
@@ -82,9 +101,11 @@ class EnvRunner:
         if env is None:
             return self.build_failure
         try:
-            return self._reset(env, seed, options)
+            state = self._reset(env, seed, options)
         except Exception as exc:
             return Failure.from_exception(exc, "reset")
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
         if self.episode.max_episode_steps is not None and not isinstance(env, GymnasiumEnvironment):
@@ -104,6 +125,11 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
+        state = self._step(action)
+        self.cursor, self.last = None, state  # a rollout goes on from here
+        return state
+
+    def _step(self, action: Any) -> Any:
         env = self._built()
         if env is None:
             return self.build_failure
@@ -149,6 +175,8 @@ class EnvRunner:
         if request.op == "configure":
             self.episode = request.kwargs["episode"]
             return None
+        if request.op == "policy":
+            return load_policy(request.kwargs["package"])
         env = self._built()
         if env is None:
             return self.build_failure

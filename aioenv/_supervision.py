@@ -159,6 +159,7 @@ class Supervisor:
         self._consecutive_failures = 0
         self._restart_reason: str | None = None
         self._timer: Cancellable | None = None
+        self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
 
     def configure(self, options: Supervision) -> None:
         self.options = options
@@ -226,17 +227,31 @@ class Supervisor:
             self.pending_restart = reason
             return
         delay = options.backoff(self._consecutive_failures)
-        clock.call_later(delay, self.restart, in_flight, reason)
+        self._scheduled = (clock.call_later(delay, self.restart, in_flight, reason), reason)
 
     def restart(self, seq: int, reason: str) -> None:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
         awaited. Its seed is deterministic (:func:`restart_seed`)."""
+        self._scheduled = None
         if not self._remedies.awaiting(seq):
+            # Nobody waits for it any more: the next request restarts the env, as after a
+            # failure while idle.
+            self.pending_restart = reason
             return
         self.pending_restart = None
         self.starting = True
         self._restart_reason = reason
         self._remedies.start_env(seq, restart_seed(self.seed, self.restarts), reason)
+
+    def forget_in_flight(self) -> None:
+        """The request in flight is forgotten (its reply will be dropped): no deadline for
+        it, and a restart waiting to answer it starts with the next request instead."""
+        self.disarm()
+        if self._scheduled is not None:
+            timer, reason = self._scheduled
+            timer.cancel()
+            self._scheduled = None
+            self.pending_restart = reason
 
     def restart_failed(self) -> None:
         """No new env could be started: nothing is left to annotate or time."""

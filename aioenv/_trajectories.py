@@ -1,4 +1,5 @@
-"""What :func:`aioenv.collect` returns: transitions as numpy arrays, grouped by episode."""
+"""What :func:`aioenv.collect` and ``pool.rollout`` return: transitions as numpy arrays,
+grouped by episode."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ class Trajectories:
     episode_id: npt.NDArray[np.int64]
     #: The transition's index in its episode (0 for the first action after a reset).
     step: npt.NDArray[np.int64]
-    #: ``Collector.policy_version`` when the policy chose the row's action.
+    #: ``Collector.policy_version`` when the policy chose the row's action (for
+    #: ``pool.rollout``: the version given to ``pool.set_policy``).
     policy_version: npt.NDArray[np.int64]
     #: True for rows of an episode still running: ``collect(boundary="step")`` returns them
     #: and the next call returns the episode's later rows (``step`` goes on from here).

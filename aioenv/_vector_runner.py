@@ -21,6 +21,7 @@ from ._environment import BatchStep, Step, VectorSource
 from ._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ._runner import EnvRunner
 from ._seeds import worker_seeds
+from ._segment import Rollout, Segment, joined, load_policy, play
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
@@ -108,6 +109,8 @@ class VectorRunner:
 
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
+        if type(action) is Rollout:
+            return self._rollout(action)
         try:
             if isinstance(action, Reset):
                 return self._reset(action.seed, action.options)
@@ -119,6 +122,20 @@ class VectorRunner:
 
     def reset(self) -> Any:
         return self._reset(None, None)
+
+    def _rollout(self, request: Rollout) -> Segment | Failure:
+        """Each env plays the segment in turn (``num_steps`` transitions each), with the
+        single-observation policy; their rows are joined, env 0's first."""
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        segments: list[Segment] = []
+        for index, runner in enumerate(self.runners):
+            segment = play(runner, request, index)
+            if isinstance(segment, Failure):
+                return _in_env(segment, index)
+            segments.append(segment)
+        return joined(segments)
 
     def _reset(self, seed: Any, options: dict[str, Any] | None) -> Any:
         self.build()
@@ -199,8 +216,11 @@ class VectorRunner:
         return concatenate(space, self._observations, out)  # type: ignore[arg-type]
 
     def control(self, request: ControlRequest) -> Any:
-        """``configure`` applies to every env; other requests go to each env in turn and
-        answer a list (one result per env), or the first Failure."""
+        """``configure`` applies to every env, ``policy`` is loaded once for all; other
+        requests go to each env in turn and answer a list (one result per env), or the
+        first Failure."""
+        if request.op == "policy":
+            return load_policy(request.kwargs["package"])
         if request.op != "configure":
             self.build()
             if self.build_failure is not None:

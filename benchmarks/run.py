@@ -8,9 +8,10 @@ Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observa
 W4 round-trip floors, W5 dispatch scaling with thread workers, W6 a synchronous training
 script over vector envs (a numpy MLP between lockstep steps), W7 coroutine envs (async
 workers) against thread workers when every step waits 10 ms, W8 5 ms steps on Ray actors
-against process workers. Each figure is env steps per second (one env transition = one
-step) over a fixed wall-clock window after a warm-up; tables show the median and min-max
-over interleaved repetitions. Results go to
+against process workers, W9 a policy run inside the workers (pool.rollout) against in the
+parent, W10 collect() against a hand-written get_batch loop. Each figure is env steps per
+second (one env transition = one step) over a fixed wall-clock window after a warm-up;
+tables show the median and min-max over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.
 """
 

@@ -1,4 +1,4 @@
-"""W1-W8: what is measured, against which configurations, in which order.
+"""W1-W10: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -22,6 +22,7 @@ from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import VECTORS, run_lockstep
 from machine import CpuAccount
+from rollouts import ROLLOUT_ROWS, run_rollout_row
 from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
     "run_workload",
 ]
 
-Runner = Literal["aioenv", "gym_sync", "gym_async", "bare", "lockstep"]
+Runner = Literal["aioenv", "gym_sync", "gym_async", "bare", "lockstep", "rollout"]
 
 
 class _ConfigRequired(TypedDict):
@@ -193,6 +194,12 @@ CONFIGS: list[Config] = [
 
 # W6: the same synchronous training loop over each vector env (see lockstep.py).
 CONFIGS += [{"label": label, "runner": "lockstep", "workloads": ("W6",)} for label in VECTORS]
+# W9 and W10: rollouts in the workers vs the policy in the parent; collect() vs a hand loop
+# (see rollouts.py).
+CONFIGS += [
+    {"label": label, "runner": "rollout", "workloads": (workload,)}
+    for label, (workload, _) in ROLLOUT_ROWS.items()
+]
 
 #: The ratio column divides by this row's median in the same case.
 REFERENCE = "gym AsyncVectorEnv"
@@ -315,10 +322,22 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             [Case("N=8", 8, envs.sleepy(*REMOTE_SLEEP), envs.zero_policy)],
             sleep=REMOTE_SLEEP,
         ),
+        "W9": Workload(
+            "W9",
+            "policy in the workers vs in the parent: CartPole-v1, 8 process workers, "
+            "a numpy MLP 4-64-2",
+            [Case("N=8", 8, envs.cartpole(), envs.cartpole_policy)],
+        ),
+        "W10": Workload(
+            "W10",
+            "collect() vs a hand-written get_batch loop keeping the same transitions "
+            "(CartPole-v1, 8 process workers, a numpy MLP 4-64-2 in the parent)",
+            [Case("N=8", 8, envs.cartpole(), envs.cartpole_policy)],
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
 
 
 @dataclasses.dataclass
@@ -445,6 +464,10 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
+        if runner == "rollout":
+            return run_rollout_row(
+                config["label"], case.env, case.n, seed=seed, timing=timing, account=account
+            )
         if runner == "lockstep":
             return run_lockstep(
                 config["label"], case.env, case.n, seed=seed, timing=timing, account=account

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -276,6 +277,12 @@ class Walk(gymnasium.Env[np.ndarray, int]):
         self.gate = gate
         self.explode_at = explode_at
         self.steps_taken = 0
+        self.task = "default"  # set per worker by tests of per-worker updates
+
+    def set_task(self, task: str, level: int = 0) -> str:
+        """Set the task (garage's env_update); return the previous one."""
+        previous, self.task = self.task, f"{task}:{level}"
+        return previous
 
     def _obs(self) -> np.ndarray:
         return np.array([self.draw, self.t], dtype=np.float64)
@@ -462,3 +469,41 @@ class LockedState(Counter):
         if isinstance(action, str) and action == "lock":
             state["lock"] = threading.Lock()
         return state
+
+
+def choose_walk(observation: np.ndarray) -> int:
+    """A deterministic, not constant policy for one :class:`Walk` observation."""
+    return int((int(observation[1]) + (observation[0] > 0.5)) % 3)
+
+
+class RecordingPolicy:
+    """:func:`choose_walk`, leaving marks in ``directory``: a file ``unpickled-<pid>-<n>``
+    each time a copy is unpickled, and ``called-<pid>-<id>`` for each object called (so a
+    test counts copies per process). ``weights``: ballast, so the policy is large."""
+
+    def __init__(self, directory: str, size: int = 1 << 16) -> None:
+        self.directory = directory
+        self.weights = np.zeros(size)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        fd, _ = tempfile.mkstemp(prefix=f"unpickled-{os.getpid()}-", dir=self.directory)
+        os.close(fd)
+
+    def __call__(self, observation: np.ndarray) -> int:
+        Path(self.directory, f"called-{os.getpid()}-{id(self)}").touch()
+        return choose_walk(observation)
+
+
+class UnpicklableHere:
+    """A policy that pickles in the parent and fails to unpickle anywhere."""
+
+    def __reduce__(self) -> Any:
+        return (_refuse, ())
+
+    def __call__(self, observation: Any) -> int:
+        return 0
+
+
+def _refuse() -> Any:
+    raise RuntimeError("this policy refuses to be unpickled")

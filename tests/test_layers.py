@@ -21,6 +21,7 @@ CHILD_SIDE = {
     "aioenv._runner",
     "aioenv._async_runner",
     "aioenv._vector_runner",
+    "aioenv._segment",
     "aioenv._async_environment",
     "aioenv._seeds",
     "aioenv._protocol",

@@ -44,9 +44,11 @@ from .._protocol import (
     encode_array_action,
     loads,
 )
+from .._segment import Rollout
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
 from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+from ._policy_shipping import mark_shipped, without_shipped
 from ._slotted import SlottedWorker
 
 __all__ = ["ProcessWorker", "default_context"]
@@ -238,13 +240,25 @@ class ProcessWorker(SlottedWorker[S, Host]):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
         elif type(action) is np.ndarray and not action.dtype.hasobject:
             frame = encode_array_action(seq, action, self._slot)
+        elif type(action) is Rollout:
+            self._submit_control_like(seq, action)
+            return
         else:
             frame = encode_action(seq, self._pickle(action, "action"), self._slot)
         self._current_host().send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        frame = encode(Kind.CONTROL, seq, self._pickle(request, "request"), self._slot)
-        self._current_host().send(frame)
+        self._submit_control_like(seq, request)
+
+    def _submit_control_like(self, seq: int, request: ControlRequest | Rollout) -> None:
+        """A control request, or a rollout (which goes as a step): a policy they carry goes
+        to each child process with its bytes once."""
+        host = self._current_host()
+        request, shipped = without_shipped(host, request)
+        payload = self._pickle(request, "request")
+        kind = Kind.CONTROL if type(request) is ControlRequest else Kind.STEP
+        host.send(encode(kind, seq, payload, self._slot))
+        mark_shipped(host, shipped)
 
     def _pickle(self, obj: Any, what: str) -> bytes:
         try:

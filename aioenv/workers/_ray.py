@@ -25,6 +25,8 @@ import cloudpickle
 from .._environment import BatchStep, EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
+from .._segment import Rollout
+from ._policy_shipping import through_object_store
 from ._ray_host import KILL_GRACE, ActorHost, import_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
@@ -140,10 +142,13 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         host.send((self._slot, 0, Op.REBUILD, (seed, self._episode)))
 
     def _submit(self, seq: int, action: Any) -> None:
+        if type(action) is Rollout:
+            action = through_object_store(action)  # its policy: one ray.put for all actors
         self._current_host().send((self._slot, seq, Op.STEP, action))
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._current_host().send((self._slot, seq, Op.CONTROL, shared_request(request)))
+        request = shared_request(through_object_store(request))
+        self._current_host().send((self._slot, seq, Op.CONTROL, request))
 
     def _abandon(self) -> None:
         for host in self._hosts:

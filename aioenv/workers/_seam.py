@@ -123,6 +123,15 @@ class PoolMember(abc.ABC):
             raise
         return future
 
+    def forget_request(self) -> None:
+        """Stop waiting for the reply to the request in flight (a cancelled rollout): it
+        is dropped as stale when it comes, and the worker takes a new request at once (its
+        env answers it after the forgotten one)."""
+        if self._awaited_seq:
+            self._supervisor.forget_in_flight()
+            self._awaited_seq = 0
+        self._inbox.forgive(self.worker_id)
+
     def enter_loop(self) -> None:
         """Bind to the running event loop (a pool about to wait on a new loop): a worker
         whose reply was due on its old loop raises at once instead of hanging."""

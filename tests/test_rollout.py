@@ -1,0 +1,470 @@
+"""Rollouts inside workers (pool.set_policy, pool.rollout) and per-worker env updates
+(pool.call with PerWorker): segments checked transition by transition against a plain
+replay of each worker's env, versions, one policy copy per process, restarts,
+cancellation, the forced-sync twin, Ray actors, and bad input."""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import envs
+import numpy as np
+import pytest
+from envs import RecordingPolicy, UnpicklableHere, Walk, choose_walk
+from support import modes
+
+import aioenv
+
+N = 4
+SEED = 11
+AUTORESETS = ["disabled", "next_step", "same_step"]
+
+
+def replay(worker_id: int, rows: int = 80) -> list[tuple[Any, ...]]:
+    """Worker ``worker_id``'s first transitions, played with ``choose_walk`` on a plain env
+    seeded as ``make_pool(seed=SEED)`` seeds it, reset at each episode's end:
+    ``(step, observation, action, reward, terminated, truncated, next_observation)``."""
+    env = Walk()
+    observation, _ = env.reset(seed=aioenv.worker_seeds(SEED, N)[worker_id])
+    out: list[tuple[Any, ...]] = []
+    step = 0
+    while len(out) < rows:
+        action = choose_walk(observation)
+        after, reward, terminated, truncated, _ = env.step(action)
+        out.append((step, observation, action, reward, terminated, truncated, after))
+        step += 1
+        observation = after
+        if terminated or truncated:
+            observation, _ = env.reset()
+            step = 0
+    return out
+
+
+REPLAYS = {worker_id: replay(worker_id) for worker_id in range(N)}
+
+
+def rows_of(part: aioenv.Trajectories, worker_id: int) -> list[tuple[Any, ...]]:
+    mine = np.flatnonzero(part.worker_id == worker_id)
+    return [
+        (
+            int(part.step[i]),
+            part.observations[i],
+            int(part.actions[i]),
+            float(part.rewards[i]),
+            bool(part.terminated[i]),
+            bool(part.truncated[i]),
+            part.next_observations[i],
+        )
+        for i in mine
+    ]
+
+
+def assert_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]], where: str) -> None:
+    assert len(got) == len(want), where
+    for index, (row, expected) in enumerate(zip(got, want, strict=True)):
+        assert row[0] == expected[0], f"{where}, row {index}: step {row[0]} != {expected[0]}"
+        np.testing.assert_array_equal(row[1], expected[1])
+        assert row[2:6] == expected[2:6], f"{where}, row {index}"
+        np.testing.assert_array_equal(row[6], expected[6])
+
+
+def assert_episode_ids(parts: list[aioenv.Trajectories]) -> None:
+    """Ids are ``k * N + worker`` for the k-th episode of a worker; an episode cut by a
+    segment's end is open there and goes on, with the same id, in the next segment."""
+    for worker_id in range(N):
+        ordinal, last_step = -1, -1
+        for part in parts:
+            mine = np.flatnonzero(part.worker_id == worker_id)
+            for i in mine:
+                step = int(part.step[i])
+                ordinal += step == 0
+                assert step == 0 or step == last_step + 1
+                assert int(part.episode_id[i]) == ordinal * N + worker_id
+                last_step = step
+            if len(mine):
+                done = part.terminated[mine] | part.truncated[mine]
+                ends = np.flatnonzero(done)
+                cut = ends[-1] + 1 if len(ends) else 0
+                assert not part.open[mine][:cut].any()
+                assert part.open[mine][cut:].all()
+
+
+def walk_pool(mode: Any, **options: Any) -> aioenv.WorkerPool[Any]:
+    return aioenv.make_pool(Walk, N, mode=modes(mode, N), seed=SEED, **options)
+
+
+# Segments ------------------------------------------------------------------------------
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+async def test_segments_have_exact_lengths_and_replay_each_env(mode: Any, autoreset: str) -> None:
+    async with walk_pool(mode, autoreset=autoreset) as pool:
+        assert await pool.set_policy(choose_walk) == 0
+        parts = [await pool.rollout(7), await pool.rollout(5), await pool.rollout(1)]
+        stats = pool.episode_stats()
+    for part, length in zip(parts, (7, 5, 1), strict=True):
+        assert len(part) == N * length
+        assert [int(np.count_nonzero(part.worker_id == w)) for w in range(N)] == [length] * N
+        assert (part.policy_version == 0).all()
+        assert np.all(np.diff(part.worker_id) >= 0)
+    for worker_id in range(N):
+        got = [row for part in parts for row in rows_of(part, worker_id)]
+        assert_rows(got, REPLAYS[worker_id][:13], f"worker {worker_id}")
+        ends = [row for row in REPLAYS[worker_id][:13] if row[4] or row[5]]
+        assert stats[worker_id].episodes == len(ends)
+        episode_returns = []
+        total = 0.0
+        for row in REPLAYS[worker_id][:13]:
+            total += row[3]
+            if row[4] or row[5]:
+                episode_returns.append(total)
+                total = 0.0
+        if episode_returns:
+            assert stats[worker_id].last_return == pytest.approx(episode_returns[-1])
+            assert stats[worker_id].total_return == pytest.approx(sum(episode_returns))
+    assert_episode_ids(parts)
+
+
+async def test_a_time_limit_truncates_episodes_inside_segments() -> None:
+    async with walk_pool("thread", max_episode_steps=2) as pool:
+        await pool.set_policy(choose_walk)
+        part = await pool.rollout(6)
+    assert (part.step <= 1).all()
+    ends = part.terminated | part.truncated
+    assert (ends == (part.step == 1)).all()
+
+
+async def test_a_seed_starts_every_env_afresh_as_reset_seeds_it() -> None:
+    async with walk_pool("thread") as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(3)
+        part = await pool.rollout(4, seed=100)
+    for worker_id in range(N):
+        env = Walk()
+        observation, _ = env.reset(seed=100 + worker_id)
+        rows = rows_of(part, worker_id)
+        assert rows[0][0] == 0
+        np.testing.assert_array_equal(rows[0][1], observation)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_segment_goes_on_from_a_reset_or_step_sent_by_hand(kind: str) -> None:
+    async with walk_pool(kind) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(3)
+        resets = await pool.reset_all()
+        after_reset = await pool.rollout(2)
+        for worker_id in range(N):
+            pool.send_action(0, worker_id)
+        stepped = (await pool.get_batch(min_size=N)).sorted()
+        after_step = await pool.rollout(1)
+    for worker_id in range(N):
+        rows = rows_of(after_reset, worker_id)
+        assert rows[0][0] == 0
+        np.testing.assert_array_equal(rows[0][1], resets.observations[worker_id])
+        state = stepped.states[worker_id]
+        row = rows_of(after_step, worker_id)[0]
+        if state.terminated or state.truncated:
+            assert row[0] == 0  # that episode ended: the segment starts with a reset
+        else:  # the hand step was the transition after the segment's last row
+            last = rows[-1]
+            assert row[0] == (1 if last[4] or last[5] else last[0] + 2)
+            np.testing.assert_array_equal(row[1], state.observation)
+
+
+async def test_several_envs_per_worker_each_play_the_segment() -> None:
+    async with aioenv.make_pool(Walk, 2, mode="process", envs_per_worker=2, seed=SEED) as pool:
+        await pool.set_policy(choose_walk)
+        first = await pool.rollout(5)
+        second = await pool.rollout(3)
+    for part, length in ((first, 5), (second, 3)):
+        assert len(part) == 2 * 2 * length
+        assert [int(np.count_nonzero(part.worker_id == w)) for w in range(2)] == [2 * length] * 2
+    lanes = 4
+    for part in (first, second):
+        assert set((part.episode_id % lanes).tolist()) == {0, 1, 2, 3}
+        for rows in part.episode_slices():  # contiguous episodes, each in step order
+            steps = part.step[rows]
+            assert (np.diff(steps) == 1).all()
+
+
+# Versions ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
+async def test_transitions_carry_the_version_of_the_policy_that_chose_them(kind: str) -> None:
+    mode = ["process", "thread", "sync"] if kind == "mixed" else kind
+    async with walk_pool(mode) as pool:
+        assert pool.policy_version is None
+        assert await pool.set_policy(choose_walk) == 0
+        first = await pool.rollout(3)
+        assert await pool.set_policy(choose_walk) == 1
+        second = await pool.rollout(3)
+        assert await pool.set_policy(choose_walk, version=7) == 7
+        third = await pool.rollout(2)
+        assert pool.policy_version == 7
+        for bad in (7, 3):
+            with pytest.raises(ValueError, match="versions must increase"):
+                await pool.set_policy(choose_walk, version=bad)
+        assert pool.policy_version == 7
+    assert (first.policy_version == 0).all()
+    assert (second.policy_version == 1).all()
+    assert (third.policy_version == 7).all()
+
+
+# One copy per process --------------------------------------------------------------------
+def marks(directory: Path, what: str) -> collections.Counter[str]:
+    """How many ``what`` marks each pid left."""
+    return collections.Counter(p.name.split("-")[1] for p in directory.glob(f"{what}-*"))
+
+
+async def test_a_policy_is_unpickled_once_per_child_and_shared_by_its_slots(
+    tmp_path: Path,
+) -> None:
+    policy = RecordingPolicy(str(tmp_path))
+    async with aioenv.make_pool(Walk, 4, mode="process", envs_per_process=2, seed=SEED) as pool:
+        pids = {worker.pid for worker in pool.workers}  # type: ignore[attr-defined]
+        assert len(pids) == 2
+        await pool.set_policy(policy)
+        await pool.rollout(4)
+        await pool.rollout(4)  # a later segment reuses the copy: nothing is sent again
+        unpickled = marks(tmp_path, "unpickled")
+        called = marks(tmp_path, "called")
+        assert unpickled == {str(pid): 1 for pid in pids}
+        assert called == {str(pid): 1 for pid in pids}  # one object per child, both slots
+        await pool.set_policy(policy)  # a new version: one new copy per child
+        await pool.rollout(2)
+        assert marks(tmp_path, "unpickled") == {str(pid): 2 for pid in pids}
+
+
+async def test_in_process_workers_share_the_policy_object_itself(tmp_path: Path) -> None:
+    policy = RecordingPolicy(str(tmp_path))
+    async with walk_pool(["thread", "sync", "async"]) as pool:
+        await pool.set_policy(policy)
+        await pool.rollout(3)
+    assert not marks(tmp_path, "unpickled")
+    assert {p.name for p in tmp_path.glob("called-*")} == {f"called-{os.getpid()}-{id(policy)}"}
+
+
+# Failures --------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
+async def test_a_failed_segment_is_dropped_whole_and_the_restarted_env_plays_it_again(
+    kind: str,
+) -> None:
+    mode = ["process", "thread", "sync"] if kind == "mixed" else kind
+    factory = envs_factory(explode_at=10)
+    async with aioenv.make_pool(
+        factory, N, mode=modes(mode, N), seed=SEED, restart="on_failure"
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        first = await pool.rollout(8)  # steps 1..8 of each env
+        second = await pool.rollout(8)  # step 10 explodes: the rebuilt env plays all 8
+        assert pool.restarts == N
+        third = await pool.rollout(2)
+    assert len(first) == len(second) == N * 8 and len(third) == N * 2
+    for worker_id in range(N):
+        assert_rows(rows_of(first, worker_id), REPLAYS[worker_id][:8], f"worker {worker_id}")
+        rows = rows_of(second, worker_id)
+        assert rows[0][0] == 0, "the rebuilt env starts a new episode"
+    assert_episode_ids([first, second, third])
+    assert not (first.episode_id[:, None] == second.episode_id[None, :]).any()
+
+
+def envs_factory(**options: Any) -> Any:
+    return lambda: Walk(**options)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_worker_that_fails_for_good_raises_and_the_others_segments_are_kept(
+    kind: str,
+) -> None:
+    sources = [envs_factory(), envs_factory(explode_at=2), envs_factory(), envs_factory()]
+    async with aioenv.make_pool(sources, mode=kind, seed=SEED) as pool:
+        await pool.set_policy(choose_walk)
+        with pytest.raises(aioenv.EnvError, match=r"worker 1 .*Walk exploded") as caught:
+            await pool.rollout(3)
+        kept = caught.value.trajectories  # type: ignore[attr-defined]
+        assert sorted(set(kept.worker_id.tolist())) == [0, 2, 3]
+        assert len(kept) == 3 * 3
+        for worker_id in (0, 2, 3):
+            assert_rows(rows_of(kept, worker_id), REPLAYS[worker_id][:3], f"worker {worker_id}")
+        again = await pool.rollout(2, worker_ids=[0, 2, 3])
+        assert len(again) == 3 * 2
+
+
+@pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
+async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_segments(
+    kind: str, gate: str
+) -> None:
+    mode = ["process", "thread"] if kind == "mixed" else kind
+    factory = envs_factory(gate=gate)
+    async with aioenv.make_pool(factory, N, mode=modes(mode, N), seed=SEED) as pool:
+        await pool.set_policy(choose_walk)
+        with anyio.move_on_after(0.3) as scope:
+            await pool.rollout(5)  # every env waits at its first step for the gate
+        assert scope.cancelled_caught
+        assert pool.num_pending == 0
+        envs.open_gate(gate)
+        part = await pool.rollout(3)  # the envs finish the forgotten segment first
+        assert await pool.drain() == []
+        await pool.reset_all()  # the pool works by hand again too
+    assert len(part) == N * 3
+    for worker_id in range(N):
+        got = rows_of(part, worker_id)
+        assert_rows(got, REPLAYS[worker_id][5:8], f"worker {worker_id}")
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it_later(
+    kind: str,
+) -> None:
+    failed = anyio.Event()
+    async with aioenv.make_pool(
+        envs_factory(explode_at=3),
+        1,
+        mode=kind,
+        seed=SEED,
+        restart="on_failure",
+        restart_backoff=5.0,  # the restart waits: the rollout is cancelled meanwhile
+        on_failure=lambda error: failed.set(),
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(2)
+        async with anyio.create_task_group() as group:
+            group.start_soon(pool.rollout, 5)  # its first step explodes
+            await failed.wait()
+            group.cancel_scope.cancel()
+        with anyio.fail_after(20):
+            part = await pool.rollout(2)  # the env is rebuilt now, and plays
+        assert len(part) == 2 and part.step[0] == 0
+        assert pool.restarts == 1
+
+
+async def test_the_step_timeout_is_the_deadline_of_a_whole_segment(gate: str) -> None:
+    factory = envs_factory(gate=gate)
+    async with aioenv.make_pool(factory, 2, mode="process", seed=SEED, step_timeout=2.0) as pool:
+        await pool.set_policy(choose_walk)
+        envs.open_gate(gate)
+        await pool.rollout(2)  # past start-up, whose deadline is another
+        os.remove(gate)
+        with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 0 .*past its deadline"):
+            await pool.rollout(3, worker_ids=[0])
+        envs.open_gate(gate)
+        part = await pool.rollout(3, worker_ids=[1])
+        assert len(part) == 3
+        with pytest.raises(aioenv.WorkerTimeout, match="process worker 0"):
+            await pool.rollout(3)  # worker 0 was killed for good (no restarts)
+
+
+# The forced-sync twin --------------------------------------------------------------------
+async def test_force_sync_gives_the_same_data_as_the_async_pool() -> None:
+    results = []
+    for options in ({"mode": "process"}, {"force_sync": True}):
+        async with aioenv.make_pool(Walk, N, seed=SEED, **options) as pool:  # type: ignore[arg-type]
+            await pool.set_policy(choose_walk)
+            results.append([await pool.rollout(6), await pool.rollout(4, seed=3)])
+    for left, right in zip(*results, strict=True):
+        for name in (
+            "observations", "actions", "rewards", "terminated", "truncated",
+            "next_observations", "worker_id", "episode_id", "step", "policy_version", "open",
+        ):  # fmt: skip
+            np.testing.assert_array_equal(getattr(left, name), getattr(right, name), name)
+
+
+# Bad input -------------------------------------------------------------------------------
+async def test_bad_input_is_a_clear_error_naming_the_worker() -> None:
+    lock = threading.Lock()
+
+    def holds_a_lock(observation: Any) -> int:
+        with lock:
+            return 0
+
+    async with walk_pool(["thread", "process"]) as pool:
+        with pytest.raises(RuntimeError, match="set_policy"):
+            await pool.rollout(3)
+        await pool.set_policy(choose_walk)
+        for bad in (0, -1, 2.5, True, None):
+            with pytest.raises(ValueError, match="num_steps must be an int >= 1"):
+                await pool.rollout(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="callable"):
+            await pool.set_policy(42)
+        with pytest.raises(TypeError, match=r"process worker 1 .*could not be pickled"):
+            await pool.set_policy(holds_a_lock)
+        with pytest.raises(aioenv.EnvError, match=r"process worker 1 .*refuses to be unpickled"):
+            await pool.set_policy(UnpicklableHere())
+        assert pool.policy_version == 0  # neither bad policy was set
+        part = await pool.rollout(2)
+        assert (part.policy_version == 0).all()
+        pool.send_action(0, 1)
+        with pytest.raises(aioenv.StateNotTaken, match="worker 1"):
+            await pool.rollout(2)
+        await pool.drain()
+
+
+async def test_thread_workers_take_a_policy_that_cannot_be_pickled() -> None:
+    lock = threading.Lock()
+
+    def holds_a_lock(observation: Any) -> int:
+        with lock:
+            return choose_walk(observation)
+
+    async with walk_pool("thread") as pool:
+        await pool.set_policy(holds_a_lock)
+        part = await pool.rollout(3)
+    assert_rows(rows_of(part, 0), REPLAYS[0][:3], "worker 0")
+
+
+# Per-worker env updates ------------------------------------------------------------------
+async def test_call_gives_each_worker_its_own_value_with_per_worker(mode: Any) -> None:
+    async with walk_pool(mode) as pool:
+        tasks = [f"task{w}" for w in range(N)]
+        previous = await pool.call(
+            "set_task", aioenv.PerWorker(tasks), level=aioenv.PerWorker(range(N))
+        )
+        assert previous == ["default"] * N
+        assert await pool.get_attr("task") == [f"task{w}:{w}" for w in range(N)]
+        # Between segments: one worker's task alone.
+        await pool.set_policy(choose_walk)
+        await pool.rollout(2)
+        await pool.call("set_task", "hard", worker_ids=[2])
+        await pool.call("set_task", aioenv.PerWorker(["x", "y"]), worker_ids=[3, 0])
+        await pool.rollout(2)
+        assert await pool.get_attr("task") == ["y:0", "task1:1", "hard:0", "x:0"]
+        with pytest.raises(ValueError, match="3 values for 4 workers"):
+            await pool.call("set_task", aioenv.PerWorker(["a", "b", "c"]))
+        assert await pool.get_attr("task") == ["y:0", "task1:1", "hard:0", "x:0"]
+
+
+# Ray -------------------------------------------------------------------------------------
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_ray_actors_serve_the_same_rollouts_with_the_policy_put_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    puts: list[Any] = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value: puts.append(value) or real_put(value))
+    policy = RecordingPolicy(str(tmp_path))
+    workers: list[aioenv.Worker[Any]] = [
+        *aioenv.RayWorker.hosted(Walk, aioenv.worker_seeds(SEED, N)[:2], 2, num_cpus=0),
+        *[aioenv.ThreadWorker(Walk, seed=s) for s in aioenv.worker_seeds(SEED, N)[2:]],
+    ]
+    async with aioenv.get_worker_pool(workers) as pool:
+        assert await pool.set_policy(policy, version=3) == 3
+        first = await pool.rollout(5)
+        second = await pool.rollout(4)
+        assert len(puts) == 1 and isinstance(puts[0], bytes)  # the pickled policy, once
+        await pool.set_policy(policy)
+        third = await pool.rollout(2)
+        assert len(puts) == 2
+    assert (first.policy_version == 3).all() and (third.policy_version == 4).all()
+    for worker_id in range(N):
+        got = [row for part in (first, second, third) for row in rows_of(part, worker_id)]
+        assert_rows(got, REPLAYS[worker_id][:11], f"worker {worker_id}")
+    unpickled = marks(tmp_path, "unpickled")
+    assert len(unpickled) == 1 and list(unpickled.values()) == [2]  # one actor, 2 versions
+    called = marks(tmp_path, "called")
+    assert called[str(os.getpid())] == 1  # the thread workers share the object
