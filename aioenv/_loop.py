@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run"]
+__all__ = ["run", "trio_running_here"]
 
 T = TypeVar("T")
 
@@ -19,3 +20,12 @@ def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
     except ImportError:
         return asyncio.run(main, debug=debug)
     return uvloop.run(main, debug=debug)
+
+
+def trio_running_here() -> bool:
+    """This thread runs trio and no asyncio loop: an aioenv pool must be bridged here (see
+    :mod:`aioenv._trio`). Free when trio was never imported; called off the hot path."""
+    if asyncio._get_running_loop() is not None:
+        return False
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())

@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import gymnasium
 import numpy as np
 import pytest
@@ -415,7 +416,7 @@ async def test_context_exit_cleans_up_after_errors_and_cancellation(
 async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
     async with aioenv.make_pool(Counter, 4, mode=modes(mode, 4)) as pool:
         pool.reset()
-        await asyncio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         taken: list[int] = []
         for _ in range(200):
             with anyio.move_on_after(0):
@@ -424,7 +425,7 @@ async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
                 taken.append(result[1])
             if len(taken) == 4:
                 break
-            await asyncio.sleep(0.001)
+            await anyio.sleep(0.001)
         taken += [worker_id async for _, worker_id in pool]
         assert sorted(taken) == [0, 1, 2, 3]
 
