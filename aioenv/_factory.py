@@ -54,10 +54,9 @@ def get_worker_pool(
     workers: Sequence[Worker[Any]], force_sync: bool = False, **pool_options: Any
 ) -> WorkerPool[Any]:
     """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`;
-    ``pool_options`` (:class:`~aioenv._options.PoolOptions`) go to it. Called in a trio
-    run, the pool comes bridged (see the README's trio section)."""
+    ``pool_options`` (:class:`~aioenv._options.PoolOptions`) go to it."""
     pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
-    return pool_class(workers, **pool_options)._bridged()
+    return pool_class(workers, **pool_options)
 
 
 def make_pool(

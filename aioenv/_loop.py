@@ -7,7 +7,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run", "trio_running_here"]
+__all__ = ["not_on_asyncio", "run", "trio_running_here"]
 
 T = TypeVar("T")
 
@@ -29,3 +29,14 @@ def trio_running_here() -> bool:
         return False
     trio = sys.modules.get("trio")
     return trio is not None and bool(trio.lowlevel.in_trio_run())
+
+
+def not_on_asyncio(what: str) -> RuntimeError:
+    """The error for ``what`` called where no asyncio loop runs, saying what to do."""
+    if trio_running_here():
+        return RuntimeError(
+            f"{what} was called under trio on the pool itself; under trio use the object "
+            "that `async with pool as bridged:` gives (it runs the pool on a private "
+            "asyncio loop), and call its methods"
+        )
+    return RuntimeError(f"{what} must be called from async code running in an asyncio event loop")
