@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import warnings
 from typing import Any
 
@@ -16,6 +15,8 @@ from support import WORKERS, modes, worker_processes, worker_threads
 
 import aioenv
 from aioenv import CLOSE, RESET
+
+pytestmark = pytest.mark.trio  # every test here runs on trio as well (see conftest)
 
 
 async def drain(pool: aioenv.WorkerPool[Any]) -> None:
@@ -431,23 +432,24 @@ async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
 
 
 async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
-    pool = aioenv.AsyncWorkerPool([aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)])
-    pool.reset()
-    await pool.get_state()
-    pool.send_action(1, 0)
-    errors: list[BaseException] = []
+    workers = [aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)]
+    async with aioenv.AsyncWorkerPool(workers) as pool:  # (under trio: its bridge)
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(1, 0)
+        errors: list[BaseException] = []
 
-    async def waiter() -> None:
-        try:
-            await pool.get_state()
-        except aioenv.ClosedError as error:
-            errors.append(error)
+        async def waiter() -> None:
+            try:
+                await pool.get_state()
+            except aioenv.ClosedError as error:
+                errors.append(error)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(waiter)
-        await asyncio.sleep(0.05)
-        await pool.aclose()
-    assert len(errors) == 1
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.sleep(0.05)
+            await pool.aclose()
+        assert len(errors) == 1
 
 
 async def test_mixed_pool_runs_every_kind_together() -> None:
