@@ -157,7 +157,7 @@ def test_anyio_coroutine_envs_run_under_trio_with_step_timeout() -> None:
     trio.run(main)
 
 
-def test_a_coroutine_env_using_trio_itself_fails_with_an_env_error_naming_it() -> None:
+def test_a_coroutine_env_using_trio_itself_fails_with_an_env_error_saying_what_to_do() -> None:
     async def main() -> None:
         async with aioenv.make_pool(TrioCounter, 1, mode="async") as pool:
             pool.reset()
@@ -165,6 +165,7 @@ def test_a_coroutine_env_using_trio_itself_fails_with_an_env_error_naming_it() -
                 await pool.get_state()
             message = str(caught.value)  # the worker's traceback shows the trio call
             assert "in reset" in message and f"{Path(trio.__file__).parent}" in message
+            assert "with anyio or asyncio, not trio" in caught.value.args[0]
 
     trio.run(main)
 
