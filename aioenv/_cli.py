@@ -95,7 +95,7 @@ def info_lines() -> list[str]:
     lines.append(f"worker kinds: {', '.join(worker_modes())}")
     for module, note in (
         ("ray", "mode='ray' needs it: pip install 'aioenv[ray]'"),
-        ("trio", "aioenv pools run on asyncio event loops only"),
+        ("trio", "pools run under trio on a private asyncio loop: pip install 'aioenv[trio]'"),
     ):
         found = importlib.util.find_spec(module) is not None
         lines.append(f"{module}: {'importable' if found else 'not installed'} ({note})")

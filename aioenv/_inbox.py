@@ -12,6 +12,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from ._loop import not_on_asyncio
+
 __all__ = ["Inbox", "Outcome"]
 
 
@@ -162,7 +164,10 @@ class Inbox:
     async def wait(self, deadline: float | None) -> None:
         """Return after the next delivery, forgiveness or close, or at ``deadline``
         (loop time). Callers re-check what they wait for: wake-ups can be spurious."""
-        loop = asyncio.get_running_loop()
+        try:  # free unless it raises
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise not_on_asyncio("waiting for a state (get_state, get_batch, drain)") from None
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
         timer = None if deadline is None else loop.call_at(deadline, _wake_one, waiter)

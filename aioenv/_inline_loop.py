@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from ._loop import trio_running_here
+
 __all__ = ["InlineLoop", "loop_running_here", "new_loop"]
 
 T = TypeVar("T")
@@ -112,12 +114,9 @@ def _in_helper_thread(call: Callable[[], T]) -> T:
 
 
 def loop_running_here() -> bool:
-    """An event loop runs in this thread right now."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    """An event loop runs in this thread right now (asyncio's, or a trio run: a loop run
+    inside it would break it)."""
+    return asyncio._get_running_loop() is not None or trio_running_here()
 
 
 async def _within(coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run"]
+__all__ = ["not_on_asyncio", "run", "trio_running_here"]
 
 T = TypeVar("T")
 
@@ -19,3 +20,23 @@ def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
     except ImportError:
         return asyncio.run(main, debug=debug)
     return uvloop.run(main, debug=debug)
+
+
+def trio_running_here() -> bool:
+    """This thread runs trio and no asyncio loop: an aioenv pool must be bridged here (see
+    :mod:`aioenv._trio`). Free when trio was never imported; called off the hot path."""
+    if asyncio._get_running_loop() is not None:
+        return False
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())
+
+
+def not_on_asyncio(what: str) -> RuntimeError:
+    """The error for ``what`` called where no asyncio loop runs, saying what to do."""
+    if trio_running_here():
+        return RuntimeError(
+            f"{what} was called under trio on the pool itself; under trio use the object "
+            "that `async with pool as bridged:` gives (it runs the pool on a private "
+            "asyncio loop), and call its methods"
+        )
+    return RuntimeError(f"{what} must be called from async code running in an asyncio event loop")

@@ -17,6 +17,7 @@ from ._batch import Batch, ReusedRows
 from ._episodes import EpisodeCounter
 from ._errors import NoActionInFlight, WorkerError, WorkerPaused
 from ._inbox import Inbox, Outcome
+from ._loop import not_on_asyncio
 from .workers._base import Worker
 
 __all__ = ["Receiving"]
@@ -79,9 +80,9 @@ class Receiving(abc.ABC, Generic[S]):
         if max_size is not None and (not isinstance(max_size, int) or max_size < min_size):
             raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
         inbox = self._inbox
-        deadline = self._deadline(timeout)
         if self._loop is not asyncio._get_running_loop():
             self._check_loop()
+        deadline = self._deadline(timeout)
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -142,7 +143,9 @@ class Receiving(abc.ABC, Generic[S]):
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
         raises at once (its reply is lost with that loop) rather than hang."""
-        loop = asyncio.get_running_loop()
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise not_on_asyncio("a pool's get_state()/get_batch()")
         if loop is self._loop:
             return
         for worker in self._workers:
@@ -152,8 +155,8 @@ class Receiving(abc.ABC, Generic[S]):
 
     async def _wait_next(self, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
-        deadline = self._deadline(timeout)
         self._check_loop()
+        deadline = self._deadline(timeout)
         while True:
             if not inbox.num_owed:
                 raise NoActionInFlight(
@@ -170,8 +173,8 @@ class Receiving(abc.ABC, Generic[S]):
 
     async def _wait_for(self, worker: Worker[S], timeout: float | None) -> Outcome | None:
         inbox = self._inbox
-        deadline = self._deadline(timeout)
         self._check_loop()
+        deadline = self._deadline(timeout)
         if inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
         while True:

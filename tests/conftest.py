@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -8,6 +10,7 @@ from typing import Any
 import cloudpickle
 import envs
 import pytest
+import trio
 import uvloop
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
@@ -23,8 +26,33 @@ cloudpickle.register_pickle_by_value(envs)
 
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Callable[[], Any]]:
-    """Every async test runs on the default asyncio loop and on uvloop."""
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    """Every async test runs on the default asyncio loop and on uvloop; the pool tests
+    (marked ``trio``, or over the ``mode`` fixture) on trio as well."""
+    factories = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    if item.get_closest_marker("trio") is not None or "mode" in item.fixturenames:
+        factories["trio"] = _trio_run
+    return factories
+
+
+def _trio_run() -> asyncio.AbstractEventLoop:
+    """The ``trio`` entry: pytest-asyncio still makes (and closes) this idle loop, but the
+    test itself runs in ``trio.run`` (see pytest_pyfunc_call)."""
+    return asyncio.new_event_loop()
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[None]:
+    """A test whose ``[trio]`` id was chosen runs in ``trio.run``, not on pytest-asyncio's
+    loop (whose runner wraps the test function: unwrapped here)."""
+    callspec = getattr(pyfuncitem, "callspec", None)
+    if callspec is not None and callspec.params.get("_asyncio_loop_factory") is _trio_run:
+        test = inspect.unwrap(pyfuncitem.obj)
+
+        def run_in_trio(**kwargs: Any) -> None:
+            trio.run(functools.partial(test, **kwargs))
+
+        pyfuncitem.obj = run_in_trio
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ pool.drain()."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import io
@@ -258,23 +257,30 @@ async def test_force_sync_gives_the_same_arrays_as_the_async_pool(
 # Cancellation and back-pressure ----------------------------------------------------------
 async def test_a_cancelled_collect_loses_nothing(mode: Any) -> None:
     calls = 0
-    blocked = asyncio.Event()
+    blocked = anyio.Event()
 
     async def stalling(batch: aioenv.Batch[Any]) -> np.ndarray:
         nonlocal calls
         calls += 1
         if calls == 6:
             blocked.set()
-            await asyncio.Event().wait()  # until cancelled
+            await anyio.Event().wait()  # until cancelled
         return policy(batch)
 
     async with walk_pool(mode) as pool:
         collector = aioenv.Collector(pool, stalling)
-        task = asyncio.ensure_future(collector.collect(num_steps=1000))
-        await blocked.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        finished = False
+
+        async def collect_until_cancelled() -> None:
+            nonlocal finished
+            await collector.collect(num_steps=1000)
+            finished = True
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(collect_until_cancelled)
+            await blocked.wait()
+            group.cancel_scope.cancel()
+        assert not finished
         returned = []
         for delay in (0.0, 0.001, 0.003, 0.01):  # cancelled wherever it happens to be
             with anyio.move_on_after(delay):
@@ -290,7 +296,7 @@ async def test_a_cancelled_collect_loses_nothing(mode: Any) -> None:
 
 async def test_a_slow_policy_holds_every_worker_at_one_step(mode: Any) -> None:
     calls = 0
-    blocked, release = asyncio.Event(), asyncio.Event()
+    blocked, release = anyio.Event(), anyio.Event()
 
     async def slow(batch: aioenv.Batch[Any]) -> np.ndarray:
         nonlocal calls
@@ -301,13 +307,19 @@ async def test_a_slow_policy_holds_every_worker_at_one_step(mode: Any) -> None:
         return policy(batch)
 
     async with walk_pool(mode) as pool:
-        task = asyncio.ensure_future(aioenv.Collector(pool, slow).collect(num_steps=60))
-        await blocked.wait()
-        before = await pool.get_attr("steps_taken")  # answered once any step in flight ends
-        await asyncio.sleep(0.2)  # room for a worker to run ahead, if it could
-        assert await pool.get_attr("steps_taken") == before
-        release.set()
-        part = await task
+        parts: list[Any] = []
+
+        async def collect() -> None:
+            parts.append(await aioenv.Collector(pool, slow).collect(num_steps=60))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(collect)
+            await blocked.wait()
+            before = await pool.get_attr("steps_taken")  # answered once any step in flight ends
+            await anyio.sleep(0.2)  # room for a worker to run ahead, if it could
+            assert await pool.get_attr("steps_taken") == before
+            release.set()
+        (part,) = parts
         assert sum(await pool.get_attr("steps_taken")) <= len(part) + 6 * N
     assert_replay_prefix([part])
 

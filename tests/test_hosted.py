@@ -85,6 +85,7 @@ async def test_first_ready_across_processes(gate: str) -> None:
             assert sorted([wid async for _, wid in pool]) == [0, 1, 2, 3]
 
 
+@pytest.mark.trio
 @pytest.mark.parametrize("restart", ["never", "on_failure"])
 async def test_an_env_exception_touches_only_its_own_slot(restart: str) -> None:
     workers = aioenv.ProcessWorker.hosted(FaultyEnv, [1, 2, 3], 3)
@@ -108,6 +109,7 @@ async def test_an_env_exception_touches_only_its_own_slot(restart: str) -> None:
         assert counts == [2, 2 if restart == "never" else 1, 2]  # siblings kept their episode
 
 
+@pytest.mark.trio  # restarts, step_timeout and deaths under trio too
 @pytest.mark.parametrize("fault", ["sigkill", "hang"])
 @pytest.mark.parametrize("restart", ["never", "on_failure"])
 async def test_when_the_process_goes_every_env_in_it_fails_or_restarts(

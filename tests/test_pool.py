@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import warnings
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import gymnasium
 import numpy as np
 import pytest
@@ -15,6 +15,8 @@ from support import WORKERS, modes, worker_processes, worker_threads
 
 import aioenv
 from aioenv import CLOSE, RESET
+
+pytestmark = pytest.mark.trio  # every test here runs on trio as well (see conftest)
 
 
 async def drain(pool: aioenv.WorkerPool[Any]) -> None:
@@ -415,7 +417,7 @@ async def test_context_exit_cleans_up_after_errors_and_cancellation(
 async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
     async with aioenv.make_pool(Counter, 4, mode=modes(mode, 4)) as pool:
         pool.reset()
-        await asyncio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         taken: list[int] = []
         for _ in range(200):
             with anyio.move_on_after(0):
@@ -424,29 +426,30 @@ async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
                 taken.append(result[1])
             if len(taken) == 4:
                 break
-            await asyncio.sleep(0.001)
+            await anyio.sleep(0.001)
         taken += [worker_id async for _, worker_id in pool]
         assert sorted(taken) == [0, 1, 2, 3]
 
 
 async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
-    pool = aioenv.AsyncWorkerPool([aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)])
-    pool.reset()
-    await pool.get_state()
-    pool.send_action(1, 0)
-    errors: list[BaseException] = []
+    workers = [aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)]
+    async with aioenv.AsyncWorkerPool(workers) as pool:  # (under trio: its bridge)
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(1, 0)
+        errors: list[BaseException] = []
 
-    async def waiter() -> None:
-        try:
-            await pool.get_state()
-        except aioenv.ClosedError as error:
-            errors.append(error)
+        async def waiter() -> None:
+            try:
+                await pool.get_state()
+            except aioenv.ClosedError as error:
+                errors.append(error)
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(waiter)
-        await asyncio.sleep(0.05)
-        await pool.aclose()
-    assert len(errors) == 1
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await anyio.sleep(0.05)
+            await pool.aclose()
+        assert len(errors) == 1
 
 
 async def test_mixed_pool_runs_every_kind_together() -> None:

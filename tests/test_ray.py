@@ -83,6 +83,7 @@ def test_a_ray_worker_without_ray_says_what_to_install() -> None:
 
 
 @ray_test
+@pytest.mark.trio  # Ray workers through the trio bridge too
 async def test_a_mixed_pool_returns_whichever_state_is_ready_first(gate: str) -> None:
     workers: list[aioenv.Worker[Any]] = [
         aioenv.RayWorker(lambda: Gated(gate), **OFF_CPU),

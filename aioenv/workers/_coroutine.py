@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import os
+import sys
+import traceback
 import warnings
 from typing import Any, TypeVar
 
 from .._async_runner import AsyncEnvRunner
 from .._environment import EnvSource
-from .._errors import WorkerError, env_ended_worker
-from .._messages import ControlRequest
+from .._errors import EnvError, WorkerError, env_ended_worker
+from .._messages import ControlRequest, Failure
 from ._base import Worker
 
 __all__ = ["AsyncEnvWorker"]
@@ -80,6 +84,15 @@ class AsyncEnvWorker(Worker[S]):
         if env_task is self._current:  # a discarded env's reply is never delivered
             self._on_reply(seq, result)
 
+    def _env_error(self, failure: Failure) -> EnvError:
+        if _called_trio(failure.exception):
+            hint = (
+                " (coroutine envs run on an asyncio event loop, under trio too: write the env "
+                "with anyio or asyncio, not trio)"
+            )
+            failure = dataclasses.replace(failure, message=failure.message + hint)
+        return super()._env_error(failure)
+
     def _on_task_death(self, env_task: _EnvTask, exc: BaseException) -> None:
         if env_task is self._current:
             self._on_death(env_ended_worker(self.name, self.worker_id, exc))
@@ -124,6 +137,17 @@ class AsyncEnvWorker(Worker[S]):
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+
+def _called_trio(exc: BaseException | None) -> bool:
+    """``exc`` was raised inside trio: the env called trio on aioenv's asyncio loop."""
+    trio = sys.modules.get("trio")
+    if exc is None or trio is None or trio.__file__ is None:
+        return False
+    package = os.path.dirname(trio.__file__)
+    return any(
+        frame.filename.startswith(package) for frame in traceback.extract_tb(exc.__traceback__)
+    )
 
 
 class _EnvTask:

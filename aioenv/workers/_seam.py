@@ -16,6 +16,7 @@ from typing import Any
 
 from .._errors import ClosedError, StateNotTaken, WorkerError
 from .._inbox import Inbox
+from .._loop import not_on_asyncio
 from .._messages import ControlRequest, EpisodeOptions
 from .._supervision import Supervision, Supervisor
 from ._controls import PendingControls
@@ -147,13 +148,9 @@ class PoolMember(abc.ABC):
         """The running loop, which this worker is bound to from now on. A worker moves to a
         new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
         is in flight; ``closing``: whatever was in flight is dropped."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError(
-                f"{self.name}: send_action() must be called from async code running "
-                "in an asyncio event loop"
-            ) from None
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise not_on_asyncio(f"{self.name}: send_action()")
         old = self._loop
         if old is loop:
             return loop
