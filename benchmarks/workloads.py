@@ -397,7 +397,8 @@ def run_workload(
                 entries.append((row, None))
             else:
                 entries.append((row, _config_measure(config, case, timing, account)))
-        plan.append(entries)
+        if entries:  # a --rows filter may leave a case with none
+            plan.append(entries)
 
     step_times: list[float] = []
     for rep in range(reps):
