@@ -33,7 +33,7 @@ class AsyncEnvRunner(EnvRunner):
             state = await self.areset()
         else:
             state = await self.astep(action)
-        self.cursor, self.last = None, state  # a rollout goes on from here
+        self.last = state  # a rollout goes on from here
         return state
 
     async def areset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:

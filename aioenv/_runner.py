@@ -18,7 +18,7 @@ from ._environment import (
     build_environment,
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
-from ._segment import Cursor, Rollout, load_policy, play
+from ._segment import Rollout, load_policy, play
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
@@ -48,9 +48,9 @@ class EnvRunner:
         self.build_failure: Failure | None = None
         self._needs_reset = False
         self._length = 0
-        #: Where the last rollout segment left the env; else the last state answered by
-        #: hand (``last``), which the next segment goes on from.
-        self.cursor: Cursor | None = None
+        #: What the next rollout segment goes on from: a Cursor where the last segment
+        #: stopped, or the state last answered by hand (one store per step on the hot
+        #: path), or None (a reset).
         self.last: Any = None
 
     @property
@@ -104,7 +104,7 @@ class EnvRunner:
             state = self._reset(env, seed, options)
         except Exception as exc:
             return Failure.from_exception(exc, "reset")
-        self.cursor, self.last = None, state  # a rollout goes on from here
+        self.last = state
         return state
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
@@ -125,27 +125,27 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
-        state = self._step(action)
-        self.cursor, self.last = None, state  # a rollout goes on from here
-        return state
-
-    def _step(self, action: Any) -> Any:
         env = self._built()
         if env is None:
+            self.last = self.build_failure
             return self.build_failure
         try:
             if self._needs_reset:  # autoreset "next_step": this action is ignored
-                return self._reset(env, None, None)
+                self.last = state = self._reset(env, None, None)
+                return state
             state = env.step(action)
         except Exception as exc:
-            return Failure.from_exception(exc, "step")
+            self.last = failure = Failure.from_exception(exc, "step")
+            return failure
         try:
             state, reset_now = self._end_of_step(env, state)
             if reset_now:
                 state = with_reset(state, self._reset(env, None, None))
-            return state
         except Exception as exc:
-            return Failure.from_exception(exc, "autoreset")
+            self.last = failure = Failure.from_exception(exc, "autoreset")
+            return failure
+        self.last = state
+        return state
 
     def _end_of_step(self, env: Any, state: Any) -> tuple[Any, bool]:
         """The bookkeeping after ``env`` returned ``state``: the state to answer, and

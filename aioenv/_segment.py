@@ -218,7 +218,7 @@ def play(runner: Any, request: Rollout, env: int = 0) -> Segment | Failure:
         while True:
             asked = plan.send(_answer(runner.reset, runner.step, asked))
     except StopIteration as stop:
-        rows, runner.cursor = stop.value
+        rows, runner.last = stop.value
         return _segment(rows, env, request.policy.version)
     except _Stop as stop:
         return stop.failure
@@ -246,7 +246,7 @@ async def play_async(runner: Any, request: Rollout) -> Segment | Failure:
                 raise _Stop(answer)
             asked = plan.send(answer)
     except StopIteration as stop:
-        rows, runner.cursor = stop.value
+        rows, runner.last = stop.value
         return _segment(rows, 0, request.policy.version)
     except _Stop as stop:
         return stop.failure
@@ -258,11 +258,12 @@ def _resume(runner: Any) -> Cursor | None:
     """Where the segment starts: where the last one stopped, else at the state last
     answered by hand (if its episode goes on), else (None) at a reset. Cleared on the
     runner: set again only when this segment completes."""
-    cursor: Cursor | None = runner.cursor
     last = runner.last
-    runner.cursor = runner.last = None
-    if cursor is not None or type(last) is not Step or runner.needs_reset:
-        return cursor
+    runner.last = None
+    if type(last) is Cursor:
+        return last
+    if type(last) is not Step or runner.needs_reset:
+        return None
     same_step = last.final_info is not None  # autoreset "same_step": already reset
     if (last.terminated or last.truncated) and not same_step:
         return None
