@@ -2,8 +2,9 @@
 
 Each worker plays a whole segment locally with its copy of the policy and answers one
 message (:mod:`aioenv._segment`), instead of one round trip per step. The request travels
-where steps travel, so a segment is to the pool what a step is: the pool's ``step_timeout``
-is its deadline (per segment, not per transition), a failure restarts the worker under the
+where steps travel, so a segment is to the pool what a step is: its deadline is the pool's
+``step_timeout`` once per transition it plays (checked for the segment as a whole), a
+failure restarts the worker under the
 pool's restart policy, and a reply nobody waits for any more is dropped as stale.
 """
 

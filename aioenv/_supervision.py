@@ -158,6 +158,9 @@ class Supervisor:
         self._remedies = remedies
         self._consecutive_failures = 0
         self._restart_reason: str | None = None
+        #: The request in flight is this many steps long (a rollout segment): its deadline
+        #: is that many step deadlines.
+        self.request_steps = 1
         self._timer: Cancellable | None = None
         self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
 
@@ -168,7 +171,10 @@ class Supervisor:
     # Deadlines -------------------------------------------------------------------------
     def timeout(self) -> float | None:
         """Seconds the next request may take (None: no deadline)."""
-        return self.options.deadline(starting=self.starting)
+        deadline = self.options.deadline(starting=self.starting)
+        if deadline is None or self.request_steps == 1:
+            return deadline
+        return deadline * self.request_steps
 
     def arm(self, clock: Clock, seq: int) -> None:
         """Start the deadline of request ``seq``, sent now."""

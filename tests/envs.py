@@ -268,14 +268,18 @@ class Walk(gymnasium.Env[np.ndarray, int]):
     ones truncate); the observation is ``(episode draw, step)`` and the reward is
     ``action + step / 10``. ``steps_taken`` counts every ``step`` call. With ``gate``,
     ``step`` blocks until that file exists (a straggler the test releases); with
-    ``explode_at=n`` its ``n``-th step call raises ``ValueError``."""
+    ``explode_at=n`` its ``n``-th step call raises ``ValueError``; ``step_seconds``: each
+    step sleeps that long."""
 
     observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float64)
     action_space = gymnasium.spaces.Discrete(3)
 
-    def __init__(self, gate: str | None = None, explode_at: int | None = None) -> None:
+    def __init__(
+        self, gate: str | None = None, explode_at: int | None = None, step_seconds: float = 0.0
+    ) -> None:
         self.gate = gate
         self.explode_at = explode_at
+        self.step_seconds = step_seconds
         self.steps_taken = 0
         self.task = "default"  # set per worker by tests of per-worker updates
 
@@ -299,6 +303,8 @@ class Walk(gymnasium.Env[np.ndarray, int]):
             deadline = time.monotonic() + 30
             while not os.path.exists(self.gate) and time.monotonic() < deadline:
                 time.sleep(0.002)
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
         self.steps_taken += 1
         if self.steps_taken == self.explode_at:
             raise ValueError("Walk exploded on purpose")

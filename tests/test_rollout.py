@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -341,7 +342,8 @@ async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it
         assert pool.restarts == 1
 
 
-async def test_the_step_timeout_is_the_deadline_of_a_whole_segment(gate: str) -> None:
+async def test_a_segment_past_its_deadline_times_out(gate: str) -> None:
+    """The deadline is the whole segment's (here 3 x 2 s), not each transition's."""
     factory = envs_factory(gate=gate)
     async with aioenv.make_pool(factory, 2, mode="process", seed=SEED, step_timeout=2.0) as pool:
         await pool.set_policy(choose_walk)
@@ -468,3 +470,22 @@ async def test_ray_actors_serve_the_same_rollouts_with_the_policy_put_once(
     assert len(unpickled) == 1 and list(unpickled.values()) == [2]  # one actor, 2 versions
     called = marks(tmp_path, "called")
     assert called[str(os.getpid())] == 1  # the thread workers share the object
+
+
+async def test_a_segment_may_take_step_timeout_per_transition() -> None:
+    """With ``step_timeout=0.5`` a segment of 2 envs x 40 steps of 20 ms each takes at
+    least 1.6 s, far past one step's deadline, and well within its own (40 s)."""
+    async with aioenv.make_pool(
+        lambda: envs.Walk(step_seconds=0.02),
+        2,
+        mode="thread",
+        seed=SEED,
+        step_timeout=0.5,
+        envs_per_worker=2,
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(1)  # past start-up, whose deadline is another
+        started = time.monotonic()
+        part = await pool.rollout(40)
+        assert time.monotonic() - started >= 1.6  # the segment did outlast one deadline
+        assert len(part) == 2 * 2 * 40

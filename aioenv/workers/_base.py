@@ -44,6 +44,7 @@ from .._errors import (
 )
 from .._inbox import Inbox, Outcome
 from .._messages import EpisodeOptions, Failure
+from .._segment import Rollout
 from .._sentinels import CLOSE, RESET, Reset, is_reset
 from .._supervision import Remedies, Supervision, Supervisor
 from ._controls import PendingControls
@@ -173,6 +174,7 @@ class Worker(KindHooks, PoolMember, Generic[S]):
             return
         if supervisor.has_deadlines:
             assert self._loop is not None  # before submitting: a sync worker answers inside
+            supervisor.request_steps = self._steps_in(action) if type(action) is Rollout else 1
             supervisor.arm(self._loop, seq)
         try:
             self._submit(seq, action)
@@ -315,12 +317,19 @@ class Worker(KindHooks, PoolMember, Generic[S]):
         if in_flight:
             self._inbox.deliver(Outcome(self.worker_id, None, error))
 
+    def _steps_in(self, rollout: Rollout) -> int:
+        """The transitions a segment plays here: ``num_steps`` for each env, one env after
+        another."""
+        envs = len(self.source.sources) if isinstance(self.source, VectorSource) else 1
+        return rollout.num_steps * envs
+
     def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
         supervisor = self._supervisor
         try:
             self._spawn(seed)
             if supervisor.has_deadlines:
                 assert self._loop is not None
+                supervisor.request_steps = 1
                 supervisor.arm(self._loop, seq)
             self._submit(seq, RESET)
         except Exception as exc:  # no new env could be started: give up on this worker
