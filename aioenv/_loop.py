@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["not_on_asyncio", "run", "trio_running_here"]
+__all__ = ["COROUTINE_HOSTS", "not_on_asyncio", "run", "trio_running_here"]
 
 T = TypeVar("T")
+
+#: Event loops whose coroutine envs run somewhere else, with what runs them there: the loop
+#: of a pool bridged to trio, whose coroutine envs run in the trio run (they may use trio).
+#: The host awaits ``function()`` there; cancelled, it cancels it there and waits for it.
+COROUTINE_HOSTS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
+] = weakref.WeakKeyDictionary()
 
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:

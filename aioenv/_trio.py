@@ -10,6 +10,10 @@ methods and attributes run on the bridge loop too, the trio thread waiting for t
 trip (two thread wake-ups: about 0.14 ms on the 2-core development machine). Every name
 is forwarded, so methods added to the pool work here without a change.
 
+Coroutine envs are the exception that runs the other way: the bridge loop registers
+:meth:`_Bridge.in_trio` in :data:`~aioenv._loop.COROUTINE_HOSTS`, so each call of a
+coroutine env (which may use trio) runs as a task of the trio run, awaited from the bridge.
+
 A trio cancellation cancels the pool's call on the bridge and waits for it to end, so no
 reply is left behind; the pool's own methods are cancel-safe, so nothing is lost. Closing
 (``async with`` exit or ``aclose()``) closes the pool on the bridge, shielded, then stops
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import outcome
@@ -31,6 +36,7 @@ import trio
 
 from ._background import BackgroundLoop, close_at_exit
 from ._errors import ClosedError
+from ._loop import COROUTINE_HOSTS
 from .workers._base import Worker
 
 __all__ = ["TrioPool"]
@@ -85,6 +91,7 @@ class _Bridge:
         self.token = trio.lowlevel.current_trio_token()
         self.background = BackgroundLoop(BRIDGE_THREAD)
         self.closed = False
+        COROUTINE_HOSTS[self.loop()] = self.in_trio  # coroutine envs run in the trio run
 
     def loop(self) -> asyncio.AbstractEventLoop:
         loop = self.background._loop
@@ -136,9 +143,68 @@ class _Bridge:
             raise ClosedError("the pool's bridge loop stopped during the call") from None
         return result
 
+    async def in_trio(self, function: Callable[[], Awaitable[T]]) -> T:
+        """Await ``function()`` as a task of the trio run, from the bridge loop: a coroutine
+        env's call (it may use trio). Cancelled here, it cancels the task there and waits
+        for it to end (a second cancellation stops waiting: the task is left to trio)."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[outcome.Outcome[T]] = loop.create_future()
+        job = _TrioJob(function, loop, ended)
+        try:
+            self.token.run_sync_soon(trio.lowlevel.spawn_system_task, job.run)
+        except trio.RunFinishedError:  # closed at interpreter exit: best effort, here
+            return await function()
+        try:
+            result = await asyncio.shield(ended)
+        except asyncio.CancelledError:
+            self.token.run_sync_soon(job.cancel)
+            await asyncio.shield(ended)  # the task ends once cancelled
+            raise
+        return result.unwrap()
+
     def stop(self) -> None:
         self.closed = True
         self.background.stop()
+
+
+class _TrioJob:
+    """One coroutine env call run as a trio task; its outcome goes to ``ended`` on the
+    bridge loop. ``cancel`` runs in the trio run."""
+
+    def __init__(
+        self,
+        function: Callable[[], Awaitable[Any]],
+        loop: asyncio.AbstractEventLoop,
+        ended: asyncio.Future[Any],
+    ) -> None:
+        self._function = function
+        self._loop = loop
+        self._ended = ended
+        self._scope: trio.CancelScope | None = None
+        self._cancelled = False
+
+    async def run(self) -> None:
+        result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self._cancelled:
+                scope.cancel()
+            result = await outcome.acapture(self._function)
+            if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
+                result.unwrap()  # the scope catches its own cancellation
+        if scope.cancelled_caught:
+            result = outcome.Error(asyncio.CancelledError())
+        with contextlib.suppress(RuntimeError):  # the bridge loop closed: nobody waits
+            self._loop.call_soon_threadsafe(self._finish, result)
+
+    def _finish(self, result: outcome.Outcome[Any]) -> None:
+        if not self._ended.done():
+            self._ended.set_result(result)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 class _Forwarder:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import trio
 import trio.lowlevel
-from envs import Counter, Gated
+from envs import AsyncCounter, Counter, Gated
 
 import aioenv
 
@@ -129,12 +129,24 @@ class AnyioCounter(Counter):
 
 
 class TrioCounter(Counter):
-    """A coroutine env written with trio's own primitives: coroutine envs run on the
-    bridge's asyncio loop, so this one cannot work there (it fails, saying where)."""
+    """A coroutine env written with trio's own primitives: under trio its coroutines run in
+    the trio run. Action -1 hangs; its async close records that it ran in trio."""
+
+    closed_in_trio: ClassVar[list[bool]] = []
 
     async def reset(self, seed: int | None = None) -> dict[str, Any]:  # type: ignore[override]
         await trio.lowlevel.checkpoint()
         return Counter.reset(self, seed)
+
+    async def step(self, action: Any) -> dict[str, Any]:  # type: ignore[override]
+        if action == -1:
+            await trio.sleep_forever()
+        await trio.sleep(0.001)
+        return Counter.step(self, action)
+
+    async def close(self) -> None:
+        await trio.lowlevel.checkpoint()
+        TrioCounter.closed_in_trio.append(trio.lowlevel.in_trio_run())
 
 
 def test_anyio_coroutine_envs_run_under_trio_with_step_timeout() -> None:
@@ -157,15 +169,53 @@ def test_anyio_coroutine_envs_run_under_trio_with_step_timeout() -> None:
     trio.run(main)
 
 
-def test_a_coroutine_env_using_trio_itself_fails_with_an_env_error_saying_what_to_do() -> None:
+def test_coroutine_envs_written_with_trio_run_in_the_trio_run() -> None:
+    """Steps, a step past ``step_timeout`` (its trio task cancelled, the env closed in trio
+    and rebuilt), a coroutine method through ``call``, and closing a step in flight."""
+    TrioCounter.closed_in_trio.clear()
+
     async def main() -> None:
-        async with aioenv.make_pool(TrioCounter, 1, mode="async") as pool:
+        async with aioenv.make_pool(
+            TrioCounter, 3, mode="async", step_timeout=0.3, restart="on_failure", seed=1
+        ) as pool:
+            await pool.reset_all()
+            pool.send_action(2, 0)
+            pool.send_action(-1, 1)
+            pool.send_action(4, 2)
+            states: dict[int, Any] = {}
+            for _ in range(3):
+                state, worker_id = await pool.get_state()
+                states[worker_id] = state["total"]
+            assert states == {0: 2, 1: 0, 2: 4}  # worker 1 timed out and was rebuilt
+            assert pool.restarts == 1
+            assert await pool.call("terminated", {"t": 9}) == [True, True, True]
+            pool.send_action(-1, 0)  # in flight when the pool closes: cancelled, closed
+
+    trio.run(main)
+    assert TrioCounter.closed_in_trio == [True] * 4  # the timed-out env's close, and 3 more
+
+
+async def test_a_coroutine_env_using_trio_on_asyncio_fails_with_an_env_error_saying_what_to_do() -> (
+    None
+):
+    async with aioenv.make_pool(TrioCounter, 1, mode="async") as pool:
+        pool.reset()
+        with pytest.raises(aioenv.EnvError, match="async worker 0") as caught:
+            await pool.get_state()
+        message = str(caught.value)  # the worker's traceback shows the trio call
+        assert "in reset" in message and f"{Path(trio.__file__).parent}" in message
+        assert "needs the pool run under trio" in caught.value.args[0]
+
+
+def test_a_coroutine_env_using_asyncio_under_trio_fails_with_an_env_error_saying_what_to_do() -> (
+    None
+):
+    async def main() -> None:
+        async with aioenv.make_pool(AsyncCounter, 1, mode="async") as pool:
             pool.reset()
             with pytest.raises(aioenv.EnvError, match="async worker 0") as caught:
                 await pool.get_state()
-            message = str(caught.value)  # the worker's traceback shows the trio call
-            assert "in reset" in message and f"{Path(trio.__file__).parent}" in message
-            assert "with anyio or asyncio, not trio" in caught.value.args[0]
+            assert "env that calls asyncio needs the pool run on asyncio" in caught.value.args[0]
 
     trio.run(main)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import os
 import sys
 import traceback
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 from .._async_runner import AsyncEnvRunner
 from .._environment import EnvSource
 from .._errors import EnvError, WorkerError, env_ended_worker
+from .._loop import COROUTINE_HOSTS
 from .._messages import ControlRequest, Failure
 from ._base import Worker
 
@@ -33,6 +35,9 @@ class AsyncEnvWorker(Worker[S]):
     event loop: no thread, no process, so thousands of envs that wait on I/O (a remote
     simulator, a game server, a web API) share one loop. Plain envs work too, but block
     the loop while they step.
+
+    Under trio (a pool bridged to a trio run, see :mod:`aioenv._trio`) each call of the
+    env runs as a task of the trio run instead, so the env may use trio.
 
     Requests are served in order by one task per env. A step past its ``step_timeout`` is
     cancelled (the task is cancelled and the env closed); closing the worker cancels a
@@ -85,10 +90,19 @@ class AsyncEnvWorker(Worker[S]):
             self._on_reply(seq, result)
 
     def _env_error(self, failure: Failure) -> EnvError:
-        if _called_trio(failure.exception):
+        on_asyncio = self._loop is None or self._loop not in COROUTINE_HOSTS
+        if on_asyncio and _raised_in("trio", failure.exception):
             hint = (
-                " (coroutine envs run on an asyncio event loop, under trio too: write the env "
-                "with anyio or asyncio, not trio)"
+                " (this pool runs on asyncio, so its coroutine envs do too: an env that "
+                "calls trio needs the pool run under trio, `async with pool as bridged:` in "
+                "a trio run; written with anyio, it works on both)"
+            )
+            failure = dataclasses.replace(failure, message=failure.message + hint)
+        elif not on_asyncio and _raised_in("asyncio", failure.exception):
+            hint = (
+                " (this pool runs under trio, so its coroutine envs run in the trio run: an "
+                "env that calls asyncio needs the pool run on asyncio; written with anyio, it "
+                "works on both)"
             )
             failure = dataclasses.replace(failure, message=failure.message + hint)
         return super()._env_error(failure)
@@ -139,12 +153,13 @@ class AsyncEnvWorker(Worker[S]):
             )
 
 
-def _called_trio(exc: BaseException | None) -> bool:
-    """``exc`` was raised inside trio: the env called trio on aioenv's asyncio loop."""
-    trio = sys.modules.get("trio")
-    if exc is None or trio is None or trio.__file__ is None:
+def _raised_in(library: str, exc: BaseException | None) -> bool:
+    """``exc`` was raised inside ``library`` (trio, asyncio): the env called a library of
+    another event loop than the one its coroutines run on."""
+    module = sys.modules.get(library)
+    if exc is None or module is None or module.__file__ is None:
         return False
-    package = os.path.dirname(trio.__file__)
+    package = os.path.dirname(module.__file__)
     return any(
         frame.filename.startswith(package) for frame in traceback.extract_tb(exc.__traceback__)
     )
@@ -183,11 +198,12 @@ class _EnvTask:
 
     async def _serve(self) -> None:
         worker, runner, requests = self._worker, self._runner, self.requests
+        loop = asyncio.get_running_loop()
+        host = COROUTINE_HOSTS.get(loop)  # None: the env's coroutines run right here
         try:
             runner.build()
             if worker.observation_space is None:
                 worker.observation_space, worker.action_space = runner.spaces
-            loop = asyncio.get_running_loop()
             while True:
                 while not requests:
                     self._wake_up = loop.create_future()
@@ -196,7 +212,9 @@ class _EnvTask:
                 if request is _STOP:
                     return
                 try:
-                    if isinstance(request, ControlRequest):
+                    if host is not None:
+                        result = await host(functools.partial(_answer, runner, request))
+                    elif isinstance(request, ControlRequest):
                         result = await runner.acontrol(request)
                     else:
                         result = await runner.ahandle(request)
@@ -207,4 +225,11 @@ class _EnvTask:
                     return
                 worker._on_task_reply(self, seq, result)
         finally:
-            await runner.aclose()  # after a cancellation too: the env's close is awaited
+            # After a cancellation too: the env's close is awaited.
+            await (runner.aclose() if host is None else host(runner.aclose))
+
+
+async def _answer(runner: AsyncEnvRunner, request: Any) -> Any:
+    if isinstance(request, ControlRequest):
+        return await runner.acontrol(request)
+    return await runner.ahandle(request)
