@@ -292,6 +292,8 @@ async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_acti
         pool.send_action(aioenv.RESET, 0)
         await pool.get_state()
         ray.kill(ray.get_actor(ACTOR_NAME))  # as an operator or an autoscaler might
+        # The kill lands asynchronously: an action sent at once may still be answered.
+        assert wait_until(lambda: actor_state(pool.workers[0].actor_id) == "DEAD")
         pool.send_action(1, 0)
         with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
             await pool.get_state()
