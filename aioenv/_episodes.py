@@ -23,6 +23,13 @@ class EpisodeStats:
     last_return: float = math.nan
     last_length: int = 0
 
+    def _add(self, episode_return: float, length: int) -> None:
+        """Count an episode that ended with this return and length."""
+        self.episodes += 1
+        self.total_return += episode_return
+        self.total_length += length
+        self.last_return, self.last_length = episode_return, length
+
     @property
     def mean_return(self) -> float:
         return self.total_return / self.episodes if self.episodes else math.nan
@@ -61,11 +68,7 @@ class EpisodeCounter:
         episode_return = self._returns[worker_id] + state.reward
         length = self._lengths[worker_id] + 1
         if state.terminated or state.truncated:
-            stats = self.stats[worker_id]
-            stats.episodes += 1
-            stats.total_return += episode_return
-            stats.total_length += length
-            stats.last_return, stats.last_length = episode_return, length
+            self.stats[worker_id]._add(episode_return, length)
             episode_return, length = 0.0, 0
             self._resetting[worker_id] = self._next_step
         self._returns[worker_id], self._lengths[worker_id] = episode_return, length

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._episodes import EpisodeCounter
+from ._episodes import EpisodeCounter, EpisodeStats
 from ._errors import StateNotTaken, WorkerError, WorkerPaused
 from ._inbox import Inbox
 from ._messages import ControlRequest
@@ -288,7 +288,7 @@ class Rollouts(abc.ABC, Generic[S]):
 
 
 def _count_episodes(
-    book: _Book, lane: int, rewards: Any, starts: Any, done: Any, stats: Any
+    book: _Book, lane: int, rewards: Any, starts: Any, done: Any, stats: EpisodeStats
 ) -> None:
     """Add the lane's finished episodes to the worker's episode statistics."""
     total, length = book.returns[lane], book.lengths[lane]
@@ -298,10 +298,7 @@ def _count_episodes(
         total += reward
         length += 1
         if end:
-            stats.episodes += 1
-            stats.total_return += total
-            stats.total_length += length
-            stats.last_return, stats.last_length = total, length
+            stats._add(total, length)
             total, length = 0.0, 0
     book.returns[lane], book.lengths[lane] = total, length
 
