@@ -22,6 +22,7 @@ __all__ = [
     "as_environment",
     "build_environment",
     "describe_source",
+    "gymnasium_step",
     "is_coroutine_env",
     "resolve_source",
 ]
@@ -146,6 +147,27 @@ class BatchStep(Generic[O]):
     final_observations: dict[int, Any] = dataclasses.field(default_factory=dict)
     final_infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
+    def __init__(
+        self,
+        observations: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        infos: dict[int, dict[str, Any]] | None = None,
+        final_observations: dict[int, Any] | None = None,
+        final_infos: dict[int, dict[str, Any]] | None = None,
+    ) -> None:
+        # Written straight to the instance dict, as Step does: one BatchStep per message
+        # on both sides of a process worker's hot path.
+        fields = self.__dict__
+        fields["observations"] = observations
+        fields["rewards"] = rewards
+        fields["terminated"] = terminated
+        fields["truncated"] = truncated
+        fields["infos"] = {} if infos is None else infos
+        fields["final_observations"] = {} if final_observations is None else final_observations
+        fields["final_infos"] = {} if final_infos is None else final_infos
+
     def __len__(self) -> int:
         return len(self.rewards)
 
@@ -204,14 +226,7 @@ class GymnasiumEnvironment(Generic[O]):
         return Step(observation, 0.0, False, False, info)
 
     def step(self, action: Any) -> Step[O]:
-        result = self.env.step(action)
-        if not isinstance(result, tuple) or len(result) != 5:
-            raise TypeError(
-                f"{type(self.env).__name__}.step() returned {_describe_result(result)}; aioenv "
-                "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
-            )
-        observation, reward, terminated, truncated, info = result
-        return Step(observation, float(reward), bool(terminated), bool(truncated), info)
+        return gymnasium_step(self.env, self.env.step(action))
 
     def terminated(self, state: Step[O]) -> bool:
         return state.done
@@ -224,6 +239,18 @@ class GymnasiumEnvironment(Generic[O]):
 
     def set_attr(self, name: str, value: Any) -> None:
         self.env.set_wrapper_attr(name, value)
+
+
+def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
+    """The Step of ``env.step``'s ``result``: gymnasium's 5-tuple, or a TypeError that
+    says what came instead."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise TypeError(
+            f"{type(env).__name__}.step() returned {_describe_result(result)}; aioenv "
+            "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
+        )
+    observation, reward, terminated, truncated, info = result
+    return Step(observation, float(reward), bool(terminated), bool(truncated), info)
 
 
 def _describe_result(result: object) -> str:

@@ -16,6 +16,7 @@ from ._environment import (
     Step,
     as_environment,
     build_environment,
+    gymnasium_step,
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
 from ._segment import Rollout, load_policy, play
@@ -46,11 +47,13 @@ class EnvRunner:
         self.episode = episode or EpisodeOptions()
         self.env: Environment[Any, Any] | None = None
         self.build_failure: Failure | None = None
+        #: The gymnasium env itself when ``env`` is its adapter (for :meth:`step_row`).
+        self._gym: Any = None
         self._needs_reset = False
         self._length = 0
         #: What the next rollout segment goes on from: a Cursor where the last segment
         #: stopped, or the state last answered by hand (one store per step on the hot
-        #: path), or None (a reset).
+        #: path; a :meth:`step_row` tuple in a batch), or None (a reset).
         self.last: Any = None
 
     @property
@@ -70,6 +73,9 @@ class EnvRunner:
             self.env = build_environment(self._source, self._adapt)
         except Exception as exc:
             self.build_failure = Failure.from_exception(exc, "construction")
+            return
+        if type(self.env) is GymnasiumEnvironment:
+            self._gym = self.env.env
 
     @property
     def built(self) -> bool:
@@ -125,10 +131,12 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
-        env = self._built()
+        env = self.env
         if env is None:
-            self.last = self.build_failure
-            return self.build_failure
+            env = self._built()
+            if env is None:
+                self.last = self.build_failure
+                return self.build_failure
         try:
             if self._needs_reset:  # autoreset "next_step": this action is ignored
                 self.last = state = self._reset(env, None, None)
@@ -137,6 +145,41 @@ class EnvRunner:
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
+        if (
+            type(state) is Step
+            and not (state.terminated or state.truncated)
+            and self.episode.max_episode_steps is None
+        ):
+            # Most steps: the episode goes on, and there is nothing else to do.
+            self._length += 1
+            self.last = state
+            return state
+        return self._finish(env, state)
+
+    def step_row(self, action: Any) -> Any:
+        """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a
+        gymnasium env's step whose episode goes on is answered as its plain 5-tuple
+        ``(observation, reward, terminated, truncated, info)``, reward a float and both
+        flags False, with no Step made; any other answer is :meth:`step`'s."""
+        gym = self._gym
+        if gym is None or self._needs_reset or self.episode.max_episode_steps is not None:
+            return self.step(action)
+        try:
+            result = gym.step(action)
+            if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
+                row = (result[0], float(result[1]), False, False, result[4])
+                self._length += 1
+                self.last = row  # a rollout goes on from here (see _segment._resume)
+                return row
+            state = gymnasium_step(gym, result)
+        except Exception as exc:
+            self.last = failure = Failure.from_exception(exc, "step")
+            return failure
+        assert self.env is not None
+        return self._finish(self.env, state)
+
+    def _finish(self, env: Any, state: Any) -> Any:
+        """The bookkeeping after a step (see :meth:`_end_of_step`), the state to answer."""
         try:
             state, reset_now = self._end_of_step(env, state)
             if reset_now:
@@ -187,7 +230,7 @@ class EnvRunner:
 
     def close(self) -> Failure | None:
         close = getattr(self.env, "close", None)
-        self.env = None
+        self.env = self._gym = None
         if close is None:
             return None
         try:

@@ -262,6 +262,8 @@ def _resume(runner: Any) -> Cursor | None:
     runner.last = None
     if type(last) is Cursor:
         return last
+    if type(last) is tuple and not runner.needs_reset:  # a batch row: its episode goes on
+        return Cursor(last[0], runner.steps_in_episode)
     if type(last) is not Step or runner.needs_reset:
         return None
     same_step = last.final_info is not None  # autoreset "same_step": already reset

@@ -8,12 +8,14 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from envs import BigObservation, RaisesOnTwo, Structured
+from envs import BigObservation, RaisesOnTwo, Structured, Walk
 from support import POOL_MODES, modes
 
 import aioenv
-from aioenv._environment import BatchStep
+from aioenv._environment import BatchStep, Step
+from aioenv._messages import EpisodeOptions, Failure
 from aioenv._protocol import FrameDecoder, decode_batch_step, encode_batch_step
+from aioenv._runner import EnvRunner
 
 K = 3
 
@@ -78,7 +80,7 @@ async def reference(seed: int, autoreset: str, actions: list[list[int]]) -> list
     return runs
 
 
-@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step", "disabled"])
 async def test_a_batched_worker_steps_the_same_episodes_as_one_env_per_worker(
     mode: Any, autoreset: str
 ) -> None:
@@ -236,3 +238,51 @@ async def test_force_sync_gives_the_async_pools_data() -> None:
             return out
 
     assert await run(True) == await run(False)
+
+
+class _FourTuple(gymnasium.Env[np.ndarray, int]):
+    """Answers gymnasium's old 4-tuple from its third step on."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        observation = np.full(1, self.t / 10, np.float32)
+        if self.t >= 3:
+            return observation, 1, False, {}
+        return observation, np.int64(1), np.bool_(False), np.bool_(False), {"t": self.t}
+
+
+@pytest.mark.parametrize("limit", [None, 3])
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step", "disabled"])
+@pytest.mark.parametrize("env", [Walk, _FourTuple])
+def test_a_batch_row_is_the_step_of_one_env(env: Any, autoreset: str, limit: int | None) -> None:
+    # A worker of several envs takes each env's step as a plain tuple while its episode goes
+    # on (no Step per env): the same answer, bookkeeping and errors as a one-env step.
+    episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=limit)
+    by_step, by_row = EnvRunner(env, 5, episode), EnvRunner(env, 5, episode)
+    by_step.reset()
+    by_row.reset()
+    for action in [0, 1, 2, 0, 1, 1, 0, 2, 1, 0, 0, 1, 2, 2, 0]:
+        expected, got = by_step.step(action), by_row.step_row(action)
+        if isinstance(expected, Failure):
+            assert isinstance(got, Failure)
+            assert (got.during, got.message) == (expected.during, expected.message)
+            return
+        if type(got) is tuple:  # only for a step whose episode goes on
+            assert type(got[1]) is float and got[2:4] == (False, False)
+            got = Step(*got)
+        for field in ("reward", "terminated", "truncated", "info", "final_info"):
+            assert getattr(got, field) == getattr(expected, field)
+        np.testing.assert_array_equal(got.observation, expected.observation)
+        assert (by_row.steps_in_episode, by_row.needs_reset) == (
+            by_step.steps_in_episode,
+            by_step.needs_reset,
+        )
+    assert env is Walk  # _FourTuple fails by its third step

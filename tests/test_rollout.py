@@ -176,6 +176,27 @@ async def test_a_segment_goes_on_from_a_reset_or_step_sent_by_hand(kind: str) ->
             np.testing.assert_array_equal(row[1], state.observation)
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_worker_of_several_envs_goes_on_from_a_step_sent_by_hand(kind: str) -> None:
+    # A batch worker answers a step whose episodes go on without making a Step per env;
+    # the next segment must still start from that step, not from a reset.
+    async with aioenv.make_pool(Walk, 2, mode=kind, envs_per_worker=2, seed=SEED) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.reset_all()
+        for worker_id in range(2):
+            pool.send_action(np.zeros(2, np.int64), worker_id)
+        stepped = (await pool.get_batch(min_size=2)).sorted()
+        part = await pool.rollout(1)
+    for worker_id in range(2):
+        batch = stepped.states[worker_id]
+        assert not batch.dones.any()  # Walk's episodes last at least 2 steps
+        rows = rows_of(part, worker_id)
+        assert len(rows) == 2  # env 0's row, then env 1's
+        for env, row in enumerate(rows):
+            assert row[0] == 1  # the episode's second observation, not a reset's first
+            np.testing.assert_array_equal(row[1], batch.observations[env])
+
+
 async def test_several_envs_per_worker_each_play_the_segment() -> None:
     async with aioenv.make_pool(Walk, 2, mode="process", envs_per_worker=2, seed=SEED) as pool:
         await pool.set_policy(choose_walk)
