@@ -7,24 +7,34 @@ Two measurements behind the README's account of the lockstep loop:
   vector step, and the CPU the script and its children (all descendants) spent per step.
 - ``parent``: a ``pool.get_state()`` loop over process workers stepping ``k`` CartPoles
   each (the batch path): the parent's CPU per env step, user and user + kernel, with and
-  without ``idle_spin``.
-- ``child``: in one process, no IPC: 16 CartPoles stepped through aioenv's env side (the
-  runner a child runs, plus encoding its reply) against ``SyncVectorEnv.step``.
+  without ``idle_spin``; and the same for the bare reference's parent (bare.py).
+- ``child``: in one process, no IPC: 8 and 16 CartPoles stepped through aioenv's env side
+  (the runner a child runs, plus encoding its reply), through the bare reference's child
+  loop, and by ``SyncVectorEnv.step``.
+- ``stages``: which side bounds W1's batch row (2 process workers of 8 CartPoles, the
+  benchmark's policy, ``pool.get_state()`` first-ready): its rate as is, with 20 µs of
+  busy work added per message in the parent, and with the same added in each child
+  (2.5 µs per env step), interleaved over rounds. The side whose extra work costs the
+  most throughput is the serial stage.
 
 Run::
 
-    python benchmarks/cpu_split.py [lockstep|parent|child] [--seconds 3]
+    python benchmarks/cpu_split.py [lockstep|parent|child|stages] [--seconds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import os
+import socket
 import time
 from typing import Any
 
 import gymnasium
 import numpy as np
+from envs import cartpole_policy
 from lockstep import Mlp
 
 import aioenv
@@ -97,15 +107,15 @@ async def parent(k: int, workers: int, seconds: float, idle_spin: float) -> None
         envs_per_worker=k,
         idle_spin=idle_spin,
     ) as pool:
-        actions = np.zeros(k, np.int64)
-        for _, worker_id in await pool.reset_all():
-            pool.send_action(actions, worker_id)
+        act = cartpole_policy.many
+        for batch, worker_id in await pool.reset_all():
+            pool.send_action(act(batch.observations), worker_id)
         steps = 0
         user_before, total_before = _cpu(os.getpid())
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
-            _, worker_id = await pool.get_state()
-            pool.send_action(actions, worker_id)
+            batch, worker_id = await pool.get_state()
+            pool.send_action(act(batch.observations), worker_id)
             steps += k
         wall = time.perf_counter() - started
         user, total = (
@@ -121,39 +131,193 @@ async def parent(k: int, workers: int, seconds: float, idle_spin: float) -> None
 
 
 def child(n: int, seconds: float) -> None:
+    """A child's work for one step of ``n`` CartPoles, no IPC: aioenv's env side (the
+    runner, plus encoding the reply), the bare reference's child loop (bare.py: step,
+    reset on done, write the rows, one buffer), and ``SyncVectorEnv.step``; the same
+    policy, interleaved in short rounds (the machine's noise drifts over seconds)."""
     from aioenv._environment import VectorSource
     from aioenv._messages import EpisodeOptions
     from aioenv._protocol import encode_batch_step
     from aioenv._vector_runner import VectorRunner
 
+    act = cartpole_policy.many
     runner = VectorRunner(
         VectorSource(("CartPole-v1",) * n), 0, EpisodeOptions(autoreset="next_step")
     )
-    runner.reset()
     sync = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * n)
-    sync.reset(seed=0)
-    actions = np.zeros(n, np.int64)
+    envs = [gymnasium.make("CartPole-v1") for _ in range(n)]
+    last = {"aioenv": runner.reset().observations, "sync": sync.reset(seed=0)[0]}
+    rows = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    rewards, dones = np.zeros(n), np.zeros(n, np.bool_)
 
     def env_side() -> None:
-        encode_batch_step(1, runner.handle(actions), 0, None)
+        batch = runner.handle(act(last["aioenv"]))
+        encode_batch_step(1, batch, 0, None)
+        last["aioenv"] = batch.observations
+
+    def bare() -> None:
+        for row, action in enumerate(act(rows).tolist()):
+            env = envs[row]
+            observation, reward, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                observation, _ = env.reset()
+            rows[row], rewards[row], dones[row] = observation, reward, terminated or truncated
+        rows.tobytes() + rewards.tobytes() + dones.tobytes()
 
     def in_process() -> None:
-        sync.step(actions)
+        last["sync"] = sync.step(act(last["sync"]))[0]
 
-    for label, step in (("aioenv env side + encode", env_side), ("SyncVectorEnv", in_process)):
-        steps, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            step()
-            steps += 1
-        print(f"N={n} {label}: {1e6 * (time.perf_counter() - started) / steps:.0f} µs per step")
+    variants = {
+        "aioenv env side + encode": env_side,
+        "bare reference's child loop": bare,
+        "SyncVectorEnv.step": in_process,
+    }
+    per_env: dict[str, list[float]] = {label: [] for label in variants}
+    calls = 200
+    deadline = time.perf_counter() + seconds * len(variants)
+    while time.perf_counter() < deadline:
+        for label, step in variants.items():
+            started = time.perf_counter()
+            for _ in range(calls):
+                step()
+            per_env[label].append(1e6 * (time.perf_counter() - started) / calls / n)
+    for label, values in per_env.items():
+        values.sort()
+        print(
+            f"N={n} {label}: {values[0]:5.2f} µs per env step (fastest of {len(values)} "
+            f"rounds), median {values[len(values) // 2]:5.2f}"
+        )
     runner.close()
     sync.close()
+
+
+async def bare_parent(k: int, workers: int, seconds: float) -> None:
+    """The bare reference's parent (bare.py) in the same loop as :func:`parent`: one
+    answer awaited at a time (a queue fed by the reader callbacks), the same policy."""
+    from bare import _Child, _child, _layout
+
+    loop = asyncio.get_running_loop()
+    answers: asyncio.Queue[tuple[_Child, np.ndarray[Any, Any]]] = asyncio.Queue()
+    failed: asyncio.Future[None] = loop.create_future()
+    context: Any = aioenv.workers.default_context()
+    seeds = aioenv.worker_seeds(1, k * workers)
+    factory = functools.partial(gymnasium.make, "CartPole-v1")
+    processes, children = [], []
+    try:
+        for first in range(0, k * workers, k):
+            shape, dtype, size = _layout(factory, k)
+            ours, theirs = socket.socketpair()
+            seeds_here = seeds[first : first + k]
+            process = context.Process(target=_child, args=(theirs, factory, seeds_here))
+            process.start()
+            theirs.close()
+            processes.append(process)
+            children.append(_Child(loop, ours, shape, dtype, k, size, failed))
+            children[-1].on_answer = lambda child, rows: answers.put_nowait((child, rows))
+        act = cartpole_policy.many
+        steps, started = 0, 0.0
+        while True:
+            child, rows = await answers.get()
+            child.act(act(rows))
+            if not started:
+                started, user_before, total_before = time.perf_counter(), *_cpu(os.getpid())
+            elif time.perf_counter() - started > seconds:
+                break
+            steps += k
+        wall = time.perf_counter() - started
+        user, total = (
+            after - before
+            for after, before in zip(_cpu(os.getpid()), (user_before, total_before), strict=True)
+        )
+    finally:
+        for child in children:
+            child.close()
+            child.sock.close()
+        for process in processes:
+            process.join(5)
+    print(
+        f"{workers} bare child(ren) x {k} envs: {steps / wall:8,.0f} steps/s; "
+        f"parent CPU per env step {1e6 * user / steps:4.1f} µs user, "
+        f"{1e6 * total / steps:4.1f} µs user + kernel"
+    )
+
+
+def _spin(seconds: float) -> None:
+    """Busy work: the CPU for ``seconds``, like Python code that takes that long."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class _BusyCartPole:
+    """CartPole-v1 whose every step first spins ``seconds`` (work added to the child)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self) -> gymnasium.Env[Any, Any]:
+        seconds = self.seconds
+
+        class Busy(gymnasium.Wrapper[Any, Any, Any, Any]):
+            def step(self, action: Any) -> Any:
+                _spin(seconds)
+                return self.env.step(action)
+
+        return Busy(gymnasium.make("CartPole-v1"))
+
+
+async def _stage_rate(seconds: float, parent_extra: float, child_extra: float) -> float:
+    k = 8
+    async with aioenv.make_pool(
+        _BusyCartPole(child_extra / k),
+        2,
+        mode="process",
+        autoreset="next_step",
+        seed=1,
+        envs_per_worker=k,
+    ) as pool:
+        act = cartpole_policy.many
+        for batch, worker_id in await pool.reset_all():
+            pool.send_action(act(batch.observations), worker_id)
+        warm_until = time.perf_counter() + 0.5
+        while time.perf_counter() < warm_until:
+            batch, worker_id = await pool.get_state()
+            pool.send_action(act(batch.observations), worker_id)
+        messages, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            batch, worker_id = await pool.get_state()
+            if parent_extra:
+                _spin(parent_extra)
+            pool.send_action(act(batch.observations), worker_id)
+            messages += 1
+        rate = messages * k / (time.perf_counter() - started)
+        await pool.drain()
+    return rate
+
+
+def stages(seconds: float, extra: float = 20e-6, rounds: int = 3) -> None:
+    cases = {
+        "as is": (0.0, 0.0),
+        "parent +20 µs/msg": (extra, 0.0),
+        "child +20 µs/msg": (0.0, extra),
+    }
+    rates: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(rounds):
+        for label, (parent_extra, child_extra) in cases.items():
+            rates[label].append(aioenv.run(_stage_rate(seconds, parent_extra, child_extra)))
+    base = sorted(rates["as is"])[rounds // 2]
+    for label, values in rates.items():
+        median = sorted(values)[rounds // 2]
+        print(
+            f"W1 batch row, 2 workers x 8 CartPoles, {label}: {median:8,.0f} steps/s "
+            f"(median of {rounds}; {median / base:.2f}x as is)"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", default="lockstep", choices=("lockstep", "parent", "child")
+        "what", nargs="?", default="lockstep", choices=("lockstep", "parent", "child", "stages")
     )
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
@@ -163,11 +327,15 @@ def main() -> None:
             lockstep(n, args.seconds)
             lockstep(n, args.seconds, idle_spin=0.0)
     elif args.what == "child":
-        child(16, args.seconds)
+        for n in (8, 16):
+            child(n, args.seconds)
+    elif args.what == "stages":
+        stages(args.seconds)
     else:
         for k, workers in ((8, 2), (16, 1)):
             for spin in (0.0, 0.0005):
                 aioenv.run(parent(k, workers, args.seconds, spin))
+            aioenv.run(bare_parent(k, workers, args.seconds))
 
 
 if __name__ == "__main__":
