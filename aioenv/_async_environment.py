@@ -16,7 +16,13 @@ from __future__ import annotations
 import inspect
 from typing import Any, Generic, TypeVar
 
-from ._environment import Environment, Step, as_environment, is_coroutine_env
+from ._environment import (
+    Environment,
+    Step,
+    as_environment,
+    gymnasium_step,
+    is_coroutine_env,
+)
 
 __all__ = ["AsyncGymnasiumEnvironment", "as_async_environment"]
 
@@ -50,14 +56,7 @@ class AsyncGymnasiumEnvironment(Generic[O]):
         return Step(observation, 0.0, False, False, info)
 
     async def step(self, action: Any) -> Step[O]:
-        result = await self.env.step(action)
-        if not isinstance(result, tuple) or len(result) != 5:
-            raise TypeError(
-                f"{type(self.env).__name__}.step() returned {_describe(result)}; aioenv "
-                "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
-            )
-        observation, reward, terminated, truncated, info = result
-        return Step(observation, float(reward), bool(terminated), bool(truncated), info)
+        return gymnasium_step(self.env, await self.env.step(action))
 
     def terminated(self, state: Step[O]) -> bool:
         return state.done
