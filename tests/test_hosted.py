@@ -120,10 +120,18 @@ async def test_when_the_process_goes_every_env_in_it_fails_or_restarts(
         await pool.reset_all()
         old_pid = workers[0].pid
         pool.send_action({"id": 0, "fault": fault}, 0)
-        pool.send_action({"id": 1}, 1)
+        results: dict[int, Any] = {}
+        try:
+            pool.send_action({"id": 1}, 1)
+        except aioenv.WorkerDied as died:
+            # Under trio every call crosses to the pool's own thread, whose loop may have
+            # seen the process die in between: worker 1 was idle then, and with no restart
+            # its death is raised at its next action instead of by get_state.
+            assert (restart, fault) == ("never", "sigkill")
+            results[1] = died
         pool.send_action({"id": 2}, 2)
         with anyio.fail_after(30):
-            results = await states_or_errors(pool, 3, aioenv.WorkerError)
+            results |= await states_or_errors(pool, 3 - len(results), aioenv.WorkerError)
         assert results[2].observation[0] == 1  # another process: untouched
         if restart == "never":
             expected = aioenv.WorkerTimeout if fault == "hang" else aioenv.WorkerDied
