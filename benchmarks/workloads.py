@@ -21,7 +21,7 @@ from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import VECTORS, run_lockstep
-from machine import CpuAccount
+from machine import CpuAccount, idle_probe
 from rollouts import ROLLOUT_ROWS, run_rollout_row
 from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
 
@@ -57,6 +57,8 @@ _ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 to W8 run only the rows that name th
 #: Ray actors reserve a quarter CPU each: eight of them fit on a 2-core machine (Ray
 #: counts reservations, not use; a whole CPU each would leave six of eight pending).
 _RAY = {"mode": "ray", "num_cpus": 0.25}
+#: Seconds after each Ray measurement for its actors to exit (measured: within 0.5 s).
+RAY_SETTLE_S = 1.0
 
 CONFIGS: list[Config] = [
     {
@@ -423,6 +425,12 @@ def run_workload(
                     progress(f"{workload.key} {row.case} {row.label}: FAILED {row.errors[-1]}")
                     continue
                 row.samples.append(sample)
+                if row.options.get("mode") == "ray":
+                    # Ray's actor processes exit after the pool has closed, and their CPU
+                    # time leaves this process tree's count with them: let that happen in
+                    # a probe of its own, or the next row's window reads it as the CPU of
+                    # other programs and is marked busy for nothing.
+                    idle_probe(account, RAY_SETTLE_S)
                 unit = "round trips/s" if workload.floors else "steps/s"
                 progress(
                     f"{workload.key} rep {rep + 1}/{reps} {row.case:<14} {row.label:<42} "
