@@ -131,12 +131,10 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
-        env = self.env
+        env = self._built()
         if env is None:
-            env = self._built()
-            if env is None:
-                self.last = self.build_failure
-                return self.build_failure
+            self.last = self.build_failure
+            return self.build_failure
         try:
             if self._needs_reset:  # autoreset "next_step": this action is ignored
                 self.last = state = self._reset(env, None, None)
@@ -145,15 +143,6 @@ class EnvRunner:
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
-        if (
-            type(state) is Step
-            and not (state.terminated or state.truncated)
-            and self.episode.max_episode_steps is None
-        ):
-            # Most steps: the episode goes on, and there is nothing else to do.
-            self._length += 1
-            self.last = state
-            return state
         return self._finish(env, state)
 
     def step_row(self, action: Any) -> Any:
