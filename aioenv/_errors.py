@@ -83,6 +83,10 @@ class EnvError(WorkerError):
         self.remote_traceback = remote_traceback
         self.exception_type = exception_type
         self.during = during
+        #: Which env of the worker's batch raised (``envs_per_worker``), else None.
+        self.env: int | None = None
+        #: The errors of the batch's other envs that raised in the same request.
+        self.more: list[EnvError] = []
 
     @classmethod
     def from_failure(cls, failure: Failure, worker_name: str, worker_id: int | None) -> EnvError:
@@ -97,6 +101,8 @@ class EnvError(WorkerError):
             during=failure.during,
         )
         error.__cause__ = failure.exception
+        error.env = failure.env
+        error.more = [cls.from_failure(other, worker_name, worker_id) for other in failure.more]
         return error
 
     def __str__(self) -> str:

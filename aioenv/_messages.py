@@ -50,6 +50,11 @@ class Failure:
     traceback: str
     during: str
     exception: BaseException | None = None
+    #: Which env of a worker's batch raised (``envs_per_worker``); None for a lone env.
+    env: int | None = None
+    #: The other envs of the batch that raised in the same request, each its own Failure:
+    #: a batch steps every env, as separate workers would, and loses no failure.
+    more: tuple[Failure, ...] = ()
 
     @classmethod
     def from_exception(cls, exc: BaseException, during: str) -> Failure:

@@ -40,7 +40,7 @@ from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._sentinels import RESET, Reset
 from ._vector_layout import EnvLayout, VectorArrays, grouped
-from ._vector_runtime import Runtime, as_raised, exchange, start
+from ._vector_runtime import Runtime, exchange, raised, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -166,13 +166,14 @@ class AioVectorEnv(VectorEnv):
             self.observation_space, self.single_observation_space = observation_mode
         elif observation_mode == "same":
             self.observation_space = batch_space(observation_space, self.num_envs)
-        elif observation_mode == "different":
-            pool.allow_differing_observations()
-        else:
+        elif observation_mode != "different":
+            # gymnasium's own text: code written against its vector envs matches on it
             raise ValueError(
-                "observation_mode must be 'same', 'different' or (batched, single) spaces, "
-                f"got {observation_mode!r}"
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of "
+                f"single and batch observation space, actual got {observation_mode}"
             )
+        if observation_mode != "same":  # checked per env below, as gymnasium does
+            pool.allow_differing_observations()
         self._env_obs: list[Any] = [None] * self.num_envs
         self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
 
@@ -182,9 +183,10 @@ class AioVectorEnv(VectorEnv):
         for index, (observation, action) in enumerate(zip(observations, actions, strict=True)):
             if self.observation_mode == "same" and observation != self.single_observation_space:
                 raise RuntimeError(
-                    f"env {index}'s observation space {observation} differs from env 0's "
-                    f"{self.single_observation_space}; pass observation_mode='different' if "
-                    "that is intended"
+                    "the sub-environments observation spaces are not equivalent. "
+                    f"env {index}'s observation space {observation} differs from the first "
+                    f"env's {self.single_observation_space}. If this is intentional, use "
+                    "`observation_mode='different'` instead."
                 )
             if self.observation_mode != "same" and not is_space_dtype_shape_equiv(
                 observation, self.single_observation_space
@@ -256,7 +258,7 @@ class AioVectorEnv(VectorEnv):
                 f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
             )
         if self._layout.batched:
-            return self._batched_step(actions)
+            return self._batched_step(actions, batch)
         states = self._exchange(list(range(self.num_envs)), batch)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -277,9 +279,9 @@ class AioVectorEnv(VectorEnv):
 
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
         states: list[Any]
-        states, error = self._runtime.call(exchange, self._pool, ids, actions)
-        if error is not None:
-            raise as_raised(error, self._layout.describe(error.worker_id))
+        states, errors = self._runtime.call(exchange, self._pool, ids, actions)
+        if errors:
+            raise raised(errors, self._layout.env_of)
         return states
 
     def _batched_reset(
@@ -291,11 +293,12 @@ class AioVectorEnv(VectorEnv):
         return self._batched_observations(), infos
 
     def _batched_step(
-        self, actions: Any
+        self, actions: Any, per_env: list[Any]
     ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], Any]:
         """One BatchStep per worker, written into the vector env's arrays by slices."""
         workers = list(range(len(self._pool)))
-        batches = self._exchange(workers, self._layout.actions(actions))
+        requests = self._layout.actions(self.single_action_space, actions, per_env)
+        batches = self._exchange(workers, requests)
         arrays = self._arrays
         arrays.new_step()
         infos = self._layout.scatter(workers, batches, arrays, self._add_info)
@@ -350,14 +353,20 @@ class AioVectorEnv(VectorEnv):
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
+    """gymnasium's checks of a reset mask, with its exception types and texts."""
     if not isinstance(mask, np.ndarray):
-        raise TypeError(f"options['reset_mask'] must be a numpy array, got {type(mask).__name__}")
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
     if mask.shape != (num_envs,):
-        raise ValueError(f"options['reset_mask'] must have shape ({num_envs},), got {mask.shape}")
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
+        )
     if mask.dtype != np.bool_:
-        raise TypeError(f"options['reset_mask'] must have dtype bool, got {mask.dtype}")
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
     if not mask.any():
-        raise ValueError("options['reset_mask'] must have at least one True")
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
     return mask
 
 

@@ -15,8 +15,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.spaces import Box
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium import spaces
+from gymnasium.spaces import (
+    Box,
+    Dict,
+    Discrete,
+    Graph,
+    MultiBinary,
+    MultiDiscrete,
+    OneOf,
+    Space,
+    Text,
+    Tuple,
+)
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
@@ -95,20 +107,44 @@ class EnvLayout:
         #: Some worker steps several envs: the vector env exchanges BatchSteps.
         self.batched = any(size > 1 for size in sizes)
 
-    def describe(self, worker_id: int | None) -> str:
-        """Which env(s) of the vector env a worker steps, for messages."""
+    def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
+        """The env of the vector env that a worker's env ``in_batch`` is (None when the
+        worker is not known), and where that is, for messages."""
         if worker_id is None:
-            return "an env"
+            return None, "an env"
         lo, size = self.starts[worker_id], self.sizes[worker_id]
-        return f"env {lo}" if size == 1 else f"envs {lo}-{lo + size - 1} (worker {worker_id})"
+        env = lo + (in_batch or 0)
+        if size == 1:
+            return env, f"env {env}"
+        return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
 
     def slices(self) -> list[slice]:
         return [slice(lo, lo + k) for lo, k in zip(self.starts, self.sizes, strict=True)]
 
-    def actions(self, actions: Any) -> list[Any]:
-        """One batch of actions per worker: slices of ``actions`` (an array, or a dict or
-        tuple of them, as gymnasium batches actions)."""
-        return [_sliced(actions, part) for part in self.slices()]
+    def actions(self, single_space: Any, actions: Any, per_env: list[Any]) -> list[Any]:
+        """One batch of actions per worker, in the form of the batched space of its envs
+        (what gymnasium's ``iterate`` over that space splits into the same per-env
+        actions). ``per_env`` is ``actions`` split by the vector env's batched space.
+
+        The batched space decides, never the Python type of ``actions``, following
+        ``batch_space``'s own dispatch: an array space (Box, Discrete, MultiDiscrete,
+        MultiBinary) is batched as rows, a Dict or Tuple space key by key, the other
+        spaces gymnasium ships (Text, Graph, Sequence, OneOf) and custom spaces as a
+        tuple with an item per env. So each env receives exactly the object gymnasium's
+        ``iterate`` gives it. A space with a ``batch_space`` of its own (registered by
+        its author) is split by ``iterate`` and joined again by ``concatenate``."""
+        parts = self.slices()
+        try:
+            return [_part(single_space, actions, part) for part in parts]
+        except _OwnBatching:
+            return [
+                concatenate(
+                    single_space,
+                    per_env[part],
+                    create_empty_array(single_space, part.stop - part.start),  # type: ignore[arg-type]
+                )
+                for part in parts
+            ]
 
     def resets(
         self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
@@ -209,11 +245,33 @@ class VectorArrays:
         self.truncated = np.zeros_like(self.truncated)
 
 
-def _sliced(actions: Any, part: slice) -> Any:
-    if isinstance(actions, dict):
-        return {key: _sliced(value, part) for key, value in actions.items()}
-    if isinstance(actions, tuple):
-        return tuple(_sliced(value, part) for value in actions)
-    if isinstance(actions, (np.ndarray, list)):
-        return actions[part]
-    return list(actions)[part]
+class _OwnBatching(Exception):
+    """A space whose batching gymnasium does not define (its author registered one)."""
+
+
+def _part(space: Any, batch: Any, part: slice) -> Any:
+    """The envs ``part`` of ``batch`` (a batch of ``space``), in the batched space's form."""
+    batching = batch_space.dispatch(type(space))
+    if batching in _BATCHED_AS_ROWS:
+        # a list of rows stays a list: each env gets its item as given, as in gymnasium
+        return batch[part] if isinstance(batch, np.ndarray) else list(batch)[part]
+    if batching is _BATCHED_BY_KEY:
+        return {key: _part(sub, batch[key], part) for key, sub in space.spaces.items()}
+    if batching is _BATCHED_BY_POSITION:
+        return tuple(
+            _part(sub, items, part) for sub, items in zip(space.spaces, batch, strict=True)
+        )
+    if batching in _BATCHED_AS_TUPLE:
+        return tuple(batch)[part]
+    raise _OwnBatching
+
+
+_BATCHED_AS_ROWS = frozenset(
+    batch_space.dispatch(space) for space in (Box, Discrete, MultiDiscrete, MultiBinary)
+)
+_BATCHED_BY_KEY = batch_space.dispatch(Dict)
+_BATCHED_BY_POSITION = batch_space.dispatch(Tuple)
+#: gymnasium batches these (and any space it knows nothing of) as a Tuple of copies.
+_BATCHED_AS_TUPLE = frozenset(
+    batch_space.dispatch(space) for space in (Text, Graph, spaces.Sequence, OneOf, Space)
+)

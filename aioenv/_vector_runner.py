@@ -15,8 +15,14 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.spaces import Box, MultiBinary, MultiDiscrete
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.spaces import Box, Tuple
+from gymnasium.vector.utils import (
+    batch_differing_spaces,
+    batch_space,
+    concatenate,
+    create_empty_array,
+    iterate,
+)
 
 from ._environment import BatchStep, Step, VectorSource
 from ._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
@@ -28,8 +34,8 @@ from ._sentinels import RESET, Command, Reset
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
 _NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
-#: Batched action spaces that gymnasium's ``iterate`` splits with a plain ``iter``.
-_ITERATED_AS_ROWS = (Box, MultiBinary, MultiDiscrete)
+#: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
+_ITERATED_AS_ROWS = iterate.dispatch(Box)
 
 
 class Runner(Protocol):
@@ -69,7 +75,9 @@ class VectorRunner:
     ``seed`` is None, an int (env ``i`` gets ``seed + i``, gymnasium's convention) or one
     seed per env, and ``options["reset_mask"]`` (bool per env) resets only those envs: the
     others keep their last observation. An env that raises fails the whole request (its
-    Failure says which env); the worker's restart policy then rebuilds all of them.
+    Failure says which env, and carries those of the other envs that raised: every env
+    is stepped, as it would be in a worker of its own); the worker's restart policy then
+    rebuilds all of them.
     """
 
     def __init__(self, source: VectorSource, seed: int | None, episode: EpisodeOptions | None):
@@ -82,6 +90,7 @@ class VectorRunner:
         self.build_failure: Failure | None = None
         self._spaces: tuple[Any, Any] = (None, None)
         self._single_space: Any = None
+        self._action_batch: Any = None  # env 0's action space batched: splits the actions
         self._observations: list[Any] = [None] * self.size
         self._built = False
 
@@ -98,15 +107,11 @@ class VectorRunner:
             if runner.build_failure is not None:
                 self.build_failure = _in_env(runner.build_failure, index)
                 return
-        spaces = [runner.spaces for runner in self.runners]
-        if any(pair != spaces[0] for pair in spaces[1:]):
-            error = TypeError(f"the envs of one worker must share their spaces, got {spaces}")
-            self.build_failure = Failure.from_exception(error, "construction")
-            return
-        observation, action = spaces[0]
-        self._single_space = observation
-        if observation is not None and action is not None:
-            self._spaces = (batch_space(observation, self.size), batch_space(action, self.size))
+        observations = [runner.spaces[0] for runner in self.runners]
+        actions = [runner.spaces[1] for runner in self.runners]
+        self._single_space = observations[0]
+        self._action_batch = _batched(actions[:1] * self.size)
+        self._spaces = (_batched(observations), _batched(actions))
 
     @property
     def spaces(self) -> tuple[Any, Any]:
@@ -151,13 +156,16 @@ class VectorRunner:
         except (TypeError, ValueError) as exc:
             return Failure.from_exception(exc, "reset")
         states: list[Any] = []
+        failures: list[Failure] = []
         for index, runner in enumerate(self.runners):
             if not mask[index]:
                 continue
             state = runner.reset(seeds[index], options)
             if isinstance(state, Failure):
-                return _in_env(state, index)
+                failures.append(_in_env(state, index))
             states.append((index, state))
+        if failures:
+            return _first_of(failures)
         return self._batch(states, np.zeros(self.size), np.zeros(self.size, np.bool_))
 
     def step(self, actions: Any) -> Any:
@@ -172,22 +180,25 @@ class VectorRunner:
             count = ValueError(f"a batch of {len(rows)} actions for {self.size} envs")
             return Failure.from_exception(count, "step")
         states: list[Any] = []
+        failures: list[Failure] = []
         for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True)):
             state = runner.step_row(action)
             if type(state) is not tuple and not isinstance(state, Step):
-                if isinstance(state, Failure):
-                    return _in_env(state, index)
-                return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                if not isinstance(state, Failure):
+                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                failures.append(_in_env(state, index))
             states.append(state)
+        if failures:
+            return _first_of(failures)
         return self._stepped(states)
 
     def _split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
         spaces ``iterate`` is ``iter``: the same rows, without its dispatch)."""
-        space = self._spaces[1]
+        space = self._action_batch
         if space is None:
             return list(actions)
-        if type(space) in _ITERATED_AS_ROWS:
+        if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
             with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
                 return list(actions)
         return list(iterate(space, actions))
@@ -289,6 +300,22 @@ class VectorRunner:
         return next((failure for failure in failures if failure is not None), None)
 
 
+def _batched(spaces: list[Any]) -> Any:
+    """The batched space of a worker's envs. Envs whose spaces differ are not refused
+    here: the caller checks them per env with gymnasium's rules (``AioVectorEnv``'s
+    ``observation_mode``), so the batch is gymnasium's batch of differing spaces where
+    one exists, else a Tuple of the envs' own spaces, which no other worker's batch
+    equals (a pool of such workers reports a :class:`~aioenv.SpaceMismatch`)."""
+    if spaces[0] is None:
+        return None
+    if all(space == spaces[0] for space in spaces[1:]):
+        return batch_space(spaces[0], len(spaces))
+    try:
+        return batch_differing_spaces(spaces)
+    except Exception:  # gymnasium cannot batch them: shapes or types differ
+        return Tuple(spaces)
+
+
 def _reset_arguments(
     seed: Any, options: dict[str, Any] | None, size: int
 ) -> tuple[Sequence[int | None], Any, dict[str, Any] | None]:
@@ -318,4 +345,12 @@ def _for_env(request: ControlRequest, index: int) -> ControlRequest:
 
 
 def _in_env(failure: Failure, index: int) -> Failure:
-    return dataclasses.replace(failure, during=f"{failure.during} of env {index} of the batch")
+    return dataclasses.replace(
+        failure, during=f"{failure.during} of env {index} of the batch", env=index
+    )
+
+
+def _first_of(failures: list[Failure]) -> Failure:
+    """The failure of a request in which several envs of the batch raised: the first
+    one's, carrying the others (every env was stepped, as separate workers would be)."""
+    return dataclasses.replace(failures[0], more=tuple(failures[1:]))

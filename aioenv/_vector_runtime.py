@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
+
 from ._background import BackgroundLoop, close_at_exit
 from ._environment import describe_source
 from ._errors import EnvError, VectorEnvClosed, WorkerError
@@ -15,7 +17,7 @@ from ._inline_loop import InlineLoop
 from ._inline_loop import loop_running_here as _loop_running_here
 from ._pool import WorkerPool
 
-__all__ = ["Runtime", "as_raised", "exchange", "start"]
+__all__ = ["Runtime", "as_raised", "exchange", "raised", "start"]
 
 
 class Runtime:
@@ -64,10 +66,10 @@ async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:
 
 async def exchange(
     pool: WorkerPool[Any], ids: list[int], actions: list[Any]
-) -> tuple[list[Any], WorkerError | None]:
+) -> tuple[list[Any], list[WorkerError]]:
     """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
-    order, or the first worker error. Every state sent for is taken, whatever fails, so
-    the next call starts clean."""
+    order, or every worker error. Every state sent for is taken, whatever fails, so the
+    next call starts clean."""
     if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
         await _take(pool, pool.num_pending)
     sent = 0
@@ -80,8 +82,8 @@ async def exchange(
             await _take(pool, sent)
     states, errors = await _take(pool, len(ids))
     if errors:
-        return [], errors[0]
-    return [states[worker_id] for worker_id in ids], None
+        return [], errors
+    return [states[worker_id] for worker_id in ids], []
 
 
 async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list[WorkerError]]:
@@ -95,6 +97,28 @@ async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list
             continue
         states.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
     return states, errors
+
+
+def raised(
+    errors: list[WorkerError], env_of: Callable[[int | None, int | None], tuple[int | None, str]]
+) -> BaseException:
+    """What a vector step or reset whose workers failed raises, reported as gymnasium's
+    ``AsyncVectorEnv`` reports its sub-envs' errors: each env's error and traceback on
+    gymnasium's logger, then the last env's own exception (see :func:`as_raised`). An
+    error that is not the env's (a worker that died or timed out) is raised as it is.
+    ``env_of(worker_id, env_in_batch)`` is the env of the vector env and its account."""
+    failed: list[tuple[int | None, str, EnvError]] = []
+    for error in errors:
+        if not isinstance(error, EnvError):
+            return error
+        for each in (error, *error.more):
+            failed.append((*env_of(each.worker_id, each.env), each))
+    for env, _, error in failed:
+        gymnasium.logger.error(f"Received the following error from Worker-{env} - Shutting it down")
+        gymnasium.logger.error(error.remote_traceback)
+    gymnasium.logger.error("Raising the last exception back to the main process.")
+    _, where, error = failed[-1]
+    return as_raised(error, where)
 
 
 def as_raised(error: WorkerError, where: str) -> BaseException:
