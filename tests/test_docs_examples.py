@@ -78,3 +78,17 @@ def test_block_runs(block: Block, tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, f"{block.where}:\n{result.stderr}"
+
+
+def test_the_readme_is_short_and_its_install_section_explains_every_extra() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    install = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "pip install . " in install
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    extras_table = pyproject.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = re.findall(r"^([\w-]+) = \[", extras_table, re.M)
+    assert extras, "no extras found in pyproject.toml"
+    for extra in extras:
+        line = next((line for line in install.splitlines() if f'".[{extra}]"' in line), "")
+        assert "#" in line, f"the README's install section does not explain the {extra} extra"
