@@ -96,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         "workers and AioVectorEnv, then under gymnasium's SyncVectorEnv and AsyncVectorEnv, "
         "with a recommendation for this env on this machine.",
     )
-    bench.add_argument("env_id", metavar="ENV_ID", help="a gymnasium id, e.g. CartPole-v1")
+    bench.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
+    )
     bench.add_argument("--workers", type=_positive, default=4, help="envs (default 4)")
     bench.add_argument(
         "--modes",
