@@ -4,8 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install test lint demo soak bench bench-quick clean
+.PHONY: install test lint demo soak bench bench-quick docs clean
 
 SOAK_SECONDS ?= 180
 
@@ -38,8 +39,16 @@ bench: $(BENCH_STAMP)
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py --quick $(BENCH_ARGS)
 
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
+
+# Warnings are errors; --keep-going reports all of them before failing.
+docs: $(DOCS_STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
 soak: $(STAMP)
 	$(BIN)/python tests/faults/soak.py --seconds $(SOAK_SECONDS)
 
 clean:
-	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache .ruff_cache docs/_build

@@ -91,10 +91,24 @@ __all__ = [
 ]
 
 
+def _present_as_public(value: Any) -> None:
+    # Users (and tracebacks, reprs, the docs) see aioenv.EnvError, not aioenv._errors.EnvError.
+    # Pickle finds a class by module and name, so aioenv.<name> must be the object itself.
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__code__")):
+        value.__module__ = __name__
+
+
+for _name in __all__:
+    if _name in globals():
+        _present_as_public(globals()[_name])
+del _name
+
+
 def __getattr__(name: str) -> Any:
     # Importing aioenv never imports ray: RayWorker comes on first use.
     if name == "RayWorker":
         from .workers import RayWorker
 
+        _present_as_public(RayWorker)
         return RayWorker
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

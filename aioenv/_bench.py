@@ -1,15 +1,16 @@
 """What ``aioenv bench`` measures: steps per second of one gymnasium env under each worker
-mode, and under gymnasium's own vector envs on the same env, so a user sees which mode
-suits their env. Each measurement builds its pool (or vector env), resets every env, then
-counts env steps for a fixed wall-clock window with random actions drawn ahead of time
-from a seeded action space."""
+mode, under grouped process workers and :class:`~aioenv.AioVectorEnv`, and under
+gymnasium's own vector envs on the same env, so a user sees which mode suits their env.
+Each measurement builds its pool (or vector env), resets every env, then counts env steps
+for a fixed wall-clock window with random actions drawn ahead of time from a seeded
+action space."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -17,13 +18,31 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from ._factory import make_pool
 from ._loop import run
+from ._vector import AioVectorEnv
+from ._vector_layout import _cores as cores
+from ._vector_layout import envs_per_worker
 
-__all__ = ["GYMNASIUM_ROWS", "Measurement", "measure_gymnasium", "measure_pool"]
+__all__ = [
+    "GROUPED_ROW",
+    "GYMNASIUM_ROWS",
+    "VECTOR_ROW",
+    "Measurement",
+    "cores",
+    "grouping",
+    "measure",
+    "recommendation",
+    "row_label",
+]
 
-#: The gymnasium rows every bench runs after aioenv's modes.
+#: The gymnasium rows every bench runs last; the last one is the reference of the ratios.
 GYMNASIUM_ROWS = ("gymnasium SyncVectorEnv", "gymnasium AsyncVectorEnv")
+#: Process workers stepping several envs each, grouped as ``AioVectorEnv`` groups them.
+GROUPED_ROW = "process grouped"
+#: ``AioVectorEnv`` with its defaults, stepped in lockstep like gymnasium's vector envs.
+VECTOR_ROW = "AioVectorEnv"
 
 _ACTIONS = 64  # actions drawn ahead of time, cycled: the policy costs the same everywhere
+_IN_PROCESS = frozenset({"aioenv sync", "aioenv async", GYMNASIUM_ROWS[0]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,25 +58,39 @@ class Measurement:
         return self.steps / self.seconds if self.seconds > 0 else 0.0
 
 
-def measure_pool(
-    env_id: str, workers: int, mode: str, seconds: float, envs_per_process: int, seed: int
+def grouping(num_envs: int) -> int:
+    """How many envs each process worker of the grouped row steps: ``AioVectorEnv``'s
+    choice on this machine."""
+    return envs_per_worker(num_envs, cores())
+
+
+def measure(
+    row: str, env_id: str, num_envs: int, seconds: float, envs_per_process: int, seed: int
 ) -> Measurement:
-    """``make_pool(env_id, workers, mode=mode)`` driven with ``get_batch`` for ``seconds``."""
-    steps, elapsed = run(_drive_pool(env_id, workers, mode, seconds, envs_per_process, seed))
-    return Measurement(mode, steps, elapsed)
+    """One row: a worker mode, :data:`GROUPED_ROW`, :data:`VECTOR_ROW` or one of
+    :data:`GYMNASIUM_ROWS`, stepping ``num_envs`` envs for ``seconds``."""
+    if row in GYMNASIUM_ROWS or row == VECTOR_ROW:
+        return _measure_vector(row, env_id, num_envs, seconds, seed)
+    if row == GROUPED_ROW:
+        per_worker = grouping(num_envs)
+        options: dict[str, Any] = {"envs_per_worker": per_worker}
+        workers, mode = num_envs // per_worker, "process"
+    else:
+        options = {"envs_per_process": envs_per_process} if row == "process" else {}
+        workers, mode = num_envs, row
+    steps, elapsed = run(_drive_pool(env_id, workers, mode, seconds, seed, options))
+    return Measurement(row, steps, elapsed)
 
 
 async def _drive_pool(
-    env_id: str, workers: int, mode: str, seconds: float, envs_per_process: int, seed: int
+    env_id: str, workers: int, mode: str, seconds: float, seed: int, options: dict[str, Any]
 ) -> tuple[int, float]:
-    options: dict[str, Any] = {}
-    if mode == "process":
-        options["envs_per_process"] = envs_per_process
     async with make_pool(
         env_id, workers, mode=mode, seed=seed, autoreset="next_step", **options
     ) as pool:
         pool.reset()
         await pool.get_batch(min_size=workers)
+        envs_per_state = options.get("envs_per_worker", 1)
         actions = _sampled(pool.workers[0].action_space, seed)
         for worker_id in range(workers):
             pool.send_action(actions[worker_id % _ACTIONS], worker_id)
@@ -66,23 +99,25 @@ async def _drive_pool(
         deadline = started + seconds
         while time.perf_counter() < deadline:
             batch = await pool.get_batch()
-            steps += len(batch.states)
+            steps += len(batch.states) * envs_per_state
             for worker_id in batch.worker_ids.tolist():
                 turn += 1
                 pool.send_action(actions[turn % _ACTIONS], worker_id)
         return steps, time.perf_counter() - started
 
 
-def measure_gymnasium(
-    label: str, env_id: str, workers: int, seconds: float, seed: int
+def _measure_vector(
+    label: str, env_id: str, num_envs: int, seconds: float, seed: int
 ) -> Measurement:
-    """gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv(shared_memory=True)`` (by
-    ``label``, one of :data:`GYMNASIUM_ROWS`) stepped for ``seconds``."""
+    """A vector env (gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv(shared_memory=True)``,
+    or ``AioVectorEnv``) stepped in lockstep for ``seconds``."""
     factories: list[Callable[[], gymnasium.Env[Any, Any]]] = [
         functools.partial(gymnasium.make, env_id)
-    ] * workers
+    ] * num_envs
     vector: gymnasium.vector.VectorEnv[Any, Any, Any]
-    if label == GYMNASIUM_ROWS[0]:
+    if label == VECTOR_ROW:
+        vector = AioVectorEnv(env_id, num_envs)
+    elif label == GYMNASIUM_ROWS[0]:
         vector = SyncVectorEnv(factories)
     else:
         vector = AsyncVectorEnv(factories, shared_memory=True)
@@ -95,7 +130,7 @@ def measure_gymnasium(
         while time.perf_counter() < deadline:
             vector.step(actions[turn % _ACTIONS])
             turn += 1
-            steps += workers
+            steps += num_envs
         return Measurement(label, steps, time.perf_counter() - started)
     finally:
         vector.close()
@@ -104,3 +139,40 @@ def measure_gymnasium(
 def _sampled(space: gymnasium.Space[Any], seed: int) -> list[Any]:
     space.seed(seed)
     return [space.sample() for _ in range(_ACTIONS)]
+
+
+def recommendation(env_id: str, num_envs: int, results: Sequence[Measurement]) -> str:
+    """One line: the fastest aioenv row for this env on this machine, and what to make of
+    it when gymnasium's in-process loop is faster still."""
+
+    def rate(result: Measurement) -> str:
+        return f"{result.steps_per_s:,.0f} steps/s"
+
+    labelled = [
+        dataclasses.replace(result, label=row_label(result.label, num_envs)) for result in results
+    ]
+    ours = [result for result in labelled if not result.label.startswith("gymnasium")]
+    best = max(ours, key=lambda result: result.steps_per_s)
+    line = (
+        f"for {env_id} with {num_envs} envs on this machine ({cores()} cores): "
+        f"use {best.label} ({rate(best)})"
+    )
+    if best.label in _IN_PROCESS:
+        line += ", as the env steps faster than a hand-off to another worker costs"
+    fastest = max(labelled, key=lambda result: result.steps_per_s)
+    if fastest is not best:
+        line += (
+            f"; {fastest.label} is faster still ({rate(fastest)}): "
+            "keep it unless you need first-ready stepping, deadlines or restarts"
+        )
+    return line
+
+
+def row_label(row: str, num_envs: int) -> str:
+    """The label a row has in the table: aioenv's rows say so, the grouped row says how."""
+    if row in GYMNASIUM_ROWS:
+        return row
+    if row == GROUPED_ROW:
+        per_worker = grouping(num_envs)
+        return f"aioenv process, {per_worker} env{'s' if per_worker > 1 else ''} per worker"
+    return f"aioenv {row}"

@@ -2,7 +2,9 @@
 
 ``aioenv info``: versions, the event loop ``aioenv.run`` uses, the worker kinds, the process
 start method and shared-memory support. ``aioenv bench ENV_ID``: steps/s per worker mode
-next to gymnasium's vector envs on the same env (see :mod:`aioenv._bench`).
+next to gymnasium's vector envs on the same env (see :mod:`aioenv._bench`). With no
+command it prints its help and exits 0, as pip does; a bad argument or an unknown env id
+is one line on stderr and exit status 2, argparse's convention.
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+import gymnasium
 from tqdm import tqdm
 
-from . import _shared_memory
-from ._bench import GYMNASIUM_ROWS, Measurement, measure_gymnasium, measure_pool
+from . import __version__, _shared_memory
+from ._bench import (
+    GROUPED_ROW,
+    GYMNASIUM_ROWS,
+    VECTOR_ROW,
+    Measurement,
+    measure,
+    recommendation,
+    row_label,
+)
+from ._environment import resolve_spec
 from ._factory import worker_modes
 from ._loop import run
 from .workers import default_context
@@ -28,25 +40,67 @@ from .workers import default_context
 __all__ = ["main"]
 
 _PACKAGES = ("aioenv", "numpy", "gymnasium", "anyio", "uvloop", "cloudpickle", "tqdm")
+_DESCRIPTION = (
+    "aioenv: an asyncio-native environment worker pool for reinforcement learning. "
+    "Commands: info (what this installation runs on), bench (which worker mode suits an env)."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line error: the problem and where to read more."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(self.prog, message)
+
+
+def _fail(prog: str, message: str) -> NoReturn:
+    sys.stderr.write(f"{prog}: error: {message} (see {prog} --help)\n")
+    raise SystemExit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    arguments = _parser().parse_args(argv)
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command is None:
+        parser.print_help()
+        return 0
     if arguments.command == "info":
         print("\n".join(info_lines()))
         return 0
+    try:
+        resolve_spec(arguments.env_id)
+    except (gymnasium.error.Error, ImportError) as exc:
+        _fail(
+            "aioenv bench",
+            f"unknown env id {arguments.env_id!r} ({exc}): register it first, or pass "
+            "MODULE:ID to import the module that registers it",
+        )
     return _bench(arguments)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aioenv", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("info", help="versions, event loop, worker kinds, start method")
-    bench = commands.add_parser(
-        "bench", help="steps/s per worker mode next to gymnasium's vector envs"
+    parser = _Parser(prog="aioenv", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"aioenv {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser(
+        "info",
+        help="versions, event loop, worker kinds, start method",
+        description="Versions, the event loop aioenv.run uses, the worker kinds, the "
+        "process start method and shared-memory support.",
     )
-    bench.add_argument("env_id", metavar="ENV_ID", help="a gymnasium id, e.g. CartPole-v1")
+    bench = commands.add_parser(
+        "bench",
+        help="steps/s per worker mode next to gymnasium's vector envs",
+        description="Steps/s of one gymnasium env under each worker mode, grouped process "
+        "workers and AioVectorEnv, then under gymnasium's SyncVectorEnv and AsyncVectorEnv, "
+        "with a recommendation for this env on this machine.",
+    )
+    bench.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
+    )
     bench.add_argument("--workers", type=_positive, default=4, help="envs (default 4)")
     bench.add_argument(
         "--modes",
@@ -61,7 +115,10 @@ def _parser() -> argparse.ArgumentParser:
         help="envs per child process in the process mode (default 1)",
     )
     bench.add_argument(
-        "--seconds", type=float, default=8.0, help="measured seconds per row (default 8)"
+        "--seconds",
+        type=_positive_seconds,
+        default=8.0,
+        help="measured seconds per row (default 8)",
     )
     bench.add_argument("--seed", type=int, default=0, help="envs' and actions' seed (default 0)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -69,9 +126,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
     return value
 
 
@@ -119,34 +189,28 @@ async def _loop_name() -> str:
 
 # bench -----------------------------------------------------------------------------------
 def _bench(arguments: argparse.Namespace) -> int:
-    rows: list[str] = [*arguments.modes, *GYMNASIUM_ROWS]
+    rows: list[str] = [*arguments.modes, GROUPED_ROW, VECTOR_ROW, *GYMNASIUM_ROWS]
     results: list[Measurement] = []
     quiet = arguments.json or not sys.stdout.isatty()
     with tqdm(total=len(rows), unit="row", disable=quiet, leave=False) as progress:
         for row in rows:
             progress.set_description(row)
-            results.append(_measure(row, arguments))
+            results.append(
+                measure(
+                    row,
+                    arguments.env_id,
+                    arguments.workers,
+                    arguments.seconds,
+                    arguments.envs_per_process,
+                    arguments.seed,
+                )
+            )
             progress.update()
     if arguments.json:
         print(json.dumps(_report(arguments, results), indent=2))
     else:
         print("\n".join(_table(arguments, results)))
     return 0
-
-
-def _measure(row: str, arguments: argparse.Namespace) -> Measurement:
-    if row in GYMNASIUM_ROWS:
-        return measure_gymnasium(
-            row, arguments.env_id, arguments.workers, arguments.seconds, arguments.seed
-        )
-    return measure_pool(
-        arguments.env_id,
-        arguments.workers,
-        row,
-        arguments.seconds,
-        arguments.envs_per_process,
-        arguments.seed,
-    )
 
 
 def _report(arguments: argparse.Namespace, results: list[Measurement]) -> dict[str, Any]:
@@ -158,6 +222,7 @@ def _report(arguments: argparse.Namespace, results: list[Measurement]) -> dict[s
         "seed": arguments.seed,
         "steps_per_s": {result.label: result.steps_per_s for result in results},
         "steps": {result.label: result.steps for result in results},
+        "recommendation": recommendation(arguments.env_id, arguments.workers, results),
     }
 
 
@@ -167,10 +232,11 @@ def _table(arguments: argparse.Namespace, results: list[Measurement]) -> list[st
         f"aioenv bench {arguments.env_id}: {arguments.workers} envs, "
         f"{arguments.seconds:g} s per row (process mode: {arguments.envs_per_process} "
         "env(s) per process)",
-        f"{'row':<28}{'steps/s':>12}{'vs AsyncVectorEnv':>20}",
+        f"{'row':<34}{'steps/s':>12}{'vs AsyncVectorEnv':>20}",
     ]
     for result in results:
-        label = result.label if result.label in GYMNASIUM_ROWS else f"aioenv {result.label}"
+        label = row_label(result.label, arguments.workers)
         ratio = f"{result.steps_per_s / reference:.2f}x" if reference > 0 else "-"
-        lines.append(f"{label:<28}{result.steps_per_s:>12,.0f}{ratio:>20}")
+        lines.append(f"{label:<34}{result.steps_per_s:>12,.0f}{ratio:>20}")
+    lines.append(recommendation(arguments.env_id, arguments.workers, results))
     return lines

@@ -61,7 +61,7 @@ def get_worker_pool(
     workers: Sequence[Worker[Any]], force_sync: bool = False, **pool_options: Any
 ) -> WorkerPool[Any]:
     """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`;
-    ``pool_options`` (:class:`~aioenv._options.PoolOptions`) go to it."""
+    ``pool_options`` (see :func:`make_pool`) go to it."""
     pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
     return pool_class(workers, **pool_options)
 
@@ -89,9 +89,11 @@ def make_pool(
     :param force_sync: build sync workers whatever ``mode`` says (async workers stay
         async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
         in send order); default False.
-    :param options: pool options (:class:`~aioenv._options.PoolOptions`: ``autoreset``,
-        ``step_timeout``, ``restart``, ...) go to the pool, checked before any worker
-        starts; worker options go to the kinds that take them: ``cleanup_time`` (all
+    :param options: pool options go to the pool: ``autoreset``, ``max_episode_steps``,
+        ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
+        ``restart_backoff``, ``on_failure``, ``check_actions``, ``copy`` (units, defaults
+        and meaning: "Pool options" in the docs), checked before any worker starts;
+        worker options go to the kinds that take them: ``cleanup_time`` (all
         kinds, and the pool); for process workers ``context``, ``shared_memory``,
         ``envs_per_process`` (how many workers share one child process; default 1) and
         ``idle_spin`` (see :class:`~aioenv.ProcessWorker`); for

@@ -56,7 +56,7 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     block closes every worker (timed: close, wait ``cleanup_time``, terminate, kill), even
     when the body raised or was cancelled. Worker ids are the positions in ``workers``.
 
-    The options are :class:`~aioenv._options.PoolOptions`' (units, defaults, meaning).
+    The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
     """
 
     _ordered: ClassVar[bool]

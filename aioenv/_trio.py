@@ -7,7 +7,7 @@ for it in the trio run. Its coroutine methods hand the call to the bridge loop
 (``call_soon_threadsafe``) and park the trio task until the reply wakes it
 (``TrioToken.run_sync_soon``): no thread per call, no blocking of the trio thread. Its plain
 methods and attributes run on the bridge loop too, the trio thread waiting for the round
-trip (two thread wake-ups: about 0.14 ms on the 2-core development machine). Every name
+trip (two thread wake-ups: about 0.14 ms on a 2-core x86_64 machine). Every name
 is forwarded, so methods added to the pool work here without a change.
 
 Coroutine envs are the exception that runs the other way: the bridge loop registers

@@ -66,10 +66,11 @@ def test_bench_json_has_every_mode_and_positive_rates() -> None:
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["env"] == "CartPole-v1" and report["workers"] == 2
     rates = report["steps_per_s"]
-    expected = ["sync", "thread", "process", "async"]
+    expected = ["sync", "thread", "process", "async", "process grouped", "AioVectorEnv"]
     assert list(rates) == [*expected, "gymnasium SyncVectorEnv", "gymnasium AsyncVectorEnv"]
     assert all(rate > 0 for rate in rates.values()), rates
     assert all(steps > 0 for steps in report["steps"].values())
+    assert report["recommendation"].startswith("for CartPole-v1 with 2 envs on this machine (")
 
 
 @pytest.mark.timeout(120)
@@ -86,9 +87,20 @@ def test_bench_table_and_no_progress_bar_when_not_a_terminal() -> None:
         timeout=100,
     )
     assert result.returncode == 0, result.stderr
-    rows = [line.split()[:2] for line in result.stdout.splitlines()[2:]]
-    assert [row[0] for row in rows] == ["aioenv", "aioenv", "gymnasium", "gymnasium"]
-    assert result.stdout.splitlines()[-1].endswith("1.00x")  # AsyncVectorEnv is the reference
+    *table, advice = result.stdout.splitlines()[2:]
+    labels = [line.rsplit(maxsplit=2)[0] for line in table]
+    assert labels == [
+        "aioenv sync",
+        "aioenv async",
+        "aioenv process, 1 env per worker",
+        "aioenv AioVectorEnv",
+        "gymnasium SyncVectorEnv",
+        "gymnasium AsyncVectorEnv",
+    ]
+    assert table[-1].endswith("1.00x")  # AsyncVectorEnv is the reference
+    fastest_aioenv = max(table[:4], key=lambda line: float(line.split()[-2].replace(",", "")))
+    assert advice.startswith("for CartPole-v1 with 1 envs on this machine (")
+    assert f": use {fastest_aioenv.rsplit(maxsplit=2)[0]} (" in advice
     assert "row/s" not in result.stderr and "%|" not in result.stderr  # tqdm stays quiet
 
 
@@ -96,6 +108,59 @@ def test_bench_rejects_an_unknown_mode() -> None:
     result = run_cli("bench", "CartPole-v1", "--modes", "sync,fiber")
     assert result.returncode == 2
     assert "unknown mode(s) fiber" in result.stderr
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for part in parts:
+        assert part in result.stderr
+
+
+def test_bench_of_an_unknown_id_is_a_one_line_error() -> None:
+    result = run_cli("bench", "NoSuchEnv-v0", "--seconds", "0.1")
+    assert_one_line_error(result, "aioenv bench: error: unknown env id 'NoSuchEnv-v0'", "MODULE:ID")
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0", "nan", "soon"])
+def test_bench_refuses_seconds_that_measure_nothing(seconds: str) -> None:
+    result = run_cli("bench", "CartPole-v1", "--seconds", seconds)
+    assert_one_line_error(result, f"--seconds: must be a number of seconds > 0, got {seconds}")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["bench", "CartPole-v1", "--modes", "fiber"], "unknown mode(s) fiber"),
+        (["bench", "CartPole-v1", "--workers", "two"], "must be an int >= 1, got two"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(arguments: list[str], message: str) -> None:
+    assert_one_line_error(run_cli(*arguments), message)
+
+
+def test_no_arguments_prints_the_help_and_exits_0() -> None:
+    result = run_cli()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: aioenv ")
+    assert "info" in result.stdout and "bench" in result.stdout
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"aioenv {aioenv.__version__}\n"
+
+
+@pytest.mark.parametrize("command", [[], ["info"], ["bench"]])
+def test_help_is_plain_text(command: list[str]) -> None:
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    for markup in ("``", ":mod:", ":class:", ":func:"):
+        assert markup not in result.stdout
 
 
 def test_console_script_is_installed() -> None:

@@ -71,8 +71,8 @@ class Worker(KindHooks, PoolMember, Generic[S]):
     :param step_timeout: seconds a step or reset may take before the worker fails with
         :class:`~aioenv.WorkerTimeout`; None (the default): no deadline. A pool's own
         ``step_timeout`` applies where the worker sets none.
-    :param start_timeout: the same for building the env and its first reset; None: see
-        :class:`~aioenv._supervision.Supervision`.
+    :param start_timeout: the same for building the env and its first reset; None (the
+        default): ``max(step_timeout, 60)`` when a ``step_timeout`` is in force, else none.
     """
 
     kind: ClassVar[str]

@@ -36,7 +36,7 @@ class AsyncEnvWorker(Worker[S]):
     simulator, a game server, a web API) share one loop. Plain envs work too, but block
     the loop while they step.
 
-    Under trio (a pool bridged to a trio run, see :mod:`aioenv._trio`) each call of the
+    Under trio (a pool bridged to a trio run, see the docs' trio guide) each call of the
     env runs as a task of the trio run instead, so the env may use trio.
 
     Requests are served in order by one task per env. A step past its ``step_timeout`` is
