@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
+from gymnasium.vector.utils import batch_space
 
 from ._actions import explain_invalid_action
 from ._batch import Batch, ReusedRows
@@ -110,7 +111,8 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
         self.failures = 0
         self._on_failure = on_failure
         self._inbox = Inbox(ordered=self._ordered)
-        self._spaces: tuple[Any, Any] | None = None
+        #: The spaces of the first worker of each size (envs it steps) that reported them.
+        self._spaces: dict[int, tuple[Any, Any]] = {}
         self._observation_spaces_may_differ = False  # see allow_differing_observations()
         self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         for worker_id, worker in enumerate(workers):
@@ -276,6 +278,21 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
             )
         return [dataclasses.replace(stats) for stats in self._episodes.stats]
 
+    def _reference_spaces(self, size: int) -> tuple[Any, Any] | None:
+        """The spaces a worker stepping ``size`` envs must report: those of the first
+        worker of that size, else a one-env worker's batched to ``size`` (a worker of
+        several envs reports its envs' spaces batched); None for the first of its size
+        where no one-env worker has reported yet."""
+        if size in self._spaces:
+            return self._spaces[size]
+        if 1 not in self._spaces:
+            return None
+        single = self._spaces[1]
+        return (
+            None if single[0] is None else batch_space(single[0], size),
+            None if single[1] is None else batch_space(single[1], size),
+        )
+
     def allow_differing_observations(self) -> None:
         """Let workers' observation spaces differ (in bounds, say): for a caller that checks
         them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
@@ -285,10 +302,11 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
         spaces = (worker.observation_space, worker.action_space)
         if spaces == (None, None):
             return None
-        if self._spaces is None:
-            self._spaces = spaces
+        reference = self._reference_spaces(worker.num_envs)
+        if reference is None:
+            self._spaces[worker.num_envs] = spaces
             return None
-        for what, mine, theirs in zip(("observation", "action"), spaces, self._spaces, strict=True):
+        for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
             if what == "observation" and self._observation_spaces_may_differ:
                 continue
             if mine != theirs:

@@ -8,6 +8,7 @@ fires only the first time, so a restarted env comes back healthy.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -115,3 +116,29 @@ class FaultyEnv(gymnasium.Env[np.ndarray, Any]):
         if fault == "garbage":
             return ("not", "a", "step")
         raise ValueError(f"unknown fault {fault!r}")
+
+
+class AsyncFaultyEnv:
+    """:class:`FaultyEnv` as a coroutine env (async ``reset``/``step`` returning gymnasium's
+    tuples): a ``sleep`` fault awaits on the event loop instead of blocking it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.env = FaultyEnv(**kwargs)
+        self.observation_space = self.env.observation_space
+        self.action_space = self.env.action_space
+
+    async def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        await asyncio.sleep(0)
+        return self.env.reset(seed=seed, options=options)  # type: ignore[no-any-return]
+
+    async def step(self, action: Any) -> Any:
+        if isinstance(action, dict) and action.get("fault") == "sleep":
+            await asyncio.sleep(action.get("arg", 0.0))
+            action = {key: value for key, value in action.items() if key not in ("fault", "arg")}
+        await asyncio.sleep(0)
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,11 +1,15 @@
 """A seeded random fault-injection soak over a mixed pool (``make soak``).
 
 Thousands of steps with faults injected at random (env exceptions, garbage, deaths by
-exit/SIGKILL/SIGSEGV, hangs, steps past the deadline, failing resets), restarts on. Every
-action carries an id that the env echoes, so each state is checked against the action that
-asked for it. The invariants, checked continuously: every healthy step answered exactly
-once by its own state; every fault answered by a restart; nothing hangs; and afterwards no
-process, thread, fd or /dev/shm segment is left. Exits non-zero on any violation.
+exit/SIGKILL/SIGSEGV, hangs, steps past the deadline, failing resets), restarts on, in
+every worker kind: process, thread, sync, coroutine, a process worker stepping a group
+of envs, and a Ray actor (where ray imports). Every action carries an id that the env
+echoes, so each state is checked against the action that asked for it. Beside the pool,
+a thread drives an ``AioVectorEnv`` (grouped process workers) with env exceptions
+injected, checked the same way. The invariants, checked continuously: every healthy step
+answered exactly once by its own state; every fault answered by a restart (the vector
+env: by the env's own exception); nothing hangs; and afterwards no process, thread, fd,
+/dev/shm segment or Ray actor is left. Exits non-zero on any violation.
 
     python tests/faults/soak.py --seconds 600 --seed 1
 """
@@ -18,39 +22,49 @@ import collections
 import gc
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import gymnasium
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import faulty_env  # noqa: E402
-from faulty_env import FaultyEnv  # noqa: E402
-from support import wait_until, worker_processes, worker_threads  # noqa: E402
+from faulty_env import AsyncFaultyEnv, FaultyEnv  # noqa: E402
+from support import wait_until, worker_processes, worker_threads  # noqa: E402  # noqa: E402
 
 import aioenv  # noqa: E402
+from aioenv._environment import VectorSource  # noqa: E402
 
 cloudpickle.register_pickle_by_value(faulty_env)
 
-KINDS = ["process", "process", "process", "thread", "thread", "sync"]
+KINDS = ["process", "process", "thread", "thread", "sync", "coroutine", "grouped", "ray"]
+#: Envs a ``grouped`` worker steps (one process, one message per step for all of them).
+GROUP = 3
 STEP_TIMEOUT = 0.25
+ALL = {"process", "thread", "sync", "coroutine", "grouped", "ray"}
+DYING = {"process", "grouped", "ray"}  # the kinds whose env runs in a process of its own
 # fault -> (kinds it applies to, relative weight); every one ends in a restart except "slow".
 FAULTS: dict[str, tuple[set[str], float]] = {
-    "raise": ({"process", "thread", "sync"}, 3),
-    "garbage": ({"process", "thread", "sync"}, 2),
-    "reset_raise": ({"process", "thread", "sync"}, 2),
-    "exit": ({"process"}, 1),
-    "sigkill": ({"process"}, 1),
-    "sigsegv": ({"process"}, 1),
-    "hang": ({"process"}, 1),
-    "past_deadline": ({"process", "thread"}, 1),
-    "slow": ({"process", "thread", "sync"}, 2),
+    "raise": (ALL, 3),
+    "garbage": (ALL, 2),
+    "reset_raise": (ALL, 2),
+    "exit": (DYING, 1),
+    "sigkill": (DYING, 1),
+    "sigsegv": (DYING, 1),
+    "hang": (DYING, 1),
+    "past_deadline": (DYING | {"thread", "coroutine"}, 1),
+    "slow": (ALL, 2),
 }
 HANG_LIMIT = 30.0  # a request unanswered this long is a hang
+#: The vector env beside the pool: its envs, and how often a step carries an env exception.
+VECTOR_ENVS = 4
+VECTOR_FAULT_RATE = 0.01
 
 
 class Soak:
@@ -67,8 +81,18 @@ class Soak:
     def choose(self, worker_id: int, kind: str, done: bool) -> tuple[Any, str | None]:
         if done or worker_id in self.armed_reset_fault:
             return aioenv.RESET, "reset_raise" if worker_id in self.armed_reset_fault else None
-        action: dict[str, Any] = {"id": self.next_id}
+        action, fault = self._action(worker_id, kind)
+        if kind != "grouped":
+            return action, fault
+        rest = [{"id": self._new_id()} for _ in range(GROUP - 1)]
+        return [action, *rest], fault  # a fault rides on the group's first env only
+
+    def _new_id(self) -> int:
         self.next_id += 1
+        return self.next_id - 1
+
+    def _action(self, worker_id: int, kind: str) -> tuple[dict[str, Any], str | None]:
+        action: dict[str, Any] = {"id": self._new_id()}
         fault = None
         if self.rng.random() < self.fault_rate:
             names = [name for name, (kinds, _) in FAULTS.items() if kind in kinds]
@@ -87,12 +111,17 @@ class Soak:
                 action["fault"] = fault
         return action, fault
 
-    def check(self, worker_id: int, step: Any) -> None:
+    def check(self, worker_id: int, state: Any) -> None:
         if worker_id not in self.expect:
             self.violations.append(f"worker {worker_id}: a state nobody asked for (duplicate)")
             return
         action, fault, _ = self.expect.pop(worker_id)
-        restarted = step.info.get("aioenv", {}).get("restarted", False)
+        if isinstance(state, aioenv.BatchStep):  # a group: one row per env
+            rows = [(state.observations[r], state.infos.get(r, {})) for r in range(len(state))]
+            actions = action if isinstance(action, list) else [action] * len(rows)
+        else:
+            rows, actions = [(state.observation, state.info)], [action]
+        restarted = all(info.get("aioenv", {}).get("restarted", False) for _, info in rows)
         must_restart = fault not in (None, "slow")
         if restarted != must_restart:
             what = "restarted without a fault" if restarted else f"no restart after {fault}"
@@ -101,30 +130,41 @@ class Soak:
         if restarted:
             self.counts["restarts seen"] += 1
             self.armed_reset_fault.discard(worker_id)
-        if action is aioenv.RESET or restarted:
-            self.t[worker_id] = 0
-        else:
-            self.t[worker_id] = self.t.get(worker_id, 0) + 1
-            if step.observation[1] != action["id"]:
+        for row, ((observation, _), asked) in enumerate(zip(rows, actions, strict=True)):
+            key = (worker_id, row)
+            if asked is aioenv.RESET or restarted:
+                self.t[key] = 0
+            else:
+                self.t[key] = self.t.get(key, 0) + 1
+                if observation[1] != asked["id"]:
+                    self.violations.append(
+                        f"worker {worker_id} env {row}: state of action {observation[1]:.0f} "
+                        f"answered action {asked['id']} (stale or lost)"
+                    )
+                    self.counts["wrong"] += 1
+            if observation[0] != self.t[key]:
                 self.violations.append(
-                    f"worker {worker_id}: state of action {step.observation[1]:.0f} "
-                    f"answered action {action['id']} (stale or lost)"
+                    f"worker {worker_id} env {row}: step count skipped (lost state)"
                 )
                 self.counts["wrong"] += 1
-        if step.observation[0] != self.t[worker_id]:
-            self.violations.append(f"worker {worker_id}: step count skipped (lost state)")
-            self.counts["wrong"] += 1
-        self.counts["states"] += 1
+            self.counts["states"] += 1
+
+    def worker(self, kind: str) -> aioenv.Worker[Any]:
+        seed = int(self.rng.integers(2**31))
+        if kind == "process":  # every observation in shared memory, however small
+            return aioenv.ProcessWorker(FaultyEnv, seed=seed, shared_memory=True)
+        if kind == "grouped":
+            return aioenv.ProcessWorker(VectorSource((FaultyEnv,) * GROUP), seed=seed)
+        if kind == "thread":
+            return aioenv.ThreadWorker(FaultyEnv, seed=seed)
+        if kind == "coroutine":
+            return aioenv.AsyncEnvWorker(AsyncFaultyEnv, seed=seed)
+        if kind == "ray":
+            return aioenv.RayWorker(FaultyEnv, seed=seed, num_cpus=0)
+        return aioenv.SyncWorker(FaultyEnv, seed=seed)
 
     async def run(self, seconds: float) -> aioenv.WorkerPool[Any]:
-        workers: list[aioenv.Worker[Any]] = []
-        for kind in KINDS:
-            worker_class = {"process": aioenv.ProcessWorker, "thread": aioenv.ThreadWorker}.get(
-                kind, aioenv.SyncWorker
-            )
-            # Process workers put every observation in shared memory, however small.
-            options = {"shared_memory": True} if kind == "process" else {}
-            workers.append(worker_class(FaultyEnv, seed=int(self.rng.integers(2**31)), **options))
+        workers = [self.worker(kind) for kind in KINDS]
         pool = aioenv.AsyncWorkerPool(
             workers,
             step_timeout=STEP_TIMEOUT,
@@ -156,7 +196,8 @@ class Soak:
                         f"{pool.restarts} restarts, {len(worker_processes())} worker processes",
                         flush=True,
                     )
-                    if len(worker_processes()) > 2 * KINDS.count("process") + 2:
+                    children = KINDS.count("process") + KINDS.count("grouped")
+                    if len(worker_processes()) > 2 * children + 2:
                         self.violations.append("worker processes pile up (not reaped)")
                 if result is None:
                     continue
@@ -164,12 +205,84 @@ class Soak:
                 self.check(worker_id, step)
                 if now >= deadline:
                     continue  # wind down: take every state still owed, send nothing new
-                action, fault = self.choose(worker_id, KINDS[worker_id], step.done)
+                done = bool(np.any(step.dones)) if isinstance(step, aioenv.BatchStep) else step.done
+                action, fault = self.choose(worker_id, KINDS[worker_id], done)
                 self.expect[worker_id] = (action, fault, now)
                 pool.send_action(action, worker_id)
             self.counts["pool restarts"] = pool.restarts
             self.counts["pool failures"] = pool.failures
         return pool
+
+
+class VectorDriver:
+    """Drives an ``AioVectorEnv`` over grouped process workers in a thread of its own
+    until ``deadline``: every env echoes the id of its action and counts its steps; an
+    env exception injected into one env must come back as that exception, after which
+    every env is reset. Episodes end on their own (autoreset disabled: masked resets)."""
+
+    def __init__(self, seed: int, deadline: float) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.deadline = deadline
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.violations: list[str] = []
+
+    def run(self) -> None:
+        try:
+            self._drive()
+        except BaseException as exc:  # anything unexpected is a violation, not a crash
+            self.violations.append(f"vector env: {type(exc).__name__}: {exc}")
+
+    def _drive(self) -> None:
+        n = VECTOR_ENVS
+        with aioenv.AioVectorEnv(
+            FaultyEnv, n, mode="process", envs_per_worker=2, autoreset="disabled"
+        ) as envs:
+            envs.reset(seed=self.seed)
+            t = np.zeros(n)
+            next_id = 0
+            while time.monotonic() < self.deadline:
+                ids = np.arange(next_id, next_id + n, dtype=float)
+                next_id += n
+                actions: list[dict[str, Any]] = [{"id": int(i)} for i in ids]
+                faulty = None
+                if self.rng.random() < VECTOR_FAULT_RATE * n:
+                    faulty = int(self.rng.integers(n))
+                    actions[faulty]["fault"] = "raise"
+                    self.counts["faults"] += 1
+                try:
+                    observations, _, terminated, truncated, _ = envs.step(actions)
+                except RuntimeError as exc:
+                    if faulty is None or "injected fault" not in str(exc):
+                        self.violations.append(f"vector env: unexpected {exc!r}")
+                    envs.reset()
+                    t[:] = 0
+                    continue
+                if faulty is not None:
+                    self.violations.append(f"vector env: env {faulty}'s fault was not raised")
+                t += 1
+                if not np.array_equal(observations[:, 1], ids):
+                    self.violations.append(f"vector env: ids {observations[:, 1]} for {ids}")
+                if not np.array_equal(observations[:, 0], t):
+                    self.violations.append(f"vector env: step counts {observations[:, 0]}, {t}")
+                self.counts["states"] += n
+                ended = terminated | truncated
+                if ended.any():
+                    envs.reset(options={"reset_mask": ended})
+                    t[ended] = 0
+
+
+def start_ray() -> bool:
+    """The local Ray instance the ``ray`` worker runs on (its daemons are not leaks)."""
+    try:
+        import ray_support
+    except ImportError:
+        return False
+    try:
+        ray_support.start()
+    except ImportError:
+        return False
+    return True
 
 
 def memory_files_mapped() -> int:
@@ -187,8 +300,15 @@ def main() -> int:
         "--fault-rate", type=float, default=0.01, help="faults per step (default 0.01)"
     )
     args = parser.parse_args()
+    # The vector env's injected exceptions would each log gymnasium's three error lines.
+    gymnasium.logger.min_level = gymnasium.logger.ERROR + 10
     shm_before = set(os.listdir("/dev/shm"))
+    if not start_ray():
+        KINDS.remove("ray")
+        print("soak: ray cannot be imported here; no Ray worker", flush=True)
     soak = Soak(args.seed, args.fault_rate)
+    vector = VectorDriver(args.seed, time.monotonic() + args.seconds)
+    vector_thread = threading.Thread(target=vector.run, name="soak-vector-env")
     print(
         f"soak: {args.seconds:g} s, seed {args.seed}, fault rate {args.fault_rate}, "
         f"workers {', '.join(KINDS)}",
@@ -199,11 +319,22 @@ def main() -> int:
     async def run_and_count_fds() -> tuple[int, int]:
         await aioenv.ProcessWorker(FaultyEnv).aclose()  # start the forkserver: its fds stay
         fds_at_start = len(os.listdir("/proc/self/fd"))
+        vector_thread.start()
         await soak.run(args.seconds)
+        await asyncio.to_thread(vector_thread.join, HANG_LIMIT)
+        if vector_thread.is_alive():
+            soak.violations.append(f"vector env: no answer in {HANG_LIMIT} s")
         return fds_at_start, len(os.listdir("/proc/self/fd"))
 
     fds_before, fds_after = asyncio.run(run_and_count_fds())
     elapsed = time.monotonic() - started
+    leaked_actors = 0
+    if "ray" in KINDS:
+        import ray_support
+
+        if not wait_until(lambda: not ray_support.live_actors(), timeout=20):
+            leaked_actors = len(ray_support.live_actors())
+        ray_support.stop()
     leaked_processes = not wait_until(lambda: not worker_processes(), timeout=10)
     leaked_threads = not wait_until(lambda: not worker_threads(), timeout=10)
     leaks = {
@@ -212,6 +343,7 @@ def main() -> int:
         "fds": max(0, fds_after - fds_before),
         "shm segments": len(set(os.listdir("/dev/shm")) - shm_before),
         "shared memory files still mapped": memory_files_mapped(),
+        "Ray actors": leaked_actors,
     }
     counts = soak.counts
     faults = {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("fault:")}
@@ -225,13 +357,16 @@ def main() -> int:
         ("states lost or wrong", counts["wrong"]),
         ("states duplicated", sum("duplicate" in v for v in soak.violations)),
         ("hangs", counts["hangs"]),
+        ("vector env: states checked", vector.counts["states"]),
+        ("vector env: env exceptions injected", vector.counts["faults"]),
         *[(f"leaked {name}", n) for name, n in leaks.items()],
     ]
     width = max(len(name) for name, _ in rows)
     print(f"\n| {'what':<{width}} | value |\n|{'-' * (width + 2)}|-------|")
     for name, value in rows:
         print(f"| {name:<{width}} | {value} |")
-    problems = soak.violations + [f"leaked {n} {name}" for name, n in leaks.items() if n]
+    problems = soak.violations + vector.violations
+    problems += [f"leaked {n} {name}" for name, n in leaks.items() if n]
     if problems:
         print("\nVIOLATIONS:", *problems[:20], sep="\n  ")
         return 1
