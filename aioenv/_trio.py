@@ -8,7 +8,10 @@ for it in the trio run. Its coroutine methods hand the call to the bridge loop
 (``TrioToken.run_sync_soon``): no thread per call, no blocking of the trio thread. Its plain
 methods and attributes run on the bridge loop too, the trio thread waiting for the round
 trip (two thread wake-ups: about 0.14 ms on the 2-core development machine). Every name
-is forwarded, so methods added to the pool work here without a change.
+is forwarded, so methods added to the pool work here without a change. Calls run there in
+a context of their own, not the trio task's: under ``anyio.run(backend="trio")`` the trio
+task's context says the library running is trio, and anyio would believe it on the bridge
+loop as well (see :mod:`aioenv._background`).
 
 Coroutine envs are the exception that runs the other way: the bridge loop registers
 :meth:`_Bridge.in_trio` in :data:`~aioenv._loop.COROUTINE_HOSTS`, so each call of a
@@ -47,7 +50,7 @@ T = TypeVar("T")
 #: The name of the bridge's thread (``aioenv-`` names mark aioenv's threads).
 BRIDGE_THREAD = "aioenv-trio-bridge"
 
-#: The stand-in of each pool in use under trio, by the pool's id: one per pool, so the pool's
+#: The stand-in of each pool used under trio, by the pool's id: one per pool, so the pool's
 #: own ``aclose`` (``async with`` exit) closes the bridge its stand-in runs on. Weak: an entry
 #: goes with its stand-in (which holds the pool, so the id stays the pool's meanwhile).
 _STAND_INS: weakref.WeakValueDictionary[int, TrioPool] = weakref.WeakValueDictionary()

@@ -21,6 +21,7 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 import trio
+import trio.testing
 import uvloop
 from envs import Walk, choose_walk, open_gate
 
@@ -292,20 +293,27 @@ def test_a_cancelled_wait_loses_nothing_and_the_pool_goes_on(loop: str, gate: st
 
 
 @pytest.mark.parametrize("loop", ["anyio-trio", "trio"])
-def test_ctrl_c_with_a_step_in_flight_closes_the_pool(loop: str, gate: str) -> None:
-    parked: list[bool] = []
+def test_ctrl_c_while_a_step_is_awaited_closes_the_pool(loop: str, gate: str) -> None:
+    interrupted: list[str] = []
+
+    async def press_ctrl_c() -> None:
+        await trio.testing.wait_all_tasks_blocked()  # the main task waits for the gated step
+        signal.raise_signal(signal.SIGINT)  # trio hands it to the main task where it waits
 
     async def main() -> None:
         async with gated_pool(gate) as pool:
             await pool.reset_all()
             pool.send_action(1, 0)
-            parked.append(True)
-            signal.raise_signal(signal.SIGINT)  # trio turns it into KeyboardInterrupt
-            await pool.get_state()
+            trio.lowlevel.spawn_system_task(press_ctrl_c)
+            try:
+                await pool.get_state()
+            except KeyboardInterrupt:
+                interrupted.append("get_state")
+                raise
 
     with pytest.raises(KeyboardInterrupt):
         LOOPS[loop](main)
-    assert parked == [True]
+    assert interrupted == ["get_state"]
 
 
 def test_collect_under_anyio_on_trio_with_a_policy_written_with_anyio() -> None:
