@@ -4,6 +4,14 @@ The thread is a daemon, so it never holds up interpreter exit; whatever runs on 
 closed by its owner's ``close`` (called by hand, by ``with``, by a finalizer when the owner
 is garbage collected, or by an ``atexit`` hook registered after multiprocessing's, so it
 runs while worker processes and this loop are still there).
+
+What runs on the loop for a caller in another thread runs in a context of its own (empty),
+not in a copy of the caller's, as ``call_soon_threadsafe`` would have it: code on the loop
+must not see the caller's context variables. Among them is the one in which ``anyio.run``
+and anyio's pytest plugin record the library their run uses (sniffio's
+``current_async_library_cvar``), which anyio reads before looking at the running loop: carried
+over from a run on trio, it would make anyio's cancel scopes and task groups take this
+asyncio loop for trio.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -67,6 +76,12 @@ class BackgroundLoop:
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
+    def post(self, callback: Callable[..., object], *args: Any) -> None:
+        """Schedule ``callback(*args)`` on the loop, in a context of its own (see the module
+        docstring); from any thread. Raises ``RuntimeError`` once the loop is closed."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(callback, *args, context=contextvars.Context())
+
     @property
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -84,7 +99,9 @@ class BackgroundLoop:
         """Run ``function(*args)`` on the loop and return its result. If the caller is
         interrupted (Ctrl-C), the coroutine is cancelled before the exception goes on."""
         assert self._loop is not None
-        future = asyncio.run_coroutine_threadsafe(function(*args), self._loop)
+        coroutine = function(*args)
+        # Its task copies the context current when it is scheduled: this empty one.
+        future = contextvars.Context().run(asyncio.run_coroutine_threadsafe, coroutine, self._loop)
         try:
             return future.result(timeout)
         except BaseException:

@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["COROUTINE_HOSTS", "not_on_asyncio", "run", "trio_running_here"]
+__all__ = ["COROUTINE_HOSTS", "for_this_loop", "not_on_asyncio", "run", "trio_running_here"]
 
 T = TypeVar("T")
 
@@ -37,6 +37,17 @@ def trio_running_here() -> bool:
         return False
     trio = sys.modules.get("trio")
     return trio is not None and bool(trio.lowlevel.in_trio_run())
+
+
+def for_this_loop(pool: T) -> T:
+    """``pool`` itself where an asyncio loop (or none) runs this thread; in a trio run, the
+    stand-in that runs it on a private asyncio loop (:func:`aioenv._trio.bridged`), which
+    only then is imported (trio is optional)."""
+    if not trio_running_here():
+        return pool
+    from ._trio import bridged
+
+    return bridged(pool)
 
 
 def not_on_asyncio(what: str) -> RuntimeError:

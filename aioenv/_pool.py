@@ -35,7 +35,7 @@ from ._errors import (
     WorkerPaused,
 )
 from ._inbox import Inbox
-from ._loop import trio_running_here
+from ._loop import for_this_loop
 from ._messages import Autoreset
 from ._options import PoolOptions
 from ._receiving import Receiving
@@ -47,7 +47,6 @@ from .workers._base import Worker
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
 
 S = TypeVar("S")
-P = TypeVar("P", bound="WorkerPool[Any]")
 
 
 class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
@@ -123,7 +122,6 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
         self._closed = False
         self._close_done: anyio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
-        self._trio: Any = None  # the TrioPool running this pool under trio, once there is one
 
     @property
     def restarts(self) -> int:
@@ -321,8 +319,8 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     async def aclose(self) -> None:
         """Close every worker concurrently, each bounded by ``cleanup_time`` (then
         terminate, then kill). Idempotent; runs to the end even if cancelled."""
-        if trio_running_here():  # closed from trio: through its bridge (made if need be)
-            await self._bridged().aclose()
+        if (stand_in := for_this_loop(self)) is not self:  # closed from another library's run
+            await stand_in.aclose()
             return
         if self._close_done is not None:
             with anyio.CancelScope(shield=True):
@@ -341,18 +339,7 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
 
     async def __aenter__(self) -> WorkerPool[S]:
         self._check_open()
-        return self._bridged()
-
-    def _bridged(self: P) -> P:
-        """This pool, or under trio a :class:`~aioenv._trio.TrioPool` running it on a
-        private asyncio loop (it has the pool's every method)."""
-        if not trio_running_here():
-            return self
-        if self._trio is None:
-            from ._trio import TrioPool
-
-            self._trio = TrioPool(self)
-        return self._trio  # type: ignore[no-any-return]
+        return for_this_loop(self)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
@@ -404,7 +391,7 @@ class AsyncWorkerPool(WorkerPool[S]):
 
     async def __aenter__(self) -> AsyncWorkerPool[S]:
         self._check_open()
-        return self._bridged()
+        return for_this_loop(self)
 
 
 class SyncWorkerPool(WorkerPool[S]):
@@ -417,4 +404,4 @@ class SyncWorkerPool(WorkerPool[S]):
 
     async def __aenter__(self) -> SyncWorkerPool[S]:
         self._check_open()
-        return self._bridged()
+        return for_this_loop(self)

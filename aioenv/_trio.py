@@ -8,7 +8,10 @@ for it in the trio run. Its coroutine methods hand the call to the bridge loop
 (``TrioToken.run_sync_soon``): no thread per call, no blocking of the trio thread. Its plain
 methods and attributes run on the bridge loop too, the trio thread waiting for the round
 trip (two thread wake-ups: about 0.14 ms on a 2-core x86_64 machine). Every name
-is forwarded, so methods added to the pool work here without a change.
+is forwarded, so methods added to the pool work here without a change. Calls run there in
+a context of their own, not the trio task's: under ``anyio.run(backend="trio")`` the trio
+task's context says the library running is trio, and anyio would believe it on the bridge
+loop as well (see :mod:`aioenv._background`).
 
 Coroutine envs are the exception that runs the other way: the bridge loop registers
 :meth:`_Bridge.in_trio` in :data:`~aioenv._loop.COROUTINE_HOSTS`, so each call of a
@@ -28,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -39,12 +43,25 @@ from ._errors import ClosedError
 from ._loop import COROUTINE_HOSTS
 from .workers._base import Worker
 
-__all__ = ["TrioPool"]
+__all__ = ["TrioPool", "bridged"]
 
 T = TypeVar("T")
 
 #: The name of the bridge's thread (``aioenv-`` names mark aioenv's threads).
 BRIDGE_THREAD = "aioenv-trio-bridge"
+
+#: The stand-in of each pool used under trio, by the pool's id: one per pool, so the pool's
+#: own ``aclose`` (``async with`` exit) closes the bridge its stand-in runs on. Weak: an entry
+#: goes with its stand-in (which holds the pool, so the id stays the pool's meanwhile).
+_STAND_INS: weakref.WeakValueDictionary[int, TrioPool] = weakref.WeakValueDictionary()
+
+
+def bridged(pool: T) -> T:
+    """The :class:`TrioPool` standing in for ``pool`` in this trio run, made on first use."""
+    stand_in = _STAND_INS.get(id(pool))
+    if stand_in is None:
+        stand_in = _STAND_INS[id(pool)] = TrioPool(pool)
+    return stand_in  # type: ignore[return-value]  # it has the pool's every method
 
 
 class _Call:
@@ -112,7 +129,8 @@ class _Bridge:
             except BaseException as exc:
                 done.set_exception(exc)
 
-        self.loop().call_soon_threadsafe(run)
+        self.loop()  # raises once closed
+        self.background.post(run)
         return done.result()
 
     async def run(
@@ -120,17 +138,17 @@ class _Bridge:
     ) -> T:
         """Await ``function(*args, **kwargs)`` run on the bridge loop. Cancelled, it
         cancels the call there and waits for it to end before raising."""
-        loop = self.loop()
+        self.loop()  # raises once closed
         call = _Call(self.token, trio.lowlevel.current_task())
         target = function if not kwargs else _with_keywords(function, kwargs)
-        loop.call_soon_threadsafe(call.start, target, args)
+        self.background.post(call.start, target, args)
         raise_cancel: Callable[[], Any] | None = None
 
         def abort(raise_cancel_: Callable[[], Any]) -> trio.lowlevel.Abort:
             nonlocal raise_cancel
             raise_cancel = raise_cancel_
             try:
-                loop.call_soon_threadsafe(call.cancel)
+                self.background.post(call.cancel)
             except RuntimeError:  # the bridge loop is gone: no reply will come
                 return trio.lowlevel.Abort.SUCCEEDED
             return trio.lowlevel.Abort.FAILED  # the call's end reschedules this task

@@ -27,7 +27,10 @@ cloudpickle.register_pickle_by_value(envs)
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Callable[[], Any]]:
     """Every async test runs on the default asyncio loop and on uvloop; the pool tests
-    (marked ``trio``, or over the ``mode`` fixture) on trio as well."""
+    (marked ``trio``, or over the ``mode`` fixture) on trio as well. A test marked ``anyio``
+    runs once, on the backend its ``anyio_backend`` fixture names (see pytest_pyfunc_call)."""
+    if item.get_closest_marker("anyio") is not None:
+        return {"anyio": _idle_loop}
     factories = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
     if item.get_closest_marker("trio") is not None or "mode" in item.fixturenames:
         factories["trio"] = _trio_run
@@ -40,10 +43,21 @@ def _trio_run() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def _idle_loop() -> asyncio.AbstractEventLoop:
+    """The entry of a test marked ``anyio``: pytest-asyncio makes this loop, anyio's pytest
+    plugin runs the test."""
+    return asyncio.new_event_loop()
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[None]:
     """A test whose ``[trio]`` id was chosen runs in ``trio.run``, not on pytest-asyncio's
-    loop (whose runner wraps the test function: unwrapped here)."""
+    loop (whose runner wraps the test function: unwrapped here); a test marked ``anyio`` is
+    unwrapped too, for anyio's pytest plugin, which runs only coroutine functions."""
+    if pyfuncitem.get_closest_marker("anyio") is not None:
+        pyfuncitem.obj = inspect.unwrap(pyfuncitem.obj)
+        yield
+        return
     callspec = getattr(pyfuncitem, "callspec", None)
     if callspec is not None and callspec.params.get("_asyncio_loop_factory") is _trio_run:
         test = inspect.unwrap(pyfuncitem.obj)
