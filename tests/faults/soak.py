@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import gc
 import os
 import sys
@@ -46,7 +47,8 @@ cloudpickle.register_pickle_by_value(faulty_env)
 KINDS = ["process", "process", "thread", "thread", "sync", "coroutine", "grouped", "ray"]
 #: Envs a ``grouped`` worker steps (one process, one message per step for all of them).
 GROUP = 3
-STEP_TIMEOUT = 0.25
+#: Long enough for a Ray actor's step on two busy cores, short enough for many faults.
+STEP_TIMEOUT = 1.0
 ALL = {"process", "thread", "sync", "coroutine", "grouped", "ray"}
 DYING = {"process", "grouped", "ray"}  # the kinds whose env runs in a process of its own
 # fault -> (kinds it applies to, relative weight); every one ends in a restart except "slow".
@@ -124,7 +126,12 @@ class Soak:
         restarted = all(info.get("aioenv", {}).get("restarted", False) for _, info in rows)
         must_restart = fault not in (None, "slow")
         if restarted != must_restart:
-            what = "restarted without a fault" if restarted else f"no restart after {fault}"
+            reason = rows[0][1].get("aioenv", {}).get("reason")
+            what = (
+                f"restarted without a fault ({reason})"
+                if restarted
+                else f"no restart after {fault}"
+            )
             self.violations.append(f"worker {worker_id}: {what}")
             self.counts["wrong"] += 1
         if restarted:
@@ -272,6 +279,24 @@ class VectorDriver:
                     t[ended] = 0
 
 
+async def warm_up() -> None:
+    """Start what serves the whole run before the file descriptors are counted: the
+    forkserver, Ray's connections to its actors, and what the first event loop made in a
+    thread other than the main one opens for the process (once: a second opens nothing)."""
+    workers: list[aioenv.Worker[Any]] = [aioenv.ProcessWorker(FaultyEnv)]
+    if "ray" in KINDS:
+        workers.append(aioenv.RayWorker(FaultyEnv, num_cpus=0))
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=len(workers))
+
+    def vector_env_in_a_thread() -> None:
+        with aioenv.AioVectorEnv(FaultyEnv, 2, mode="process") as envs:
+            envs.reset(seed=0)
+
+    await asyncio.to_thread(vector_env_in_a_thread)
+
+
 def start_ray() -> bool:
     """The local Ray instance the ``ray`` worker runs on (its daemons are not leaks)."""
     try:
@@ -283,6 +308,28 @@ def start_ray() -> bool:
     except ImportError:
         return False
     return True
+
+
+def open_fds() -> dict[str, str]:
+    """This process's open file descriptors and what each is."""
+    links = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return links
+
+
+def tcp_sockets() -> set[str]:
+    """This process's TCP sockets, as ``/proc/self/fd`` names them. aioenv opens none:
+    they are Ray's connections to its actors, which Ray keeps after an actor dies."""
+    inodes = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                inodes.add(f"socket:[{line.split()[9]}]")
+    return inodes
 
 
 def memory_files_mapped() -> int:
@@ -299,13 +346,19 @@ def main() -> int:
     parser.add_argument(
         "--fault-rate", type=float, default=0.01, help="faults per step (default 0.01)"
     )
+    parser.add_argument("--without-ray", action="store_true", help="no Ray worker")
     args = parser.parse_args()
     # The vector env's injected exceptions would each log gymnasium's three error lines.
     gymnasium.logger.min_level = gymnasium.logger.ERROR + 10
     shm_before = set(os.listdir("/dev/shm"))
-    if not start_ray():
+    if args.without_ray:
+        KINDS.remove("ray")
+    elif not start_ray():
         KINDS.remove("ray")
         print("soak: ray cannot be imported here; no Ray worker", flush=True)
+    # The forkserver and Ray's connections stay for the whole run: start them first.
+    asyncio.run(warm_up())
+    fds_before = open_fds()
     soak = Soak(args.seed, args.fault_rate)
     vector = VectorDriver(args.seed, time.monotonic() + args.seconds)
     vector_thread = threading.Thread(target=vector.run, name="soak-vector-env")
@@ -316,18 +369,20 @@ def main() -> int:
     )
     started = time.monotonic()
 
-    async def run_and_count_fds() -> tuple[int, int]:
-        await aioenv.ProcessWorker(FaultyEnv).aclose()  # start the forkserver: its fds stay
-        fds_at_start = len(os.listdir("/proc/self/fd"))
+    async def run() -> None:
         vector_thread.start()
         await soak.run(args.seconds)
         await asyncio.to_thread(vector_thread.join, HANG_LIMIT)
         if vector_thread.is_alive():
             soak.violations.append(f"vector env: no answer in {HANG_LIMIT} s")
-        return fds_at_start, len(os.listdir("/proc/self/fd"))
 
-    fds_before, fds_after = asyncio.run(run_and_count_fds())
+    asyncio.run(run())
     elapsed = time.monotonic() - started
+    new_fds = sorted(
+        link
+        for fd, link in open_fds().items()
+        if fds_before.get(fd) != link and link not in tcp_sockets()
+    )
     leaked_actors = 0
     if "ray" in KINDS:
         import ray_support
@@ -335,12 +390,13 @@ def main() -> int:
         if not wait_until(lambda: not ray_support.live_actors(), timeout=20):
             leaked_actors = len(ray_support.live_actors())
         ray_support.stop()
+
     leaked_processes = not wait_until(lambda: not worker_processes(), timeout=10)
     leaked_threads = not wait_until(lambda: not worker_threads(), timeout=10)
     leaks = {
         "processes": len(worker_processes()) if leaked_processes else 0,
         "threads": len(worker_threads()) if leaked_threads else 0,
-        "fds": max(0, fds_after - fds_before),
+        "fds": len(new_fds),
         "shm segments": len(set(os.listdir("/dev/shm")) - shm_before),
         "shared memory files still mapped": memory_files_mapped(),
         "Ray actors": leaked_actors,
@@ -367,6 +423,7 @@ def main() -> int:
         print(f"| {name:<{width}} | {value} |")
     problems = soak.violations + vector.violations
     problems += [f"leaked {n} {name}" for name, n in leaks.items() if n]
+    problems += [f"  open: {link}" for link in new_fds]
     if problems:
         print("\nVIOLATIONS:", *problems[:20], sep="\n  ")
         return 1
