@@ -44,6 +44,7 @@ from .._protocol import (
     encode_array_action,
     loads,
 )
+from .._registry import snapshot as registry_snapshot
 from .._segment import Rollout
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
@@ -202,6 +203,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             first._episode,
             deliver=[worker._on_host_message for worker in workers],
             on_exit=[worker._on_host_exit for worker in workers],
+            registry=registry_snapshot(),
             idle_spin=first._idle_spin,
         )
         for slot, worker in enumerate(workers):

@@ -15,6 +15,9 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import types
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -25,9 +28,11 @@ import cloudpickle
 from .._environment import BatchStep, EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
+from .._registry import snapshot as registry_snapshot
 from .._segment import Rollout
 from ._policy_shipping import through_object_store
-from ._ray_host import KILL_GRACE, ActorHost, import_ray
+from ._ray_capacity import Shortage, shortage
+from ._ray_host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
 from ._slotted import SlottedWorker
@@ -109,7 +114,10 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         )
         self._slot = 0
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
+        #: The resources the cluster lacked for this worker's pool when its actors started.
+        self._shortage: Shortage | None = None
         if _start:
+            self._starting([self], hosts=1)
             self._start_hosts([self])
 
     @property
@@ -133,8 +141,36 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         return f"actor {host.actor_id[:8]}"
 
     @classmethod
+    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
+        """Warn at once if the cluster has not the resources for ``hosts`` actors: Ray keeps
+        the ones that do not fit waiting, in silence. The workers keep the shortage for
+        their start-up timeout's message."""
+        ray = import_ray()
+        init_ray(ray)
+        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
+        if found is None:
+            return
+        for worker in workers:
+            worker._shortage = found
+        warnings.warn(
+            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+            "with WorkerTimeout)",
+            RuntimeWarning,
+            stacklevel=_first_frame_outside_aioenv(),
+        )
+
+    @classmethod
     def _start_hosts(cls, workers: Sequence[Any]) -> None:
         _start_actor(workers)
+
+    def _start_delay_cause(self) -> str | None:
+        if self._shortage is None or self._host is None or self._host.answered:
+            return None
+        return (
+            f"its Ray actor has not answered yet, and the pool asked for more than the "
+            f"cluster had: {self._shortage}; {self._shortage.advice}"
+        )
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
@@ -205,6 +241,19 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             )
 
 
+_AIOENV_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _first_frame_outside_aioenv() -> int:
+    """The ``stacklevel`` that makes a warning point at the user's line (``make_pool``,
+    ``RayWorker(...)``), however deep in aioenv its caller is."""
+    frame: types.FrameType | None = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_AIOENV_DIRECTORY):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
 def _actor_options(
     num_cpus: float,
     num_gpus: float,
@@ -234,6 +283,7 @@ def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
         first._episode,
         deliver=[worker._on_actor_reply for worker in workers],
         on_death=[worker._on_actor_death for worker in workers],
+        registry=registry_snapshot(),
     )
     for slot, worker in enumerate(workers):
         worker._join(host, slot)

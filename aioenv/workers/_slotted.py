@@ -69,6 +69,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
             for source, seed in zip(envs, seeds, strict=True)
         ]
         try:
+            cls._starting(workers, hosts=-(-len(workers) // per_host))
             for first in range(0, len(workers), per_host):
                 cls._start_hosts(workers[first : first + per_host])
         except BaseException:
@@ -76,6 +77,10 @@ class SlottedWorker(Worker[S], Generic[S, H]):
                 worker.abandon()
             raise
         return workers
+
+    @classmethod
+    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
+        """Hook: ``hosts`` hosts are about to start, serving ``workers``."""
 
     @classmethod
     @abc.abstractmethod
