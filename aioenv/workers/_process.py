@@ -88,7 +88,9 @@ def _resolve_context(context: Context | str | None) -> Context:
 class ProcessWorker(SlottedWorker[S, Host]):
     """Runs the env in a child process (crash isolation, true parallelism).
 
-    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the child starts can be made
+    there (``gymnasium.make`` in a factory).
     The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
     waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
     kills the child at once (with every env it hosts). Use :meth:`hosted` (or

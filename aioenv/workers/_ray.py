@@ -47,15 +47,16 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
     the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
 
-    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work;
-    aioenv itself must be importable on every node (install it there, or use
-    ``runtime_env``). A step past its deadline kills the actor (``ray.kill``) with every
-    env it serves; a dead actor or a lost node is :class:`~aioenv.WorkerDied`, noticed by
-    the request in flight (or the next one). Ray's own actor restarts are off: aioenv's
-    ``restart`` option decides. ``aclose`` lets the actor close its envs for
-    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use
-    :meth:`hosted` (or ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several
-    envs in one actor.
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the actor starts can be made there
+    (``gymnasium.make`` in a factory); aioenv itself must be importable on every node
+    (install it there, or use ``runtime_env``). A step past its deadline kills the actor
+    (``ray.kill``) with every env it serves; a dead actor or a lost node is
+    :class:`~aioenv.WorkerDied`, noticed by the request in flight (or the next one). Ray's
+    own actor restarts are off: aioenv's ``restart`` option decides. ``aclose`` lets the
+    actor close its envs for ``cleanup_time`` seconds, then kills it and waits until Ray
+    reports it dead. Use :meth:`hosted` (or ``make_pool(..., mode="ray",
+    envs_per_actor=k)``) to put several envs in one actor.
 
     States come back through Ray's serialization (arrays as read-only views of Ray's
     buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
