@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pickle
+import re
+import warnings
 
 import cloudpickle
 import gymnasium
@@ -76,6 +78,7 @@ def merge(registry_snapshot: bytes) -> None:
     ids it has stay as they are, and a spec that does not unpickle here is left out."""
     specs: dict[str, bytes] = pickle.loads(registry_snapshot)
     registry = gymnasium.registry
+    added: list[str] = []
     for env_id, pickled in specs.items():
         if env_id in registry:
             continue
@@ -83,3 +86,12 @@ def merge(registry_snapshot: bytes) -> None:
             registry[env_id] = cloudpickle.loads(pickled)
         except Exception:
             continue  # as above: gymnasium's own error if an env needs it
+        added.append(env_id)
+    if added:
+        # A package that registers its ids when imported (ale_py does) registers them again
+        # here, over the parent's copies, once an env of it is made: gymnasium would warn
+        # about each of those ids in every worker.
+        ids = "|".join(re.escape(env_id) for env_id in added)
+        warnings.filterwarnings(
+            "ignore", message=f".*Overriding environment (?:{ids}) already in registry"
+        )

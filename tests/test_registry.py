@@ -254,3 +254,43 @@ def test_a_script_that_registers_ids_at_its_top_makes_them_in_worker_processes(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[1.0, 2.0]"
+
+
+PACKAGE_SCRIPT = """
+    import gymnasium as gym
+    import numpy as np
+    import registered_pkg
+
+    import aioenv
+
+    gym.register_envs(registered_pkg)
+
+    if __name__ == "__main__":
+        factories = [
+            lambda: gym.make("Thing-v0"),
+            lambda: gym.make("registered_pkg:Thing-v0"),  # imports it again in the worker
+        ]
+        with aioenv.AioVectorEnv(factories, mode="process") as envs:
+            observations, _ = envs.reset(seed=0)
+            print(observations[:, 1].tolist())
+"""
+
+
+def test_a_script_that_imports_a_package_of_envs_makes_its_ids_in_worker_processes(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(PACKAGE_SCRIPT))
+    tests = str(Path(__file__).parent)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[0.0, 0.0]"
+    # The package registers its id again in the worker, over the parent's copy, quietly.
+    assert "Overriding environment" not in result.stderr
