@@ -44,7 +44,6 @@ from .._protocol import (
     encode_array_action,
     loads,
 )
-from .._registry import snapshot as registry_snapshot
 from .._segment import Rollout
 from .._sentinels import RESET, Reset
 from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, available, memory_file
@@ -162,7 +161,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
         if _start:
-            self._start_hosts([self])
+            self._launch([self], per_host=1)
 
     @property
     def pid(self) -> int:
@@ -195,7 +194,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._share()
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any]) -> None:
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
         first = workers[0]
         host = Host(
             first._context,
@@ -205,7 +204,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             first._episode,
             deliver=[worker._on_host_message for worker in workers],
             on_exit=[worker._on_host_exit for worker in workers],
-            registry=registry_snapshot(),
+            registry=registry,
             idle_spin=first._idle_spin,
         )
         for slot, worker in enumerate(workers):

@@ -28,7 +28,6 @@ import cloudpickle
 from .._environment import BatchStep, EnvSource, Step
 from .._errors import WorkerDied
 from .._messages import ControlRequest
-from .._registry import snapshot as registry_snapshot
 from .._segment import Rollout
 from ._policy_shipping import through_object_store
 from ._ray_capacity import Shortage, shortage
@@ -118,8 +117,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         #: The resources the cluster lacked for this worker's pool when its actors started.
         self._shortage: Shortage | None = None
         if _start:
-            self._starting([self], hosts=1)
-            self._start_hosts([self])
+            self._launch([self], per_host=1)
 
     @property
     def actor_id(self) -> str:
@@ -162,8 +160,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         )
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any]) -> None:
-        _start_actor(workers)
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+        _start_actor(workers, registry)
 
     def _start_delay_cause(self) -> str | None:
         if self._shortage is None or self._host is None or self._host.answered:
@@ -274,7 +272,7 @@ def _actor_options(
     return options
 
 
-def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
+def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
     """Start one actor serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
     first = workers[0]
     host = ActorHost(
@@ -284,7 +282,7 @@ def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
         first._episode,
         deliver=[worker._on_actor_reply for worker in workers],
         on_death=[worker._on_actor_death for worker in workers],
-        registry=registry_snapshot(),
+        registry=registry,
     )
     for slot, worker in enumerate(workers):
         worker._join(host, slot)
