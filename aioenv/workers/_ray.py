@@ -141,7 +141,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
-        """Warn at once if the cluster has not the resources for ``hosts`` actors: Ray keeps
+        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
         the ones that do not fit waiting, in silence. The workers keep the shortage for
         their start-up timeout's message."""
         ray = import_ray()
