@@ -38,12 +38,19 @@ def find_spec(env_id: str) -> EnvSpec:
     if separator:
         try:
             importlib.import_module(module)
-        except ImportError as exc:
-            raise ImportError(
+        except ImportError as exc:  # ModuleNotFoundError stays one, as gymnasium raises it
+            raise type(exc)(
                 f"the env id {env_id!r} names the module {module!r} to import first (it "
                 f"should register {name!r}), and importing it failed ({type(exc).__name__}: "
                 f"{exc}); install it or put it on sys.path, or drop the '{module}:' prefix"
             ) from exc
+        try:
+            return gymnasium.spec(name)
+        except gymnasium.error.Error as exc:  # the same error, saying where it was looked for
+            raise type(exc)(
+                f"{exc} The env id {env_id!r} imported {module!r} first, and that did not "
+                f"register {name!r}: check the id, or the module that registers it"
+            ) from None
     return gymnasium.spec(name)
 
 

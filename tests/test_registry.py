@@ -121,8 +121,15 @@ def test_make_vec_takes_a_module_id(module_id: str) -> None:
 
 
 def test_a_module_that_does_not_import_is_an_error_naming_the_id_and_module() -> None:
-    with pytest.raises(ImportError, match=r"'no_such_pkg:Thing-v0'.*'no_such_pkg'"):
+    with pytest.raises(ModuleNotFoundError, match=r"'no_such_pkg:Thing-v0'.*'no_such_pkg'"):
         aioenv.make_pool("no_such_pkg:Thing-v0", 1, mode="sync")
+
+
+def test_a_module_that_does_not_register_the_id_is_gymnasiums_error_saying_so(
+    module_id: str,
+) -> None:
+    with pytest.raises(gymnasium.error.NameNotFound, match="'registered_pkg'.*'Other-v0'"):
+        aioenv.make_pool("registered_pkg:Other-v0", 1, mode="sync")
 
 
 def walk_by_id() -> gymnasium.Env[Any, Any]:
