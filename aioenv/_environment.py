@@ -11,6 +11,8 @@ from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
 import gymnasium
 import numpy as np
 
+from ._registry import find_spec, shippable
+
 __all__ = [
     "BatchStep",
     "EnvSource",
@@ -331,14 +333,10 @@ class GymnasiumFactory:
 
 def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
     """The registered spec of ``env_id``, looked up here (gymnasium's ``NameNotFound`` and
-    friends for an unknown id). An entry point in ``__main__`` is resolved to the class
-    itself, which cloudpickle then ships by value to worker processes."""
-    spec = gymnasium.spec(env_id)
-    entry_point = spec.entry_point
-    if isinstance(entry_point, str) and entry_point.startswith("__main__:"):
-        creator = gymnasium.envs.registration.load_env_creator(entry_point)
-        spec = dataclasses.replace(spec, entry_point=creator)  # type: ignore[arg-type]
-    return spec
+    friends for an unknown id; ``module:Id`` imports ``module`` first). An entry point in
+    ``__main__`` is resolved to the class itself, which cloudpickle then ships by value to
+    worker processes."""
+    return shippable(find_spec(env_id))
 
 
 def resolve_source(source: EnvSource) -> EnvSource:

@@ -81,7 +81,7 @@ def make_pool(
         or a list with one of those per worker (``num_workers`` is then its length), so
         envs can differ per worker. A gymnasium id is looked up here, before any worker
         starts (an unknown id raises at once; an env registered by this script works in
-        worker processes too).
+        worker processes too; ``"module:Id"`` imports ``module`` first).
     :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
         (coroutine envs, as tasks on the event loop), ``"ray"`` (Ray actors, see
         :class:`~aioenv.RayWorker`), or one mode per worker: a pool can mix kinds.

@@ -4,7 +4,6 @@ rebuilds the same vector env (``make_vec(envs.spec)``)."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ import gymnasium
 from gymnasium.envs.registration import EnvSpec
 
 from ._environment import GymnasiumFactory, resolve_spec
+from ._registry import shippable
 from ._vector import AioVectorEnv
 
 __all__ = ["make_vec"]
@@ -68,9 +68,4 @@ def _resolved(id: str | EnvSpec) -> EnvSpec:
         return copy.deepcopy(resolve_spec(id))
     if not isinstance(id, EnvSpec):
         raise TypeError(f"make_vec() takes an env id or an EnvSpec, got {type(id).__name__}")
-    spec = copy.deepcopy(id)
-    entry_point = spec.entry_point
-    if isinstance(entry_point, str) and entry_point.startswith("__main__:"):
-        creator = gymnasium.envs.registration.load_env_creator(entry_point)
-        spec = dataclasses.replace(spec, entry_point=creator)  # type: ignore[arg-type]
-    return spec
+    return shippable(copy.deepcopy(id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,36 @@ def test_bench_table_and_no_progress_bar_when_not_a_terminal() -> None:
     assert advice.startswith("for CartPole-v1 with 1 envs on this machine (")
     assert f": use {fastest_aioenv.rsplit(maxsplit=2)[0]} (" in advice
     assert "row/s" not in result.stderr and "%|" not in result.stderr  # tqdm stays quiet
+
+
+@pytest.mark.timeout(120)
+def test_bench_takes_a_module_id_whose_module_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # registered_pkg (in tests/) registers Thing-v0 when imported; the CLI imports it first.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    result = run_cli(
+        "bench",
+        "registered_pkg:Thing-v0",
+        "--workers",
+        "2",
+        "--modes",
+        "sync,process",
+        "--envs-per-process",
+        "2",
+        "--seconds",
+        "0.1",
+        "--json",
+        timeout=100,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["env"] == "registered_pkg:Thing-v0"
+    assert all(steps > 0 for steps in report["steps"].values()), report["steps"]
+    assert set(report["steps"]) == {
+        "sync",
+        "process",
+        "gymnasium SyncVectorEnv",
+        "gymnasium AsyncVectorEnv",
+    }
 
 
 def test_bench_rejects_an_unknown_mode() -> None:

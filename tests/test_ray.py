@@ -4,9 +4,11 @@ as every other kind, mixable with them, failing the same way, leaving nothing be
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -348,3 +350,49 @@ async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -
         for _ in range(2):
             batch, _ = await pool.get_state()
             assert len(batch) == 3 and batch.rewards.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_shortage_says_what_the_pool_asked_for_against_what_the_cluster_has() -> None:
+    from aioenv.workers._ray_capacity import shortage
+
+    found = shortage(4, {"num_cpus": 1, "num_gpus": 0}, {"CPU": 2.0})
+    assert str(found) == (
+        "4 actors x num_cpus=1 = 4 CPUs, the Ray cluster has 2 CPUs available: 2 actors will wait"
+    )
+    assert found is not None and "a smaller num_cpus" in found.advice
+    assert shortage(4, {"num_cpus": 0.5}, {"CPU": 2.0}) is None
+    assert shortage(4, {"num_cpus": 0.1}, {"CPU": 0.4}) is None
+    # The resource that keeps the most actors waiting is the one named.
+    gpus = shortage(3, {"num_cpus": 1, "num_gpus": 1}, {"CPU": 2.0, "GPU": 1.0})
+    assert str(gpus) == (
+        "3 actors x num_gpus=1 = 3 GPUs, the Ray cluster has 1 GPU available: 2 actors will wait"
+    )
+    custom = shortage(2, {"num_cpus": 0, "resources": {"simulator": 1}}, {"CPU": 2.0})
+    assert str(custom) == (
+        "2 actors x resources['simulator']=1 = 2 of 'simulator', the Ray cluster has "
+        "0 of 'simulator' available: 2 actors will wait"
+    )
+
+
+@ray_test
+async def test_actors_the_cluster_cannot_start_warn_at_once_and_fail_at_start_timeout() -> None:
+    # Each actor asks for more CPUs than the test instance has: none of them can start.
+    asked = (
+        r"2 actors x num_cpus=3 = 6 CPUs, the Ray cluster has [\d.]+ CPUs? available: "
+        r"2 actors will wait"
+    )
+    advice = r"ask for fewer actors \(more envs_per_actor\), a smaller num_cpus"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pool = aioenv.make_pool(
+            Counter, 2, mode="ray", num_cpus=3, start_timeout=1.0, cleanup_time=0.5
+        )
+    async with pool:  # closed (its waiting actors killed) whatever the assertions find
+        [warning] = [warning for warning in caught if warning.category is RuntimeWarning]
+        assert re.search(f"{asked}.*{advice}", str(warning.message))
+        assert warning.filename == __file__  # the user's line
+        pool.send_action(aioenv.RESET, 0)
+        with pytest.raises(
+            aioenv.WorkerTimeout, match=f"start-up.*not answered.*{asked}.*{advice}"
+        ):
+            await pool.get_state()

@@ -295,10 +295,12 @@ class Worker(KindHooks, PoolMember, Generic[S]):
         self._supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
-        what = "start-up" if self._supervisor.starting else "step"
+        starting = self._supervisor.starting
+        cause = self._start_delay_cause() if starting else None
         error = WorkerTimeout(
-            f"{self.name}: request {seq} ({what}) ran {elapsed:.2f} s, past its deadline of "
-            f"{timeout:g} s; the env was {self._discard_verb}",
+            f"{self.name}: request {seq} ({'start-up' if starting else 'step'}) ran "
+            f"{elapsed:.2f} s, past its deadline of {timeout:g} s; the env was "
+            f"{self._discard_verb}{'' if cause is None else f'; {cause}'}",
             worker_id=self.worker_id,
             seq=seq,
             elapsed=elapsed,

@@ -35,6 +35,7 @@ from .._protocol import (
     loads,
     receive_descriptors,
 )
+from .._registry import merge as merge_registry
 from .._runner import EnvRunner
 from .._shared_memory import SharedObservations
 from .._vector_runner import Runner, make_runner
@@ -51,16 +52,20 @@ def serve(
     seeds: list[int | None],
     episode: EpisodeOptions,
     build: bool,
+    registry: bytes,
     idle_spin: float = 0.0,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
     ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
-    and report its spaces (READY); otherwise each slot waits for a REBUILD. ``idle_spin``:
-    seconds to poll for the next request before blocking on it."""
+    and report its spaces (READY); otherwise each slot waits for a REBUILD. ``registry``:
+    the parent's gymnasium ids (:func:`aioenv._registry.snapshot`), added to this
+    process's before any env is built. ``idle_spin``: seconds to poll for the next request
+    before blocking on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
+    merge_registry(registry)
     shared: list[SharedObservations | None] = [None] * len(payloads)
     sources = [_unpickle(payload) for payload in payloads]
     runners = [

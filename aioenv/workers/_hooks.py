@@ -38,6 +38,11 @@ class KindHooks(abc.ABC):
         """Give the running env new episode options (sent ahead of any request)."""
         self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
 
+    def _start_delay_cause(self) -> str | None:
+        """Hook: why the env may not have started yet, for a start-up timeout's message;
+        None: nothing known."""
+        return None
+
     @abc.abstractmethod
     def _discard_env(self, env_gone: bool) -> None:
         """Drop the current env at once; its late replies must never be delivered.

@@ -52,13 +52,16 @@ class _Recipe:
     deliver: Sequence[Deliver]
     on_exit: Sequence[OnExit]
     idle_spin: float
+    registry: bytes
 
 
 class Host:
     """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
     pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
-    ``deliver[i]``. ``build``: the child builds every env at once (a replacement after a
-    death builds each slot only when asked to, see :meth:`replacement`)."""
+    ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
+    builds any env (:func:`aioenv._registry.snapshot`). ``build``: the child builds every
+    env at once (a replacement after a death builds each slot only when asked to, see
+    :meth:`replacement`)."""
 
     def __init__(
         self,
@@ -70,15 +73,27 @@ class Host:
         *,
         deliver: Sequence[Deliver],
         on_exit: Sequence[OnExit],
+        registry: bytes,
         build: bool = True,
         idle_spin: float = 0.0,
     ) -> None:
-        self._recipe = _Recipe(context, name, payloads, seeds, episode, deliver, on_exit, idle_spin)
+        self._recipe = _Recipe(
+            context, name, payloads, seeds, episode, deliver, on_exit, idle_spin, registry
+        )
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
         process = context.Process(  # type: ignore[attr-defined]
             target=_child_main,
-            args=(child_end, alive_child, list(payloads), list(seeds), episode, build, idle_spin),
+            args=(
+                child_end,
+                alive_child,
+                list(payloads),
+                list(seeds),
+                episode,
+                build,
+                registry,
+                idle_spin,
+            ),
             name=f"aioenv-process-worker ({name})",
             daemon=True,
         )
@@ -146,6 +161,7 @@ class Host:
                 recipe.episode,
                 deliver=recipe.deliver,
                 on_exit=recipe.on_exit,
+                registry=recipe.registry,
                 build=False,
                 idle_spin=recipe.idle_spin,
             )

@@ -87,7 +87,9 @@ def _resolve_context(context: Context | str | None) -> Context:
 class ProcessWorker(SlottedWorker[S, Host]):
     """Runs the env in a child process (crash isolation, true parallelism).
 
-    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work.
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the child starts can be made
+    there (``gymnasium.make`` in a factory).
     The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
     waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
     kills the child at once (with every env it hosts). Use :meth:`hosted` (or
@@ -159,7 +161,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
         if _start:
-            self._start_hosts([self])
+            self._launch([self], per_host=1)
 
     @property
     def pid(self) -> int:
@@ -192,7 +194,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._share()
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any]) -> None:
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
         first = workers[0]
         host = Host(
             first._context,
@@ -202,6 +204,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             first._episode,
             deliver=[worker._on_host_message for worker in workers],
             on_exit=[worker._on_host_exit for worker in workers],
+            registry=registry,
             idle_spin=first._idle_spin,
         )
         for slot, worker in enumerate(workers):

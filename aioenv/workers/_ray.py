@@ -15,6 +15,9 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import types
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -27,7 +30,8 @@ from .._errors import WorkerDied
 from .._messages import ControlRequest
 from .._segment import Rollout
 from ._policy_shipping import through_object_store
-from ._ray_host import KILL_GRACE, ActorHost, import_ray
+from ._ray_capacity import Shortage, shortage
+from ._ray_host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
 from ._slotted import SlottedWorker
@@ -42,15 +46,16 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
     the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
 
-    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work;
-    aioenv itself must be importable on every node (install it there, or use
-    ``runtime_env``). A step past its deadline kills the actor (``ray.kill``) with every
-    env it serves; a dead actor or a lost node is :class:`~aioenv.WorkerDied`, noticed by
-    the request in flight (or the next one). Ray's own actor restarts are off: aioenv's
-    ``restart`` option decides. ``aclose`` lets the actor close its envs for
-    ``cleanup_time`` seconds, then kills it and waits until Ray reports it dead. Use
-    :meth:`hosted` (or ``make_pool(..., mode="ray", envs_per_actor=k)``) to put several
-    envs in one actor.
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the actor starts can be made there
+    (``gymnasium.make`` in a factory); aioenv itself must be importable on every node
+    (install it there, or use ``runtime_env``). A step past its deadline kills the actor
+    (``ray.kill``) with every env it serves; a dead actor or a lost node is
+    :class:`~aioenv.WorkerDied`, noticed by the request in flight (or the next one). Ray's
+    own actor restarts are off: aioenv's ``restart`` option decides. ``aclose`` lets the
+    actor close its envs for ``cleanup_time`` seconds, then kills it and waits until Ray
+    reports it dead. Use :meth:`hosted` (or ``make_pool(..., mode="ray",
+    envs_per_actor=k)``) to put several envs in one actor.
 
     States come back through Ray's serialization (arrays as read-only views of Ray's
     buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
@@ -109,8 +114,10 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         )
         self._slot = 0
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
+        #: The resources the cluster lacked for this worker's pool when its actors started.
+        self._shortage: Shortage | None = None
         if _start:
-            self._start_hosts([self])
+            self._launch([self], per_host=1)
 
     @property
     def actor_id(self) -> str:
@@ -133,8 +140,36 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         return f"actor {host.actor_id[:8]}"
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any]) -> None:
-        _start_actor(workers)
+    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
+        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
+        the ones that do not fit waiting, in silence. The workers keep the shortage for
+        their start-up timeout's message."""
+        ray = import_ray()
+        init_ray(ray)
+        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
+        if found is None:
+            return
+        for worker in workers:
+            worker._shortage = found
+        warnings.warn(
+            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+            "with WorkerTimeout)",
+            RuntimeWarning,
+            stacklevel=_first_frame_outside_aioenv(),
+        )
+
+    @classmethod
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+        _start_actor(workers, registry)
+
+    def _start_delay_cause(self) -> str | None:
+        if self._shortage is None or self._host is None or self._host.answered:
+            return None
+        return (
+            f"its Ray actor has not answered yet, and the pool asked for more than the "
+            f"cluster had: {self._shortage}; {self._shortage.advice}"
+        )
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
@@ -205,6 +240,19 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             )
 
 
+_AIOENV_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _first_frame_outside_aioenv() -> int:
+    """The ``stacklevel`` that makes a warning point at the user's line (``make_pool``,
+    ``RayWorker(...)``), however deep in aioenv its caller is."""
+    frame: types.FrameType | None = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_AIOENV_DIRECTORY):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
 def _actor_options(
     num_cpus: float,
     num_gpus: float,
@@ -224,7 +272,7 @@ def _actor_options(
     return options
 
 
-def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
+def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
     """Start one actor serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
     first = workers[0]
     host = ActorHost(
@@ -234,6 +282,7 @@ def _start_actor(workers: Sequence[RayWorker[Any]]) -> None:
         first._episode,
         deliver=[worker._on_actor_reply for worker in workers],
         on_death=[worker._on_actor_death for worker in workers],
+        registry=registry,
     )
     for slot, worker in enumerate(workers):
         worker._join(host, slot)

@@ -18,6 +18,7 @@ from typing import Any
 import cloudpickle
 
 from .._messages import ControlRequest, EpisodeOptions, Failure
+from .._registry import merge as merge_registry
 from .._runner import EnvRunner
 from .._vector_runner import Runner, make_runner
 from ._ray_protocol import Message, Op, Ready, Reply
@@ -27,11 +28,18 @@ __all__ = ["EnvActor"]
 
 class EnvActor:
     """Serves one env per payload (cloudpickled env sources); slot ``i`` is seeded with
-    ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks."""
+    ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks,
+    once the parent's gymnasium ids (``registry``, :func:`aioenv._registry.snapshot`) are
+    added to this process's."""
 
     def __init__(
-        self, payloads: list[bytes], seeds: list[int | None], episode: EpisodeOptions
+        self,
+        payloads: list[bytes],
+        seeds: list[int | None],
+        episode: EpisodeOptions,
+        registry: bytes,
     ) -> None:
+        merge_registry(registry)
         self._sources: list[Any] = []
         self._failures: list[Failure | None] = []  # an env source that did not unpickle
         self._runners: list[Runner] = []

@@ -76,6 +76,7 @@ class _Recipe:
     episode: EpisodeOptions
     deliver: Sequence[Deliver]
     on_death: Sequence[OnDeath]
+    registry: bytes
 
 
 @dataclasses.dataclass
@@ -88,8 +89,10 @@ class _Call:
 
 
 class ActorHost:
-    """One Ray actor serving ``len(payloads)`` env slots. ``build``: every slot's env is
-    built at once (a replacement builds each slot when its worker asks for a REBUILD)."""
+    """One Ray actor serving ``len(payloads)`` env slots. ``registry``: the gymnasium ids
+    the actor adds to its own before it builds any env (:func:`aioenv._registry.snapshot`).
+    ``build``: every slot's env is built at once (a replacement builds each slot when its
+    worker asks for a REBUILD)."""
 
     def __init__(
         self,
@@ -100,18 +103,21 @@ class ActorHost:
         *,
         deliver: Sequence[Deliver],
         on_death: Sequence[OnDeath],
+        registry: bytes,
         build: bool = True,
     ) -> None:
-        self._recipe = _Recipe(options, payloads, seeds, episode, deliver, on_death)
+        self._recipe = _Recipe(options, payloads, seeds, episode, deliver, on_death, registry)
         self._ray = ray = import_ray()
         init_ray(ray)
         actor_class = _actor_class(ray).options(**options)
-        self._actor = actor_class.remote(list(payloads), list(seeds), episode)
+        self._actor = actor_class.remote(list(payloads), list(seeds), episode, registry)
         self.size = len(payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
         #: The slot whose failure killed the actor, for the other slots' messages.
         self.killed_for: int | None = None
+        #: The actor answered a call: it has started.
+        self.answered = False
         self.successor: ActorHost | None = None
         self._open_slots = set(range(self.size)) if build else set()
         self._queued: list[Message] = (
@@ -149,6 +155,7 @@ class ActorHost:
                 recipe.episode,
                 deliver=recipe.deliver,
                 on_death=recipe.on_death,
+                registry=recipe.registry,
                 build=False,
             )
         return self.successor
@@ -196,6 +203,7 @@ class ActorHost:
                 continue
             error = call.reply.exception()
             if error is None:
+                self.answered = True
                 self._deliver(call.reply.result())
             elif isinstance(error, self._ray.exceptions.RayTaskError):
                 self._fail_call(call, error)  # the actor lives; only this call failed

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from .._environment import EnvSource
+from .._registry import snapshot as registry_snapshot
 from ._base import Worker
 
 __all__ = ["SlotHost", "SlottedWorker"]
@@ -69,8 +70,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
             for source, seed in zip(envs, seeds, strict=True)
         ]
         try:
-            for first in range(0, len(workers), per_host):
-                cls._start_hosts(workers[first : first + per_host])
+            cls._launch(workers, per_host)
         except BaseException:
             for worker in workers:
                 worker.abandon()
@@ -78,9 +78,23 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         return workers
 
     @classmethod
+    def _launch(cls, workers: Sequence[Any], per_host: int) -> None:
+        """Start the hosts of ``workers``, ``per_host`` of them to a host. The gymnasium
+        registry every host gets is taken once: it holds a spec per registered id."""
+        cls._starting(workers, hosts=-(-len(workers) // per_host))
+        registry = registry_snapshot()
+        for first in range(0, len(workers), per_host):
+            cls._start_hosts(workers[first : first + per_host], registry)
+
+    @classmethod
+    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
+        """Hook: ``hosts`` hosts are about to start, serving ``workers``."""
+
+    @classmethod
     @abc.abstractmethod
-    def _start_hosts(cls, workers: Sequence[Any]) -> None:
-        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``) and join them;
+        ``registry``: this process's gymnasium ids (:func:`aioenv._registry.snapshot`)."""
 
     @abc.abstractmethod
     def _where(self, host: H) -> str:
