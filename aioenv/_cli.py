@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from . import _shared_memory
 from ._bench import GYMNASIUM_ROWS, Measurement, measure_gymnasium, measure_pool
-from ._factory import worker_modes
+from ._factory import canonical_mode, worker_modes
 from ._loop import run
 from .workers import default_context
 
@@ -51,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--modes",
         type=_modes,
-        default=["sync", "thread", "process", "async"],
-        help="comma-separated worker modes (default sync,thread,process,async)",
+        default=["sync", "thread", "process", "coroutine"],
+        help="comma-separated worker modes (default sync,thread,process,coroutine)",
     )
     bench.add_argument(
         "--envs-per-process",
@@ -76,7 +76,7 @@ def _positive(text: str) -> int:
 
 
 def _modes(text: str) -> list[str]:
-    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
+    modes = [canonical_mode(mode.strip()) for mode in text.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in worker_modes()]
     if unknown or not modes:
         raise argparse.ArgumentTypeError(
