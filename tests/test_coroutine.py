@@ -1,4 +1,5 @@
-"""Coroutine envs (``mode="async"``): async reset/step run as tasks on the event loop."""
+"""Coroutine envs (``mode="coroutine"``, old spelling ``"async"``): async reset/step run as
+tasks on the event loop."""
 
 from __future__ import annotations
 

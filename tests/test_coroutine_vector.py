@@ -156,9 +156,20 @@ async def test_pool_errors_on_envs_read_as_sentences() -> None:
     ) in str(errors[1])
 
 
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_ray_worker_names_itself_when_given_a_coroutine_env() -> None:
+    async with aioenv.make_pool(AsyncCounter, 1, mode="ray") as pool:
+        pool.reset()
+        errors = await states_or_errors(pool, 1, aioenv.EnvError)
+    message = str(errors[0])
+    assert message.startswith("ray worker 0")
+    assert "the env factory AsyncCounter built AsyncCounter, a coroutine env" in message
+
+
 ROLLOUT_CASES = [
-    ("coroutine", AsyncTupleActions, (1, 2)),
-    ("coroutine", AsyncTupleActions, ("seed", 2)),
+    ("async", AsyncTupleActions, (1, 2)),
+    ("async", AsyncTupleActions, ("seed", 2)),
     ("sync", TupleActions, ("seed", 2)),
 ]
 
