@@ -95,6 +95,16 @@ def test_old_spelling_async_runs_coroutine_envs_behind_the_vector_face(
     assert all(env.closed for env in chatty_envs)
 
 
+async def test_coroutine_envs_behind_the_vector_face_from_inside_a_running_loop(
+    chatty_envs: list[AsyncChatty],
+) -> None:
+    # The probe's env is closed on a loop of its own: this one is running.
+    with aioenv.AioVectorEnv([AsyncChatty] * 2, mode="coroutine") as ours:
+        observations, infos = ours.reset(seed=1)
+        assert observations.shape == (2, 2) and set(infos) == {"draw", "_draw"}
+    assert len(chatty_envs) == 3 and all(env.closed for env in chatty_envs)
+
+
 @pytest.fixture
 def async_chatty_id(chatty_envs: list[AsyncChatty]) -> Iterator[str]:
     # gymnasium.make's checker and order wrappers would hide the env's async step.
