@@ -42,7 +42,7 @@ GROUPED_ROW = "process grouped"
 VECTOR_ROW = "AioVectorEnv"
 
 _ACTIONS = 64  # actions drawn ahead of time, cycled: the policy costs the same everywhere
-_IN_PROCESS = frozenset({"aioenv sync", "aioenv async", GYMNASIUM_ROWS[0]})
+_IN_PROCESS = frozenset({"aioenv sync", "aioenv coroutine", GYMNASIUM_ROWS[0]})
 
 
 @dataclasses.dataclass(frozen=True)

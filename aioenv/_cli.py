@@ -33,7 +33,7 @@ from ._bench import (
     row_label,
 )
 from ._environment import resolve_spec
-from ._factory import worker_modes
+from ._factory import canonical_mode, worker_modes
 from ._loop import run
 from .workers import default_context
 
@@ -105,8 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--modes",
         type=_modes,
-        default=["sync", "thread", "process", "async"],
-        help="comma-separated worker modes (default sync,thread,process,async)",
+        default=["sync", "thread", "process", "coroutine"],
+        help="comma-separated worker modes (default sync,thread,process,coroutine)",
     )
     bench.add_argument(
         "--envs-per-process",
@@ -146,7 +146,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def _modes(text: str) -> list[str]:
-    modes = [mode.strip() for mode in text.split(",") if mode.strip()]
+    modes = [canonical_mode(mode.strip()) for mode in text.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in worker_modes()]
     if unknown or not modes:
         raise argparse.ArgumentTypeError(

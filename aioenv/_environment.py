@@ -19,6 +19,7 @@ __all__ = [
     "Environment",
     "GymnasiumEnvironment",
     "GymnasiumFactory",
+    "NotAnEnvironment",
     "Step",
     "VectorSource",
     "as_environment",
@@ -272,20 +273,40 @@ def is_coroutine_env(obj: object) -> bool:
     return not isinstance(obj, type) and inspect.iscoroutinefunction(getattr(obj, "step", None))
 
 
+class NotAnEnvironment(TypeError):
+    """What a worker was given cannot be its env: ``problem`` says why and what to do.
+    Only strings are kept, so the error pickles (it crosses a process worker's pipe)."""
+
+    def __init__(self, name: str, problem: str, built_by: str | None = None) -> None:
+        super().__init__(name, problem, built_by)
+        self.name, self.problem, self.built_by = name, problem, built_by
+
+    def __str__(self) -> str:
+        if self.built_by is None:
+            return f"got {self.name}, {self.problem}"
+        return f"the env factory {self.built_by} built {self.name}, {self.problem}"
+
+
+#: Why a plain worker refuses a coroutine env, and where it runs.
+_COROUTINE_ENV_PROBLEM = (
+    "a coroutine env (its step() is async def), which only coroutine workers can await; "
+    "pass mode='coroutine' (make_pool, AioVectorEnv, make_vec's vectorization_mode) or "
+    "build an AsyncEnvWorker"
+)
+
+
 def as_environment(obj: object) -> Environment[Any, Any]:
     """Wrap a gymnasium env; pass an :class:`Environment` through; reject anything else."""
     if is_coroutine_env(obj):
-        raise TypeError(
-            f"got {type(obj).__name__!s}, whose step() is a coroutine function; coroutine "
-            "envs run on AsyncEnvWorker: use make_pool(..., mode='async')"
-        )
+        raise NotAnEnvironment(type(obj).__name__, _COROUTINE_ENV_PROBLEM)
     if isinstance(obj, gymnasium.Env):
         return GymnasiumEnvironment(obj)
     if _is_environment(obj):
         return obj  # type: ignore[return-value]
-    raise TypeError(
-        f"got {type(obj).__name__!s}, which is neither a gymnasium.Env nor an "
-        "aioenv.Environment (an object with reset(seed), step(action) and terminated(state))"
+    raise NotAnEnvironment(
+        type(obj).__name__,
+        "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
+        "reset(seed), step(action) and terminated(state))",
     )
 
 
@@ -303,8 +324,8 @@ def build_environment(
         built = source()
         try:
             return adapt(built)
-        except TypeError as exc:
-            raise TypeError(f"the env factory {describe_source(source)} returned {exc}") from None
+        except NotAnEnvironment as exc:
+            raise NotAnEnvironment(exc.name, exc.problem, describe_source(source)) from None
     return adapt(source)
 
 

@@ -11,14 +11,16 @@ from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._seeds import worker_seeds
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
-__all__ = ["get_worker_pool", "make_pool", "worker_modes"]
+__all__ = ["canonical_mode", "get_worker_pool", "make_pool", "worker_modes"]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
     "thread": ThreadWorker,
     "process": ProcessWorker,
-    "async": AsyncEnvWorker,
+    "coroutine": AsyncEnvWorker,
 }
+#: Old spellings of a mode, still taken: ``"async"`` was the coroutine mode's first name.
+_OLD_SPELLINGS = {"async": "coroutine"}
 #: Kinds whose workers share a host (a child process, a Ray actor), by the option that
 #: says how many envs go in each.
 _HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
@@ -36,7 +38,7 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
             "shared_memory",
         }
     ),
-    "async": frozenset({"cleanup_time"}),
+    "coroutine": frozenset({"cleanup_time"}),
     "ray": frozenset(
         {
             "cleanup_time",
@@ -53,8 +55,14 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
 
 
 def worker_modes() -> tuple[str, ...]:
-    """The worker kinds ``make_pool``'s ``mode`` names."""
+    """The worker kinds ``make_pool``'s ``mode`` names (``"async"``, the old spelling of
+    ``"coroutine"``, is taken too but not listed)."""
     return tuple(_WORKER_OPTIONS)
+
+
+def canonical_mode(mode: str) -> str:
+    """``mode`` under its current name (``"async"`` is ``"coroutine"``'s old spelling)."""
+    return _OLD_SPELLINGS.get(mode, mode)
 
 
 def get_worker_pool(
@@ -82,13 +90,14 @@ def make_pool(
         envs can differ per worker. A gymnasium id is looked up here, before any worker
         starts (an unknown id raises at once; an env registered by this script works in
         worker processes too; ``"module:Id"`` imports ``module`` first).
-    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"async"``
-        (coroutine envs, as tasks on the event loop), ``"ray"`` (Ray actors, see
-        :class:`~aioenv.RayWorker`), or one mode per worker: a pool can mix kinds.
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"coroutine"``
+        (coroutine envs, as tasks on the event loop; ``"async"`` is its old spelling, still
+        taken), ``"ray"`` (Ray actors, see :class:`~aioenv.RayWorker`), or one mode per
+        worker: a pool can mix kinds.
     :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
-    :param force_sync: build sync workers whatever ``mode`` says (async workers stay
-        async: a coroutine env cannot step in line), in a :class:`SyncWorkerPool` (states
-        in send order); default False.
+    :param force_sync: build sync workers whatever ``mode`` says (coroutine workers stay
+        coroutine workers: a coroutine env cannot step in line), in a
+        :class:`SyncWorkerPool` (states in send order); default False.
     :param options: pool options go to the pool: ``autoreset``, ``max_episode_steps``,
         ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
         ``restart_backoff``, ``on_failure``, ``check_actions``, ``copy`` (units, defaults
@@ -100,7 +109,7 @@ def make_pool(
         Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
         ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
         ``envs_per_actor`` (how many workers share one actor; default 1).
-        ``envs_per_worker=k`` (any kind but async; default 1): each worker steps ``k`` envs
+        ``envs_per_worker=k`` (any kind but coroutine; default 1): each worker steps ``k`` envs
         together; its actions are batches of ``k`` and its states
         :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
@@ -112,7 +121,7 @@ def make_pool(
     sources, num_workers = _sources(env, num_workers, worker_options.get("envs_per_worker", 1))
     modes = _modes(mode, num_workers)
     if force_sync:
-        modes = ["async" if kind == "async" else "sync" for kind in modes]
+        modes = ["coroutine" if kind == "coroutine" else "sync" for kind in modes]
     _check_worker_options(worker_options, modes)
     workers: list[Worker[Any]] = []
     try:
@@ -212,9 +221,12 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     modes = [mode] * num_workers if isinstance(mode, str) else list(mode)
     if len(modes) != num_workers:
         raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
+    modes = [canonical_mode(kind) if isinstance(kind, str) else kind for kind in modes]
     for index, kind in enumerate(modes):
         if kind not in _WORKER_OPTIONS:
+            old = ", ".join(f"{k!r} for {v!r}" for k, v in _OLD_SPELLINGS.items())
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of {', '.join(map(repr, worker_modes()))}"
+                f"mode[{index}] is {kind!r}; choose one of "
+                f"{', '.join(map(repr, worker_modes()))} (old spellings taken: {old})"
             )
     return modes

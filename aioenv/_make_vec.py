@@ -17,7 +17,8 @@ from ._vector import AioVectorEnv
 __all__ = ["make_vec"]
 
 Wrapper = Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]
-#: gymnasium's own vectorization modes, for specs written by gymnasium.make_vec.
+#: gymnasium's own vectorization modes, for specs written by gymnasium.make_vec: here
+#: "async" keeps gymnasium's meaning (processes), never the coroutine mode's old spelling.
 _GYMNASIUM_MODES = {"async": "process", "sync": "sync"}
 
 
@@ -32,8 +33,10 @@ def make_vec(
     """Mirrors ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``, ``wrappers``
     wrap each env, ``vector_kwargs`` go to :class:`AioVectorEnv` (``autoreset_mode=``,
     ``observation_mode=``, pool options), and ``vectorization_mode`` is the worker mode
-    (``"process"``, ``"thread"``, ``"sync"`` or one per env; gymnasium's ``"async"`` means
-    ``"process"``). ``id`` is an id or a spec; the spec is looked up here, so an env
+    (``"process"``, the default, ``"thread"``, ``"sync"``, ``"coroutine"`` for an env whose
+    ``reset``/``step`` are ``async def``, or one per env). ``"async"`` keeps gymnasium's
+    meaning, ``"process"``, unlike ``make_pool``'s ``mode``, where it is the old spelling
+    of ``"coroutine"``. ``id`` is an id or a spec; the spec is looked up here, so an env
     registered at run time in this process builds in worker processes too. The result's
     ``spec`` records ``num_envs`` and the vector options: ``make_vec(envs.spec)`` rebuilds
     the same vector env."""
@@ -45,9 +48,11 @@ def make_vec(
     vector_kwargs = dict(spec_kwargs.pop("vector_kwargs", vector_kwargs) or {})
     wrappers = spec_kwargs.pop("wrappers", wrappers)
     spec_kwargs.update(kwargs)
-    mode: str | Sequence[str] = vectorization_mode
-    if isinstance(vectorization_mode, str):
-        mode = _GYMNASIUM_MODES.get(vectorization_mode, vectorization_mode)
+    mode: str | list[str] = (
+        _GYMNASIUM_MODES.get(vectorization_mode, vectorization_mode)
+        if isinstance(vectorization_mode, str)
+        else [_GYMNASIUM_MODES.get(one, one) for one in vectorization_mode]
+    )
     factory = GymnasiumFactory(spec, dict(spec_kwargs), wrappers or ())
     venv = AioVectorEnv(factory, num_envs, mode=mode, **vector_kwargs)
     recorded = copy.copy(spec)

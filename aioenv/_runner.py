@@ -1,7 +1,8 @@
 """The environment side of every worker kind: build the env, answer reset, step and
 control requests, apply the episode options (autoreset, time limit), report
-failures with their traceback. Sync, thread and process workers all run this same code,
-so they cannot drift apart in semantics."""
+failures with their traceback. Every worker kind runs this same code (coroutine envs through
+the async driver of the same plans, see :mod:`aioenv._plan`), so they cannot drift apart
+in semantics."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ._environment import (
     gymnasium_step,
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
-from ._segment import Rollout, load_policy, play
+from ._plan import Plan, drive
+from ._segment import Rollout, load_policy, rollout_plan
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
@@ -93,28 +95,39 @@ class EnvRunner:
         """Answer ``RESET``, a ``Reset(...)``, a step or a :class:`~aioenv._segment.Rollout`:
         the state (a Segment), or a Failure. A reset or step between rollouts makes the
         next rollout start from a reset."""
+        return drive(self.handle_plan(action))
+
+    def handle_plan(self, action: Any) -> Plan[Any]:
+        """:meth:`handle`'s plan (see :mod:`aioenv._plan`)."""
         if type(action) is Rollout:
-            return play(self, action)
+            return rollout_plan(self, action)
         if isinstance(action, Reset):
-            return self.reset(action.seed, action.options)
+            return self.reset_plan(action.seed, action.options)
         if isinstance(action, Command) and action is RESET:
-            return self.reset()
-        return self.step(action)
+            return self.reset_plan()
+        return self.step_plan(action)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         """Reset and return the state, or a :class:`Failure`."""
+        return drive(self.reset_plan(seed, options))
+
+    def reset_plan(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Plan[Any]:
+        """:meth:`reset`'s plan."""
         env = self._built()
         if env is None:
             return self.build_failure
         try:
-            state = self._reset(env, seed, options)
+            state = yield self._reset(env, seed, options)
         except Exception as exc:
             return Failure.from_exception(exc, "reset")
         self.last = state
         return state
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
-        if self.episode.max_episode_steps is not None and not isinstance(env, GymnasiumEnvironment):
+        """The episode's bookkeeping of a reset, then the env's call: its result."""
+        if self.episode.max_episode_steps is not None and not isinstance(env, _ADAPTERS):
             raise TypeError(
                 "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
                 "Environment's state as truncated; end the episode in the env itself (its "
@@ -131,19 +144,23 @@ class EnvRunner:
 
     def step(self, action: Any) -> Any:
         """Step and return the state, or a :class:`Failure`."""
+        return drive(self.step_plan(action))
+
+    def step_plan(self, action: Any) -> Plan[Any]:
+        """:meth:`step`'s plan."""
         env = self._built()
         if env is None:
             self.last = self.build_failure
             return self.build_failure
         try:
             if self._needs_reset:  # autoreset "next_step": this action is ignored
-                self.last = state = self._reset(env, None, None)
+                self.last = state = yield self._reset(env, None, None)
                 return state
-            state = env.step(action)
+            state = yield env.step(action)
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
-        return self._finish(env, state)
+        return (yield from self._finish_plan(env, state))
 
     def step_row(self, action: Any) -> Any:
         """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a
@@ -165,14 +182,14 @@ class EnvRunner:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
         assert self.env is not None
-        return self._finish(self.env, state)
+        return drive(self._finish_plan(self.env, state))
 
-    def _finish(self, env: Any, state: Any) -> Any:
+    def _finish_plan(self, env: Any, state: Any) -> Plan[Any]:
         """The bookkeeping after a step (see :meth:`_end_of_step`), the state to answer."""
         try:
             state, reset_now = self._end_of_step(env, state)
             if reset_now:
-                state = with_reset(state, self._reset(env, None, None))
+                state = with_reset(state, (yield self._reset(env, None, None)))
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "autoreset")
             return failure
@@ -204,6 +221,11 @@ class EnvRunner:
 
     def control(self, request: ControlRequest) -> Any:
         """Answer a control request: its result, or a :class:`Failure`."""
+        return drive(self.control_plan(request))
+
+    def control_plan(self, request: ControlRequest) -> Plan[Any]:
+        """:meth:`control`'s plan (a coroutine method's result is awaited by
+        :func:`~aioenv._plan.drive_async`, and handed over as it is by :func:`drive`)."""
         if request.op == "configure":
             self.episode = request.kwargs["episode"]
             return None
@@ -213,17 +235,21 @@ class EnvRunner:
         if env is None:
             return self.build_failure
         try:
-            return answer_control(env, request)
+            return (yield answer_control(env, request))
         except Exception as exc:
             return Failure.from_exception(exc, f"{request.op} {request.name!r}")
 
     def close(self) -> Failure | None:
+        return drive(self.close_plan())
+
+    def close_plan(self) -> Plan[Failure | None]:
+        """:meth:`close`'s plan (an async ``close`` is awaited by the async driver)."""
         close = getattr(self.env, "close", None)
         self.env = self._gym = None
         if close is None:
             return None
         try:
-            close()
+            yield close()
         except Exception as exc:
             return Failure.from_exception(exc, "close")
         return None

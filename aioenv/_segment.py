@@ -16,7 +16,6 @@ env's side: it imports nothing of the parent's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator
 from typing import Any
 
 import cloudpickle
@@ -25,7 +24,7 @@ import numpy.typing as npt
 
 from ._environment import Step
 from ._messages import Failure
-from ._sentinels import RESET
+from ._plan import Plan, drive
 
 __all__ = [
     "PolicyPackage",
@@ -34,7 +33,7 @@ __all__ = [
     "joined",
     "load_policy",
     "play",
-    "play_async",
+    "rollout_plan",
     "resolve_policy",
 ]
 
@@ -160,18 +159,16 @@ class Cursor:
     step: int
 
 
-#: What the segment loop yields: RESET, ``("seed", seed)`` or an action; it is sent back the
-#: runner's answer.
-_Play = Generator[Any, Any, "tuple[dict[str, list[Any]], Cursor]"]
-
-
-def _rows(cursor: Cursor | None, num_steps: int, seed: int | None, policy: Any) -> _Play:
+def _rows(
+    runner: Any, cursor: Cursor | None, num_steps: int, seed: int | None, policy: Any
+) -> Plan[tuple[dict[str, list[Any]], Cursor]]:
+    """The segment's rows, the runner's own reset and step plans making the env's calls."""
     rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     if cursor is None or seed is not None:
-        cursor = Cursor(_observation((yield ("seed", seed))), 0)
+        cursor = Cursor(_observation((yield from _answered(runner.reset_plan(seed)))), 0)
     for _ in range(num_steps):
         action = policy(cursor.observation)
-        state = yield action
+        state = yield from _answered(runner.step_plan(action))
         if not isinstance(state, Step):
             raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
         done = state.terminated or state.truncated
@@ -185,8 +182,16 @@ def _rows(cursor: Cursor | None, num_steps: int, seed: int | None, policy: Any) 
         elif same_step:
             cursor = Cursor(state.observation, 0)
         else:
-            cursor = Cursor(_observation((yield RESET)), 0)
+            cursor = Cursor(_observation((yield from _answered(runner.reset_plan()))), 0)
     return rows, cursor
+
+
+def _answered(plan: Plan[Any]) -> Plan[Any]:
+    """What ``plan`` answers; a Failure ends the segment (:class:`_Stop`)."""
+    answer = yield from plan
+    if isinstance(answer, Failure):
+        raise _Stop(answer)
+    return answer
 
 
 _COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "next", "step")
@@ -205,53 +210,27 @@ class _Stop(Exception):
         self.failure = failure
 
 
+def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | Failure]:
+    """The plan of ``request`` on ``runner`` (an :class:`~aioenv._runner.EnvRunner`; see
+    :mod:`aioenv._plan`), keeping its cursor there for the next segment; a Failure ends
+    the segment and drops its rows."""
+    try:
+        policy = resolve_policy(request.policy)
+    except Exception as exc:
+        return Failure.from_exception(exc, "rollout (loading the policy)")
+    try:
+        plan = _rows(runner, _resume(runner), request.num_steps, _seed(request, env), policy)
+        rows, runner.last = yield from plan
+    except _Stop as stop:
+        return stop.failure
+    except Exception as exc:
+        return Failure.from_exception(exc, "rollout (the policy)")
+    return _segment(rows, env, request.policy.version)
+
+
 def play(runner: Any, request: Rollout, env: int = 0) -> Segment | Failure:
-    """Play ``request`` on ``runner`` (an :class:`~aioenv._runner.EnvRunner`), keeping its
-    cursor there for the next segment; a Failure ends the segment and drops its rows."""
-    try:
-        policy = resolve_policy(request.policy)
-    except Exception as exc:
-        return Failure.from_exception(exc, "rollout (loading the policy)")
-    plan = _rows(_resume(runner), request.num_steps, _seed(request, env), policy)
-    try:
-        asked = next(plan)
-        while True:
-            asked = plan.send(_answer(runner.reset, runner.step, asked))
-    except StopIteration as stop:
-        rows, runner.last = stop.value
-        return _segment(rows, env, request.policy.version)
-    except _Stop as stop:
-        return stop.failure
-    except Exception as exc:
-        return Failure.from_exception(exc, "rollout (the policy)")
-
-
-async def play_async(runner: Any, request: Rollout) -> Segment | Failure:
-    """:func:`play` for an :class:`~aioenv._async_runner.AsyncEnvRunner` (its env's methods
-    may be coroutines)."""
-    try:
-        policy = resolve_policy(request.policy)
-    except Exception as exc:
-        return Failure.from_exception(exc, "rollout (loading the policy)")
-    plan = _rows(_resume(runner), request.num_steps, _seed(request, 0), policy)
-    try:
-        asked = next(plan)
-        while True:
-            if asked is RESET or isinstance(asked, tuple):
-                seed = asked[1] if isinstance(asked, tuple) else None
-                answer = await runner.areset(seed)
-            else:
-                answer = await runner.astep(asked)
-            if isinstance(answer, Failure):
-                raise _Stop(answer)
-            asked = plan.send(answer)
-    except StopIteration as stop:
-        rows, runner.last = stop.value
-        return _segment(rows, 0, request.policy.version)
-    except _Stop as stop:
-        return stop.failure
-    except Exception as exc:
-        return Failure.from_exception(exc, "rollout (the policy)")
+    """Play ``request`` on ``runner``, a plain env's runner (see :func:`rollout_plan`)."""
+    return drive(rollout_plan(runner, request, env))
 
 
 def _resume(runner: Any) -> Cursor | None:
@@ -270,18 +249,6 @@ def _resume(runner: Any) -> Cursor | None:
     if (last.terminated or last.truncated) and not same_step:
         return None
     return Cursor(last.observation, runner.steps_in_episode)
-
-
-def _answer(reset: Callable[..., Any], step: Callable[[Any], Any], asked: Any) -> Any:
-    if asked is RESET:
-        answer = reset()
-    elif isinstance(asked, tuple) and len(asked) == 2 and asked[0] == "seed":
-        answer = reset(asked[1])
-    else:
-        answer = step(asked)
-    if isinstance(answer, Failure):
-        raise _Stop(answer)
-    return answer
 
 
 def _seed(request: Rollout, env: int) -> int | None:

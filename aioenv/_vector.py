@@ -26,18 +26,12 @@ from gymnasium.vector.utils import (
     iterate,
 )
 
-from ._environment import (
-    EnvSource,
-    GymnasiumEnvironment,
-    GymnasiumFactory,
-    build_environment,
-    describe_source,
-    resolve_source,
-)
+from ._environment import EnvSource, GymnasiumFactory, resolve_source
 from ._errors import VectorEnvClosed
 from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
+from ._probe import probe_env
 from ._sentinels import RESET, Reset
 from ._vector_layout import EnvLayout, VectorArrays, grouped
 from ._vector_runtime import Runtime, exchange, raised, start
@@ -57,7 +51,9 @@ class AioVectorEnv(VectorEnv):
     ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as
     gymnasium's vector envs do; ``AioVectorEnv(env, num_envs)`` builds ``num_envs`` envs
     from one id or factory. ``mode`` (default ``"process"``) and the pool options are those
-    of :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...).
+    of :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...);
+    ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
+    ``reset``/``step`` are ``async def``, as well as plain ones.
     ``envs_per_worker=k`` groups ``k`` consecutive envs in one worker (one message per
     worker and step); process workers are grouped by default, ``k`` chosen from the cores
     (16 envs on 2 cores: 2 workers of 8; ``envs_per_worker=1`` turns it off).
@@ -96,7 +92,7 @@ class AioVectorEnv(VectorEnv):
             if num_envs is None:
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
             env = first = resolve_source(env)  # an unknown id fails here
-        probe = _probe(first)  # before any worker starts
+        probe = probe_env(first)  # before any worker starts
         env, num_envs = grouped(env, num_envs, mode, pool_options)
         pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
         self._setup(pool, probe, observation_mode)
@@ -116,7 +112,7 @@ class AioVectorEnv(VectorEnv):
                     "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
-        venv._setup(pool, _probe(pool.workers[0].source), observation_mode)
+        venv._setup(pool, probe_env(pool.workers[0].source), observation_mode)
         return venv
 
     def _setup(
@@ -368,26 +364,3 @@ def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
             f"value, got reset_mask={mask}"
         )
     return mask
-
-
-def _probe(source: EnvSource) -> tuple[dict[str, Any], Any, Any, Any]:
-    """Like gymnasium's AsyncVectorEnv: one env built here for the spaces and metadata."""
-    env = build_environment(source)
-    if not isinstance(env, GymnasiumEnvironment):
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
-        raise TypeError(
-            f"AioVectorEnv needs gymnasium envs, and {describe_source(source)} built a "
-            f"{type(env).__name__}; drive other envs with a pool (aioenv.make_pool)"
-        )
-    try:
-        single = env.env
-        return (
-            dict(single.metadata),
-            single.render_mode,
-            single.observation_space,
-            single.action_space,
-        )
-    finally:
-        env.close()

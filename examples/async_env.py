@@ -4,7 +4,7 @@ that this script starts itself on 127.0.0.1 (nothing leaves the machine).
 The game is a walk on a line: the walker starts at 0 and moves -1 or +1 per step; reaching
 +5 wins (reward 1), -5 loses (reward -1), and the server answers after a few milliseconds,
 like a remote simulator would. Every env is an *async gymnasium env*: ``reset`` and
-``step`` are ``async def`` and return gymnasium's tuples; ``mode="async"`` runs them all as
+``step`` are ``async def`` and return gymnasium's tuples; ``mode="coroutine"`` runs them all as
 tasks on one event loop. Run with ``python examples/async_env.py [--envs N --seconds S]``.
 """
 
@@ -91,7 +91,7 @@ async def main(num_envs: int, seconds: float, seed: int) -> None:
     async with (
         server,
         aioenv.make_pool(
-            lambda: RemoteWalk(port), num_envs, mode="async", autoreset="next_step"
+            lambda: RemoteWalk(port), num_envs, mode="coroutine", autoreset="next_step"
         ) as pool,
     ):
         pool.reset()

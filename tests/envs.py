@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -513,3 +513,82 @@ class UnpicklableHere:
 
 def _refuse() -> Any:
     raise RuntimeError("this policy refuses to be unpickled")
+
+
+class Chatty(Walk):
+    """:class:`Walk` with infos: reset's holds the episode's draw, each step's the step
+    number and, on an episode's last step, its length."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        observation, _ = super().reset(seed=seed, options=options)
+        return observation, {"draw": self.draw}
+
+    def step(self, action: int) -> Any:
+        observation, reward, terminated, truncated, _ = super().step(action)
+        info: dict[str, Any] = {"t": self.t}
+        if terminated or truncated:
+            info["length"] = self.length
+        return observation, reward, terminated, truncated, info
+
+
+class AsyncChatty(Chatty):
+    """:class:`Chatty` as an async gymnasium env: ``reset``, ``step`` and ``close`` are
+    ``async def``, each yielding to the loop first. ``built`` keeps every instance, so a
+    test can check that each was closed (``closed``)."""
+
+    built: ClassVar[list[AsyncChatty]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        AsyncChatty.built.append(self)
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        await asyncio.sleep(0)
+        return Chatty.reset(self, seed=seed, options=options)
+
+    async def step(self, action: int) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return Chatty.step(self, action)
+
+    async def close(self) -> None:  # type: ignore[override]
+        await asyncio.sleep(0)
+        self.closed = True
+
+
+class TupleActions(gymnasium.Env[np.ndarray, tuple[int, int]]):
+    """Counts its steps and resets (``steps``, ``resets``); its actions are pairs (a
+    ``Tuple`` space), its observation the steps taken, its reward the pair's last item;
+    episodes never end."""
+
+    observation_space = gymnasium.spaces.Box(0, np.inf, (1,), np.float64)
+    action_space = gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(3),) * 2)
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.resets += 1
+        return np.array([self.steps], np.float64), {}
+
+    def step(self, action: tuple[int, int]) -> Any:
+        self.steps += 1
+        return np.array([self.steps], np.float64), float(action[-1]), False, False, {}
+
+
+class AsyncTupleActions(TupleActions):
+    """:class:`TupleActions` as an async gymnasium env."""
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        await asyncio.sleep(0)
+        return TupleActions.reset(self, seed=seed, options=options)
+
+    async def step(self, action: tuple[int, int]) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return TupleActions.step(self, action)

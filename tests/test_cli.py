@@ -39,7 +39,7 @@ def test_info_prints_versions_loop_kinds_and_support() -> None:
     for name in ("anyio", "uvloop", "tqdm"):
         assert any(line.startswith(f"{name} ") for line in lines)
     assert "event loop (aioenv.run): uvloop.Loop" in lines
-    assert "worker kinds: sync, thread, process, async, ray" in lines
+    assert "worker kinds: sync, thread, process, coroutine, ray" in lines
     assert any(line.startswith("ray: ") for line in lines)
     assert (
         "trio: importable (pools run under trio on a private asyncio loop: "
@@ -67,7 +67,7 @@ def test_bench_json_has_every_mode_and_positive_rates() -> None:
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["env"] == "CartPole-v1" and report["workers"] == 2
     rates = report["steps_per_s"]
-    expected = ["sync", "thread", "process", "async", "process grouped", "AioVectorEnv"]
+    expected = ["sync", "thread", "process", "coroutine", "process grouped", "AioVectorEnv"]
     assert list(rates) == [*expected, "gymnasium SyncVectorEnv", "gymnasium AsyncVectorEnv"]
     assert all(rate > 0 for rate in rates.values()), rates
     assert all(steps > 0 for steps in report["steps"].values())

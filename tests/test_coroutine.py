@@ -1,4 +1,5 @@
-"""Coroutine envs (``mode="async"``): async reset/step run as tasks on the event loop."""
+"""Coroutine envs (``mode="coroutine"``, old spelling ``"async"``): async reset/step run as
+tasks on the event loop."""
 
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ async def test_env_exception_is_an_env_error_with_traceback(where: str) -> None:
         assert "Traceback" in error.remote_traceback and "raise ValueError" in (
             error.remote_traceback
         )
-        assert "async worker" in str(error)
+        assert "coroutine worker" in str(error)
         if where == "step":  # the worker survives its env's exception
             worker.send_action(1)
             assert (await worker.get_state())["t"] == 1
@@ -270,7 +271,7 @@ async def test_force_sync_keeps_async_workers_and_gives_send_order() -> None:
         force_sync=True,
     )
     assert isinstance(pool, aioenv.SyncWorkerPool)
-    assert [w.kind for w in pool.workers] == ["async", "async", "sync"]
+    assert [w.kind for w in pool.workers] == ["coroutine", "coroutine", "sync"]
     await pool.aclose()
     pool = aioenv.make_pool(
         lambda: AsyncCounter(gates=gates, finished=finished), 3, mode="async", force_sync=True
@@ -315,7 +316,7 @@ async def test_sync_kinds_refuse_coroutine_envs_with_a_clear_error() -> None:
         errors = await states_or_errors(pool, 2, aioenv.EnvError)
         for error in errors.values():
             assert isinstance(error, aioenv.EnvError)
-            assert "mode='async'" in str(error)
+            assert "mode='coroutine'" in str(error)
 
 
 def test_unknown_mode_lists_async() -> None:

@@ -22,6 +22,7 @@ CHILD_SIDE = {
     "aioenv._async_runner",
     "aioenv._vector_runner",
     "aioenv._segment",
+    "aioenv._plan",
     "aioenv._async_environment",
     "aioenv._seeds",
     "aioenv._protocol",

@@ -200,7 +200,7 @@ async def test_a_coroutine_env_using_trio_on_asyncio_fails_with_an_env_error_say
 ):
     async with aioenv.make_pool(TrioCounter, 1, mode="async") as pool:
         pool.reset()
-        with pytest.raises(aioenv.EnvError, match="async worker 0") as caught:
+        with pytest.raises(aioenv.EnvError, match="coroutine worker 0") as caught:
             await pool.get_state()
         message = str(caught.value)  # the worker's traceback shows the trio call
         assert "in reset" in message and f"{Path(trio.__file__).parent}" in message
@@ -213,7 +213,7 @@ def test_a_coroutine_env_using_asyncio_under_trio_fails_with_an_env_error_saying
     async def main() -> None:
         async with aioenv.make_pool(AsyncCounter, 1, mode="async") as pool:
             pool.reset()
-            with pytest.raises(aioenv.EnvError, match="async worker 0") as caught:
+            with pytest.raises(aioenv.EnvError, match="coroutine worker 0") as caught:
                 await pool.get_state()
             assert "env that calls asyncio needs the pool run on asyncio" in caught.value.args[0]
 

@@ -102,7 +102,7 @@ async def test_get_state_with_nothing_in_flight_raises_at_once(kind: str) -> Non
 async def test_second_action_before_state_taken_raises(kind: str) -> None:
     async with make(kind, Counter) as worker:
         worker.send_action(RESET)
-        with pytest.raises(aioenv.StateNotTaken, match=f"{kind} worker"):
+        with pytest.raises(aioenv.StateNotTaken, match=f"{worker.kind} worker"):
             worker.send_action(1)
         with pytest.raises(aioenv.StateNotTaken):
             worker.send_action(RESET)

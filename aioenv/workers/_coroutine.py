@@ -48,7 +48,7 @@ class AsyncEnvWorker(Worker[S]):
     default 5), ``step_timeout`` and ``start_timeout`` (seconds, default None).
     """
 
-    kind = "async"
+    kind = "coroutine"
     _discard_verb = "cancelled (its task was cancelled and the env closed)"
 
     def __init__(
