@@ -92,7 +92,7 @@ def test_bench_table_and_no_progress_bar_when_not_a_terminal() -> None:
     labels = [line.rsplit(maxsplit=2)[0] for line in table]
     assert labels == [
         "aioenv sync",
-        "aioenv async",
+        "aioenv coroutine",
         "aioenv process, 1 env per worker",
         "aioenv AioVectorEnv",
         "gymnasium SyncVectorEnv",
@@ -130,6 +130,8 @@ def test_bench_takes_a_module_id_whose_module_registers_it(monkeypatch: pytest.M
     assert set(report["steps"]) == {
         "sync",
         "process",
+        "process grouped",
+        "AioVectorEnv",
         "gymnasium SyncVectorEnv",
         "gymnasium AsyncVectorEnv",
     }

@@ -23,6 +23,7 @@ CHILD_SIDE = {
     "aioenv._vector_runner",
     "aioenv._segment",
     "aioenv._plan",
+    "aioenv._registry",
     "aioenv._async_environment",
     "aioenv._seeds",
     "aioenv._protocol",

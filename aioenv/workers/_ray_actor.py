@@ -21,7 +21,7 @@ from .._messages import ControlRequest, EpisodeOptions, Failure
 from .._registry import merge as merge_registry
 from .._runner import EnvRunner
 from .._vector_runner import Runner, make_runner
-from ._ray_protocol import Message, Op, Ready, Reply
+from ._ray_protocol import Message, Op, Pickled, Ready, Reply
 
 __all__ = ["EnvActor"]
 
@@ -69,7 +69,7 @@ class EnvActor:
                 replies.append((slot, seq, _portable(runner.handle(payload))))
             elif op == Op.CONTROL:
                 request: ControlRequest = _resolved(payload)
-                replies.append((slot, seq, _portable(runner.control(request))))
+                replies.append((slot, seq, _pickled(_portable(runner.control(request)))))
             elif op == Op.CLOSE_SLOT:
                 runner.close()
             else:
@@ -93,13 +93,18 @@ class EnvActor:
         time.sleep(seconds)
 
 
-def _ready(runner: Runner) -> Ready:
-    spaces = runner.spaces
+def _ready(runner: Runner) -> Ready | Pickled:
+    ready = _pickled(Ready(*runner.spaces))
+    return Ready(None, None) if isinstance(ready, Ready) else ready  # spaces are informative
+
+
+def _pickled(result: Any) -> Any:
+    """``result`` as :class:`Pickled` bytes, or as it is where cloudpickle cannot take it
+    (Ray's serializer then says why)."""
     try:
-        cloudpickle.dumps(spaces)
+        return Pickled(cloudpickle.dumps(result, protocol=5))
     except Exception:
-        return Ready(None, None)  # spaces are informative only
-    return Ready(*spaces)
+        return result
 
 
 def _portable(result: Any) -> Any:

@@ -22,8 +22,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
+
 from .._messages import EpisodeOptions, Failure
-from ._ray_protocol import Message, Op
+from ._ray_protocol import Message, Op, Pickled
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
 
@@ -215,6 +217,8 @@ class ActorHost:
         for slot, seq, result in replies:
             if not self.alive:
                 return
+            if type(result) is Pickled:
+                result = _unpickled(result)
             deliver[slot](self, seq, result)
 
     def _fail_call(self, call: _Call, error: BaseException) -> None:
@@ -304,3 +308,11 @@ def _actor_class(ray: Any) -> Any:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _unpickled(reply: Pickled) -> Any:
+    """A :class:`Pickled` reply's value, or the Failure that says why it would not load."""
+    try:
+        return cloudpickle.loads(reply.data)
+    except Exception as exc:
+        return Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")

@@ -7,7 +7,7 @@ import dataclasses
 import enum
 from typing import Any
 
-__all__ = ["Message", "Op", "Ready", "Reply"]
+__all__ = ["Message", "Op", "Pickled", "Ready", "Reply"]
 
 
 class Op(enum.IntEnum):
@@ -24,6 +24,15 @@ class Op(enum.IntEnum):
 Message = tuple[int, int, Op, Any]
 #: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
 Reply = tuple[int, int, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pickled:
+    """A reply in cloudpickle's bytes (spaces, control results): classes the parent
+    shipped by value with the env (a custom space defined in a script) come back as the
+    parent's own classes, where Ray's serializer would make new ones that compare unequal."""
+
+    data: bytes
 
 
 @dataclasses.dataclass(frozen=True)
