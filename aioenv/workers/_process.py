@@ -60,7 +60,13 @@ S = TypeVar("S")
 #: between two steps of a lockstep loop, not for waiting on a slow learner.
 MAX_IDLE_SPIN = 0.01
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
-_PRELOAD = ["aioenv.workers._quiet_start", "aioenv.workers._child", "numpy", "gymnasium"]
+_PRELOAD = [
+    "aioenv.workers._quiet_start",
+    "aioenv.workers._child",
+    "numpy",
+    "gymnasium",
+    "aioenv.workers._thread_caps_preload",
+]
 
 
 def default_context() -> Context:

@@ -78,11 +78,11 @@ class ThreadCaps:
         """The caps for ``threads_per_env`` (None: no caps), each variable set in
         ``environ`` (the parent's environment) keeping its value; a bad value is a
         ValueError naming ``owner``."""
-        if check_threads(threads_per_env, owner) is None:
+        threads = check_threads(threads_per_env, owner)
+        if threads is None:
             return None
-        default = str(threads_per_env)
-        variables = tuple((name, environ.get(name, default)) for name in THREAD_VARIABLES)
-        return cls(variables, threads_per_env)  # type: ignore[arg-type]
+        variables = tuple((name, environ.get(name, str(threads))) for name in THREAD_VARIABLES)
+        return cls(variables, threads)
 
     def limit(self, variable: str) -> int | None:
         """The thread count ``variable`` says, or None where it is not a count (say
