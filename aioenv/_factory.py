@@ -36,6 +36,7 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
             "envs_per_worker",
             "idle_spin",
             "shared_memory",
+            "threads_per_env",
         }
     ),
     "coroutine": frozenset({"cleanup_time"}),
@@ -49,6 +50,7 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
             "resources",
             "runtime_env",
             "actor_options",
+            "threads_per_env",
         }
     ),
 }
@@ -108,7 +110,11 @@ def make_pool(
         ``idle_spin`` (see :class:`~aioenv.ProcessWorker`); for
         Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
         ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
-        ``envs_per_actor`` (how many workers share one actor; default 1).
+        ``envs_per_actor`` (how many workers share one actor; default 1); for both,
+        ``threads_per_env`` (the threads each native thread pool of a child process or
+        actor may use: OpenMP, BLAS, numexpr, torch, OpenCV; default 1, None leaves them
+        as the libraries set them; a thread variable such as ``OMP_NUM_THREADS`` set in
+        this process's environment keeps its value).
         ``envs_per_worker=k`` (any kind but coroutine; default 1): each worker steps ``k`` envs
         together; its actions are batches of ``k`` and its states
         :class:`~aioenv.BatchStep` (one message per batch for process workers).

@@ -4,8 +4,11 @@ workers can build them however the forkserver was started."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -592,3 +595,61 @@ class AsyncTupleActions(TupleActions):
     async def step(self, action: tuple[int, int]) -> Any:  # type: ignore[override]
         await asyncio.sleep(0)
         return TupleActions.step(self, action)
+
+
+#: The fake libraries in tests/fake_threaded, each recording the thread counts it is given.
+FAKE_THREADED = ("torch", "cv2")
+#: The variables that bound the native thread pools libraries start as they load.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+class ThreadReport(gymnasium.Env[int, int]):
+    """Reports, at each reset (``report``, for ``get_attr``), what bounds its process's
+    threads: the native pools threadpoolctl sees, the thread variables, and the calls each
+    fake library of ``fakes`` (a folder) got. The fakes are imported at construction, or
+    with ``planted`` put straight into ``sys.modules``, as no import would; not in process
+    ``test_pid`` (where AioVectorEnv builds one env for its spaces), whose imports must not
+    change."""
+
+    observation_space = gymnasium.spaces.Discrete(1)
+    action_space = gymnasium.spaces.Discrete(1)
+
+    def __init__(self, fakes: str | None = None, planted: bool = False, test_pid: int = 0) -> None:
+        for name in FAKE_THREADED if fakes is not None and os.getpid() != test_pid else ():
+            assert fakes is not None
+            if planted:
+                location = os.path.join(fakes, f"{name}.py")
+                spec = importlib.util.spec_from_file_location(name, location)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                sys.modules[name] = module
+            else:
+                sys.path.insert(0, fakes)
+                importlib.import_module(name)
+        self.report: dict[str, Any] = {}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        super().reset(seed=seed)
+        from threadpoolctl import threadpool_info
+
+        self.report = {
+            "pools": {pool["internal_api"]: pool["num_threads"] for pool in threadpool_info()},
+            "variables": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+            "calls": {
+                name: list(sys.modules[name].calls) for name in FAKE_THREADED if name in sys.modules
+            },
+        }
+        return 0, {}
+
+    def step(self, action: int) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        return 0, 0.0, False, False, {}

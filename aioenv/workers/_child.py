@@ -39,6 +39,7 @@ from .._registry import merge as merge_registry
 from .._runner import EnvRunner
 from .._shared_memory import SharedObservations
 from .._vector_runner import Runner, make_runner
+from ._thread_caps import ThreadCaps, cap_imported, cap_threads
 
 __all__ = ["serve"]
 
@@ -53,24 +54,28 @@ def serve(
     episode: EpisodeOptions,
     build: bool,
     registry: bytes,
+    thread_caps: ThreadCaps | None,
     idle_spin: float = 0.0,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
     ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
     and report its spaces (READY); otherwise each slot waits for a REBUILD. ``registry``:
     the parent's gymnasium ids (:func:`aioenv._registry.snapshot`), added to this
-    process's before any env is built. ``idle_spin``: seconds to poll for the next request
-    before blocking on it."""
+    process's before any env is built. ``thread_caps``: the caps of this process's native
+    thread pools, applied before any env is built (:mod:`aioenv.workers._thread_caps`).
+    ``idle_spin``: seconds to poll for the next request before blocking on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
     merge_registry(registry)
+    cap_threads(thread_caps)
     shared: list[SharedObservations | None] = [None] * len(payloads)
     sources = [_unpickle(payload) for payload in payloads]
     runners = [
         _runner(source, seed, episode, build) for source, seed in zip(sources, seeds, strict=True)
     ]
+    cap_imported(thread_caps)
     try:
         if build:
             sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
@@ -92,6 +97,7 @@ def serve(
                     runner.close()
                     seed, slot_episode = loads(frame)
                     runners[slot] = _runner(sources[slot], seed, slot_episode, True)
+                    cap_imported(thread_caps)
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
                     # while this child steps the next env, and neither side idles long

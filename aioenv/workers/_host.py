@@ -28,6 +28,7 @@ from typing import Any
 
 from .._messages import EpisodeOptions
 from .._protocol import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
+from ._thread_caps import ThreadCaps
 
 __all__ = ["Context", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -53,15 +54,17 @@ class _Recipe:
     on_exit: Sequence[OnExit]
     idle_spin: float
     registry: bytes
+    thread_caps: ThreadCaps | None
 
 
 class Host:
     """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
     pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
     ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
-    builds any env (:func:`aioenv._registry.snapshot`). ``build``: the child builds every
-    env at once (a replacement after a death builds each slot only when asked to, see
-    :meth:`replacement`)."""
+    builds any env (:func:`aioenv._registry.snapshot`). ``thread_caps``: how the child caps its
+    native thread pools before it builds any env (None: it leaves them as they are).
+    ``build``: the child builds every env at once (a replacement after a death builds each
+    slot only when asked to, see :meth:`replacement`)."""
 
     def __init__(
         self,
@@ -74,11 +77,21 @@ class Host:
         deliver: Sequence[Deliver],
         on_exit: Sequence[OnExit],
         registry: bytes,
+        thread_caps: ThreadCaps | None,
         build: bool = True,
         idle_spin: float = 0.0,
     ) -> None:
         self._recipe = _Recipe(
-            context, name, payloads, seeds, episode, deliver, on_exit, idle_spin, registry
+            context,
+            name,
+            payloads,
+            seeds,
+            episode,
+            deliver,
+            on_exit,
+            idle_spin,
+            registry,
+            thread_caps,
         )
         parent_end, child_end = socket.socketpair()
         alive_parent, alive_child = socket.socketpair()
@@ -92,6 +105,7 @@ class Host:
                 episode,
                 build,
                 registry,
+                thread_caps,
                 idle_spin,
             ),
             name=f"aioenv-process-worker ({name})",
@@ -162,6 +176,7 @@ class Host:
                 deliver=recipe.deliver,
                 on_exit=recipe.on_exit,
                 registry=recipe.registry,
+                thread_caps=recipe.thread_caps,
                 build=False,
                 idle_spin=recipe.idle_spin,
             )

@@ -50,6 +50,7 @@ from .._shared_memory import AUTO_THRESHOLD, Layout, SharedObservations, availab
 from ._host import TERMINATE_GRACE, Context, Host, describe_exit
 from ._policy_shipping import mark_shipped, without_shipped
 from ._slotted import SlottedWorker
+from ._thread_caps import ThreadCaps
 
 __all__ = ["ProcessWorker", "default_context"]
 
@@ -59,7 +60,13 @@ S = TypeVar("S")
 #: between two steps of a lockstep loop, not for waiting on a slow learner.
 MAX_IDLE_SPIN = 0.01
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
-_PRELOAD = ["aioenv.workers._quiet_start", "aioenv.workers._child", "numpy", "gymnasium"]
+_PRELOAD = [
+    "aioenv.workers._quiet_start",
+    "aioenv.workers._child",
+    "numpy",
+    "gymnasium",
+    "aioenv.workers._thread_caps_preload",
+]
 
 
 def default_context() -> Context:
@@ -105,6 +112,15 @@ class ProcessWorker(SlottedWorker[S, Host]):
         answer before it sleeps (default 0: it sleeps at once). In a lockstep loop with a
         core to spare per child this saves both sides a wake-up per step; an idle pool
         costs at most this much CPU per child after each answer. At most 0.01.
+    :param threads_per_env: the threads each native thread pool of the child may use
+        (OpenMP, OpenBLAS, MKL, BLIS, Accelerate, numexpr, torch, OpenCV); default 1, so
+        that env processes do not fight over the cores. The child sets
+        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+        ``BLIS_NUM_THREADS``, ``VECLIB_MAXIMUM_THREADS`` and ``NUMEXPR_NUM_THREADS``
+        before it builds the env, caps the libraries already loaded, and caps torch and
+        OpenCV as the env imports them (it never imports them itself). One of these
+        variables set in this process's environment keeps its value there. None leaves
+        every pool as the libraries set it.
 
     The other parameters are :class:`~aioenv.workers.Worker`'s.
     """
@@ -124,6 +140,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         start_timeout: float | None = None,
         shared_memory: bool | Literal["auto"] = "auto",
         idle_spin: float = 0.0,
+        threads_per_env: int | None = 1,
         _start: bool = True,
     ) -> None:
         self._host: Host | None = None  # the child serving this worker's env now
@@ -155,6 +172,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 f"{idle_spin!r}"
             )
         self._idle_spin = float(idle_spin)
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._layout: Layout | None = None  # known once the env reports its space
         self._shared: SharedObservations | None = None  # mapped for the current host
         self._context = _resolve_context(context)
@@ -205,6 +223,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             deliver=[worker._on_host_message for worker in workers],
             on_exit=[worker._on_host_exit for worker in workers],
             registry=registry,
+            thread_caps=first._thread_caps,
             idle_spin=first._idle_spin,
         )
         for slot, worker in enumerate(workers):

@@ -35,6 +35,7 @@ from ._ray_host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._ray_protocol import Op, Ready
 from ._ray_values import shared_request
 from ._slotted import SlottedWorker
+from ._thread_caps import ThreadCaps
 
 __all__ = ["RayWorker"]
 
@@ -70,6 +71,10 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         directory, environment variables); default None.
     :param actor_options: further options for Ray's ``.options()`` (``scheduling_strategy``,
         ``memory``, ``name``, ...); they win over the ones above. Default None.
+    :param threads_per_env: the threads each native thread pool of the actor's process may
+        use; default 1; None leaves them as the libraries (and Ray) set them. As
+        :class:`~aioenv.ProcessWorker`'s: the variables set in this process's environment
+        keep their values in the actor.
 
     The other parameters are :class:`~aioenv.workers.Worker`'s.
     """
@@ -91,6 +96,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        threads_per_env: int | None = 1,
         _start: bool = True,
     ) -> None:
         import_ray()  # a clear error now if Ray is missing
@@ -112,6 +118,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._actor_options = _actor_options(
             num_cpus, num_gpus, resources, runtime_env, actor_options
         )
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._slot = 0
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         #: The resources the cluster lacked for this worker's pool when its actors started.
@@ -283,6 +290,7 @@ def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
         deliver=[worker._on_actor_reply for worker in workers],
         on_death=[worker._on_actor_death for worker in workers],
         registry=registry,
+        thread_caps=first._thread_caps,
     )
     for slot, worker in enumerate(workers):
         worker._join(host, slot)

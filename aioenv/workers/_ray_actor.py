@@ -22,6 +22,7 @@ from .._registry import merge as merge_registry
 from .._runner import EnvRunner
 from .._vector_runner import Runner, make_runner
 from ._ray_protocol import Message, Op, Pickled, Ready, Reply
+from ._thread_caps import ThreadCaps, cap_imported, cap_threads
 
 __all__ = ["EnvActor"]
 
@@ -30,7 +31,8 @@ class EnvActor:
     """Serves one env per payload (cloudpickled env sources); slot ``i`` is seeded with
     ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks,
     once the parent's gymnasium ids (``registry``, :func:`aioenv._registry.snapshot`) are
-    added to this process's."""
+    added to this process's and its native thread pools capped (``thread_caps``, see
+    :mod:`aioenv.workers._thread_caps`)."""
 
     def __init__(
         self,
@@ -38,8 +40,11 @@ class EnvActor:
         seeds: list[int | None],
         episode: EpisodeOptions,
         registry: bytes,
+        thread_caps: ThreadCaps | None,
     ) -> None:
         merge_registry(registry)
+        cap_threads(thread_caps)
+        self._thread_caps = thread_caps
         self._sources: list[Any] = []
         self._failures: list[Failure | None] = []  # an env source that did not unpickle
         self._runners: list[Runner] = []
@@ -79,6 +84,7 @@ class EnvActor:
                     runner = self._runner(slot, seed, episode)
                     self._runners[slot] = runner
                 runner.build()
+                cap_imported(self._thread_caps)
                 replies.append((slot, 0, _ready(runner)))
         return replies
 

@@ -26,6 +26,7 @@ import cloudpickle
 
 from .._messages import EpisodeOptions, Failure
 from ._ray_protocol import Message, Op, Pickled
+from ._thread_caps import ThreadCaps
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
 
@@ -79,6 +80,7 @@ class _Recipe:
     deliver: Sequence[Deliver]
     on_death: Sequence[OnDeath]
     registry: bytes
+    thread_caps: ThreadCaps | None
 
 
 @dataclasses.dataclass
@@ -93,8 +95,9 @@ class _Call:
 class ActorHost:
     """One Ray actor serving ``len(payloads)`` env slots. ``registry``: the gymnasium ids
     the actor adds to its own before it builds any env (:func:`aioenv._registry.snapshot`).
-    ``build``: every slot's env is built at once (a replacement builds each slot when its
-    worker asks for a REBUILD)."""
+    ``thread_caps``: how the actor caps its native thread pools before it builds any env
+    (None: it leaves them as they are). ``build``: every slot's env is built at once (a
+    replacement builds each slot when its worker asks for a REBUILD)."""
 
     def __init__(
         self,
@@ -106,13 +109,18 @@ class ActorHost:
         deliver: Sequence[Deliver],
         on_death: Sequence[OnDeath],
         registry: bytes,
+        thread_caps: ThreadCaps | None,
         build: bool = True,
     ) -> None:
-        self._recipe = _Recipe(options, payloads, seeds, episode, deliver, on_death, registry)
+        self._recipe = _Recipe(
+            options, payloads, seeds, episode, deliver, on_death, registry, thread_caps
+        )
         self._ray = ray = import_ray()
         init_ray(ray)
         actor_class = _actor_class(ray).options(**options)
-        self._actor = actor_class.remote(list(payloads), list(seeds), episode, registry)
+        self._actor = actor_class.remote(
+            list(payloads), list(seeds), episode, registry, thread_caps
+        )
         self.size = len(payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
@@ -158,6 +166,7 @@ class ActorHost:
                 deliver=recipe.deliver,
                 on_death=recipe.on_death,
                 registry=recipe.registry,
+                thread_caps=recipe.thread_caps,
                 build=False,
             )
         return self.successor
