@@ -9,6 +9,7 @@ slice each, never a Python object per env.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Sequence
@@ -146,6 +147,31 @@ class EnvLayout:
                 for part in parts
             ]
 
+    def sends(
+        self, single_space: Any, actions: Any, per_env: list[Any], env_ids: list[int]
+    ) -> tuple[list[int], list[Any]]:
+        """The workers that step the envs ``env_ids`` and their batches of actions, from
+        ``actions`` (``per_env[k]``, split by gymnasium's ``iterate``, is env
+        ``env_ids[k]``'s). A worker steps all its envs or none: ValueError otherwise."""
+        if not self.batched:
+            return list(env_ids), per_env
+        row_of = {env: row for row, env in enumerate(env_ids)}
+        worker_ids: list[int] = []
+        requests: list[Any] = []
+        for worker_id, part in enumerate(self.slices()):
+            rows = [row_of.get(env) for env in range(part.start, part.stop)]
+            if all(row is None for row in rows):
+                continue
+            if any(row is None for row in rows):
+                raise ValueError(
+                    f"envs {part.start}-{part.stop - 1} are stepped together by worker "
+                    f"{worker_id} (envs_per_worker={part.stop - part.start}): send() needs "
+                    f"actions for all of them or none, got env_id={env_ids}; nothing was sent"
+                )
+            worker_ids.append(worker_id)
+            requests.append(_rows_of(single_space, actions, per_env, rows))  # type: ignore[arg-type]
+        return worker_ids, requests
+
     def resets(
         self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
     ) -> tuple[list[int], list[Any]]:
@@ -247,6 +273,17 @@ class VectorArrays:
 
 class _OwnBatching(Exception):
     """A space whose batching gymnasium does not define (its author registered one)."""
+
+
+def _rows_of(single_space: Any, actions: Any, per_env: list[Any], rows: list[int]) -> Any:
+    """The rows ``rows`` of a batch of actions, as a batch of their own: sliced where they
+    follow each other in order (what :meth:`EnvLayout.actions` does), else joined."""
+    first = rows[0]
+    if rows == list(range(first, first + len(rows))):
+        with contextlib.suppress(_OwnBatching):
+            return _part(single_space, actions, slice(first, first + len(rows)))
+    out = create_empty_array(single_space, len(rows))
+    return concatenate(single_space, [per_env[row] for row in rows], out)  # type: ignore[arg-type]
 
 
 def _part(space: Any, batch: Any, part: slice) -> Any:
