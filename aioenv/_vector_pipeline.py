@@ -142,8 +142,8 @@ class Pipeline:
         if len(flying) < self.workers_per_batch:
             raise NoAsyncCallError(
                 f"recv() would wait forever: it returns batch_size={self.batch_size} envs and "
-                f"{len(self.envs(flying))} are in flight; async_reset() or send() actions "
-                "first",
+                f"only {len(self.envs(flying))} env(s) are in flight; async_reset() or send() "
+                "actions first",
                 "step",
             )
 
