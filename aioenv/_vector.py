@@ -33,7 +33,6 @@ from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._probe import probe_env
-from ._sentinels import RESET, Reset
 from ._vector_layout import EnvLayout, VectorArrays, grouped
 from ._vector_pipeline import Pipeline, dispatch, info_rows, receive
 from ._vector_runtime import Runtime, collect, exchange, raised, start
@@ -232,7 +231,7 @@ class AioVectorEnv(VectorEnv):
     ) -> tuple[Any, dict[str, Any]]:
         self._check_open()
         self._pipeline.check_idle(self._pool, "reset()")
-        ids, requests = self._reset_requests(seed, options, "reset()")
+        ids, requests = self._layout.reset_requests(seed, options, "reset()")
         infos = self._gather(ids, self._exchange(ids, requests))
         return self._observations(), infos
 
@@ -260,7 +259,7 @@ class AioVectorEnv(VectorEnv):
             raise ValueError(
                 "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
             )
-        ids, requests = self._reset_requests(seed, options, "async_reset()")
+        ids, requests = self._layout.reset_requests(seed, options, "async_reset()")
         pipeline = self._pipeline
         pipeline.clear()
         pipeline.started()
@@ -359,29 +358,6 @@ class AioVectorEnv(VectorEnv):
         return self._stepped(workers, states)
 
     # Requests out, states in ------------------------------------------------------------
-    def _reset_requests(
-        self, seed: int | list[int | None] | None, options: dict[str, Any] | None, call: str
-    ) -> tuple[list[int], list[Any]]:
-        """The workers a reset goes to and their requests."""
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int):
-            seeds = [seed + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"{call} needs {self.num_envs} seeds, got {len(seeds)}")
-        options = dict(options) if options is not None else None
-        mask = np.ones(self.num_envs, dtype=np.bool_)
-        if options is not None and "reset_mask" in options:
-            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
-        if self._layout.batched:
-            return self._layout.resets(seeds, mask, options)
-        ids = np.flatnonzero(mask).tolist()
-        return ids, [
-            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
-        ]
-
     def _step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
         """The workers a step of every env goes to and their requests."""
         batch = list(iterate(self.action_space, actions))
@@ -475,21 +451,3 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
-
-
-def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
-    """gymnasium's checks of a reset mask, with its exception types and texts."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,):
-        raise ValueError(
-            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
-        )
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not mask.any():
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True "
-            f"value, got reset_mask={mask}"
-        )
-    return mask

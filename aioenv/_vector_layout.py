@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from gymnasium import spaces
 from gymnasium.spaces import (
     Box,
@@ -172,6 +173,30 @@ class EnvLayout:
             requests.append(_rows_of(single_space, actions, per_env, rows))  # type: ignore[arg-type]
         return worker_ids, requests
 
+    def reset_requests(
+        self, seed: int | list[int | None] | None, options: dict[str, Any] | None, call: str
+    ) -> tuple[list[int], list[Any]]:
+        """The workers a vector env's reset goes to and their requests: gymnasium's seeds
+        (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``."""
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"{call} needs {self.num_envs} seeds, got {len(seeds)}")
+        options = dict(options) if options is not None else None
+        mask = np.ones(self.num_envs, dtype=np.bool_)
+        if options is not None and "reset_mask" in options:
+            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
+        if self.batched:
+            return self.resets(seeds, mask, options)
+        ids = np.flatnonzero(mask).tolist()
+        return ids, [
+            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
+        ]
+
     def resets(
         self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
     ) -> tuple[list[int], list[Any]]:
@@ -236,6 +261,24 @@ class EnvLayout:
                 if row in batch.infos:
                     infos = add_info(infos, batch.infos[row], lo + row)
         return infos
+
+
+def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
+    """gymnasium's checks of a reset mask, with its exception types and texts."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
+        )
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
+    return mask
 
 
 class VectorArrays:
