@@ -1,4 +1,5 @@
-"""A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code.
+"""A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code, with
+EnvPool's pipelined ``send``/``recv`` (see :mod:`aioenv._vector_pipeline`).
 
 The pool runs on an event loop in a daemon thread, so the vector env works from plain code
 and from inside a running loop alike, and never holds up interpreter exit. ``reset`` and
@@ -70,6 +71,15 @@ class AioVectorEnv(VectorEnv):
     checked at construction (``RuntimeError``); whatever was started is closed again when
     the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
     env left open is closed when it is garbage collected or at interpreter exit.
+
+    Besides lockstep ``step``, the envs can be driven EnvPool's way: ``async_reset()``,
+    then ``recv()`` (the first ``batch_size`` envs to finish, ``infos["env_id"]`` saying
+    which) and ``send(actions)`` to those envs, so the policy runs on one batch while the
+    others step. ``batch_size`` (default ``num_envs``) is a multiple of the envs a worker
+    steps (grouped process workers are grouped to fit it); below ``num_envs`` it needs an
+    autoreset mode other than ``"disabled"``. gymnasium's older ``step_async(actions)`` /
+    ``step_wait()`` pair works too. Lockstep calls (``step``, ``reset``) raise
+    gymnasium's ``AlreadyPendingCallError`` while envs are in flight.
     """
 
     def __init__(
@@ -101,7 +111,7 @@ class AioVectorEnv(VectorEnv):
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
             env = first = resolve_source(env)  # an unknown id fails here
         probe = probe_env(first)  # before any worker starts
-        env, num_envs = grouped(env, num_envs, mode, pool_options)
+        env, num_envs = grouped(env, num_envs, mode, pool_options, batch_size)
         pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
         self._setup(pool, probe, observation_mode, batch_size)
 

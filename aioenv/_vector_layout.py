@@ -51,13 +51,15 @@ def grouped(
     num_envs: int | None,
     mode: str | Sequence[str],
     options: dict[str, Any],
+    batch_size: int | None = None,
 ) -> tuple[EnvSource | list[EnvSource], int | None]:
     """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
     ``options``), else for process workers ``k`` chosen from the cores (a core for the
     script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
     cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
     and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given)."""
+    poll for the next step a moment before they sleep (``idle_spin``, unless given).
+    The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
         per_worker = options.pop("envs_per_worker")
@@ -67,7 +69,7 @@ def grouped(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        per_worker = envs_per_worker(len(sources), _cores())
+        per_worker = envs_per_worker(len(sources), _cores(), batch_size)
     else:
         return env, num_envs
     per_process = options.get("envs_per_process", 1)
@@ -84,11 +86,13 @@ def grouped(
     return list(groups), len(groups)
 
 
-def envs_per_worker(num_envs: int, cores: int) -> int:
-    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / children)``,
-    with one child per core but one (the training script's), at least one child."""
+def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:
+    """The largest divisor of ``num_envs`` (and of ``batch_size``, if given) that is at
+    most ``ceil(num_envs / children)``, with one child per core but one (the training
+    script's), at least one child."""
     target = -(-num_envs // max(1, cores - 1))
-    return max(k for k in range(1, target + 1) if num_envs % k == 0)
+    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else num_envs
+    return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
 
 
 def _cores() -> int:

@@ -14,6 +14,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
+from aioenv._vector_layout import envs_per_worker
 
 N = 4
 SEED = 7
@@ -172,6 +173,16 @@ def test_step_wait_and_step_async_out_of_turn_raise_gymnasiums_errors() -> None:
 def test_a_batch_size_that_cannot_work_is_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         aioenv.AioVectorEnv(envs.Walk, N, mode="thread", **options)
+
+
+def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
+    assert envs_per_worker(16, 2, batch_size=4) == 4  # 16 without a batch size
+    assert envs_per_worker(16, 16, batch_size=6) == 2
+    assert envs_per_worker(12, 2, batch_size=8) == 4
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as venv:
+        assert all(worker.num_envs in (1, 2) for worker in venv.pool.workers)
+        venv.async_reset(seed=0)
+        assert venv.recv()[0].shape == (2, 4)
 
 
 def test_mixing_lockstep_and_pipelined_calls_says_what_to_do() -> None:
