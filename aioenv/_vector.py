@@ -123,7 +123,8 @@ class AioVectorEnv(VectorEnv):
         batch_size: int | None = None,
     ) -> AioVectorEnv:
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
-        becomes the vector env's). The vector env owns the pool from then on."""
+        becomes the vector env's; ``batch_size`` as in the constructor). The vector env
+        owns the pool from then on."""
         for worker in pool.workers:
             if worker.event_loop is not None:
                 raise RuntimeError(

@@ -36,12 +36,7 @@ class Pipeline:
             raise ValueError(
                 f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}"
             )
-        if size < num_envs and len(set(layout.sizes)) > 1:
-            raise ValueError(
-                f"batch_size={size} needs workers that step the same number of envs (they "
-                f"step {layout.sizes}); use batch_size={num_envs} or workers of one size"
-            )
-        per_worker = layout.sizes[0]
+        per_worker = layout.sizes[0]  # every worker steps as many (see ``grouped``)
         if size % per_worker:
             raise ValueError(
                 f"batch_size={size} is not a multiple of envs_per_worker={per_worker}: a "
@@ -67,7 +62,8 @@ class Pipeline:
         self.step_pending = False
 
     def flying(self, pool: WorkerPool[Any]) -> list[int]:
-        """The workers whose envs the pipelined calls have in flight (sent, not received)."""
+        """The workers whose envs the pipelined calls have in flight (sent, not received);
+        when there are none, the pool's pending states are no longer theirs."""
         if not self.active:
             return []
         flying = [w for w in range(len(pool)) if w in self.held or pool.has_pending(w)]
@@ -122,8 +118,9 @@ class Pipeline:
         return env_ids
 
     def check_not_flying(self, pool: WorkerPool[Any], worker_ids: list[int]) -> None:
-        flying = set(self.flying(pool))
-        busy = [w for w in worker_ids if w in flying]
+        if not self.active:
+            return
+        busy = [w for w in worker_ids if w in self.held or pool.has_pending(w)]
         if busy:
             raise AlreadyPendingCallError(
                 f"send() to envs {self.envs(busy)}, which are in flight (sent, not yet taken "
@@ -138,12 +135,13 @@ class Pipeline:
                 "step_wait() first",
                 "step",
             )
-        flying = self.flying(pool)
-        if len(flying) < self.workers_per_batch:
+        # the pool owes no state the pipelined calls did not send (those are dropped first)
+        in_flight = pool.num_pending + len(self.held) if self.active else 0
+        if in_flight < self.workers_per_batch:
             raise NoAsyncCallError(
                 f"recv() would wait forever: it returns batch_size={self.batch_size} envs and "
-                f"only {len(self.envs(flying))} env(s) are in flight; async_reset() or send() "
-                "actions first",
+                f"only {len(self.envs(self.flying(pool)))} env(s) are in flight; "
+                "async_reset() or send() actions first",
                 "step",
             )
 
