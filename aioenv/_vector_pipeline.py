@@ -32,6 +32,8 @@ class Pipeline:
     def __init__(self, layout: EnvLayout, batch_size: int | None, autoreset: str) -> None:
         num_envs = layout.num_envs
         size = num_envs if batch_size is None else batch_size
+        if isinstance(size, np.integer):
+            size = int(size)
         if type(size) is not int or not 1 <= size <= num_envs:
             raise ValueError(
                 f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}"

@@ -166,6 +166,7 @@ def test_step_wait_and_step_async_out_of_turn_raise_gymnasiums_errors() -> None:
         ({"batch_size": 0}, "batch_size must be an int from 1 to num_envs=4, got 0"),
         ({"batch_size": 5}, "batch_size must be an int from 1 to num_envs=4, got 5"),
         ({"batch_size": 2.0}, "batch_size must be an int"),
+        ({"batch_size": True}, "batch_size must be an int"),
         ({"batch_size": 1, "envs_per_worker": 2}, "not a multiple of envs_per_worker=2"),
         ({"batch_size": 2, "autoreset": "disabled"}, "autoreset_mode='disabled'"),
     ],
@@ -179,6 +180,8 @@ def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
     assert envs_per_worker(16, 2, batch_size=4) == 4  # 16 without a batch size
     assert envs_per_worker(16, 16, batch_size=6) == 2
     assert envs_per_worker(12, 2, batch_size=8) == 4
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=np.int64(2)) as venv:
+        assert venv.batch_size == 2
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as venv:
         assert all(worker.num_envs in (1, 2) for worker in venv.pool.workers)
         venv.async_reset(seed=0)
