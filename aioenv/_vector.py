@@ -1,4 +1,5 @@
-"""A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code.
+"""A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code, with
+EnvPool's pipelined ``send``/``recv`` (see :mod:`aioenv._vector_pipeline`).
 
 The pool runs on an event loop in a daemon thread, so the vector env works from plain code
 and from inside a running loop alike, and never holds up interpreter exit. ``reset`` and
@@ -16,6 +17,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import numpy.typing as npt
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
@@ -32,11 +34,17 @@ from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._probe import probe_env
-from ._sentinels import RESET, Reset
 from ._vector_layout import EnvLayout, VectorArrays, grouped
-from ._vector_runtime import Runtime, exchange, raised, start
+from ._vector_pipeline import Pipeline, dispatch, info_rows, receive
+from ._vector_runtime import Runtime, collect, exchange, raised, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
+
+#: What ``step``, ``step_wait`` and ``recv`` return: observations, rewards, terminations,
+#: truncations, infos.
+Result = tuple[
+    Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
+]
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -63,6 +71,15 @@ class AioVectorEnv(VectorEnv):
     checked at construction (``RuntimeError``); whatever was started is closed again when
     the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
     env left open is closed when it is garbage collected or at interpreter exit.
+
+    Besides lockstep ``step``, the envs can be driven EnvPool's way: ``async_reset()``,
+    then ``recv()`` (the first ``batch_size`` envs to finish, ``infos["env_id"]`` saying
+    which) and ``send(actions)`` to those envs, so the policy runs on one batch while the
+    others step. ``batch_size`` (default ``num_envs``) is a multiple of the envs a worker
+    steps (grouped process workers are grouped to fit it); below ``num_envs`` it needs an
+    autoreset mode other than ``"disabled"``. gymnasium's older ``step_async(actions)`` /
+    ``step_wait()`` pair works too. Lockstep calls (``step``, ``reset``) raise
+    gymnasium's ``AlreadyPendingCallError`` while envs are in flight.
     """
 
     def __init__(
@@ -74,6 +91,7 @@ class AioVectorEnv(VectorEnv):
         autoreset: str | AutoresetMode | None = None,
         autoreset_mode: str | AutoresetMode | None = None,
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
+        batch_size: int | None = None,
         **pool_options: Any,
     ) -> None:
         if autoreset is not None and autoreset_mode is not None:
@@ -93,18 +111,20 @@ class AioVectorEnv(VectorEnv):
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
             env = first = resolve_source(env)  # an unknown id fails here
         probe = probe_env(first)  # before any worker starts
-        env, num_envs = grouped(env, num_envs, mode, pool_options)
+        env, num_envs = grouped(env, num_envs, mode, pool_options, batch_size)
         pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
-        self._setup(pool, probe, observation_mode)
+        self._setup(pool, probe, observation_mode, batch_size)
 
     @classmethod
     def from_pool(
         cls,
         pool: WorkerPool[Any],
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
+        batch_size: int | None = None,
     ) -> AioVectorEnv:
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
-        becomes the vector env's). The vector env owns the pool from then on."""
+        becomes the vector env's; ``batch_size`` as in the constructor). The vector env
+        owns the pool from then on."""
         for worker in pool.workers:
             if worker.event_loop is not None:
                 raise RuntimeError(
@@ -112,7 +132,7 @@ class AioVectorEnv(VectorEnv):
                     "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
-        venv._setup(pool, probe_env(pool.workers[0].source), observation_mode)
+        venv._setup(pool, probe_env(pool.workers[0].source), observation_mode, batch_size)
         return venv
 
     def _setup(
@@ -120,6 +140,7 @@ class AioVectorEnv(VectorEnv):
         pool: WorkerPool[Any],
         probe: tuple[dict[str, Any], Any, Any, Any],
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
+        batch_size: int | None,
     ) -> None:
         runtime = Runtime(pool)
         self._runtime = runtime
@@ -128,6 +149,7 @@ class AioVectorEnv(VectorEnv):
         self._finalizer.atexit = False  # the runtime's own exit hook comes earlier
         try:
             self._define(pool, probe, observation_mode)
+            self._pipeline = Pipeline(self._layout, batch_size, pool.autoreset)
             observations, actions = runtime.call(start, pool)
             layout = self._layout
             self._check_spaces(layout.flatten(observations), layout.flatten(actions))
@@ -171,6 +193,7 @@ class AioVectorEnv(VectorEnv):
         if observation_mode != "same":  # checked per env below, as gymnasium does
             pool.allow_differing_observations()
         self._env_obs: list[Any] = [None] * self.num_envs
+        self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
 
     def _check_spaces(self, observations: list[Any], actions: list[Any]) -> None:
@@ -218,60 +241,151 @@ class AioVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         self._check_open()
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int):
-            seeds = [seed + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"reset() needs {self.num_envs} seeds, got {len(seeds)}")
-        options = dict(options) if options is not None else None
-        mask = np.ones(self.num_envs, dtype=np.bool_)
-        if options is not None and "reset_mask" in options:
-            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
-        if self._layout.batched:
-            return self._batched_reset(seeds, mask, options)
-        ids = np.flatnonzero(mask).tolist()
-        requests = [
-            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
-        ]
-        infos: dict[str, Any] = {}
-        for i, step in zip(ids, self._exchange(ids, requests), strict=True):
-            self._env_obs[i] = step.observation
-            infos = self._add_info(infos, step.info, i)
+        self._pipeline.check_idle(self._pool, "reset()")
+        ids, requests = self._layout.reset_requests(seed, options, "reset()")
+        infos = self._gather(ids, self._exchange(ids, requests))
         return self._observations(), infos
 
-    def step(
-        self, actions: Any
-    ) -> tuple[
-        Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
-    ]:
+    def step(self, actions: Any) -> Result:
         self._check_open()
+        self._pipeline.check_idle(self._pool, "step()")
+        workers, requests = self._step_requests(actions)
+        return self._stepped(workers, self._exchange(workers, requests))
+
+    # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
+    @property
+    def batch_size(self) -> int:
+        """How many envs each :meth:`recv` returns (``num_envs`` unless given)."""
+        return self._pipeline.batch_size
+
+    def async_reset(
+        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every env without waiting: the reset observations come back through
+        :meth:`recv`, ``batch_size`` envs at a time. Seeds as in :meth:`reset` (env ``i``
+        gets ``seed + i``). Starts over: whatever is in flight is waited for and dropped,
+        an env error among it too (so this is also how to go on after one)."""
+        self._check_open()
+        if options is not None and "reset_mask" in options:
+            raise ValueError(
+                "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
+            )
+        ids, requests = self._layout.reset_requests(seed, options, "async_reset()")
+        pipeline = self._pipeline
+        pipeline.clear()
+        pipeline.started()
+        self._runtime.call(dispatch, self._pool, ids, requests, True)
+
+    def send(
+        self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
+    ) -> None:
+        """Send ``actions[k]`` to env ``env_id[k]`` and return at once; their results come
+        back through :meth:`recv`. ``env_id=None``: the envs of the last ``recv``, in its
+        rows' order (``info["env_id"]``). ``actions`` is a batch of ``len(env_id)`` actions
+        (``batch_space(single_action_space, len(env_id))``). The envs of one worker
+        (``envs_per_worker``) go together. An env that ended is reset by its autoreset
+        mode: ``"next_step"`` ignores the action it is sent next and returns the reset
+        observation (reward 0, both flags False), as EnvPool does; ``"same_step"`` has
+        already returned it, with the final observation in ``info["final_obs"]``."""
+        self._check_open()
+        pipeline = self._pipeline
+        env_ids = pipeline.targets(env_id)
+        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
+        if len(per_env) != len(env_ids):
+            raise ValueError(
+                f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
+                "nothing was sent"
+            )
+        workers, requests = self._layout.sends(self.single_action_space, actions, per_env, env_ids)
+        pipeline.check_not_flying(self._pool, workers)
+        leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
+        pipeline.started()
+        self._runtime.call(dispatch, self._pool, workers, requests, leftovers)
+
+    def recv(self) -> Result:
+        """The first ``batch_size`` envs to finish what :meth:`send` or :meth:`async_reset`
+        sent them: ``(observations, rewards, terminations, truncations, infos)`` with
+        ``batch_size`` rows, in the order of ``infos["env_id"]`` (the envs' indices, an
+        int array; it replaces an ``"env_id"`` info of the envs' own). Infos are
+        gymnasium's vector infos over the rows. An env's error is raised as :meth:`step`
+        raises it; the other envs stay in flight (the states already taken come with the
+        next ``recv``): go on with them, or :meth:`async_reset`."""
+        self._check_open()
+        pipeline = self._pipeline
+        pipeline.check_recv(self._pool)
+        held = pipeline.held
+        error = self._runtime.call(receive, self._pool, pipeline.workers_per_batch, held)
+        if error is not None:
+            pipeline.last_env_ids = None
+            raise raised([error], self._layout.env_of)
+        workers = sorted(held)
+        states = [held.pop(worker_id) for worker_id in workers]
+        infos = self._gather(workers, states)
+        env_ids = pipeline.last_env_ids = pipeline.envs(workers)
+        rows = np.asarray(env_ids, dtype=np.int64)
+        infos = info_rows(infos, rows)
+        infos["env_id"] = rows
+        arrays = self._arrays
+        return (
+            self._observations(rows),
+            arrays.rewards[rows],
+            arrays.terminated[rows],
+            arrays.truncated[rows],
+            infos,
+        )
+
+    def step_async(self, actions: Any) -> None:
+        """Send every env its action and return at once; :meth:`step_wait` returns what
+        :meth:`step` would have (gymnasium's pre-1.0 pair)."""
+        self._check_open()
+        pipeline = self._pipeline
+        if pipeline.step_pending:
+            raise AlreadyPendingCallError(
+                "step_async() was called again before step_wait() took the last one's "
+                "results; call step_wait() first",
+                "step",
+            )
+        pipeline.check_idle(self._pool, "step_async()")
+        workers, requests = self._step_requests(actions)
+        self._runtime.call(dispatch, self._pool, workers, requests, True)
+        pipeline.step_pending = True
+
+    def step_wait(self) -> Result:
+        """The results of the last :meth:`step_async`, as :meth:`step` returns them."""
+        self._check_open()
+        pipeline = self._pipeline
+        if not pipeline.step_pending:
+            raise NoAsyncCallError(
+                "step_wait() was called without step_async(); call step_async(actions) first",
+                "step",
+            )
+        workers = list(range(len(self._pool)))
+        try:
+            states, errors = self._runtime.call(collect, self._pool, workers)
+        finally:
+            pipeline.step_pending = False
+        if errors:
+            raise raised(errors, self._layout.env_of)
+        return self._stepped(workers, states)
+
+    # Requests out, states in ------------------------------------------------------------
+    def _step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
+        """The workers a step of every env goes to and their requests."""
         batch = list(iterate(self.action_space, actions))
         if len(batch) != self.num_envs:
             raise ValueError(
                 f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
             )
         if self._layout.batched:
-            return self._batched_step(actions, batch)
-        states = self._exchange(list(range(self.num_envs)), batch)
-        rewards = np.zeros(self.num_envs, dtype=np.float64)
-        terminations = np.zeros(self.num_envs, dtype=np.bool_)
-        truncations = np.zeros(self.num_envs, dtype=np.bool_)
-        infos: dict[str, Any] = {}
-        for i, step in enumerate(states):
-            self._env_obs[i] = step.observation
-            rewards[i], terminations[i], truncations[i] = (
-                step.reward,
-                step.terminated,
-                step.truncated,
-            )
-            if step.final_info is not None:
-                final = {"final_obs": step.final_observation, "final_info": step.final_info}
-                infos = self._add_info(infos, final, i)
-            infos = self._add_info(infos, step.info, i)
-        return self._observations(), rewards, terminations, truncations, infos
+            requests = self._layout.actions(self.single_action_space, actions, batch)
+            return list(range(len(self._pool))), requests
+        return list(range(self.num_envs)), batch
+
+    def _batched_actions(self, size: int) -> Any:
+        space = self._action_batches.get(size)
+        if space is None:
+            space = self._action_batches[size] = batch_space(self.single_action_space, size)
+        return space
 
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
         states: list[Any]
@@ -280,37 +394,39 @@ class AioVectorEnv(VectorEnv):
             raise raised(errors, self._layout.env_of)
         return states
 
-    def _batched_reset(
-        self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
-    ) -> tuple[Any, dict[str, Any]]:
-        ids, requests = self._layout.resets(seeds, mask, options)
-        batches = self._exchange(ids, requests)
-        infos = self._layout.scatter(ids, batches, self._arrays, self._add_info)
-        return self._batched_observations(), infos
+    def _stepped(self, workers: list[int], states: list[Any]) -> Result:
+        infos = self._gather(workers, states)
+        arrays = self._arrays
+        return self._observations(), arrays.rewards, arrays.terminated, arrays.truncated, infos
 
-    def _batched_step(
-        self, actions: Any, per_env: list[Any]
-    ) -> tuple[Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], Any]:
-        """One BatchStep per worker, written into the vector env's arrays by slices."""
-        workers = list(range(len(self._pool)))
-        requests = self._layout.actions(self.single_action_space, actions, per_env)
-        batches = self._exchange(workers, requests)
+    def _gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
+        """Write these workers' states into the envs' observations, and into new arrays of
+        rewards and flags (those handed out before stay as they were); their infos,
+        indexed by env."""
         arrays = self._arrays
         arrays.new_step()
-        infos = self._layout.scatter(workers, batches, arrays, self._add_info)
-        observations = self._batched_observations()
-        return observations, arrays.rewards, arrays.terminated, arrays.truncated, infos
+        if self._layout.batched:
+            return self._layout.scatter(workers, states, arrays, self._add_info)
+        infos: dict[str, Any] = {}
+        rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
+        for i, step in zip(workers, states, strict=True):
+            self._env_obs[i] = step.observation
+            rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
+            if step.final_info is not None:
+                final = {"final_obs": step.final_observation, "final_info": step.final_info}
+                infos = self._add_info(infos, final, i)
+            infos = self._add_info(infos, step.info, i)
+        return infos
 
-    def _batched_observations(self) -> Any:
+    def _observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
+        """Every env's latest observation, batched, or those of the envs ``rows``."""
         arrays = self._arrays
-        if arrays.box:
-            return arrays.stacked.copy()
-        out = create_empty_array(self.single_observation_space, self.num_envs)
-        return concatenate(self.single_observation_space, arrays.per_env, out)  # type: ignore[arg-type]
-
-    def _observations(self) -> Any:
-        out = create_empty_array(self.single_observation_space, self.num_envs)
-        return concatenate(self.single_observation_space, self._env_obs, out)  # type: ignore[arg-type]
+        if self._layout.batched and arrays.box:
+            return arrays.stacked.copy() if rows is None else arrays.stacked[rows]
+        per_env = arrays.per_env if self._layout.batched else self._env_obs
+        chosen = per_env if rows is None else [per_env[i] for i in rows]
+        out = create_empty_array(self.single_observation_space, len(chosen))
+        return concatenate(self.single_observation_space, chosen, out)  # type: ignore[arg-type]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()
@@ -346,21 +462,3 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
-
-
-def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
-    """gymnasium's checks of a reset mask, with its exception types and texts."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,):
-        raise ValueError(
-            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
-        )
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not mask.any():
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True "
-            f"value, got reset_mask={mask}"
-        )
-    return mask

@@ -9,12 +9,14 @@ slice each, never a Python object per env.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from gymnasium import spaces
 from gymnasium.spaces import (
     Box,
@@ -49,13 +51,15 @@ def grouped(
     num_envs: int | None,
     mode: str | Sequence[str],
     options: dict[str, Any],
+    batch_size: int | None = None,
 ) -> tuple[EnvSource | list[EnvSource], int | None]:
     """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
     ``options``), else for process workers ``k`` chosen from the cores (a core for the
     script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
     cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
     and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given)."""
+    poll for the next step a moment before they sleep (``idle_spin``, unless given).
+    The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
         per_worker = options.pop("envs_per_worker")
@@ -65,7 +69,7 @@ def grouped(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        per_worker = envs_per_worker(len(sources), _cores())
+        per_worker = envs_per_worker(len(sources), _cores(), batch_size)
     else:
         return env, num_envs
     per_process = options.get("envs_per_process", 1)
@@ -82,11 +86,13 @@ def grouped(
     return list(groups), len(groups)
 
 
-def envs_per_worker(num_envs: int, cores: int) -> int:
-    """The largest divisor of ``num_envs`` that is at most ``ceil(num_envs / children)``,
-    with one child per core but one (the training script's), at least one child."""
+def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:
+    """The largest divisor of ``num_envs`` (and of ``batch_size``, if given) that is at
+    most ``ceil(num_envs / children)``, with one child per core but one (the training
+    script's), at least one child."""
     target = -(-num_envs // max(1, cores - 1))
-    return max(k for k in range(1, target + 1) if num_envs % k == 0)
+    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else num_envs
+    return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
 
 
 def _cores() -> int:
@@ -145,6 +151,55 @@ class EnvLayout:
                 )
                 for part in parts
             ]
+
+    def sends(
+        self, single_space: Any, actions: Any, per_env: list[Any], env_ids: list[int]
+    ) -> tuple[list[int], list[Any]]:
+        """The workers that step the envs ``env_ids`` and their batches of actions, from
+        ``actions`` (``per_env[k]``, split by gymnasium's ``iterate``, is env
+        ``env_ids[k]``'s). A worker steps all its envs or none: ValueError otherwise."""
+        if not self.batched:
+            return list(env_ids), per_env
+        row_of = {env: row for row, env in enumerate(env_ids)}
+        worker_ids: list[int] = []
+        requests: list[Any] = []
+        for worker_id, part in enumerate(self.slices()):
+            rows = [row_of.get(env) for env in range(part.start, part.stop)]
+            if all(row is None for row in rows):
+                continue
+            if any(row is None for row in rows):
+                raise ValueError(
+                    f"envs {part.start}-{part.stop - 1} are stepped together by worker "
+                    f"{worker_id} (envs_per_worker={part.stop - part.start}): send() needs "
+                    f"actions for all of them or none, got env_id={env_ids}; nothing was sent"
+                )
+            worker_ids.append(worker_id)
+            requests.append(_rows_of(single_space, actions, per_env, rows))  # type: ignore[arg-type]
+        return worker_ids, requests
+
+    def reset_requests(
+        self, seed: int | list[int | None] | None, options: dict[str, Any] | None, call: str
+    ) -> tuple[list[int], list[Any]]:
+        """The workers a vector env's reset goes to and their requests: gymnasium's seeds
+        (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``."""
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"{call} needs {self.num_envs} seeds, got {len(seeds)}")
+        options = dict(options) if options is not None else None
+        mask = np.ones(self.num_envs, dtype=np.bool_)
+        if options is not None and "reset_mask" in options:
+            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
+        if self.batched:
+            return self.resets(seeds, mask, options)
+        ids = np.flatnonzero(mask).tolist()
+        return ids, [
+            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
+        ]
 
     def resets(
         self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
@@ -212,6 +267,24 @@ class EnvLayout:
         return infos
 
 
+def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
+    """gymnasium's checks of a reset mask, with its exception types and texts."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
+        )
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
+    return mask
+
+
 class VectorArrays:
     """The vector env's latest observations (kept between steps: a masked reset leaves
     the other envs' as they were) and one step's rewards and flags."""
@@ -247,6 +320,17 @@ class VectorArrays:
 
 class _OwnBatching(Exception):
     """A space whose batching gymnasium does not define (its author registered one)."""
+
+
+def _rows_of(single_space: Any, actions: Any, per_env: list[Any], rows: list[int]) -> Any:
+    """The rows ``rows`` of a batch of actions, as a batch of their own: sliced where they
+    follow each other in order (what :meth:`EnvLayout.actions` does), else joined."""
+    first = rows[0]
+    if rows == list(range(first, first + len(rows))):
+        with contextlib.suppress(_OwnBatching):
+            return _part(single_space, actions, slice(first, first + len(rows)))
+    out = create_empty_array(single_space, len(rows))
+    return concatenate(single_space, [per_env[row] for row in rows], out)  # type: ignore[arg-type]
 
 
 def _part(space: Any, batch: Any, part: slice) -> Any:

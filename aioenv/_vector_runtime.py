@@ -17,7 +17,7 @@ from ._inline_loop import InlineLoop
 from ._inline_loop import loop_running_here as _loop_running_here
 from ._pool import WorkerPool
 
-__all__ = ["Runtime", "as_raised", "exchange", "raised", "start"]
+__all__ = ["Runtime", "as_raised", "collect", "exchange", "raised", "start"]
 
 
 class Runtime:
@@ -80,6 +80,12 @@ async def exchange(
     finally:
         if sent < len(ids):  # a send failed: take what was sent, then let its error go on
             await _take(pool, sent)
+    return await collect(pool, ids)
+
+
+async def collect(pool: WorkerPool[Any], ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+    """Take the states of the workers ``ids``, which have all been sent an action: the
+    states in ``ids`` order, or every worker error (every state is taken all the same)."""
     states, errors = await _take(pool, len(ids))
     if errors:
         return [], errors

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from envs import Structured
+from envs import Structured, Walk
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
@@ -171,3 +171,15 @@ def test_grouped_process_workers_spin_only_with_a_core_each(
     options = {}
     _vector_layout.grouped("CartPole-v1", 16, "thread", options)
     assert "idle_spin" not in options
+
+
+def test_a_masked_reset_leaves_the_last_steps_arrays_as_they_were() -> None:
+    with aioenv.AioVectorEnv(
+        Walk, N, mode="thread", envs_per_worker=2, autoreset="disabled"
+    ) as venv:
+        venv.reset(seed=0)
+        _, rewards, terminations, _, _ = venv.step(np.ones(N, np.int64))
+        handed_out = rewards.copy(), terminations.copy()
+        venv.reset(options={"reset_mask": np.array([True, False, False, False])})
+        np.testing.assert_array_equal(rewards, handed_out[0])
+        np.testing.assert_array_equal(terminations, handed_out[1])

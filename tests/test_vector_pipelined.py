@@ -1,0 +1,277 @@
+"""AioVectorEnv's pipelined calls: EnvPool's async_reset/send/recv and gymnasium's
+step_async/step_wait. Each env's transitions through send/recv are those of lockstep
+SyncVectorEnv, env by env, whatever order the envs come back in."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import envs
+import numpy as np
+import pytest
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import aioenv
+from aioenv._vector_layout import envs_per_worker
+
+N = 4
+SEED = 7
+TRANSITIONS = 18  # per env: Walk's episodes last 2 to 6 steps, so several episodes
+KINDS: dict[str, dict[str, Any]] = {
+    "sync": {"mode": "sync"},
+    "thread": {"mode": "thread"},
+    "process": {"mode": "process", "envs_per_worker": 1},
+    "process_grouped": {"mode": "process", "envs_per_worker": 2},
+    "coroutine": {"mode": "coroutine"},
+}
+AUTORESET = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
+
+Transition = tuple[Any, ...]
+
+
+def transition(before: Any, action: int, row: int, result: tuple[Any, ...]) -> tuple[float, ...]:
+    """One env's transition from row ``row`` of a batched result, as plain numbers."""
+    observations, rewards, terminations, truncations, infos = result
+    final = None
+    if "final_obs" in infos and infos["_final_obs"][row]:
+        final = tuple(infos["final_obs"][row])
+    return (
+        *before,
+        action,
+        float(rewards[row]),
+        bool(terminations[row]),
+        bool(truncations[row]),
+        *observations[row],
+        final,
+    )
+
+
+def lockstep_transitions(autoreset: str) -> list[list[Transition]]:
+    reference = SyncVectorEnv([envs.Walk] * N, autoreset_mode=AUTORESET[autoreset])
+    per_env: list[list[Transition]] = [[] for _ in range(N)]
+    try:
+        observations, _ = reference.reset(seed=SEED)
+        for _ in range(TRANSITIONS):
+            actions = [envs.choose_walk(observation) for observation in observations]
+            result = reference.step(np.array(actions))
+            for env in range(N):
+                per_env[env].append(transition(observations[env], actions[env], env, result))
+            observations = result[0]
+    finally:
+        reference.close()
+    return per_env
+
+
+def pipelined_transitions(venv: aioenv.AioVectorEnv) -> list[list[Transition]]:
+    """Each env's transitions through async_reset/recv/send, the same policy choosing
+    each env's action from its own last observation."""
+    per_env: list[list[Transition]] = [[] for _ in range(N)]
+    last: dict[int, tuple[Any, int]] = {}  # env -> (observation, action sent)
+    venv.async_reset(seed=SEED)
+    while min(len(transitions) for transitions in per_env) < TRANSITIONS:
+        result = venv.recv()
+        observations, env_ids = result[0], result[4]["env_id"]
+        assert len(env_ids) == venv.batch_size
+        assert observations.shape == (venv.batch_size, 2)
+        actions = []
+        for row, env in enumerate(env_ids.tolist()):
+            if env in last:
+                before, action = last[env]
+                per_env[env].append(transition(before, action, row, result))
+            actions.append(envs.choose_walk(observations[row]))
+            last[env] = (observations[row], actions[-1])
+        venv.send(np.array(actions))
+    return [transitions[:TRANSITIONS] for transitions in per_env]
+
+
+@pytest.mark.parametrize("autoreset", list(AUTORESET))
+@pytest.mark.parametrize("batch_size", [1, N // 2, N])
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_send_recv_gives_each_env_the_transitions_of_lockstep_step(
+    kind: str, batch_size: int, autoreset: str
+) -> None:
+    if kind == "process_grouped" and batch_size == 1:
+        batch_size = 2  # a worker's two envs come back together
+    expected = lockstep_transitions(autoreset)
+    with aioenv.AioVectorEnv(
+        envs.Walk, N, batch_size=batch_size, autoreset_mode=autoreset, **KINDS[kind]
+    ) as venv:
+        assert venv.batch_size == batch_size
+        got = pipelined_transitions(venv)
+    for env in range(N):
+        assert got[env] == expected[env], f"env {env}"
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_recv_returns_the_envs_that_are_ready_first(mode: str, gate: str) -> None:
+    slow = functools.partial(envs.Walk, gate=gate)  # env 0 steps once the gate opens
+    factories = [slow] + [envs.Walk] * (N - 1)
+    with aioenv.AioVectorEnv(
+        factories, mode=mode, envs_per_worker=1, batch_size=2, autoreset="next_step"
+    ) as venv:
+        venv.async_reset(seed=0)
+        venv.recv()
+        venv.recv()  # every env's reset: all four are idle now
+        venv.send(np.zeros(N, np.int64), env_id=range(N))
+        for _ in range(10):  # three fast envs cycle while env 0 is held at its gate
+            env_ids = venv.recv()[4]["env_id"]
+            assert 0 not in env_ids
+            venv.send(np.zeros(2, np.int64))
+        envs.open_gate(gate)
+        seen: set[int] = set()
+        while 0 not in seen:
+            seen.update(venv.recv()[4]["env_id"].tolist())
+            venv.send(np.zeros(2, np.int64))
+
+
+def test_step_async_step_wait_return_what_step_returns() -> None:
+    with (
+        aioenv.AioVectorEnv(envs.Walk, N, mode="thread", autoreset="same_step") as ours,
+        aioenv.AioVectorEnv(envs.Walk, N, mode="thread", autoreset="same_step") as theirs,
+    ):
+        observations, _ = ours.reset(seed=SEED)
+        theirs.reset(seed=SEED)
+        for _ in range(12):
+            actions = np.array([envs.choose_walk(observation) for observation in observations])
+            ours.step_async(actions)
+            waited = ours.step_wait()
+            stepped = theirs.step(actions)
+            for mine, reference in zip(waited[:4], stepped[:4], strict=True):
+                np.testing.assert_array_equal(mine, reference)
+            assert set(waited[4]) == set(stepped[4])
+            observations = waited[0]
+
+
+def test_step_wait_and_step_async_out_of_turn_raise_gymnasiums_errors() -> None:
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", autoreset="disabled") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(NoAsyncCallError, match=r"step_wait\(\) was called without"):
+            venv.step_wait()
+        venv.step_async(np.zeros(N, np.int64))
+        with pytest.raises(AlreadyPendingCallError, match=r"step_wait\(\) first"):
+            venv.step_async(np.zeros(N, np.int64))
+        with pytest.raises(AlreadyPendingCallError, match=r"step_wait\(\) first"):
+            venv.step(np.zeros(N, np.int64))
+        with pytest.raises(AlreadyPendingCallError, match=r"step_wait\(\) first"):
+            venv.recv()
+        assert venv.step_wait()[0].shape == (N, 2)
+        assert venv.step(np.zeros(N, np.int64))[0].shape == (N, 2)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be an int from 1 to num_envs=4, got 0"),
+        ({"batch_size": 5}, "batch_size must be an int from 1 to num_envs=4, got 5"),
+        ({"batch_size": 2.0}, "batch_size must be an int"),
+        ({"batch_size": True}, "batch_size must be an int"),
+        ({"batch_size": 1, "envs_per_worker": 2}, "not a multiple of envs_per_worker=2"),
+        ({"batch_size": 2, "autoreset": "disabled"}, "autoreset_mode='disabled'"),
+    ],
+)
+def test_a_batch_size_that_cannot_work_is_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        aioenv.AioVectorEnv(envs.Walk, N, mode="thread", **options)
+
+
+def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
+    assert envs_per_worker(16, 2, batch_size=4) == 4  # 16 without a batch size
+    assert envs_per_worker(16, 16, batch_size=6) == 2
+    assert envs_per_worker(12, 2, batch_size=8) == 4
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=np.int64(2)) as venv:
+        assert venv.batch_size == 2
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as venv:
+        assert all(worker.num_envs in (1, 2) for worker in venv.pool.workers)
+        venv.async_reset(seed=0)
+        assert venv.recv()[0].shape == (2, 4)
+
+
+def test_mixing_lockstep_and_pipelined_calls_says_what_to_do() -> None:
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", envs_per_worker=2, batch_size=2) as venv:
+        with pytest.raises(NoAsyncCallError, match=r"async_reset\(\) or send\(\) actions first"):
+            venv.recv()
+        with pytest.raises(NoAsyncCallError, match="pass env_id="):
+            venv.send(np.zeros(2, np.int64))
+        venv.async_reset(seed=0)
+        for call in (venv.reset, lambda: venv.step(np.zeros(N, np.int64))):
+            with pytest.raises(AlreadyPendingCallError, match=r"recv\(\) them first"):
+                call()
+        with pytest.raises(AlreadyPendingCallError, match="in flight"):
+            venv.send(np.zeros(2, np.int64), env_id=[0, 1])
+        env_ids = venv.recv()[4]["env_id"].tolist()
+        assert env_ids in ([0, 1], [2, 3])
+        with pytest.raises(ValueError, match="all of them or none"):
+            venv.send(np.zeros(1, np.int64), env_id=env_ids[:1])
+        with pytest.raises(ValueError, match="3 actions for the 2 envs"):
+            venv.send(np.zeros(3, np.int64))
+        with pytest.raises(ValueError, match=r"env_id \[4\] not in 0..3"):
+            venv.send(np.zeros(2, np.int64), env_id=[3, 4])
+        venv.send(np.zeros(2, np.int64))
+        venv.recv()
+        venv.recv()
+        # nothing in flight: lockstep calls work again
+        assert venv.step(np.zeros(N, np.int64))[0].shape == (N, 2)
+
+
+def cycle(venv: aioenv.AioVectorEnv, rounds: int) -> None:
+    """Take the envs that come back and send them action 0 again, ``rounds`` times."""
+    for _ in range(rounds):
+        venv.recv()
+        venv.send(np.zeros(venv.batch_size, np.int64))
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_env_error_in_recv_is_raised_and_the_other_envs_go_on(mode: str) -> None:
+    exploding = functools.partial(envs.Walk, explode_at=2)  # env 1's second step raises
+    factories = [envs.Walk, exploding, envs.Walk, envs.Walk]
+    with aioenv.AioVectorEnv(factories, mode=mode, envs_per_worker=1, batch_size=1) as venv:
+        venv.async_reset(seed=0)
+        for _ in range(N):
+            venv.recv()
+        venv.send(np.zeros(N, np.int64), env_id=range(N))
+        with pytest.raises(ValueError, match="Walk exploded on purpose") as raised:
+            cycle(venv, rounds=40)
+        assert "env 1 of the AioVectorEnv" in str(getattr(raised.value, "__notes__", ""))
+        for _ in range(6):  # the other envs are still in flight and keep coming
+            assert venv.recv()[4]["env_id"].tolist() != [1]
+            venv.send(np.zeros(1, np.int64))
+        venv.async_reset(seed=0)  # starts over, env 1 included
+        assert sorted(venv.recv()[4]["env_id"].tolist() for _ in range(N)) == [[0], [1], [2], [3]]
+
+
+def test_no_state_is_lost_when_an_env_error_stops_a_recv() -> None:
+    exploding = functools.partial(envs.Walk, explode_at=2)
+    factories = [envs.Walk, exploding, envs.Walk, envs.Walk]
+    with aioenv.AioVectorEnv(factories, mode="thread", batch_size=2) as venv:
+        venv.async_reset(seed=0)
+        with pytest.raises(ValueError, match="Walk exploded on purpose"):
+            cycle(venv, rounds=40)
+        # the three other envs are in flight, or taken by the recv that raised: two come
+        # back now, the third later; none is lost
+        assert 1 not in venv.recv()[4]["env_id"]
+        with pytest.raises(NoAsyncCallError, match=r"only 1 env\(s\) are in flight"):
+            venv.recv()
+
+
+@pytest.mark.parametrize("kind", ["thread", "process", "process_grouped", "coroutine"])
+def test_close_with_envs_in_flight_leaves_nothing_behind(kind: str) -> None:
+    venv = aioenv.AioVectorEnv(envs.Walk, N, batch_size=2, **KINDS[kind])
+    venv.async_reset(seed=0)
+    venv.recv()
+    venv.send(np.zeros(2, np.int64))
+    venv.close()  # the autouse no_leaks fixture checks every worker is gone
+    with pytest.raises(aioenv.VectorEnvClosed):
+        venv.recv()
+
+
+async def test_send_and_recv_from_inside_a_running_loop() -> None:
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=2) as venv:
+        venv.async_reset(seed=0)
+        seen: set[int] = set()
+        for _ in range(8):
+            observations, *_, infos = venv.recv()
+            seen.update(infos["env_id"].tolist())
+            venv.send(np.array([envs.choose_walk(observation) for observation in observations]))
+        assert seen == set(range(N))
