@@ -64,7 +64,8 @@ class AioVectorEnv(VectorEnv):
     ``reset``/``step`` are ``async def``, as well as plain ones.
     ``envs_per_worker=k`` groups ``k`` consecutive envs in one worker (one message per
     worker and step); process workers are grouped by default, ``k`` chosen from the cores
-    (16 envs on 2 cores: 2 workers of 8; ``envs_per_worker=1`` turns it off).
+    (a core for the script, one child per other core: 16 envs on 2 cores run as 1 worker
+    of 16, on 16 cores as 8 workers of 2; ``envs_per_worker=1`` turns it off).
     ``autoreset_mode`` (or ``autoreset``) takes gymnasium's ``AutoresetMode``, its value
     (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
     is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
