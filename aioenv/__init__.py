@@ -4,6 +4,7 @@ Drive many environments from one ``async`` training loop and act on whichever is
 first. See the README for a tour.
 """
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from ._batch import Batch
@@ -94,7 +95,9 @@ __all__ = [
 def _present_as_public(value: Any) -> None:
     # Users (and tracebacks, reprs, the docs) see aioenv.EnvError, not aioenv._errors.EnvError.
     # Pickle finds a class by module and name, so aioenv.<name> must be the object itself.
-    if isinstance(value, type) or (callable(value) and hasattr(value, "__code__")):
+    # type(value), not isinstance: a generic alias (Policy) passes isinstance(_, type) on
+    # Python 3.10, and its __module__ is read-only.
+    if issubclass(type(value), type) or inspect.isfunction(value):
         value.__module__ = __name__
 
 
