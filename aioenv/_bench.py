@@ -19,8 +19,8 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from ._factory import make_pool
 from ._loop import run
 from ._vector import AioVectorEnv
-from ._vector_layout import _cores as cores
 from ._vector_layout import envs_per_worker
+from ._vector_layout import usable_cores as cores
 
 __all__ = [
     "GROUPED_ROW",

@@ -9,7 +9,6 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -29,14 +28,16 @@ from gymnasium.vector.utils import (
 )
 
 from ._environment import EnvSource, GymnasiumFactory, resolve_source
-from ._errors import VectorEnvClosed
+from ._errors import VectorEnvClosed, WorkerError
 from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
-from ._probe import probe_env
-from ._vector_layout import EnvLayout, VectorArrays, grouped
-from ._vector_pipeline import Pipeline, dispatch, info_rows, receive
-from ._vector_runtime import Runtime, collect, exchange, raised, start
+from ._probe import Probe, probe_env
+from ._vector_choice import AUTO, ModeChoice, choose_mode
+from ._vector_inline import INLINE_OPTIONS, InlineEnvs
+from ._vector_layout import EnvLayout, VectorArrays, batch_infos, grouped
+from ._vector_pipeline import Pipeline, info_rows
+from ._vector_runtime import Envs, Runtime, raised, start
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -88,7 +89,7 @@ class AioVectorEnv(VectorEnv):
         env: EnvSource | Sequence[EnvSource],
         num_envs: int | None = None,
         *,
-        mode: str | Sequence[str] = "process",
+        mode: str | Sequence[str] = AUTO,
         autoreset: str | AutoresetMode | None = None,
         autoreset_mode: str | AutoresetMode | None = None,
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
@@ -105,16 +106,29 @@ class AioVectorEnv(VectorEnv):
                 raise ValueError("AioVectorEnv needs at least one env factory")
             if num_envs is not None and num_envs != len(sources):
                 raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
-            first: EnvSource = sources[0]
-            env = sources
         else:
             if num_envs is None:
                 raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
-            env = first = resolve_source(env)  # an unknown id fails here
-        probe = probe_env(first)  # before any worker starts
-        env, num_envs = grouped(env, num_envs, mode, pool_options, batch_size)
-        pool = make_pool(env, num_envs, mode=mode, autoreset=name, **pool_options)
-        self._setup(pool, probe, observation_mode, batch_size)
+            sources = [resolve_source(env)] * num_envs  # an unknown id fails here
+        probe = probe_env(sources[0], timed=mode == AUTO)  # before any worker starts
+        choice = choose_mode(mode, probe, len(sources), batch_size, pool_options)
+        self.mode_choice = choice
+        if choice.mode == "inline":
+            envs: Envs = _inline(sources, name, batch_size, pool_options)
+            sizes = [len(sources)]
+        else:
+            if choice.envs_per_worker:
+                pool_options.setdefault("envs_per_worker", choice.envs_per_worker)
+            grouping, count = grouped(
+                sources if isinstance(env, (list, tuple)) else sources[0],
+                len(sources),
+                choice.mode,
+                pool_options,
+                batch_size,
+            )
+            pool = make_pool(grouping, count, mode=choice.mode, autoreset=name, **pool_options)
+            envs, sizes = Runtime(pool), [worker.num_envs for worker in pool.workers]
+        self._setup(envs, sizes, probe, observation_mode, batch_size)
 
     @classmethod
     def from_pool(
@@ -133,47 +147,55 @@ class AioVectorEnv(VectorEnv):
                     "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
-        venv._setup(pool, probe_env(pool.workers[0].source), observation_mode, batch_size)
+        kinds = sorted({worker.kind for worker in pool.workers})
+        venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
+        sizes = [worker.num_envs for worker in pool.workers]
+        probe = probe_env(pool.workers[0].source)
+        venv._setup(Runtime(pool), sizes, probe, observation_mode, batch_size)
         return venv
 
     def _setup(
         self,
-        pool: WorkerPool[Any],
-        probe: tuple[dict[str, Any], Any, Any, Any],
+        envs: Envs,
+        sizes: list[int],
+        probe: Probe,
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
         batch_size: int | None,
     ) -> None:
-        runtime = Runtime(pool)
-        self._runtime = runtime
-        # Closes the pool when this vector env is garbage collected unclosed.
-        self._finalizer = weakref.finalize(self, runtime.close)
-        self._finalizer.atexit = False  # the runtime's own exit hook comes earlier
+        self._envs = envs
+        self._inline = envs if isinstance(envs, InlineEnvs) else None
+        # Closes the envs when this vector env is garbage collected unclosed.
+        self._finalizer = weakref.finalize(self, envs.close)
+        self._finalizer.atexit = False  # a pool's runtime has an exit hook of its own
         try:
-            self._define(pool, probe, observation_mode)
-            self._pipeline = Pipeline(self._layout, batch_size, pool.autoreset)
-            observations, actions = runtime.call(start, pool)
+            self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
+            self._define(envs, probe, observation_mode)
+            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
+            if isinstance(envs, InlineEnvs):
+                observations, actions = envs.start()
+            else:
+                assert isinstance(envs, Runtime)
+                observations, actions = envs.call(start, envs.pool)
             layout = self._layout
             self._check_spaces(layout.flatten(observations), layout.flatten(actions))
         except BaseException:
-            runtime.close()
+            envs.close()
             raise
 
     def _define(
         self,
-        pool: WorkerPool[Any],
-        probe: tuple[dict[str, Any], Any, Any, Any],
+        envs: Envs,
+        probe: Probe,
         observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
     ) -> None:
-        metadata, render_mode, observation_space, action_space = probe
-        self._pool = pool
-        self._layout = EnvLayout([worker.num_envs for worker in pool.workers])
+        metadata, render_mode, observation_space, action_space = probe[:4]
         self.num_envs = self._layout.num_envs
         # Like gymnasium's vector envs: make_vec sets the spec, a vector env built by hand
         # has none (the single env's spec would not rebuild it).
         self.spec = None
         self.metadata = metadata
         self.render_mode = render_mode
-        self.autoreset_mode = _MODES[pool.autoreset]
+        self.autoreset_mode = _MODES[envs.autoreset]
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.observation_mode = observation_mode
         self.single_action_space = action_space
@@ -191,8 +213,8 @@ class AioVectorEnv(VectorEnv):
                 "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of "
                 f"single and batch observation space, actual got {observation_mode}"
             )
-        if observation_mode != "same":  # checked per env below, as gymnasium does
-            pool.allow_differing_observations()
+        if observation_mode != "same" and isinstance(envs, Runtime):
+            envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
         self._env_obs: list[Any] = [None] * self.num_envs
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
@@ -223,7 +245,22 @@ class AioVectorEnv(VectorEnv):
 
     @property
     def pool(self) -> WorkerPool[Any]:
-        return self._pool
+        """The pool of workers behind this vector env (not for ``mode="inline"``)."""
+        if isinstance(self._envs, Runtime):
+            return self._envs.pool
+        raise AttributeError(
+            "this AioVectorEnv steps its envs inline, in the calling thread, with no pool; "
+            "pass mode='sync', 'thread' or 'process' for one"
+        )
+
+    @property
+    def mode(self) -> str | Sequence[str]:
+        """Where the envs step: the ``mode`` given, or what ``"auto"`` chose
+        (``mode_choice.reason`` says why)."""
+        return self.mode_choice.mode
+
+    def __repr__(self) -> str:
+        return f"AioVectorEnv(num_envs={self.num_envs}, mode={self.mode!r})"
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
@@ -242,14 +279,16 @@ class AioVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         self._check_open()
-        self._pipeline.check_idle(self._pool, "reset()")
+        self._pipeline.check_idle(self._envs, "reset()")
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
         infos = self._gather(ids, self._exchange(ids, requests))
         return self._observations(), infos
 
     def step(self, actions: Any) -> Result:
         self._check_open()
-        self._pipeline.check_idle(self._pool, "step()")
+        self._pipeline.check_idle(self._envs, "step()")
+        if self._inline is not None:
+            return self._step_inline(self._inline, actions)
         workers, requests = self._step_requests(actions)
         return self._stepped(workers, self._exchange(workers, requests))
 
@@ -275,7 +314,7 @@ class AioVectorEnv(VectorEnv):
         pipeline = self._pipeline
         pipeline.clear()
         pipeline.started()
-        self._runtime.call(dispatch, self._pool, ids, requests, True)
+        self._envs.dispatch(ids, requests, True)
 
     def send(
         self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
@@ -298,10 +337,10 @@ class AioVectorEnv(VectorEnv):
                 "nothing was sent"
             )
         workers, requests = self._layout.sends(self.single_action_space, actions, per_env, env_ids)
-        pipeline.check_not_flying(self._pool, workers)
+        pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
         pipeline.started()
-        self._runtime.call(dispatch, self._pool, workers, requests, leftovers)
+        self._envs.dispatch(workers, requests, leftovers)
 
     def recv(self) -> Result:
         """The first ``batch_size`` envs to finish what :meth:`send` or :meth:`async_reset`
@@ -313,9 +352,9 @@ class AioVectorEnv(VectorEnv):
         next ``recv``): go on with them, or :meth:`async_reset`."""
         self._check_open()
         pipeline = self._pipeline
-        pipeline.check_recv(self._pool)
+        pipeline.check_recv(self._envs)
         held = pipeline.held
-        error = self._runtime.call(receive, self._pool, pipeline.workers_per_batch, held)
+        error = self._envs.receive(pipeline.workers_per_batch, held)
         if error is not None:
             pipeline.last_env_ids = None
             raise raised([error], self._layout.env_of)
@@ -346,9 +385,9 @@ class AioVectorEnv(VectorEnv):
                 "results; call step_wait() first",
                 "step",
             )
-        pipeline.check_idle(self._pool, "step_async()")
+        pipeline.check_idle(self._envs, "step_async()")
         workers, requests = self._step_requests(actions)
-        self._runtime.call(dispatch, self._pool, workers, requests, True)
+        self._envs.dispatch(workers, requests, True)
         pipeline.step_pending = True
 
     def step_wait(self) -> Result:
@@ -360,14 +399,29 @@ class AioVectorEnv(VectorEnv):
                 "step_wait() was called without step_async(); call step_async(actions) first",
                 "step",
             )
-        workers = list(range(len(self._pool)))
+        workers = list(range(len(self._envs)))
         try:
-            states, errors = self._runtime.call(collect, self._pool, workers)
+            states, errors = self._envs.collect(workers)
         finally:
             pipeline.step_pending = False
         if errors:
             raise raised(errors, self._layout.env_of)
         return self._stepped(workers, states)
+
+    def _step_inline(self, inline: InlineEnvs, actions: Any) -> Result:
+        """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost: their
+        BatchStep's arrays are new and whole (the runner keeps every env's last
+        observation), so they are handed out as they are."""
+        try:
+            batch = inline.step(actions)
+        except WorkerError as error:
+            failed: WorkerError | None = error
+        else:
+            failed = None
+        if failed is not None:
+            raise raised([failed], self._layout.env_of)
+        infos = batch_infos({}, batch, 0, self._add_info)
+        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     # Requests out, states in ------------------------------------------------------------
     def _step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
@@ -379,7 +433,7 @@ class AioVectorEnv(VectorEnv):
             )
         if self._layout.batched:
             requests = self._layout.actions(self.single_action_space, actions, batch)
-            return list(range(len(self._pool))), requests
+            return list(range(len(self._envs))), requests
         return list(range(self.num_envs)), batch
 
     def _batched_actions(self, size: int) -> Any:
@@ -390,7 +444,7 @@ class AioVectorEnv(VectorEnv):
 
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
         states: list[Any]
-        states, errors = self._runtime.call(exchange, self._pool, ids, actions)
+        states, errors = self._envs.exchange(ids, actions)
         if errors:
             raise raised(errors, self._layout.env_of)
         return states
@@ -431,18 +485,17 @@ class AioVectorEnv(VectorEnv):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()
-        call = functools.partial(self._pool.call, name, *args, **kwargs)
-        return tuple(self._layout.flatten(self._runtime.call(call)))
+        return tuple(self._layout.flatten(self._envs.call_envs(name, args, kwargs)))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         self._check_open()
-        return tuple(self._layout.flatten(self._runtime.call(self._pool.get_attr, name)))
+        return tuple(self._layout.flatten(self._envs.get_attr(name)))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         self._check_open()
         if self._layout.batched:
             values = self._layout.values(values)
-        self._runtime.call(self._pool.set_attr, name, values)
+        self._envs.set_attr(name, values)
 
     def render(self) -> tuple[Any, ...] | None:
         frames = self.call("render")
@@ -450,7 +503,7 @@ class AioVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self._finalizer.detach()
-        self._runtime.close()
+        self._envs.close()
 
     def __enter__(self) -> AioVectorEnv:
         return self
@@ -459,7 +512,25 @@ class AioVectorEnv(VectorEnv):
         self.close()
 
     def _check_open(self) -> None:
-        if self.closed or self._runtime.closed:
+        if self.closed or self._envs.closed:
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
+
+
+def _inline(
+    sources: list[EnvSource], autoreset: object, batch_size: int | None, options: dict[str, Any]
+) -> InlineEnvs:
+    """The envs of ``mode="inline"``, or why the options need another mode."""
+    unknown = sorted(set(options) - INLINE_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"mode='inline' steps the envs in the calling thread, with no pool: "
+            f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
+        )
+    if batch_size is not None and batch_size != len(sources):
+        raise ValueError(
+            f"mode='inline' steps every env at once: batch_size={batch_size} needs envs that "
+            "step while the script computes; pass mode='process' (or leave mode to choose)"
+        )
+    return InlineEnvs(sources, autoreset, **options)

@@ -36,7 +36,14 @@ from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
 from ._sentinels import RESET, Reset
 
-__all__ = ["EnvLayout", "VectorArrays", "envs_per_worker", "grouped"]
+__all__ = [
+    "EnvLayout",
+    "VectorArrays",
+    "batch_infos",
+    "envs_per_worker",
+    "grouped",
+    "usable_cores",
+]
 
 #: The ``idle_spin`` (seconds) of grouped process workers that have a core each: longer
 #: than a small policy's forward pass between two steps, so a child is still awake when
@@ -69,13 +76,13 @@ def grouped(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        per_worker = envs_per_worker(len(sources), _cores(), batch_size)
+        per_worker = envs_per_worker(len(sources), usable_cores(), batch_size)
     else:
         return env, num_envs
     per_process = options.get("envs_per_process", 1)
     if mode == "process" and "idle_spin" not in options and isinstance(per_process, int):
         processes = -(-len(sources) // per_worker // max(1, per_process))
-        if processes + 1 <= _cores():
+        if processes + 1 <= usable_cores():
             options["idle_spin"] = LOCKSTEP_IDLE_SPIN
     if per_worker == 1:
         return env, num_envs
@@ -95,7 +102,7 @@ def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) ->
     return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
 
 
-def _cores() -> int:
+def usable_cores() -> int:
     """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
@@ -106,12 +113,14 @@ def _cores() -> int:
 class EnvLayout:
     """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
 
-    def __init__(self, sizes: list[int]) -> None:
+    def __init__(self, sizes: list[int], *, batched: bool = False) -> None:
         self.sizes = sizes
         self.starts = [0, *itertools.accumulate(sizes)][:-1]
         self.num_envs = sum(sizes)
-        #: Some worker steps several envs: the vector env exchanges BatchSteps.
-        self.batched = any(size > 1 for size in sizes)
+        #: Some worker steps several envs (or ``batched``, envs stepped in line, even one):
+        #: the vector env exchanges BatchSteps.
+        self.batched = batched or any(size > 1 for size in sizes)
+        self._lists = batched  # even a worker of one env answers controls with a list
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
         """The env of the vector env that a worker's env ``in_batch`` is (None when the
@@ -236,7 +245,7 @@ class EnvLayout:
         """Per-worker answers (a list per env for workers stepping several) as per env."""
         out: list[Any] = []
         for size, result in zip(self.sizes, results, strict=True):
-            out.extend(result if size > 1 else [result])
+            out.extend(result if size > 1 or self._lists else [result])
         return out
 
     def scatter(
@@ -255,16 +264,25 @@ class EnvLayout:
             into.rewards[part] = batch.rewards
             into.terminated[part] = batch.terminated
             into.truncated[part] = batch.truncated
-            for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
-                if row in batch.final_infos:
-                    final = {
-                        "final_obs": batch.final_observations[row],
-                        "final_info": batch.final_infos[row],
-                    }
-                    infos = add_info(infos, final, lo + row)
-                if row in batch.infos:
-                    infos = add_info(infos, batch.infos[row], lo + row)
+            infos = batch_infos(infos, batch, lo, add_info)
         return infos
+
+
+def batch_infos(infos: dict[str, Any], batch: BatchStep[Any], lo: int, add_info: AddInfo) -> Any:
+    """``infos`` (gymnasium's vector form) with those of ``batch``, whose row ``i`` is env
+    ``lo + i``; an env's final observation and info first, as gymnasium adds them."""
+    if not batch.infos and not batch.final_infos:
+        return infos
+    for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
+        if row in batch.final_infos:
+            final = {
+                "final_obs": batch.final_observations[row],
+                "final_info": batch.final_infos[row],
+            }
+            infos = add_info(infos, final, lo + row)
+        if row in batch.infos:
+            infos = add_info(infos, batch.infos[row], lo + row)
+    return infos
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:

@@ -16,11 +16,10 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from ._errors import WorkerError
-from ._pool import WorkerPool
 from ._vector_layout import EnvLayout
+from ._vector_runtime import Envs
 
-__all__ = ["Pipeline", "dispatch", "info_rows", "receive"]
+__all__ = ["Pipeline", "info_rows"]
 
 
 class Pipeline:
@@ -63,17 +62,17 @@ class Pipeline:
         self.last_env_ids: list[int] | None = None
         self.step_pending = False
 
-    def flying(self, pool: WorkerPool[Any]) -> list[int]:
+    def flying(self, envs: Envs) -> list[int]:
         """The workers whose envs the pipelined calls have in flight (sent, not received);
         when there are none, the pool's pending states are no longer theirs."""
         if not self.active:
             return []
-        flying = [w for w in range(len(pool)) if w in self.held or pool.has_pending(w)]
+        flying = [w for w in range(len(envs)) if w in self.held or envs.has_pending(w)]
         if not flying:
             self.active = False
         return flying
 
-    def check_idle(self, pool: WorkerPool[Any], call: str) -> None:
+    def check_idle(self, envs: Envs, call: str) -> None:
         """Before a lockstep call: nothing of the pipelined calls may be in flight."""
         if self.step_pending:
             raise AlreadyPendingCallError(
@@ -81,7 +80,7 @@ class Pipeline:
                 "step_wait() first",
                 "step",
             )
-        flying = self.flying(pool)
+        flying = self.flying(envs)
         if flying:
             raise AlreadyPendingCallError(
                 f"{call} was called while envs {self.envs(flying)} are in flight (sent by "
@@ -119,10 +118,10 @@ class Pipeline:
             raise ValueError(f"send(): env_id {env_ids} names an env twice")
         return env_ids
 
-    def check_not_flying(self, pool: WorkerPool[Any], worker_ids: list[int]) -> None:
+    def check_not_flying(self, envs: Envs, worker_ids: list[int]) -> None:
         if not self.active:
             return
-        busy = [w for w in worker_ids if w in self.held or pool.has_pending(w)]
+        busy = [w for w in worker_ids if w in self.held or envs.has_pending(w)]
         if busy:
             raise AlreadyPendingCallError(
                 f"send() to envs {self.envs(busy)}, which are in flight (sent, not yet taken "
@@ -130,7 +129,7 @@ class Pipeline:
                 "step",
             )
 
-    def check_recv(self, pool: WorkerPool[Any]) -> None:
+    def check_recv(self, envs: Envs) -> None:
         if self.step_pending:
             raise AlreadyPendingCallError(
                 "recv() was called while step_async() waits for step_wait(); call "
@@ -138,11 +137,11 @@ class Pipeline:
                 "step",
             )
         # the pool owes no state the pipelined calls did not send (those are dropped first)
-        in_flight = pool.num_pending + len(self.held) if self.active else 0
+        in_flight = envs.num_pending + len(self.held) if self.active else 0
         if in_flight < self.workers_per_batch:
             raise NoAsyncCallError(
                 f"recv() would wait forever: it returns batch_size={self.batch_size} envs and "
-                f"only {len(self.envs(self.flying(pool)))} env(s) are in flight; "
+                f"only {len(self.envs(self.flying(envs)))} env(s) are in flight; "
                 "async_reset() or send() actions first",
                 "step",
             )
@@ -165,30 +164,6 @@ class Pipeline:
         self.held.clear()
         self.last_env_ids = None
         self.step_pending = False
-
-
-async def dispatch(
-    pool: WorkerPool[Any], worker_ids: list[int], requests: list[Any], drop: bool
-) -> None:
-    """Send ``requests[k]`` to worker ``worker_ids[k]``; with ``drop``, first wait for every
-    state in flight and drop it (an env error among them too), so the sends start clean."""
-    if drop and pool.num_pending:
-        await pool.drain()
-    for worker_id, request in zip(worker_ids, requests, strict=True):
-        pool.send_action(request, worker_id)
-
-
-async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
-    """Take states into ``held`` until it has ``count``, in the order they finish; the
-    error of an env that failed instead (the states taken before it stay in ``held``)."""
-    while len(held) < count:
-        missing = count - len(held)
-        try:
-            batch = await pool.get_batch(min_size=missing, max_size=missing)
-        except WorkerError as error:
-            return error
-        held.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
-    return None
 
 
 def info_rows(infos: dict[str, Any], rows: npt.NDArray[np.int64]) -> dict[str, Any]:

@@ -173,12 +173,16 @@ class VectorRunner:
         if self.build_failure is not None:
             return self.build_failure
         try:
-            rows = self._split(actions)
+            rows = self.split(actions)
         except Exception as exc:
             return Failure.from_exception(exc, "step (splitting the batch of actions)")
         if len(rows) != self.size:
             count = ValueError(f"a batch of {len(rows)} actions for {self.size} envs")
             return Failure.from_exception(count, "step")
+        return self.step_rows(rows)
+
+    def step_rows(self, rows: list[Any]) -> Any:
+        """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
         states: list[Any] = []
         failures: list[Failure] = []
         for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True)):
@@ -192,7 +196,7 @@ class VectorRunner:
             return _first_of(failures)
         return self._stepped(states)
 
-    def _split(self, actions: Any) -> list[Any]:
+    def split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
         spaces ``iterate`` is ``iter``: the same rows, without its dispatch)."""
         space = self._action_batch

@@ -4,9 +4,10 @@ vector envs raise."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium
 
@@ -17,7 +18,59 @@ from ._inline_loop import InlineLoop
 from ._inline_loop import loop_running_here as _loop_running_here
 from ._pool import WorkerPool
 
-__all__ = ["Runtime", "as_raised", "collect", "exchange", "raised", "start"]
+__all__ = [
+    "Envs",
+    "Runtime",
+    "as_raised",
+    "collect",
+    "dispatch",
+    "exchange",
+    "raised",
+    "receive",
+    "start",
+]
+
+
+class Envs(Protocol):
+    """What an :class:`~aioenv.AioVectorEnv` asks of its envs, by worker id: a pool on an
+    event loop (:class:`Runtime`) or envs stepped in line
+    (:class:`~aioenv._vector_inline.InlineEnvs`). States come back with the errors that
+    replaced some (each a worker's); nothing is raised for an env's failure."""
+
+    closed: bool
+
+    @property
+    def autoreset(self) -> str:
+        """The autoreset mode the envs run under (aioenv's name)."""
+
+    def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
+        """Send ``requests[k]`` to worker ``ids[k]`` and take every answer."""
+
+    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
+        """Send without waiting; with ``drop``, what was in flight is dropped first."""
+
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        """Take the answers of workers ``ids``, which were all sent a request."""
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        """Take answers into ``held`` (by worker id) until it has ``count``."""
+
+    def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """Call method ``name`` of every env: one answer per worker."""
+
+    def get_attr(self, name: str) -> list[Any]: ...
+
+    def set_attr(self, name: str, values: Any) -> None: ...
+
+    def __len__(self) -> int:
+        """How many workers."""
+
+    def has_pending(self, worker_id: int) -> bool: ...
+
+    @property
+    def num_pending(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class Runtime:
@@ -44,6 +97,42 @@ class Runtime:
         if self.closed:
             raise VectorEnvClosed("this AioVectorEnv is closed; make a new one to go on")
         return self.loop.call(function, *args)
+
+    @property
+    def autoreset(self) -> str:
+        return self.pool.autoreset
+
+    # The calls of :class:`Envs`, each run on the loop ----------------------------------
+    def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
+        return self.call(exchange, self.pool, ids, requests)  # type: ignore[no-any-return]
+
+    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
+        self.call(dispatch, self.pool, ids, requests, drop)
+
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        return self.call(collect, self.pool, ids)  # type: ignore[no-any-return]
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        return self.call(receive, self.pool, count, held)  # type: ignore[no-any-return]
+
+    def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        return self.call(functools.partial(self.pool.call, name, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def get_attr(self, name: str) -> list[Any]:
+        return self.call(self.pool.get_attr, name)  # type: ignore[no-any-return]
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self.call(self.pool.set_attr, name, values)
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def has_pending(self, worker_id: int) -> bool:
+        return self.pool.has_pending(worker_id)
+
+    @property
+    def num_pending(self) -> int:
+        return self.pool.num_pending
 
     def close(self) -> None:
         if self.closed:
@@ -103,6 +192,30 @@ async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list
             continue
         states.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
     return states, errors
+
+
+async def dispatch(
+    pool: WorkerPool[Any], worker_ids: list[int], requests: list[Any], drop: bool
+) -> None:
+    """Send ``requests[k]`` to worker ``worker_ids[k]``; with ``drop``, first wait for every
+    state in flight and drop it (an env error among them too), so the sends start clean."""
+    if drop and pool.num_pending:
+        await pool.drain()
+    for worker_id, request in zip(worker_ids, requests, strict=True):
+        pool.send_action(request, worker_id)
+
+
+async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
+    """Take states into ``held`` until it has ``count``, in the order they finish; the
+    error of an env that failed instead (the states taken before it stay in ``held``)."""
+    while len(held) < count:
+        missing = count - len(held)
+        try:
+            batch = await pool.get_batch(min_size=missing, max_size=missing)
+        except WorkerError as error:
+            return error
+        held.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
+    return None
 
 
 def raised(

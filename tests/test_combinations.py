@@ -7,8 +7,8 @@ and final infos, through resets, masked resets and episode ends. The envs observ
 action they were given (``space_envs.Echo``), so an action that reaches an env in another
 form shows at once.
 
-The full product is 6 x 11 x 3 vector envs; every pair of dimensions is covered by the
-66 kind x space cases, each in the autoreset mode ``(kind + space) % 3``: for a kind the
+The full product is 7 x 11 x 3 vector envs; every pair of dimensions is covered by the
+77 kind x space cases, each in the autoreset mode ``(kind + space) % 3``: for a kind the
 spaces run through all three modes, and for a space the kinds do.
 """
 
@@ -40,6 +40,7 @@ AUTORESET = {
 }
 #: Each worker kind: its AioVectorEnv options.
 KINDS: dict[str, dict[str, Any]] = {
+    "inline": {"mode": "inline"},
     "sync": {"mode": "sync"},
     "thread": {"mode": "thread"},
     "process": {"mode": "process", "envs_per_worker": 1},

@@ -34,7 +34,12 @@ CHILD_SIDE = {
     "aioenv._sentinels",
 }
 #: Parent-side kinds that run an env in the parent's own process.
-RUNS_ENVS_IN_LINE = {"aioenv.workers._sync", "aioenv.workers._thread", "aioenv.workers._coroutine"}
+RUNS_ENVS_IN_LINE = {
+    "aioenv.workers._sync",
+    "aioenv.workers._thread",
+    "aioenv.workers._coroutine",
+    "aioenv._vector_inline",  # an AioVectorEnv's envs stepped in the calling thread
+}
 
 
 def module_name(path: Path) -> str:

@@ -164,7 +164,7 @@ def test_grouped_process_workers_spin_only_with_a_core_each(
 ) -> None:
     from aioenv import _vector_layout
 
-    monkeypatch.setattr(_vector_layout, "_cores", lambda: cores)
+    monkeypatch.setattr(_vector_layout, "usable_cores", lambda: cores)
     options = dict(options)
     _vector_layout.grouped("CartPole-v1", 16, "process", options)
     assert options.get("idle_spin") == spin

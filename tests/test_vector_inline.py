@@ -1,0 +1,156 @@
+"""Envs stepped in line (``mode="inline"``) and the default's choice between stepping in
+line and child processes (``mode="auto"``).
+
+What inline envs answer is checked against ``SyncVectorEnv`` by the combination matrix
+(``test_combinations``); here: the choice, its figures and its rules, and what inline envs
+do beside lockstep stepping (the pipelined calls, errors, closing, what needs a pool)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import RaisesOnTwo
+from gymnasium.vector import SyncVectorEnv
+
+import aioenv
+from aioenv import _vector_choice
+from aioenv._probe import Probe
+
+
+def _probe(step_seconds: float | None, *, is_async: bool = False) -> Probe:
+    return Probe({}, None, None, None, step_seconds, is_async)
+
+
+def _choose(step: float | None, num_envs: int, cores: int = 2, **options: Any) -> Any:
+    return _vector_choice.choose_mode("auto", _probe(step), num_envs, None, options, cores)
+
+
+def test_cheap_envs_step_in_line_and_costly_ones_in_a_child_per_core() -> None:
+    cheap = _choose(12e-6, 16)  # a CartPole step: the hand-off costs more than 8 steps
+    assert (cheap.mode, cheap.envs_per_worker) == ("inline", 16)
+    costly = _choose(600e-6, 8)  # an Atari step: two children of four
+    assert (costly.mode, costly.envs_per_worker) == ("process", 4)
+    assert _choose(600e-6, 8, cores=16).envs_per_worker == 1  # a child per env
+    assert _choose(600e-6, 32, cores=16).envs_per_worker == 2  # 16 children of 2
+    assert _choose(5.0, 1).mode == "inline"  # one env is never faster in a child
+
+
+def test_the_choice_names_its_figures() -> None:
+    reason = _choose(125e-6, 8).reason
+    assert "125 µs" in reason
+    assert "8 in line ~1.00 ms" in reason
+    assert "2 child processes of 4" in reason
+
+
+def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
+    choose = _vector_choice.choose_mode
+    assert choose("auto", _probe(1e-6), 8, 4, {}, 2).mode == "process"  # pipelined
+    assert _choose(1e-6, 8, step_timeout=1.0).mode == "process"
+    assert "step_timeout" in _choose(1e-6, 8, step_timeout=1.0).reason
+    assert _choose(1e-6, 8, seed=3, max_episode_steps=5).mode == "inline"
+    assert _choose(None, 8).mode == "process"  # the probe could not be timed
+    assert choose("auto", _probe(None, is_async=True), 8, None, {}, 2).mode == "coroutine"
+    assert choose("thread", _probe(None), 8, None, {}, 2).mode == "thread"  # given: kept
+
+
+def test_the_default_steps_one_env_in_line_and_says_so() -> None:
+    with aioenv.AioVectorEnv("CartPole-v1", 1) as envs:
+        assert envs.mode == "inline"
+        assert repr(envs) == "AioVectorEnv(num_envs=1, mode='inline')"
+        assert envs.mode_choice.reason.startswith("auto (inline): a step takes")
+        with pytest.raises(AttributeError, match="no pool; pass mode="):
+            _ = envs.pool
+
+
+class _Slow(gymnasium.Env[np.ndarray, int]):
+    """A step that takes 3 ms: worth a child process of its own."""
+
+    observation_space = gymnasium.spaces.Box(0, 1, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        time.sleep(0.003)
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_vector_choice, "usable_cores", lambda: 2)
+    with aioenv.AioVectorEnv([_Slow] * 4) as envs:
+        assert envs.mode == "process"
+        assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, np.int64))
+
+
+def test_inline_refuses_what_needs_workers() -> None:
+    with pytest.raises(TypeError, match="step_timeout configure workers"):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", step_timeout=1.0)
+    with pytest.raises(ValueError, match="batch_size=1 needs envs that step"):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", batch_size=1)
+
+
+def test_inline_pipelined_calls_give_what_lockstep_gives() -> None:
+    reference = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 3)
+    with aioenv.AioVectorEnv("CartPole-v1", 3, mode="inline") as envs, closing(reference):
+        envs.async_reset(seed=4)
+        observations, *_, infos = envs.recv()
+        np.testing.assert_array_equal(observations, reference.reset(seed=4)[0])
+        np.testing.assert_array_equal(infos["env_id"], [0, 1, 2])
+        for t in range(30):
+            actions = np.array([t % 2, 1, 0])
+            envs.send(actions)
+            ours = envs.recv()
+            theirs = reference.step(actions)
+            for a, b in zip(ours[:4], theirs[:4], strict=True):
+                np.testing.assert_array_equal(a, b)
+            envs.step_async(actions)
+            np.testing.assert_array_equal(envs.step_wait()[0], reference.step(actions)[0])
+
+
+def test_an_inline_env_error_is_the_envs_own_and_the_envs_stay_usable() -> None:
+    with aioenv.AioVectorEnv([RaisesOnTwo] * 3, mode="inline") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="action 2 is not allowed here") as raised:
+            envs.step(np.array([0, 2, 0]))
+        assert any("env 1" in note for note in getattr(raised.value, "__notes__", []))
+        observations, *_ = envs.step(np.array([0, 1, 0]))
+        np.testing.assert_array_equal(observations[:, 0], [2, 1, 2])
+
+
+class _Closing(RaisesOnTwo):
+    closed: list[int] = []
+
+    def close(self) -> None:
+        _Closing.closed.append(id(self))
+
+
+def test_inline_envs_are_closed_once() -> None:
+    envs = aioenv.AioVectorEnv([_Closing] * 3, mode="inline")
+    _Closing.closed.clear()  # the probe env was closed by now
+    envs.reset()
+    envs.close()
+    envs.close()
+    assert len(_Closing.closed) == 3
+    with pytest.raises(aioenv.VectorEnvClosed):
+        envs.step(np.zeros(3, np.int64))
+
+
+def test_inline_attributes_and_calls_reach_every_env() -> None:
+    with aioenv.AioVectorEnv([RaisesOnTwo] * 2, mode="inline") as envs:
+        envs.reset(seed=0)
+        envs.step(np.array([1, 1]))
+        assert envs.get_attr("t") == (1, 1)
+        envs.set_attr("t", [5, 6])
+        assert envs.get_attr("t") == (5, 6)
+        envs.set_attr("t", 7)
+        assert envs.call("get_wrapper_attr", "t") == (7, 7)
+        assert envs.np_random_seed == (0, 1)
