@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import closing
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -127,7 +127,7 @@ def test_an_inline_env_error_is_the_envs_own_and_the_envs_stay_usable() -> None:
 
 
 class _Closing(RaisesOnTwo):
-    closed: list[int] = []
+    closed: ClassVar[list[int]] = []
 
     def close(self) -> None:
         _Closing.closed.append(id(self))
