@@ -27,7 +27,6 @@ from ._errors import (
     WorkerTimeout,
 )
 from ._factory import get_worker_pool, make_pool
-from ._loop import run
 from ._make_vec import make_vec
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 from ._remote_control import PerWorker
@@ -35,6 +34,7 @@ from ._seeds import worker_seeds
 from ._sentinels import CLOSE, RESET, Command, Reset
 from ._trajectories import Trajectories
 from ._vector import AioVectorEnv, VectorEnvClosed
+from .loops import run
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 if TYPE_CHECKING:

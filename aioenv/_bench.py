@@ -17,10 +17,10 @@ import gymnasium
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from ._factory import make_pool
-from ._loop import run
 from ._vector import AioVectorEnv
 from ._vector_layout import envs_per_worker
 from ._vector_layout import usable_cores as cores
+from .loops import run
 
 __all__ = [
     "GROUPED_ROW",

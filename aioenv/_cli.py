@@ -34,7 +34,7 @@ from ._bench import (
 )
 from ._environment import resolve_spec
 from ._factory import canonical_mode, worker_modes
-from ._loop import run
+from .loops import run
 from .workers import default_context
 
 __all__ = ["main"]

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from ._loop import not_on_asyncio
+from .loops._here import not_on_asyncio
 
 __all__ = ["Inbox", "Outcome"]
 

@@ -35,13 +35,13 @@ from ._errors import (
     WorkerPaused,
 )
 from ._inbox import Inbox
-from ._loop import for_this_loop
 from ._messages import Autoreset
 from ._options import PoolOptions
 from ._receiving import Receiving
 from ._remote_control import RemoteControl
 from ._rollout import Rollouts
 from ._sentinels import RESET, Command, Reset
+from .loops._here import for_this_loop
 from .workers._base import Worker
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]

@@ -17,7 +17,7 @@ from ._batch import Batch, ReusedRows
 from ._episodes import EpisodeCounter
 from ._errors import NoActionInFlight, WorkerError, WorkerPaused
 from ._inbox import Inbox, Outcome
-from ._loop import not_on_asyncio
+from .loops._here import not_on_asyncio
 from .workers._base import Worker
 
 __all__ = ["Receiving"]

@@ -11,12 +11,11 @@ from typing import Any, Protocol
 
 import gymnasium
 
-from ._background import BackgroundLoop, close_at_exit
 from ._environment import describe_source
 from ._errors import EnvError, VectorEnvClosed, WorkerError
-from ._inline_loop import InlineLoop
-from ._inline_loop import loop_running_here as _loop_running_here
 from ._pool import WorkerPool
+from .loops._background import close_at_exit
+from .loops._host import LoopHost, host_for_sync_calls
 
 __all__ = [
     "Envs",
@@ -78,19 +77,15 @@ class Runtime:
     vector env's finalizer or the interpreter's exit.
 
     Made outside any event loop (a training script), the loop runs in the calling thread
-    during each call (:class:`~aioenv._inline_loop.InlineLoop`): a step costs no hand-off
-    to another thread and back. Made inside a running loop (a notebook, async code), it
-    runs in a daemon thread of its own (:class:`BackgroundLoop`)."""
+    during each call: a step costs no hand-off to another thread and back. Made inside a
+    running loop (a notebook, async code), it runs in a daemon thread of its own (see
+    :func:`~aioenv.loops._host.host_for_sync_calls`)."""
 
     def __init__(self, pool: WorkerPool[Any]) -> None:
         self.pool = pool
         self.closed = False
         name = describe_source(pool.workers[0].source)
-        self.loop: InlineLoop | BackgroundLoop
-        if _loop_running_here():
-            self.loop = BackgroundLoop(f"aioenv-vector-loop ({name})")
-        else:
-            self.loop = InlineLoop()
+        self.loop: LoopHost = host_for_sync_calls(f"aioenv-vector-loop ({name})")
         close_at_exit(id(self), self.close)
 
     def call(self, function: Callable[..., Any], *args: Any) -> Any:

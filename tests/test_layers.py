@@ -40,6 +40,10 @@ RUNS_ENVS_IN_LINE = {
     "aioenv.workers._coroutine",
     "aioenv._vector_inline",  # an AioVectorEnv's envs stepped in the calling thread
 }
+#: The one module that knows trio (the bridge of pools to a trio run), and the one that
+#: chooses between uvloop and asyncio's own loop.
+TRIO_BRIDGE = "aioenv.loops._trio_bridge"
+LOOP_CHOICE = "aioenv.loops._choice"
 
 
 def module_name(path: Path) -> str:
@@ -70,6 +74,18 @@ def module_level_imports(path: Path) -> set[str]:
             found.add(target)
             found.update(f"{target}.{alias.name}" for alias in node.names)  # submodules
     return found
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level packages other than aioenv that ``path`` imports anywhere (in a
+    function too, where an optional package is imported on first use)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"aioenv"}
 
 
 def graph() -> dict[str, set[str]]:
@@ -117,6 +133,20 @@ def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_ch
         assert "aioenv.workers._ray_actor" not in imported, f"{module} imports the actor"
 
 
+def test_only_the_bridge_imports_trio_and_only_when_trio_runs() -> None:
+    # trio is optional and `import aioenv` must not import it: the bridge is imported on
+    # first use, from inside a function, never at a module's top.
+    for path in PACKAGE.rglob("*.py"):
+        name, imported = module_name(path), third_party_imports(path)
+        if name != TRIO_BRIDGE:
+            assert not {"trio", "outcome"} & imported, f"{name} imports trio"
+        if name != LOOP_CHOICE:
+            assert "uvloop" not in imported, f"{name} chooses an event loop of its own"
+    assert {"trio", "outcome"} <= third_party_imports(PACKAGE / "loops" / "_trio_bridge.py")
+    for module, imported in graph().items():
+        assert TRIO_BRIDGE not in imported, f"{module} imports the trio bridge when imported"
+
+
 def test_the_checks_see_real_edges() -> None:
     """The graph is read correctly: known imports show up (so the tests above can fail)."""
     edges = graph()
@@ -125,3 +155,5 @@ def test_the_checks_see_real_edges() -> None:
     assert "aioenv.workers._ray_protocol" in edges["aioenv.workers._ray_actor"]
     assert "aioenv._pool" in edges["aioenv._factory"]
     assert "aioenv._messages" in edges["aioenv._runner"]
+    assert LOOP_CHOICE in edges["aioenv.loops._inline"]
+    assert "uvloop" in third_party_imports(PACKAGE / "loops" / "_choice.py")

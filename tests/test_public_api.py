@@ -75,6 +75,14 @@ def test_public_docstrings_point_at_public_names_only() -> None:
     assert private == {}
 
 
+def test_the_event_loop_package_publishes_nothing_but_aioenv_run() -> None:
+    # Its modules (how pools meet event loops, trio's bridge among them) are private.
+    import aioenv.loops
+
+    assert aioenv.loops.__all__ == ["run"]
+    assert aioenv.loops.run is aioenv.run
+
+
 def test_every_public_name_is_in_the_api_reference() -> None:
     reference = (ROOT / "docs" / "reference.md").read_text()
     documented = set(re.findall(r"^\.\. auto\w+:: aioenv\.(\w+)$", reference, re.M))

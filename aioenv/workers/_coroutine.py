@@ -6,17 +6,15 @@ import asyncio
 import collections
 import dataclasses
 import functools
-import os
-import sys
-import traceback
 import warnings
 from typing import Any, TypeVar
 
 from .._async_runner import AsyncEnvRunner
 from .._environment import EnvSource
 from .._errors import EnvError, WorkerError, env_ended_worker
-from .._loop import COROUTINE_HOSTS
 from .._messages import ControlRequest, Failure
+from ..loops._here import trio_env_on_asyncio
+from ..loops._host import CoroutineHost
 from ._base import Worker
 
 __all__ = ["AsyncEnvWorker"]
@@ -37,7 +35,8 @@ class AsyncEnvWorker(Worker[S]):
     the loop while they step.
 
     Under trio (a pool bridged to a trio run, see the docs' trio guide) each call of the
-    env runs as a task of the trio run instead, so the env may use trio.
+    env runs as a task of the trio run instead, so the env may use trio: the bridge hands
+    itself to the worker as the host of its env's coroutines.
 
     Requests are served in order by one task per env. A step past its ``step_timeout`` is
     cancelled (the task is cancelled and the env closed); closing the worker cancels a
@@ -68,6 +67,7 @@ class AsyncEnvWorker(Worker[S]):
             start_timeout=start_timeout,
         )
         self._envs: list[_EnvTask] = []  # the current env's, and discarded ones still closing
+        self._host: CoroutineHost | None = None  # None: the env's coroutines run on the loop
         self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
@@ -78,6 +78,9 @@ class AsyncEnvWorker(Worker[S]):
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         self._current.start(loop)
+
+    def _run_coroutines_in(self, host: CoroutineHost) -> None:
+        self._host = host
 
     def _submit(self, seq: int, action: Any) -> None:
         self._current.put(seq, action)
@@ -90,20 +93,12 @@ class AsyncEnvWorker(Worker[S]):
             self._on_reply(seq, result)
 
     def _env_error(self, failure: Failure) -> EnvError:
-        on_asyncio = self._loop is None or self._loop not in COROUTINE_HOSTS
-        if on_asyncio and _raised_in("trio", failure.exception):
-            hint = (
-                " (this pool runs on asyncio, so its coroutine envs do too: an env that "
-                "calls trio needs the pool run under trio, `async with pool as bridged:` in "
-                "a trio run; written with anyio, it works on both)"
-            )
-            failure = dataclasses.replace(failure, message=failure.message + hint)
-        elif not on_asyncio and _raised_in("asyncio", failure.exception):
-            hint = (
-                " (this pool runs under trio, so its coroutine envs run in the trio run: an "
-                "env that calls asyncio needs the pool run on asyncio; written with anyio, it "
-                "works on both)"
-            )
+        # An env that called the library of another event loop than its own: say why.
+        if self._host is None:
+            hint = trio_env_on_asyncio(failure.exception)
+        else:
+            hint = self._host.env_error_hint(failure.exception)
+        if hint:
             failure = dataclasses.replace(failure, message=failure.message + hint)
         return super()._env_error(failure)
 
@@ -153,18 +148,6 @@ class AsyncEnvWorker(Worker[S]):
             )
 
 
-def _raised_in(library: str, exc: BaseException | None) -> bool:
-    """``exc`` was raised inside ``library`` (trio, asyncio): the env called a library of
-    another event loop than the one its coroutines run on."""
-    module = sys.modules.get(library)
-    if exc is None or module is None or module.__file__ is None:
-        return False
-    package = os.path.dirname(module.__file__)
-    return any(
-        frame.filename.startswith(package) for frame in traceback.extract_tb(exc.__traceback__)
-    )
-
-
 class _EnvTask:
     """One env and the task that serves its requests, in order."""
 
@@ -199,7 +182,7 @@ class _EnvTask:
     async def _serve(self) -> None:
         worker, runner, requests = self._worker, self._runner, self.requests
         loop = asyncio.get_running_loop()
-        host = COROUTINE_HOSTS.get(loop)  # None: the env's coroutines run right here
+        host = worker._host  # None: the env's coroutines run right here
         try:
             runner.build()
             if worker.observation_space is None:
@@ -213,7 +196,9 @@ class _EnvTask:
                     return
                 try:
                     if host is not None:
-                        result = await host(functools.partial(_answer, runner, request))
+                        result = await host.run_env_call(
+                            functools.partial(_answer, runner, request)
+                        )
                     elif isinstance(request, ControlRequest):
                         result = await runner.acontrol(request)
                     else:
@@ -226,7 +211,7 @@ class _EnvTask:
                 worker._on_task_reply(self, seq, result)
         finally:
             # After a cancellation too: the env's close is awaited.
-            await (runner.aclose() if host is None else host(runner.aclose))
+            await (runner.aclose() if host is None else host.run_env_call(runner.aclose))
 
 
 async def _answer(runner: AsyncEnvRunner, request: Any) -> Any:

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from .._messages import ControlRequest, EpisodeOptions
+from ..loops._host import CoroutineHost
 
 __all__ = ["KindHooks"]
 
@@ -21,6 +22,10 @@ class KindHooks(abc.ABC):
 
     def _abandon(self) -> None:  # noqa: B027 (optional)
         """Hook: stop at once, without a loop."""
+
+    def _run_coroutines_in(self, host: CoroutineHost) -> None:  # noqa: B027 (optional)
+        """Hook: run the env's coroutines through ``host`` rather than on the worker's loop
+        (a pool bridged to a trio run); only a kind whose env is a coroutine env has any."""
 
     @abc.abstractmethod
     def _spawn(self, seed: int | None) -> None:

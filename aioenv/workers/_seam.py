@@ -16,9 +16,9 @@ from typing import Any
 
 from .._errors import ClosedError, StateNotTaken, WorkerError
 from .._inbox import Inbox
-from .._loop import not_on_asyncio
 from .._messages import ControlRequest, EpisodeOptions
 from .._supervision import Supervision, Supervisor
+from ..loops._here import not_on_asyncio
 from ._controls import PendingControls
 
 __all__ = ["FirstReplyCheck", "PoolMember"]

@@ -2,7 +2,7 @@
 
 Workers, hosts and the inbox are built on asyncio's primitives for speed, so under trio a
 pool does not move to trio: it runs on an asyncio loop in a background thread (the
-*bridge*, :class:`~aioenv._background.BackgroundLoop`), and a :class:`TrioPool` stands in
+*bridge*, :class:`~aioenv.loops._background.BackgroundLoop`), and a :class:`TrioPool` stands in
 for it in the trio run. Its coroutine methods hand the call to the bridge loop
 (``call_soon_threadsafe``) and park the trio task until the reply wakes it
 (``TrioToken.run_sync_soon``): no thread per call, no blocking of the trio thread. Its plain
@@ -11,37 +11,45 @@ trip (two thread wake-ups: about 0.14 ms on a 2-core x86_64 machine). Every name
 is forwarded, so methods added to the pool work here without a change. Calls run there in
 a context of their own, not the trio task's: under ``anyio.run(backend="trio")`` the trio
 task's context says the library running is trio, and anyio would believe it on the bridge
-loop as well (see :mod:`aioenv._background`).
+loop as well (see :mod:`aioenv.loops._background`).
 
-Coroutine envs are the exception that runs the other way: the bridge loop registers
-:meth:`_Bridge.in_trio` in :data:`~aioenv._loop.COROUTINE_HOSTS`, so each call of a
-coroutine env (which may use trio) runs as a task of the trio run, awaited from the bridge.
+Coroutine envs are the exception that runs the other way: the bridge is handed to the
+pool's coroutine workers as their :class:`~aioenv.loops._host.CoroutineHost`, so each call
+of a coroutine env (which may use trio) runs as a task of the trio run, awaited from the
+bridge.
+
+A stand-in is an instance of the pool's class for ``isinstance`` (and a worker's stand-in
+of the worker's): its class is registered as a virtual subclass of the pool's (pools and
+workers are abstract base classes), so methods are never inherited, only forwarded.
 
 A trio cancellation cancels the pool's call on the bridge and waits for it to end, so no
 reply is left behind; the pool's own methods are cancel-safe, so nothing is lost. Closing
 (``async with`` exit or ``aclose()``) closes the pool on the bridge, shielded, then stops
 the bridge's thread.
 
-This module imports trio: it is imported only once trio is running (trio is optional).
+This module imports trio: it is imported only once trio is running (trio is optional), and
+no other module of aioenv imports it.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import contextlib
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import outcome
 import trio
 
+from .._errors import ClosedError
+from ..workers._base import Worker
 from ._background import BackgroundLoop, close_at_exit
-from ._errors import ClosedError
-from ._loop import COROUTINE_HOSTS
-from .workers._base import Worker
+from ._here import raised_in
+from ._host import CoroutineHost
 
 __all__ = ["TrioPool", "bridged"]
 
@@ -60,7 +68,7 @@ def bridged(pool: T) -> T:
     """The :class:`TrioPool` standing in for ``pool`` in this trio run, made on first use."""
     stand_in = _STAND_INS.get(id(pool))
     if stand_in is None:
-        stand_in = _STAND_INS[id(pool)] = TrioPool(pool)
+        stand_in = _STAND_INS[id(pool)] = _stand_in_class(TrioPool, type(pool))(pool)
     return stand_in  # type: ignore[return-value]  # it has the pool's every method
 
 
@@ -108,13 +116,10 @@ class _Bridge:
         self.token = trio.lowlevel.current_trio_token()
         self.background = BackgroundLoop(BRIDGE_THREAD)
         self.closed = False
-        COROUTINE_HOSTS[self.loop()] = self.in_trio  # coroutine envs run in the trio run
 
-    def loop(self) -> asyncio.AbstractEventLoop:
-        loop = self.background._loop
-        if self.closed or loop is None or loop.is_closed():
+    def check_open(self) -> None:
+        if self.closed or not self.background.running:
             raise ClosedError("the pool is closed; create a new pool to keep going")
-        return loop
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` on the bridge loop (it must not await); the trio
@@ -129,7 +134,7 @@ class _Bridge:
             except BaseException as exc:
                 done.set_exception(exc)
 
-        self.loop()  # raises once closed
+        self.check_open()
         self.background.post(run)
         return done.result()
 
@@ -138,7 +143,7 @@ class _Bridge:
     ) -> T:
         """Await ``function(*args, **kwargs)`` run on the bridge loop. Cancelled, it
         cancels the call there and waits for it to end before raising."""
-        self.loop()  # raises once closed
+        self.check_open()
         call = _Call(self.token, trio.lowlevel.current_task())
         target = function if not kwargs else _with_keywords(function, kwargs)
         self.background.post(call.start, target, args)
@@ -161,7 +166,7 @@ class _Bridge:
             raise ClosedError("the pool's bridge loop stopped during the call") from None
         return result
 
-    async def in_trio(self, function: Callable[[], Awaitable[T]]) -> T:
+    async def run_env_call(self, function: Callable[[], Awaitable[T]]) -> T:
         """Await ``function()`` as a task of the trio run, from the bridge loop: a coroutine
         env's call (it may use trio). Cancelled here, it cancels the task there and waits
         for it to end (a second cancellation stops waiting: the task is left to trio)."""
@@ -179,6 +184,16 @@ class _Bridge:
             await asyncio.shield(ended)  # the task ends once cancelled
             raise
         return result.unwrap()
+
+    def env_error_hint(self, error: BaseException | None) -> str:
+        """Where a coroutine env's ``error`` came from asyncio, why it cannot call it."""
+        if not raised_in("asyncio", error):
+            return ""
+        return (
+            " (this pool runs under trio, so its coroutine envs run in the trio run: an "
+            "env that calls asyncio needs the pool run on asyncio; written with anyio, it "
+            "works on both)"
+        )
 
     def stop(self) -> None:
         self.closed = True
@@ -235,10 +250,6 @@ class _Forwarder:
         object.__setattr__(self, "_bridge", bridge)
         object.__setattr__(self, "_forwards", {})
 
-    @property  # type: ignore[misc]
-    def __class__(self) -> type[Any]:  # isinstance(bridged, AsyncWorkerPool) holds
-        return type(self._target)
-
     def __getattr__(self, name: str) -> Any:
         forwards: dict[str, Any] = self._forwards
         if name in forwards:
@@ -279,10 +290,28 @@ class _Forwarder:
 def _bridged(value: Any, bridge: _Bridge) -> Any:
     """What the trio side gets: a worker (alone or in a tuple) bridged, the rest as is."""
     if isinstance(value, Worker):
-        return _Forwarder(value, bridge)
+        return _stand_in_class(_Forwarder, type(value))(value, bridge)
     if type(value) is tuple and value and isinstance(value[0], Worker):
-        return tuple(_Forwarder(worker, bridge) for worker in value)
+        return tuple(_stand_in_class(_Forwarder, type(w))(w, bridge) for w in value)
     return value
+
+
+#: The stand-in class made for each class stood in for (see the module docstring).
+_STAND_IN_CLASSES: weakref.WeakKeyDictionary[type, type[Any]] = weakref.WeakKeyDictionary()
+
+F = TypeVar("F", bound=_Forwarder)
+
+
+def _stand_in_class(base: type[F], target: type) -> type[F]:
+    """``base`` (a pool's or a worker's stand-in), as a virtual subclass of ``target``."""
+    made = _STAND_IN_CLASSES.get(target)
+    if made is None or not issubclass(made, base):
+        namespace = {"__module__": base.__module__, "__qualname__": base.__qualname__}
+        made = cast("type[F]", type(base.__name__, (base,), namespace))
+        if isinstance(target, abc.ABCMeta):
+            target.register(made)
+        _STAND_IN_CLASSES[target] = made
+    return made
 
 
 class TrioPool(_Forwarder):
@@ -293,7 +322,11 @@ class TrioPool(_Forwarder):
     (close, ``cleanup_time``, terminate, kill), then ends the thread."""
 
     def __init__(self, pool: Any) -> None:
-        super().__init__(pool, _Bridge())
+        bridge = _Bridge()
+        super().__init__(pool, bridge)
+        host: CoroutineHost = bridge  # coroutine envs run in the trio run
+        for worker in pool.workers:
+            worker._run_coroutines_in(host)
         close_at_exit(id(self), self._close_at_exit)
 
     def __len__(self) -> int:

@@ -10,7 +10,13 @@ A thread runs one event loop at a time: a call made while another loop runs in t
 calling thread (a vector env made in a script, then closed from async code) runs this
 loop in a short-lived helper thread instead, and blocks the caller until it is done.
 Code that already runs a loop when it makes the vector env gets a background loop
-instead (see ``_vector_runtime``).
+instead (see :func:`~aioenv.loops._host.host_for_sync_calls`).
+
+A helper thread per such call, rather than one kept for the loop: the loop then rests in
+no thread between calls, as it does otherwise, nothing is left to stop when it closes,
+and the call runs in the helper thread's own (empty) context, not the caller's (under
+anyio on trio, that context says trio runs the thread: see
+:mod:`aioenv.loops._background`).
 """
 
 from __future__ import annotations
@@ -21,32 +27,19 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ._loop import trio_running_here
+from ._choice import new_loop
+from ._here import loop_running_here
 
-__all__ = ["InlineLoop", "loop_running_here", "new_loop"]
+__all__ = ["InlineLoop"]
 
 T = TypeVar("T")
-
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop for calls from this thread: uvloop where it is installed, except in
-    the main thread. There uvloop sets up its signal wake-up (a socket pair, made and
-    closed) every time it starts running, about 30 µs per call: more than it saves a
-    lockstep step over asyncio's own loop, which sets it up once."""
-    if threading.current_thread() is threading.main_thread():
-        return asyncio.new_event_loop()
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 class InlineLoop:
     """An event loop that :meth:`call` runs in the calling thread until its result is in."""
 
     def __init__(self) -> None:
-        self._loop = new_loop()
+        self._loop = new_loop(started_per_call=True)
 
     @property
     def running(self) -> bool:
@@ -111,12 +104,6 @@ def _in_helper_thread(call: Callable[[], T]) -> T:
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
-
-
-def loop_running_here() -> bool:
-    """An event loop runs in this thread right now (asyncio's, or a trio run: a loop run
-    inside it would break it)."""
-    return asyncio._get_running_loop() is not None or trio_running_here()
 
 
 async def _within(coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:

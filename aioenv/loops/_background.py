@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from ._choice import new_loop
+
 __all__ = ["BackgroundLoop", "close_at_exit"]
 
 T = TypeVar("T")
@@ -63,7 +65,7 @@ class BackgroundLoop:
         self._started.wait()
 
     def _run(self) -> None:
-        loop = _new_loop()
+        loop = new_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
         self._started.set()
@@ -84,10 +86,12 @@ class BackgroundLoop:
 
     @property
     def in_loop_thread(self) -> bool:
+        """The caller runs in the loop's thread."""
         return threading.current_thread() is self._thread
 
     @property
     def running(self) -> bool:
+        """The loop runs and takes calls (not stopped)."""
         return self._thread.is_alive() and self._loop is not None and not self._loop.is_closed()
 
     def call(
@@ -116,11 +120,3 @@ class BackgroundLoop:
                 loop.call_soon_threadsafe(loop.stop)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()

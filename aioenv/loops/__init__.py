@@ -1,0 +1,13 @@
+"""Event loops: which one aioenv makes, and what hosts one for code that is not async.
+
+The public name is this re-export (and the same name at ``aioenv``'s top level); the
+modules themselves are private: ``_choice`` (the one rule for uvloop against asyncio's own
+loop), ``_host`` (the :class:`~aioenv.loops._host.LoopHost` protocol and the choice of a
+host for synchronous callers), ``_inline`` and ``_background`` (the two hosts), ``_here``
+(what runs the calling thread) and ``_trio_bridge`` (pools under trio; the only module
+that imports trio, itself imported only once trio runs).
+"""
+
+from ._choice import run
+
+__all__ = ["run"]

@@ -1,0 +1,84 @@
+"""What runs the calling thread: an asyncio loop, a trio run, or nothing; and what a pool
+called there needs. Trio is only looked for here, never imported: its bridge
+(:mod:`aioenv.loops._trio_bridge`) is imported once trio is running (trio is optional)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import traceback
+from typing import TypeVar
+
+__all__ = [
+    "for_this_loop",
+    "loop_running_here",
+    "not_on_asyncio",
+    "raised_in",
+    "trio_env_on_asyncio",
+    "trio_running_here",
+]
+
+T = TypeVar("T")
+
+
+def trio_running_here() -> bool:
+    """This thread runs trio and no asyncio loop: an aioenv pool must be bridged here (see
+    :mod:`aioenv.loops._trio_bridge`). Free when trio was never imported; called off the
+    hot path."""
+    if asyncio._get_running_loop() is not None:
+        return False
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())
+
+
+def loop_running_here() -> bool:
+    """An event loop runs in this thread right now (asyncio's, or a trio run: a loop run
+    inside it would break it)."""
+    return asyncio._get_running_loop() is not None or trio_running_here()
+
+
+def for_this_loop(pool: T) -> T:
+    """``pool`` itself where an asyncio loop (or none) runs this thread; in a trio run, the
+    stand-in that runs it on a private asyncio loop
+    (:func:`aioenv.loops._trio_bridge.bridged`), which only then is imported."""
+    if not trio_running_here():
+        return pool
+    from ._trio_bridge import bridged
+
+    return bridged(pool)
+
+
+def not_on_asyncio(what: str) -> RuntimeError:
+    """The error for ``what`` called where no asyncio loop runs, saying what to do."""
+    if trio_running_here():
+        return RuntimeError(
+            f"{what} was called under trio on the pool itself; under trio use the object "
+            "that `async with pool as bridged:` gives (it runs the pool on a private "
+            "asyncio loop), and call its methods"
+        )
+    return RuntimeError(f"{what} must be called from async code running in an asyncio event loop")
+
+
+def trio_env_on_asyncio(error: BaseException | None) -> str:
+    """What to add to the message of a coroutine env's ``error`` on a pool that runs on
+    asyncio: where the env called trio, how to run it under trio; else nothing."""
+    if not raised_in("trio", error):
+        return ""
+    return (
+        " (this pool runs on asyncio, so its coroutine envs do too: an env that "
+        "calls trio needs the pool run under trio, `async with pool as bridged:` in "
+        "a trio run; written with anyio, it works on both)"
+    )
+
+
+def raised_in(library: str, error: BaseException | None) -> bool:
+    """``error`` was raised inside ``library`` (trio, asyncio): the env called a library of
+    another event loop than the one its coroutines run on."""
+    module = sys.modules.get(library)
+    if error is None or module is None or module.__file__ is None:
+        return False
+    package = os.path.dirname(module.__file__)
+    return any(
+        frame.filename.startswith(package) for frame in traceback.extract_tb(error.__traceback__)
+    )
