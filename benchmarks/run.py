@@ -235,8 +235,7 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
         table.append(cells)
     right = set(range(2, len(headers) - 1))
     lines.append(_table(headers, table, right))
-    if with_limit:
-        lines.append(_render_limits(result))
+    lines += _render_limits(result)
     lines += result.notes
     if with_ideal:
         step_time = statistics.median(result.step_times)
@@ -258,29 +257,24 @@ def _ratio(figures: dict[str, Any], key: str) -> str:
     return f"{figures[key]:.2f}" if key in figures else ""
 
 
-def _render_limits(result: WorkloadResult) -> str:
-    """How each case's machine limit was computed, from the medians of its inputs."""
-    parts = []
-    for row in result.rows:
-        if row.label == LIMIT and row.samples:
-            detail = limit_detail(row)
-            parts.append(
-                f"{row.case}: t_env {detail['t_env_us']:.1f} µs, t_script "
-                f"{detail['t_script_us']:.1f} µs"
-            )
-    cores = next(
-        (
-            int(limit_detail(row)["cores"])
-            for row in result.rows
-            if row.label == LIMIT and row.samples
-        ),
-        None,
+def _render_limits(result: WorkloadResult) -> list[str]:
+    """How each case's machine limit was computed, from the medians of its inputs (no
+    line when no limit was measured)."""
+    details = {
+        row.case: limit_detail(row) for row in result.rows if row.label == LIMIT and row.samples
+    }
+    if not details:
+        return []
+    cores = int(next(iter(details.values()))["cores"])
+    cases = "; ".join(
+        f"{case}: t_env {detail['t_env_us']:.1f} µs, t_script {detail['t_script_us']:.1f} µs"
+        for case, detail in details.items()
     )
-    return (
+    return [
         f"{LIMIT} = N / max((N * t_env + t_script) / cores, t_script), cores = {cores}; "
         "t_env: one env step in SyncVectorEnv, t_script: the policy and the loop per lockstep "
-        "step, both timed in the same run (medians): " + "; ".join(parts)
-    )
+        f"step, both timed in the same run (medians): {cases}"
+    ]
 
 
 def _render_floors(result: WorkloadResult, threshold: float) -> str:
