@@ -35,7 +35,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 from envs import cartpole_policy
-from lockstep import Mlp
+from policies import Mlp
 
 import aioenv
 

@@ -1,9 +1,9 @@
 """The environments and policies the benchmarks drive.
 
 Every env here is a plain ``gymnasium.Env`` passed as a zero-argument factory (a
-``functools.partial`` of a class defined in this module), so the same factory feeds
-``aioenv.make_pool``, ``SyncVectorEnv`` and ``AsyncVectorEnv``, and process workers
-unpickle it by reference (this module is importable from every child).
+module-level function, or a ``functools.partial`` of one or of a class), so the same
+factory feeds ``aioenv.make_pool``, ``SyncVectorEnv`` and ``AsyncVectorEnv``, and process
+workers unpickle it by reference (this module is importable from every child).
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ __all__ = [
     "SleepyEnv",
     "cartpole",
     "cartpole_policy",
+    "half_cheetah",
     "large_obs",
     "noop",
+    "pong",
+    "pong_env",
     "sleepy",
     "sleepy_coroutine",
     "zero_policy",
@@ -164,6 +167,27 @@ def large_obs(shape: tuple[int, ...]) -> EnvFactory:
 
 def noop() -> EnvFactory:
     return NoopEnv
+
+
+def pong_env() -> gymnasium.Env[Any, Any]:
+    """Atari Pong as DQN-style training sees it: 4 emulator frames per step (max-pooled
+    over the last two), 84x84 grey, the last 4 such frames stacked (4x84x84 uint8)."""
+    # Registering here rather than at import: a process worker unpickles this function by
+    # reference and calls it, and ALE's ids must be known in that process too.
+    import ale_py
+
+    gymnasium.register_envs(ale_py)
+    env = gymnasium.make("ALE/Pong-v5", frameskip=1)
+    env = gymnasium.wrappers.AtariPreprocessing(env, frame_skip=4)
+    return gymnasium.wrappers.FrameStackObservation(env, 4)
+
+
+def pong() -> EnvFactory:
+    return pong_env
+
+
+def half_cheetah() -> EnvFactory:
+    return functools.partial(gymnasium.make, "HalfCheetah-v5")
 
 
 # Policies --------------------------------------------------------------------------------

@@ -33,7 +33,17 @@ __all__ = [
 ]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-_PACKAGES = ("aioenv", "gymnasium", "numpy", "uvloop", "cloudpickle", "matplotlib")
+_PACKAGES = (
+    "aioenv",
+    "gymnasium",
+    "numpy",
+    "uvloop",
+    "cloudpickle",
+    "matplotlib",
+    "ale-py",
+    "mujoco",
+    "envpool",
+)
 
 
 def load_average() -> tuple[float, float, float]:

@@ -3,13 +3,17 @@
     python benchmarks/run.py              # full: every workload, 3 repetitions (minutes)
     python benchmarks/run.py --quick      # smaller cases, shorter windows (under a minute)
     python benchmarks/run.py --quick --only W1,W3
+    python benchmarks/run.py --only W11          # needs the bench extra (ale-py, mujoco)
 
 Workloads: W1 CartPole-v1, W2 stragglers (lognormal step time), W3 large observations,
 W4 round-trip floors, W5 dispatch scaling with thread workers, W6 a synchronous training
 script over vector envs (a numpy MLP between lockstep steps), W7 coroutine envs (async
 workers) against thread workers when every step waits 10 ms, W8 5 ms steps on Ray actors
 against process workers, W9 a policy run inside the workers (pool.rollout) against in the
-parent, W10 collect() against a hand-written get_batch loop. Each figure is env steps per
+parent, W10 collect() against a hand-written get_batch loop, W11 Atari Pong and W12 MuJoCo
+HalfCheetah in a lockstep training script (with EnvPool where it is installed and the
+machine's computed limit), W13 a pipelined send/recv loop against lockstep ones (--quick
+leaves W11 to W13 out unless --only names them). Each figure is env steps per
 second (one env transition = one step) over a fixed wall-clock window after a warm-up;
 tables show the median and min-max over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.
@@ -28,11 +32,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from lockstep import LIMIT
 from machine import CpuAccount, git_state, host_info, idle_probe, load_average, run_lock
 from runners import Timing
 from workloads import (
     CONFIGS,
+    QUICK_DEFAULT,
     REFERENCE,
+    REFERENCE_SYNC,
     WORKLOADS,
     Config,
     Row,
@@ -47,6 +54,8 @@ RESULTS = HERE / "results"
 OVERHEAD_S = 0.15  # per measurement, beyond warm-up and window: build, first reset, close
 BUSY_MARK = "*"
 OVERHEAD_WORKLOADS = ("W5", "W8")  # fixed step time: the overhead per step is meaningful
+#: Training-script workloads: their targets are stated against SyncVectorEnv.
+SYNC_RATIO_WORKLOADS = ("W6", "W11", "W12", "W13")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +91,19 @@ def summarize(row: Row, threshold: float) -> Summary | None:
     return Summary(statistics.median(rates), min(rates), max(rates), busy, len(rates))
 
 
+def _median(result: WorkloadResult, case: str, label: str, threshold: float) -> float | None:
+    """The median of row ``label`` in ``case``, if it has samples."""
+    row = next((r for r in result.rows if r.case == case and r.label == label), None)
+    summary = summarize(row, threshold) if row is not None else None
+    return summary.median if summary is not None else None
+
+
+def limit_detail(row: Row) -> dict[str, float]:
+    """The machine limit's inputs, medians over its repetitions (see lockstep.py)."""
+    details = [sample.detail for sample in row.samples if sample.detail]
+    return {key: statistics.median(detail[key] for detail in details) for key in details[0]}
+
+
 def ideal_rate(result: WorkloadResult, n: int) -> float | None:
     """Steps/s if no env ever waited for another: N / mean step time."""
     if not result.step_times:
@@ -111,14 +133,16 @@ def row_figures(result: WorkloadResult, row: Row, threshold: float) -> dict[str,
         reps=summary.reps,
         us_per_step=1e6 / summary.median if summary.median else None,
     )
-    reference = next(
-        (r for r in result.rows if r.case == row.case and r.label == REFERENCE and r.samples),
-        None,
-    )
-    if reference is not None:
-        reference_summary = summarize(reference, threshold)
-        assert reference_summary is not None
-        figures["ratio_to_async"] = summary.median / reference_summary.median
+    for key, label in (
+        ("ratio_to_async", REFERENCE),
+        ("ratio_to_sync", REFERENCE_SYNC),
+        ("ratio_to_limit", LIMIT),
+    ):
+        reference = _median(result, row.case, label, threshold)
+        if reference:
+            figures[key] = summary.median / reference
+    if row.kind == "limit":
+        figures["limit_detail"] = limit_detail(row)
     ideal = ideal_rate(result, row.n)
     if ideal is not None and result.step_times:
         step_time = statistics.median(result.step_times)
@@ -166,7 +190,13 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
     if workload.floors:
         return "\n".join([*lines, _render_floors(result, threshold)])
     with_ideal = bool(result.step_times)
+    with_sync = workload.key in SYNC_RATIO_WORKLOADS
+    with_limit = any(row.label == LIMIT for row in result.rows)
     headers = ["case", "configuration", "steps/s", "min-max", "vs async"]
+    if with_sync:
+        headers += ["vs sync"]
+    if with_limit:
+        headers += ["vs limit"]
     if with_ideal:
         headers += ["% ideal"]
     if workload.key in OVERHEAD_WORKLOADS:
@@ -188,8 +218,12 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
             row.label,
             _count(figures["median"]) + mark,
             f"{_count(figures['min'])}-{_count(figures['max'])}",
-            f"{figures['ratio_to_async']:.2f}" if "ratio_to_async" in figures else "",
+            _ratio(figures, "ratio_to_async"),
         ]
+        if with_sync:
+            cells.append(_ratio(figures, "ratio_to_sync"))
+        if with_limit:
+            cells.append(_ratio(figures, "ratio_to_limit"))
         if with_ideal:
             cells.append(f"{figures['pct_ideal']:.0f}%")
         if workload.key in OVERHEAD_WORKLOADS:
@@ -199,8 +233,10 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
             ]
         cells.append(_busy(figures))
         table.append(cells)
-    right = {2, 3, 4, 5, 6, 7}
+    right = set(range(2, len(headers) - 1))
     lines.append(_table(headers, table, right))
+    lines += _render_limits(result)
+    lines += result.notes
     if with_ideal:
         step_time = statistics.median(result.step_times)
         ideals = sorted({row.n for row in result.rows})
@@ -215,6 +251,30 @@ def render_workload(result: WorkloadResult, threshold: float) -> str:
             "the ideal; extra latency = N/(steps/s) - step time: what each env waits per step"
         )
     return "\n".join(lines)
+
+
+def _ratio(figures: dict[str, Any], key: str) -> str:
+    return f"{figures[key]:.2f}" if key in figures else ""
+
+
+def _render_limits(result: WorkloadResult) -> list[str]:
+    """How each case's machine limit was computed, from the medians of its inputs (no
+    line when no limit was measured)."""
+    details = {
+        row.case: limit_detail(row) for row in result.rows if row.label == LIMIT and row.samples
+    }
+    if not details:
+        return []
+    cores = int(next(iter(details.values()))["cores"])
+    cases = "; ".join(
+        f"{case}: t_env {detail['t_env_us']:.1f} µs, t_script {detail['t_script_us']:.1f} µs"
+        for case, detail in details.items()
+    )
+    return [
+        f"{LIMIT} = N / max((N * t_env + t_script) / cores, t_script), cores = {cores}; "
+        "t_env: one env step in SyncVectorEnv, t_script: the policy and the loop per lockstep "
+        f"step, both timed in the same run (medians): {cases}"
+    ]
 
 
 def _render_floors(result: WorkloadResult, threshold: float) -> str:
@@ -339,7 +399,11 @@ def parse_args(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller cases, shorter windows")
-    parser.add_argument("--only", default=",".join(WORKLOADS), help="e.g. W1,W3 (default: all)")
+    parser.add_argument(
+        "--only",
+        help="e.g. W1,W3 (default: all; with --quick all but W11 to W13, which it runs only "
+        "when named here)",
+    )
     parser.add_argument("--reps", type=int, help="repetitions (default 3, quick 2)")
     parser.add_argument("--budget", type=float, help="seconds per measurement window")
     parser.add_argument("--warmup", type=float, help="seconds of warm-up before each window")
@@ -367,7 +431,10 @@ def parse_args(
         args.busy_threshold if args.busy_threshold is not None else base.busy_threshold,
         base.probe_s,
     )
-    only = [key.strip().upper() for key in args.only.split(",") if key.strip()]
+    if args.only is None:
+        only = list(QUICK_DEFAULT if args.quick else WORKLOADS)
+    else:
+        only = [key.strip().upper() for key in args.only.split(",") if key.strip()]
     unknown = [key for key in only if key not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {WORKLOADS}")
@@ -424,9 +491,14 @@ def main(argv: list[str] | None = None) -> int:
         print(render_header(meta), file=sys.stderr, flush=True)
         workloads = build_workloads(settings.scale)
         planned = settings.reps * sum(measurements_per_rep(workloads[key], configs) for key in only)
-        per_measurement = settings.timing.warmup + settings.timing.budget + OVERHEAD_S
+        window = settings.timing.warmup + settings.timing.budget
+        estimate = settings.reps * sum(
+            measurements_per_rep(workloads[key], configs)
+            * (window + (workloads[key].overhead_s or OVERHEAD_S))
+            for key in only
+        )
         progress(
-            f"{planned} measurements, about {planned * per_measurement / 60:.1f} min "
+            f"{planned} measurements, about {estimate / 60:.1f} min "
             "(progress on stderr, report on stdout)"
         )
         results: list[WorkloadResult] = []
@@ -480,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
                 "title": result.workload.title,
                 "seconds": result.seconds,
                 "step_times": result.step_times,
+                "notes": result.notes,
                 "rows": [
                     {"case": row.case, "n": row.n, **row_figures(result, row, threshold)}
                     for row in result.rows

@@ -61,6 +61,8 @@ class Sample:
     foreign_before: float | None
     foreign_during: float | None
     foreign: float | None
+    # Figures a runner measured besides the rate (the machine limit's step times).
+    detail: dict[str, float] | None = None
 
     @property
     def rate(self) -> float:
@@ -103,6 +105,11 @@ class Meter:
         self._window_start = account.last
         self._open = False
         self._done = False
+
+    @property
+    def counting(self) -> bool:
+        """Is the window open (rounds finished now are counted)?"""
+        return self._open and not self._done
 
     def running(self) -> bool:
         now = time.perf_counter()

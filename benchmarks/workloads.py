@@ -1,4 +1,4 @@
-"""W1-W10: what is measured, against which configurations, in which order.
+"""W1-W13: what is measured, against which configurations, in which order.
 
 ``CONFIGS`` is the one table of what runs. Each row is a plain dict: an aioenv row passes
 its ``options`` straight to ``aioenv.make_pool`` (via :func:`runners.run_aioenv`), a
@@ -12,6 +12,8 @@ all configurations instead of landing on one.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import time
 from collections.abc import Callable
 from typing import Any, Literal, TypedDict
@@ -20,13 +22,26 @@ import envs
 from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
-from lockstep import VECTORS, run_lockstep
+from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
 from machine import CpuAccount, idle_probe
+from pipelined import PIPELINED, run_pipelined
+from policies import (
+    BatchPolicy,
+    CalibratedCartpolePolicy,
+    Mlp,
+    OnParts,
+    PolicyMaker,
+    RandomBox,
+    RandomDiscrete,
+)
 from rollouts import ROLLOUT_ROWS, run_rollout_row
 from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
 
 __all__ = [
     "CONFIGS",
+    "QUICK_DEFAULT",
+    "REFERENCE",
+    "REFERENCE_SYNC",
     "SIZES",
     "WORKLOADS",
     "Case",
@@ -39,7 +54,9 @@ __all__ = [
     "run_workload",
 ]
 
-Runner = Literal["aioenv", "gym_sync", "gym_async", "bare", "lockstep", "rollout"]
+Runner = Literal[
+    "aioenv", "gym_sync", "gym_async", "bare", "lockstep", "rollout", "limit", "pipelined"
+]
 
 
 class _ConfigRequired(TypedDict):
@@ -51,6 +68,7 @@ class _ConfigRequired(TypedDict):
 class Config(_ConfigRequired, total=False):
     api: Api  # aioenv only: "state" (get_state loop) or "batch" (get_batch loop)
     options: dict[str, Any]  # make_pool(**options) for aioenv, the vector env's kwargs else
+    requires: tuple[str, ...]  # modules the row needs; skipped, saying so, without them
 
 
 _ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 to W8 run only the rows that name them
@@ -194,8 +212,21 @@ CONFIGS: list[Config] = [
     },
 ]
 
-# W6: the same synchronous training loop over each vector env (see lockstep.py).
-CONFIGS += [{"label": label, "runner": "lockstep", "workloads": ("W6",)} for label in VECTORS]
+# W6, W11 to W13: the same synchronous training loop over each vector env (see
+# lockstep.py); W13's pipelined loop (pipelined.py); the computed machine limit last.
+CONFIGS += [
+    {
+        "label": label,
+        "runner": "lockstep",
+        "workloads": workloads,
+        **({"requires": ("envpool",)} if label.startswith("EnvPool") else {}),
+    }
+    for label, (_, workloads) in VECTORS.items()
+]
+CONFIGS += [
+    {"label": PIPELINED, "runner": "pipelined", "workloads": ("W13",)},
+    {"label": LIMIT, "runner": "limit", "workloads": ("W6", "W11", "W12", "W13")},
+]
 # W9 and W10: rollouts in the workers vs the policy in the parent; collect() vs a hand loop
 # (see rollouts.py).
 CONFIGS += [
@@ -203,8 +234,11 @@ CONFIGS += [
     for label, (workload, _) in ROLLOUT_ROWS.items()
 ]
 
-#: The ratio column divides by this row's median in the same case.
+#: The ratio columns divide by these rows' medians in the same case ("vs async", "vs
+#: sync"; the sync one for the training-script workloads, whose targets are stated
+#: against SyncVectorEnv).
 REFERENCE = "gym AsyncVectorEnv"
+REFERENCE_SYNC = "gym SyncVectorEnv"
 
 #: Case sizes: N (number of envs) per workload, and W3's observation shapes.
 SIZES: dict[str, dict[str, list[Any]]] = {
@@ -216,6 +250,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W5": [4, 16, 64, 256],
         "W6": [4, 16],
         "W7": [100, 1000],
+        "W11 policies": ["random", "MLP"],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -225,6 +260,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W5": [4, 64],
         "W6": [4, 16],
         "W7": [100, 1000],
+        "W11 policies": ["MLP"],  # W11 and W12 alike
     },
 }
 
@@ -233,6 +269,12 @@ FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
 AWAITED_SLEEP = (1e-2, 0.0)  # W7: every step waits 10 ms (asyncio.sleep or time.sleep)
 REMOTE_SLEEP = (5e-3, 0.0)  # W8: every step sleeps 5 ms
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
+REAL_N = 8  # W11, W12: envs per vector env
+PONG_MLP = (4 * 84 * 84, 32, 32, 6)  # a few hundred µs per batch of 8 stacked frames
+CHEETAH_MLP = (17, 64, 64, 6)
+#: W11 to W13's measurements start processes that import ALE or MuJoCo: about this long
+#: each beyond the windows (for the estimate printed at the start).
+PROCESS_START_S = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +286,11 @@ class Case:
     env: EnvFactory
     policy: Policy
     async_env: Callable[[], Any] | None = None  # the coroutine twin, for mode="async" rows
+    # The training-script rows' policy (seed -> batched policy; W6's MLP when None), and
+    # for W13 the envs each recv() returns (lockstep rows run the policy on such slices).
+    batch_policy: PolicyMaker | None = None
+    batch_size: int | None = None
+    requires: tuple[str, ...] = ()  # modules the env needs; its rows skip without them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,11 +301,24 @@ class Workload:
     sleep: tuple[float, float] | None = None  # SleepyEnv (mean_s, sigma): compute the ideal
     max_processes: int | None = None  # skip rows that would start more processes than this
     floors: bool = False  # W4: also run the transport floors (round trips, not steps)
+    prepare: Callable[[], str] | None = None  # once before the first repetition: a note
+    overhead_s: float | None = None  # per measurement beyond its windows, for the estimate
 
 
 def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
     sizes = SIZES[scale]
     shapes: list[tuple[int, ...]] = sizes["W3 shapes"]
+    policies: list[str] = sizes["W11 policies"]
+    pong_mlp = functools.partial(Mlp, sizes=PONG_MLP, input_scale=1 / 255)
+    pong_policies: dict[str, PolicyMaker] = {
+        "random": functools.partial(RandomDiscrete, n=6),
+        "MLP": pong_mlp,
+    }
+    cheetah_policies: dict[str, PolicyMaker] = {
+        "random": functools.partial(RandomBox, dims=6),
+        "MLP": functools.partial(Mlp, sizes=CHEETAH_MLP, continuous=True),
+    }
+    cartpole_mlp = CalibratedCartpolePolicy(envs.cartpole(), 8)
     return {
         "W1": Workload(
             "W1",
@@ -336,10 +396,71 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             "(CartPole-v1, 8 process workers, a numpy MLP 4-64-2 in the parent)",
             [Case("N=8", 8, envs.cartpole(), envs.cartpole_policy)],
         ),
+        "W11": Workload(
+            "W11",
+            "Atari Pong (84x84 grey, 4 frames a step, 4 stacked), lockstep training script",
+            [
+                Case(
+                    f"N={REAL_N} {name}",
+                    REAL_N,
+                    envs.pong(),
+                    envs.zero_policy,
+                    batch_policy=pong_policies[name],
+                    requires=("ale_py", "cv2"),
+                )
+                for name in policies
+            ],
+            overhead_s=PROCESS_START_S,
+        ),
+        "W12": Workload(
+            "W12",
+            "MuJoCo HalfCheetah-v5, lockstep training script",
+            [
+                Case(
+                    f"N={REAL_N} {name}",
+                    REAL_N,
+                    envs.half_cheetah(),
+                    envs.zero_policy,
+                    batch_policy=cheetah_policies[name],
+                    requires=("mujoco",),
+                )
+                for name in policies
+            ],
+            overhead_s=PROCESS_START_S,
+        ),
+        "W13": Workload(
+            "W13",
+            "pipelined send/recv (AioVectorEnv batch_size=B) against lockstep loops, the "
+            "same policy per B envs",
+            [
+                Case(
+                    "CartPole N=16 B=8",
+                    16,
+                    envs.cartpole(),
+                    envs.cartpole_policy,
+                    batch_policy=cartpole_mlp,
+                    batch_size=8,
+                ),
+                Case(
+                    "Pong N=8 B=4",
+                    8,
+                    envs.pong(),
+                    envs.zero_policy,
+                    batch_policy=pong_mlp,
+                    batch_size=4,
+                    requires=("ale_py", "cv2"),
+                ),
+            ],
+            prepare=cartpole_mlp.calibrate,
+            overhead_s=PROCESS_START_S,
+        ),
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12", "W13")
+#: What --quick runs unless --only names others: the real envs' workloads (W11 to W13)
+#: start processes that load emulators and physics engines, too slow for a quick run.
+QUICK_DEFAULT = WORKLOADS[:10]
 
 
 @dataclasses.dataclass
@@ -349,7 +470,7 @@ class Row:
     case: str
     n: int
     label: str
-    kind: str  # "aioenv", "gym_sync", "gym_async", "bare" or "floor"
+    kind: str  # the config's runner, or "floor"
     api: str | None
     options: dict[str, Any]
     samples: list[Sample] = dataclasses.field(default_factory=list)
@@ -363,6 +484,7 @@ class WorkloadResult:
     rows: list[Row]
     step_times: list[float]  # calibrated mean step time per repetition (sleep workloads)
     seconds: float
+    notes: list[str] = dataclasses.field(default_factory=list)  # what prepare() found
 
 
 Progress = Callable[[str], None]
@@ -402,6 +524,10 @@ def run_workload(
         if entries:  # a --rows filter may leave a case with none
             plan.append(entries)
 
+    notes: list[str] = []
+    if workload.prepare is not None and plan:
+        notes.append(workload.prepare())
+        progress(f"{workload.key} {notes[-1]}")
     step_times: list[float] = []
     for rep in range(reps):
         seed = 1000 * (rep + 1)  # the same seeds for every configuration in a repetition
@@ -433,11 +559,11 @@ def run_workload(
                     idle_probe(account, RAY_SETTLE_S)
                 unit = "round trips/s" if workload.floors else "steps/s"
                 progress(
-                    f"{workload.key} rep {rep + 1}/{reps} {row.case:<14} {row.label:<42} "
+                    f"{workload.key} rep {rep + 1}/{reps} {row.case:<14} {row.label:<46} "
                     f"{sample.rate:>12,.0f} {unit}"
                 )
     rows = [row for entries in plan for row, _ in entries]
-    return WorkloadResult(workload, rows, step_times, time.monotonic() - started)
+    return WorkloadResult(workload, rows, step_times, time.monotonic() - started, notes)
 
 
 def measurements_per_rep(workload: Workload, configs: list[Config]) -> int:
@@ -477,14 +603,39 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_rollout_row(
                 config["label"], case.env, case.n, seed=seed, timing=timing, account=account
             )
-        if runner == "lockstep":
+        if runner in ("lockstep", "limit"):
+            policy = _lockstep_policy(case, seed)
+            if runner == "limit":
+                return run_limit(
+                    case.env, case.n, policy, seed=seed, timing=timing, account=account
+                )
             return run_lockstep(
-                config["label"], case.env, case.n, seed=seed, timing=timing, account=account
+                config["label"], case.env, case.n, policy, seed=seed, timing=timing, account=account
+            )
+        if runner == "pipelined":
+            assert case.batch_policy is not None
+            assert case.batch_size is not None
+            return run_pipelined(
+                case.env,
+                case.n,
+                case.batch_size,
+                case.batch_policy(seed),
+                seed=seed,
+                timing=timing,
+                account=account,
             )
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
         return run_gym(kind, case.env, case.n, **common, **options)
 
     return measure
+
+
+def _lockstep_policy(case: Case, seed: int) -> BatchPolicy:
+    """The case's batched policy; on slices of ``batch_size`` envs where it has one."""
+    policy: BatchPolicy = (case.batch_policy or Mlp)(seed)
+    if case.batch_size is not None and case.batch_size < case.n:
+        policy = OnParts(policy, case.n // case.batch_size)
+    return policy
 
 
 def _processes(config: Config, n: int) -> int:
@@ -502,6 +653,18 @@ def _processes(config: Config, n: int) -> int:
 
 
 def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
+    missing = [
+        module
+        for module in (*case.requires, *config.get("requires", ()))
+        if importlib.util.find_spec(module) is None
+    ]
+    if missing:
+        where = (
+            " (installed on Linux with CPython 3.11 to 3.14, where EnvPool has wheels)"
+            if "envpool" in missing
+            else ""
+        )
+        return f"needs {', '.join(missing)}: pip install 'aioenv[bench]'{where}"
     per_worker = int(config.get("options", {}).get("envs_per_worker", 1))
     if per_worker > 1 and (case.n % per_worker or case.n < 2 * per_worker):
         return f"needs N a multiple of {per_worker} with at least two workers"
