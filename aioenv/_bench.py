@@ -42,7 +42,7 @@ GROUPED_ROW = "process grouped"
 VECTOR_ROW = "AioVectorEnv"
 
 _ACTIONS = 64  # actions drawn ahead of time, cycled: the policy costs the same everywhere
-_IN_PROCESS = frozenset({"aioenv sync", "aioenv coroutine", GYMNASIUM_ROWS[0]})
+_IN_PROCESS = frozenset({"aioenv sync", "aioenv coroutine", "aioenv inline", GYMNASIUM_ROWS[0]})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,8 @@ class Measurement:
     label: str
     steps: int
     seconds: float
+    #: What the row chose and why (:data:`VECTOR_ROW`: ``AioVectorEnv.mode_choice.reason``).
+    choice: str = ""
 
     @property
     def steps_per_s(self) -> float:
@@ -115,8 +117,10 @@ def _measure_vector(
         functools.partial(gymnasium.make, env_id)
     ] * num_envs
     vector: gymnasium.vector.VectorEnv[Any, Any, Any]
+    choice = ""
     if label == VECTOR_ROW:
         vector = AioVectorEnv(env_id, num_envs)
+        choice = vector.mode_choice.reason
     elif label == GYMNASIUM_ROWS[0]:
         vector = SyncVectorEnv(factories)
     else:
@@ -131,7 +135,7 @@ def _measure_vector(
             vector.step(actions[turn % _ACTIONS])
             turn += 1
             steps += num_envs
-        return Measurement(label, steps, time.perf_counter() - started)
+        return Measurement(label, steps, time.perf_counter() - started, choice)
     finally:
         vector.close()
 

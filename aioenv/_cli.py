@@ -223,6 +223,7 @@ def _report(arguments: argparse.Namespace, results: list[Measurement]) -> dict[s
         "steps_per_s": {result.label: result.steps_per_s for result in results},
         "steps": {result.label: result.steps for result in results},
         "recommendation": recommendation(arguments.env_id, arguments.workers, results),
+        "vector_choice": next((r.choice for r in results if r.label == VECTOR_ROW), ""),
     }
 
 
@@ -238,5 +239,7 @@ def _table(arguments: argparse.Namespace, results: list[Measurement]) -> list[st
         label = row_label(result.label, arguments.workers)
         ratio = f"{result.steps_per_s / reference:.2f}x" if reference > 0 else "-"
         lines.append(f"{label:<34}{result.steps_per_s:>12,.0f}{ratio:>20}")
+        if result.choice:
+            lines.append(f"  ({result.choice})")
     lines.append(recommendation(arguments.env_id, arguments.workers, results))
     return lines

@@ -25,15 +25,16 @@ _GYMNASIUM_MODES = {"async": "process", "sync": "sync"}
 def make_vec(
     id: str | EnvSpec,
     num_envs: int = 1,
-    vectorization_mode: str | Sequence[str] = "process",
+    vectorization_mode: str | Sequence[str] = "auto",
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
     **kwargs: Any,
 ) -> AioVectorEnv:
     """Mirrors ``gymnasium.make_vec``: ``kwargs`` go to ``gymnasium.make``, ``wrappers``
     wrap each env, ``vector_kwargs`` go to :class:`AioVectorEnv` (``autoreset_mode=``,
-    ``observation_mode=``, pool options), and ``vectorization_mode`` is the worker mode
-    (``"process"``, the default, ``"thread"``, ``"sync"``, ``"coroutine"`` for an env whose
+    ``observation_mode=``, pool options), and ``vectorization_mode`` is the mode
+    (``"auto"``, the default, chooses as :class:`AioVectorEnv` does; ``"inline"``,
+    ``"process"``, ``"thread"``, ``"sync"``, ``"coroutine"`` for an env whose
     ``reset``/``step`` are ``async def``, or one per env). ``"async"`` keeps gymnasium's
     meaning, ``"process"``, unlike ``make_pool``'s ``mode``, where it is the old spelling
     of ``"coroutine"``. ``id`` is an id or a spec; the spec is looked up here, so an env

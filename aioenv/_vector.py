@@ -55,18 +55,25 @@ _MODES = {
 
 
 class AioVectorEnv(VectorEnv):
-    """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` backed by an aioenv pool.
+    """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` that chooses where its envs step.
 
     ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as
     gymnasium's vector envs do; ``AioVectorEnv(env, num_envs)`` builds ``num_envs`` envs
-    from one id or factory. ``mode`` (default ``"process"``) and the pool options are those
-    of :func:`aioenv.make_pool` (``"thread"``, a list of modes, ``step_timeout=``, ...);
+    from one id or factory. ``mode="auto"`` (the default) times a step of the env the
+    vector env builds anyway for its spaces, and steps the envs ``"inline"`` (in the
+    calling thread, at about ``SyncVectorEnv``'s cost) when handing them to other
+    processes would cost more than it saves, else in ``"process"`` workers, a child per
+    core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
+    Pool options (``step_timeout=``, ``restart=``, ...), ``batch_size`` below
+    ``num_envs`` and async envs choose workers. Other modes are those of
+    :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
     ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
-    ``reset``/``step`` are ``async def``, as well as plain ones.
+    ``reset``/``step`` are ``async def``, as well as plain ones. ``.pool`` is the pool
+    behind any mode but ``"inline"``.
     ``envs_per_worker=k`` groups ``k`` consecutive envs in one worker (one message per
-    worker and step); process workers are grouped by default, ``k`` chosen from the cores
-    (a core for the script, one child per other core: 16 envs on 2 cores run as 1 worker
-    of 16, on 16 cores as 8 workers of 2; ``envs_per_worker=1`` turns it off).
+    worker and step); ``mode="process"`` groups them by default, ``k`` chosen from the
+    cores (a core for the script, one child per other core: 16 envs on 2 cores run as 1
+    worker of 16, on 16 cores as 8 workers of 2; ``envs_per_worker=1`` turns it off).
     ``autoreset_mode`` (or ``autoreset``) takes gymnasium's ``AutoresetMode``, its value
     (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
     is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
