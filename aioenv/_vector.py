@@ -27,17 +27,16 @@ from gymnasium.vector.utils import (
     iterate,
 )
 
-from ._environment import EnvSource, GymnasiumFactory, resolve_source
+from ._environment import EnvSource, GymnasiumFactory
 from ._errors import VectorEnvClosed, WorkerError
-from ._factory import make_pool
 from ._messages import autoreset_name
 from ._pool import WorkerPool
 from ._probe import Probe, probe_env
-from ._vector_choice import AUTO, ModeChoice, choose_mode
-from ._vector_inline import INLINE_OPTIONS, InlineEnvs
-from ._vector_layout import EnvLayout, VectorArrays, batch_infos, grouped
+from ._vector_choice import AUTO, ModeChoice, place_envs
+from ._vector_inline import InlineEnvs
+from ._vector_layout import EnvLayout, VectorArrays, batch_infos
 from ._vector_pipeline import Pipeline, info_rows
-from ._vector_runtime import Envs, Runtime, raised, start
+from ._vector_runtime import Envs, Runtime, raised
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -107,35 +106,9 @@ class AioVectorEnv(VectorEnv):
             raise TypeError("pass autoreset_mode= or autoreset=, not both")
         chosen = autoreset_mode if autoreset_mode is not None else autoreset
         name = autoreset_name(chosen if chosen is not None else "next_step")
-        if isinstance(env, (list, tuple)):
-            sources = [resolve_source(source) for source in env]
-            if not sources:
-                raise ValueError("AioVectorEnv needs at least one env factory")
-            if num_envs is not None and num_envs != len(sources):
-                raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
-        else:
-            if num_envs is None:
-                raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
-            sources = [resolve_source(env)] * num_envs  # an unknown id fails here
-        probe = probe_env(sources[0], timed=mode == AUTO)  # before any worker starts
-        choice = choose_mode(mode, probe, len(sources), batch_size, pool_options)
-        self.mode_choice = choice
-        if choice.mode == "inline":
-            envs: Envs = _inline(sources, name, batch_size, pool_options)
-            sizes = [len(sources)]
-        else:
-            if choice.envs_per_worker:
-                pool_options.setdefault("envs_per_worker", choice.envs_per_worker)
-            grouping, count = grouped(
-                sources if isinstance(env, (list, tuple)) else sources[0],
-                len(sources),
-                choice.mode,
-                pool_options,
-                batch_size,
-            )
-            pool = make_pool(grouping, count, mode=choice.mode, autoreset=name, **pool_options)
-            envs, sizes = Runtime(pool), [worker.num_envs for worker in pool.workers]
-        self._setup(envs, sizes, probe, observation_mode, batch_size)
+        placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
+        self.mode_choice = placed.choice
+        self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, batch_size)
 
     @classmethod
     def from_pool(
@@ -178,11 +151,7 @@ class AioVectorEnv(VectorEnv):
             self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
             self._define(envs, probe, observation_mode)
             self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
-            if isinstance(envs, InlineEnvs):
-                observations, actions = envs.start()
-            else:
-                assert isinstance(envs, Runtime)
-                observations, actions = envs.call(start, envs.pool)
+            observations, actions = envs.start()
             layout = self._layout
             self._check_spaces(layout.flatten(observations), layout.flatten(actions))
         except BaseException:
@@ -523,21 +492,3 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
-
-
-def _inline(
-    sources: list[EnvSource], autoreset: object, batch_size: int | None, options: dict[str, Any]
-) -> InlineEnvs:
-    """The envs of ``mode="inline"``, or why the options need another mode."""
-    unknown = sorted(set(options) - INLINE_OPTIONS)
-    if unknown:
-        raise TypeError(
-            f"mode='inline' steps the envs in the calling thread, with no pool: "
-            f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
-        )
-    if batch_size is not None and batch_size != len(sources):
-        raise ValueError(
-            f"mode='inline' steps every env at once: batch_size={batch_size} needs envs that "
-            "step while the script computes; pass mode='process' (or leave mode to choose)"
-        )
-    return InlineEnvs(sources, autoreset, **options)

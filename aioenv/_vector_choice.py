@@ -17,11 +17,23 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ._probe import Probe
-from ._vector_inline import INLINE_OPTIONS
-from ._vector_layout import usable_cores
+from ._environment import EnvSource, resolve_source
+from ._factory import make_pool
+from ._probe import Probe, probe_env
+from ._vector_inline import INLINE_OPTIONS, InlineEnvs
+from ._vector_layout import grouped, usable_cores
+from ._vector_runtime import Envs, Runtime
 
-__all__ = ["AUTO", "HAND_OFF", "MARGIN", "PER_CHILD", "ModeChoice", "choose_mode"]
+__all__ = [
+    "AUTO",
+    "HAND_OFF",
+    "MARGIN",
+    "PER_CHILD",
+    "ModeChoice",
+    "Placement",
+    "choose_mode",
+    "place_envs",
+]
 
 AUTO = "auto"
 #: Seconds a lockstep step through one child process costs beyond its envs' own work
@@ -42,6 +54,53 @@ class ModeChoice:
     mode: str | Sequence[str]
     envs_per_worker: int
     reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A vector env's envs, started nowhere yet: in line or behind a pool's runtime, the
+    envs each worker steps, the probe env's findings and the choice that placed them."""
+
+    envs: Envs
+    sizes: list[int]
+    probe: Probe
+    choice: ModeChoice
+
+
+def place_envs(
+    env: EnvSource | Sequence[EnvSource],
+    num_envs: int | None,
+    mode: str | Sequence[str],
+    autoreset: object,
+    batch_size: int | None,
+    options: dict[str, Any],
+) -> Placement:
+    """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
+    is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
+    pool options left (grouping takes its own out)."""
+    if isinstance(env, (list, tuple)):
+        sources = [resolve_source(source) for source in env]
+        if not sources:
+            raise ValueError("AioVectorEnv needs at least one env factory")
+        if num_envs is not None and num_envs != len(sources):
+            raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
+        one: EnvSource | list[EnvSource] = sources
+    else:
+        if num_envs is None:
+            raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
+        one = resolve_source(env)  # an unknown id fails here
+        sources = [one] * num_envs
+    probe = probe_env(sources[0], timed=mode == AUTO)
+    choice = choose_mode(mode, probe, len(sources), batch_size, options)
+    if choice.mode == "inline":
+        inline = _inline(sources, autoreset, batch_size, options)
+        return Placement(inline, [len(sources)], probe, choice)
+    if choice.envs_per_worker:
+        options.setdefault("envs_per_worker", choice.envs_per_worker)
+    grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
+    pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
+    sizes = [worker.num_envs for worker in pool.workers]
+    return Placement(Runtime(pool), sizes, probe, choice)
 
 
 def choose_mode(
@@ -88,3 +147,21 @@ def _by_cost(step: float, num_envs: int, cores: int) -> ModeChoice:
 
 def _children_cost(step: float, per_worker: int, children: int) -> float:
     return per_worker * step + HAND_OFF + PER_CHILD * (children - 1)
+
+
+def _inline(
+    sources: list[EnvSource], autoreset: object, batch_size: int | None, options: dict[str, Any]
+) -> InlineEnvs:
+    """The envs of ``mode="inline"``, or why the options need another mode."""
+    unknown = sorted(set(options) - INLINE_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"mode='inline' steps the envs in the calling thread, with no pool: "
+            f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
+        )
+    if batch_size is not None and batch_size != len(sources):
+        raise ValueError(
+            f"mode='inline' steps every env at once: batch_size={batch_size} needs envs that "
+            "step while the script computes; pass mode='process' (or leave mode to choose)"
+        )
+    return InlineEnvs(sources, autoreset, **options)

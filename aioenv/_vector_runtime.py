@@ -42,6 +42,9 @@ class Envs(Protocol):
     def autoreset(self) -> str:
         """The autoreset mode the envs run under (aioenv's name)."""
 
+    def start(self) -> tuple[list[Any], list[Any]]:
+        """Start the envs: their observation and action spaces, an answer per worker."""
+
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
         """Send ``requests[k]`` to worker ``ids[k]`` and take every answer."""
 
@@ -98,6 +101,9 @@ class Runtime:
         return self.pool.autoreset
 
     # The calls of :class:`Envs`, each run on the loop ----------------------------------
+    def start(self) -> tuple[list[Any], list[Any]]:
+        return self.call(start, self.pool)  # type: ignore[no-any-return]
+
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
         return self.call(exchange, self.pool, ids, requests)  # type: ignore[no-any-return]
 
