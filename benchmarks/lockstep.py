@@ -127,13 +127,14 @@ _REAL = ("W11", "W12")
 VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
     "gym SyncVectorEnv": (_gym_sync, _ALL),
     "gym AsyncVectorEnv": (_gym_async, _ALL),
-    "AioVectorEnv process (default: grouped)": (
-        lambda env, n, seed: aioenv.AioVectorEnv(env, n),
-        _ALL,
+    "AioVectorEnv default (auto)": (lambda env, n, seed: aioenv.AioVectorEnv(env, n), _ALL),
+    "AioVectorEnv inline": (
+        lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="inline"),
+        ("W6", *_REAL),
     ),
-    "AioVectorEnv process (default), idle_spin=0": (
-        lambda env, n, seed: aioenv.AioVectorEnv(env, n, idle_spin=0.0),
-        ("W6",),
+    "AioVectorEnv process (grouped, a core for the script)": (
+        lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="process"),
+        ("W6", *_REAL),
     ),
     "AioVectorEnv process, envs_per_worker=N/cores": (
         lambda env, n, seed: aioenv.AioVectorEnv(
@@ -149,7 +150,6 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
         lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="thread"),
         ("W6", *_REAL),
     ),
-    "AioVectorEnv sync": (lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="sync"), _REAL),
     "EnvPool Pong-v5 (EnvPool's own preprocessing)": (
         lambda env, n, seed: EnvPoolVector("Pong-v5", n, seed, **ENVPOOL_PONG),
         ("W11",),
