@@ -55,6 +55,7 @@ def reports(threads: Any = DEFAULT, **options: Any) -> list[dict[str, Any]]:
     if threads is not DEFAULT:
         options["threads_per_env"] = threads
     factory = options.pop("factory", lambda: ThreadReport(FAKES, test_pid=TEST_PID))
+    options.setdefault("mode", "process")  # the default would step these cheap envs inline
     with aioenv.AioVectorEnv(factory, 2, **options) as envs:
         envs.reset(seed=0)
         return list(envs.get_attr("report"))
