@@ -25,6 +25,7 @@ from ._errors import StateNotTaken, WorkerError
 from ._pool import WorkerPool
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
+from ._restarts import restart_note
 from ._sentinels import RESET
 from ._trajectories import Trajectories, stack
 
@@ -219,7 +220,7 @@ class Collector:
                     f"collect() needs gymnasium envs (aioenv.Step states); worker {worker_id} "
                     f"returned a {type(state).__name__}"
                 )
-            restarted = _restarted(state)
+            restarted = restart_note(state) is not None
             if sent is RESET or restarted:
                 if restarted:
                     self._cut(track)  # the action in flight has no outcome: no transition
@@ -358,12 +359,6 @@ def _detach_rows(episode: _Episode) -> _Episode:
         setattr(episode, field, [])
     episode.first_step += len(rows)
     return rows
-
-
-def _restarted(state: Step[Any]) -> bool:
-    """The state is a restarted worker's fresh reset (see the README's failure handling)."""
-    marker = state.info.get("aioenv")
-    return isinstance(marker, dict) and bool(marker.get("restarted"))
 
 
 def _rows(actions: Any, count: int) -> list[Any]:
