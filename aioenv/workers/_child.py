@@ -37,6 +37,7 @@ from .._protocol import (
 )
 from .._registry import merge as merge_registry
 from .._runner import EnvRunner
+from .._segment import PolicyCache
 from .._shared_memory import SharedObservations
 from .._vector_runner import Runner, make_runner
 from ._thread_caps import ThreadCaps, cap_imported, cap_threads
@@ -72,8 +73,10 @@ def serve(
     cap_threads(thread_caps)
     shared: list[SharedObservations | None] = [None] * len(payloads)
     sources = [_unpickle(payload) for payload in payloads]
+    policies = PolicyCache()  # this child's, shared by its slots (and their rebuilt runners)
     runners = [
-        _runner(source, seed, episode, build) for source, seed in zip(sources, seeds, strict=True)
+        _runner(source, seed, episode, build, policies)
+        for source, seed in zip(sources, seeds, strict=True)
     ]
     cap_imported(thread_caps)
     try:
@@ -96,7 +99,7 @@ def serve(
                 elif kind == Kind.REBUILD:
                     runner.close()
                     seed, slot_episode = loads(frame)
-                    runners[slot] = _runner(sources[slot], seed, slot_episode, True)
+                    runners[slot] = _runner(sources[slot], seed, slot_episode, True, policies)
                     cap_imported(thread_caps)
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
@@ -164,12 +167,14 @@ def _unpickle(payload: bytes) -> Any:
         return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
 
 
-def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> Runner:
+def _runner(
+    source: Any, seed: int | None, episode: EpisodeOptions, build: bool, policies: PolicyCache
+) -> Runner:
     if isinstance(source, _Unpicklable):
-        failed = EnvRunner(None, seed, episode)
+        failed = EnvRunner(None, seed, episode, policies)
         failed.build_failure = source.failure
         return failed
-    runner = make_runner(source, seed, episode)
+    runner = make_runner(source, seed, episode, policies)
     if build:
         runner.build()
     return runner

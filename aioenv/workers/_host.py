@@ -133,6 +133,9 @@ class Host:
         #: The slot whose failure killed the child, and why, for the others' messages.
         self.killed_for: tuple[int, str] | None = None
         self.successor: Host | None = None
+        #: The key of the last policy package sent to this child with its bytes: the
+        #: child's own policy cache has it, so later requests carry the key alone.
+        self.shipped_policy: str | None = None
         # Slots in use; a replacement gains them as their workers move over.
         self._open_slots = set(range(self.size)) if build else set()
         self._deliver = list(deliver)
