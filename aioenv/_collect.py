@@ -198,7 +198,7 @@ class Collector:
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        actions = _rows(actions, len(rows))
+        actions = _action_rows(actions, len(rows))
         for worker_id, state, action in zip(rows, states, actions, strict=True):
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
@@ -361,7 +361,8 @@ def _detach_rows(episode: _Episode) -> _Episode:
     return rows
 
 
-def _rows(actions: Any, count: int) -> list[Any]:
+def _action_rows(actions: Any, count: int) -> list[Any]:
+    """The policy's actions for a batch of ``count`` rows, one per row."""
     if isinstance(actions, np.ndarray) and actions.ndim == 1:
         actions = actions.tolist()  # plain Python scalars travel fastest
     rows = list(actions)

@@ -130,6 +130,9 @@ class Worker(KindHooks, PoolMember, Generic[S]):
 
     @property
     def closed(self) -> bool:
+        """True once the worker was asked to close (``aclose``, the ``CLOSE`` sentinel, or
+        a pool giving it up): it takes no more actions. Its env may still be shutting
+        down; ``aclose()`` waits for that."""
         return self._closing
 
     @property

@@ -23,7 +23,7 @@ from .._messages import EpisodeOptions, Failure
 from .._protocol import (
     CONTROL,
     RECEIVE_SIZE,
-    RESET,
+    RESET_REQUEST,
     STEP_ARRAY,
     FrameDecoder,
     Kind,
@@ -106,7 +106,7 @@ def serve(
                     # while this child steps the next env, and neither side idles long
                     # enough for its core to sleep (waking a sleeping core costs far more
                     # than a write; see benchmarks/wake_latency.py).
-                    sock.sendall(_answer(runner, kind, seq, slot, frame, shared[slot]))
+                    sock.sendall(_answer_frame(runner, kind, seq, slot, frame, shared[slot]))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
@@ -187,7 +187,7 @@ def _ready(slot: int, runner: Runner) -> bytes:
         return encode(Kind.READY, 0, dumps((None, None)), slot)
 
 
-def _answer(
+def _answer_frame(
     runner: Runner,
     kind: int,
     seq: int,
@@ -195,7 +195,8 @@ def _answer(
     payload: Any,
     shared: SharedObservations | None,
 ) -> bytes:
-    if kind == RESET and not payload:
+    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``."""
+    if kind == RESET_REQUEST and not payload:
         result = runner.reset()
     elif kind == STEP_ARRAY:
         result = runner.handle(decode_array(payload))
