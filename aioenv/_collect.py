@@ -25,6 +25,7 @@ from ._errors import StateNotTaken, WorkerError
 from ._pool import WorkerPool
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
+from ._restarts import restart_note
 from ._sentinels import RESET
 from ._trajectories import Trajectories, stack
 
@@ -197,7 +198,7 @@ class Collector:
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        actions = _rows(actions, len(rows))
+        actions = _action_rows(actions, len(rows))
         for worker_id, state, action in zip(rows, states, actions, strict=True):
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
@@ -219,7 +220,7 @@ class Collector:
                     f"collect() needs gymnasium envs (aioenv.Step states); worker {worker_id} "
                     f"returned a {type(state).__name__}"
                 )
-            restarted = _restarted(state)
+            restarted = restart_note(state) is not None
             if sent is RESET or restarted:
                 if restarted:
                     self._cut(track)  # the action in flight has no outcome: no transition
@@ -360,13 +361,8 @@ def _detach_rows(episode: _Episode) -> _Episode:
     return rows
 
 
-def _restarted(state: Step[Any]) -> bool:
-    """The state is a restarted worker's fresh reset (see the README's failure handling)."""
-    marker = state.info.get("aioenv")
-    return isinstance(marker, dict) and bool(marker.get("restarted"))
-
-
-def _rows(actions: Any, count: int) -> list[Any]:
+def _action_rows(actions: Any, count: int) -> list[Any]:
+    """The policy's actions for a batch of ``count`` rows, one per row."""
     if isinstance(actions, np.ndarray) and actions.ndim == 1:
         actions = actions.tolist()  # plain Python scalars travel fastest
     rows = list(actions)

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from ._environment import Step
+from ._restarts import restart_note
 
 __all__ = ["EpisodeCounter", "EpisodeStats"]
 
@@ -61,7 +62,7 @@ class EpisodeCounter:
         if type(state) is not Step:
             self.saw_custom_state = True
             return
-        if self._resetting[worker_id] or "aioenv" in state.info:  # a reset, or a restart's
+        if self._resetting[worker_id] or restart_note(state) is not None:  # a reset, a restart
             self._resetting[worker_id] = False
             self._returns[worker_id], self._lengths[worker_id] = 0.0, 0
             return

@@ -44,7 +44,7 @@ __all__ = [
     "HEADER",
     "READY",
     "RECEIVE_SIZE",
-    "RESET",
+    "RESET_REQUEST",
     "STATE",
     "STEP_STATE",
     "FrameDecoder",
@@ -87,8 +87,10 @@ class Kind(enum.IntEnum):
 
 
 # The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
-# comparing two ints is cheaper than looking up and comparing an enum member.
-RESET, CONTROL, STEP_ARRAY = int(Kind.RESET), int(Kind.CONTROL), int(Kind.STEP_ARRAY)
+# comparing two ints is cheaper than looking up and comparing an enum member. (A reset
+# request's is RESET_REQUEST: ``RESET`` is the user's sentinel, aioenv.RESET.)
+RESET_REQUEST, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
+STEP_ARRAY = int(Kind.STEP_ARRAY)
 READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
     int(Kind.READY),
     int(Kind.STATE),

@@ -21,7 +21,7 @@ from ._environment import (
 )
 from ._messages import ControlRequest, EpisodeOptions, Failure
 from ._plan import Plan, drive
-from ._segment import Rollout, load_policy, rollout_plan
+from ._segment import PolicyCache, Rollout, rollout_plan
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
@@ -35,15 +35,22 @@ class EnvRunner:
 
     The seed is used for the first reset only; later resets pass ``seed=None`` so the env's
     RNG continues and consecutive episodes differ (a ``Reset(seed=...)`` overrides).
+    ``policies``: the rollout policies of its process, shared with the process's other
+    runners (a cache of its own when not given).
     """
 
     #: Turns what the source built into an environment (coroutine envs adapt their own).
     _adapt = staticmethod(as_environment)
 
     def __init__(
-        self, source: EnvSource, seed: int | None, episode: EpisodeOptions | None = None
+        self,
+        source: EnvSource,
+        seed: int | None,
+        episode: EpisodeOptions | None = None,
+        policies: PolicyCache | None = None,
     ) -> None:
         self._source = source
+        self.policies = PolicyCache() if policies is None else policies
         self._seed = seed
         self._seed_used = False
         self.episode = episode or EpisodeOptions()
@@ -230,7 +237,7 @@ class EnvRunner:
             self.episode = request.kwargs["episode"]
             return None
         if request.op == "policy":
-            return load_policy(request.kwargs["package"])
+            return self.policies.load(request.kwargs["package"])
         env = self._built()
         if env is None:
             return self.build_failure

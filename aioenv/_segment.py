@@ -5,7 +5,7 @@ process (sync, thread and async workers) it carries the object itself, which tho
 share. Pickled, it carries the policy's cloudpickle bytes (made once in the parent, however
 many workers it goes to) or a Ray object reference to them, or only its key when the
 receiving process has it already; each process unpickles a key once and its slots share the
-result (:func:`resolve_policy`).
+result (its :class:`PolicyCache`, which the process's runners are given).
 
 A :class:`Rollout` is a request like a step (it goes where steps go, so deadlines, restarts
 and stale-reply checks apply to it as to a step): the runner plays ``num_steps`` transitions
@@ -27,33 +27,33 @@ from ._messages import Failure
 from ._plan import Plan, drive
 
 __all__ = [
+    "PolicyCache",
     "PolicyPackage",
     "Rollout",
     "Segment",
     "joined",
-    "load_policy",
     "play",
     "rollout_plan",
-    "resolve_policy",
 ]
 
-_KEEP = 2  # policies kept per process: the current one and the one before (a late request)
-_loaded: dict[str, Any] = {}  # key -> the unpickled policy (or the Failure unpickling it)
 _NO_OBJECT = object()
 
 
 class PolicyPackage:
     """A policy on its way to the env side: ``version`` (an int) and ``key`` (unique per
     :meth:`~aioenv.WorkerPool.set_policy` call) name it; ``payload`` is its cloudpickle
-    bytes, a Ray object reference to them, or None (the receiving process has it)."""
+    bytes, a Ray object reference to them, or None (the receiving process has it).
+    ``stored``: in the parent, the reference to its bytes once they were put in Ray's
+    object store (once per package, however many actors it goes to)."""
 
-    __slots__ = ("_policy", "key", "payload", "version")
+    __slots__ = ("_policy", "key", "payload", "stored", "version")
 
     def __init__(self, version: int, key: str, payload: Any = None, policy: Any = _NO_OBJECT):
         self.version = version
         self.key = key
         self.payload = payload
         self._policy = policy
+        self.stored: Any = None
 
     def pickled(self) -> bytes:
         """The policy's cloudpickle bytes, made on first use only (the parent pickles a
@@ -84,20 +84,40 @@ class PolicyPackage:
         return (PolicyPackage, (self.version, self.key, payload))
 
 
-def resolve_policy(package: PolicyPackage) -> Any:
-    """The policy ``package`` names, in this process: its object when it never left the
-    parent's process, else the one this process unpickled for its key (once)."""
-    if package._policy is not _NO_OBJECT:
-        return package._policy
-    loaded = _loaded.get(package.key, _NO_OBJECT)
-    if loaded is _NO_OBJECT:
-        loaded = _load(package)
-        _loaded[package.key] = loaded
-        while len(_loaded) > _KEEP:
-            del _loaded[next(iter(_loaded))]
-    if isinstance(loaded, Failure):
-        raise RuntimeError(f"the policy (version {package.version}) {loaded.message}")
-    return loaded
+class PolicyCache:
+    """The policies one serving process (a child process, a Ray actor) unpickled, by key:
+    its runners share one, so a policy is unpickled once however many slots play it, and
+    only the first request to the process needs to carry its bytes. It keeps the latest
+    two: the current policy and the one before (for a late request)."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Any] = {}  # key -> the policy (or the Failure unpickling it)
+
+    def resolve(self, package: PolicyPackage) -> Any:
+        """The policy ``package`` names: its object when it never left the parent's
+        process, else the one unpickled here for its key (once)."""
+        if package._policy is not _NO_OBJECT:
+            return package._policy
+        loaded = self._loaded.get(package.key, _NO_OBJECT)
+        if loaded is _NO_OBJECT:
+            loaded = _load(package)
+            self._loaded[package.key] = loaded
+            while len(self._loaded) > self.KEEP:
+                del self._loaded[next(iter(self._loaded))]
+        if isinstance(loaded, Failure):
+            raise RuntimeError(f"the policy (version {package.version}) {loaded.message}")
+        return loaded
+
+    def load(self, package: PolicyPackage) -> Failure | None:
+        """Unpickle ``package``'s policy here now (the answer to set_policy's request):
+        None, or the Failure that says why it could not be."""
+        try:
+            self.resolve(package)
+        except Exception as exc:
+            return Failure.from_exception(exc, "set_policy (loading the policy)")
+        return None
 
 
 def _load(package: PolicyPackage) -> Any:
@@ -215,7 +235,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     :mod:`aioenv._plan`), keeping its cursor there for the next segment; a Failure ends
     the segment and drops its rows."""
     try:
-        policy = resolve_policy(request.policy)
+        policy = runner.policies.resolve(request.policy)
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (loading the policy)")
     try:
@@ -306,13 +326,3 @@ def _joined(parts: list[Any]) -> Any:
         if len(shapes) == 1:
             return np.concatenate(parts)
     return [item for part in parts for item in part]
-
-
-def load_policy(package: PolicyPackage) -> Failure | None:
-    """Unpickle ``package``'s policy in this process now (the answer to set_policy's
-    request): None, or the Failure that says why it could not be."""
-    try:
-        resolve_policy(package)
-    except Exception as exc:
-        return Failure.from_exception(exc, "set_policy (loading the policy)")
-    return None

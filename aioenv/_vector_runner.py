@@ -28,7 +28,7 @@ from ._environment import BatchStep, Step, VectorSource
 from ._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ._runner import EnvRunner
 from ._seeds import worker_seeds
-from ._segment import Rollout, Segment, joined, load_policy, play
+from ._segment import PolicyCache, Rollout, Segment, joined, play
 from ._sentinels import RESET, Command, Reset
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
@@ -60,11 +60,17 @@ class Runner(Protocol):
     def close(self) -> Failure | None: ...
 
 
-def make_runner(source: Any, seed: int | None, episode: EpisodeOptions | None = None) -> Runner:
-    """The runner for a worker's env source, first reset with ``seed``."""
+def make_runner(
+    source: Any,
+    seed: int | None,
+    episode: EpisodeOptions | None = None,
+    policies: PolicyCache | None = None,
+) -> Runner:
+    """The runner for a worker's env source, first reset with ``seed``; ``policies``: its
+    process's rollout policies (see :class:`~aioenv._segment.PolicyCache`)."""
     if isinstance(source, VectorSource):
-        return VectorRunner(source, seed, episode)
-    return EnvRunner(source, seed, episode)
+        return VectorRunner(source, seed, episode, policies)
+    return EnvRunner(source, seed, episode, policies)
 
 
 class VectorRunner:
@@ -80,10 +86,17 @@ class VectorRunner:
     rebuilds all of them.
     """
 
-    def __init__(self, source: VectorSource, seed: int | None, episode: EpisodeOptions | None):
+    def __init__(
+        self,
+        source: VectorSource,
+        seed: int | None,
+        episode: EpisodeOptions | None,
+        policies: PolicyCache | None = None,
+    ):
         seeds = worker_seeds(seed, len(source.sources))
+        self.policies = PolicyCache() if policies is None else policies
         self.runners = [
-            EnvRunner(s, env_seed, episode)
+            EnvRunner(s, env_seed, episode, self.policies)
             for s, env_seed in zip(source.sources, seeds, strict=True)
         ]
         self.size = len(self.runners)
@@ -286,7 +299,7 @@ class VectorRunner:
         requests go to each env in turn and answer a list (one result per env), or the
         first Failure."""
         if request.op == "policy":
-            return load_policy(request.kwargs["package"])
+            return self.policies.load(request.kwargs["package"])
         if request.op != "configure":
             self.build()
             if self.build_failure is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing.spawn
 import os
 import signal
 import threading
@@ -203,6 +204,19 @@ async def test_spawn_context_works() -> None:
         state = await _reset(worker)
         assert state["pid"] == worker.pid
     assert worker.exitcode == 0
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+async def test_other_multiprocessing_users_see_the_stdlibs_preparation_data(context: str) -> None:
+    """aioenv leaves the main module out of its own children's start only: the function
+    multiprocessing looks up is the stdlib's while a pool is open and after it closed."""
+    stdlib = multiprocessing.spawn.get_preparation_data
+    assert (stdlib.__module__, stdlib.__qualname__) == ("multiprocessing.spawn", stdlib.__name__)
+    with anyio.fail_after(30):
+        async with aioenv.make_pool(Counter, 2, mode="process", context=context) as pool:
+            await pool.reset_all()
+            assert multiprocessing.spawn.get_preparation_data is stdlib
+    assert multiprocessing.spawn.get_preparation_data is stdlib
 
 
 MAIN_WITH_A_SIDE_EFFECT = """

@@ -27,9 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import anyio
 
 from .._environment import (
-    BatchStep,
     EnvSource,
-    Step,
     VectorSource,
     describe_source,
     resolve_source,
@@ -44,6 +42,7 @@ from .._errors import (
 )
 from .._inbox import Inbox, Outcome
 from .._messages import EpisodeOptions, Failure
+from .._restarts import mark_restarted
 from .._segment import Rollout
 from .._sentinels import CLOSE, RESET, Reset, is_reset
 from .._supervision import Remedies, Supervision, Supervisor
@@ -131,6 +130,9 @@ class Worker(KindHooks, PoolMember, Generic[S]):
 
     @property
     def closed(self) -> bool:
+        """True once the worker was asked to close (``aclose``, the ``CLOSE`` sentinel, or
+        a pool giving it up): it takes no more actions. Its env may still be shutting
+        down; ``aclose()`` waits for that."""
         return self._closing
 
     @property
@@ -277,7 +279,7 @@ class Worker(KindHooks, PoolMember, Generic[S]):
         self._awaited_seq = 0
         reason = supervisor.succeeded()
         if reason is not None:
-            result = _mark_restarted(result, reason)
+            result = mark_restarted(result, reason)
         self._inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
 
     def _on_death(self, error: WorkerError) -> None:
@@ -358,15 +360,3 @@ def _check_options(seed: object, cleanup_time: object) -> None:
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
     if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
         raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
-
-
-def _mark_restarted(state: Any, reason: str) -> Any:
-    """The restarted env's first state, its info saying so under aioenv's own key (every
-    row's, for a batch)."""
-    note = {"restarted": True, "reason": reason}
-    if isinstance(state, Step):
-        return dataclasses.replace(state, info={**state.info, "aioenv": note})
-    if isinstance(state, BatchStep):
-        infos = {row: {**state.infos.get(row, {}), "aioenv": note} for row in range(len(state))}
-        return dataclasses.replace(state, infos=infos)
-    return state

@@ -23,7 +23,7 @@ from .._messages import EpisodeOptions, Failure
 from .._protocol import (
     CONTROL,
     RECEIVE_SIZE,
-    RESET,
+    RESET_REQUEST,
     STEP_ARRAY,
     FrameDecoder,
     Kind,
@@ -37,6 +37,7 @@ from .._protocol import (
 )
 from .._registry import merge as merge_registry
 from .._runner import EnvRunner
+from .._segment import PolicyCache
 from .._shared_memory import SharedObservations
 from .._vector_runner import Runner, make_runner
 from ._thread_caps import ThreadCaps, cap_imported, cap_threads
@@ -72,8 +73,10 @@ def serve(
     cap_threads(thread_caps)
     shared: list[SharedObservations | None] = [None] * len(payloads)
     sources = [_unpickle(payload) for payload in payloads]
+    policies = PolicyCache()  # this child's, shared by its slots (and their rebuilt runners)
     runners = [
-        _runner(source, seed, episode, build) for source, seed in zip(sources, seeds, strict=True)
+        _runner(source, seed, episode, build, policies)
+        for source, seed in zip(sources, seeds, strict=True)
     ]
     cap_imported(thread_caps)
     try:
@@ -96,14 +99,14 @@ def serve(
                 elif kind == Kind.REBUILD:
                     runner.close()
                     seed, slot_episode = loads(frame)
-                    runners[slot] = _runner(sources[slot], seed, slot_episode, True)
+                    runners[slot] = _runner(sources[slot], seed, slot_episode, True, policies)
                     cap_imported(thread_caps)
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
                     # while this child steps the next env, and neither side idles long
                     # enough for its core to sleep (waking a sleeping core costs far more
                     # than a write; see benchmarks/wake_latency.py).
-                    sock.sendall(_answer(runner, kind, seq, slot, frame, shared[slot]))
+                    sock.sendall(_answer_frame(runner, kind, seq, slot, frame, shared[slot]))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
@@ -164,12 +167,14 @@ def _unpickle(payload: bytes) -> Any:
         return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
 
 
-def _runner(source: Any, seed: int | None, episode: EpisodeOptions, build: bool) -> Runner:
+def _runner(
+    source: Any, seed: int | None, episode: EpisodeOptions, build: bool, policies: PolicyCache
+) -> Runner:
     if isinstance(source, _Unpicklable):
-        failed = EnvRunner(None, seed, episode)
+        failed = EnvRunner(None, seed, episode, policies)
         failed.build_failure = source.failure
         return failed
-    runner = make_runner(source, seed, episode)
+    runner = make_runner(source, seed, episode, policies)
     if build:
         runner.build()
     return runner
@@ -182,7 +187,7 @@ def _ready(slot: int, runner: Runner) -> bytes:
         return encode(Kind.READY, 0, dumps((None, None)), slot)
 
 
-def _answer(
+def _answer_frame(
     runner: Runner,
     kind: int,
     seq: int,
@@ -190,7 +195,8 @@ def _answer(
     payload: Any,
     shared: SharedObservations | None,
 ) -> bytes:
-    if kind == RESET and not payload:
+    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``."""
+    if kind == RESET_REQUEST and not payload:
         result = runner.reset()
     elif kind == STEP_ARRAY:
         result = runner.handle(decode_array(payload))

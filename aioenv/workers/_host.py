@@ -133,6 +133,9 @@ class Host:
         #: The slot whose failure killed the child, and why, for the others' messages.
         self.killed_for: tuple[int, str] | None = None
         self.successor: Host | None = None
+        #: The key of the last policy package sent to this child with its bytes: the
+        #: child's own policy cache has it, so later requests carry the key alone.
+        self.shipped_policy: str | None = None
         # Slots in use; a replacement gains them as their workers move over.
         self._open_slots = set(range(self.size)) if build else set()
         self._deliver = list(deliver)
@@ -364,38 +367,71 @@ def _child_main(*args: Any) -> None:
     serve(*args)
 
 
-_starting = threading.local()  # this thread is starting an aioenv child right now
-
-
-@contextlib.contextmanager
-def _main_module_skipped() -> Iterator[None]:
-    """Start a child that does not re-run the user's main module.
+class _MainModuleLeftOut:
+    """Leaves the user's main module out of the preparation data of the children aioenv
+    starts, and only of those.
 
     multiprocessing's spawn and forkserver children import the parent's ``__main__`` (as
     ``__mp_main__``) before running their target, so that targets defined there resolve:
     a training script's top-level imports (a deep learning framework: seconds and hundreds
     of MB per child) run again in every child. An aioenv child needs none of it: its
-    target lives in aioenv, and envs travel by value (cloudpickle). So while this thread
-    starts one, multiprocessing's preparation data leaves the main module out. Other
-    threads' process starts are untouched.
+    target lives in aioenv, and envs travel by value (cloudpickle).
+
+    multiprocessing offers no hook for it: its start code looks up
+    ``multiprocessing.spawn.get_preparation_data`` when it runs. So the function is
+    replaced only while some thread starts an aioenv child (:meth:`starting`), and put
+    back when the last such start is done; the replacement changes the data only for the
+    threads starting an aioenv child, and hands other threads' starts the stdlib's
+    unchanged. Outside those moments every ``multiprocessing`` user sees the stdlib's.
     """
-    if not getattr(multiprocessing.spawn.get_preparation_data, "_aioenv", False):
-        original = multiprocessing.spawn.get_preparation_data
 
-        def get_preparation_data(name: str) -> dict[str, Any]:
-            data: dict[str, Any] = original(name)
-            if getattr(_starting, "active", False):
-                data.pop("init_main_from_path", None)
-                data.pop("init_main_from_name", None)
-            return data
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread = threading.local()  # this thread is starting an aioenv child now
+        self._starts = 0  # the threads starting one now
+        self._original: Callable[[str], dict[str, Any]] | None = None
+        self._replacement = self._preparation_data  # one bound method: ``is`` finds it
+        #: Someone replaced ours while it was in: theirs may call ours, so ours is never
+        #: installed over theirs (it would call itself through theirs).
+        self._displaced = False
 
-        get_preparation_data._aioenv = True  # type: ignore[attr-defined]
-        multiprocessing.spawn.get_preparation_data = get_preparation_data
-    _starting.active = True
-    try:
-        yield
-    finally:
-        _starting.active = False
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """While this thread starts an aioenv child."""
+        with self._lock:
+            if self._starts == 0 and not self._displaced:
+                self._original = multiprocessing.spawn.get_preparation_data
+                multiprocessing.spawn.get_preparation_data = self._replacement
+            self._starts += 1
+        self._thread.active = True
+        try:
+            yield
+        finally:
+            self._thread.active = False
+            with self._lock:
+                self._starts -= 1
+                if self._starts == 0 and not self._displaced:
+                    self._put_back()
+
+    def _put_back(self) -> None:
+        """The stdlib's function in again, unless someone replaced ours meanwhile (theirs
+        stays)."""
+        if multiprocessing.spawn.get_preparation_data is self._replacement:
+            assert self._original is not None
+            multiprocessing.spawn.get_preparation_data = self._original  # type: ignore[assignment]
+        else:
+            self._displaced = True
+
+    def _preparation_data(self, name: str) -> dict[str, Any]:
+        assert self._original is not None  # set before this was installed
+        data = self._original(name)
+        if getattr(self._thread, "active", False):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+
+_main_module_skipped = _MainModuleLeftOut().starting
 
 
 @contextlib.contextmanager

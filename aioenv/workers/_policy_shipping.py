@@ -4,26 +4,24 @@ bytes, and through Ray's object store once for every Ray actor.
 A :class:`~aioenv._segment.PolicyPackage` rides in a ``ControlRequest("policy")`` (from
 ``pool.set_policy``) and in every :class:`~aioenv._segment.Rollout`. Workers that share a
 child process (``envs_per_process``) share its cache of unpickled policies, so only the
-first request to a child carries the bytes; the others carry the key alone. A replacement
-child (after a death) is a new host and gets the bytes again.
+first request to a child carries the bytes; the others carry the key alone. Which key a
+child has is recorded on its :class:`~aioenv.workers._host.Host`: a replacement child
+(after a death) is a new host and gets the bytes again. For Ray, the package keeps the
+reference to its bytes in the object store, so it is put once per ``set_policy`` call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._messages import ControlRequest
 from .._segment import PolicyPackage, Rollout
 
-__all__ = ["mark_shipped", "package_of", "through_object_store", "without_shipped"]
+if TYPE_CHECKING:
+    from ._host import Host
 
-#: Per host (a child process), the key of the last package sent to it with its bytes.
-_shipped: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-#: Per package key, its bytes put in Ray's object store (the latest two).
-_refs: dict[str, Any] = {}
-_KEEP = 2
+__all__ = ["mark_shipped", "package_of", "through_object_store", "without_shipped"]
 
 
 def package_of(request: Any) -> PolicyPackage | None:
@@ -42,34 +40,31 @@ def _with_package(request: Any, package: PolicyPackage) -> Any:
     return dataclasses.replace(request, kwargs={**request.kwargs, "package": package})
 
 
-def without_shipped(host: Any, request: Any) -> tuple[Any, str | None]:
+def without_shipped(host: Host, request: Any) -> tuple[Any, str | None]:
     """``request`` for ``host``, its package's bytes left out if ``host`` has them already;
     and the key to :func:`mark_shipped` once it was sent with them (None: nothing to mark)."""
     package = package_of(request)
     if package is None:
         return request, None
-    if _shipped.get(host) == package.key:
+    if host.shipped_policy == package.key:
         return _with_package(request, package.reference()), None
     return request, package.key
 
 
-def mark_shipped(host: Any, key: str | None) -> None:
+def mark_shipped(host: Host, key: str | None) -> None:
     if key is not None:
-        _shipped[host] = key
+        host.shipped_policy = key
 
 
 def through_object_store(request: Any) -> Any:
     """``request`` with its package's bytes replaced by a reference into Ray's object store
-    (put once per package, however many actors it goes to)."""
+    (put once per package, however many actors it goes to; the reference lives as long
+    as the package, which the pool holds while the policy is in force)."""
     package = package_of(request)
     if package is None:
         return request
-    ref = _refs.get(package.key)
-    if ref is None:
+    if package.stored is None:
         import ray
 
-        ref = ray.put(package.pickled())
-        _refs[package.key] = ref
-        while len(_refs) > _KEEP:
-            del _refs[next(iter(_refs))]
-    return _with_package(request, package.with_payload(ref))
+        package.stored = ray.put(package.pickled())
+    return _with_package(request, package.with_payload(package.stored))

@@ -20,6 +20,7 @@ import cloudpickle
 from .._messages import ControlRequest, EpisodeOptions, Failure
 from .._registry import merge as merge_registry
 from .._runner import EnvRunner
+from .._segment import PolicyCache
 from .._vector_runner import Runner, make_runner
 from ._ray_protocol import Message, Op, Pickled, Ready, Reply
 from ._thread_caps import ThreadCaps, cap_imported, cap_threads
@@ -45,6 +46,7 @@ class EnvActor:
         merge_registry(registry)
         cap_threads(thread_caps)
         self._thread_caps = thread_caps
+        self._policies = PolicyCache()  # this actor's, shared by its slots
         self._sources: list[Any] = []
         self._failures: list[Failure | None] = []  # an env source that did not unpickle
         self._runners: list[Runner] = []
@@ -60,8 +62,8 @@ class EnvActor:
     def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
         failure = self._failures[slot]
         if failure is None:
-            return make_runner(self._sources[slot], seed, episode)
-        failed = EnvRunner(None, seed, episode)
+            return make_runner(self._sources[slot], seed, episode, self._policies)
+        failed = EnvRunner(None, seed, episode, self._policies)
         failed.build_failure = failure
         return failed
 

@@ -84,7 +84,7 @@ class _Recipe:
 
 
 @dataclasses.dataclass
-class _Call:
+class _ActorCall:
     """One actor call in flight: the messages it carries and its answer's future."""
 
     messages: list[Message]
@@ -133,7 +133,7 @@ class ActorHost:
         self._queued: list[Message] = (
             [(slot, 0, Op.BUILD, None) for slot in range(self.size)] if build else []
         )
-        self._calls: collections.deque[_Call] = collections.deque()
+        self._calls: collections.deque[_ActorCall] = collections.deque()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -202,7 +202,7 @@ class ActorHost:
         assert self._loop is not None
         ref = self._actor.serve.remote(messages)
         reply = asyncio.wrap_future(ref.future(), loop=self._loop)
-        self._calls.append(_Call(messages, reply, ref))
+        self._calls.append(_ActorCall(messages, reply, ref))
         reply.add_done_callback(self._on_reply)
 
     # Answers -------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class ActorHost:
                 result = _unpickled(result)
             deliver[slot](self, seq, result)
 
-    def _fail_call(self, call: _Call, error: BaseException) -> None:
+    def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
         failure = Failure(
             exception_type=type(error).__name__,
             message=_first_line(error),
