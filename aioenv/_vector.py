@@ -13,14 +13,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium
 import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
-    batch_differing_spaces,
     batch_space,
     concatenate,
     create_empty_array,
@@ -37,6 +34,7 @@ from ._vector_inline import InlineEnvs
 from ._vector_layout import EnvLayout, VectorArrays, batch_infos
 from ._vector_pipeline import Pipeline, info_rows
 from ._vector_runtime import Envs, Runtime, raised
+from ._vector_spaces import ObservationMode, check_env_spaces, observation_spaces
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -98,7 +96,7 @@ class AioVectorEnv(VectorEnv):
         mode: str | Sequence[str] = AUTO,
         autoreset: str | AutoresetMode | None = None,
         autoreset_mode: str | AutoresetMode | None = None,
-        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
+        observation_mode: ObservationMode = "same",
         batch_size: int | None = None,
         **pool_options: Any,
     ) -> None:
@@ -114,7 +112,7 @@ class AioVectorEnv(VectorEnv):
     def from_pool(
         cls,
         pool: WorkerPool[Any],
-        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]] = "same",
+        observation_mode: ObservationMode = "same",
         batch_size: int | None = None,
     ) -> AioVectorEnv:
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
@@ -139,7 +137,7 @@ class AioVectorEnv(VectorEnv):
         envs: Envs,
         sizes: list[int],
         probe: Probe,
-        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
+        observation_mode: ObservationMode,
         batch_size: int | None,
     ) -> None:
         self._envs = envs
@@ -153,7 +151,15 @@ class AioVectorEnv(VectorEnv):
             self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
             observations, actions = envs.start()
             layout = self._layout
-            self._check_spaces(layout.flatten(observations), layout.flatten(actions))
+            batched = check_env_spaces(
+                self.observation_mode,
+                self.single_observation_space,
+                self.single_action_space,
+                layout.flatten(observations),
+                layout.flatten(actions),
+            )
+            if batched is not None:
+                self.observation_space = batched
         except BaseException:
             envs.close()
             raise
@@ -162,7 +168,7 @@ class AioVectorEnv(VectorEnv):
         self,
         envs: Envs,
         probe: Probe,
-        observation_mode: str | tuple[gymnasium.Space[Any], gymnasium.Space[Any]],
+        observation_mode: ObservationMode,
     ) -> None:
         metadata, render_mode, observation_space, action_space = probe[:4]
         self.num_envs = self._layout.num_envs
@@ -176,48 +182,14 @@ class AioVectorEnv(VectorEnv):
         self.observation_mode = observation_mode
         self.single_action_space = action_space
         self.action_space = batch_space(action_space, self.num_envs)
-        self.single_observation_space = observation_space
-        if isinstance(observation_mode, tuple) and len(observation_mode) == 2:
-            if not all(isinstance(space, gymnasium.Space) for space in observation_mode):
-                raise TypeError(f"observation_mode must hold two Spaces, got {observation_mode}")
-            self.observation_space, self.single_observation_space = observation_mode
-        elif observation_mode == "same":
-            self.observation_space = batch_space(observation_space, self.num_envs)
-        elif observation_mode != "different":
-            # gymnasium's own text: code written against its vector envs matches on it
-            raise ValueError(
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of "
-                f"single and batch observation space, actual got {observation_mode}"
-            )
+        self.observation_space, self.single_observation_space = observation_spaces(
+            observation_mode, observation_space, self.num_envs
+        )
         if observation_mode != "same" and isinstance(envs, Runtime):
             envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
         self._env_obs: list[Any] = [None] * self.num_envs
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
-
-    def _check_spaces(self, observations: list[Any], actions: list[Any]) -> None:
-        if self.observation_mode == "different":
-            self.observation_space = batch_differing_spaces(observations)
-        for index, (observation, action) in enumerate(zip(observations, actions, strict=True)):
-            if self.observation_mode == "same" and observation != self.single_observation_space:
-                raise RuntimeError(
-                    "the sub-environments observation spaces are not equivalent. "
-                    f"env {index}'s observation space {observation} differs from the first "
-                    f"env's {self.single_observation_space}. If this is intentional, use "
-                    "`observation_mode='different'` instead."
-                )
-            if self.observation_mode != "same" and not is_space_dtype_shape_equiv(
-                observation, self.single_observation_space
-            ):
-                raise RuntimeError(
-                    f"env {index}'s observation space {observation} does not share the shape "
-                    f"and dtype of {self.single_observation_space}"
-                )
-            if action != self.single_action_space:
-                raise RuntimeError(
-                    f"env {index}'s action space {action} differs from env 0's "
-                    f"{self.single_action_space}"
-                )
 
     @property
     def pool(self) -> WorkerPool[Any]:
