@@ -175,7 +175,7 @@ class WorkerPool(abc.ABC, Generic[S]):
         worker alone). Later resets continue the env's RNG."""
         self._sender.set_seeds(seeds)
 
-    # Receiving (the pool's Receiver) ---------------------------------------------------
+    # Receiving: states, the episodes they end, the spaces they come in --------------
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
     ) -> tuple[S, int] | None:
@@ -207,6 +207,18 @@ class WorkerPool(abc.ABC, Generic[S]):
         alone: they keep their pending state until resumed. Cancel-safe: states are taken
         only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
         return await self._receiver.drain()
+
+    def episode_stats(self) -> list[EpisodeStats]:
+        """Per worker (by id): finished episodes, their mean return and mean length, counted
+        from the rewards and steps of the states the pool has handed out (nothing is added
+        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
+        return self._receiver.episode_stats()
+
+    def allow_differing_observations(self) -> None:
+        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
+        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
+        self._space_check.allow_differing_observations()
 
     # Pausing ---------------------------------------------------------------------------
     def pause(self, worker_id: int) -> None:
@@ -329,19 +341,6 @@ class WorkerPool(abc.ABC, Generic[S]):
         :raises StateNotTaken: a worker has an action in flight or a state not taken.
         """
         return await self._rollouts.rollout(num_steps, seed=seed, worker_ids=worker_ids)
-
-    # Statistics and checks -------------------------------------------------------------
-    def episode_stats(self) -> list[EpisodeStats]:
-        """Per worker (by id): finished episodes, their mean return and mean length, counted
-        from the rewards and steps of the states the pool has handed out (nothing is added
-        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
-        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
-        return self._receiver.episode_stats()
-
-    def allow_differing_observations(self) -> None:
-        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
-        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
-        self._space_check.allow_differing_observations()
 
     # Lifecycle -------------------------------------------------------------------------
     async def aclose(self) -> None:
