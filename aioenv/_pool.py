@@ -51,6 +51,7 @@ class WorkerPool(abc.ABC, Generic[S]):
     The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
     """
 
+    # An ABC so that the trio bridge can register its stand-in as a virtual subclass.
     _ordered: ClassVar[bool]
 
     def __init__(

@@ -64,16 +64,19 @@ class Roster:
         ]
 
     def pause(self, worker_id: int) -> None:
+        """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
         self._check_open()
         self._inbox.pause(self.member(worker_id).worker_id)
 
     def resume(self, worker_id: int | None) -> None:
+        """Resume the worker, or every paused worker where ``worker_id`` is None."""
         self._check_open()
         targets = self.members if worker_id is None else [self.member(worker_id)]
         for member in targets:
             self._inbox.resume(member.worker_id)
 
     def paused(self) -> tuple[int, ...]:
+        """The ids of the paused workers, in increasing order."""
         return tuple(i for i in range(len(self.members)) if self._inbox.is_paused(i))
 
     def ids(self, worker_ids: Sequence[int] | None) -> list[int]:
