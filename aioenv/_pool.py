@@ -1,10 +1,11 @@
 """Pools: many workers behind one ``get_state``.
 
 The pool does not know which kind its workers are: it talks to them only through the
-worker's pool interface (``join_pool``, ``failure``, ``seed_next_reset``, ``control``,
-``send_action``, ``aclose``). It shares one :class:`Inbox` with them; the only difference
-between the async pool and the forced-sync twin is the order in which that inbox hands
-outcomes out (first finished vs first sent).
+pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
+with them; the only difference between the async pool and the forced-sync twin is the
+order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
+(:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`Controls`,
+:class:`Rollouts`, :class:`SpaceCheck`) do the work; its methods hand over to them.
 
 Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
 structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
@@ -12,35 +13,26 @@ structured concurrency (the shielded close, its task group, its "closed" event) 
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import operator
+import abc
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
-from gymnasium.vector.utils import batch_space
 
-from ._actions import explain_invalid_action
-from ._batch import Batch, ReusedRows
+from ._batch import Batch
 from ._episodes import EpisodeCounter, EpisodeStats
-from ._errors import (
-    ClosedError,
-    InvalidAction,
-    SpaceMismatch,
-    StateNotTaken,
-    UnknownWorker,
-    WorkerError,
-    WorkerPaused,
-)
+from ._errors import ClosedError, WorkerError
 from ._inbox import Inbox
 from ._messages import Autoreset
 from ._options import PoolOptions
-from ._receiving import Receiving
-from ._remote_control import RemoteControl
+from ._receiving import Receiver
+from ._remote_control import Controls
 from ._rollout import Rollouts
-from ._sentinels import RESET, Command, Reset
+from ._roster import Roster, checked_workers
+from ._sending import Sender
+from ._spaces import SpaceCheck
+from ._trajectories import Trajectories
 from .loops._here import for_this_loop
 from .workers._base import Worker
 
@@ -49,7 +41,7 @@ __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
 S = TypeVar("S")
 
 
-class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
+class WorkerPool(abc.ABC, Generic[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
@@ -59,6 +51,7 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
     """
 
+    # An ABC so that the trio bridge can register its stand-in as a virtual subclass.
     _ordered: ClassVar[bool]
 
     def __init__(
@@ -82,7 +75,7 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
                 "WorkerPool is the base class of the pools; use AsyncWorkerPool (states in the "
                 "order they finish), SyncWorkerPool (in the order sent) or make_pool()"
             )
-        workers = _checked_workers(workers)
+        workers = checked_workers(workers)
         options = PoolOptions(
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
@@ -96,37 +89,45 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
             check_actions=bool(check_actions),
             copy=bool(copy),
         )
-        supervision = options.supervision(self._on_worker_failure)
-        episode = options.episode()
+        self._take_options(options)
+        self._join(workers, options)
+
+    def _take_options(self, options: PoolOptions) -> None:
         #: The options this pool was made with.
         self.options = options
         self.cleanup_time = float(options.cleanup_time)
-        self.autoreset = episode.autoreset  # aioenv's name, whichever form was given
-        self.max_episode_steps = max_episode_steps
+        self.autoreset = options.episode().autoreset  # aioenv's name, whichever form was given
+        self.max_episode_steps = options.max_episode_steps
         self.check_actions = options.check_actions
         self.copy = options.copy
-        self._reused_rows = ReusedRows(len(workers))  # with copy=False
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
-        self._on_failure = on_failure
-        self._inbox = Inbox(ordered=self._ordered)
-        #: The spaces of the first worker of each size (envs it steps) that reported them.
-        self._spaces: dict[int, tuple[Any, Any]] = {}
-        self._observation_spaces_may_differ = False  # see allow_differing_observations()
-        self._episodes = EpisodeCounter(len(workers), episode.autoreset)
-        for worker_id, worker in enumerate(workers):
-            worker.join_pool(self._inbox, worker_id, supervision, episode, self._check_spaces)
-        self._workers = workers
-        #: Per worker, the index of its first env (workers may step several together).
-        self._first_env = [sum(w.num_envs for w in workers[:i]) for i in range(len(workers))]
+        self._on_failure = options.on_failure
         self._closed = False
         self._close_done: anyio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
+
+    def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
+        """Join the workers to this pool's inbox and make the helpers that work on them."""
+        self._inbox = inbox = Inbox(ordered=self._ordered)
+        episode = options.episode()
+        self._episodes = episodes = EpisodeCounter(len(workers), episode.autoreset)
+        self._space_check = SpaceCheck()
+        self._workers = workers
+        self._roster = roster = Roster(workers, inbox, self._check_open)
+        supervision = options.supervision(self._on_worker_failure)
+        for worker_id, member in enumerate(roster.members):
+            member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
+        self._receiver = Receiver(roster, inbox, episodes, self._check_open, copy=self.copy)
+        self._sender = Sender(
+            roster, inbox, episodes, self._check_open, check_actions=self.check_actions
+        )
+        self._controls = Controls(roster)
+        self._rollouts = Rollouts(roster, inbox, episodes, self._check_open)
 
     @property
     def restarts(self) -> int:
         """Restarts done so far, over all workers."""
-        return sum(worker.restarts for worker in self._workers)
+        return sum(worker.restarts for worker in self._roster.members)
 
     def _on_worker_failure(self, error: WorkerError) -> None:
         self.failures += 1
@@ -141,10 +142,10 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
         return tuple(self._workers)
 
     def __len__(self) -> int:
-        return len(self._workers)
+        return len(self._roster)
 
     def __repr__(self) -> str:
-        kinds = ", ".join(sorted({worker.kind for worker in self._workers}))
+        kinds = ", ".join(sorted({worker.kind for worker in self._roster.members}))
         state = "closed" if self._closed else "open"
         return f"<{type(self).__name__} of {len(self)} workers ({kinds}), {state}>"
 
@@ -152,46 +153,14 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     def send_action(self, action: Any, worker_id: int) -> None:
         """Send ``action`` (or ``RESET``, ``Reset(...)``, ``CLOSE``) to one worker. Returns
         at once."""
-        if self._closed:
-            self._check_open()
-        workers = self._workers
-        if type(worker_id) is int and 0 <= worker_id < len(workers):
-            worker = workers[worker_id]  # the common case, checked first
-        else:
-            worker = workers[self._index(worker_id)]
-        if self._inbox.is_paused(worker.worker_id):
-            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
-        if self.check_actions and not isinstance(action, (Command, Reset)):
-            space = worker.action_space
-            if space is not None and not space.contains(action):
-                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
-        worker.send_action(action)
-        if action is RESET or isinstance(action, Reset):
-            self._episodes.expect_reset(worker_id)
+        self._sender.send_action(action, worker_id)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Send ``RESET`` to every open, unpaused worker; the replies come back through
         ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env ``i`` with
         ``s + i`` (gymnasium's vector convention; envs counted across workers, in worker
         order) for this reset only."""
-        self._check_open()
-        targets = self._active_workers()
-        for worker in targets:
-            if worker.failure is not None:
-                raise worker.failure
-            if self._inbox.is_owed(worker.worker_id):
-                raise StateNotTaken(
-                    f"reset(): {worker.name} has an action in flight or a state not taken; "
-                    "take every pending state before resetting (nothing was sent)"
-                )
-        for worker in targets:
-            assert worker.worker_id is not None
-            if seed is None and options is None:
-                worker.send_action(RESET)
-            else:
-                worker_seed = None if seed is None else seed + self._first_env[worker.worker_id]
-                worker.send_action(Reset(seed=worker_seed, options=options))
-            self._episodes.expect_reset(worker.worker_id)
+        self._sender.reset(seed, options)
 
     async def reset_all(
         self, seed: int | None = None, options: dict[str, Any] | None = None
@@ -199,40 +168,77 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
         """Reset every open, unpaused worker and return their reset states, in worker-id
         order. Without ``seed`` each env's RNG continues (see :meth:`reset`)."""
         self.reset(seed=seed, options=options)
-        batch = await self.get_batch(min_size=len(self._active_workers()))
+        batch = await self.get_batch(min_size=len(self._roster.active()))
         return batch.sorted()
 
     async def set_seeds(self, seeds: Sequence[int | None]) -> None:
         """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
         worker alone). Later resets continue the env's RNG."""
-        if len(seeds) != len(self._workers):
-            raise ValueError(f"set_seeds() needs {len(self._workers)} seeds, got {len(seeds)}")
-        for worker, seed in zip(self._workers, seeds, strict=True):
-            if seed is not None:
-                worker.seed_next_reset(operator.index(seed))
+        self._sender.set_seeds(seeds)
+
+    # Receiving: states, the episodes they end, the spaces they come in --------------
+    async def get_state(
+        self, timeout: float | None = None, *, worker_id: int | None = None
+    ) -> tuple[S, int] | None:
+        """The state of whichever worker finished first (the async pool), or of the oldest
+        action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
+        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
+        others' states stay in the pool for later calls."""
+        return await self._receiver.get_state(timeout, worker_id=worker_id)
+
+    async def get_batch(
+        self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
+    ) -> Batch[S]:
+        """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
+        to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
+        may be nothing. An env error is raised when it is next in line; states ready
+        before it are returned first, so nothing is lost."""
+        return await self._receiver.get_batch(min_size, max_size, timeout)
+
+    def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
+        """``async for state, worker_id in pool``: states as they arrive, until no worker
+        has an action in flight."""
+        return self._receiver.iterate()
+
+    async def drain(self) -> list[tuple[S | WorkerError, int]]:
+        """Wait for every action in flight and take every state not yet taken, so the pool
+        is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
+        order; where a worker's action failed, the error it raised takes the state's place
+        (it is returned, not raised, so no other state is lost). Paused workers are left
+        alone: they keep their pending state until resumed. Cancel-safe: states are taken
+        only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
+        return await self._receiver.drain()
+
+    def episode_stats(self) -> list[EpisodeStats]:
+        """Per worker (by id): finished episodes, their mean return and mean length, counted
+        from the rewards and steps of the states the pool has handed out (nothing is added
+        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
+        return self._receiver.episode_stats()
+
+    def allow_differing_observations(self) -> None:
+        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
+        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
+        self._space_check.allow_differing_observations()
 
     # Pausing ---------------------------------------------------------------------------
     def pause(self, worker_id: int) -> None:
         """Skip this worker in ``get_state``, ``get_batch`` and ``reset()`` until resumed.
         It keeps its env and any state in flight or not yet taken; ids never shift."""
-        self._check_open()
-        self._inbox.pause(self._worker(worker_id).worker_id)
+        self._roster.pause(worker_id)
 
     def resume(self, worker_id: int | None = None) -> None:
         """Resume one worker, or every paused worker."""
-        self._check_open()
-        targets = self._workers if worker_id is None else [self._worker(worker_id)]
-        for worker in targets:
-            self._inbox.resume(worker.worker_id)
+        self._roster.resume(worker_id)
 
     @property
     def active_ids(self) -> list[int]:
         """Ids of the workers that are open and not paused."""
-        return [worker.worker_id for worker in self._active_workers()]  # type: ignore[misc]
+        return [worker.worker_id for worker in self._roster.active()]  # type: ignore[misc]
 
     def has_pending(self, worker_id: int) -> bool:
         """The worker has an action in flight or a state not yet taken."""
-        return self._inbox.is_owed(self._worker(worker_id).worker_id)
+        return self._inbox.is_owed(self._roster.member(worker_id).worker_id)
 
     @property
     def num_pending(self) -> int:
@@ -242,78 +248,100 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     @property
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
-        return tuple(i for i in range(len(self._workers)) if self._inbox.is_paused(i))
+        return self._roster.paused()
 
     @property
     def num_active(self) -> int:
         """Workers that are open and not paused."""
-        return len(self._active_workers())
+        return len(self._roster.active())
 
-    def _active_workers(self) -> list[Worker[S]]:
-        return [
-            worker
-            for worker in self._workers
-            if not worker.closed and not self._inbox.is_paused(worker.worker_id)
-        ]
+    # Remote control (the pool's Controls) ----------------------------------------------
+    async def call(
+        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> list[Any]:
+        """Call method ``name`` of each env (or read it, if it is not callable) and return
+        the results in ``worker_ids`` order. A worker with a step in flight finishes that
+        step first; its state is delivered as usual. An argument (positional or keyword)
+        wrapped in :class:`PerWorker` gives each worker its own value.
 
-    def _ids(self, worker_ids: Sequence[int] | None) -> list[int]:
-        self._check_open()
-        if worker_ids is None:
-            return [i for i, worker in enumerate(self._workers) if not worker.closed]
-        return [self._index(worker_id) for worker_id in worker_ids]
+        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
+        """
+        return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
 
-    # Statistics and checks -------------------------------------------------------------
-    def episode_stats(self) -> list[EpisodeStats]:
-        """Per worker (by id): finished episodes, their mean return and mean length, counted
-        from the rewards and steps of the states the pool has handed out (nothing is added
-        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
-        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
-        if self._episodes.saw_custom_state:
-            raise TypeError(
-                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
-                "out custom states, whose episode ends only the env's terminated() knows: "
-                "count episodes in your own loop"
-            )
-        return [dataclasses.replace(stats) for stats in self._episodes.stats]
+    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
+        """Attribute ``name`` of each env, in ``worker_ids`` order."""
+        return await self._controls.get_attr(name, worker_ids)
 
-    def _reference_spaces(self, size: int) -> tuple[Any, Any] | None:
-        """The spaces a worker stepping ``size`` envs must report: those of the first
-        worker of that size, else a one-env worker's batched to ``size`` (a worker of
-        several envs reports its envs' spaces batched); None for the first of its size
-        where no one-env worker has reported yet."""
-        if size in self._spaces:
-            return self._spaces[size]
-        if 1 not in self._spaces:
-            return None
-        single = self._spaces[1]
-        return (
-            None if single[0] is None else batch_space(single[0], size),
-            None if single[1] is None else batch_space(single[1], size),
-        )
+    async def set_attr(
+        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
+    ) -> None:
+        """Set attribute ``name`` of each env: ``values`` is a list with one value per
+        worker, or a single value for all."""
+        await self._controls.set_attr(name, values, worker_ids)
 
-    def allow_differing_observations(self) -> None:
-        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
-        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
-        self._observation_spaces_may_differ = True
+    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
+        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
+        envs must have been made with ``render_mode="rgb_array"``."""
+        return await self._controls.render(mode, tiled)
 
-    def _check_spaces(self, worker: Worker[S]) -> WorkerError | None:
-        spaces = (worker.observation_space, worker.action_space)
-        if spaces == (None, None):
-            return None
-        reference = self._reference_spaces(worker.num_envs)
-        if reference is None:
-            self._spaces[worker.num_envs] = spaces
-            return None
-        for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
-            if what == "observation" and self._observation_spaces_may_differ:
-                continue
-            if mine != theirs:
-                return SpaceMismatch(
-                    f"{worker.name}: its {what} space {mine} differs from the pool's {theirs}; "
-                    "every worker of a pool must share its spaces",
-                    worker_id=worker.worker_id,
-                )
-        return None
+    # Rollouts inside workers (the pool's Rollouts) -------------------------------------
+    @property
+    def policy_version(self) -> int | None:
+        """The version of the policy set by :meth:`set_policy` (None before the first)."""
+        return self._rollouts.policy_version
+
+    async def set_policy(self, policy: Any, version: int | None = None) -> int:
+        """Ship ``policy`` to every open worker for :meth:`rollout`; return its version.
+
+        ``policy`` is a callable from ONE observation to one action (a worker that steps
+        several envs calls it once per env; there is no batch form). ``version``: an int
+        greater than the previous one; None (the default) is the previous one plus 1, or 0
+        for the first policy. Every transition a later rollout plays carries it.
+
+        The policy is pickled once, in the parent, with cloudpickle, and only when a
+        worker needs it so: each child process is sent the bytes once (workers sharing a
+        child through ``envs_per_process`` share one unpickled copy), each Ray actor gets
+        them through Ray's object store (one ``ray.put``). Sync, thread and async workers
+        run in this process and share the object itself: thread workers call it from
+        their threads, concurrently (a numpy policy is fine; guard any state it mutates).
+
+        :raises ValueError: ``version`` does not increase.
+        :raises TypeError: the policy is not callable or cannot be pickled for a process or
+            Ray worker (the error names the worker).
+        :raises EnvError: a worker could not unpickle it (names the worker).
+        """
+        return await self._rollouts.set_policy(policy, version)
+
+    async def rollout(
+        self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
+    ) -> Trajectories:
+        """Each worker (``worker_ids``, default every open, unpaused worker) plays
+        ``num_steps`` transitions per env with the policy of :meth:`set_policy` and answers
+        one message; the result has exactly ``num_steps`` rows per env, ordered as
+        :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
+
+        An env goes on from where its last segment stopped (its open episode's rows are
+        marked ``open`` and continue in the next call, with the same episode id), or from
+        the state of a reset or step sent to it by hand since;
+        ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
+        counted across workers in worker order). Episodes end under the pool's
+        ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and
+        ``next_observations`` holds the final observation. ``episode_stats()`` counts the
+        episodes played.
+
+        Failures: a worker whose segment fails loses that segment whole (no partial rows).
+        Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
+        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
+        error once every other worker has answered; the others' segments are on the
+        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
+        segments, and replies still in flight are dropped when they come: the pool can be
+        used at once (a worker's env finishes the forgotten segment first).
+
+        :raises RuntimeError: no policy was set.
+        :raises ValueError: ``num_steps`` is not an int >= 1.
+        :raises StateNotTaken: a worker has an action in flight or a state not taken.
+        """
+        return await self._rollouts.rollout(num_steps, seed=seed, worker_ids=worker_ids)
 
     # Lifecycle -------------------------------------------------------------------------
     async def aclose(self) -> None:
@@ -332,7 +360,7 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
             self._inbox.close()
             try:
                 async with anyio.create_task_group() as group:
-                    for worker in self._workers:
+                    for worker in self._roster.members:
                         group.start_soon(worker.aclose, self.cleanup_time)
             finally:
                 self._close_done.set()
@@ -344,44 +372,9 @@ class WorkerPool(Receiving[S], RemoteControl[S], Rollouts[S]):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    # Helpers ---------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the pool is closed; create a new pool to keep going")
-
-    def _worker(self, worker_id: int) -> Worker[S]:
-        return self._workers[self._index(worker_id)]
-
-    def _index(self, worker_id: int) -> int:
-        if type(worker_id) is int and 0 <= worker_id < len(self._workers):
-            return worker_id  # the common case, checked first
-        try:
-            index = operator.index(worker_id)
-        except TypeError:
-            raise UnknownWorker(f"worker ids are ints, got {worker_id!r}") from None
-        if not 0 <= index < len(self._workers) or isinstance(worker_id, bool):
-            raise UnknownWorker(
-                f"no worker {worker_id!r}: this pool has workers 0..{len(self._workers) - 1}"
-            )
-        return index
-
-
-def _checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
-    workers = list(workers)
-    if not workers:
-        raise ValueError("a pool needs at least one worker")
-    seen: set[int] = set()  # ids of the workers checked so far: a worker listed twice
-    for position, worker in enumerate(workers):
-        if not isinstance(worker, Worker):
-            raise TypeError(
-                f"workers[{position}] is a {type(worker).__name__}, not an aioenv worker "
-                "(SyncWorker, ThreadWorker, ProcessWorker or AsyncEnvWorker); use make_pool() "
-                "to build workers from envs"
-            )
-        if worker.in_pool or id(worker) in seen:
-            raise ValueError(f"workers[{position}] ({worker.name}) already belongs to a pool")
-        seen.add(id(worker))
-    return workers
 
 
 class AsyncWorkerPool(WorkerPool[S]):

@@ -1,4 +1,5 @@
-"""A pool's receiving side: ``get_state``, ``get_batch``, ``async for`` and ``drain``.
+"""A pool's receiving side: ``get_state``, ``get_batch``, ``async for`` and ``drain``, and
+the episode statistics counted from the states handed out.
 
 Everything here takes outcomes from the pool's :class:`~aioenv._inbox.Inbox` (the one place
 where states are delivered): waiting there, never polling, and raising an env's error in
@@ -7,52 +8,52 @@ place of its state, in the order the pool hands states out.
 
 from __future__ import annotations
 
-import abc
 import asyncio
+import dataclasses
 import operator
-from collections.abc import AsyncIterator
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ._batch import Batch, ReusedRows
-from ._episodes import EpisodeCounter
-from ._errors import NoActionInFlight, WorkerError, WorkerPaused
+from ._episodes import EpisodeCounter, EpisodeStats
+from ._errors import NoActionInFlight, WorkerPaused
 from ._inbox import Inbox, Outcome
+from ._roster import Roster
 from .loops._here import not_on_asyncio
-from .workers._base import Worker
+from .workers._seam import Member
 
-__all__ = ["Receiving"]
-
-S = TypeVar("S")
+__all__ = ["Receiver"]
 
 
-class Receiving(abc.ABC, Generic[S]):
-    """The receiving methods of :class:`~aioenv.WorkerPool`."""
+class Receiver:
+    """The receiving side of a :class:`~aioenv.WorkerPool` (whose methods of the same names
+    say what each does): takes outcomes from the pool's ``inbox``, counts episodes in
+    ``episodes``, raises through ``check_open`` once the pool is closed, and copies
+    borrowed states where ``copy`` (else reuses a batch's rows)."""
 
-    _inbox: Inbox
-    _workers: list[Worker[S]]
-    _episodes: EpisodeCounter
-    _reused_rows: ReusedRows
-    _loop: asyncio.AbstractEventLoop | None
-    copy: bool
-
-    @abc.abstractmethod
-    def _check_open(self) -> None:
-        """Raise ClosedError if the pool is closed."""
-
-    @abc.abstractmethod
-    def _worker(self, worker_id: int) -> Worker[S]:
-        """The worker with this id (UnknownWorker otherwise)."""
+    def __init__(
+        self,
+        roster: Roster,
+        inbox: Inbox,
+        episodes: EpisodeCounter,
+        check_open: Callable[[], None],
+        *,
+        copy: bool,
+    ) -> None:
+        self._roster = roster
+        self._inbox = inbox
+        self._episodes = episodes
+        self._check_open = check_open
+        self._copy = copy
+        self._reused_rows = ReusedRows(len(roster))  # with copy=False
+        self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
 
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
-    ) -> tuple[S, int] | None:
-        """The state of whichever worker finished first (the async pool), or of the oldest
-        action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
-        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
-        others' states stay in the pool for later calls."""
+    ) -> tuple[Any, int] | None:
         self._check_open()
         if worker_id is not None:
-            outcome = await self._wait_for(self._worker(worker_id), timeout)
+            outcome = await self._wait_for(self._roster.member(worker_id), timeout)
         else:
             outcome = self._inbox.pop_next()
             if outcome is None:
@@ -62,18 +63,14 @@ class Receiving(abc.ABC, Generic[S]):
         if outcome.error is not None:
             raise outcome.error
         state = outcome.state
-        if outcome.borrowed and self.copy:
+        if outcome.borrowed and self._copy:
             state = state.owned()
         self._episodes.record(outcome.worker_id, state)  # type: ignore[arg-type]
         return state, outcome.worker_id  # type: ignore[return-value]
 
     async def get_batch(
         self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
-    ) -> Batch[S]:
-        """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
-        to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
-        may be nothing. An env error is raised when it is next in line; states ready
-        before it are returned first, so nothing is lost."""
+    ) -> Batch[Any]:
         self._check_open()
         if not isinstance(min_size, int) or min_size < 1:
             raise ValueError(f"min_size must be an int >= 1, got {min_size!r}")
@@ -101,32 +98,21 @@ class Receiving(abc.ABC, Generic[S]):
         record = self._episodes.record
         for outcome in outcomes:
             record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
-        space = self._workers[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
-        rows = None if self.copy else self._reused_rows
+        space = self._roster.members[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
+        rows = None if self._copy else self._reused_rows
         return Batch.of_outcomes(outcomes, space, rows)
 
-    def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
-        """``async for state, worker_id in pool``: states as they arrive, until no worker
-        has an action in flight."""
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[tuple[S, int]]:
+    async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
         self._check_open()
         while self._inbox.num_owed:
             item = await self.get_state()
             assert item is not None
             yield item
 
-    async def drain(self) -> list[tuple[S | WorkerError, int]]:
-        """Wait for every action in flight and take every state not yet taken, so the pool
-        is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
-        order; where a worker's action failed, the error it raised takes the state's place
-        (it is returned, not raised, so no other state is lost). Paused workers are left
-        alone: they keep their pending state until resumed. Cancel-safe: states are taken
-        only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
+    async def drain(self) -> list[tuple[Any, int]]:
         self._check_open()
         inbox = self._inbox
-        while inbox.num_ready() < inbox.num_owed:
+        while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
             await inbox.wait(None)
             self._check_open()
         taken: list[tuple[Any, int]] = []
@@ -135,10 +121,19 @@ class Receiving(abc.ABC, Generic[S]):
             if outcome.error is not None:
                 taken.append((outcome.error, worker_id))
                 continue
-            state = outcome.state.owned() if outcome.borrowed and self.copy else outcome.state
+            state = outcome.state.owned() if outcome.borrowed and self._copy else outcome.state
             self._episodes.record(worker_id, state)
             taken.append((state, worker_id))
         return sorted(taken, key=operator.itemgetter(1))
+
+    def episode_stats(self) -> list[EpisodeStats]:
+        if self._episodes.saw_custom_state:
+            raise TypeError(
+                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
+                "out custom states, whose episode ends only the env's terminated() knows: "
+                "count episodes in your own loop"
+            )
+        return [dataclasses.replace(stats) for stats in self._episodes.stats]
 
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
@@ -148,7 +143,7 @@ class Receiving(abc.ABC, Generic[S]):
             raise not_on_asyncio("a pool's get_state()/get_batch()")
         if loop is self._loop:
             return
-        for worker in self._workers:
+        for worker in self._roster.members:
             if self._inbox.is_owed(worker.worker_id):
                 worker.enter_loop()
         self._loop = loop
@@ -171,7 +166,7 @@ class Receiving(abc.ABC, Generic[S]):
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return None
 
-    async def _wait_for(self, worker: Worker[S], timeout: float | None) -> Outcome | None:
+    async def _wait_for(self, worker: Member, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
         self._check_loop()
         deadline = self._deadline(timeout)

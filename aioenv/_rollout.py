@@ -10,13 +10,12 @@ pool's restart policy, and a reply nobody waits for any more is dropped as stale
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import dataclasses
 import operator
 import uuid
-from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,17 +23,16 @@ from ._episodes import EpisodeCounter, EpisodeStats
 from ._errors import StateNotTaken, WorkerError, WorkerPaused
 from ._inbox import Inbox
 from ._messages import ControlRequest
+from ._roster import Roster
 from ._segment import PolicyPackage, Rollout, Segment
 from ._trajectories import Trajectories, stack
-from .workers._base import Worker
+from .workers._seam import Member
 
-__all__ = ["Rollouts"]
-
-S = TypeVar("S")
+__all__ = ["RolloutBook", "Rollouts"]
 
 
 @dataclasses.dataclass(eq=False)
-class _Book:
+class RolloutBook:
     """A pool's rollout bookkeeping: the policy in force, and per env (``lane``, counted
     across workers in worker order) the episodes started and the open episode's return
     and length so far."""
@@ -51,61 +49,44 @@ class _Book:
         self.lengths = [0] * self.lanes
 
 
-class Rollouts(abc.ABC, Generic[S]):
-    """The rollout methods of :class:`~aioenv.WorkerPool`."""
+class Rollouts:
+    """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
+    what each does), over the workers of its ``roster``: requests travel where steps travel
+    and their replies come back through the pool's ``inbox``; episodes played are counted in
+    ``episodes``; ``check_open`` raises once the pool is closed. Keeps the policy in force
+    and each env's open episode."""
 
-    _workers: list[Worker[S]]
-    _inbox: Inbox
-    _episodes: EpisodeCounter
-    _first_env: list[int]
-    _rollout_book: _Book | None = None
-
-    @abc.abstractmethod
-    def _check_open(self) -> None: ...
-
-    @abc.abstractmethod
-    def _ids(self, worker_ids: Sequence[int] | None) -> list[int]: ...
-
-    @abc.abstractmethod
-    def _active_workers(self) -> list[Worker[S]]: ...
+    def __init__(
+        self,
+        roster: Roster,
+        inbox: Inbox,
+        episodes: EpisodeCounter,
+        check_open: Callable[[], None],
+    ) -> None:
+        self._roster = roster
+        self._inbox = inbox
+        self._episodes = episodes
+        self._check_open = check_open
+        self._book = RolloutBook(roster.lanes)
 
     @property
     def policy_version(self) -> int | None:
         """The version of the policy set by :meth:`set_policy` (None before the first)."""
-        book = self._rollout_book
-        return None if book is None or book.package is None else book.package.version
+        package = self._book.package
+        return None if package is None else package.version
 
     async def set_policy(self, policy: Any, version: int | None = None) -> int:
-        """Ship ``policy`` to every open worker for :meth:`rollout`; return its version.
-
-        ``policy`` is a callable from ONE observation to one action (a worker that steps
-        several envs calls it once per env; there is no batch form). ``version``: an int
-        greater than the previous one; None (the default) is the previous one plus 1, or 0
-        for the first policy. Every transition a later rollout plays carries it.
-
-        The policy is pickled once, in the parent, with cloudpickle, and only when a
-        worker needs it so: each child process is sent the bytes once (workers sharing a
-        child through ``envs_per_process`` share one unpickled copy), each Ray actor gets
-        them through Ray's object store (one ``ray.put``). Sync, thread and async workers
-        run in this process and share the object itself: thread workers call it from
-        their threads, concurrently (a numpy policy is fine; guard any state it mutates).
-
-        :raises ValueError: ``version`` does not increase.
-        :raises TypeError: the policy is not callable or cannot be pickled for a process or
-            Ray worker (the error names the worker).
-        :raises EnvError: a worker could not unpickle it (names the worker).
-        """
         self._check_open()
         if not callable(policy):
             raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
-        book = self._book()
+        book = self._book
         version = _next_version(book.package, version)
         package = PolicyPackage(version, uuid.uuid4().hex, policy=policy)
         request = ControlRequest("policy", kwargs={"package": package})
         futures: list[asyncio.Future[Any]] = []
         first_error: BaseException | None = None
-        for worker_id in self._ids(None):
-            worker = self._workers[worker_id]
+        for worker_id in self._roster.ids(None):
+            worker = self._roster.members[worker_id]
             try:
                 futures.append(worker.control(request))
             except Exception as exc:
@@ -123,58 +104,26 @@ class Rollouts(abc.ABC, Generic[S]):
     async def rollout(
         self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
     ) -> Trajectories:
-        """Each worker (``worker_ids``, default every open, unpaused worker) plays
-        ``num_steps`` transitions per env with the policy of :meth:`set_policy` and answers
-        one message; the result has exactly ``num_steps`` rows per env, ordered as
-        :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
-
-        An env goes on from where its last segment stopped (its open episode's rows are
-        marked ``open`` and continue in the next call, with the same episode id), or from
-        the state of a reset or step sent to it by hand since;
-        ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
-        counted across workers in worker order). Episodes end under the pool's
-        ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and
-        ``next_observations`` holds the final observation. ``episode_stats()`` counts the
-        episodes played.
-
-        Failures: a worker whose segment fails loses that segment whole (no partial rows).
-        Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
-        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
-        error once every other worker has answered; the others' segments are on the
-        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
-        segments, and replies still in flight are dropped when they come: the pool can be
-        used at once (a worker's env finishes the forgotten segment first).
-
-        :raises RuntimeError: no policy was set.
-        :raises ValueError: ``num_steps`` is not an int >= 1.
-        :raises StateNotTaken: a worker has an action in flight or a state not taken.
-        """
         self._check_open()
-        package = self._rollout_book.package if self._rollout_book is not None else None
+        package = self._book.package
         if package is None:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         if type(num_steps) is not int or num_steps < 1:
             raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
         workers = self._targets(worker_ids)
         requests = {
-            worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self, worker))
+            worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
             for worker in workers
         }
         segments = await self._play(requests)
         return self._assemble(segments)
 
     # Internals -------------------------------------------------------------------------
-    def _book(self) -> _Book:
-        if self._rollout_book is None:
-            lanes = self._first_env[-1] + self._workers[-1].num_envs
-            self._rollout_book = _Book(lanes)
-        return self._rollout_book
-
-    def _targets(self, worker_ids: Sequence[int] | None) -> list[Worker[S]]:
+    def _targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
         if worker_ids is None:
-            workers = self._active_workers()
+            workers = self._roster.active()
         else:
-            workers = [self._workers[i] for i in self._ids(worker_ids)]
+            workers = [self._roster.members[i] for i in self._roster.ids(worker_ids)]
         for worker in workers:
             if worker.failure is not None:
                 raise worker.failure
@@ -194,7 +143,7 @@ class Rollouts(abc.ABC, Generic[S]):
         pending: list[int] = []
         try:
             for worker_id, request in requests.items():
-                self._workers[worker_id].send_action(request)
+                self._roster.members[worker_id].send_action(request)
                 pending.append(worker_id)
             while pending:
                 for worker_id in list(pending):
@@ -208,7 +157,7 @@ class Rollouts(abc.ABC, Generic[S]):
                     elif type(outcome.state) is Segment:
                         results[worker_id] = outcome.state
                     else:  # a restarted env's reset answered: ask it again
-                        self._workers[worker_id].send_action(requests[worker_id])
+                        self._roster.members[worker_id].send_action(requests[worker_id])
                         continue
                     pending.remove(worker_id)
                 if pending:
@@ -216,7 +165,7 @@ class Rollouts(abc.ABC, Generic[S]):
                     self._check_open()
         except BaseException:
             for worker_id in pending:
-                self._workers[worker_id].forget_request()
+                self._roster.members[worker_id].forget_request()
             raise
         return results
 
@@ -238,7 +187,7 @@ class Rollouts(abc.ABC, Generic[S]):
 
     def _columns(self, worker_id: int, segment: Segment) -> dict[str, Any]:
         """The worker's rows with their episode ids and open flags; counts its episodes."""
-        book = self._book()
+        book = self._book
         count = len(segment)
         episode_id = np.empty(count, np.int64)
         open_rows = np.zeros(count, np.bool_)
@@ -246,7 +195,7 @@ class Rollouts(abc.ABC, Generic[S]):
         stats = self._episodes.stats[worker_id]
         for env in np.unique(segment.env).tolist():
             rows = np.flatnonzero(segment.env == env)
-            lane = self._first_env[worker_id] + env
+            lane = self._roster.first_env[worker_id] + env
             starts = segment.step[rows] == 0
             if book.started[lane] == 0:
                 starts[0] = True
@@ -272,7 +221,7 @@ class Rollouts(abc.ABC, Generic[S]):
         }
 
     def _trajectories(self, parts: list[dict[str, Any]]) -> Trajectories:
-        space = next((w.observation_space for w in self._workers if w.num_envs == 1), None)
+        space = next((w.observation_space for w in self._roster.members if w.num_envs == 1), None)
         columns: dict[str, Any] = {}
         for name in (
             "observations", "actions", "rewards", "terminated", "truncated",
@@ -288,7 +237,7 @@ class Rollouts(abc.ABC, Generic[S]):
 
 
 def _count_episodes(
-    book: _Book, lane: int, rewards: Any, starts: Any, done: Any, stats: EpisodeStats
+    book: RolloutBook, lane: int, rewards: Any, starts: Any, done: Any, stats: EpisodeStats
 ) -> None:
     """Add the lane's finished episodes to the worker's episode statistics."""
     total, length = book.returns[lane], book.lengths[lane]
@@ -324,14 +273,14 @@ def _next_version(package: PolicyPackage | None, version: int | None) -> int:
     return version
 
 
-def _lane_seed(seed: int | None, pool: Rollouts[Any], worker: Worker[Any]) -> int | None:
+def _lane_seed(seed: int | None, roster: Roster, worker: Member) -> int | None:
     if seed is None:
         return None
     assert worker.worker_id is not None
-    return operator.index(seed) + pool._first_env[worker.worker_id]
+    return operator.index(seed) + roster.first_env[worker.worker_id]
 
 
-def _named(error: Exception, worker: Worker[Any]) -> Exception:
+def _named(error: Exception, worker: Member) -> Exception:
     """``error`` with the worker's name in its message, if it lacks it."""
     if worker.name in str(error):
         return error

@@ -15,7 +15,8 @@ __all__ = ["KindHooks"]
 
 class KindHooks(abc.ABC):
     """What a worker kind (sync, thread, process, ...) implements. Replies go back through
-    ``Worker._on_reply(seq, result)``; a dead env through ``Worker._on_death(error)``."""
+    ``Worker._on_reply(seq, result)``; a dead env through ``Worker._on_death(error)``.
+    Hooks only: every field belongs to :class:`~aioenv.workers.Worker`."""
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 (optional)
         """Hook: start watching this worker from ``loop``."""
