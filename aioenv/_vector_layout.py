@@ -35,6 +35,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
 from ._sentinels import RESET, Reset
+from ._vector_infos import joined_flat, joined_infos, merge_infos
 
 __all__ = ["EnvLayout", "VectorArrays", "envs_per_worker", "grouped"]
 
@@ -112,6 +113,7 @@ class EnvLayout:
         self.num_envs = sum(sizes)
         #: Some worker steps several envs: the vector env exchanges BatchSteps.
         self.batched = any(size > 1 for size in sizes)
+        self._all_workers = list(range(len(sizes)))
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
         """The env of the vector env that a worker's env ``in_batch`` is (None when the
@@ -246,8 +248,11 @@ class EnvLayout:
         into: VectorArrays,
         add_info: AddInfo,
     ) -> dict[str, Any]:
-        """Write each worker's BatchStep into the vector env's arrays; return the infos."""
-        infos: dict[str, Any] = {}
+        """Write each worker's BatchStep into the vector env's arrays; return the infos:
+        the workers' vector forms joined where they allow it (see
+        :func:`~aioenv._vector_infos.joined_infos`), else merged worker by worker with a
+        slice per key (see :func:`~aioenv._vector_infos.merge_infos`), or added env by env
+        with ``add_info`` for a worker that sent its infos per row."""
         for worker_id, batch in zip(worker_ids, batches, strict=True):
             lo = self.starts[worker_id]
             part = slice(lo, lo + self.sizes[worker_id])
@@ -255,6 +260,17 @@ class EnvLayout:
             into.rewards[part] = batch.rewards
             into.terminated[part] = batch.terminated
             into.truncated[part] = batch.truncated
+        if worker_ids == self._all_workers:
+            joined = _joined(batches)
+            if joined is not None:
+                return joined
+        infos: dict[str, Any] = {}
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            lo = self.starts[worker_id]
+            if batch.vector_infos is not None:
+                kinds = batch.info_types or {}
+                merge_infos(infos, batch.vector_infos, kinds, lo, self.num_envs, add_info)
+                continue
             for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
                 if row in batch.final_infos:
                     final = {
@@ -265,6 +281,19 @@ class EnvLayout:
                 if row in batch.infos:
                     infos = add_info(infos, batch.infos[row], lo + row)
         return infos
+
+
+def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
+    """The infos of every worker's batch (in order) joined, where they allow it."""
+    packed = [batch.packed_infos for batch in batches]
+    if None not in packed:
+        joined = joined_flat(packed)  # type: ignore[arg-type]
+        if joined is not None:
+            return joined
+    groups = [(batch.vector_infos, batch.info_types or {}) for batch in batches]
+    if any(infos is None for infos, _ in groups):
+        return None
+    return joined_infos(groups)  # type: ignore[arg-type]
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:

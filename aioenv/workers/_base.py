@@ -368,5 +368,5 @@ def _mark_restarted(state: Any, reason: str) -> Any:
         return dataclasses.replace(state, info={**state.info, "aioenv": note})
     if isinstance(state, BatchStep):
         infos = {row: {**state.infos.get(row, {}), "aioenv": note} for row in range(len(state))}
-        return dataclasses.replace(state, infos=infos)
+        return dataclasses.replace(state, infos=infos, vector_infos=None, info_types=None)
     return state
