@@ -227,7 +227,10 @@ class BatchStep(Generic[O]):
 
     def owned(self) -> BatchStep[O]:
         """The same batch with its observations copied (see :meth:`Step.owned`)."""
-        return dataclasses.replace(self, observations=_copy_arrays(self.observations))
+        # The instance dict as it is: infos not derived yet stay so, packed ones packed.
+        copy = object.__new__(BatchStep)
+        copy.__dict__.update(self.__dict__, observations=_copy_arrays(self.observations))
+        return copy
 
 
 #: A BatchStep's per-row infos, in :func:`split_rows`'s order, and its vector form.

@@ -5,6 +5,7 @@ every object), and the per-row infos of a BatchStep that crossed a process as th
 from __future__ import annotations
 
 import functools
+import pickle
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from aioenv._messages import EpisodeOptions
 from aioenv._protocol import HEADER, decode_batch_step, encode_batch_step
 from aioenv._vector_infos import Mixed, group_infos
 from aioenv._vector_runner import VectorRunner
+from aioenv.workers._base import _mark_restarted
 
 N = 4
 AUTORESET = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
@@ -201,3 +203,18 @@ def test_a_group_whose_info_has_its_own_final_info_sends_rows() -> None:
     batches = stepped("same_step", 12, "quirks")
     assert any(batch.vector_infos is None and batch.infos for batch in batches)
     assert any(batch.vector_infos for batch in batches)
+
+
+def test_a_packed_batch_stays_packed_when_copied_and_per_row_when_marked() -> None:
+    batch = next(b for b in stepped("next_step", 4, "flat") if b.packed_infos is not None)
+    decoded = decode_batch_step(encode_batch_step(1, batch)[HEADER.size :])
+    owned = decoded.owned()
+    assert owned.packed_infos == batch.packed_infos and "vector_infos" not in owned.__dict__
+    assert owned.observations is not decoded.observations
+    np.testing.assert_array_equal(owned.observations, batch.observations)
+    assert_identical(owned.vector_infos, batch.vector_infos)
+    marked = _mark_restarted(decoded, "a test")
+    assert marked.packed_infos is None and marked.vector_infos is None
+    assert marked.infos[0]["aioenv"] == {"restarted": True, "reason": "a test"}
+    assert marked.infos[0]["np64"] == batch.infos[0]["np64"]
+    assert list(pickle.loads(pickle.dumps(decoded)).infos) == list(batch.infos)
