@@ -384,23 +384,34 @@ class FlatInfos(NamedTuple):
 def flat_infos(infos: Sequence[dict[Any, Any]]) -> FlatInfos | None:
     """The :class:`FlatInfos` of a group's infos (one per env, in order), or None where they
     are not all flat scalars with the same keys and types."""
-    first = infos[0]
-    keys = tuple(first)
-    types = tuple(map(type, first.values()))
-    for info in infos[1:]:
-        if tuple(info) != keys or tuple(map(type, info.values())) != types:
-            return None
-    codes = tuple(map(_CODES.__getitem__, types))
-    if None in codes or not all(type(key) is str and key and key[0] != "_" for key in keys):
+    keys = tuple(infos[0])
+    size = len(infos)
+    if [tuple(info) for info in infos].count(keys) != size:
         return None
+    rows = [tuple(info.values()) for info in infos]
+    types = [tuple(map(type, row)) for row in rows]
+    layout = _flat_layout(keys, types[0])
+    if layout is None or types.count(types[0]) != size:
+        return None
+    codes, dtype = layout
     try:
-        records = np.array(
-            [tuple(info.values()) for info in infos],
-            _record_dtype(keys, codes),
-        )
+        records = np.array(rows, dtype)
     except (ValueError, TypeError, OverflowError):  # e.g. an int beyond int64
         return None
     return FlatInfos(keys, codes, records.tobytes())
+
+
+@functools.lru_cache(maxsize=256)
+def _flat_layout(
+    keys: tuple[Any, ...], types: tuple[type, ...]
+) -> tuple[tuple[str, ...], np.dtype[Any]] | None:
+    """The codes and record dtype of flat infos with these keys and types; None where
+    they are not flat (a type that is no scalar, a key that is no name or starts with
+    ``_``, which could be another key's mask)."""
+    codes = tuple(map(_CODES.__getitem__, types))
+    if None in codes or not all(type(key) is str and key and key[0] != "_" for key in keys):
+        return None
+    return codes, _record_dtype(keys, codes)
 
 
 def joined_flat(groups: Sequence[FlatInfos]) -> dict[str, Any] | None:

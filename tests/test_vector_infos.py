@@ -17,7 +17,7 @@ import aioenv
 from aioenv._environment import BatchStep, VectorSource
 from aioenv._messages import EpisodeOptions
 from aioenv._protocol import HEADER, decode_batch_step, encode_batch_step
-from aioenv._vector_infos import Mixed, group_infos
+from aioenv._vector_infos import Mixed, flat_infos, group_infos
 from aioenv._vector_runner import VectorRunner
 from aioenv.workers._base import _mark_restarted
 
@@ -218,3 +218,32 @@ def test_a_packed_batch_stays_packed_when_copied_and_per_row_when_marked() -> No
     assert marked.infos[0]["aioenv"] == {"restarted": True, "reason": "a test"}
     assert marked.infos[0]["np64"] == batch.infos[0]["np64"]
     assert list(pickle.loads(pickle.dumps(decoded)).infos) == list(batch.infos)
+
+
+@pytest.mark.parametrize(
+    "infos",
+    [
+        [{"a": 1.0, "b": 2}, {"b": 2, "a": 1.0}],  # the same keys in another order
+        [{"a": 1}, {"a": np.int64(1)}],  # one dtype, two types
+        [{"a": 2**70}, {"a": 1}],
+        [{"_a": 1.0}, {"_a": 2.0}],
+        [{"a": np.bool_(True)}, {"a": np.bool_(False)}],  # gymnasium keeps these as objects
+        [{"a": "text"}, {"a": "more"}],
+    ],
+)
+def test_only_flat_scalars_with_one_layout_are_packed(infos: list[dict[str, Any]]) -> None:
+    assert flat_infos(infos) is None
+
+
+def test_packed_infos_expand_to_the_vector_form() -> None:
+    infos = [
+        {"a": 1.5, "b": np.float32(2), "c": 3, "d": True},
+        {"a": 0.5, "b": np.float32(1), "c": 4, "d": False},
+    ]
+    packed = flat_infos(infos)
+    assert packed is not None
+    vector, kinds = packed.expanded()
+    grouped = group_infos(list(enumerate(infos)), 2)
+    assert grouped is not None
+    assert_identical(vector, grouped[0])
+    assert kinds == grouped[1] == {("a",): float, ("b",): np.float32, ("c",): int, ("d",): bool}
