@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar, Union, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, Union, runtime_checkable
 
 import gymnasium
 import numpy as np
 
 from ._registry import find_spec, shippable
+from ._vector_infos import FlatInfos, split_rows
 
 __all__ = [
     "BatchStep",
@@ -140,6 +141,19 @@ class BatchStep(Generic[O]):
     of most envs). Under ``autoreset="same_step"`` the rows that ended an episode carry the
     reset observation in ``observations`` and the last one in ``final_observations[row]``,
     with ``final_infos[row]``.
+
+    ``vector_infos`` holds the same infos in gymnasium's vector form over the ``k`` rows:
+    exactly the infos a ``SyncVectorEnv`` of these ``k`` envs returns (per key an array of
+    ``k`` and its ``_key`` mask, nested dicts alike, ``final_obs``/``final_info`` for the
+    rows that ended an episode), None where a worker kept the per-row form (infos whose
+    keys start with ``_``, or that gymnasium cannot batch). ``info_types`` says, per key
+    path, what the values of a numeric column were (``int``, ``float``, a numpy scalar
+    type, ``np.ndarray``), so that a batch that crossed a process, which carries the
+    vector form only, gives each row's values back as they were: its ``infos``,
+    ``final_observations`` and ``final_infos`` are derived from ``vector_infos`` when
+    first read (a row's keys then come in the batch's order of keys). Where every row's
+    info has the same scalar keys, the worker packs them as one record per row
+    (``packed_infos``), and ``vector_infos`` is derived from that when first read.
     """
 
     observations: Any
@@ -149,6 +163,13 @@ class BatchStep(Generic[O]):
     infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     final_observations: dict[int, Any] = dataclasses.field(default_factory=dict)
     final_infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # No class attribute (a default_factory field has none): an instance that does not
+    # hold these yet derives them in __getattr__.
+    vector_infos: dict[str, Any] | None = dataclasses.field(default_factory=lambda: None)
+    info_types: dict[tuple[Any, ...], Any] | None = dataclasses.field(default_factory=lambda: None)
+    #: Set per instance (not a field: a copy made with ``dataclasses.replace`` carries the
+    #: ``vector_infos`` derived from it instead).
+    packed_infos: ClassVar[FlatInfos | None] = None
 
     def __init__(
         self,
@@ -159,6 +180,9 @@ class BatchStep(Generic[O]):
         infos: dict[int, dict[str, Any]] | None = None,
         final_observations: dict[int, Any] | None = None,
         final_infos: dict[int, dict[str, Any]] | None = None,
+        vector_infos: dict[str, Any] | None = None,
+        info_types: dict[tuple[Any, ...], Any] | None = None,
+        packed_infos: FlatInfos | None = None,
     ) -> None:
         # Written straight to the instance dict, as Step does: one BatchStep per message
         # on both sides of a process worker's hot path.
@@ -167,9 +191,31 @@ class BatchStep(Generic[O]):
         fields["rewards"] = rewards
         fields["terminated"] = terminated
         fields["truncated"] = truncated
+        fields["packed_infos"] = packed_infos
+        if packed_infos is None or vector_infos is not None:
+            fields["vector_infos"] = vector_infos
+            fields["info_types"] = info_types
+        if infos is final_observations is final_infos is None and (
+            vector_infos is not None or packed_infos is not None
+        ):
+            return  # the per-row infos are derived when first read (see __getattr__)
         fields["infos"] = {} if infos is None else infos
         fields["final_observations"] = {} if final_observations is None else final_observations
         fields["final_infos"] = {} if final_infos is None else final_infos
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an attribute the instance lacks: what a batch that carries its
+        # infos in vector or packed form derives from them when first asked.
+        fields = self.__dict__
+        packed = fields.get("packed_infos")
+        if name in _VECTOR and packed is not None:
+            fields.update(zip(_VECTOR, packed.expanded(), strict=True))
+        elif name in _PER_ROW and (packed is not None or fields.get("vector_infos") is not None):
+            per_row = split_rows(self.vector_infos or {}, self.info_types or {})
+            fields.update(zip(_PER_ROW, per_row, strict=True))
+        else:
+            raise AttributeError(name)
+        return fields[name]
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -181,7 +227,15 @@ class BatchStep(Generic[O]):
 
     def owned(self) -> BatchStep[O]:
         """The same batch with its observations copied (see :meth:`Step.owned`)."""
-        return dataclasses.replace(self, observations=_copy_arrays(self.observations))
+        # The instance dict as it is: infos not derived yet stay so, packed ones packed.
+        copy = object.__new__(BatchStep)
+        copy.__dict__.update(self.__dict__, observations=_copy_arrays(self.observations))
+        return copy
+
+
+#: A BatchStep's per-row infos, in :func:`split_rows`'s order, and its vector form.
+_PER_ROW = ("infos", "final_observations", "final_infos")
+_VECTOR = ("vector_infos", "info_types")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,9 @@ def mark_restarted(state: Any, note: str) -> Any:
         infos = {
             row: {**state.infos.get(row, {}), RESTART_KEY: marker} for row in range(len(state))
         }
-        return dataclasses.replace(state, infos=infos)
+        # The batch's vector-form infos would no longer match its rows: dropped, the
+        # vector env then merges the rows' own infos.
+        return dataclasses.replace(state, infos=infos, vector_infos=None, info_types=None)
     return state
 
 

@@ -31,7 +31,7 @@ from ._pool import WorkerPool
 from ._probe import Probe, probe_env
 from ._vector_choice import AUTO, ModeChoice, place_envs
 from ._vector_inline import InlineEnvs
-from ._vector_layout import EnvLayout, VectorArrays, batch_infos
+from ._vector_layout import EnvLayout, VectorArrays
 from ._vector_pipeline import Pipeline, info_rows
 from ._vector_runtime import Envs, Runtime, raised
 from ._vector_spaces import ObservationMode, check_env_spaces, observation_spaces
@@ -43,6 +43,8 @@ __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 Result = tuple[
     Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
 ]
+
+_ONLY_WORKER = [0]  # inline envs: one group of every env
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -368,7 +370,7 @@ class AioVectorEnv(VectorEnv):
             failed = None
         if failed is not None:
             raise raised([failed], self._layout.env_of)
-        infos = batch_infos({}, batch, 0, self._add_info)
+        infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     # Requests out, states in ------------------------------------------------------------

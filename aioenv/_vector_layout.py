@@ -35,11 +35,11 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
 from ._sentinels import RESET, Reset
+from ._vector_infos import joined_flat, joined_infos, merge_infos
 
 __all__ = [
     "EnvLayout",
     "VectorArrays",
-    "batch_infos",
     "envs_per_worker",
     "grouped",
     "usable_cores",
@@ -121,6 +121,7 @@ class EnvLayout:
         #: the vector env exchanges BatchSteps.
         self.batched = batched or any(size > 1 for size in sizes)
         self._lists = batched  # even a worker of one env answers controls with a list
+        self._all_workers = list(range(len(sizes)))
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
         """The env of the vector env that a worker's env ``in_batch`` is (None when the
@@ -255,8 +256,11 @@ class EnvLayout:
         into: VectorArrays,
         add_info: AddInfo,
     ) -> dict[str, Any]:
-        """Write each worker's BatchStep into the vector env's arrays; return the infos."""
-        infos: dict[str, Any] = {}
+        """Write each worker's BatchStep into the vector env's arrays; return the infos:
+        the workers' vector forms joined where they allow it (see
+        :func:`~aioenv._vector_infos.joined_infos`), else merged worker by worker with a
+        slice per key (see :func:`~aioenv._vector_infos.merge_infos`), or added env by env
+        with ``add_info`` for a worker that sent its infos per row."""
         for worker_id, batch in zip(worker_ids, batches, strict=True):
             lo = self.starts[worker_id]
             part = slice(lo, lo + self.sizes[worker_id])
@@ -264,25 +268,46 @@ class EnvLayout:
             into.rewards[part] = batch.rewards
             into.terminated[part] = batch.terminated
             into.truncated[part] = batch.truncated
-            infos = batch_infos(infos, batch, lo, add_info)
+        return self.infos_of(worker_ids, batches, add_info)
+
+    def infos_of(
+        self, worker_ids: list[int], batches: list[BatchStep[Any]], add_info: AddInfo
+    ) -> dict[str, Any]:
+        """The infos of the workers ``worker_ids``' batches, in gymnasium's vector form."""
+        if worker_ids == self._all_workers:
+            joined = _joined(batches)
+            if joined is not None:
+                return joined
+        infos: dict[str, Any] = {}
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            lo = self.starts[worker_id]
+            if batch.vector_infos is not None:
+                kinds = batch.info_types or {}
+                merge_infos(infos, batch.vector_infos, kinds, lo, self.num_envs, add_info)
+                continue
+            for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
+                if row in batch.final_infos:
+                    final = {
+                        "final_obs": batch.final_observations[row],
+                        "final_info": batch.final_infos[row],
+                    }
+                    infos = add_info(infos, final, lo + row)
+                if row in batch.infos:
+                    infos = add_info(infos, batch.infos[row], lo + row)
         return infos
 
 
-def batch_infos(infos: dict[str, Any], batch: BatchStep[Any], lo: int, add_info: AddInfo) -> Any:
-    """``infos`` (gymnasium's vector form) with those of ``batch``, whose row ``i`` is env
-    ``lo + i``; an env's final observation and info first, as gymnasium adds them."""
-    if not batch.infos and not batch.final_infos:
-        return infos
-    for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
-        if row in batch.final_infos:
-            final = {
-                "final_obs": batch.final_observations[row],
-                "final_info": batch.final_infos[row],
-            }
-            infos = add_info(infos, final, lo + row)
-        if row in batch.infos:
-            infos = add_info(infos, batch.infos[row], lo + row)
-    return infos
+def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
+    """The infos of every worker's batch (in order) joined, where they allow it."""
+    packed = [batch.packed_infos for batch in batches]
+    if None not in packed:
+        joined = joined_flat(packed)  # type: ignore[arg-type]
+        if joined is not None:
+            return joined
+    groups = [(batch.vector_infos, batch.info_types or {}) for batch in batches]
+    if any(infos is None for infos, _ in groups):
+        return None
+    return joined_infos(groups)  # type: ignore[arg-type]
 
 
 def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:

@@ -30,6 +30,7 @@ from ._runner import EnvRunner
 from ._seeds import worker_seeds
 from ._segment import PolicyCache, Rollout, Segment, joined, play
 from ._sentinels import RESET, Command, Reset
+from ._vector_infos import Kinds, flat_infos, group_infos
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
@@ -230,6 +231,7 @@ class VectorRunner:
         infos: dict[int, dict[str, Any]] = {}
         finals: dict[int, Any] = {}
         final_infos: dict[int, dict[str, Any]] = {}
+        entries: list[tuple[int, dict[str, Any]]] = []
         for index, state in enumerate(states):
             if type(state) is tuple:
                 observation, reward, ended, cut, info = state
@@ -244,21 +246,33 @@ class VectorRunner:
                 if state.final_info is not None:
                     finals[index] = state.final_observation
                     final_infos[index] = state.final_info
+                    entries.append((index, _final(state)))
             observations.append(observation)
             rewards.append(reward)
             terminated.append(ended)
             truncated.append(cut)
             if info:
                 infos[index] = info
+                entries.append((index, info))
         self._observations = observations
+        rewards_array = np.array(rewards, np.float64)
+        ended_array, cut_array = np.array(terminated, np.bool_), np.array(truncated, np.bool_)
+        if len(infos) == self.size and not finals:
+            packed = flat_infos(list(infos.values()))
+            if packed is not None:
+                return BatchStep(
+                    self._stacked(), rewards_array, ended_array, cut_array, infos, finals,
+                    final_infos, packed_infos=packed,
+                )  # fmt: skip
         return BatchStep(
             self._stacked(),
-            np.array(rewards, np.float64),
-            np.array(terminated, np.bool_),
-            np.array(truncated, np.bool_),
+            rewards_array,
+            ended_array,
+            cut_array,
             infos,
             finals,
             final_infos,
+            *self._vector_infos(entries, infos),
         )
 
     def _batch(
@@ -269,19 +283,46 @@ class VectorRunner:
         infos: dict[int, dict[str, Any]] = {}
         finals: dict[int, Any] = {}
         final_infos: dict[int, dict[str, Any]] = {}
+        entries: list[tuple[int, dict[str, Any]]] = []
         for index, state in states:
             if not isinstance(state, Step):
                 return Failure.from_exception(TypeError(_NOT_STEPS), "reset")
             self._observations[index] = state.observation
-            if state.info:
-                infos[index] = state.info
             if state.final_info is not None:
                 finals[index] = state.final_observation
                 final_infos[index] = state.final_info
+                entries.append((index, _final(state)))
+            if state.info:
+                infos[index] = state.info
+                entries.append((index, state.info))
         flags = (
             np.zeros(self.size, np.bool_) if truncated is None else np.array(truncated, np.bool_)
         )
-        return BatchStep(self._stacked(), rewards, terminated, flags, infos, finals, final_infos)
+        return BatchStep(
+            self._stacked(),
+            rewards,
+            terminated,
+            flags,
+            infos,
+            finals,
+            final_infos,
+            *self._vector_infos(entries, infos),
+        )
+
+    def _vector_infos(
+        self, entries: list[tuple[int, dict[str, Any]]], infos: dict[int, dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, Kinds | None]:
+        """The batch's infos in gymnasium's vector form, and their kinds (see
+        :func:`~aioenv._vector_infos.group_infos`): what crosses to the parent, cheaper to
+        send than a dict per row and merged there with a slice per key. None for an info
+        with a key of its own named ``final_obs`` or ``final_info``: the vector form
+        mixes it with the autoreset's, so only the per-row form tells them apart."""
+        if not entries:
+            return {}, {}
+        if any("final_obs" in info or "final_info" in info for info in infos.values()):
+            return None, None
+        grouped = group_infos(entries, self.size)
+        return (None, None) if grouped is None else grouped
 
     def _stacked(self) -> Any:
         space = self._single_space
@@ -331,6 +372,11 @@ def _batched(spaces: list[Any]) -> Any:
         return batch_differing_spaces(spaces)
     except Exception:  # gymnasium cannot batch them: shapes or types differ
         return Tuple(spaces)
+
+
+def _final(state: Step[Any]) -> dict[str, Any]:
+    """What gymnasium adds for an env that ended an episode under same-step autoreset."""
+    return {"final_obs": state.final_observation, "final_info": state.final_info}
 
 
 def _reset_arguments(

@@ -653,3 +653,82 @@ class ThreadReport(gymnasium.Env[int, int]):
 
     def step(self, action: int) -> tuple[int, float, bool, bool, dict[str, Any]]:
         return 0, 0.0, False, False, {}
+
+
+class InfoZoo(gymnasium.Env[np.ndarray, int]):
+    """Infos that vary per env (``index``) and per step over what gymnasium's vector infos
+    make of them: Python and numpy scalars, a key that is an int in some envs and a float
+    in others, keys only some envs have, arrays whose dtype or shape differs between envs,
+    objects (strings, tuples, None, numpy bools), nested dicts, a key that is a dict in one
+    env and a number in another. Episodes last ``4 + index`` steps. ``quirks`` adds now and
+    then a key that starts with ``_`` and an info's own ``final_info``; ``uniform`` keeps
+    only keys that every env has, each of one type in all envs; ``flat`` only scalars."""
+
+    observation_space = gymnasium.spaces.Box(-1e6, 1e6, (2,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, index: int, style: str = "varied") -> None:
+        self.index = index
+        self.quirks = style == "quirks"
+        self.uniform = style in ("uniform", "flat")
+        self.flat = style == "flat"
+        self.t = 0
+        self.episodes = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.index, self.t], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        self.episodes += 1
+        info: dict[str, Any] = {"episodes": self.episodes}
+        if self.index % 2 and not self.uniform:
+            info["start"] = np.float32(self.index)
+        return self._obs(), info
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        t, i = self.t, self.index
+        info: dict[str, Any] = {"always": t * 0.5, "np64": np.float64(t + i)}
+        if self.flat:
+            info.update(count=t * 10**10, odd=bool(t % 2), small=np.float32(-t), at=np.int16(i))
+            return self._obs(), 1.0, t >= 4 + i, False, info
+        if self.uniform:
+            info["vector"] = np.full(2, t + i, np.float32)
+            info["text"] = f"env {i}"
+            info["nested"] = {"a": t * 1.5, "b": {"c": np.int32(t)}}
+            if t >= 4 + i:
+                info["episode"] = {"r": float(t), "l": t}
+            return self._obs(), 1.0, t >= 4 + i, False, info
+        if (t + i) % 3 == 0:
+            info["sometimes"] = t * 10**11
+        # an int in even envs, a float in odd ones: gymnasium's dtype is the first env's
+        info["number"] = t if i % 2 == 0 or t % 4 == 0 else t + 0.75
+        info["late_float"] = t + 0.25 if i == 0 and t % 2 else t
+        info["vector"] = np.full(2, t + i, np.float32 if i < 2 else np.float64)
+        info["row"] = np.arange(2, dtype=np.int64 if i % 2 == 0 else np.int32) + t
+        info["text"] = f"env {i}" if (t + i) % 2 else (t, i)
+        info["flag"] = np.bool_(t % 2)
+        # numbers first, then numeric strings (converted), and the other way round
+        info["maybe"] = (float(t) if i == 0 else np.float64(t)) if i < 2 else str(t)
+        if i < 2:
+            info["objects_first"] = None if t % 2 else "x"
+        else:
+            info["objects_first"] = float(t) if i == 2 else np.float64(t)
+        nested: dict[str, Any] = {"a": t * 1.5}
+        if i != 1:
+            nested["b"] = {"c": t + i, "d": np.int32(t)}
+        if t % 3 == 0:
+            nested["e"] = "three"
+        info["nested"] = nested
+        if t % 5 == 0:
+            info["shape_shifter"] = {"x": t} if i < 2 else float(t)
+        if self.quirks and i == 1 and t % 3 == 1:
+            info["_hidden"] = t
+        if self.quirks and i == 2 and t % 4 == 2:
+            info["final_info"] = {"mine": t}
+        terminated = t >= 4 + i
+        if terminated:
+            info["episode"] = {"r": float(t), "l": t, "final": True}
+        return self._obs(), 1.0, terminated, False, info

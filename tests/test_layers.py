@@ -22,6 +22,7 @@ CHILD_SIDE = {
     "aioenv._runner",
     "aioenv._async_runner",
     "aioenv._vector_runner",
+    "aioenv._vector_infos",
     "aioenv._segment",
     "aioenv._plan",
     "aioenv._registry",
