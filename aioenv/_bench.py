@@ -169,6 +169,9 @@ def recommendation(env_id: str, num_envs: int, results: Sequence[Measurement]) -
             f"; {fastest.label} is faster still ({rate(fastest)}): "
             "keep it unless you need first-ready stepping, deadlines or restarts"
         )
+    chosen = next((result.choice for result in results if result.choice), "")
+    if chosen:
+        line += f"; AioVectorEnv's default chose {chosen}"
     return line
 
 

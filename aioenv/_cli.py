@@ -239,7 +239,5 @@ def _table(arguments: argparse.Namespace, results: list[Measurement]) -> list[st
         label = row_label(result.label, arguments.workers)
         ratio = f"{result.steps_per_s / reference:.2f}x" if reference > 0 else "-"
         lines.append(f"{label:<34}{result.steps_per_s:>12,.0f}{ratio:>20}")
-        if result.choice:
-            lines.append(f"  ({result.choice})")
     lines.append(recommendation(arguments.env_id, arguments.workers, results))
     return lines
