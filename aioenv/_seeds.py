@@ -1,12 +1,16 @@
 """Seeds: one independent seed per env from a base seed, and deterministic seeds for
-restarts. Drawn from ``numpy.random.SeedSequence`` without touching any global RNG; a leaf
-module that both the parent's side and the env's side use."""
+restarts, drawn from ``numpy.random.SeedSequence`` without touching any global RNG; and
+gymnasium's reading of a vector reset's seeds and reset mask. A leaf module that both the
+parent's side (a vector env's reset) and the env's side (a worker of several envs) use."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-__all__ = ["restart_seed", "worker_seeds"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["per_env_seeds", "reset_mask", "restart_seed", "worker_seeds"]
 
 
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
@@ -26,3 +30,43 @@ def restart_seed(seed: int | None, restart: int) -> int | None:
         return None
     child = np.random.SeedSequence(seed, spawn_key=(restart,))
     return int(child.generate_state(1, dtype=np.uint32)[0])
+
+
+def per_env_seeds(seed: Any, num_envs: int, call: str) -> list[int | None]:
+    """gymnasium's seeds of a vector reset: None for every env, env ``i`` gets ``seed + i``,
+    or one seed per env (ValueError, naming ``call``, for any other number)."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds: list[int | None] = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"{call} needs {num_envs} seeds, got {len(seeds)}")
+    return seeds
+
+
+def reset_mask(
+    options: dict[str, Any] | None, num_envs: int
+) -> tuple[npt.NDArray[np.bool_] | None, dict[str, Any] | None]:
+    """``options["reset_mask"]`` (None where there is none), checked as gymnasium checks
+    it, with its exception types and texts, and a copy of the other options."""
+    if options is None:
+        return None, None
+    options = dict(options)
+    if "reset_mask" not in options:
+        return None, options
+    mask = options.pop("reset_mask")
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
+        )
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
+    return mask, options

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from gymnasium import spaces
 from gymnasium.spaces import (
     Box,
@@ -34,6 +33,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from ._environment import BatchStep, EnvSource, VectorSource
 from ._messages import PerEnv
+from ._seeds import per_env_seeds, reset_mask
 from ._sentinels import RESET, Reset
 from ._vector_infos import joined_flat, joined_infos, merge_infos
 
@@ -192,18 +192,10 @@ class EnvLayout:
     ) -> tuple[list[int], list[Any]]:
         """The workers a vector env's reset goes to and their requests: gymnasium's seeds
         (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``."""
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int):
-            seeds = [seed + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"{call} needs {self.num_envs} seeds, got {len(seeds)}")
-        options = dict(options) if options is not None else None
-        mask = np.ones(self.num_envs, dtype=np.bool_)
-        if options is not None and "reset_mask" in options:
-            mask = _checked_mask(options.pop("reset_mask"), self.num_envs)
+        seeds = per_env_seeds(seed, self.num_envs, call)
+        mask, options = reset_mask(options, self.num_envs)
+        if mask is None:
+            mask = np.ones(self.num_envs, dtype=np.bool_)
         if self.batched:
             return self.resets(seeds, mask, options)
         ids = np.flatnonzero(mask).tolist()
@@ -308,24 +300,6 @@ def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
     if any(infos is None for infos, _ in groups):
         return None
     return joined_infos(groups)  # type: ignore[arg-type]
-
-
-def _checked_mask(mask: Any, num_envs: int) -> npt.NDArray[np.bool_]:
-    """gymnasium's checks of a reset mask, with its exception types and texts."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,):
-        raise ValueError(
-            f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}"
-        )
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not mask.any():
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True "
-            f"value, got reset_mask={mask}"
-        )
-    return mask
 
 
 class VectorArrays:

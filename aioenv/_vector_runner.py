@@ -27,7 +27,7 @@ from gymnasium.vector.utils import (
 from ._environment import BatchStep, Step, VectorSource
 from ._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ._runner import EnvRunner
-from ._seeds import worker_seeds
+from ._seeds import per_env_seeds, reset_mask, worker_seeds
 from ._segment import PolicyCache, Rollout, Segment, joined, play
 from ._sentinels import RESET, Command, Reset
 from ._vector_infos import Kinds, flat_infos, group_infos
@@ -382,22 +382,12 @@ def _final(state: Step[Any]) -> dict[str, Any]:
 def _reset_arguments(
     seed: Any, options: dict[str, Any] | None, size: int
 ) -> tuple[Sequence[int | None], Any, dict[str, Any] | None]:
-    if seed is None:
-        seeds: Sequence[int | None] = [None] * size
-    elif isinstance(seed, (int, np.integer)):
-        seeds = [int(seed) + i for i in range(size)]
-    else:
-        seeds = list(seed)
-        if len(seeds) != size:
-            raise ValueError(f"reset needs {size} seeds, one per env, got {len(seeds)}")
-    mask = np.ones(size, np.bool_)
-    if options is not None and "reset_mask" in options:
-        options = dict(options)
-        mask = np.asarray(options.pop("reset_mask"))
-        if mask.shape != (size,) or mask.dtype != np.bool_:
-            raise TypeError(f"options['reset_mask'] must be a bool array of shape ({size},)")
-        options = options or None
-    return seeds, mask, options
+    """A batch reset's seeds, mask and other options, read as a vector env reads them."""
+    seeds = per_env_seeds(seed, size, "reset")
+    mask, rest = reset_mask(options, size)
+    if mask is None:
+        return seeds, np.ones(size, np.bool_), options
+    return seeds, mask, rest or None  # the envs' own reset has no mask to see
 
 
 def _for_env(request: ControlRequest, index: int) -> ControlRequest:

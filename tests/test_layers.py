@@ -18,6 +18,8 @@ CHILD_SIDE = {
     "aioenv.workers._child",
     "aioenv.workers._ray_actor",
     "aioenv.workers._ray_protocol",
+    "aioenv.workers._requests",
+    "aioenv.workers._serving",
     "aioenv.workers._thread_caps",
     "aioenv._runner",
     "aioenv._async_runner",

@@ -2,8 +2,10 @@
 
 :func:`serve` is the whole program of a child. It talks to the parent only through its two
 sockets (the protocol is in :mod:`aioenv._protocol`): it builds the envs of its slots,
-then answers requests in the order they arrive with plain blocking reads and writes. It
-imports nothing from the parent's side.
+then answers requests in the order they arrive with plain blocking reads and writes. What
+each request does to a slot is :class:`~aioenv.workers._serving.Slots`'s, as in a Ray
+actor; this module decodes the frames and encodes the answers. It imports nothing from
+the parent's side.
 """
 
 from __future__ import annotations
@@ -35,16 +37,16 @@ from .._protocol import (
     loads,
     receive_descriptors,
 )
-from .._registry import merge as merge_registry
-from .._runner import EnvRunner
-from .._segment import PolicyCache
+from .._sentinels import RESET
 from .._shared_memory import SharedObservations
-from .._vector_runner import Runner, make_runner
-from ._thread_caps import ThreadCaps, cap_imported, cap_threads
+from ._requests import Request
+from ._serving import Slots
+from ._thread_caps import ThreadCaps
 
 __all__ = ["serve"]
 
 _DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
+_STEP, _CONTROL = int(Request.STEP), int(Request.CONTROL)  # the hot path's, as plain ints
 
 
 def serve(
@@ -69,19 +71,11 @@ def serve(
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
-    merge_registry(registry)
-    cap_threads(thread_caps)
+    slots = Slots(payloads, seeds, episode, registry, thread_caps)
     shared: list[SharedObservations | None] = [None] * len(payloads)
-    sources = [_unpickle(payload) for payload in payloads]
-    policies = PolicyCache()  # this child's, shared by its slots (and their rebuilt runners)
-    runners = [
-        _runner(source, seed, episode, build, policies)
-        for source, seed in zip(sources, seeds, strict=True)
-    ]
-    cap_imported(thread_caps)
     try:
         if build:
-            sock.sendall(b"".join(_ready(slot, runner) for slot, runner in enumerate(runners)))
+            sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
         decoder = FrameDecoder()
         while True:
             data = _receive(sock, idle_spin)  # whatever has arrived is one batch
@@ -90,28 +84,23 @@ def serve(
             for kind, seq, slot, frame in decoder.feed(data):
                 if kind == Kind.CLOSE:
                     return
-                runner = runners[slot]
                 if kind == Kind.SHARE:
                     shared[slot] = _map_shared(frame, descriptors)
                 elif kind == Kind.CLOSE_SLOT:
-                    runner.close()
+                    slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
                 elif kind == Kind.REBUILD:
-                    runner.close()
-                    seed, slot_episode = loads(frame)
-                    runners[slot] = _runner(sources[slot], seed, slot_episode, True, policies)
-                    cap_imported(thread_caps)
+                    slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
                     # while this child steps the next env, and neither side idles long
                     # enough for its core to sleep (waking a sleeping core costs far more
                     # than a write; see benchmarks/wake_latency.py).
-                    sock.sendall(_answer_frame(runner, kind, seq, slot, frame, shared[slot]))
+                    sock.sendall(_answer_frame(slots, kind, seq, slot, frame, shared[slot]))
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
-        for runner in runners:
-            runner.close()
+        slots.close()
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
@@ -153,60 +142,35 @@ def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObserv
         os.close(fd)
 
 
-class _Unpicklable:
-    """Stands in for an env that could not be unpickled in the child."""
-
-    def __init__(self, failure: Failure) -> None:
-        self.failure = failure
-
-
-def _unpickle(payload: bytes) -> Any:
+def _ready(slot: int, slots: Slots) -> bytes:
+    spaces = slots.serve(slot, Request.BUILD, None)
     try:
-        return cloudpickle.loads(payload)
-    except Exception as exc:
-        return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
-
-
-def _runner(
-    source: Any, seed: int | None, episode: EpisodeOptions, build: bool, policies: PolicyCache
-) -> Runner:
-    if isinstance(source, _Unpicklable):
-        failed = EnvRunner(None, seed, episode, policies)
-        failed.build_failure = source.failure
-        return failed
-    runner = make_runner(source, seed, episode, policies)
-    if build:
-        runner.build()
-    return runner
-
-
-def _ready(slot: int, runner: Runner) -> bytes:
-    try:
-        return encode(Kind.READY, 0, dumps(runner.spaces), slot)
+        return encode(Kind.READY, 0, dumps(spaces), slot)
     except Exception:
         return encode(Kind.READY, 0, dumps((None, None)), slot)
 
 
 def _answer_frame(
-    runner: Runner,
+    slots: Slots,
     kind: int,
     seq: int,
     slot: int,
     payload: Any,
     shared: SharedObservations | None,
 ) -> bytes:
-    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``."""
+    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``: a
+    CONTROL, or a STEP of any encoding (an empty RESET is the RESET sentinel)."""
     if kind == RESET_REQUEST and not payload:
-        result = runner.reset()
+        result = slots.serve(slot, _STEP, RESET)
     elif kind == STEP_ARRAY:
-        result = runner.handle(decode_array(payload))
+        result = slots.serve(slot, _STEP, decode_array(payload))
     else:
         try:
             request = loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling the request")
         else:
-            result = runner.control(request) if kind == CONTROL else runner.handle(request)
+            result = slots.serve(slot, _CONTROL if kind == CONTROL else _STEP, request)
     return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from .._messages import EpisodeOptions
 from .._protocol import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
+from ._replaceable import Replaceable
 from ._thread_caps import ThreadCaps
 
 __all__ = ["Context", "Deliver", "Host", "OnExit", "describe_exit"]
@@ -43,7 +44,8 @@ TERMINATE_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
 
 @dataclasses.dataclass(frozen=True)
 class _Recipe:
-    """What starts a child: kept so that a replacement can be started after a death."""
+    """What starts a child: kept so that a replacement can be started after a death
+    (each field is named as the host's parameter, see :class:`Replaceable`)."""
 
     context: Context
     name: str
@@ -57,7 +59,7 @@ class _Recipe:
     thread_caps: ThreadCaps | None
 
 
-class Host:
+class Host(Replaceable["Host"]):
     """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
     pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
     ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
@@ -132,7 +134,7 @@ class Host:
         self.exited: asyncio.Event | None = None
         #: The slot whose failure killed the child, and why, for the others' messages.
         self.killed_for: tuple[int, str] | None = None
-        self.successor: Host | None = None
+        self.successor = None
         #: The key of the last policy package sent to this child with its bytes: the
         #: child's own policy cache has it, so later requests carry the key alone.
         self.shipped_policy: str | None = None
@@ -164,26 +166,6 @@ class Host:
 
     def open_slot(self, slot: int) -> None:
         self._open_slots.add(slot)
-
-    def replacement(self) -> Host:
-        """The child that takes over after this one died or was killed: started once,
-        shared by every slot, each slot's env built when its worker asks (REBUILD)."""
-        if self.successor is None:
-            recipe = self._recipe
-            self.successor = Host(
-                recipe.context,
-                recipe.name,
-                recipe.payloads,
-                recipe.seeds,
-                recipe.episode,
-                deliver=recipe.deliver,
-                on_exit=recipe.on_exit,
-                registry=recipe.registry,
-                thread_caps=recipe.thread_caps,
-                build=False,
-                idle_spin=recipe.idle_spin,
-            )
-        return self.successor
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start reading replies and watching for the exit from ``loop`` (once; again

@@ -32,8 +32,9 @@ from .._segment import Rollout
 from ._policy_shipping import through_object_store
 from ._ray_capacity import Shortage, shortage
 from ._ray_host import KILL_GRACE, ActorHost, import_ray, init_ray
-from ._ray_protocol import Op, Ready
+from ._ray_protocol import Ready
 from ._ray_values import shared_request
+from ._requests import Request
 from ._slotted import SlottedWorker
 from ._thread_caps import ThreadCaps
 
@@ -181,16 +182,16 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
         host = self._host_for_restart()
-        host.send((self._slot, 0, Op.REBUILD, (seed, self._episode)))
+        host.send((self._slot, 0, Request.REBUILD, (seed, self._episode)))
 
     def _submit(self, seq: int, action: Any) -> None:
         if type(action) is Rollout:
             action = through_object_store(action)  # its policy: one ray.put for all actors
-        self._current_host().send((self._slot, seq, Op.STEP, action))
+        self._current_host().send((self._slot, seq, Request.STEP, action))
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         request = shared_request(through_object_store(request))
-        self._current_host().send((self._slot, seq, Op.CONTROL, request))
+        self._current_host().send((self._slot, seq, Request.CONTROL, request))
 
     def _abandon(self) -> None:
         for host in self._hosts:

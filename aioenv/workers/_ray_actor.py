@@ -4,9 +4,10 @@ It is what a child process is to a process worker (:mod:`aioenv.workers._child`)
 Ray actor call in place of the socket: each call carries a batch of messages (one per slot
 that had something to send in one loop iteration of the parent) and returns the answers
 in the same order. Each env is driven by the same :class:`~aioenv._runner.EnvRunner` as
-every other kind. This module imports nothing from the parent's side, and not ray itself:
-the parent wraps :class:`EnvActor` with ``ray.remote`` (and imports this module only
-then). The messages are in :mod:`aioenv.workers._ray_protocol`.
+every other kind, and each message means what it means to a child: both serve through
+:class:`~aioenv.workers._serving.Slots`. This module imports nothing from the parent's
+side, and not ray itself: the parent wraps :class:`EnvActor` with ``ray.remote`` (and
+imports this module only then). The messages are in :mod:`aioenv.workers._ray_protocol`.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from typing import Any
 import cloudpickle
 
 from .._messages import ControlRequest, EpisodeOptions, Failure
-from .._registry import merge as merge_registry
-from .._runner import EnvRunner
-from .._segment import PolicyCache
-from .._vector_runner import Runner, make_runner
-from ._ray_protocol import Message, Op, Pickled, Ready, Reply
-from ._thread_caps import ThreadCaps, cap_imported, cap_threads
+from ._ray_protocol import Message, Pickled, Ready, Reply
+from ._requests import Request
+from ._serving import Slots
+from ._thread_caps import ThreadCaps
 
 __all__ = ["EnvActor"]
 
@@ -33,7 +32,8 @@ class EnvActor:
     ``seeds[i]`` at its first reset. Envs are built when a BUILD or REBUILD message asks,
     once the parent's gymnasium ids (``registry``, :func:`aioenv._registry.snapshot`) are
     added to this process's and its native thread pools capped (``thread_caps``, see
-    :mod:`aioenv.workers._thread_caps`)."""
+    :mod:`aioenv.workers._thread_caps`). What each message does is
+    :class:`~aioenv.workers._serving.Slots`'s, as in a process worker's child."""
 
     def __init__(
         self,
@@ -43,57 +43,26 @@ class EnvActor:
         registry: bytes,
         thread_caps: ThreadCaps | None,
     ) -> None:
-        merge_registry(registry)
-        cap_threads(thread_caps)
-        self._thread_caps = thread_caps
-        self._policies = PolicyCache()  # this actor's, shared by its slots
-        self._sources: list[Any] = []
-        self._failures: list[Failure | None] = []  # an env source that did not unpickle
-        self._runners: list[Runner] = []
-        for slot, (payload, seed) in enumerate(zip(payloads, seeds, strict=True)):
-            try:
-                source, failure = cloudpickle.loads(payload), None
-            except Exception as exc:
-                source, failure = None, Failure.from_exception(exc, "construction (unpickling)")
-            self._sources.append(source)
-            self._failures.append(failure)
-            self._runners.append(self._runner(slot, seed, episode))
-
-    def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
-        failure = self._failures[slot]
-        if failure is None:
-            return make_runner(self._sources[slot], seed, episode, self._policies)
-        failed = EnvRunner(None, seed, episode, self._policies)
-        failed.build_failure = failure
-        return failed
+        self._slots = Slots(payloads, seeds, episode, registry, thread_caps)
 
     def serve(self, messages: list[Message]) -> list[Reply]:
         """Answer ``messages`` in order; messages that need no answer get none."""
         replies: list[Reply] = []
-        for slot, seq, op, payload in messages:
-            runner = self._runners[slot]
-            if op == Op.STEP:
-                replies.append((slot, seq, _portable(runner.handle(payload))))
-            elif op == Op.CONTROL:
-                request: ControlRequest = _resolved(payload)
-                replies.append((slot, seq, _pickled(_portable(runner.control(request)))))
-            elif op == Op.CLOSE_SLOT:
-                runner.close()
-            else:
-                if op == Op.REBUILD:
-                    runner.close()
-                    seed, episode = payload
-                    runner = self._runner(slot, seed, episode)
-                    self._runners[slot] = runner
-                runner.build()
-                cap_imported(self._thread_caps)
-                replies.append((slot, 0, _ready(runner)))
+        for slot, seq, request, payload in messages:
+            if request == Request.CONTROL:
+                payload = _resolved(payload)
+            answer = self._slots.serve(slot, request, payload)
+            if request == Request.STEP:
+                replies.append((slot, seq, _portable(answer)))
+            elif request == Request.CONTROL:
+                replies.append((slot, seq, _pickled(_portable(answer))))
+            elif request != Request.CLOSE_SLOT:
+                replies.append((slot, 0, _ready(answer)))  # BUILD, REBUILD: the spaces
         return replies
 
     def close(self) -> None:
         """Close every env (the parent then kills the actor)."""
-        for runner in self._runners:
-            runner.close()
+        self._slots.close()
 
     def linger(self, seconds: float) -> None:
         """Wait here: a call the parent makes after killing the actor, which fails as soon
@@ -101,8 +70,8 @@ class EnvActor:
         time.sleep(seconds)
 
 
-def _ready(runner: Runner) -> Ready | Pickled:
-    ready = _pickled(Ready(*runner.spaces))
+def _ready(spaces: tuple[Any, Any]) -> Ready | Pickled:
+    ready = _pickled(Ready(*spaces))
     return Ready(None, None) if isinstance(ready, Ready) else ready  # spaces are informative
 
 

@@ -25,7 +25,9 @@ from typing import Any
 import cloudpickle
 
 from .._messages import EpisodeOptions, Failure
-from ._ray_protocol import Message, Op, Pickled
+from ._ray_protocol import Message, Pickled
+from ._replaceable import Replaceable
+from ._requests import Request
 from ._thread_caps import ThreadCaps
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
@@ -71,7 +73,8 @@ def init_ray(ray: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Recipe:
-    """What starts an actor: kept so that a replacement can be started after a death."""
+    """What starts an actor: kept so that a replacement can be started after a death
+    (each field is named as the host's parameter, see :class:`Replaceable`)."""
 
     options: dict[str, Any]
     payloads: Sequence[bytes]
@@ -92,7 +95,7 @@ class _ActorCall:
     ref: Any  # the ObjectRef, held until the answer is taken
 
 
-class ActorHost:
+class ActorHost(Replaceable["ActorHost"]):
     """One Ray actor serving ``len(payloads)`` env slots. ``registry``: the gymnasium ids
     the actor adds to its own before it builds any env (:func:`aioenv._registry.snapshot`).
     ``thread_caps``: how the actor caps its native thread pools before it builds any env
@@ -128,10 +131,10 @@ class ActorHost:
         self.killed_for: int | None = None
         #: The actor answered a call: it has started.
         self.answered = False
-        self.successor: ActorHost | None = None
+        self.successor = None
         self._open_slots = set(range(self.size)) if build else set()
         self._queued: list[Message] = (
-            [(slot, 0, Op.BUILD, None) for slot in range(self.size)] if build else []
+            [(slot, 0, Request.BUILD, None) for slot in range(self.size)] if build else []
         )
         self._calls: collections.deque[_ActorCall] = collections.deque()
         self._flush_scheduled = False
@@ -152,24 +155,6 @@ class ActorHost:
 
     def open_slot(self, slot: int) -> None:
         self._open_slots.add(slot)
-
-    def replacement(self) -> ActorHost:
-        """The actor that takes over after this one died or was killed: started once,
-        shared by every slot, each slot's env built when its worker asks (REBUILD)."""
-        if self.successor is None:
-            recipe = self._recipe
-            self.successor = ActorHost(
-                recipe.options,
-                recipe.payloads,
-                recipe.seeds,
-                recipe.episode,
-                deliver=recipe.deliver,
-                on_death=recipe.on_death,
-                registry=recipe.registry,
-                thread_caps=recipe.thread_caps,
-                build=False,
-            )
-        return self.successor
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send and await from ``loop`` (once); messages queued before go now."""
@@ -239,7 +224,7 @@ class ActorHost:
         )
         deliver = self._recipe.deliver
         for slot, seq, op, _payload in call.messages:
-            if seq and op in (Op.STEP, Op.CONTROL) and self.alive:
+            if seq and op in (Request.STEP, Request.CONTROL) and self.alive:
                 deliver[slot](self, seq, failure)
 
     def _die(self, reason: str) -> None:
@@ -274,7 +259,7 @@ class ActorHost:
         (:meth:`end` then kills it)."""
         self._open_slots.discard(slot)
         if self._open_slots:
-            self.send((slot, 0, Op.CLOSE_SLOT, None))
+            self.send((slot, 0, Request.CLOSE_SLOT, None))
 
     async def end(self, cleanup_time: float) -> bool:
         """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it

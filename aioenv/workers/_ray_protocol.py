@@ -1,27 +1,19 @@
 """What travels between a Ray worker's host and its actor: one actor call carries a list
-of :data:`Message` and returns a list of :data:`Reply`. A leaf module, shared by both sides."""
+of :data:`Message` and returns a list of :data:`Reply`. Shared by both sides; what a
+message asks is a :class:`~aioenv.workers._requests.Request`, as in a process worker."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Any
 
-__all__ = ["Message", "Op", "Pickled", "Ready", "Reply"]
+from ._requests import Request
+
+__all__ = ["Message", "Pickled", "Ready", "Reply"]
 
 
-class Op(enum.IntEnum):
-    """What a message asks of a slot."""
-
-    BUILD = 0  # build the env (seeded as given at start-up) and report its spaces
-    REBUILD = 1  # close the env and build a fresh one: payload (seed, episode options)
-    STEP = 2  # RESET, Reset(...) or an action: payload the action
-    CONTROL = 3  # payload a ControlRequest
-    CLOSE_SLOT = 4  # close the env of this slot
-
-
-#: ``(slot, seq, op, payload)``: one request for one slot.
-Message = tuple[int, int, Op, Any]
+#: ``(slot, seq, request, payload)``: one request for one slot.
+Message = tuple[int, int, Request, Any]
 #: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
 Reply = tuple[int, int, Any]
 
