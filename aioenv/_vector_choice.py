@@ -37,14 +37,16 @@ __all__ = [
 
 AUTO = "auto"
 #: Seconds a lockstep step through one child process costs beyond its envs' own work
-#: (parent and child together; ``benchmarks/run.py --only W4``, and an ``AioVectorEnv``
-#: of one CartPole in one child, measured on 2 and 16 cores).
-HAND_OFF = 150e-6
-#: What each further child adds to a lockstep step (the parent handles them in turn).
-PER_CHILD = 60e-6
-#: Children must be estimated this much faster than stepping in line to be chosen: the
-#: estimate is rough, and in line there is nothing to start, nothing to lose.
-MARGIN = 1.25
+#: (parent and child together), and what each further child adds (the parent sends and
+#: reads them one after the other, and on few cores shares a core with one). Measured by
+#: ``python benchmarks/choice.py`` on 2 cores (1 child: 170-200 µs beyond 8 steps of 10 to
+#: 400 µs; 2 children: 345-370 µs); with more cores than children the second figure is
+#: smaller, so the rule may choose fewer children there than would pay.
+HAND_OFF = 190e-6
+PER_CHILD = 160e-6
+#: Children must be estimated this much faster than stepping in line to be chosen: in
+#: line there is nothing to start and nothing to lose.
+MARGIN = 1.1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,9 +35,22 @@ def test_cheap_envs_step_in_line_and_costly_ones_in_a_child_per_core() -> None:
     assert (cheap.mode, cheap.envs_per_worker) == ("inline", 16)
     costly = _choose(600e-6, 8)  # an Atari step: two children of four
     assert (costly.mode, costly.envs_per_worker) == ("process", 4)
-    assert _choose(600e-6, 8, cores=16).envs_per_worker == 1  # a child per env
-    assert _choose(600e-6, 32, cores=16).envs_per_worker == 2  # 16 children of 2
     assert _choose(5.0, 1).mode == "inline"  # one env is never faster in a child
+    for cores in (4, 16):
+        many = _choose(600e-6, 32, cores=cores)
+        children = 32 // many.envs_per_worker
+        assert many.mode == "process" and 2 <= children <= cores
+        assert not 32 % many.envs_per_worker  # the envs split evenly
+
+
+def test_the_rule_takes_the_placement_it_estimates_fastest() -> None:
+    step, cost = 300e-6, _vector_choice._children_cost
+    chosen = _choose(step, 16, cores=8)
+    estimate = cost(step, chosen.envs_per_worker, 16 // chosen.envs_per_worker)
+    for per_worker in (1, 2, 4, 8, 16):
+        if 16 // per_worker <= 8:
+            assert estimate <= cost(step, per_worker, 16 // per_worker)
+    assert estimate * _vector_choice.MARGIN < 16 * step
 
 
 def test_the_choice_names_its_figures() -> None:
