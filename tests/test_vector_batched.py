@@ -152,9 +152,10 @@ async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async
 @pytest.mark.parametrize(
     ("cores", "options", "spin"),
     [
-        (2, {}, 0.0005),  # one child of 16 and the script: a core each
-        (16, {}, 0.0005),  # 8 children of 2
-        (1, {}, None),  # the child shares the script's core: no spinning
+        (2, {}, 0.002),  # one child of 16: it polls, yielding to the script
+        (16, {}, 0.002),  # 8 children of 2
+        (1, {}, None),  # the child shares the script's only core: no spinning
+        (2, {"envs_per_worker": 8}, 0.002),  # a child per core
         (2, {"envs_per_worker": 1}, None),  # 16 children on 2 cores
         (2, {"idle_spin": 0.0}, 0.0),  # the user's choice stands
     ],

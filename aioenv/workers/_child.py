@@ -110,7 +110,9 @@ def _receive(sock: socket.socket, idle_spin: float) -> bytes:
     """What has arrived, polling for up to ``idle_spin`` seconds before blocking: in a
     lockstep loop the next request comes a moment after the answer, and a child that is
     still awake takes it at once, where a sleeping one costs both sides a wake-up (see
-    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy."""
+    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy, and
+    yielding between polls, so a child never holds a core that the script (or another
+    child) could run on."""
     if idle_spin > 0:
         deadline = time.perf_counter() + idle_spin
         while True:
@@ -119,6 +121,7 @@ def _receive(sock: socket.socket, idle_spin: float) -> bytes:
             except BlockingIOError:
                 if time.perf_counter() > deadline:
                     break
+                os.sched_yield()
     return sock.recv(RECEIVE_SIZE)
 
 
