@@ -24,6 +24,8 @@ __all__ = ["Probe", "probe_env"]
 _MIN_STEPS = 3
 _MAX_STEPS = 64
 _BUDGET = 0.05
+#: The first steps of a new env are slower (caches, lazy set-up): not counted.
+_WARM_UP = 2
 
 
 class Probe(NamedTuple):
@@ -44,7 +46,8 @@ def probe_env(source: EnvSource, *, timed: bool = False) -> Probe:
     """The metadata, render mode and spaces of the env ``source`` builds: a gymnasium env
     or an async gymnasium env (whose coroutines are not run: reading its attributes is
     enough). With ``timed``, a plain env is also reset and stepped with sampled actions
-    for a few dozen milliseconds at most, for its median step time. The env is closed
+    for a few dozen milliseconds at most, for its median step time (the actions drawn
+    beforehand, the first steps left out). The env is closed
     again, an async ``close`` awaited."""
     env = build_environment(source, as_async_environment)
     try:
@@ -79,20 +82,21 @@ def _step_seconds(env: Any) -> float | None:
             warnings.simplefilter("ignore")
             space = copy.deepcopy(env.action_space)
             space.seed(0)
+            actions = [space.sample() for _ in range(_MAX_STEPS + _WARM_UP)]
             env.reset(seed=0)
             times: list[float] = []
             started = time.perf_counter()
-            while len(times) < _MAX_STEPS:
+            for action in actions:
                 before = time.perf_counter()
-                _, _, terminated, truncated, _ = env.step(space.sample())
+                _, _, terminated, truncated, _ = env.step(action)
                 times.append(time.perf_counter() - before)
                 if terminated or truncated:
                     env.reset()
-                if len(times) >= _MIN_STEPS and time.perf_counter() - started > _BUDGET:
+                if len(times) >= _MIN_STEPS + _WARM_UP and time.perf_counter() - started > _BUDGET:
                     break
     except Exception:
         return None
-    return statistics.median(times)
+    return statistics.median(times[_WARM_UP:])
 
 
 def _close(env: Any) -> None:

@@ -39,11 +39,11 @@ AUTO = "auto"
 #: Seconds a lockstep step through one child process costs beyond its envs' own work
 #: (parent and child together), and what each further child adds (the parent sends and
 #: reads them one after the other, and on few cores shares a core with one). Measured by
-#: ``python benchmarks/choice.py`` on 2 cores (1 child: 170-200 µs beyond 8 steps of 10 to
-#: 400 µs; 2 children: 345-370 µs); with more cores than children the second figure is
-#: smaller, so the rule may choose fewer children there than would pay.
+#: ``python benchmarks/choice.py`` on 2 cores (1 child: 190-240 µs beyond 8 steps of 25 to
+#: 400 µs; 2 children: 285-305 µs); with more cores than children the second figure may
+#: be smaller, so the rule may choose fewer children there than would pay.
 HAND_OFF = 190e-6
-PER_CHILD = 160e-6
+PER_CHILD = 100e-6
 #: Children must be estimated this much faster than stepping in line to be chosen: in
 #: line there is nothing to start and nothing to lose.
 MARGIN = 1.1
