@@ -146,7 +146,9 @@ class AioVectorEnv(VectorEnv):
         self._inline = envs if isinstance(envs, InlineEnvs) else None
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
-        self._finalizer.atexit = False  # a pool's runtime has an exit hook of its own
+        # A pool's runtime has an exit hook of its own (it must close before the loop's
+        # thread goes); inline envs have only this one.
+        self._finalizer.atexit = isinstance(envs, InlineEnvs)
         try:
             self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
             self._define(envs, probe, observation_mode)

@@ -7,8 +7,11 @@ do beside lockstep stepping (the pipelined calls, errors, closing, what needs a 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from contextlib import closing
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium
@@ -169,3 +172,22 @@ def test_inline_attributes_and_calls_reach_every_env() -> None:
         envs.set_attr("t", 7)
         assert envs.call("get_wrapper_attr", "t") == (7, 7)
         assert envs.np_random_seed == (0, 1)
+
+
+def test_inline_envs_left_open_are_closed_at_interpreter_exit(tmp_path: Path) -> None:
+    marks = tmp_path / "closed"
+    script = f"""
+import gymnasium, aioenv
+
+class Marked(gymnasium.Wrapper):
+    def close(self):
+        open({str(marks)!r}, "a").write("x")
+        super().close()
+
+envs = aioenv.AioVectorEnv([lambda: Marked(gymnasium.make("CartPole-v1"))] * 3, mode="inline")
+envs.reset(seed=0)
+open({str(marks)!r}, "w").write("")  # the probe env's close is not counted
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert marks.read_text() == "xxx"  # every env, once, though close() was never called
