@@ -7,11 +7,10 @@ first. See the README for a tour.
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from ._batch import Batch
-from ._collect import Collector, Policy, collect
-from ._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
-from ._episodes import EpisodeStats
-from ._errors import (
+from .collection._collect import Collector, Policy, collect
+from .core._commands import CLOSE, RESET, Command, Reset
+from .core._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
+from .core._errors import (
     AioEnvError,
     ClosedError,
     EnvError,
@@ -26,15 +25,16 @@ from ._errors import (
     WorkerPaused,
     WorkerTimeout,
 )
-from ._factory import get_worker_pool, make_pool
-from ._make_vec import make_vec
-from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
-from ._remote_control import PerWorker
-from ._seeds import worker_seeds
-from ._sentinels import CLOSE, RESET, Command, Reset
-from ._trajectories import Trajectories
-from ._vector import AioVectorEnv, VectorEnvClosed
+from .core._seeds import worker_seeds
 from .loops import run
+from .pool._batch import Batch
+from .pool._episodes import EpisodeStats
+from .pool._factory import get_worker_pool, make_pool
+from .pool._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from .pool._remote_control import PerWorker
+from .pool._trajectories import Trajectories
+from .vector._env import AioVectorEnv, VectorEnvClosed
+from .vector._make_vec import make_vec
 from .workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ __all__ = [
 
 
 def _present_as_public(value: Any) -> None:
-    # Users (and tracebacks, reprs, the docs) see aioenv.EnvError, not aioenv._errors.EnvError.
+    # Users (and tracebacks, reprs, the docs) see aioenv.EnvError, not aioenv.core._errors.EnvError.
     # Pickle finds a class by module and name, so aioenv.<name> must be the object itself.
     # type(value), not isinstance: a generic alias (Policy) passes isinstance(_, type) on
     # Python 3.10, and its __module__ is read-only.

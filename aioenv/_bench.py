@@ -16,11 +16,11 @@ from typing import Any
 import gymnasium
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
-from ._factory import make_pool
-from ._vector import AioVectorEnv
-from ._vector_layout import envs_per_worker
-from ._vector_layout import usable_cores as cores
 from .loops import run
+from .pool._factory import make_pool
+from .vector._env import AioVectorEnv
+from .vector._layout import envs_per_worker
+from .vector._layout import usable_cores as cores
 
 __all__ = [
     "GROUPED_ROW",

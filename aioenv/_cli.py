@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import gymnasium
 from tqdm import tqdm
 
-from . import __version__, _shared_memory
+from . import __version__
 from ._bench import (
     GROUPED_ROW,
     GYMNASIUM_ROWS,
@@ -32,9 +32,10 @@ from ._bench import (
     recommendation,
     row_label,
 )
-from ._environment import resolve_spec
-from ._factory import canonical_mode, worker_modes
+from .core._environment import resolve_spec
 from .loops import run
+from .pool._factory import canonical_mode, worker_modes
+from .wire import _shared_memory
 from .workers import default_context
 
 __all__ = ["main"]

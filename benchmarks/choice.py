@@ -26,8 +26,8 @@ from machine import git_state, host_info
 
 import aioenv
 from aioenv import _vector_choice
-from aioenv._probe import Probe
-from aioenv._vector_layout import usable_cores
+from aioenv.vector._layout import usable_cores
+from aioenv.vector._probe import Probe
 
 
 class Burn(gymnasium.Env[np.ndarray, int]):

@@ -135,10 +135,10 @@ def child(n: int, seconds: float) -> None:
     runner, plus encoding the reply), the bare reference's child loop (bare.py: step,
     reset on done, write the rows, one buffer), and ``SyncVectorEnv.step``; the same
     policy, interleaved in short rounds (the machine's noise drifts over seconds)."""
-    from aioenv._environment import VectorSource
-    from aioenv._messages import EpisodeOptions
-    from aioenv._protocol import encode_batch_step
-    from aioenv._vector_runner import VectorRunner
+    from aioenv.core._environment import VectorSource
+    from aioenv.core._messages import EpisodeOptions
+    from aioenv.env_side._vector_runner import VectorRunner
+    from aioenv.wire._frames import encode_batch_step
 
     act = cartpole_policy.many
     runner = VectorRunner(

@@ -12,10 +12,10 @@ from envs import BigObservation, RaisesOnTwo, Structured, Walk
 from support import POOL_MODES, modes
 
 import aioenv
-from aioenv._environment import BatchStep, Step
-from aioenv._messages import EpisodeOptions, Failure
-from aioenv._protocol import FrameDecoder, decode_batch_step, encode_batch_step
-from aioenv._runner import EnvRunner
+from aioenv.core._environment import BatchStep, Step
+from aioenv.core._messages import EpisodeOptions, Failure
+from aioenv.env_side._runner import EnvRunner
+from aioenv.wire._frames import FrameDecoder, decode_batch_step, encode_batch_step
 
 K = 3
 

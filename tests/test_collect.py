@@ -16,7 +16,7 @@ import pytest
 from support import WORKERS, modes
 
 import aioenv
-from aioenv._progress import Progress
+from aioenv.collection._progress import Progress
 
 N = 4
 SEED = 7

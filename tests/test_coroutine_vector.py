@@ -17,7 +17,7 @@ from support import states_or_errors
 from test_vector import assert_same_infos
 
 import aioenv
-from aioenv._factory import worker_modes
+from aioenv.pool._factory import worker_modes
 
 N = 3
 AUTORESET = {

@@ -1,52 +1,65 @@
-"""The package's import graph: no circles, and the child's side never leans on the parent's.
+"""The house's floors: each package imports only its own floor and the floors below; the
+env's side (what a child process or Ray actor runs) imports nothing of the parent's side;
+no import circle.
 
 Read from the source (module-level imports, as Python runs them when a module is imported;
-imports inside functions run only when called)."""
+imports inside functions run only when called). ``python tests/test_layers.py`` prints the
+floors and what each imports.
+"""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import aioenv
 
 PACKAGE = Path(aioenv.__file__).parent
 
-#: What a child process or a Ray actor runs (and, in-line, sync and thread workers): the
-#: env's side.
-CHILD_SIDE = {
-    "aioenv.workers._child",
-    "aioenv.workers._ray_actor",
-    "aioenv.workers._ray_protocol",
-    "aioenv.workers._requests",
-    "aioenv.workers._serving",
-    "aioenv.workers._thread_caps",
-    "aioenv._runner",
-    "aioenv._async_runner",
-    "aioenv._vector_runner",
-    "aioenv._vector_infos",
-    "aioenv._segment",
-    "aioenv._plan",
-    "aioenv._registry",
-    "aioenv._async_environment",
-    "aioenv._seeds",
-    "aioenv._protocol",
-    "aioenv._shared_memory",
-    "aioenv._environment",
-    "aioenv._messages",
-    "aioenv._sentinels",
+#: The floors, bottom first. A module's floor is its package under ``aioenv`` (``workers``
+#: holds its kinds' folders); the top-level modules (the public names, the command line)
+#: are the roof.
+FLOORS = (
+    "core",  # the vocabulary both sides share: env protocol, steps, commands, messages
+    "wire",  # what crosses a process boundary: frames, shared memory, requests
+    "env_side",  # runners and serving slots: what steps an env, wherever it runs
+    "loops",  # event-loop hosts, the uvloop rule and the trio bridge
+    "workers",  # worker kinds, each remote kind's folder holding both its halves
+    "pool",  # many workers behind one get_state
+    "collection",  # collect() and the Collector
+    "vector",  # AioVectorEnv and make_vec
+    "",  # the roof: aioenv's public names and its command line
+)
+#: What runs on the env's side of a process boundary: these packages, and the programs a
+#: remote kind's folder holds for its child process or Ray actor.
+ENV_SIDE = ("core", "wire", "env_side")
+CHILD_PROGRAMS = {
+    "aioenv.workers.process._child",
+    "aioenv.workers.process._quiet_start",
+    "aioenv.workers.process._thread_caps_preload",
+    "aioenv.workers.ray._actor",
 }
-#: Parent-side kinds that run an env in the parent's own process.
+#: The parent-side modules that step envs in the parent's own process, and so use the env
+#: side's runners: sync, thread and coroutine workers, and inline vector envs.
 RUNS_ENVS_IN_LINE = {
     "aioenv.workers._sync",
     "aioenv.workers._thread",
     "aioenv.workers._coroutine",
-    "aioenv._vector_inline",  # an AioVectorEnv's envs stepped in the calling thread
+    "aioenv.vector._inline",
+}
+RUNNERS = {
+    f"aioenv.env_side.{m}" for m in ("_runner", "_async_runner", "_vector_runner", "_serving")
 }
 #: The one module that knows trio (the bridge of pools to a trio run), and the one that
 #: chooses between uvloop and asyncio's own loop.
 TRIO_BRIDGE = "aioenv.loops._trio_bridge"
 LOOP_CHOICE = "aioenv.loops._choice"
+
+
+def floor_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
 
 
 def module_name(path: Path) -> str:
@@ -117,23 +130,36 @@ def test_the_import_graph_has_no_circle() -> None:
         visit(module, [])
 
 
-def test_the_child_side_imports_nothing_of_the_parent_side() -> None:
-    edges = graph()
-    for module in CHILD_SIDE:
-        outside = {m for m in edges[module] if m not in CHILD_SIDE and m != "aioenv.workers"}
-        assert not outside, f"{module} imports parent-side {sorted(outside)}"
+def test_every_module_is_on_a_floor() -> None:
+    for module in graph():
+        assert floor_of(module) in FLOORS, f"{module} is in no floor: add its package to FLOORS"
 
 
-def test_only_the_in_line_kinds_import_the_env_runner_and_nothing_imports_the_child() -> None:
-    edges = graph()
-    for module, imported in edges.items():
-        if module in CHILD_SIDE:
+def test_each_floor_imports_only_itself_and_the_floors_below() -> None:
+    for module, imported in graph().items():
+        level = FLOORS.index(floor_of(module))
+        above = sorted(m for m in imported if FLOORS.index(floor_of(m)) > level)
+        assert not above, f"{module} (floor {floor_of(module)!r}) imports floors above: {above}"
+
+
+def test_the_env_side_imports_nothing_of_the_parent_side() -> None:
+    for module, imported in graph().items():
+        if floor_of(module) in ENV_SIDE or module in CHILD_PROGRAMS:
+            outside = sorted(
+                m for m in imported if floor_of(m) not in ENV_SIDE and m not in CHILD_PROGRAMS
+            )
+            assert not outside, f"{module} runs on the env's side and imports {outside}"
+
+
+def test_only_the_in_line_kinds_import_the_runners_and_nothing_imports_a_child_program() -> None:
+    for module, imported in graph().items():
+        if floor_of(module) in ENV_SIDE or module in CHILD_PROGRAMS:
             continue
         if module not in RUNS_ENVS_IN_LINE:
-            for runner in ("aioenv._runner", "aioenv._async_runner", "aioenv._vector_runner"):
-                assert runner not in imported, f"{module} imports the env's {runner}"
-        assert "aioenv.workers._child" not in imported, f"{module} imports the child's loop"
-        assert "aioenv.workers._ray_actor" not in imported, f"{module} imports the actor"
+            runners = sorted(RUNNERS & imported)
+            assert not runners, f"{module} runs no env in line but imports {runners}"
+        programs = sorted(CHILD_PROGRAMS & imported)
+        assert not programs, f"{module} imports a child's program {programs}"
 
 
 def test_only_the_bridge_imports_trio_and_only_when_trio_runs() -> None:
@@ -153,10 +179,35 @@ def test_only_the_bridge_imports_trio_and_only_when_trio_runs() -> None:
 def test_the_checks_see_real_edges() -> None:
     """The graph is read correctly: known imports show up (so the tests above can fail)."""
     edges = graph()
-    assert "aioenv._protocol" in edges["aioenv.workers._child"]
-    assert "aioenv.workers._host" in edges["aioenv.workers._process"]
-    assert "aioenv.workers._ray_protocol" in edges["aioenv.workers._ray_actor"]
-    assert "aioenv._pool" in edges["aioenv._factory"]
-    assert "aioenv._messages" in edges["aioenv._runner"]
+    assert "aioenv.wire._frames" in edges["aioenv.workers.process._child"]
+    assert "aioenv.workers.process._host" in edges["aioenv.workers.process._worker"]
+    assert "aioenv.wire._ray_messages" in edges["aioenv.workers.ray._actor"]
+    assert "aioenv.pool._pool" in edges["aioenv.pool._factory"]
+    assert "aioenv.core._messages" in edges["aioenv.env_side._runner"]
     assert LOOP_CHOICE in edges["aioenv.loops._inline"]
     assert "uvloop" in third_party_imports(PACKAGE / "loops" / "_choice.py")
+
+
+def print_the_house() -> None:
+    """The floors, top first, with the floors each one imports (and how many edges)."""
+    edges = graph()
+    for floor in reversed(FLOORS):
+        modules = sorted(m for m in edges if floor_of(m) == floor)
+        below: dict[str, int] = {}
+        for module in modules:
+            for imported in edges[module]:
+                if floor_of(imported) != floor:
+                    below[floor_of(imported)] = below.get(floor_of(imported), 0) + 1
+        uses = (
+            ", ".join(
+                f"{f or 'roof'} ({n})"
+                for f, n in sorted(below.items(), key=lambda x: FLOORS.index(x[0]))
+            )
+            or "nothing"
+        )
+        print(f"{floor or 'roof (aioenv/*.py)':<22} {len(modules):>2} modules  imports: {uses}")
+
+
+if __name__ == "__main__":
+    print_the_house()
+    sys.exit(0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from aioenv import Step
-from aioenv._protocol import HEADER, FrameDecoder, Kind, decode_step, dumps, encode, encode_step
+from aioenv.wire._frames import HEADER, FrameDecoder, Kind, decode_step, dumps, encode, encode_step
 
 OBSERVATIONS: list[Any] = [
     np.arange(12, dtype=np.float32).reshape(3, 4),
@@ -91,7 +91,7 @@ def test_frames_survive_any_chunking() -> None:
     ],
 )
 def test_array_actions_travel_raw_with_dtype_and_shape(action: np.ndarray) -> None:
-    from aioenv._protocol import STEP_ARRAY, decode_array, encode_array_action
+    from aioenv.wire._frames import STEP_ARRAY, decode_array, encode_array_action
 
     [(kind, seq, slot, payload)] = FrameDecoder().feed(encode_array_action(5, action, 2))
     assert (kind, seq, slot) == (STEP_ARRAY, 5, 2)

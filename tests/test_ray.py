@@ -28,8 +28,8 @@ from ray_support import actor_state
 from support import wait_until
 
 import aioenv
-from aioenv._environment import BatchStep
-from aioenv._supervision import restart_seed
+from aioenv.core._environment import BatchStep
+from aioenv.workers._supervision import restart_seed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -353,7 +353,7 @@ async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -
 
 
 def test_a_shortage_says_what_the_pool_asked_for_against_what_the_cluster_has() -> None:
-    from aioenv.workers._ray_capacity import shortage
+    from aioenv.workers.ray._capacity import shortage
 
     found = shortage(4, {"num_cpus": 1, "num_gpus": 0}, {"CPU": 2.0})
     assert str(found) == (

@@ -21,7 +21,7 @@ from envs import Counter, Gated
 from support import SESSION_HELPERS, direct_children, wait_until
 
 import aioenv
-from aioenv._supervision import restart_seed
+from aioenv.workers._supervision import restart_seed
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(90)]
 

@@ -22,7 +22,7 @@ import pytest
 from envs import Walk
 
 import aioenv
-from aioenv._environment import BatchStep
+from aioenv.core._environment import BatchStep
 
 MODULE_ID = "registered_pkg:Thing-v0"  # tests/registered_pkg registers Thing-v0
 RUN_TIME_ID = "AioenvTest/Walk-v0"  # a namespace of its own, like ALE/Pong-v5

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from support import wait_until
 
 import aioenv
-from aioenv._shared_memory import Layout, SharedObservations, memory_file
+from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
 
 pytestmark = [
     pytest.mark.timeout(60),

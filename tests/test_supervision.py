@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import aioenv
-from aioenv._supervision import Remedies, Supervision, Supervisor, restart_seed
+from aioenv.workers._supervision import Remedies, Supervision, Supervisor, restart_seed
 
 
 class FakeClock:

@@ -14,7 +14,7 @@ from envs import Structured, Walk
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv._vector_layout import envs_per_worker as _envs_per_worker
+from aioenv.vector._layout import envs_per_worker as _envs_per_worker
 
 N = 4
 AUTORESET = {

@@ -14,12 +14,12 @@ from envs import InfoZoo
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv._environment import BatchStep, VectorSource
-from aioenv._messages import EpisodeOptions
-from aioenv._protocol import HEADER, decode_batch_step, encode_batch_step
-from aioenv._restarts import mark_restarted
-from aioenv._vector_infos import Mixed, flat_infos, group_infos
-from aioenv._vector_runner import VectorRunner
+from aioenv.core._environment import BatchStep, VectorSource
+from aioenv.core._infos import Mixed, flat_infos, group_infos
+from aioenv.core._messages import EpisodeOptions
+from aioenv.core._restarts import mark_restarted
+from aioenv.env_side._vector_runner import VectorRunner
+from aioenv.wire._frames import HEADER, decode_batch_step, encode_batch_step
 
 N = 4
 AUTORESET = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}

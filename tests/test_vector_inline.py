@@ -22,7 +22,7 @@ from gymnasium.vector import SyncVectorEnv
 
 import aioenv
 from aioenv import _vector_choice
-from aioenv._probe import Probe
+from aioenv.vector._probe import Probe
 
 
 def _probe(step_seconds: float | None, *, is_async: bool = False) -> Probe:

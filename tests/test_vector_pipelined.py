@@ -14,7 +14,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv._vector_layout import envs_per_worker
+from aioenv.vector._layout import envs_per_worker
 
 N = 4
 SEED = 7

@@ -40,13 +40,12 @@ import contextlib
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import outcome
 import trio
 
-from .._errors import ClosedError
-from ..workers._base import Worker
+from ..core._errors import ClosedError
 from ._background import BackgroundLoop, close_at_exit
 from ._here import raised_in
 from ._host import CoroutineHost
@@ -287,11 +286,23 @@ class _Forwarder:
         await self.aclose()
 
 
+@runtime_checkable
+class _Worker(Protocol):
+    """What the bridge knows of a worker: the loops sit below the workers, so a worker is
+    recognised by its interface rather than by its class."""
+
+    worker_id: int | None
+
+    def send_action(self, action: Any) -> None: ...
+
+    async def get_state(self) -> Any: ...
+
+
 def _bridged(value: Any, bridge: _Bridge) -> Any:
     """What the trio side gets: a worker (alone or in a tuple) bridged, the rest as is."""
-    if isinstance(value, Worker):
+    if isinstance(value, _Worker):
         return _stand_in_class(_Forwarder, type(value))(value, bridge)
-    if type(value) is tuple and value and isinstance(value[0], Worker):
+    if type(value) is tuple and value and isinstance(value[0], _Worker):
         return tuple(_stand_in_class(_Forwarder, type(w))(w, bridge) for w in value)
     return value
 

@@ -1,21 +1,25 @@
-"""Worker kinds: one private module per kind, all behind the :class:`Worker` interface.
+"""Worker kinds, all behind the :class:`Worker` interface.
 
-The public names are these re-exports (and the same names at ``aioenv``'s top level); the
-modules themselves (``_sync``, ``_thread``, ``_coroutine``, ``_process`` and the process
-worker's ``_host`` and ``_child``; the Ray worker's ``_ray``, ``_ray_host`` and
-``_ray_actor``) are private. ``RayWorker`` is imported on first use.
+The public names are these re-exports (and the same names at ``aioenv``'s top level). Each
+kind whose env runs in the parent has a module (``_sync``, ``_thread``, ``_coroutine``);
+each remote kind a folder holding both halves (``process/``: the worker, its ``_host`` and
+the ``_child`` program; ``ray/``: the worker, its ``_host`` and the ``_actor``). Beside
+them: the :class:`Worker` base (``_base``, with its kind ``_hooks``), the seam a pool uses
+(``_seam``), where states are delivered (``_inbox``), supervision, and what the remote kinds
+share (``_slotted``, ``_replaceable``, ``_policy_shipping``). ``RayWorker`` is imported on
+first use.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from ._base import Worker
 from ._coroutine import AsyncEnvWorker
-from ._process import ProcessWorker, default_context
 from ._sync import SyncWorker
 from ._thread import ThreadWorker
+from .process._worker import ProcessWorker, default_context
 
 if TYPE_CHECKING:
-    from ._ray import RayWorker
+    from .ray._worker import RayWorker
 
 __all__ = [
     "AsyncEnvWorker",
@@ -32,7 +36,7 @@ def __getattr__(name: str) -> Any:
     # RayWorker's module is imported on first use only: it is light, but a Ray worker is
     # rare and its hosts import ray, which ``import aioenv`` must never do.
     if name == "RayWorker":
-        from ._ray import RayWorker
+        from .ray._worker import RayWorker
 
         return RayWorker
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

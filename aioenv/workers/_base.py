@@ -13,8 +13,8 @@ Three faces:
   env at once: kill its process, abandon its thread), ``_start_close``, ``_wait_closed``,
   and optionally ``_bind_loop`` and ``_abandon``. Replies come back through
   ``_on_reply``, which drops stale replies by sequence number and delivers the rest to the
-  worker's :class:`~aioenv._inbox.Inbox` (its own, or its pool's); failures go through its
-  :class:`~aioenv._supervision.Supervisor`.
+  worker's :class:`~aioenv.workers._inbox.Inbox` (its own, or its pool's); failures go through its
+  :class:`~aioenv.workers._supervision.Supervisor`.
 
 Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
 waiting and timers, and anyio only for cancel scopes (the shielded close).
@@ -28,13 +28,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from .._environment import (
-    EnvSource,
-    VectorSource,
-    describe_source,
-    resolve_source,
-)
-from .._errors import (
+from ..core._commands import CLOSE, RESET, Reset, is_reset
+from ..core._environment import EnvSource, VectorSource, describe_source, resolve_source
+from ..core._errors import (
     ClosedError,
     EnvError,
     NoActionInFlight,
@@ -42,16 +38,15 @@ from .._errors import (
     WorkerError,
     WorkerTimeout,
 )
-from .._inbox import Inbox, Outcome
-from .._messages import ControlRequest, EpisodeOptions, Failure
-from .._restarts import mark_restarted
-from .._segment import Rollout
-from .._sentinels import CLOSE, RESET, Reset, is_reset
-from .._supervision import Remedies, Supervision, Supervisor
+from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..core._restarts import mark_restarted
+from ..env_side._segment import Rollout
 from ..loops._here import not_on_asyncio
 from ._controls import PendingControls
 from ._hooks import KindHooks
+from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
+from ._supervision import Remedies, Supervision, Supervisor
 
 __all__ = ["FirstReplyCheck", "Worker"]
 

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .._messages import Failure
+from ..core._messages import Failure
 
 __all__ = ["PendingControls"]
 

@@ -9,10 +9,10 @@ import functools
 import warnings
 from typing import Any, TypeVar
 
-from .._async_runner import AsyncEnvRunner
-from .._environment import EnvSource
-from .._errors import EnvError, WorkerError, env_ended_worker
-from .._messages import ControlRequest, Failure
+from ..core._environment import EnvSource
+from ..core._errors import EnvError, WorkerError, env_ended_worker
+from ..core._messages import ControlRequest, Failure
+from ..env_side._async_runner import AsyncEnvRunner
 from ..loops._here import trio_env_on_asyncio
 from ..loops._host import CoroutineHost
 from ._base import Worker

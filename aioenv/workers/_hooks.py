@@ -7,7 +7,7 @@ import abc
 import asyncio
 from typing import Any
 
-from .._messages import ControlRequest, EpisodeOptions
+from ..core._messages import ControlRequest, EpisodeOptions
 from ..loops._host import CoroutineHost
 
 __all__ = ["KindHooks"]

@@ -1,11 +1,11 @@
 """How a rollout policy reaches a worker's host: at most once per child process with its
 bytes, and through Ray's object store once for every Ray actor.
 
-A :class:`~aioenv._segment.PolicyPackage` rides in a ``ControlRequest("policy")`` (from
-``pool.set_policy``) and in every :class:`~aioenv._segment.Rollout`. Workers that share a
+A :class:`~aioenv.env_side._segment.PolicyPackage` rides in a ``ControlRequest("policy")`` (from
+``pool.set_policy``) and in every :class:`~aioenv.env_side._segment.Rollout`. Workers that share a
 child process (``envs_per_process``) share its cache of unpickled policies, so only the
 first request to a child carries the bytes; the others carry the key alone. Which key a
-child has is recorded on its :class:`~aioenv.workers._host.Host`: a replacement child
+child has is recorded on its :class:`~aioenv.workers.process._host.Host`: a replacement child
 (after a death) is a new host and gets the bytes again. For Ray, the package keeps the
 reference to its bytes in the object store, so it is put once per ``set_policy`` call.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .._messages import ControlRequest
-from .._segment import PolicyPackage, Rollout
+from ..core._messages import ControlRequest
+from ..env_side._segment import PolicyPackage, Rollout
 
 if TYPE_CHECKING:
-    from ._host import Host
+    from .process._host import Host
 
 __all__ = ["mark_shipped", "package_of", "through_object_store", "without_shipped"]
 

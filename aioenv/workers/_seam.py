@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._errors import WorkerError
-from .._inbox import Inbox
-from .._messages import ControlRequest, EpisodeOptions
-from .._supervision import Supervision
+from ..core._errors import WorkerError
+from ..core._messages import ControlRequest, EpisodeOptions
+from ._inbox import Inbox
+from ._supervision import Supervision
 
 __all__ = ["FirstReplyCheck", "Member"]
 

@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from .._environment import EnvSource
-from .._registry import snapshot as registry_snapshot
+from ..core._environment import EnvSource
+from ..core._registry import snapshot as registry_snapshot
 from ._base import Worker
 
 __all__ = ["SlotHost", "SlottedWorker"]
@@ -94,7 +94,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     @abc.abstractmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
         """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``) and join them;
-        ``registry``: this process's gymnasium ids (:func:`aioenv._registry.snapshot`)."""
+        ``registry``: this process's gymnasium ids (:func:`aioenv.core._registry.snapshot`)."""
 
     @abc.abstractmethod
     def _where(self, host: H) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any, TypeVar
 
-from .._environment import EnvSource
-from .._errors import env_ended_worker
-from .._messages import ControlRequest
-from .._vector_runner import make_runner
+from ..core._environment import EnvSource
+from ..core._errors import env_ended_worker
+from ..core._messages import ControlRequest
+from ..env_side._vector_runner import make_runner
 from ._base import Worker
 
 __all__ = ["SyncWorker"]

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .._environment import EnvSource
-from .._errors import env_ended_worker
-from .._messages import ControlRequest
-from .._vector_runner import Runner, make_runner
+from ..core._environment import EnvSource
+from ..core._errors import env_ended_worker
+from ..core._messages import ControlRequest
+from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
 
 __all__ = ["ThreadWorker"]

@@ -40,7 +40,7 @@ from faulty_env import AsyncFaultyEnv, FaultyEnv  # noqa: E402
 from support import wait_until, worker_processes, worker_threads  # noqa: E402  # noqa: E402
 
 import aioenv  # noqa: E402
-from aioenv._environment import VectorSource  # noqa: E402
+from aioenv.core._environment import VectorSource  # noqa: E402
 
 cloudpickle.register_pickle_by_value(faulty_env)
 

@@ -1,0 +1,405 @@
+"""Driving a pool with a policy until a quota of transitions or episodes is met.
+
+A :class:`Collector` keeps what one call did not return (open episodes, states waiting for
+an action, actions in flight) for the next call, so nothing is dropped or returned twice,
+also when a call is cancelled. The pool's bound of one action in flight per worker is the
+back-pressure: a slow policy leaves every worker idle after one step, never queues more.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import math
+import operator
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from ..core._commands import RESET
+from ..core._environment import Step
+from ..core._errors import StateNotTaken, WorkerError
+from ..core._restarts import restart_note
+from ..pool._batch import Batch
+from ..pool._pool import WorkerPool
+from ..pool._trajectories import Trajectories, stack
+from ._progress import Progress
+from ._quota import Boundary, Quota, make_quota
+
+__all__ = ["Collector", "Policy", "collect"]
+
+#: A sync or async callable from a :class:`Batch` to one action per row (a sequence or an
+#: array whose first axis is the rows).
+Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
+
+_NEEDS_RESET = "needs reset"  # a worker's marker: its episode ended, send RESET next
+_ROW_FIELDS = (
+    "observations",
+    "actions",
+    "rewards",
+    "terminated",
+    "truncated",
+    "next_observations",
+    "versions",
+)
+
+
+@dataclasses.dataclass(eq=False)
+class _Episode:
+    """The rows of one episode not yet returned (``first_step``: the step of row 0)."""
+
+    episode_id: int
+    first_step: int = 0
+    observations: list[Any] = dataclasses.field(default_factory=list)
+    actions: list[Any] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    terminated: list[bool] = dataclasses.field(default_factory=list)
+    truncated: list[bool] = dataclasses.field(default_factory=list)
+    next_observations: list[Any] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
+    episode_return: float = 0.0
+    finish_order: int = -1  # set when the episode ends
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+@dataclasses.dataclass(eq=False)
+class _Track:
+    """One worker as the collector sees it. Exactly one of ``waiting`` (a state, or
+    ``_NEEDS_RESET``) and ``in_flight`` (``(observation, action, version)``, or ``RESET``)
+    is set, except before the first call."""
+
+    episodes_started: int = 0
+    episode: _Episode | None = None
+    waiting: Any = _NEEDS_RESET
+    in_flight: Any = None
+    finished: list[_Episode] = dataclasses.field(default_factory=list)
+
+
+class Collector:
+    """Drives ``pool`` with ``policy`` (see :meth:`collect`), keeping what a call does not
+    return for the next call. The collector owns the pool's stepping: between calls, do not
+    send actions to the pool yourself (``call``, ``get_attr``, ``set_attr`` and ``pause`` are
+    fine). To stop and use the pool directly, ``await pool.drain()``; the collector's open
+    episodes are then abandoned (start a new collector afterwards).
+    """
+
+    def __init__(self, pool: WorkerPool[Any], policy: Policy) -> None:
+        self.pool = pool
+        #: The callable that chooses actions; may be replaced between calls.
+        self.policy = policy
+        self._version = 0
+        self._tracks = [_Track() for _ in range(len(pool))]
+        self._started = False
+        self._running = False
+        self._finish_counter = 0
+
+    @property
+    def policy_version(self) -> int:
+        """An int you set when the policy changes (default 0; it may not decrease). Each
+        transition records the version in force when its action was chosen."""
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = operator.index(version)
+        if version < self._version:
+            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
+        self._version = version
+
+    async def collect(
+        self,
+        *,
+        num_steps: int | None = None,
+        num_episodes: int | None = None,
+        per_worker: bool = False,
+        fraction: float = 1.0,
+        boundary: Boundary = "episode",
+        progress: bool = False,
+    ) -> Trajectories:
+        """Step the pool with the policy until the quota is met and return the transitions.
+
+        Give exactly one of ``num_steps`` (at least that many transitions) or
+        ``num_episodes`` (exactly that many finished episodes; extra ones finished meanwhile
+        are kept for the next call). ``per_worker=True`` (default False) makes it a quota per
+        worker, returned in worker order: a worker that met it gets no more actions this
+        call. ``fraction`` (0 < fraction <= 1, default 1.0, needs ``per_worker``): return
+        once that fraction of the active workers met its quota; the others return the
+        episodes they finished so far and keep their open episodes.
+
+        ``boundary="episode"`` (the default) returns whole episodes only: transitions count
+        toward ``num_steps`` once their episode ends, and open episodes wait for a later
+        call. ``boundary="step"`` also counts and returns the open episodes' rows so far,
+        marked ``Trajectories.open``; later calls return their later rows.
+
+        ``progress=True`` shows a tqdm bar (steps, steps/s, episodes, mean return) when
+        stderr is a terminal. Open episodes, states waiting for an action and actions in
+        flight carry over to the next call; a cancelled call loses nothing either.
+        """
+        quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
+        if self._running:
+            raise RuntimeError("this collector is already collecting (one call at a time)")
+        self._running = True
+        total = quota.amount * (len(self.pool) if quota.per_worker else 1)
+        bar = Progress(progress, total=total if quota.unit == "steps" else None)
+        try:
+            self._start()
+            while not quota.met(self._tracks, active := self._active_ids()):
+                if not active:
+                    raise ValueError("collect() has no open, unpaused worker to step")
+                await self._act(quota, active)
+                try:
+                    batch = await self.pool.get_batch()
+                except WorkerError as error:
+                    self._on_failure(error)
+                    raise
+                self._receive(batch, bar)
+        finally:
+            self._running = False
+            bar.close()
+        return self._take(quota)
+
+    # Stepping --------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._started:
+            return
+        for worker_id in range(len(self.pool)):
+            if self.pool.has_pending(worker_id):
+                raise StateNotTaken(
+                    f"collect(): worker {worker_id} has an action in flight or a state not "
+                    "taken; await pool.drain() (after resuming paused workers) first"
+                )
+        self._started = True
+
+    def _active_ids(self) -> list[int]:
+        return self.pool.active_ids
+
+    async def _act(self, quota: Quota, active: list[int]) -> None:
+        """Send RESET or a policy action to every active worker that waits and may go on."""
+        rows: list[int] = []
+        for worker_id in active:
+            track = self._tracks[worker_id]
+            if track.waiting is None or not quota.wants_more(track):
+                continue
+            if track.waiting is _NEEDS_RESET:
+                self.pool.send_action(RESET, worker_id)
+                track.waiting, track.in_flight = None, RESET
+            else:
+                rows.append(worker_id)
+        if not rows:
+            return
+        states = [self._tracks[w].waiting for w in rows]
+        batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
+        version = self._version
+        actions = self.policy(batch)
+        if inspect.isawaitable(actions):
+            actions = await actions  # cancelled here: the states still wait, nothing lost
+        actions = _action_rows(actions, len(rows))
+        for worker_id, state, action in zip(rows, states, actions, strict=True):
+            self.pool.send_action(action, worker_id)
+            track = self._tracks[worker_id]
+            track.waiting, track.in_flight = None, (state.observation, action, version)
+
+    def _receive(self, batch: Batch[Any], bar: Progress) -> None:
+        returns: list[float] = []
+        steps = 0
+        for state, worker_id in batch:
+            track = self._tracks[worker_id]
+            sent, track.in_flight = track.in_flight, None
+            if sent is None:
+                raise RuntimeError(
+                    f"collect(): worker {worker_id} answered an action this collector did not "
+                    "send; do not send actions to a pool a collector is using"
+                )
+            if not isinstance(state, Step):
+                raise TypeError(
+                    f"collect() needs gymnasium envs (aioenv.Step states); worker {worker_id} "
+                    f"returned a {type(state).__name__}"
+                )
+            restarted = restart_note(state) is not None
+            if sent is RESET or restarted:
+                if restarted:
+                    self._cut(track)  # the action in flight has no outcome: no transition
+                self._begin(track, worker_id, state)
+                continue
+            steps += 1
+            ended = self._record(track, sent, state)
+            if ended is not None:
+                returns.append(ended)
+        bar.update(steps, returns)
+
+    def _begin(self, track: _Track, worker_id: int, state: Step[Any]) -> None:
+        episode_id = track.episodes_started * len(self.pool) + worker_id
+        track.episodes_started += 1
+        track.episode = _Episode(episode_id)
+        track.waiting = state
+
+    def _record(self, track: _Track, sent: tuple[Any, Any, int], state: Step[Any]) -> float | None:
+        """Add one transition; returns the episode's return if it ended."""
+        observation, action, version = sent
+        episode = track.episode
+        assert episode is not None
+        own = self._own
+        done = state.terminated or state.truncated
+        final = state.final_observation if done and state.final_observation is not None else None
+        episode.observations.append(own(observation))
+        episode.actions.append(action)
+        episode.rewards.append(float(state.reward))
+        episode.terminated.append(bool(state.terminated))
+        episode.truncated.append(bool(state.truncated))
+        episode.next_observations.append(own(state.observation if final is None else final))
+        episode.versions.append(version)
+        episode.episode_return += float(state.reward)
+        if not done:
+            track.waiting = state
+            return None
+        self._finish(track)
+        if final is not None:  # autoreset "same_step": the state already holds the reset
+            worker_id = episode.episode_id % len(self.pool)
+            self._begin(track, worker_id, Step(state.observation, info=state.info))
+        return episode.episode_return
+
+    def _finish(self, track: _Track) -> None:
+        episode = track.episode
+        assert episode is not None
+        episode.finish_order = self._finish_counter
+        self._finish_counter += 1
+        track.finished.append(episode)
+        track.episode = None
+        track.waiting = _NEEDS_RESET
+
+    def _cut(self, track: _Track) -> None:
+        """End a worker's open episode early (its env was replaced after a failure): the
+        rows so far are kept, the last marked truncated (gymnasium's "ended for a reason
+        outside the task")."""
+        episode = track.episode
+        if episode is not None and len(episode):
+            episode.truncated[-1] = True
+            self._finish(track)
+        track.episode = None
+
+    def _on_failure(self, error: WorkerError) -> None:
+        """A worker's action failed (restarts off): that action has no outcome; its episode
+        is cut, and the worker is reset before its next action."""
+        if error.worker_id is None:
+            return
+        track = self._tracks[error.worker_id]
+        track.in_flight = None
+        self._cut(track)
+        track.waiting = _NEEDS_RESET
+
+    def _own(self, observation: Any) -> Any:
+        # With copy=False the pool hands out views that the worker's next step overwrites.
+        return observation if self.pool.copy else copy.deepcopy(observation)
+
+    # Returning -------------------------------------------------------------------------
+    def _take(self, quota: Quota) -> Trajectories:
+        limits = self._finished_limits(quota)
+        parts: list[tuple[int, _Episode, bool]] = []  # (worker, rows, open)
+        for worker_id, track in enumerate(self._tracks):
+            limit = limits[worker_id]
+            taken, track.finished = track.finished[:limit], track.finished[limit:]
+            parts.extend((worker_id, episode, False) for episode in taken)
+            running = track.episode
+            if quota.boundary == "step" and running is not None and len(running):
+                parts.append((worker_id, _detach_rows(running), True))
+        parts.sort(key=lambda part: (part[0], part[1].episode_id))
+        return self._assemble(parts)
+
+    def _finished_limits(self, quota: Quota) -> list[int]:
+        """How many finished episodes to return per worker: all of them for ``num_steps``,
+        the first ``num_episodes`` per worker, or the first ``num_episodes`` to finish."""
+        tracks = self._tracks
+        if quota.unit == "steps":
+            return [len(track.finished) for track in tracks]
+        if quota.per_worker:
+            return [quota.amount] * len(tracks)
+        order = sorted(episode.finish_order for track in tracks for episode in track.finished)
+        cutoff = order[quota.amount - 1] if len(order) >= quota.amount else math.inf
+        return [sum(e.finish_order <= cutoff for e in track.finished) for track in tracks]
+
+    def _assemble(self, parts: list[tuple[int, _Episode, bool]]) -> Trajectories:
+        workers = self.pool.workers
+        observation_space, action_space = workers[0].observation_space, workers[0].action_space
+        episodes = [episode for _, episode, _ in parts]
+        lengths = [len(episode) for episode in episodes]
+
+        def column(name: str) -> list[Any]:
+            return [item for episode in episodes for item in getattr(episode, name)]
+
+        def repeat(values: Sequence[Any], dtype: Any) -> Any:
+            return np.repeat(np.asarray(values, dtype=dtype), lengths)
+
+        return Trajectories(
+            observations=stack(observation_space, column("observations")),
+            actions=stack(action_space, column("actions")),
+            rewards=np.asarray(column("rewards"), dtype=np.float64),
+            terminated=np.asarray(column("terminated"), dtype=np.bool_),
+            truncated=np.asarray(column("truncated"), dtype=np.bool_),
+            next_observations=stack(observation_space, column("next_observations")),
+            worker_id=repeat([worker for worker, _, _ in parts], np.int64),
+            episode_id=repeat([episode.episode_id for episode in episodes], np.int64),
+            step=np.concatenate(
+                [np.arange(e.first_step, e.first_step + len(e)) for e in episodes]
+                or [np.empty(0, np.int64)]
+            ).astype(np.int64),
+            policy_version=np.asarray(column("versions"), dtype=np.int64),
+            open=repeat([is_open for _, _, is_open in parts], np.bool_),
+        )
+
+
+def _detach_rows(episode: _Episode) -> _Episode:
+    """Move an open episode's rows out (to be returned now); it goes on from the next step."""
+    rows = dataclasses.replace(episode)  # shares the row lists, which the episode gives up
+    for field in _ROW_FIELDS:
+        setattr(episode, field, [])
+    episode.first_step += len(rows)
+    return rows
+
+
+def _action_rows(actions: Any, count: int) -> list[Any]:
+    """The policy's actions for a batch of ``count`` rows, one per row."""
+    if isinstance(actions, np.ndarray) and actions.ndim == 1:
+        actions = actions.tolist()  # plain Python scalars travel fastest
+    rows = list(actions)
+    if len(rows) != count:
+        raise ValueError(f"the policy returned {len(rows)} actions for a batch of {count}")
+    return rows
+
+
+_collectors: weakref.WeakKeyDictionary[WorkerPool[Any], Collector] = weakref.WeakKeyDictionary()
+
+
+async def collect(
+    pool: WorkerPool[Any],
+    policy: Policy,
+    *,
+    num_steps: int | None = None,
+    num_episodes: int | None = None,
+    per_worker: bool = False,
+    fraction: float = 1.0,
+    boundary: Boundary = "episode",
+    progress: bool = False,
+    policy_version: int | None = None,
+) -> Trajectories:
+    """:meth:`Collector.collect` with the pool's own collector (made on first use and kept
+    while the pool lives, so open episodes carry over between calls). ``policy`` replaces
+    the collector's policy; ``policy_version`` (None: unchanged) sets its version."""
+    collector = _collectors.get(pool)
+    if collector is None:
+        collector = _collectors[pool] = Collector(pool, policy)
+    collector.policy = policy
+    if policy_version is not None:
+        collector.policy_version = policy_version
+    return await collector.collect(
+        num_steps=num_steps,
+        num_episodes=num_episodes,
+        per_worker=per_worker,
+        fraction=fraction,
+        boundary=boundary,
+        progress=progress,
+    )

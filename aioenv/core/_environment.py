@@ -1,0 +1,436 @@
+"""What an environment is to aioenv: the minimal protocol, gymnasium's adapter, and
+turning whatever the user passed (an id, a factory, an instance) into one."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, Union, runtime_checkable
+
+import gymnasium
+import numpy as np
+
+from ._infos import FlatInfos, split_rows
+from ._registry import find_spec, shippable
+
+__all__ = [
+    "BatchStep",
+    "EnvSource",
+    "Environment",
+    "GymnasiumEnvironment",
+    "GymnasiumFactory",
+    "NotAnEnvironment",
+    "Step",
+    "VectorSource",
+    "as_environment",
+    "build_environment",
+    "describe_source",
+    "gymnasium_step",
+    "is_coroutine_env",
+    "resolve_source",
+]
+
+S = TypeVar("S")
+A_contra = TypeVar("A_contra", contravariant=True)
+O = TypeVar("O")
+
+#: Anything a worker accepts as its environment: a gymnasium id, a zero-argument factory,
+#: a ``gymnasium.Env`` instance or an :class:`Environment` instance.
+EnvSource = Union[str, Callable[[], Any], Any]  # noqa: UP007 (a runtime alias on 3.10)
+
+
+@runtime_checkable
+class Environment(Protocol[S, A_contra]):
+    """The minimal environment: everything about a step (reward, flags, info) lives in the
+    state it returns. ``close()`` is optional."""
+
+    def reset(self, seed: int | None = None) -> S:
+        """Start an episode and return its first state. ``seed``: seed the env's RNG (a
+        worker passes its seed at the first reset only, then None so episodes differ)."""
+        ...
+
+    def step(self, action: A_contra) -> S:
+        """Apply ``action`` and return the next state. Raising is allowed: the worker
+        reports it as :class:`~aioenv.EnvError` with this traceback."""
+        ...
+
+    def terminated(self, state: S) -> bool:
+        """True if ``state`` ends the episode (the time limit and autoreset use it)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Step(Generic[O]):
+    """One gymnasium transition as a state. The reply to ``RESET`` has reward 0.0 and both
+    flags False; the final step of an episode is returned whole.
+
+    With ``autoreset="same_step"`` the step that ends an episode carries the reset
+    observation and info as ``observation``/``info``, and the finished episode's last
+    observation and info as ``final_observation``/``final_info`` (None otherwise).
+    """
+
+    observation: O
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    final_observation: O | None = None
+    final_info: dict[str, Any] | None = None
+
+    def __init__(
+        self,
+        observation: O,
+        reward: float = 0.0,
+        terminated: bool = False,
+        truncated: bool = False,
+        info: dict[str, Any] | None = None,
+        final_observation: O | None = None,
+        final_info: dict[str, Any] | None = None,
+    ) -> None:
+        # Written straight to the instance dict: a frozen dataclass's generated __init__
+        # sets each field through object.__setattr__, which costs more than the rest of
+        # decoding a step on the hot path.
+        fields = self.__dict__
+        fields["observation"] = observation
+        fields["reward"] = reward
+        fields["terminated"] = terminated
+        fields["truncated"] = truncated
+        fields["info"] = {} if info is None else info
+        fields["final_observation"] = final_observation
+        fields["final_info"] = final_info
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def with_observation(self, observation: O) -> Step[O]:
+        """The same step with another observation (``dataclasses.replace``, faster)."""
+        return Step(
+            observation,
+            self.reward,
+            self.terminated,
+            self.truncated,
+            self.info,
+            self.final_observation,
+            self.final_info,
+        )
+
+    def owned(self) -> Step[O]:
+        """The same step with every array of its observation copied: what to keep of a step
+        whose observation views shared memory (valid only until the worker's next action)."""
+        return self.with_observation(_copy_arrays(self.observation))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Explicit so pickling is fast and works for frozen dataclasses on every Python.
+        fields = (self.observation, self.reward, self.terminated, self.truncated, self.info)
+        if self.final_info is None and self.final_observation is None:
+            return (Step, fields)
+        return (Step, (*fields, self.final_observation, self.final_info))
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchStep(Generic[O]):
+    """The transitions of the ``k`` envs one worker steps together (``envs_per_worker=k``):
+    row ``i`` is env ``i`` of the worker. One message carries all of them, so the parent
+    does no work per env.
+
+    ``observations`` are stacked along a first axis of length ``k`` (gymnasium's batched
+    space); ``rewards`` (float64), ``terminated`` and ``truncated`` (bool) are arrays.
+    ``infos`` maps a row to its info and leaves out rows whose info is empty (most steps
+    of most envs). Under ``autoreset="same_step"`` the rows that ended an episode carry the
+    reset observation in ``observations`` and the last one in ``final_observations[row]``,
+    with ``final_infos[row]``.
+
+    ``vector_infos`` holds the same infos in gymnasium's vector form over the ``k`` rows:
+    exactly the infos a ``SyncVectorEnv`` of these ``k`` envs returns (per key an array of
+    ``k`` and its ``_key`` mask, nested dicts alike, ``final_obs``/``final_info`` for the
+    rows that ended an episode), None where a worker kept the per-row form (infos whose
+    keys start with ``_``, or that gymnasium cannot batch). ``info_types`` says, per key
+    path, what the values of a numeric column were (``int``, ``float``, a numpy scalar
+    type, ``np.ndarray``), so that a batch that crossed a process, which carries the
+    vector form only, gives each row's values back as they were: its ``infos``,
+    ``final_observations`` and ``final_infos`` are derived from ``vector_infos`` when
+    first read (a row's keys then come in the batch's order of keys). Where every row's
+    info has the same scalar keys, the worker packs them as one record per row
+    (``packed_infos``), and ``vector_infos`` is derived from that when first read.
+    """
+
+    observations: Any
+    rewards: Any  # npt.NDArray[np.float64]
+    terminated: Any  # npt.NDArray[np.bool_]
+    truncated: Any  # npt.NDArray[np.bool_]
+    infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    final_observations: dict[int, Any] = dataclasses.field(default_factory=dict)
+    final_infos: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # No class attribute (a default_factory field has none): an instance that does not
+    # hold these yet derives them in __getattr__.
+    vector_infos: dict[str, Any] | None = dataclasses.field(default_factory=lambda: None)
+    info_types: dict[tuple[Any, ...], Any] | None = dataclasses.field(default_factory=lambda: None)
+    #: Set per instance (not a field: a copy made with ``dataclasses.replace`` carries the
+    #: ``vector_infos`` derived from it instead).
+    packed_infos: ClassVar[FlatInfos | None] = None
+
+    def __init__(
+        self,
+        observations: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        infos: dict[int, dict[str, Any]] | None = None,
+        final_observations: dict[int, Any] | None = None,
+        final_infos: dict[int, dict[str, Any]] | None = None,
+        vector_infos: dict[str, Any] | None = None,
+        info_types: dict[tuple[Any, ...], Any] | None = None,
+        packed_infos: FlatInfos | None = None,
+    ) -> None:
+        # Written straight to the instance dict, as Step does: one BatchStep per message
+        # on both sides of a process worker's hot path.
+        fields = self.__dict__
+        fields["observations"] = observations
+        fields["rewards"] = rewards
+        fields["terminated"] = terminated
+        fields["truncated"] = truncated
+        fields["packed_infos"] = packed_infos
+        if packed_infos is None or vector_infos is not None:
+            fields["vector_infos"] = vector_infos
+            fields["info_types"] = info_types
+        if infos is final_observations is final_infos is None and (
+            vector_infos is not None or packed_infos is not None
+        ):
+            return  # the per-row infos are derived when first read (see __getattr__)
+        fields["infos"] = {} if infos is None else infos
+        fields["final_observations"] = {} if final_observations is None else final_observations
+        fields["final_infos"] = {} if final_infos is None else final_infos
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for an attribute the instance lacks: what a batch that carries its
+        # infos in vector or packed form derives from them when first asked.
+        fields = self.__dict__
+        packed = fields.get("packed_infos")
+        if name in _VECTOR and packed is not None:
+            fields.update(zip(_VECTOR, packed.expanded(), strict=True))
+        elif name in _PER_ROW and (packed is not None or fields.get("vector_infos") is not None):
+            per_row = split_rows(self.vector_infos or {}, self.info_types or {})
+            fields.update(zip(_PER_ROW, per_row, strict=True))
+        else:
+            raise AttributeError(name)
+        return fields[name]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def dones(self) -> Any:
+        """Per row: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+    def owned(self) -> BatchStep[O]:
+        """The same batch with its observations copied (see :meth:`Step.owned`)."""
+        # The instance dict as it is: infos not derived yet stay so, packed ones packed.
+        copy = object.__new__(BatchStep)
+        copy.__dict__.update(self.__dict__, observations=_copy_arrays(self.observations))
+        return copy
+
+
+#: A BatchStep's per-row infos, in :func:`split_rows`'s order, and its vector form.
+_PER_ROW = ("infos", "final_observations", "final_infos")
+_VECTOR = ("vector_infos", "info_types")
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorSource:
+    """``len(sources)`` envs that one worker steps together, env ``i`` built from
+    ``sources[i]``. The worker's seed ``s`` seeds them with ``worker_seeds(s, k)``."""
+
+    sources: tuple[EnvSource, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("a VectorSource needs at least one env source")
+
+    @property
+    def description(self) -> str:
+        return f"{describe_source(self.sources[0])} x{len(self.sources)}"
+
+
+def _copy_arrays(observation: Any) -> Any:
+    if type(observation) is np.ndarray:
+        return observation.copy()
+    if type(observation) is dict:
+        return {key: _copy_arrays(value) for key, value in observation.items()}
+    if type(observation) is tuple:
+        return tuple(_copy_arrays(value) for value in observation)
+    return observation
+
+
+class GymnasiumEnvironment(Generic[O]):
+    """Adapts a ``gymnasium.Env`` to :class:`Environment` with :class:`Step` states."""
+
+    def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
+        self.env = env
+
+    @property
+    def observation_space(self) -> gymnasium.Space[Any]:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> gymnasium.Space[Any]:
+        return self.env.action_space
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Step[O]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        return Step(observation, 0.0, False, False, info)
+
+    def step(self, action: Any) -> Step[O]:
+        return gymnasium_step(self.env, self.env.step(action))
+
+    def terminated(self, state: Step[O]) -> bool:
+        return state.done
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_attr(self, name: str) -> Any:
+        return self.env.get_wrapper_attr(name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self.env.set_wrapper_attr(name, value)
+
+
+def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
+    """The Step of ``env.step``'s ``result``: gymnasium's 5-tuple, or a TypeError that
+    says what came instead."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise TypeError(
+            f"{type(env).__name__}.step() returned {_describe_result(result)}; aioenv "
+            "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
+        )
+    observation, reward, terminated, truncated, info = result
+    return Step(observation, float(reward), bool(terminated), bool(truncated), info)
+
+
+def _describe_result(result: object) -> str:
+    if isinstance(result, tuple):
+        return f"a {len(result)}-tuple"
+    return f"a {type(result).__name__}"
+
+
+def _is_environment(obj: object) -> bool:
+    if isinstance(obj, type):  # a class is a factory, even one that has these methods
+        return False
+    return all(callable(getattr(obj, name, None)) for name in ("reset", "step", "terminated"))
+
+
+def is_coroutine_env(obj: object) -> bool:
+    """``obj`` is an env instance whose ``step`` is an ``async def`` (a coroutine env)."""
+    return not isinstance(obj, type) and inspect.iscoroutinefunction(getattr(obj, "step", None))
+
+
+class NotAnEnvironment(TypeError):
+    """What a worker was given cannot be its env: ``problem`` says why and what to do.
+    Only strings are kept, so the error pickles (it crosses a process worker's pipe)."""
+
+    def __init__(self, name: str, problem: str, built_by: str | None = None) -> None:
+        super().__init__(name, problem, built_by)
+        self.name, self.problem, self.built_by = name, problem, built_by
+
+    def __str__(self) -> str:
+        if self.built_by is None:
+            return f"got {self.name}, {self.problem}"
+        return f"the env factory {self.built_by} built {self.name}, {self.problem}"
+
+
+#: Why a plain worker refuses a coroutine env, and where it runs.
+_COROUTINE_ENV_PROBLEM = (
+    "a coroutine env (its step() is async def), which only coroutine workers can await; "
+    "pass mode='coroutine' (make_pool, AioVectorEnv, make_vec's vectorization_mode) or "
+    "build an AsyncEnvWorker"
+)
+
+
+def as_environment(obj: object) -> Environment[Any, Any]:
+    """Wrap a gymnasium env; pass an :class:`Environment` through; reject anything else."""
+    if is_coroutine_env(obj):
+        raise NotAnEnvironment(type(obj).__name__, _COROUTINE_ENV_PROBLEM)
+    if isinstance(obj, gymnasium.Env):
+        return GymnasiumEnvironment(obj)
+    if _is_environment(obj):
+        return obj  # type: ignore[return-value]
+    raise NotAnEnvironment(
+        type(obj).__name__,
+        "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
+        "reset(seed), step(action) and terminated(state))",
+    )
+
+
+def build_environment(
+    source: EnvSource, adapt: Callable[[object], Environment[Any, Any]] = as_environment
+) -> Environment[Any, Any]:
+    """Build the environment a worker runs: ``gymnasium.make`` for an id, a call for a
+    factory, the object itself for an instance; ``adapt`` turns it into an environment
+    (default :func:`as_environment`)."""
+    if isinstance(source, str):
+        return adapt(gymnasium.make(source))
+    if isinstance(source, gymnasium.Env) or _is_environment(source) or is_coroutine_env(source):
+        return adapt(source)
+    if callable(source):
+        built = source()
+        try:
+            return adapt(built)
+        except NotAnEnvironment as exc:
+            raise NotAnEnvironment(exc.name, exc.problem, describe_source(source)) from None
+    return adapt(source)
+
+
+class GymnasiumFactory:
+    """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` then each wrapper.
+    ``env_id`` is an id or an ``EnvSpec``; a spec is built without gymnasium's registry,
+    so an env registered in the parent at run time builds in a worker process too."""
+
+    def __init__(
+        self,
+        env_id: str | gymnasium.envs.registration.EnvSpec,
+        kwargs: dict[str, Any],
+        wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] = (),
+    ) -> None:
+        self.env_id = env_id
+        self.kwargs = kwargs
+        self.wrappers = list(wrappers)
+        self.description = env_id if isinstance(env_id, str) else env_id.id
+
+    def __call__(self) -> gymnasium.Env[Any, Any]:
+        env = gymnasium.make(self.env_id, **self.kwargs)
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, looked up here (gymnasium's ``NameNotFound`` and
+    friends for an unknown id; ``module:Id`` imports ``module`` first). An entry point in
+    ``__main__`` is resolved to the class itself, which cloudpickle then ships by value to
+    worker processes."""
+    return shippable(find_spec(env_id))
+
+
+def resolve_source(source: EnvSource) -> EnvSource:
+    """A gymnasium id becomes a factory over its spec, resolved in this process (so an
+    unknown id fails here, before any worker starts); anything else is returned as is."""
+    if isinstance(source, str):
+        return GymnasiumFactory(resolve_spec(source), {})
+    return source
+
+
+def describe_source(source: EnvSource) -> str:
+    """A short human name for an env source, for worker names and error messages."""
+    if isinstance(source, str):
+        return source
+    description = getattr(source, "description", None)
+    if isinstance(description, str):
+        return description
+    if isinstance(source, gymnasium.Env) and source.spec is not None:
+        return source.spec.id
+    if callable(source) and not _is_environment(source):
+        return getattr(source, "__qualname__", type(source).__name__)
+    return type(source).__name__

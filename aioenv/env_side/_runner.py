@@ -1,0 +1,305 @@
+"""The environment side of every worker kind: build the env, answer reset, step and
+control requests, apply the episode options (autoreset, time limit), report
+failures with their traceback. Every worker kind runs this same code (coroutine envs through
+the async driver of the same plans, see :mod:`aioenv.env_side._plan`), so they cannot drift apart
+in semantics."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core._async_environment import AsyncGymnasiumEnvironment
+from ..core._commands import RESET, Command, Reset
+from ..core._environment import (
+    Environment,
+    EnvSource,
+    GymnasiumEnvironment,
+    Step,
+    as_environment,
+    build_environment,
+    gymnasium_step,
+)
+from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ._plan import Plan, drive
+from ._segment import PolicyCache, Rollout, rollout_plan
+
+__all__ = ["EnvRunner", "answer_control", "with_reset"]
+
+#: The adapters whose attributes are their wrapped env's.
+_ADAPTERS = (GymnasiumEnvironment, AsyncGymnasiumEnvironment)
+
+
+class EnvRunner:
+    """Owns one environment and answers requests for it.
+
+    The seed is used for the first reset only; later resets pass ``seed=None`` so the env's
+    RNG continues and consecutive episodes differ (a ``Reset(seed=...)`` overrides).
+    ``policies``: the rollout policies of its process, shared with the process's other
+    runners (a cache of its own when not given).
+    """
+
+    #: Turns what the source built into an environment (coroutine envs adapt their own).
+    _adapt = staticmethod(as_environment)
+
+    def __init__(
+        self,
+        source: EnvSource,
+        seed: int | None,
+        episode: EpisodeOptions | None = None,
+        policies: PolicyCache | None = None,
+    ) -> None:
+        self._source = source
+        self.policies = PolicyCache() if policies is None else policies
+        self._seed = seed
+        self._seed_used = False
+        self.episode = episode or EpisodeOptions()
+        self.env: Environment[Any, Any] | None = None
+        self.build_failure: Failure | None = None
+        #: The gymnasium env itself when ``env`` is its adapter (for :meth:`step_row`).
+        self._gym: Any = None
+        self._needs_reset = False
+        self._length = 0
+        #: What the next rollout segment goes on from: a Cursor where the last segment
+        #: stopped, or the state last answered by hand (one store per step on the hot
+        #: path; a :meth:`step_row` tuple in a batch), or None (a reset).
+        self.last: Any = None
+
+    @property
+    def needs_reset(self) -> bool:
+        """Autoreset "next_step" resets the env at the next step."""
+        return self._needs_reset
+
+    @property
+    def steps_in_episode(self) -> int:
+        """Steps since the env's last reset."""
+        return self._length
+
+    def build(self) -> None:
+        if self.env is not None or self.build_failure is not None:
+            return
+        try:
+            self.env = build_environment(self._source, self._adapt)
+        except Exception as exc:
+            self.build_failure = Failure.from_exception(exc, "construction")
+            return
+        if type(self.env) is GymnasiumEnvironment:
+            self._gym = self.env.env
+
+    @property
+    def built(self) -> bool:
+        """``build`` ran: the env exists, or its construction failed."""
+        return self.env is not None or self.build_failure is not None
+
+    @property
+    def spaces(self) -> tuple[Any, Any]:
+        return (
+            getattr(self.env, "observation_space", None),
+            getattr(self.env, "action_space", None),
+        )
+
+    def handle(self, action: Any) -> Any:
+        """Answer ``RESET``, a ``Reset(...)``, a step or a
+        :class:`~aioenv.env_side._segment.Rollout`: the state (a Segment), or a Failure. A
+        reset or step between rollouts makes the next rollout start from a reset."""
+        return drive(self.handle_plan(action))
+
+    def handle_plan(self, action: Any) -> Plan[Any]:
+        """:meth:`handle`'s plan (see :mod:`aioenv.env_side._plan`)."""
+        if type(action) is Rollout:
+            return rollout_plan(self, action)
+        if isinstance(action, Reset):
+            return self.reset_plan(action.seed, action.options)
+        if isinstance(action, Command) and action is RESET:
+            return self.reset_plan()
+        return self.step_plan(action)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        """Reset and return the state, or a :class:`Failure`."""
+        return drive(self.reset_plan(seed, options))
+
+    def reset_plan(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Plan[Any]:
+        """:meth:`reset`'s plan."""
+        env = self._built()
+        if env is None:
+            return self.build_failure
+        try:
+            state = yield self._reset(env, seed, options)
+        except Exception as exc:
+            return Failure.from_exception(exc, "reset")
+        self.last = state
+        return state
+
+    def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
+        """The episode's bookkeeping of a reset, then the env's call: its result."""
+        if self.episode.max_episode_steps is not None and not isinstance(env, _ADAPTERS):
+            raise TypeError(
+                "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
+                "Environment's state as truncated; end the episode in the env itself (its "
+                "terminated(state)) and drop the max_episode_steps option"
+            )
+        if seed is None and not self._seed_used:
+            seed = self._seed
+        self._seed_used = True
+        self._needs_reset = False
+        self._length = 0
+        if options is not None:
+            return env.reset(seed=seed, options=options)
+        return env.reset(seed=seed)
+
+    def step(self, action: Any) -> Any:
+        """Step and return the state, or a :class:`Failure`."""
+        return drive(self.step_plan(action))
+
+    def step_plan(self, action: Any) -> Plan[Any]:
+        """:meth:`step`'s plan."""
+        env = self._built()
+        if env is None:
+            self.last = self.build_failure
+            return self.build_failure
+        try:
+            if self._needs_reset:  # autoreset "next_step": this action is ignored
+                self.last = state = yield self._reset(env, None, None)
+                return state
+            state = yield env.step(action)
+        except Exception as exc:
+            self.last = failure = Failure.from_exception(exc, "step")
+            return failure
+        return (yield from self._finish_plan(env, state))
+
+    def step_row(self, action: Any) -> Any:
+        """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a
+        gymnasium env's step whose episode goes on is answered as its plain 5-tuple
+        ``(observation, reward, terminated, truncated, info)``, reward a float and both
+        flags False, with no Step made; any other answer is :meth:`step`'s."""
+        gym = self._gym
+        if gym is None or self._needs_reset or self.episode.max_episode_steps is not None:
+            return self.step(action)
+        try:
+            result = gym.step(action)
+            if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
+                row = (result[0], float(result[1]), False, False, result[4])
+                self._length += 1
+                self.last = row  # a rollout goes on from here (see _segment._resume)
+                return row
+            state = gymnasium_step(gym, result)
+        except Exception as exc:
+            self.last = failure = Failure.from_exception(exc, "step")
+            return failure
+        assert self.env is not None
+        return drive(self._finish_plan(self.env, state))
+
+    def _finish_plan(self, env: Any, state: Any) -> Plan[Any]:
+        """The bookkeeping after a step (see :meth:`_end_of_step`), the state to answer."""
+        try:
+            state, reset_now = self._end_of_step(env, state)
+            if reset_now:
+                state = with_reset(state, (yield self._reset(env, None, None)))
+        except Exception as exc:
+            self.last = failure = Failure.from_exception(exc, "autoreset")
+            return failure
+        self.last = state
+        return state
+
+    def _end_of_step(self, env: Any, state: Any) -> tuple[Any, bool]:
+        """The bookkeeping after ``env`` returned ``state``: the state to answer, and
+        whether the env must be reset now (autoreset "same_step": the caller resets it and
+        merges the two with :func:`with_reset`)."""
+        self._length += 1
+        limit = self.episode.max_episode_steps
+        if not isinstance(state, Step):
+            done = env.terminated(state)
+            if done and self.episode.autoreset == "same_step":
+                raise TypeError(
+                    "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
+                    "carry the final observation; use 'next_step' or 'disabled'"
+                )
+            self._needs_reset = done and self.episode.autoreset == "next_step"
+            return state, False
+        if limit is not None and self._length >= limit and not state.done:
+            state = dataclasses.replace(state, truncated=True)
+        if not state.done:
+            return state, False
+        if self.episode.autoreset == "next_step":
+            self._needs_reset = True
+        return state, self.episode.autoreset == "same_step"
+
+    def control(self, request: ControlRequest) -> Any:
+        """Answer a control request: its result, or a :class:`Failure`."""
+        return drive(self.control_plan(request))
+
+    def control_plan(self, request: ControlRequest) -> Plan[Any]:
+        """:meth:`control`'s plan (a coroutine method's result is awaited by
+        :func:`~aioenv.env_side._plan.drive_async`, and handed over as it is by :func:`drive`)."""
+        if request.op == "configure":
+            self.episode = request.kwargs["episode"]
+            return None
+        if request.op == "policy":
+            return self.policies.load(request.kwargs["package"])
+        env = self._built()
+        if env is None:
+            return self.build_failure
+        try:
+            return (yield answer_control(env, request))
+        except Exception as exc:
+            return Failure.from_exception(exc, f"{request.op} {request.name!r}")
+
+    def close(self) -> Failure | None:
+        return drive(self.close_plan())
+
+    def close_plan(self) -> Plan[Failure | None]:
+        """:meth:`close`'s plan (an async ``close`` is awaited by the async driver)."""
+        close = getattr(self.env, "close", None)
+        self.env = self._gym = None
+        if close is None:
+            return None
+        try:
+            yield close()
+        except Exception as exc:
+            return Failure.from_exception(exc, "close")
+        return None
+
+    def _built(self) -> Environment[Any, Any] | None:
+        if self.env is None:
+            self.build()
+        return self.env
+
+
+def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
+    """The step that ended an episode, carrying the next episode's ``first`` state (autoreset
+    "same_step")."""
+    return Step(
+        first.observation,
+        last.reward,
+        last.terminated,
+        last.truncated,
+        first.info,
+        final_observation=last.observation,
+        final_info=last.info,
+    )
+
+
+def answer_control(env: Any, request: ControlRequest) -> Any:
+    """The answer to a call, get or set (a method's result may be a coroutine)."""
+    if request.op == "set":
+        _set_attr(env, request.name, request.args[0])
+        return None
+    value = _get_attr(env, request.name)
+    if request.op == "call" and callable(value):
+        return value(*request.args, **request.kwargs)
+    return value
+
+
+def _get_attr(env: Any, name: str) -> Any:
+    if isinstance(env, _ADAPTERS):
+        return env.get_attr(name)
+    return getattr(env, name)
+
+
+def _set_attr(env: Any, name: str, value: Any) -> None:
+    if isinstance(env, _ADAPTERS):
+        env.set_attr(name, value)
+    else:
+        setattr(env, name, value)

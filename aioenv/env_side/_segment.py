@@ -1,0 +1,328 @@
+"""Rollouts inside a worker, the env's side: a policy shipped once, a segment played locally.
+
+A :class:`PolicyPackage` carries a user's policy to the env side. In the parent's own
+process (sync, thread and async workers) it carries the object itself, which those workers
+share. Pickled, it carries the policy's cloudpickle bytes (made once in the parent, however
+many workers it goes to) or a Ray object reference to them, or only its key when the
+receiving process has it already; each process unpickles a key once and its slots share the
+result (its :class:`PolicyCache`, which the process's runners are given).
+
+A :class:`Rollout` is a request like a step (it goes where steps go, so deadlines, restarts
+and stale-reply checks apply to it as to a step): the runner plays ``num_steps`` transitions
+per env with the policy and answers one :class:`Segment` of arrays. This module is on the
+env's side: it imports nothing of the parent's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import numpy.typing as npt
+
+from ..core._environment import Step
+from ..core._messages import Failure
+from ._plan import Plan, drive
+
+__all__ = [
+    "PolicyCache",
+    "PolicyPackage",
+    "Rollout",
+    "Segment",
+    "joined",
+    "play",
+    "rollout_plan",
+]
+
+_NO_OBJECT = object()
+
+
+class PolicyPackage:
+    """A policy on its way to the env side: ``version`` (an int) and ``key`` (unique per
+    :meth:`~aioenv.WorkerPool.set_policy` call) name it; ``payload`` is its cloudpickle
+    bytes, a Ray object reference to them, or None (the receiving process has it).
+    ``stored``: in the parent, the reference to its bytes once they were put in Ray's
+    object store (once per package, however many actors it goes to)."""
+
+    __slots__ = ("_policy", "key", "payload", "stored", "version")
+
+    def __init__(self, version: int, key: str, payload: Any = None, policy: Any = _NO_OBJECT):
+        self.version = version
+        self.key = key
+        self.payload = payload
+        self._policy = policy
+        self.stored: Any = None
+
+    def pickled(self) -> bytes:
+        """The policy's cloudpickle bytes, made on first use only (the parent pickles a
+        policy once, however many workers it goes to)."""
+        if not isinstance(self.payload, bytes):
+            try:
+                self.payload = cloudpickle.dumps(self._policy)
+            except Exception as exc:
+                raise TypeError(
+                    f"the policy (version {self.version}) could not be pickled with cloudpickle "
+                    f"to send it to a worker process ({type(exc).__name__}: {exc}); make it "
+                    "plain data (numpy arrays) and a function or class, or use thread workers"
+                ) from exc
+        payload: bytes = self.payload
+        return payload
+
+    def reference(self) -> PolicyPackage:
+        """The package without its payload: for a process that was sent it already."""
+        return PolicyPackage(self.version, self.key)
+
+    def with_payload(self, payload: Any) -> PolicyPackage:
+        """The package carrying ``payload`` (a Ray object reference) instead."""
+        return PolicyPackage(self.version, self.key, payload)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The object itself never travels: its bytes (pickled once), a reference, or nothing.
+        payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload
+        return (PolicyPackage, (self.version, self.key, payload))
+
+
+class PolicyCache:
+    """The policies one serving process (a child process, a Ray actor) unpickled, by key:
+    its runners share one, so a policy is unpickled once however many slots play it, and
+    only the first request to the process needs to carry its bytes. It keeps the latest
+    two: the current policy and the one before (for a late request)."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Any] = {}  # key -> the policy (or the Failure unpickling it)
+
+    def resolve(self, package: PolicyPackage) -> Any:
+        """The policy ``package`` names: its object when it never left the parent's
+        process, else the one unpickled here for its key (once)."""
+        if package._policy is not _NO_OBJECT:
+            return package._policy
+        loaded = self._loaded.get(package.key, _NO_OBJECT)
+        if loaded is _NO_OBJECT:
+            loaded = _load(package)
+            self._loaded[package.key] = loaded
+            while len(self._loaded) > self.KEEP:
+                del self._loaded[next(iter(self._loaded))]
+        if isinstance(loaded, Failure):
+            raise RuntimeError(f"the policy (version {package.version}) {loaded.message}")
+        return loaded
+
+    def load(self, package: PolicyPackage) -> Failure | None:
+        """Unpickle ``package``'s policy here now (the answer to set_policy's request):
+        None, or the Failure that says why it could not be."""
+        try:
+            self.resolve(package)
+        except Exception as exc:
+            return Failure.from_exception(exc, "set_policy (loading the policy)")
+        return None
+
+
+def _load(package: PolicyPackage) -> Any:
+    payload = package.payload
+    if payload is None:
+        error = LookupError("was never sent to this process; call pool.set_policy() again")
+        return Failure.from_exception(error, "loading the policy")
+    try:
+        if not isinstance(payload, bytes):
+            import ray  # a reference into Ray's object store: only inside a Ray actor
+
+            payload = ray.get(payload)
+        policy = cloudpickle.loads(payload)
+    except Exception as exc:
+        failure = Failure.from_exception(exc, "loading the policy")
+        message = f"could not be unpickled here ({type(exc).__name__}: {exc})"
+        return dataclasses.replace(failure, message=message)
+    return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`.
+    ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
+    go on from where the last segment stopped (a reset if there is none)."""
+
+    policy: PolicyPackage
+    num_steps: int
+    seed: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Segment:
+    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
+    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
+    its episode (0 after a reset). Observations and actions are arrays where numpy can
+    stack them, else lists."""
+
+    observations: Any
+    actions: Any
+    rewards: npt.NDArray[np.float64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    next_observations: Any
+    step: npt.NDArray[np.int64]
+    env: npt.NDArray[np.int64]
+    version: int
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+@dataclasses.dataclass
+class Cursor:
+    """Where the runner's env stands between segments: its observation, and the index in
+    its episode of the next transition."""
+
+    observation: Any
+    step: int
+
+
+def _rows(
+    runner: Any, cursor: Cursor | None, num_steps: int, seed: int | None, policy: Any
+) -> Plan[tuple[dict[str, list[Any]], Cursor]]:
+    """The segment's rows, the runner's own reset and step plans making the env's calls."""
+    rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    if cursor is None or seed is not None:
+        cursor = Cursor(_observation((yield from _answered(runner.reset_plan(seed)))), 0)
+    for _ in range(num_steps):
+        action = policy(cursor.observation)
+        state = yield from _answered(runner.step_plan(action))
+        if not isinstance(state, Step):
+            raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
+        done = state.terminated or state.truncated
+        same_step = done and state.final_info is not None  # autoreset "same_step" reset it
+        final = state.final_observation if same_step else state.observation
+        row = (cursor.observation, action, state.reward, state.terminated, state.truncated)
+        for name, value in zip(_COLUMNS, (*row, final, cursor.step), strict=True):
+            rows[name].append(value)
+        if not done:
+            cursor = Cursor(state.observation, cursor.step + 1)
+        elif same_step:
+            cursor = Cursor(state.observation, 0)
+        else:
+            cursor = Cursor(_observation((yield from _answered(runner.reset_plan()))), 0)
+    return rows, cursor
+
+
+def _answered(plan: Plan[Any]) -> Plan[Any]:
+    """What ``plan`` answers; a Failure ends the segment (:class:`_Stop`)."""
+    answer = yield from plan
+    if isinstance(answer, Failure):
+        raise _Stop(answer)
+    return answer
+
+
+_COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "next", "step")
+
+
+def _observation(state: Any) -> Any:
+    if not isinstance(state, Step):
+        raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
+    return state.observation
+
+
+class _Stop(Exception):
+    """The runner answered a Failure: the segment ends with it."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | Failure]:
+    """The plan of ``request`` on ``runner`` (an :class:`~aioenv.env_side._runner.EnvRunner`; see
+    :mod:`aioenv.env_side._plan`), keeping its cursor there for the next segment; a Failure ends
+    the segment and drops its rows."""
+    try:
+        policy = runner.policies.resolve(request.policy)
+    except Exception as exc:
+        return Failure.from_exception(exc, "rollout (loading the policy)")
+    try:
+        plan = _rows(runner, _resume(runner), request.num_steps, _seed(request, env), policy)
+        rows, runner.last = yield from plan
+    except _Stop as stop:
+        return stop.failure
+    except Exception as exc:
+        return Failure.from_exception(exc, "rollout (the policy)")
+    return _segment(rows, env, request.policy.version)
+
+
+def play(runner: Any, request: Rollout, env: int = 0) -> Segment | Failure:
+    """Play ``request`` on ``runner``, a plain env's runner (see :func:`rollout_plan`)."""
+    return drive(rollout_plan(runner, request, env))
+
+
+def _resume(runner: Any) -> Cursor | None:
+    """Where the segment starts: where the last one stopped, else at the state last
+    answered by hand (if its episode goes on), else (None) at a reset. Cleared on the
+    runner: set again only when this segment completes."""
+    last = runner.last
+    runner.last = None
+    if type(last) is Cursor:
+        return last
+    if type(last) is tuple and not runner.needs_reset:  # a batch row: its episode goes on
+        return Cursor(last[0], runner.steps_in_episode)
+    if type(last) is not Step or runner.needs_reset:
+        return None
+    same_step = last.final_info is not None  # autoreset "same_step": already reset
+    if (last.terminated or last.truncated) and not same_step:
+        return None
+    return Cursor(last.observation, runner.steps_in_episode)
+
+
+def _seed(request: Rollout, env: int) -> int | None:
+    return None if request.seed is None else request.seed + env
+
+
+def _segment(rows: dict[str, list[Any]], env: int, version: int) -> Segment:
+    count = len(rows["rewards"])
+    return Segment(
+        observations=_column(rows["observations"]),
+        actions=_column(rows["actions"]),
+        rewards=np.asarray(rows["rewards"], np.float64).reshape(count),
+        terminated=np.asarray(rows["terminated"], np.bool_).reshape(count),
+        truncated=np.asarray(rows["truncated"], np.bool_).reshape(count),
+        next_observations=_column(rows["next"]),
+        step=np.asarray(rows["step"], np.int64).reshape(count),
+        env=np.full(count, env, np.int64),
+        version=version,
+    )
+
+
+_NUMERIC = (np.ndarray, np.generic, int, float, bool)
+
+
+def _column(items: list[Any]) -> Any:
+    """``items`` stacked into one array where numpy can (numbers, arrays of one shape),
+    else the list."""
+    if not items or not all(isinstance(item, _NUMERIC) for item in items):
+        return items
+    try:
+        array = np.asarray(items)
+    except ValueError:
+        return items
+    return items if array.dtype.hasobject else array
+
+
+def joined(segments: list[Segment]) -> Segment:
+    """The segments of a worker's envs, one after the other."""
+    return Segment(
+        observations=_joined([s.observations for s in segments]),
+        actions=_joined([s.actions for s in segments]),
+        rewards=np.concatenate([s.rewards for s in segments]),
+        terminated=np.concatenate([s.terminated for s in segments]),
+        truncated=np.concatenate([s.truncated for s in segments]),
+        next_observations=_joined([s.next_observations for s in segments]),
+        step=np.concatenate([s.step for s in segments]),
+        env=np.concatenate([s.env for s in segments]),
+        version=segments[0].version,
+    )
+
+
+def _joined(parts: list[Any]) -> Any:
+    if all(isinstance(part, np.ndarray) for part in parts):
+        shapes = {part.shape[1:] for part in parts}
+        if len(shapes) == 1:
+            return np.concatenate(parts)
+    return [item for part in parts for item in part]

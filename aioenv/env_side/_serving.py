@@ -1,0 +1,102 @@
+"""The env slots of one serving process, and what each request to them means.
+
+A process worker's child (:mod:`aioenv.workers.process._child`, frames on a socket) and a Ray
+actor (:mod:`aioenv.workers.ray._actor`, actor calls) both serve their slots through a
+:class:`Slots`: each turns its own messages into a :class:`~aioenv.wire._requests.Request`
+and sends the answer back its own way, so what a request does is written here once. This
+module imports nothing from the parent's side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+
+from ..core._messages import EpisodeOptions, Failure
+from ..core._registry import merge as merge_registry
+from ..wire._requests import Request
+from ._runner import EnvRunner
+from ._segment import PolicyCache
+from ._thread_caps import ThreadCaps, cap_imported, cap_threads
+from ._vector_runner import Runner, make_runner
+
+__all__ = ["Slots"]
+
+# The requests as plain ints, tested in this order: steps are the hot path.
+_STEP, _CONTROL, _CLOSE_SLOT, _REBUILD = (
+    int(Request.STEP),
+    int(Request.CONTROL),
+    int(Request.CLOSE_SLOT),
+    int(Request.REBUILD),
+)
+
+
+class Slots:
+    """One env slot per payload (cloudpickled env sources), slot ``i`` seeded with
+    ``seeds[i]`` at its first reset. The parent's gymnasium ids (``registry``,
+    :func:`aioenv.core._registry.snapshot`) are added to this process's and its native thread
+    pools capped (``thread_caps``, see :mod:`aioenv.env_side._thread_caps`) before any env
+    is unpickled or built. No env is built until a BUILD or REBUILD request asks."""
+
+    def __init__(
+        self,
+        payloads: Sequence[bytes],
+        seeds: Sequence[int | None],
+        episode: EpisodeOptions,
+        registry: bytes,
+        thread_caps: ThreadCaps | None,
+    ) -> None:
+        merge_registry(registry)
+        cap_threads(thread_caps)
+        self._thread_caps = thread_caps
+        self._policies = PolicyCache()  # this process's, shared by its slots' runners
+        self._sources = [_unpickled(payload) for payload in payloads]
+        self.runners = [self._runner(slot, seed, episode) for slot, seed in enumerate(seeds)]
+
+    def serve(self, slot: int, request: int, payload: Any) -> Any:
+        """Answer one ``request`` for ``slot``: a state or a Failure (STEP), a result or
+        a Failure (CONTROL), the env's spaces (BUILD, REBUILD), None (CLOSE_SLOT)."""
+        runner = self.runners[slot]
+        if request == _STEP:
+            return runner.handle(payload)
+        if request == _CONTROL:
+            return runner.control(payload)
+        if request == _CLOSE_SLOT:
+            runner.close()
+            return None
+        if request == _REBUILD:
+            runner.close()
+            seed, episode = payload
+            runner = self.runners[slot] = self._runner(slot, seed, episode)
+        runner.build()
+        cap_imported(self._thread_caps)  # what the env imported while it was built
+        return runner.spaces
+
+    def close(self) -> None:
+        """Close every slot's env."""
+        for runner in self.runners:
+            runner.close()
+
+    def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
+        source = self._sources[slot]
+        if isinstance(source, _Unpicklable):
+            failed = EnvRunner(None, seed, episode, self._policies)
+            failed.build_failure = source.failure  # reported by every request, as a build's
+            return failed
+        return make_runner(source, seed, episode, self._policies)
+
+
+class _Unpicklable:
+    """Stands in for an env source that could not be unpickled here."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+def _unpickled(payload: bytes) -> Any:
+    try:
+        return cloudpickle.loads(payload)
+    except Exception as exc:
+        return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))

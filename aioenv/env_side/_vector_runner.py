@@ -1,0 +1,409 @@
+"""Several envs behind one worker: a batch of actions in, one :class:`BatchStep` out.
+
+With ``envs_per_worker=k`` a worker's env is a :class:`VectorSource` of ``k`` env sources,
+and the env side runs a :class:`VectorRunner`: one :class:`~aioenv.env_side._runner.EnvRunner` per
+env (so autoreset, time limits and failures mean exactly what they mean for one env),
+stepped in turn, their states stacked into one batch. A process worker then exchanges one
+message per batch each way, and the parent does no work per env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.spaces import Box, Tuple
+from gymnasium.vector.utils import (
+    batch_differing_spaces,
+    batch_space,
+    concatenate,
+    create_empty_array,
+    iterate,
+)
+
+from ..core._commands import RESET, Command, Reset
+from ..core._environment import BatchStep, Step, VectorSource
+from ..core._infos import Kinds, flat_infos, group_infos
+from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
+from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
+from ._runner import EnvRunner
+from ._segment import PolicyCache, Rollout, Segment, joined, play
+
+__all__ = ["Runner", "VectorRunner", "make_runner"]
+
+_NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
+#: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
+_ITERATED_AS_ROWS = iterate.dispatch(Box)
+
+
+class Runner(Protocol):
+    """What every worker kind drives: an :class:`EnvRunner` or a :class:`VectorRunner`."""
+
+    build_failure: Failure | None
+
+    def build(self) -> None: ...
+
+    @property
+    def built(self) -> bool: ...
+
+    @property
+    def spaces(self) -> tuple[Any, Any]: ...
+
+    def handle(self, action: Any) -> Any: ...
+
+    def reset(self) -> Any: ...
+
+    def control(self, request: ControlRequest) -> Any: ...
+
+    def close(self) -> Failure | None: ...
+
+
+def make_runner(
+    source: Any,
+    seed: int | None,
+    episode: EpisodeOptions | None = None,
+    policies: PolicyCache | None = None,
+) -> Runner:
+    """The runner for a worker's env source, first reset with ``seed``; ``policies``: its
+    process's rollout policies (see :class:`~aioenv.env_side._segment.PolicyCache`)."""
+    if isinstance(source, VectorSource):
+        return VectorRunner(source, seed, episode, policies)
+    return EnvRunner(source, seed, episode, policies)
+
+
+class VectorRunner:
+    """Answers batch requests for the envs of a :class:`VectorSource`.
+
+    A step takes one action per env (anything gymnasium's ``iterate`` splits over the
+    batched action space). A reset takes ``RESET`` or ``Reset(seed, options)``, where
+    ``seed`` is None, an int (env ``i`` gets ``seed + i``, gymnasium's convention) or one
+    seed per env, and ``options["reset_mask"]`` (bool per env) resets only those envs: the
+    others keep their last observation. An env that raises fails the whole request (its
+    Failure says which env, and carries those of the other envs that raised: every env
+    is stepped, as it would be in a worker of its own); the worker's restart policy then
+    rebuilds all of them.
+    """
+
+    def __init__(
+        self,
+        source: VectorSource,
+        seed: int | None,
+        episode: EpisodeOptions | None,
+        policies: PolicyCache | None = None,
+    ):
+        seeds = worker_seeds(seed, len(source.sources))
+        self.policies = PolicyCache() if policies is None else policies
+        self.runners = [
+            EnvRunner(s, env_seed, episode, self.policies)
+            for s, env_seed in zip(source.sources, seeds, strict=True)
+        ]
+        self.size = len(self.runners)
+        self.build_failure: Failure | None = None
+        self._spaces: tuple[Any, Any] = (None, None)
+        self._single_space: Any = None
+        self._action_batch: Any = None  # env 0's action space batched: splits the actions
+        self._observations: list[Any] = [None] * self.size
+        self._built = False
+
+    @property
+    def built(self) -> bool:
+        return self._built
+
+    def build(self) -> None:
+        if self._built:
+            return
+        self._built = True
+        for index, runner in enumerate(self.runners):
+            runner.build()
+            if runner.build_failure is not None:
+                self.build_failure = _in_env(runner.build_failure, index)
+                return
+        observations = [runner.spaces[0] for runner in self.runners]
+        actions = [runner.spaces[1] for runner in self.runners]
+        self._single_space = observations[0]
+        self._action_batch = _batched(actions[:1] * self.size)
+        self._spaces = (_batched(observations), _batched(actions))
+
+    @property
+    def spaces(self) -> tuple[Any, Any]:
+        return self._spaces
+
+    def handle(self, action: Any) -> Any:
+        """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
+        if type(action) is Rollout:
+            return self._rollout(action)
+        try:
+            if isinstance(action, Reset):
+                return self._reset(action.seed, action.options)
+            if isinstance(action, Command) and action is RESET:
+                return self._reset(None, None)
+            return self.step(action)
+        except Exception as exc:  # stacking the envs' answers: reported like an env's error
+            return Failure.from_exception(exc, "batching the envs' states")
+
+    def reset(self) -> Any:
+        return self._reset(None, None)
+
+    def _rollout(self, request: Rollout) -> Segment | Failure:
+        """Each env plays the segment in turn (``num_steps`` transitions each), with the
+        single-observation policy; their rows are joined, env 0's first."""
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        segments: list[Segment] = []
+        for index, runner in enumerate(self.runners):
+            segment = play(runner, request, index)
+            if isinstance(segment, Failure):
+                return _in_env(segment, index)
+            segments.append(segment)
+        return joined(segments)
+
+    def _reset(self, seed: Any, options: dict[str, Any] | None) -> Any:
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        try:
+            seeds, mask, options = _reset_arguments(seed, options, self.size)
+        except (TypeError, ValueError) as exc:
+            return Failure.from_exception(exc, "reset")
+        states: list[Any] = []
+        failures: list[Failure] = []
+        for index, runner in enumerate(self.runners):
+            if not mask[index]:
+                continue
+            state = runner.reset(seeds[index], options)
+            if isinstance(state, Failure):
+                failures.append(_in_env(state, index))
+            states.append((index, state))
+        if failures:
+            return _first_of(failures)
+        return self._batch(states, np.zeros(self.size), np.zeros(self.size, np.bool_))
+
+    def step(self, actions: Any) -> Any:
+        self.build()
+        if self.build_failure is not None:
+            return self.build_failure
+        try:
+            rows = self.split(actions)
+        except Exception as exc:
+            return Failure.from_exception(exc, "step (splitting the batch of actions)")
+        if len(rows) != self.size:
+            count = ValueError(f"a batch of {len(rows)} actions for {self.size} envs")
+            return Failure.from_exception(count, "step")
+        return self.step_rows(rows)
+
+    def step_rows(self, rows: list[Any]) -> Any:
+        """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
+        states: list[Any] = []
+        failures: list[Failure] = []
+        for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True)):
+            state = runner.step_row(action)
+            if type(state) is not tuple and not isinstance(state, Step):
+                if not isinstance(state, Failure):
+                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                failures.append(_in_env(state, index))
+            states.append(state)
+        if failures:
+            return _first_of(failures)
+        return self._stepped(states)
+
+    def split(self, actions: Any) -> list[Any]:
+        """One action per env, as gymnasium's ``iterate`` splits them (for the array
+        spaces ``iterate`` is ``iter``: the same rows, without its dispatch)."""
+        space = self._action_batch
+        if space is None:
+            return list(actions)
+        if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
+            with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
+                return list(actions)
+        return list(iterate(space, actions))
+
+    def _stepped(self, states: list[Any]) -> BatchStep[Any]:
+        """The BatchStep of a step of every env: ``states[i]`` is env ``i``'s Step, or its
+        :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple."""
+        observations: list[Any] = []
+        rewards: list[float] = []
+        terminated: list[bool] = []
+        truncated: list[bool] = []
+        infos: dict[int, dict[str, Any]] = {}
+        finals: dict[int, Any] = {}
+        final_infos: dict[int, dict[str, Any]] = {}
+        entries: list[tuple[int, dict[str, Any]]] = []
+        for index, state in enumerate(states):
+            if type(state) is tuple:
+                observation, reward, ended, cut, info = state
+            else:
+                observation, reward, ended, cut, info = (
+                    state.observation,
+                    state.reward,
+                    state.terminated,
+                    state.truncated,
+                    state.info,
+                )
+                if state.final_info is not None:
+                    finals[index] = state.final_observation
+                    final_infos[index] = state.final_info
+                    entries.append((index, _final(state)))
+            observations.append(observation)
+            rewards.append(reward)
+            terminated.append(ended)
+            truncated.append(cut)
+            if info:
+                infos[index] = info
+                entries.append((index, info))
+        self._observations = observations
+        rewards_array = np.array(rewards, np.float64)
+        ended_array, cut_array = np.array(terminated, np.bool_), np.array(truncated, np.bool_)
+        if len(infos) == self.size and not finals:
+            packed = flat_infos(list(infos.values()))
+            if packed is not None:
+                return BatchStep(
+                    self._stacked(), rewards_array, ended_array, cut_array, infos, finals,
+                    final_infos, packed_infos=packed,
+                )  # fmt: skip
+        return BatchStep(
+            self._stacked(),
+            rewards_array,
+            ended_array,
+            cut_array,
+            infos,
+            finals,
+            final_infos,
+            *self._vector_infos(entries, infos),
+        )
+
+    def _batch(
+        self, states: list[tuple[int, Any]], rewards: Any, terminated: Any, truncated: Any = None
+    ) -> Any:
+        """A BatchStep from the states of the envs in ``states`` (the others keep their last
+        observation: a masked reset)."""
+        infos: dict[int, dict[str, Any]] = {}
+        finals: dict[int, Any] = {}
+        final_infos: dict[int, dict[str, Any]] = {}
+        entries: list[tuple[int, dict[str, Any]]] = []
+        for index, state in states:
+            if not isinstance(state, Step):
+                return Failure.from_exception(TypeError(_NOT_STEPS), "reset")
+            self._observations[index] = state.observation
+            if state.final_info is not None:
+                finals[index] = state.final_observation
+                final_infos[index] = state.final_info
+                entries.append((index, _final(state)))
+            if state.info:
+                infos[index] = state.info
+                entries.append((index, state.info))
+        flags = (
+            np.zeros(self.size, np.bool_) if truncated is None else np.array(truncated, np.bool_)
+        )
+        return BatchStep(
+            self._stacked(),
+            rewards,
+            terminated,
+            flags,
+            infos,
+            finals,
+            final_infos,
+            *self._vector_infos(entries, infos),
+        )
+
+    def _vector_infos(
+        self, entries: list[tuple[int, dict[str, Any]]], infos: dict[int, dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, Kinds | None]:
+        """The batch's infos in gymnasium's vector form, and their kinds (see
+        :func:`~aioenv.core._infos.group_infos`): what crosses to the parent, cheaper to
+        send than a dict per row and merged there with a slice per key. None for an info
+        with a key of its own named ``final_obs`` or ``final_info``: the vector form
+        mixes it with the autoreset's, so only the per-row form tells them apart."""
+        if not entries:
+            return {}, {}
+        if any("final_obs" in info or "final_info" in info for info in infos.values()):
+            return None, None
+        grouped = group_infos(entries, self.size)
+        return (None, None) if grouped is None else grouped
+
+    def _stacked(self) -> Any:
+        space = self._single_space
+        if isinstance(space, Box):
+            try:
+                # np.array of same-shape arrays is np.stack, three times faster
+                return np.array(self._observations)
+            except ValueError:
+                return np.stack(self._observations)  # its error names the mismatch
+        out = create_empty_array(space, self.size)
+        return concatenate(space, self._observations, out)  # type: ignore[arg-type]
+
+    def control(self, request: ControlRequest) -> Any:
+        """``configure`` applies to every env, ``policy`` is loaded once for all; other
+        requests go to each env in turn and answer a list (one result per env), or the
+        first Failure."""
+        if request.op == "policy":
+            return self.policies.load(request.kwargs["package"])
+        if request.op != "configure":
+            self.build()
+            if self.build_failure is not None:
+                return self.build_failure
+        results = []
+        for index, runner in enumerate(self.runners):
+            result = runner.control(_for_env(request, index))
+            if isinstance(result, Failure):
+                return _in_env(result, index)
+            results.append(result)
+        return None if request.op in ("configure", "set") else results
+
+    def close(self) -> Failure | None:
+        failures = [runner.close() for runner in self.runners]
+        return next((failure for failure in failures if failure is not None), None)
+
+
+def _batched(spaces: list[Any]) -> Any:
+    """The batched space of a worker's envs. Envs whose spaces differ are not refused
+    here: the caller checks them per env with gymnasium's rules (``AioVectorEnv``'s
+    ``observation_mode``), so the batch is gymnasium's batch of differing spaces where
+    one exists, else a Tuple of the envs' own spaces, which no other worker's batch
+    equals (a pool of such workers reports a :class:`~aioenv.SpaceMismatch`)."""
+    if spaces[0] is None:
+        return None
+    if all(space == spaces[0] for space in spaces[1:]):
+        return batch_space(spaces[0], len(spaces))
+    try:
+        return batch_differing_spaces(spaces)
+    except Exception:  # gymnasium cannot batch them: shapes or types differ
+        return Tuple(spaces)
+
+
+def _final(state: Step[Any]) -> dict[str, Any]:
+    """What gymnasium adds for an env that ended an episode under same-step autoreset."""
+    return {"final_obs": state.final_observation, "final_info": state.final_info}
+
+
+def _reset_arguments(
+    seed: Any, options: dict[str, Any] | None, size: int
+) -> tuple[Sequence[int | None], Any, dict[str, Any] | None]:
+    """A batch reset's seeds, mask and other options, read as a vector env reads them."""
+    seeds = per_env_seeds(seed, size, "reset")
+    mask, rest = reset_mask(options, size)
+    if mask is None:
+        return seeds, np.ones(size, np.bool_), options
+    return seeds, mask, rest or None  # the envs' own reset has no mask to see
+
+
+def _for_env(request: ControlRequest, index: int) -> ControlRequest:
+    """``set`` with :class:`PerEnv` values: env ``index``'s own value."""
+    if request.op == "set" and request.args and isinstance(request.args[0], PerEnv):
+        return dataclasses.replace(request, args=(request.args[0].values[index],))
+    return request
+
+
+def _in_env(failure: Failure, index: int) -> Failure:
+    return dataclasses.replace(
+        failure, during=f"{failure.during} of env {index} of the batch", env=index
+    )
+
+
+def _first_of(failures: list[Failure]) -> Failure:
+    """The failure of a request in which several envs of the batch raised: the first
+    one's, carrying the others (every env was stepped, as separate workers would be)."""
+    return dataclasses.replace(failures[0], more=tuple(failures[1:]))

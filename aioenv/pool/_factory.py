@@ -1,0 +1,238 @@
+"""Building workers and pools in one call, and giving each worker its own seed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..core._environment import EnvSource, VectorSource, resolve_source
+from ..core._seeds import worker_seeds
+from ..workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
+from ._options import POOL_OPTIONS, PoolOptions
+from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+
+__all__ = ["canonical_mode", "get_worker_pool", "make_pool", "worker_modes"]
+
+_KINDS: dict[str, type[Worker[Any]]] = {
+    "sync": SyncWorker,
+    "thread": ThreadWorker,
+    "process": ProcessWorker,
+    "coroutine": AsyncEnvWorker,
+}
+#: Old spellings of a mode, still taken: ``"async"`` was the coroutine mode's first name.
+_OLD_SPELLINGS = {"async": "coroutine"}
+#: Kinds whose workers share a host (a child process, a Ray actor), by the option that
+#: says how many envs go in each.
+_HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
+#: The worker options each kind takes (``envs_per_*`` are applied by make_pool).
+_WORKER_OPTIONS: dict[str, frozenset[str]] = {
+    "sync": frozenset({"cleanup_time", "envs_per_worker"}),
+    "thread": frozenset({"cleanup_time", "envs_per_worker"}),
+    "process": frozenset(
+        {
+            "cleanup_time",
+            "context",
+            "envs_per_process",
+            "envs_per_worker",
+            "idle_spin",
+            "shared_memory",
+            "threads_per_env",
+        }
+    ),
+    "coroutine": frozenset({"cleanup_time"}),
+    "ray": frozenset(
+        {
+            "cleanup_time",
+            "envs_per_actor",
+            "envs_per_worker",
+            "num_cpus",
+            "num_gpus",
+            "resources",
+            "runtime_env",
+            "actor_options",
+            "threads_per_env",
+        }
+    ),
+}
+
+
+def worker_modes() -> tuple[str, ...]:
+    """The worker kinds ``make_pool``'s ``mode`` names (``"async"``, the old spelling of
+    ``"coroutine"``, is taken too but not listed)."""
+    return tuple(_WORKER_OPTIONS)
+
+
+def canonical_mode(mode: str) -> str:
+    """``mode`` under its current name (``"async"`` is ``"coroutine"``'s old spelling)."""
+    return _OLD_SPELLINGS.get(mode, mode)
+
+
+def get_worker_pool(
+    workers: Sequence[Worker[Any]], force_sync: bool = False, **pool_options: Any
+) -> WorkerPool[Any]:
+    """A :class:`SyncWorkerPool` if ``force_sync`` else an :class:`AsyncWorkerPool`;
+    ``pool_options`` (see :func:`make_pool`) go to it."""
+    pool_class = SyncWorkerPool if force_sync else AsyncWorkerPool
+    return pool_class(workers, **pool_options)
+
+
+def make_pool(
+    env: EnvSource | Sequence[EnvSource],
+    num_workers: int | None = None,
+    *,
+    mode: str | Sequence[str] = "process",
+    seed: int | None = None,
+    force_sync: bool = False,
+    **options: Any,
+) -> WorkerPool[Any]:
+    """Build ``num_workers`` workers for ``env`` and a pool over them.
+
+    :param env: a gymnasium id, a zero-argument factory, or an instance (for one worker);
+        or a list with one of those per worker (``num_workers`` is then its length), so
+        envs can differ per worker. A gymnasium id is looked up here, before any worker
+        starts (an unknown id raises at once; an env registered by this script works in
+        worker processes too; ``"module:Id"`` imports ``module`` first).
+    :param mode: ``"sync"``, ``"thread"``, ``"process"`` (the default), ``"coroutine"``
+        (coroutine envs, as tasks on the event loop; ``"async"`` is its old spelling, still
+        taken), ``"ray"`` (Ray actors, see :class:`~aioenv.RayWorker`), or one mode per
+        worker: a pool can mix kinds.
+    :param seed: gives every worker its own seed (see :func:`worker_seeds`); default None.
+    :param force_sync: build sync workers whatever ``mode`` says (coroutine workers stay
+        coroutine workers: a coroutine env cannot step in line), in a
+        :class:`SyncWorkerPool` (states in send order); default False.
+    :param options: pool options go to the pool: ``autoreset``, ``max_episode_steps``,
+        ``step_timeout``, ``start_timeout``, ``restart``, ``max_restarts``,
+        ``restart_backoff``, ``on_failure``, ``check_actions``, ``copy`` (units, defaults
+        and meaning: "Pool options" in the docs), checked before any worker starts;
+        worker options go to the kinds that take them: ``cleanup_time`` (all
+        kinds, and the pool); for process workers ``context``, ``shared_memory``,
+        ``envs_per_process`` (how many workers share one child process; default 1) and
+        ``idle_spin`` (see :class:`~aioenv.ProcessWorker`); for
+        Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
+        ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
+        ``envs_per_actor`` (how many workers share one actor; default 1); for both,
+        ``threads_per_env`` (the threads each native thread pool of a child process or
+        actor may use: OpenMP, BLAS, numexpr, torch, OpenCV; default 1, None leaves them
+        as the libraries set them; a thread variable such as ``OMP_NUM_THREADS`` set in
+        this process's environment keeps its value).
+        ``envs_per_worker=k`` (any kind but coroutine; default 1): each worker steps ``k`` envs
+        together; its actions are batches of ``k`` and its states
+        :class:`~aioenv.BatchStep` (one message per batch for process workers).
+    """
+    pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
+    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
+    if "cleanup_time" in worker_options:
+        pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    PoolOptions(**pool_options)  # raises what the pool would, before any worker starts
+    sources, num_workers = _sources(env, num_workers, worker_options.get("envs_per_worker", 1))
+    modes = _modes(mode, num_workers)
+    if force_sync:
+        modes = ["coroutine" if kind == "coroutine" else "sync" for kind in modes]
+    _check_worker_options(worker_options, modes)
+    workers: list[Worker[Any]] = []
+    try:
+        _build_workers(sources, modes, worker_seeds(seed, num_workers), worker_options, workers)
+        return get_worker_pool(workers, force_sync, **pool_options)
+    except BaseException:
+        for worker in workers:
+            worker.abandon()
+        raise
+
+
+def _sources(
+    env: EnvSource | Sequence[EnvSource], num_workers: int | None, envs_per_worker: Any
+) -> tuple[list[EnvSource], int]:
+    """One env source per worker (gymnasium ids resolved here), and how many workers."""
+    per_worker = isinstance(env, (list, tuple))
+    sources: list[EnvSource] = list(env) if per_worker else [env]  # type: ignore[arg-type]
+    if num_workers is None:
+        if not per_worker:
+            raise TypeError("make_pool() needs num_workers, unless env is a list of envs")
+        num_workers = len(sources)
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+    if per_worker and len(sources) != num_workers:
+        raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
+    separate = num_workers * (envs_per_worker if isinstance(envs_per_worker, int) else 1)
+    if not per_worker and not isinstance(env, str) and not callable(env) and separate > 1:
+        raise TypeError(
+            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
+            f"{separate} separate envs, got an instance of {type(env).__name__}; "
+            "pass e.g. `lambda: MyEnv()`"
+        )
+    resolved = [resolve_source(source) for source in sources]  # an unknown id fails here
+    return (resolved if per_worker else resolved * num_workers), num_workers
+
+
+def _build_workers(
+    sources: list[EnvSource],
+    modes: list[str],
+    seeds: list[int | None],
+    options: dict[str, Any],
+    into: list[Worker[Any]],
+) -> None:
+    """Append one worker per mode to ``into`` (so the caller can abandon what was built if
+    a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
+    envs_per_host = {k: v for k, v in options.items() if k in _HOSTED.values()}
+    options = {k: v for k, v in options.items() if k not in envs_per_host}
+    envs_per_worker = options.pop("envs_per_worker", 1)
+    if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
+    if envs_per_worker > 1:
+        sources = [VectorSource((source,) * envs_per_worker) for source in sources]
+    hosted: dict[str, Iterator[Worker[Any]]] = {}
+    for kind, per_host in _HOSTED.items():
+        indices = [i for i, mode in enumerate(modes) if mode == kind]
+        if indices:
+            hosted[kind] = iter(
+                _kind_class(kind).hosted(  # type: ignore[attr-defined]
+                    [sources[i] for i in indices],
+                    [seeds[i] for i in indices],
+                    envs_per_host.get(per_host, 1),
+                    **_options_for(kind, options),
+                )
+            )
+    for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
+        if kind in hosted:
+            into.append(next(hosted[kind]))
+        else:
+            into.append(_kind_class(kind)(source, seed=worker_seed, **_options_for(kind, options)))
+
+
+def _kind_class(kind: str) -> type[Worker[Any]]:
+    if kind == "ray":  # imported on first use: see aioenv.workers
+        from ..workers import RayWorker
+
+        return RayWorker
+    return _KINDS[kind]
+
+
+def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in _WORKER_OPTIONS[kind]}
+
+
+def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
+    for option in options:
+        kinds = [kind for kind, names in _WORKER_OPTIONS.items() if option in names]
+        if not kinds:
+            raise TypeError(f"make_pool() got an unknown worker option {option!r}")
+        if not any(kind in kinds for kind in modes):
+            raise TypeError(
+                f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
+                f"and this pool has none"
+            )
+
+
+def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
+    modes = [mode] * num_workers if isinstance(mode, str) else list(mode)
+    if len(modes) != num_workers:
+        raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
+    modes = [canonical_mode(kind) if isinstance(kind, str) else kind for kind in modes]
+    for index, kind in enumerate(modes):
+        if kind not in _WORKER_OPTIONS:
+            old = ", ".join(f"{k!r} for {v!r}" for k, v in _OLD_SPELLINGS.items())
+            raise ValueError(
+                f"mode[{index}] is {kind!r}; choose one of "
+                f"{', '.join(map(repr, worker_modes()))} (old spellings taken: {old})"
+            )
+    return modes

@@ -1,0 +1,81 @@
+"""A pool's options, documented and checked in one place: the pool classes, ``make_pool``
+and ``AioVectorEnv`` all take them by these names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+from ..core._errors import WorkerError
+from ..core._messages import Autoreset, EpisodeOptions
+from ..workers._supervision import Supervision
+
+__all__ = ["POOL_OPTIONS", "PoolOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolOptions:
+    """What a pool does besides handing out states.
+
+    :param cleanup_time: seconds each worker gets to close before it is terminated, then
+        killed (default 5).
+    :param step_timeout: seconds a step or reset may take before the worker fails with
+        :class:`~aioenv.WorkerTimeout` (its env is killed or abandoned); default None, no
+        deadline.
+    :param start_timeout: the same for building an env plus its first reset; default None:
+        ``max(step_timeout, 60)`` when ``step_timeout`` is set, else no deadline.
+    :param restart: ``"never"`` (default) or ``"on_failure"``: rebuild a worker's env after
+        an env exception, a death or a timeout; the state in flight is replaced by the new
+        env's reset state, marked in ``info["aioenv"]``.
+    :param max_restarts: restarts allowed per worker (default 3); then the error is raised.
+    :param restart_backoff: seconds before a restart (default 0), doubling for back-to-back
+        failures, at most 10.
+    :param on_failure: called with every failure (a :class:`~aioenv.WorkerError`),
+        restarted or not; default None.
+    :param autoreset: ``"disabled"`` (default), ``"next_step"`` or ``"same_step"``: what a
+        worker does when an episode ends (see the README's table).
+    :param max_episode_steps: truncate episodes after this many steps; default None.
+    :param check_actions: check each action against the worker's action space before
+        sending it (:class:`~aioenv.InvalidAction`); default False.
+    :param copy: True (default): states own their observations. False: observations in
+        shared memory are views, valid until the next action to their worker, and
+        ``get_batch`` reuses its stacked array.
+    """
+
+    cleanup_time: float = 5.0
+    step_timeout: float | None = None
+    start_timeout: float | None = None
+    restart: Literal["never", "on_failure"] = "never"
+    max_restarts: int = 3
+    restart_backoff: float = 0.0
+    on_failure: Callable[[WorkerError], None] | None = None
+    autoreset: Autoreset = "disabled"
+    max_episode_steps: int | None = None
+    check_actions: bool = False
+    copy: bool = True
+
+    def __post_init__(self) -> None:
+        cleanup_time = self.cleanup_time
+        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        self.supervision(None)  # checks the supervision options
+        self.episode()  # checks the episode options
+
+    def supervision(self, on_failure: Callable[[WorkerError], None] | None) -> Supervision:
+        """The workers' supervision, reporting failures to ``on_failure``."""
+        return Supervision(
+            step_timeout=self.step_timeout,
+            start_timeout=self.start_timeout,
+            restart=self.restart,
+            max_restarts=self.max_restarts,
+            restart_backoff=self.restart_backoff,
+            on_failure=on_failure,
+        )
+
+    def episode(self) -> EpisodeOptions:
+        return EpisodeOptions(autoreset=self.autoreset, max_episode_steps=self.max_episode_steps)
+
+
+#: The names of the pool options.
+POOL_OPTIONS = frozenset(field.name for field in dataclasses.fields(PoolOptions))

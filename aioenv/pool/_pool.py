@@ -1,0 +1,400 @@
+"""Pools: many workers behind one ``get_state``.
+
+The pool does not know which kind its workers are: it talks to them only through the
+pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
+with them; the only difference between the async pool and the forced-sync twin is the
+order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
+(:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`Controls`,
+:class:`Rollouts`, :class:`SpaceCheck`) do the work; its methods hand over to them.
+
+Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
+structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
+"""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+import anyio
+
+from ..core._errors import ClosedError, WorkerError
+from ..core._messages import Autoreset
+from ..loops._here import for_this_loop
+from ..workers._base import Worker
+from ..workers._inbox import Inbox
+from ._batch import Batch
+from ._episodes import EpisodeCounter, EpisodeStats
+from ._options import PoolOptions
+from ._receiving import Receiver
+from ._remote_control import Controls
+from ._rollout import Rollouts
+from ._roster import Roster, checked_workers
+from ._sending import Sender
+from ._spaces import SpaceCheck
+from ._trajectories import Trajectories
+
+__all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
+
+S = TypeVar("S")
+
+
+class WorkerPool(abc.ABC, Generic[S]):
+    """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
+
+    A pool is an async context manager that owns its workers: leaving the ``async with``
+    block closes every worker (timed: close, wait ``cleanup_time``, terminate, kill), even
+    when the body raised or was cancelled. Worker ids are the positions in ``workers``.
+
+    The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
+    """
+
+    # An ABC so that the trio bridge can register its stand-in as a virtual subclass.
+    _ordered: ClassVar[bool]
+
+    def __init__(
+        self,
+        workers: Sequence[Worker[S]],
+        *,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        restart: Literal["never", "on_failure"] = "never",
+        max_restarts: int = 3,
+        restart_backoff: float = 0.0,
+        on_failure: Callable[[WorkerError], None] | None = None,
+        autoreset: Autoreset = "disabled",
+        max_episode_steps: int | None = None,
+        check_actions: bool = False,
+        copy: bool = True,
+    ) -> None:
+        if not hasattr(self, "_ordered"):
+            raise TypeError(
+                "WorkerPool is the base class of the pools; use AsyncWorkerPool (states in the "
+                "order they finish), SyncWorkerPool (in the order sent) or make_pool()"
+            )
+        workers = checked_workers(workers)
+        options = PoolOptions(
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            restart=restart,
+            max_restarts=max_restarts,
+            restart_backoff=restart_backoff,
+            on_failure=on_failure,
+            autoreset=autoreset,
+            max_episode_steps=max_episode_steps,
+            check_actions=bool(check_actions),
+            copy=bool(copy),
+        )
+        self._take_options(options)
+        self._join(workers, options)
+
+    def _take_options(self, options: PoolOptions) -> None:
+        #: The options this pool was made with.
+        self.options = options
+        self.cleanup_time = float(options.cleanup_time)
+        self.autoreset = options.episode().autoreset  # aioenv's name, whichever form was given
+        self.max_episode_steps = options.max_episode_steps
+        self.check_actions = options.check_actions
+        self.copy = options.copy
+        #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
+        self.failures = 0
+        self._on_failure = options.on_failure
+        self._closed = False
+        self._close_done: anyio.Event | None = None
+
+    def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
+        """Join the workers to this pool's inbox and make the helpers that work on them."""
+        self._inbox = inbox = Inbox(ordered=self._ordered)
+        episode = options.episode()
+        self._episodes = episodes = EpisodeCounter(len(workers), episode.autoreset)
+        self._space_check = SpaceCheck()
+        self._workers = workers
+        self._roster = roster = Roster(workers, inbox, self._check_open)
+        supervision = options.supervision(self._on_worker_failure)
+        for worker_id, member in enumerate(roster.members):
+            member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
+        self._receiver = Receiver(roster, inbox, episodes, self._check_open, copy=self.copy)
+        self._sender = Sender(
+            roster, inbox, episodes, self._check_open, check_actions=self.check_actions
+        )
+        self._controls = Controls(roster)
+        self._rollouts = Rollouts(roster, inbox, episodes, self._check_open)
+
+    @property
+    def restarts(self) -> int:
+        """Restarts done so far, over all workers."""
+        return sum(worker.restarts for worker in self._roster.members)
+
+    def _on_worker_failure(self, error: WorkerError) -> None:
+        self.failures += 1
+        if self._on_failure is not None:
+            try:
+                self._on_failure(error)
+            except Exception as exc:  # a broken callback must not break the pool's wiring
+                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
+
+    @property
+    def workers(self) -> tuple[Worker[S], ...]:
+        return tuple(self._workers)
+
+    def __len__(self) -> int:
+        return len(self._roster)
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(sorted({worker.kind for worker in self._roster.members}))
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} of {len(self)} workers ({kinds}), {state}>"
+
+    # Sending ---------------------------------------------------------------------------
+    def send_action(self, action: Any, worker_id: int) -> None:
+        """Send ``action`` (or ``RESET``, ``Reset(...)``, ``CLOSE``) to one worker. Returns
+        at once."""
+        self._sender.send_action(action, worker_id)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Send ``RESET`` to every open, unpaused worker; the replies come back through
+        ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env ``i`` with
+        ``s + i`` (gymnasium's vector convention; envs counted across workers, in worker
+        order) for this reset only."""
+        self._sender.reset(seed, options)
+
+    async def reset_all(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Batch[S]:
+        """Reset every open, unpaused worker and return their reset states, in worker-id
+        order. Without ``seed`` each env's RNG continues (see :meth:`reset`)."""
+        self.reset(seed=seed, options=options)
+        batch = await self.get_batch(min_size=len(self._roster.active()))
+        return batch.sorted()
+
+    async def set_seeds(self, seeds: Sequence[int | None]) -> None:
+        """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
+        worker alone). Later resets continue the env's RNG."""
+        self._sender.set_seeds(seeds)
+
+    # Receiving: states, the episodes they end, the spaces they come in --------------
+    async def get_state(
+        self, timeout: float | None = None, *, worker_id: int | None = None
+    ) -> tuple[S, int] | None:
+        """The state of whichever worker finished first (the async pool), or of the oldest
+        action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
+        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
+        others' states stay in the pool for later calls."""
+        return await self._receiver.get_state(timeout, worker_id=worker_id)
+
+    async def get_batch(
+        self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
+    ) -> Batch[S]:
+        """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
+        to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
+        may be nothing. An env error is raised when it is next in line; states ready
+        before it are returned first, so nothing is lost."""
+        return await self._receiver.get_batch(min_size, max_size, timeout)
+
+    def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
+        """``async for state, worker_id in pool``: states as they arrive, until no worker
+        has an action in flight."""
+        return self._receiver.iterate()
+
+    async def drain(self) -> list[tuple[S | WorkerError, int]]:
+        """Wait for every action in flight and take every state not yet taken, so the pool
+        is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
+        order; where a worker's action failed, the error it raised takes the state's place
+        (it is returned, not raised, so no other state is lost). Paused workers are left
+        alone: they keep their pending state until resumed. Cancel-safe: states are taken
+        only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
+        return await self._receiver.drain()
+
+    def episode_stats(self) -> list[EpisodeStats]:
+        """Per worker (by id): finished episodes, their mean return and mean length, counted
+        from the rewards and steps of the states the pool has handed out (nothing is added
+        to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
+        return self._receiver.episode_stats()
+
+    def allow_differing_observations(self) -> None:
+        """Let workers' observation spaces differ (in bounds, say): for a caller that checks
+        them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
+        self._space_check.allow_differing_observations()
+
+    # Pausing ---------------------------------------------------------------------------
+    def pause(self, worker_id: int) -> None:
+        """Skip this worker in ``get_state``, ``get_batch`` and ``reset()`` until resumed.
+        It keeps its env and any state in flight or not yet taken; ids never shift."""
+        self._roster.pause(worker_id)
+
+    def resume(self, worker_id: int | None = None) -> None:
+        """Resume one worker, or every paused worker."""
+        self._roster.resume(worker_id)
+
+    @property
+    def active_ids(self) -> list[int]:
+        """Ids of the workers that are open and not paused."""
+        return [worker.worker_id for worker in self._roster.active()]  # type: ignore[misc]
+
+    def has_pending(self, worker_id: int) -> bool:
+        """The worker has an action in flight or a state not yet taken."""
+        return self._inbox.is_owed(self._roster.member(worker_id).worker_id)
+
+    @property
+    def num_pending(self) -> int:
+        """Unpaused workers with an action in flight or a state not yet taken."""
+        return self._inbox.num_owed
+
+    @property
+    def paused(self) -> tuple[int, ...]:
+        """The ids of the paused workers, in increasing order."""
+        return self._roster.paused()
+
+    @property
+    def num_active(self) -> int:
+        """Workers that are open and not paused."""
+        return len(self._roster.active())
+
+    # Remote control (the pool's Controls) ----------------------------------------------
+    async def call(
+        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> list[Any]:
+        """Call method ``name`` of each env (or read it, if it is not callable) and return
+        the results in ``worker_ids`` order. A worker with a step in flight finishes that
+        step first; its state is delivered as usual. An argument (positional or keyword)
+        wrapped in :class:`PerWorker` gives each worker its own value.
+
+        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
+        """
+        return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
+
+    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
+        """Attribute ``name`` of each env, in ``worker_ids`` order."""
+        return await self._controls.get_attr(name, worker_ids)
+
+    async def set_attr(
+        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
+    ) -> None:
+        """Set attribute ``name`` of each env: ``values`` is a list with one value per
+        worker, or a single value for all."""
+        await self._controls.set_attr(name, values, worker_ids)
+
+    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
+        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
+        envs must have been made with ``render_mode="rgb_array"``."""
+        return await self._controls.render(mode, tiled)
+
+    # Rollouts inside workers (the pool's Rollouts) -------------------------------------
+    @property
+    def policy_version(self) -> int | None:
+        """The version of the policy set by :meth:`set_policy` (None before the first)."""
+        return self._rollouts.policy_version
+
+    async def set_policy(self, policy: Any, version: int | None = None) -> int:
+        """Ship ``policy`` to every open worker for :meth:`rollout`; return its version.
+
+        ``policy`` is a callable from ONE observation to one action (a worker that steps
+        several envs calls it once per env; there is no batch form). ``version``: an int
+        greater than the previous one; None (the default) is the previous one plus 1, or 0
+        for the first policy. Every transition a later rollout plays carries it.
+
+        The policy is pickled once, in the parent, with cloudpickle, and only when a
+        worker needs it so: each child process is sent the bytes once (workers sharing a
+        child through ``envs_per_process`` share one unpickled copy), each Ray actor gets
+        them through Ray's object store (one ``ray.put``). Sync, thread and async workers
+        run in this process and share the object itself: thread workers call it from
+        their threads, concurrently (a numpy policy is fine; guard any state it mutates).
+
+        :raises ValueError: ``version`` does not increase.
+        :raises TypeError: the policy is not callable or cannot be pickled for a process or
+            Ray worker (the error names the worker).
+        :raises EnvError: a worker could not unpickle it (names the worker).
+        """
+        return await self._rollouts.set_policy(policy, version)
+
+    async def rollout(
+        self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
+    ) -> Trajectories:
+        """Each worker (``worker_ids``, default every open, unpaused worker) plays
+        ``num_steps`` transitions per env with the policy of :meth:`set_policy` and answers
+        one message; the result has exactly ``num_steps`` rows per env, ordered as
+        :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
+
+        An env goes on from where its last segment stopped (its open episode's rows are
+        marked ``open`` and continue in the next call, with the same episode id), or from
+        the state of a reset or step sent to it by hand since;
+        ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
+        counted across workers in worker order). Episodes end under the pool's
+        ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and
+        ``next_observations`` holds the final observation. ``episode_stats()`` counts the
+        episodes played.
+
+        Failures: a worker whose segment fails loses that segment whole (no partial rows).
+        Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
+        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
+        error once every other worker has answered; the others' segments are on the
+        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
+        segments, and replies still in flight are dropped when they come: the pool can be
+        used at once (a worker's env finishes the forgotten segment first).
+
+        :raises RuntimeError: no policy was set.
+        :raises ValueError: ``num_steps`` is not an int >= 1.
+        :raises StateNotTaken: a worker has an action in flight or a state not taken.
+        """
+        return await self._rollouts.rollout(num_steps, seed=seed, worker_ids=worker_ids)
+
+    # Lifecycle -------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close every worker concurrently, each bounded by ``cleanup_time`` (then
+        terminate, then kill). Idempotent; runs to the end even if cancelled."""
+        if (stand_in := for_this_loop(self)) is not self:  # closed from another library's run
+            await stand_in.aclose()
+            return
+        if self._close_done is not None:
+            with anyio.CancelScope(shield=True):
+                await self._close_done.wait()
+            return
+        self._close_done = anyio.Event()
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            self._inbox.close()
+            try:
+                async with anyio.create_task_group() as group:
+                    for worker in self._roster.members:
+                        group.start_soon(worker.aclose, self.cleanup_time)
+            finally:
+                self._close_done.set()
+
+    async def __aenter__(self) -> WorkerPool[S]:
+        self._check_open()
+        return for_this_loop(self)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the pool is closed; create a new pool to keep going")
+
+
+class AsyncWorkerPool(WorkerPool[S]):
+    """Hands out states in the order they finish: a fast env never waits for a slow one."""
+
+    _ordered = False
+
+    async def __aenter__(self) -> AsyncWorkerPool[S]:
+        self._check_open()
+        return for_this_loop(self)
+
+
+class SyncWorkerPool(WorkerPool[S]):
+    """The forced-sync twin: the same methods and rules, but states come back in the order
+    their actions were sent, so a program gives the same result on every run. With
+    :class:`~aioenv.SyncWorker` workers (``make_pool(..., force_sync=True)``) nothing runs
+    concurrently at all."""
+
+    _ordered = True
+
+    async def __aenter__(self) -> SyncWorkerPool[S]:
+        self._check_open()
+        return for_this_loop(self)

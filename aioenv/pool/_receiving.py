@@ -1,0 +1,195 @@
+"""A pool's receiving side: ``get_state``, ``get_batch``, ``async for`` and ``drain``, and
+the episode statistics counted from the states handed out.
+
+Everything here takes outcomes from the pool's :class:`~aioenv.workers._inbox.Inbox` (the one place
+where states are delivered): waiting there, never polling, and raising an env's error in
+place of its state, in the order the pool hands states out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import operator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ..core._errors import NoActionInFlight, WorkerPaused
+from ..loops._here import not_on_asyncio
+from ..workers._inbox import Inbox, Outcome
+from ..workers._seam import Member
+from ._batch import Batch, ReusedRows
+from ._episodes import EpisodeCounter, EpisodeStats
+from ._roster import Roster
+
+__all__ = ["Receiver"]
+
+
+class Receiver:
+    """The receiving side of a :class:`~aioenv.WorkerPool` (whose methods of the same names
+    say what each does): takes outcomes from the pool's ``inbox``, counts episodes in
+    ``episodes``, raises through ``check_open`` once the pool is closed, and copies
+    borrowed states where ``copy`` (else reuses a batch's rows)."""
+
+    def __init__(
+        self,
+        roster: Roster,
+        inbox: Inbox,
+        episodes: EpisodeCounter,
+        check_open: Callable[[], None],
+        *,
+        copy: bool,
+    ) -> None:
+        self._roster = roster
+        self._inbox = inbox
+        self._episodes = episodes
+        self._check_open = check_open
+        self._copy = copy
+        self._reused_rows = ReusedRows(len(roster))  # with copy=False
+        self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
+
+    async def get_state(
+        self, timeout: float | None = None, *, worker_id: int | None = None
+    ) -> tuple[Any, int] | None:
+        self._check_open()
+        if worker_id is not None:
+            outcome = await self._wait_for(self._roster.member(worker_id), timeout)
+        else:
+            outcome = self._inbox.pop_next()
+            if outcome is None:
+                outcome = await self._wait_next(timeout)
+        if outcome is None:
+            return None
+        if outcome.error is not None:
+            raise outcome.error
+        state = outcome.state
+        if outcome.borrowed and self._copy:
+            state = state.owned()
+        self._episodes.record(outcome.worker_id, state)  # type: ignore[arg-type]
+        return state, outcome.worker_id  # type: ignore[return-value]
+
+    async def get_batch(
+        self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
+    ) -> Batch[Any]:
+        self._check_open()
+        if not isinstance(min_size, int) or min_size < 1:
+            raise ValueError(f"min_size must be an int >= 1, got {min_size!r}")
+        if max_size is not None and (not isinstance(max_size, int) or max_size < min_size):
+            raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
+        inbox = self._inbox
+        if self._loop is not asyncio._get_running_loop():
+            self._check_loop()
+        deadline = self._deadline(timeout)
+        while inbox.num_ready() < min_size:
+            owed = inbox.num_owed
+            if owed < min_size:
+                raise NoActionInFlight(
+                    f"get_batch(min_size={min_size}) would wait forever: only {owed} worker(s) "
+                    "have an action in flight or a state not taken"
+                )
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                break
+            await inbox.wait(deadline)
+            self._check_open()
+        limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
+        outcomes = inbox.take(limit)
+        if outcomes and outcomes[0].error is not None:
+            raise outcomes[0].error
+        record = self._episodes.record
+        for outcome in outcomes:
+            record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
+        space = self._roster.members[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
+        rows = None if self._copy else self._reused_rows
+        return Batch.of_outcomes(outcomes, space, rows)
+
+    async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
+        self._check_open()
+        while self._inbox.num_owed:
+            item = await self.get_state()
+            assert item is not None
+            yield item
+
+    async def drain(self) -> list[tuple[Any, int]]:
+        self._check_open()
+        inbox = self._inbox
+        while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
+            await inbox.wait(None)
+            self._check_open()
+        taken: list[tuple[Any, int]] = []
+        while (outcome := inbox.pop_next()) is not None:
+            worker_id: int = outcome.worker_id  # type: ignore[assignment]
+            if outcome.error is not None:
+                taken.append((outcome.error, worker_id))
+                continue
+            state = outcome.state.owned() if outcome.borrowed and self._copy else outcome.state
+            self._episodes.record(worker_id, state)
+            taken.append((state, worker_id))
+        return sorted(taken, key=operator.itemgetter(1))
+
+    def episode_stats(self) -> list[EpisodeStats]:
+        if self._episodes.saw_custom_state:
+            raise TypeError(
+                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
+                "out custom states, whose episode ends only the env's terminated() knows: "
+                "count episodes in your own loop"
+            )
+        return [dataclasses.replace(stats) for stats in self._episodes.stats]
+
+    def _check_loop(self) -> None:
+        """Before waiting on a new event loop: a worker whose reply was due on an old one
+        raises at once (its reply is lost with that loop) rather than hang."""
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise not_on_asyncio("a pool's get_state()/get_batch()")
+        if loop is self._loop:
+            return
+        for worker in self._roster.members:
+            if self._inbox.is_owed(worker.worker_id):
+                worker.enter_loop()
+        self._loop = loop
+
+    async def _wait_next(self, timeout: float | None) -> Outcome | None:
+        inbox = self._inbox
+        self._check_loop()
+        deadline = self._deadline(timeout)
+        while True:
+            if not inbox.num_owed:
+                raise NoActionInFlight(
+                    "get_state() would wait forever: no unpaused worker has an action in "
+                    "flight; call pool.send_action(action, worker_id) or pool.reset() first"
+                )
+            await inbox.wait(deadline)
+            self._check_open()
+            outcome = inbox.pop_next()
+            if outcome is not None:
+                return outcome
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                return None
+
+    async def _wait_for(self, worker: Member, timeout: float | None) -> Outcome | None:
+        inbox = self._inbox
+        self._check_loop()
+        deadline = self._deadline(timeout)
+        if inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
+        while True:
+            outcome = inbox.pop(worker.worker_id)
+            if outcome is not None:
+                return outcome
+            if not inbox.is_owed(worker.worker_id):
+                raise NoActionInFlight(
+                    f"get_state(worker_id={worker.worker_id}) would wait forever: {worker.name} "
+                    "has no action in flight; send it an action first"
+                )
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                return None
+            await inbox.wait(deadline)
+            self._check_open()
+
+    @staticmethod
+    def _deadline(timeout: float | None) -> float | None:
+        if timeout is None:
+            return None
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        return asyncio.get_running_loop().time() + timeout

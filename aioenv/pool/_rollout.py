@@ -1,0 +1,289 @@
+"""Rollouts inside workers, the pool's side: ``set_policy`` and ``rollout``.
+
+Each worker plays a whole segment locally with its copy of the policy and answers one
+message (:mod:`aioenv.env_side._segment`), instead of one round trip per step. The request travels
+where steps travel, so a segment is to the pool what a step is: its deadline is the pool's
+``step_timeout`` once per transition it plays (checked for the segment as a whole), a
+failure restarts the worker under the
+pool's restart policy, and a reply nobody waits for any more is dropped as stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import operator
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
+from ..core._messages import ControlRequest
+from ..env_side._segment import PolicyPackage, Rollout, Segment
+from ..workers._inbox import Inbox
+from ..workers._seam import Member
+from ._episodes import EpisodeCounter, EpisodeStats
+from ._roster import Roster
+from ._trajectories import Trajectories, stack
+
+__all__ = ["RolloutBook", "Rollouts"]
+
+
+@dataclasses.dataclass(eq=False)
+class RolloutBook:
+    """A pool's rollout bookkeeping: the policy in force, and per env (``lane``, counted
+    across workers in worker order) the episodes started and the open episode's return
+    and length so far."""
+
+    lanes: int
+    package: PolicyPackage | None = None
+    started: list[int] = dataclasses.field(default_factory=list)
+    returns: list[float] = dataclasses.field(default_factory=list)
+    lengths: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.started = [0] * self.lanes
+        self.returns = [0.0] * self.lanes
+        self.lengths = [0] * self.lanes
+
+
+class Rollouts:
+    """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
+    what each does), over the workers of its ``roster``: requests travel where steps travel
+    and their replies come back through the pool's ``inbox``; episodes played are counted in
+    ``episodes``; ``check_open`` raises once the pool is closed. Keeps the policy in force
+    and each env's open episode."""
+
+    def __init__(
+        self,
+        roster: Roster,
+        inbox: Inbox,
+        episodes: EpisodeCounter,
+        check_open: Callable[[], None],
+    ) -> None:
+        self._roster = roster
+        self._inbox = inbox
+        self._episodes = episodes
+        self._check_open = check_open
+        self._book = RolloutBook(roster.lanes)
+
+    @property
+    def policy_version(self) -> int | None:
+        """The version of the policy set by :meth:`set_policy` (None before the first)."""
+        package = self._book.package
+        return None if package is None else package.version
+
+    async def set_policy(self, policy: Any, version: int | None = None) -> int:
+        self._check_open()
+        if not callable(policy):
+            raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
+        book = self._book
+        version = _next_version(book.package, version)
+        package = PolicyPackage(version, uuid.uuid4().hex, policy=policy)
+        request = ControlRequest("policy", kwargs={"package": package})
+        futures: list[asyncio.Future[Any]] = []
+        first_error: BaseException | None = None
+        for worker_id in self._roster.ids(None):
+            worker = self._roster.members[worker_id]
+            try:
+                futures.append(worker.control(request))
+            except Exception as exc:
+                first_error = first_error or _named(exc, worker)
+        for future in futures:  # every answer awaited, so none is left dangling
+            try:
+                await future
+            except Exception as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        book.package = package
+        return version
+
+    async def rollout(
+        self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
+    ) -> Trajectories:
+        self._check_open()
+        package = self._book.package
+        if package is None:
+            raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
+        if type(num_steps) is not int or num_steps < 1:
+            raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
+        workers = self._targets(worker_ids)
+        requests = {
+            worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
+            for worker in workers
+        }
+        segments = await self._play(requests)
+        return self._assemble(segments)
+
+    # Internals -------------------------------------------------------------------------
+    def _targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
+        if worker_ids is None:
+            workers = self._roster.active()
+        else:
+            workers = [self._roster.members[i] for i in self._roster.ids(worker_ids)]
+        for worker in workers:
+            if worker.failure is not None:
+                raise worker.failure
+            if self._inbox.is_paused(worker.worker_id):
+                raise WorkerPaused(f"rollout(): {worker.name} is paused; resume it first")
+            if self._inbox.is_owed(worker.worker_id):
+                raise StateNotTaken(
+                    f"rollout(): {worker.name} has an action in flight or a state not taken; "
+                    "take every pending state first (pool.drain()); nothing was sent"
+                )
+        return workers
+
+    async def _play(self, requests: dict[Any, Rollout]) -> dict[int, Segment | WorkerError]:
+        """Send each worker its request and wait for every segment (or error); a reset
+        state in its place is a restart's, and the worker is asked again."""
+        results: dict[int, Segment | WorkerError] = {}
+        pending: list[int] = []
+        try:
+            for worker_id, request in requests.items():
+                self._roster.members[worker_id].send_action(request)
+                pending.append(worker_id)
+            while pending:
+                for worker_id in list(pending):
+                    outcome = self._inbox.pop(worker_id)
+                    if outcome is None:
+                        continue
+                    if isinstance(outcome.error, WorkerError):
+                        results[worker_id] = outcome.error
+                    elif outcome.error is not None:
+                        raise outcome.error
+                    elif type(outcome.state) is Segment:
+                        results[worker_id] = outcome.state
+                    else:  # a restarted env's reset answered: ask it again
+                        self._roster.members[worker_id].send_action(requests[worker_id])
+                        continue
+                    pending.remove(worker_id)
+                if pending:
+                    await self._inbox.wait(None)
+                    self._check_open()
+        except BaseException:
+            for worker_id in pending:
+                self._roster.members[worker_id].forget_request()
+            raise
+        return results
+
+    def _assemble(self, results: dict[int, Segment | WorkerError]) -> Trajectories:
+        parts = []
+        error: WorkerError | None = None
+        for worker_id in sorted(results):
+            result = results[worker_id]
+            self._episodes.expect_reset(worker_id)  # stepping it by hand starts afresh
+            if isinstance(result, Segment):
+                parts.append(self._columns(worker_id, result))
+            elif error is None:
+                error = result
+        trajectories = self._trajectories(parts)
+        if error is not None:
+            error.trajectories = trajectories  # type: ignore[attr-defined]
+            raise error
+        return trajectories
+
+    def _columns(self, worker_id: int, segment: Segment) -> dict[str, Any]:
+        """The worker's rows with their episode ids and open flags; counts its episodes."""
+        book = self._book
+        count = len(segment)
+        episode_id = np.empty(count, np.int64)
+        open_rows = np.zeros(count, np.bool_)
+        done = segment.terminated | segment.truncated
+        stats = self._episodes.stats[worker_id]
+        for env in np.unique(segment.env).tolist():
+            rows = np.flatnonzero(segment.env == env)
+            lane = self._roster.first_env[worker_id] + env
+            starts = segment.step[rows] == 0
+            if book.started[lane] == 0:
+                starts[0] = True
+            ordinal = np.cumsum(starts) - 1 + book.started[lane]
+            episode_id[rows] = ordinal * book.lanes + lane
+            book.started[lane] += int(starts.sum())
+            ends = np.flatnonzero(done[rows])
+            last_end = ends[-1] if len(ends) else -1
+            open_rows[rows[last_end + 1 :]] = True
+            _count_episodes(book, lane, segment.rewards[rows], starts, done[rows], stats)
+        return {
+            "observations": segment.observations,
+            "actions": segment.actions,
+            "rewards": segment.rewards,
+            "terminated": segment.terminated,
+            "truncated": segment.truncated,
+            "next_observations": segment.next_observations,
+            "worker_id": np.full(count, worker_id, np.int64),
+            "episode_id": episode_id,
+            "step": segment.step,
+            "policy_version": np.full(count, segment.version, np.int64),
+            "open": open_rows,
+        }
+
+    def _trajectories(self, parts: list[dict[str, Any]]) -> Trajectories:
+        space = next((w.observation_space for w in self._roster.members if w.num_envs == 1), None)
+        columns: dict[str, Any] = {}
+        for name in (
+            "observations", "actions", "rewards", "terminated", "truncated",
+            "next_observations", "worker_id", "episode_id", "step", "policy_version", "open",
+        ):  # fmt: skip
+            values = [part[name] for part in parts]
+            columns[name] = _concatenated(values, space if "observations" in name else None)
+        trajectories = Trajectories(**columns)
+        order = np.lexsort((trajectories.step, trajectories.episode_id, trajectories.worker_id))
+        if np.array_equal(order, np.arange(len(order))):
+            return trajectories
+        return trajectories.select(order)
+
+
+def _count_episodes(
+    book: RolloutBook, lane: int, rewards: Any, starts: Any, done: Any, stats: EpisodeStats
+) -> None:
+    """Add the lane's finished episodes to the worker's episode statistics."""
+    total, length = book.returns[lane], book.lengths[lane]
+    for reward, start, end in zip(rewards.tolist(), starts.tolist(), done.tolist(), strict=True):
+        if start:
+            total, length = 0.0, 0
+        total += reward
+        length += 1
+        if end:
+            stats._add(total, length)
+            total, length = 0.0, 0
+    book.returns[lane], book.lengths[lane] = total, length
+
+
+def _concatenated(values: list[Any], space: Any) -> Any:
+    arrays = values and all(isinstance(value, np.ndarray) for value in values)
+    if arrays and len({value.shape[1:] for value in values}) == 1:
+        return np.concatenate(values)
+    items = [item for value in values for item in value]
+    return stack(space, items) if space is not None else np.asarray(items)
+
+
+def _next_version(package: PolicyPackage | None, version: int | None) -> int:
+    previous = None if package is None else package.version
+    if version is None:
+        return 0 if previous is None else previous + 1
+    version = operator.index(version)
+    if previous is not None and version <= previous:
+        raise ValueError(
+            f"set_policy(version={version}): versions must increase, and the current policy "
+            f"has version {previous}; pass a larger int, or None for {previous + 1}"
+        )
+    return version
+
+
+def _lane_seed(seed: int | None, roster: Roster, worker: Member) -> int | None:
+    if seed is None:
+        return None
+    assert worker.worker_id is not None
+    return operator.index(seed) + roster.first_env[worker.worker_id]
+
+
+def _named(error: Exception, worker: Member) -> Exception:
+    """``error`` with the worker's name in its message, if it lacks it."""
+    if worker.name in str(error):
+        return error
+    named = type(error)(f"{worker.name}: {error}") if isinstance(error, TypeError) else error
+    named.__cause__ = error if named is not error else error.__cause__
+    return named

@@ -1,0 +1,84 @@
+"""A pool's sending side: actions to one worker, resets to all, seeds for the next reset."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core._commands import RESET, Command, Reset
+from ..core._errors import InvalidAction, StateNotTaken, WorkerPaused
+from ..workers._inbox import Inbox
+from ._actions import explain_invalid_action
+from ._episodes import EpisodeCounter
+from ._roster import Roster
+
+__all__ = ["Sender"]
+
+
+class Sender:
+    """The sending side of a :class:`~aioenv.WorkerPool` (whose methods ``send_action``,
+    ``reset`` and ``set_seeds`` say what each does), over the workers of its ``roster``:
+    tells ``episodes`` where a reset starts a new episode, asks ``inbox`` which workers are
+    paused or owe a state, and checks actions against the spaces where ``check_actions``."""
+
+    def __init__(
+        self,
+        roster: Roster,
+        inbox: Inbox,
+        episodes: EpisodeCounter,
+        check_open: Callable[[], None],
+        *,
+        check_actions: bool,
+    ) -> None:
+        self._roster = roster
+        self._inbox = inbox
+        self._episodes = episodes
+        self._check_open = check_open
+        self._check_actions = check_actions
+
+    def send_action(self, action: Any, worker_id: int) -> None:
+        self._check_open()
+        workers = self._roster.members
+        if type(worker_id) is int and 0 <= worker_id < len(workers):
+            worker = workers[worker_id]  # the common case, checked first
+        else:
+            worker = workers[self._roster.index(worker_id)]
+        if self._inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
+        if self._check_actions and not isinstance(action, (Command, Reset)):
+            space = worker.action_space
+            if space is not None and not space.contains(action):
+                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
+        worker.send_action(action)
+        if action is RESET or isinstance(action, Reset):
+            self._episodes.expect_reset(worker_id)
+
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        self._check_open()
+        targets = self._roster.active()
+        for worker in targets:
+            if worker.failure is not None:
+                raise worker.failure
+            if self._inbox.is_owed(worker.worker_id):
+                raise StateNotTaken(
+                    f"reset(): {worker.name} has an action in flight or a state not taken; "
+                    "take every pending state before resetting (nothing was sent)"
+                )
+        first_env = self._roster.first_env
+        for worker in targets:
+            assert worker.worker_id is not None
+            if seed is None and options is None:
+                worker.send_action(RESET)
+            else:
+                worker_seed = None if seed is None else seed + first_env[worker.worker_id]
+                worker.send_action(Reset(seed=worker_seed, options=options))
+            self._episodes.expect_reset(worker.worker_id)
+
+    def set_seeds(self, seeds: Sequence[int | None]) -> None:
+        workers = self._roster.members
+        if len(seeds) != len(workers):
+            raise ValueError(f"set_seeds() needs {len(workers)} seeds, got {len(seeds)}")
+        for worker, seed in zip(workers, seeds, strict=True):
+            if seed is not None:
+                worker.seed_next_reset(operator.index(seed))

@@ -1,0 +1,169 @@
+"""Where :class:`~aioenv.AioVectorEnv`'s envs step by default (``mode="auto"``): in the
+calling thread, or in child processes, and how many.
+
+A lockstep vector step waits for its slowest part. In line, ``N`` envs cost ``N`` steps of
+one env, ``t`` each. In ``W`` child processes of ``k = N / W`` envs, they cost ``k`` steps
+plus the hand-off: the actions out and the states back, which costs the parent and a child
+about :data:`HAND_OFF` for the first child and :data:`PER_CHILD` more for each other one
+(the parent reads and writes them one after the other). The probe env the vector env
+builds anyway is stepped for ``t``; children are chosen when their estimate beats stepping
+in line by :data:`MARGIN`, with at most one child per core (a lockstep script waits while
+they step, so its own core is free for one of them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..core._environment import EnvSource, resolve_source
+from ..pool._factory import make_pool
+from ._inline import INLINE_OPTIONS, InlineEnvs
+from ._layout import grouped, usable_cores
+from ._probe import Probe, probe_env
+from ._runtime import Envs, Runtime
+
+__all__ = [
+    "AUTO",
+    "HAND_OFF",
+    "MARGIN",
+    "PER_CHILD",
+    "ModeChoice",
+    "Placement",
+    "choose_mode",
+    "place_envs",
+]
+
+AUTO = "auto"
+#: Seconds a lockstep step through one child process costs beyond its envs' own work
+#: (parent and child together), and what each further child adds (the parent sends and
+#: reads them one after the other, and on few cores shares a core with one). Measured by
+#: ``python benchmarks/choice.py`` on 2 cores (1 child: 190-240 µs beyond 8 steps of 25 to
+#: 400 µs; 2 children: 285-305 µs); with more cores than children the second figure may
+#: be smaller, so the rule may choose fewer children there than would pay.
+HAND_OFF = 190e-6
+PER_CHILD = 100e-6
+#: Children must be estimated this much faster than stepping in line to be chosen: in
+#: line there is nothing to start and nothing to lose.
+MARGIN = 1.1
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeChoice:
+    """A vector env's mode, its envs per worker (0: the pool's own default) and why."""
+
+    mode: str | Sequence[str]
+    envs_per_worker: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A vector env's envs, started nowhere yet: in line or behind a pool's runtime, the
+    envs each worker steps, the probe env's findings and the choice that placed them."""
+
+    envs: Envs
+    sizes: list[int]
+    probe: Probe
+    choice: ModeChoice
+
+
+def place_envs(
+    env: EnvSource | Sequence[EnvSource],
+    num_envs: int | None,
+    mode: str | Sequence[str],
+    autoreset: object,
+    batch_size: int | None,
+    options: dict[str, Any],
+) -> Placement:
+    """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
+    is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
+    pool options left (grouping takes its own out)."""
+    if isinstance(env, (list, tuple)):
+        sources = [resolve_source(source) for source in env]
+        if not sources:
+            raise ValueError("AioVectorEnv needs at least one env factory")
+        if num_envs is not None and num_envs != len(sources):
+            raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
+        one: EnvSource | list[EnvSource] = sources
+    else:
+        if num_envs is None:
+            raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
+        one = resolve_source(env)  # an unknown id fails here
+        sources = [one] * num_envs
+    probe = probe_env(sources[0], timed=mode == AUTO)
+    choice = choose_mode(mode, probe, len(sources), batch_size, options)
+    if choice.mode == "inline":
+        inline = _inline(sources, autoreset, batch_size, options)
+        return Placement(inline, [len(sources)], probe, choice)
+    if choice.envs_per_worker:
+        options.setdefault("envs_per_worker", choice.envs_per_worker)
+    grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
+    pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
+    sizes = [worker.num_envs for worker in pool.workers]
+    return Placement(Runtime(pool), sizes, probe, choice)
+
+
+def choose_mode(
+    mode: str | Sequence[str],
+    probe: Probe,
+    num_envs: int,
+    batch_size: int | None,
+    options: dict[str, Any],
+    cores: int | None = None,
+) -> ModeChoice:
+    """The mode ``mode`` stands for: itself, unless it is ``"auto"``."""
+    if mode != AUTO:
+        return ModeChoice(mode, 0, "given")
+    if probe.is_async:
+        return ModeChoice("coroutine", 0, "auto: the env's reset and step are async def")
+    if batch_size is not None and batch_size < num_envs:
+        pipelined = f"auto: batch_size={batch_size} < num_envs, envs step while the script computes"
+        return ModeChoice("process", 0, pipelined)
+    pool_only = sorted(set(options) - INLINE_OPTIONS)
+    if pool_only:
+        return ModeChoice("process", 0, f"auto: {', '.join(pool_only)} configure child processes")
+    step = probe.step_seconds
+    if step is None:
+        return ModeChoice("process", 0, "auto: the probe env could not be stepped to time it")
+    return _by_cost(step, num_envs, usable_cores() if cores is None else cores)
+
+
+def _by_cost(step: float, num_envs: int, cores: int) -> ModeChoice:
+    inline = num_envs * step
+    per_worker, children = min(
+        ((k, num_envs // k) for k in range(1, num_envs + 1) if not num_envs % k),
+        key=lambda group: _children_cost(step, *group) if group[1] <= cores else float("inf"),
+    )
+    estimate = _children_cost(step, per_worker, children)
+    figures = (
+        f"a step takes {step * 1e6:.0f} µs: {num_envs} in line ~{inline * 1e3:.2f} ms, "
+        f"{children} child process{'es' if children > 1 else ''} of {per_worker} "
+        f"~{estimate * 1e3:.2f} ms"
+    )
+    if estimate * MARGIN < inline:
+        return ModeChoice("process", per_worker, f"auto (process): {figures}")
+    return ModeChoice("inline", num_envs, f"auto (inline): {figures}")
+
+
+def _children_cost(step: float, per_worker: int, children: int) -> float:
+    return per_worker * step + HAND_OFF + PER_CHILD * (children - 1)
+
+
+def _inline(
+    sources: list[EnvSource], autoreset: object, batch_size: int | None, options: dict[str, Any]
+) -> InlineEnvs:
+    """The envs of ``mode="inline"``, or why the options need another mode."""
+    unknown = sorted(set(options) - INLINE_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"mode='inline' steps the envs in the calling thread, with no pool: "
+            f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
+        )
+    if batch_size is not None and batch_size != len(sources):
+        raise ValueError(
+            f"mode='inline' steps every env at once: batch_size={batch_size} needs envs that "
+            "step while the script computes; pass mode='process' (or leave mode to choose)"
+        )
+    return InlineEnvs(sources, autoreset, **options)

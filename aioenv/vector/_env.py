@@ -1,0 +1,470 @@
+"""A real ``gymnasium.vector.VectorEnv`` over an aioenv pool, for synchronous code, with
+EnvPool's pipelined ``send``/``recv`` (see :mod:`aioenv.vector._pipeline`).
+
+The pool runs on an event loop in a daemon thread, so the vector env works from plain code
+and from inside a running loop alike, and never holds up interpreter exit. ``reset`` and
+``step`` follow gymnasium's conventions exactly: batched 5-tuple, info dicts with ``_key``
+masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s + i``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import (
+    batch_space,
+    concatenate,
+    create_empty_array,
+    iterate,
+)
+
+from ..core._environment import EnvSource, GymnasiumFactory
+from ..core._errors import VectorEnvClosed, WorkerError
+from ..core._messages import autoreset_name
+from ..pool._pool import WorkerPool
+from ._choice import AUTO, ModeChoice, place_envs
+from ._inline import InlineEnvs
+from ._layout import EnvLayout, VectorArrays
+from ._pipeline import Pipeline, info_rows
+from ._probe import Probe, probe_env
+from ._runtime import Envs, Runtime, raised
+from ._spaces import ObservationMode, check_env_spaces, observation_spaces
+
+__all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
+
+#: What ``step``, ``step_wait`` and ``recv`` return: observations, rewards, terminations,
+#: truncations, infos.
+Result = tuple[
+    Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
+]
+
+_ONLY_WORKER = [0]  # inline envs: one group of every env
+
+_MODES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+class AioVectorEnv(VectorEnv):
+    """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` that chooses where its envs step.
+
+    ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as
+    gymnasium's vector envs do; ``AioVectorEnv(env, num_envs)`` builds ``num_envs`` envs
+    from one id or factory. ``mode="auto"`` (the default) times a step of the env the
+    vector env builds anyway for its spaces, and steps the envs ``"inline"`` (in the
+    calling thread, at about ``SyncVectorEnv``'s cost) when handing them to other
+    processes would cost more than it saves, else in ``"process"`` workers, a child per
+    core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
+    Pool options (``step_timeout=``, ``restart=``, ...), ``batch_size`` below
+    ``num_envs`` and async envs choose workers. Other modes are those of
+    :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
+    ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
+    ``reset``/``step`` are ``async def``, as well as plain ones. ``.pool`` is the pool
+    behind any mode but ``"inline"``.
+    ``envs_per_worker=k`` groups ``k`` consecutive envs in one worker (one message per
+    worker and step); ``mode="process"`` groups them by default, ``k`` chosen from the
+    cores (a core for the script, one child per other core: 16 envs on 2 cores run as 1
+    worker of 16, on 16 cores as 8 workers of 2; ``envs_per_worker=1`` turns it off).
+    ``autoreset_mode`` (or ``autoreset``) takes gymnasium's ``AutoresetMode``, its value
+    (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
+    is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
+    checked at construction (``RuntimeError``); whatever was started is closed again when
+    the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
+    env left open is closed when it is garbage collected or at interpreter exit.
+
+    Besides lockstep ``step``, the envs can be driven EnvPool's way: ``async_reset()``,
+    then ``recv()`` (the first ``batch_size`` envs to finish, ``infos["env_id"]`` saying
+    which) and ``send(actions)`` to those envs, so the policy runs on one batch while the
+    others step. ``batch_size`` (default ``num_envs``) is a multiple of the envs a worker
+    steps (grouped process workers are grouped to fit it); below ``num_envs`` it needs an
+    autoreset mode other than ``"disabled"``. gymnasium's older ``step_async(actions)`` /
+    ``step_wait()`` pair works too. Lockstep calls (``step``, ``reset``) raise
+    gymnasium's ``AlreadyPendingCallError`` while envs are in flight.
+    """
+
+    def __init__(
+        self,
+        env: EnvSource | Sequence[EnvSource],
+        num_envs: int | None = None,
+        *,
+        mode: str | Sequence[str] = AUTO,
+        autoreset: str | AutoresetMode | None = None,
+        autoreset_mode: str | AutoresetMode | None = None,
+        observation_mode: ObservationMode = "same",
+        batch_size: int | None = None,
+        **pool_options: Any,
+    ) -> None:
+        if autoreset is not None and autoreset_mode is not None:
+            raise TypeError("pass autoreset_mode= or autoreset=, not both")
+        chosen = autoreset_mode if autoreset_mode is not None else autoreset
+        name = autoreset_name(chosen if chosen is not None else "next_step")
+        placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
+        self.mode_choice = placed.choice
+        self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, batch_size)
+
+    @classmethod
+    def from_pool(
+        cls,
+        pool: WorkerPool[Any],
+        observation_mode: ObservationMode = "same",
+        batch_size: int | None = None,
+    ) -> AioVectorEnv:
+        """Wrap a pool that has not been used from an event loop yet (its autoreset mode
+        becomes the vector env's; ``batch_size`` as in the constructor). The vector env
+        owns the pool from then on."""
+        for worker in pool.workers:
+            if worker.event_loop is not None:
+                raise RuntimeError(
+                    f"{worker.name} is already bound to an event loop; build the pool and "
+                    "wrap it with AioVectorEnv.from_pool() before using it"
+                )
+        venv = cls.__new__(cls)
+        kinds = sorted({worker.kind for worker in pool.workers})
+        venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
+        sizes = [worker.num_envs for worker in pool.workers]
+        probe = probe_env(pool.workers[0].source)
+        venv._setup(Runtime(pool), sizes, probe, observation_mode, batch_size)
+        return venv
+
+    def _setup(
+        self,
+        envs: Envs,
+        sizes: list[int],
+        probe: Probe,
+        observation_mode: ObservationMode,
+        batch_size: int | None,
+    ) -> None:
+        self._envs = envs
+        self._inline = envs if isinstance(envs, InlineEnvs) else None
+        # Closes the envs when this vector env is garbage collected unclosed.
+        self._finalizer = weakref.finalize(self, envs.close)
+        # A pool's runtime has an exit hook of its own (it must close before the loop's
+        # thread goes); inline envs have only this one.
+        self._finalizer.atexit = isinstance(envs, InlineEnvs)
+        try:
+            self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
+            self._define(envs, probe, observation_mode)
+            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
+            observations, actions = envs.start()
+            layout = self._layout
+            batched = check_env_spaces(
+                self.observation_mode,
+                self.single_observation_space,
+                self.single_action_space,
+                layout.flatten(observations),
+                layout.flatten(actions),
+            )
+            if batched is not None:
+                self.observation_space = batched
+        except BaseException:
+            envs.close()
+            raise
+
+    def _define(
+        self,
+        envs: Envs,
+        probe: Probe,
+        observation_mode: ObservationMode,
+    ) -> None:
+        metadata, render_mode, observation_space, action_space = probe[:4]
+        self.num_envs = self._layout.num_envs
+        # Like gymnasium's vector envs: make_vec sets the spec, a vector env built by hand
+        # has none (the single env's spec would not rebuild it).
+        self.spec = None
+        self.metadata = metadata
+        self.render_mode = render_mode
+        self.autoreset_mode = _MODES[envs.autoreset]
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.observation_mode = observation_mode
+        self.single_action_space = action_space
+        self.action_space = batch_space(action_space, self.num_envs)
+        self.observation_space, self.single_observation_space = observation_spaces(
+            observation_mode, observation_space, self.num_envs
+        )
+        if observation_mode != "same" and isinstance(envs, Runtime):
+            envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
+        self._env_obs: list[Any] = [None] * self.num_envs
+        self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
+        self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
+
+    @property
+    def pool(self) -> WorkerPool[Any]:
+        """The pool of workers behind this vector env (not for ``mode="inline"``)."""
+        if isinstance(self._envs, Runtime):
+            return self._envs.pool
+        raise AttributeError(
+            "this AioVectorEnv steps its envs inline, in the calling thread, with no pool; "
+            "pass mode='sync', 'thread' or 'process' for one"
+        )
+
+    @property
+    def mode(self) -> str | Sequence[str]:
+        """Where the envs step: the ``mode`` given, or what ``"auto"`` chose
+        (``mode_choice.reason`` says why)."""
+        return self.mode_choice.mode
+
+    def __repr__(self) -> str:
+        return f"AioVectorEnv(num_envs={self.num_envs}, mode={self.mode!r})"
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed`` (``(42, 43, ...)`` after ``reset(seed=42)``)."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's ``np_random`` (copies, for process workers)."""
+        return self.get_attr("np_random")
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        self._check_open()
+        self._pipeline.check_idle(self._envs, "reset()")
+        ids, requests = self._layout.reset_requests(seed, options, "reset()")
+        infos = self._gather(ids, self._exchange(ids, requests))
+        return self._observations(), infos
+
+    def step(self, actions: Any) -> Result:
+        self._check_open()
+        self._pipeline.check_idle(self._envs, "step()")
+        if self._inline is not None:
+            return self._step_inline(self._inline, actions)
+        workers, requests = self._step_requests(actions)
+        return self._stepped(workers, self._exchange(workers, requests))
+
+    # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
+    @property
+    def batch_size(self) -> int:
+        """How many envs each :meth:`recv` returns (``num_envs`` unless given)."""
+        return self._pipeline.batch_size
+
+    def async_reset(
+        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every env without waiting: the reset observations come back through
+        :meth:`recv`, ``batch_size`` envs at a time. Seeds as in :meth:`reset` (env ``i``
+        gets ``seed + i``). Starts over: whatever is in flight is waited for and dropped,
+        an env error among it too (so this is also how to go on after one)."""
+        self._check_open()
+        if options is not None and "reset_mask" in options:
+            raise ValueError(
+                "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
+            )
+        ids, requests = self._layout.reset_requests(seed, options, "async_reset()")
+        pipeline = self._pipeline
+        pipeline.clear()
+        pipeline.started()
+        self._envs.dispatch(ids, requests, True)
+
+    def send(
+        self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
+    ) -> None:
+        """Send ``actions[k]`` to env ``env_id[k]`` and return at once; their results come
+        back through :meth:`recv`. ``env_id=None``: the envs of the last ``recv``, in its
+        rows' order (``info["env_id"]``). ``actions`` is a batch of ``len(env_id)`` actions
+        (``batch_space(single_action_space, len(env_id))``). The envs of one worker
+        (``envs_per_worker``) go together. An env that ended is reset by its autoreset
+        mode: ``"next_step"`` ignores the action it is sent next and returns the reset
+        observation (reward 0, both flags False), as EnvPool does; ``"same_step"`` has
+        already returned it, with the final observation in ``info["final_obs"]``."""
+        self._check_open()
+        pipeline = self._pipeline
+        env_ids = pipeline.targets(env_id)
+        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
+        if len(per_env) != len(env_ids):
+            raise ValueError(
+                f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
+                "nothing was sent"
+            )
+        workers, requests = self._layout.sends(self.single_action_space, actions, per_env, env_ids)
+        pipeline.check_not_flying(self._envs, workers)
+        leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
+        pipeline.started()
+        self._envs.dispatch(workers, requests, leftovers)
+
+    def recv(self) -> Result:
+        """The first ``batch_size`` envs to finish what :meth:`send` or :meth:`async_reset`
+        sent them: ``(observations, rewards, terminations, truncations, infos)`` with
+        ``batch_size`` rows, in the order of ``infos["env_id"]`` (the envs' indices, an
+        int array; it replaces an ``"env_id"`` info of the envs' own). Infos are
+        gymnasium's vector infos over the rows. An env's error is raised as :meth:`step`
+        raises it; the other envs stay in flight (the states already taken come with the
+        next ``recv``): go on with them, or :meth:`async_reset`."""
+        self._check_open()
+        pipeline = self._pipeline
+        pipeline.check_recv(self._envs)
+        held = pipeline.held
+        error = self._envs.receive(pipeline.workers_per_batch, held)
+        if error is not None:
+            pipeline.last_env_ids = None
+            raise raised([error], self._layout.env_of)
+        workers = sorted(held)
+        states = [held.pop(worker_id) for worker_id in workers]
+        infos = self._gather(workers, states)
+        env_ids = pipeline.last_env_ids = pipeline.envs(workers)
+        rows = np.asarray(env_ids, dtype=np.int64)
+        infos = info_rows(infos, rows)
+        infos["env_id"] = rows
+        arrays = self._arrays
+        return (
+            self._observations(rows),
+            arrays.rewards[rows],
+            arrays.terminated[rows],
+            arrays.truncated[rows],
+            infos,
+        )
+
+    def step_async(self, actions: Any) -> None:
+        """Send every env its action and return at once; :meth:`step_wait` returns what
+        :meth:`step` would have (gymnasium's pre-1.0 pair)."""
+        self._check_open()
+        pipeline = self._pipeline
+        if pipeline.step_pending:
+            raise AlreadyPendingCallError(
+                "step_async() was called again before step_wait() took the last one's "
+                "results; call step_wait() first",
+                "step",
+            )
+        pipeline.check_idle(self._envs, "step_async()")
+        workers, requests = self._step_requests(actions)
+        self._envs.dispatch(workers, requests, True)
+        pipeline.step_pending = True
+
+    def step_wait(self) -> Result:
+        """The results of the last :meth:`step_async`, as :meth:`step` returns them."""
+        self._check_open()
+        pipeline = self._pipeline
+        if not pipeline.step_pending:
+            raise NoAsyncCallError(
+                "step_wait() was called without step_async(); call step_async(actions) first",
+                "step",
+            )
+        workers = list(range(len(self._envs)))
+        try:
+            states, errors = self._envs.collect(workers)
+        finally:
+            pipeline.step_pending = False
+        if errors:
+            raise raised(errors, self._layout.env_of)
+        return self._stepped(workers, states)
+
+    def _step_inline(self, inline: InlineEnvs, actions: Any) -> Result:
+        """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost: their
+        BatchStep's arrays are new and whole (the runner keeps every env's last
+        observation), so they are handed out as they are."""
+        try:
+            batch = inline.step(actions)
+        except WorkerError as error:
+            failed: WorkerError | None = error
+        else:
+            failed = None
+        if failed is not None:
+            raise raised([failed], self._layout.env_of)
+        infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
+        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
+
+    # Requests out, states in ------------------------------------------------------------
+    def _step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
+        """The workers a step of every env goes to and their requests."""
+        batch = list(iterate(self.action_space, actions))
+        if len(batch) != self.num_envs:
+            raise ValueError(
+                f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
+            )
+        if self._layout.batched:
+            requests = self._layout.actions(self.single_action_space, actions, batch)
+            return list(range(len(self._envs))), requests
+        return list(range(self.num_envs)), batch
+
+    def _batched_actions(self, size: int) -> Any:
+        space = self._action_batches.get(size)
+        if space is None:
+            space = self._action_batches[size] = batch_space(self.single_action_space, size)
+        return space
+
+    def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
+        states: list[Any]
+        states, errors = self._envs.exchange(ids, actions)
+        if errors:
+            raise raised(errors, self._layout.env_of)
+        return states
+
+    def _stepped(self, workers: list[int], states: list[Any]) -> Result:
+        infos = self._gather(workers, states)
+        arrays = self._arrays
+        return self._observations(), arrays.rewards, arrays.terminated, arrays.truncated, infos
+
+    def _gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
+        """Write these workers' states into the envs' observations, and into new arrays of
+        rewards and flags (those handed out before stay as they were); their infos,
+        indexed by env."""
+        arrays = self._arrays
+        arrays.new_step()
+        if self._layout.batched:
+            return self._layout.scatter(workers, states, arrays, self._add_info)
+        infos: dict[str, Any] = {}
+        rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
+        for i, step in zip(workers, states, strict=True):
+            self._env_obs[i] = step.observation
+            rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
+            if step.final_info is not None:
+                final = {"final_obs": step.final_observation, "final_info": step.final_info}
+                infos = self._add_info(infos, final, i)
+            infos = self._add_info(infos, step.info, i)
+        return infos
+
+    def _observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
+        """Every env's latest observation, batched, or those of the envs ``rows``."""
+        arrays = self._arrays
+        if self._layout.batched and arrays.box:
+            return arrays.stacked.copy() if rows is None else arrays.stacked[rows]
+        per_env = arrays.per_env if self._layout.batched else self._env_obs
+        chosen = per_env if rows is None else [per_env[i] for i in rows]
+        out = create_empty_array(self.single_observation_space, len(chosen))
+        return concatenate(self.single_observation_space, chosen, out)  # type: ignore[arg-type]
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open()
+        return tuple(self._layout.flatten(self._envs.call_envs(name, args, kwargs)))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        self._check_open()
+        return tuple(self._layout.flatten(self._envs.get_attr(name)))
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        self._check_open()
+        if self._layout.batched:
+            values = self._layout.values(values)
+        self._envs.set_attr(name, values)
+
+    def render(self) -> tuple[Any, ...] | None:
+        frames = self.call("render")
+        return None if all(frame is None for frame in frames) else frames
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._finalizer.detach()
+        self._envs.close()
+
+    def __enter__(self) -> AioVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self.closed or self._envs.closed:
+            raise VectorEnvClosed(
+                "this AioVectorEnv is closed (close() was called); make a new one to go on"
+            )

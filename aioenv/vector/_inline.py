@@ -1,0 +1,142 @@
+"""Every env of an :class:`~aioenv.AioVectorEnv` stepped in the calling thread, with no pool
+and no event loop: ``mode="inline"``, and the default's choice for envs whose step costs
+less than handing it to another process.
+
+The envs run in the :class:`~aioenv.env_side._vector_runner.VectorRunner` that a grouped process
+worker runs in its child, so autoreset modes, seeds, reset masks, time limits, infos and
+failures mean exactly what they mean there; only the pool around it is missing, and with it
+its cost (an event loop run and the pool's bookkeeping per call, tens of microseconds: more
+than a CartPole step of several envs). A step here costs about what ``SyncVectorEnv``'s
+costs. What needs a pool (step timeouts, restarts, other worker kinds) needs another mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core._environment import EnvSource, VectorSource
+from ..core._errors import EnvError, WorkerError
+from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..env_side._vector_runner import VectorRunner
+
+__all__ = ["INLINE_OPTIONS", "InlineEnvs"]
+
+#: The pool options an inline vector env takes; the others configure a pool.
+INLINE_OPTIONS = frozenset({"seed", "max_episode_steps"})
+
+#: Requests are numbered as a worker's are; there is only one "worker" here.
+_WORKER_ID = 0
+
+
+class InlineEnvs:
+    """The envs of an inline vector env: one request at a time, answered in line.
+
+    It takes the places of the pool and its event loop in the vector env (the same calls
+    as :class:`~aioenv.vector._runtime.Runtime`): ``exchange`` answers a request at once;
+    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer (the
+    pipelined calls, whose work then happens when their results are asked for). A
+    :class:`Failure` becomes the :class:`EnvError` a grouped worker's would, named after
+    this group."""
+
+    def __init__(
+        self,
+        sources: list[EnvSource],
+        autoreset: object,
+        seed: int | None = None,
+        max_episode_steps: int | None = None,
+    ) -> None:
+        episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
+        self.autoreset: str = episode.autoreset
+        self.num_envs = len(sources)
+        self.name = f"inline envs 0-{self.num_envs - 1}"
+        self.closed = False
+        self._runner = VectorRunner(VectorSource(tuple(sources)), seed, episode)
+        self._pending: list[Any] = []  # a request sent and not yet taken (at most one)
+
+    def start(self) -> tuple[list[Any], list[Any]]:
+        """Build the envs; their observation and action spaces, one per env."""
+        runner = self._runner
+        runner.build()
+        if runner.build_failure is not None:
+            raise self._error(runner.build_failure)
+        return self.get_attr("observation_space"), self.get_attr("action_space")
+
+    def step(self, actions: Any) -> Any:
+        """Step every env with its action of the batch ``actions``: their BatchStep (a
+        WorkerError for an env's failure). The lockstep hot path: nothing but the runner's
+        own work, the batch split once, by the runner."""
+        runner = self._runner
+        rows = runner.split(actions)
+        if len(rows) != self.num_envs:
+            raise ValueError(
+                f"step() got {len(rows)} actions for {self.num_envs} envs; nothing was sent"
+            )
+        result = runner.step_rows(rows)
+        if isinstance(result, Failure):
+            raise self._error(result)
+        return result
+
+    # What the vector env asks of its envs (see ``_vector_runtime.Envs``) -----------------
+    def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
+        """Answer the request (a batch of actions, or a reset): the envs' BatchStep, or
+        the error."""
+        return self._answer(requests[0])
+
+    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
+        """Hold the request: the pipelined calls' work happens when its result is taken."""
+        self._pending[:] = [requests[0]]
+
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        return self._answer(self._pending.pop())
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        states, errors = self._answer(self._pending.pop())
+        if errors:
+            return errors[0]
+        held[_WORKER_ID] = states[0]
+        return None
+
+    def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The answers of the one "worker": a list with an answer per env."""
+        return [self._control(ControlRequest("call", name, args, kwargs))]
+
+    def get_attr(self, name: str) -> list[Any]:
+        return [self._control(ControlRequest("get", name))]
+
+    def set_attr(self, name: str, values: Any) -> None:
+        value = values[0] if isinstance(values, list) else values  # a PerEnv, or one value
+        self._control(ControlRequest("set", name, (value,)))
+
+    def __len__(self) -> int:
+        return 1  # one group of every env, as a vector env's bookkeeping counts workers
+
+    def has_pending(self, worker_id: int) -> bool:
+        return bool(self._pending)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        """Close every env (an error closing one is the env's to report: not raised, as a
+        pool's workers do not raise theirs either)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._pending.clear()
+        self._runner.close()
+
+    def _answer(self, request: Any) -> tuple[list[Any], list[WorkerError]]:
+        result = self._runner.handle(request)
+        if isinstance(result, Failure):
+            return [], [self._error(result)]
+        return [result], []
+
+    def _control(self, request: ControlRequest) -> Any:
+        result = self._runner.control(request)
+        if isinstance(result, Failure):
+            raise self._error(result)
+        return result
+
+    def _error(self, failure: Failure) -> WorkerError:
+        return EnvError.from_failure(failure, self.name, _WORKER_ID)

@@ -1,0 +1,381 @@
+"""Which envs of an :class:`~aioenv.AioVectorEnv` each worker steps, and moving a vector
+step's actions, seeds and results between per-env and per-worker form.
+
+A worker steps ``k`` consecutive envs (``envs_per_worker=k``; 1 otherwise). With every
+``k`` equal to 1 the vector env exchanges one state per env; otherwise one
+:class:`~aioenv.BatchStep` per worker, whose rows land in the vector env's arrays with a
+slice each, never a Python object per env.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.spaces import (
+    Box,
+    Dict,
+    Discrete,
+    Graph,
+    MultiBinary,
+    MultiDiscrete,
+    OneOf,
+    Space,
+    Text,
+    Tuple,
+)
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from ..core._commands import RESET, Reset
+from ..core._environment import BatchStep, EnvSource, VectorSource
+from ..core._infos import joined_flat, joined_infos, merge_infos
+from ..core._messages import PerEnv
+from ..core._seeds import per_env_seeds, reset_mask
+
+__all__ = [
+    "EnvLayout",
+    "VectorArrays",
+    "envs_per_worker",
+    "grouped",
+    "usable_cores",
+]
+
+#: The ``idle_spin`` (seconds) of grouped process workers that have a core each: longer
+#: than a small policy's forward pass between two steps, so a child is still awake when
+#: the next step comes (waking a sleeping one costs the parent's send 100 µs and more on a
+#: virtual machine), and short enough to be noise if the script computes longer. A child
+#: that polls yields its core to any other runnable process, the script's among them.
+LOCKSTEP_IDLE_SPIN = 0.002
+
+AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
+
+
+def grouped(
+    env: EnvSource | list[EnvSource],
+    num_envs: int | None,
+    mode: str | Sequence[str],
+    options: dict[str, Any],
+    batch_size: int | None = None,
+) -> tuple[EnvSource | list[EnvSource], int | None]:
+    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
+    ``options``), else for process workers ``k`` chosen from the cores (a core for the
+    script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
+    cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
+    and step instead of one per env. Process workers that each have a core of their own
+    poll for the next step a moment before they sleep (``idle_spin``, unless given).
+    The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
+    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
+    if "envs_per_worker" in options:
+        per_worker = options.pop("envs_per_worker")
+        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
+            raise ValueError(
+                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
+                f"got {per_worker!r}"
+            )
+    elif mode == "process" and "envs_per_process" not in options:
+        per_worker = envs_per_worker(len(sources), usable_cores(), batch_size)
+    else:
+        return env, num_envs
+    per_process = options.get("envs_per_process", 1)
+    if mode == "process" and "idle_spin" not in options and isinstance(per_process, int):
+        processes = -(-len(sources) // per_worker // max(1, per_process))
+        cores = usable_cores()
+        if cores > 1 and processes <= cores:
+            options["idle_spin"] = LOCKSTEP_IDLE_SPIN
+    if per_worker == 1:
+        return env, num_envs
+    groups = [
+        VectorSource(tuple(sources[first : first + per_worker]))
+        for first in range(0, len(sources), per_worker)
+    ]
+    return list(groups), len(groups)
+
+
+def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:
+    """The largest divisor of ``num_envs`` (and of ``batch_size``, if given) that is at
+    most ``ceil(num_envs / children)``, with one child per core but one (the training
+    script's), at least one child."""
+    target = -(-num_envs // max(1, cores - 1))
+    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else num_envs
+    return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class EnvLayout:
+    """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
+
+    def __init__(self, sizes: list[int], *, batched: bool = False) -> None:
+        self.sizes = sizes
+        self.starts = [0, *itertools.accumulate(sizes)][:-1]
+        self.num_envs = sum(sizes)
+        #: Some worker steps several envs (or ``batched``, envs stepped in line, even one):
+        #: the vector env exchanges BatchSteps.
+        self.batched = batched or any(size > 1 for size in sizes)
+        self._lists = batched  # even a worker of one env answers controls with a list
+        self._all_workers = list(range(len(sizes)))
+
+    def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
+        """The env of the vector env that a worker's env ``in_batch`` is (None when the
+        worker is not known), and where that is, for messages."""
+        if worker_id is None:
+            return None, "an env"
+        lo, size = self.starts[worker_id], self.sizes[worker_id]
+        env = lo + (in_batch or 0)
+        if size == 1:
+            return env, f"env {env}"
+        return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
+
+    def slices(self) -> list[slice]:
+        return [slice(lo, lo + k) for lo, k in zip(self.starts, self.sizes, strict=True)]
+
+    def actions(self, single_space: Any, actions: Any, per_env: list[Any]) -> list[Any]:
+        """One batch of actions per worker, in the form of the batched space of its envs
+        (what gymnasium's ``iterate`` over that space splits into the same per-env
+        actions). ``per_env`` is ``actions`` split by the vector env's batched space.
+
+        The batched space decides, never the Python type of ``actions``, following
+        ``batch_space``'s own dispatch: an array space (Box, Discrete, MultiDiscrete,
+        MultiBinary) is batched as rows, a Dict or Tuple space key by key, the other
+        spaces gymnasium ships (Text, Graph, Sequence, OneOf) and custom spaces as a
+        tuple with an item per env. So each env receives exactly the object gymnasium's
+        ``iterate`` gives it. A space with a ``batch_space`` of its own (registered by
+        its author) is split by ``iterate`` and joined again by ``concatenate``."""
+        parts = self.slices()
+        try:
+            return [_part(single_space, actions, part) for part in parts]
+        except _OwnBatching:
+            return [
+                concatenate(
+                    single_space,
+                    per_env[part],
+                    create_empty_array(single_space, part.stop - part.start),  # type: ignore[arg-type]
+                )
+                for part in parts
+            ]
+
+    def sends(
+        self, single_space: Any, actions: Any, per_env: list[Any], env_ids: list[int]
+    ) -> tuple[list[int], list[Any]]:
+        """The workers that step the envs ``env_ids`` and their batches of actions, from
+        ``actions`` (``per_env[k]``, split by gymnasium's ``iterate``, is env
+        ``env_ids[k]``'s). A worker steps all its envs or none: ValueError otherwise."""
+        if not self.batched:
+            return list(env_ids), per_env
+        row_of = {env: row for row, env in enumerate(env_ids)}
+        worker_ids: list[int] = []
+        requests: list[Any] = []
+        for worker_id, part in enumerate(self.slices()):
+            rows = [row_of.get(env) for env in range(part.start, part.stop)]
+            if all(row is None for row in rows):
+                continue
+            if any(row is None for row in rows):
+                raise ValueError(
+                    f"envs {part.start}-{part.stop - 1} are stepped together by worker "
+                    f"{worker_id} (envs_per_worker={part.stop - part.start}): send() needs "
+                    f"actions for all of them or none, got env_id={env_ids}; nothing was sent"
+                )
+            worker_ids.append(worker_id)
+            requests.append(_rows_of(single_space, actions, per_env, rows))  # type: ignore[arg-type]
+        return worker_ids, requests
+
+    def reset_requests(
+        self, seed: int | list[int | None] | None, options: dict[str, Any] | None, call: str
+    ) -> tuple[list[int], list[Any]]:
+        """The workers a vector env's reset goes to and their requests: gymnasium's seeds
+        (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``."""
+        seeds = per_env_seeds(seed, self.num_envs, call)
+        mask, options = reset_mask(options, self.num_envs)
+        if mask is None:
+            mask = np.ones(self.num_envs, dtype=np.bool_)
+        if self.batched:
+            return self.resets(seeds, mask, options)
+        ids = np.flatnonzero(mask).tolist()
+        return ids, [
+            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
+        ]
+
+    def resets(
+        self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
+    ) -> tuple[list[int], list[Any]]:
+        """The workers to reset and their requests: per-env seeds, and a per-env mask
+        where only some of a worker's envs are reset."""
+        ids: list[int] = []
+        requests: list[Any] = []
+        for worker_id, part in enumerate(self.slices()):
+            sub_mask = mask[part]
+            if not sub_mask.any():
+                continue
+            sub_options = options
+            if not sub_mask.all():
+                sub_options = {**(options or {}), "reset_mask": np.array(sub_mask)}
+            sub_seeds = seeds[part]
+            if all(seed is None for seed in sub_seeds) and sub_options is None:
+                requests.append(RESET)
+            else:
+                requests.append(Reset(list(sub_seeds), sub_options))  # type: ignore[arg-type]
+            ids.append(worker_id)
+        return ids, requests
+
+    def values(self, values: Any) -> Any:
+        """``set_attr`` values for the workers: one per env becomes a :class:`PerEnv`
+        per worker; a single value stays as it is (it goes to every env)."""
+        if not isinstance(values, (list, tuple)):
+            return values
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr() got {len(values)} values for {self.num_envs} envs")
+        return [PerEnv(tuple(values[part])) for part in self.slices()]
+
+    def flatten(self, results: list[Any]) -> list[Any]:
+        """Per-worker answers (a list per env for workers stepping several) as per env."""
+        out: list[Any] = []
+        for size, result in zip(self.sizes, results, strict=True):
+            out.extend(result if size > 1 or self._lists else [result])
+        return out
+
+    def scatter(
+        self,
+        worker_ids: list[int],
+        batches: list[BatchStep[Any]],
+        into: VectorArrays,
+        add_info: AddInfo,
+    ) -> dict[str, Any]:
+        """Write each worker's BatchStep into the vector env's arrays; return the infos:
+        the workers' vector forms joined where they allow it (see
+        :func:`~aioenv.core._infos.joined_infos`), else merged worker by worker with a
+        slice per key (see :func:`~aioenv.core._infos.merge_infos`), or added env by env
+        with ``add_info`` for a worker that sent its infos per row."""
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            lo = self.starts[worker_id]
+            part = slice(lo, lo + self.sizes[worker_id])
+            into.observe(part, batch.observations)
+            into.rewards[part] = batch.rewards
+            into.terminated[part] = batch.terminated
+            into.truncated[part] = batch.truncated
+        return self.infos_of(worker_ids, batches, add_info)
+
+    def infos_of(
+        self, worker_ids: list[int], batches: list[BatchStep[Any]], add_info: AddInfo
+    ) -> dict[str, Any]:
+        """The infos of the workers ``worker_ids``' batches, in gymnasium's vector form."""
+        if worker_ids == self._all_workers:
+            joined = _joined(batches)
+            if joined is not None:
+                return joined
+        infos: dict[str, Any] = {}
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            lo = self.starts[worker_id]
+            if batch.vector_infos is not None:
+                kinds = batch.info_types or {}
+                merge_infos(infos, batch.vector_infos, kinds, lo, self.num_envs, add_info)
+                continue
+            for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
+                if row in batch.final_infos:
+                    final = {
+                        "final_obs": batch.final_observations[row],
+                        "final_info": batch.final_infos[row],
+                    }
+                    infos = add_info(infos, final, lo + row)
+                if row in batch.infos:
+                    infos = add_info(infos, batch.infos[row], lo + row)
+        return infos
+
+
+def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
+    """The infos of every worker's batch (in order) joined, where they allow it."""
+    packed = [batch.packed_infos for batch in batches]
+    if None not in packed:
+        joined = joined_flat(packed)  # type: ignore[arg-type]
+        if joined is not None:
+            return joined
+    groups = [(batch.vector_infos, batch.info_types or {}) for batch in batches]
+    if any(infos is None for infos, _ in groups):
+        return None
+    return joined_infos(groups)  # type: ignore[arg-type]
+
+
+class VectorArrays:
+    """The vector env's latest observations (kept between steps: a masked reset leaves
+    the other envs' as they were) and one step's rewards and flags."""
+
+    def __init__(self, single_space: Any, num_envs: int) -> None:
+        self.box = isinstance(single_space, Box)
+        self.single_space = single_space
+        self.per_env: list[Any] = [None] * num_envs  # for spaces other than Box
+        self._batched: dict[int, Any] = {}  # the batched space of a group of each size
+        self.stacked: Any = (
+            np.empty((num_envs, *single_space.shape), single_space.dtype) if self.box else None
+        )
+        self.rewards = np.zeros(num_envs, np.float64)
+        self.terminated = np.zeros(num_envs, np.bool_)
+        self.truncated = np.zeros(num_envs, np.bool_)
+
+    def observe(self, part: slice, observations: Any) -> None:
+        if self.box:
+            self.stacked[part] = observations
+            return
+        size = part.stop - part.start
+        batched = self._batched.get(size)
+        if batched is None:
+            batched = self._batched[size] = batch_space(self.single_space, size)
+        for index, observation in enumerate(iterate(batched, observations), part.start):
+            self.per_env[index] = observation
+
+    def new_step(self) -> None:
+        self.rewards = np.zeros_like(self.rewards)
+        self.terminated = np.zeros_like(self.terminated)
+        self.truncated = np.zeros_like(self.truncated)
+
+
+class _OwnBatching(Exception):
+    """A space whose batching gymnasium does not define (its author registered one)."""
+
+
+def _rows_of(single_space: Any, actions: Any, per_env: list[Any], rows: list[int]) -> Any:
+    """The rows ``rows`` of a batch of actions, as a batch of their own: sliced where they
+    follow each other in order (what :meth:`EnvLayout.actions` does), else joined."""
+    first = rows[0]
+    if rows == list(range(first, first + len(rows))):
+        with contextlib.suppress(_OwnBatching):
+            return _part(single_space, actions, slice(first, first + len(rows)))
+    out = create_empty_array(single_space, len(rows))
+    return concatenate(single_space, [per_env[row] for row in rows], out)  # type: ignore[arg-type]
+
+
+def _part(space: Any, batch: Any, part: slice) -> Any:
+    """The envs ``part`` of ``batch`` (a batch of ``space``), in the batched space's form."""
+    batching = batch_space.dispatch(type(space))
+    if batching in _BATCHED_AS_ROWS:
+        # a list of rows stays a list: each env gets its item as given, as in gymnasium
+        return batch[part] if isinstance(batch, np.ndarray) else list(batch)[part]
+    if batching is _BATCHED_BY_KEY:
+        return {key: _part(sub, batch[key], part) for key, sub in space.spaces.items()}
+    if batching is _BATCHED_BY_POSITION:
+        return tuple(
+            _part(sub, items, part) for sub, items in zip(space.spaces, batch, strict=True)
+        )
+    if batching in _BATCHED_AS_TUPLE:
+        return tuple(batch)[part]
+    raise _OwnBatching
+
+
+_BATCHED_AS_ROWS = frozenset(
+    batch_space.dispatch(space) for space in (Box, Discrete, MultiDiscrete, MultiBinary)
+)
+_BATCHED_BY_KEY = batch_space.dispatch(Dict)
+_BATCHED_BY_POSITION = batch_space.dispatch(Tuple)
+#: gymnasium batches these (and any space it knows nothing of) as a Tuple of copies.
+_BATCHED_AS_TUPLE = frozenset(
+    batch_space.dispatch(space) for space in (Text, Graph, spaces.Sequence, OneOf, Space)
+)

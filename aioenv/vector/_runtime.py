@@ -1,0 +1,263 @@
+"""What AioVectorEnv runs on its background loop: the pool's lifetime, one call's
+exchange of actions for states, and turning a worker's failure into what gymnasium's
+vector envs raise."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import gymnasium
+
+from ..core._environment import describe_source
+from ..core._errors import EnvError, VectorEnvClosed, WorkerError
+from ..loops._background import close_at_exit
+from ..loops._host import LoopHost, host_for_sync_calls
+from ..pool._pool import WorkerPool
+
+__all__ = [
+    "Envs",
+    "Runtime",
+    "as_raised",
+    "collect",
+    "dispatch",
+    "exchange",
+    "raised",
+    "receive",
+    "start",
+]
+
+
+class Envs(Protocol):
+    """What an :class:`~aioenv.AioVectorEnv` asks of its envs, by worker id: a pool on an
+    event loop (:class:`Runtime`) or envs stepped in line
+    (:class:`~aioenv.vector._inline.InlineEnvs`). States come back with the errors that
+    replaced some (each a worker's); nothing is raised for an env's failure."""
+
+    closed: bool
+
+    @property
+    def autoreset(self) -> str:
+        """The autoreset mode the envs run under (aioenv's name)."""
+
+    def start(self) -> tuple[list[Any], list[Any]]:
+        """Start the envs: their observation and action spaces, an answer per worker."""
+
+    def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
+        """Send ``requests[k]`` to worker ``ids[k]`` and take every answer."""
+
+    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
+        """Send without waiting; with ``drop``, what was in flight is dropped first."""
+
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        """Take the answers of workers ``ids``, which were all sent a request."""
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        """Take answers into ``held`` (by worker id) until it has ``count``."""
+
+    def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """Call method ``name`` of every env: one answer per worker."""
+
+    def get_attr(self, name: str) -> list[Any]: ...
+
+    def set_attr(self, name: str, values: Any) -> None: ...
+
+    def __len__(self) -> int:
+        """How many workers."""
+
+    def has_pending(self, worker_id: int) -> bool: ...
+
+    @property
+    def num_pending(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Runtime:
+    """The pool and the event loop it runs on; closed exactly once, by ``close()``, the
+    vector env's finalizer or the interpreter's exit.
+
+    Made outside any event loop (a training script), the loop runs in the calling thread
+    during each call: a step costs no hand-off to another thread and back. Made inside a
+    running loop (a notebook, async code), it runs in a daemon thread of its own (see
+    :func:`~aioenv.loops._host.host_for_sync_calls`)."""
+
+    def __init__(self, pool: WorkerPool[Any]) -> None:
+        self.pool = pool
+        self.closed = False
+        name = describe_source(pool.workers[0].source)
+        self.loop: LoopHost = host_for_sync_calls(f"aioenv-vector-loop ({name})")
+        close_at_exit(id(self), self.close)
+
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self.closed:
+            raise VectorEnvClosed("this AioVectorEnv is closed; make a new one to go on")
+        return self.loop.call(function, *args)
+
+    @property
+    def autoreset(self) -> str:
+        return self.pool.autoreset
+
+    # The calls of :class:`Envs`, each run on the loop ----------------------------------
+    def start(self) -> tuple[list[Any], list[Any]]:
+        return self.call(start, self.pool)  # type: ignore[no-any-return]
+
+    def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
+        return self.call(exchange, self.pool, ids, requests)  # type: ignore[no-any-return]
+
+    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
+        self.call(dispatch, self.pool, ids, requests, drop)
+
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        return self.call(collect, self.pool, ids)  # type: ignore[no-any-return]
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        return self.call(receive, self.pool, count, held)  # type: ignore[no-any-return]
+
+    def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        return self.call(functools.partial(self.pool.call, name, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def get_attr(self, name: str) -> list[Any]:
+        return self.call(self.pool.get_attr, name)  # type: ignore[no-any-return]
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self.call(self.pool.set_attr, name, values)
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def has_pending(self, worker_id: int) -> bool:
+        return self.pool.has_pending(worker_id)
+
+    @property
+    def num_pending(self) -> int:
+        return self.pool.num_pending
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        close_at_exit(id(self), None)
+        try:
+            if self.loop.running and not self.loop.in_loop_thread:
+                # aclose is bounded by cleanup_time plus the SIGTERM/SIGKILL graces.
+                self.loop.call(self.pool.aclose, timeout=self.pool.cleanup_time + 10.0)
+        finally:
+            self.loop.stop()
+
+
+async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:
+    """Enter the pool and read every env's spaces."""
+    await pool.__aenter__()
+    return await pool.get_attr("observation_space"), await pool.get_attr("action_space")
+
+
+async def exchange(
+    pool: WorkerPool[Any], ids: list[int], actions: list[Any]
+) -> tuple[list[Any], list[WorkerError]]:
+    """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
+    order, or every worker error. Every state sent for is taken, whatever fails, so the
+    next call starts clean."""
+    if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
+        await _take(pool, pool.num_pending)
+    sent = 0
+    try:
+        for worker_id, action in zip(ids, actions, strict=True):
+            pool.send_action(action, worker_id)
+            sent += 1
+    finally:
+        if sent < len(ids):  # a send failed: take what was sent, then let its error go on
+            await _take(pool, sent)
+    return await collect(pool, ids)
+
+
+async def collect(pool: WorkerPool[Any], ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+    """Take the states of the workers ``ids``, which have all been sent an action: the
+    states in ``ids`` order, or every worker error (every state is taken all the same)."""
+    states, errors = await _take(pool, len(ids))
+    if errors:
+        return [], errors
+    return [states[worker_id] for worker_id in ids], []
+
+
+async def _take(pool: WorkerPool[Any], count: int) -> tuple[dict[int, Any], list[WorkerError]]:
+    states: dict[int, Any] = {}
+    errors: list[WorkerError] = []
+    while len(states) + len(errors) < count:
+        try:
+            batch = await pool.get_batch(min_size=count - len(states) - len(errors))
+        except WorkerError as error:
+            errors.append(error)
+            continue
+        states.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
+    return states, errors
+
+
+async def dispatch(
+    pool: WorkerPool[Any], worker_ids: list[int], requests: list[Any], drop: bool
+) -> None:
+    """Send ``requests[k]`` to worker ``worker_ids[k]``; with ``drop``, first wait for every
+    state in flight and drop it (an env error among them too), so the sends start clean."""
+    if drop and pool.num_pending:
+        await pool.drain()
+    for worker_id, request in zip(worker_ids, requests, strict=True):
+        pool.send_action(request, worker_id)
+
+
+async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
+    """Take states into ``held`` until it has ``count``, in the order they finish; the
+    error of an env that failed instead (the states taken before it stay in ``held``)."""
+    while len(held) < count:
+        missing = count - len(held)
+        try:
+            batch = await pool.get_batch(min_size=missing, max_size=missing)
+        except WorkerError as error:
+            return error
+        held.update(zip(batch.worker_ids.tolist(), batch.states, strict=True))
+    return None
+
+
+def raised(
+    errors: list[WorkerError], env_of: Callable[[int | None, int | None], tuple[int | None, str]]
+) -> BaseException:
+    """What a vector step or reset whose workers failed raises, reported as gymnasium's
+    ``AsyncVectorEnv`` reports its sub-envs' errors: each env's error and traceback on
+    gymnasium's logger, then the last env's own exception (see :func:`as_raised`). An
+    error that is not the env's (a worker that died or timed out) is raised as it is.
+    ``env_of(worker_id, env_in_batch)`` is the env of the vector env and its account."""
+    failed: list[tuple[int | None, str, EnvError]] = []
+    for error in errors:
+        if not isinstance(error, EnvError):
+            return error
+        for each in (error, *error.more):
+            failed.append((*env_of(each.worker_id, each.env), each))
+    for env, _, error in failed:
+        gymnasium.logger.error(f"Received the following error from Worker-{env} - Shutting it down")
+        gymnasium.logger.error(error.remote_traceback)
+    gymnasium.logger.error("Raising the last exception back to the main process.")
+    _, where, error = failed[-1]
+    return as_raised(error, where)
+
+
+def as_raised(error: WorkerError, where: str) -> BaseException:
+    """The env's own exception where it came back (gymnasium's vector envs re-raise the
+    env's type), with aioenv's account of where it happened (``where``: which env of the
+    vector env) attached as a note (Python 3.11+) or as its cause; else ``error``."""
+    if not isinstance(error, EnvError) or not isinstance(error.__cause__, Exception):
+        return error
+    original = error.__cause__
+    note = f"[aioenv] raised by {where} of the AioVectorEnv during {error.during}"
+    if sys.version_info >= (3, 11):
+        original.add_note(f"{note}; traceback in the worker:\n{error.remote_traceback}")
+    elif original.__cause__ is None:
+        cause = EnvError(
+            f"{note} ({error.args[0]})",
+            worker_id=error.worker_id,
+            remote_traceback=error.remote_traceback,
+            exception_type=error.exception_type,
+            during=error.during,
+        )
+        original.__cause__ = cause
+    return original

@@ -1,0 +1,395 @@
+"""The wire protocol between the parent and a process worker: both ends read it here.
+
+The parent's end is :mod:`aioenv.workers.process._host`, the child's
+:mod:`aioenv.workers.process._child`. They share two sockets.
+
+**The message socket.** A message is a fixed binary header followed by a payload::
+
+    payload length (u64) | sequence number (u64) | kind (u8) | slot (u16) | payload
+
+``slot`` says which of the child's envs the message is for (a child can host several).
+Requests carry a sequence number and the reply repeats it, so the parent can tell the
+reply to the current request from a late reply to an abandoned one (sequence number 0:
+no reply expected). The parent reads without ever blocking (``FrameDecoder`` is fed
+whatever bytes have arrived); the child reads and writes with plain blocking calls.
+
+**The alive socket.** Only the parent holds its far end, and never writes data on it, so
+end-of-file there tells the child that the parent died. It also carries file descriptors
+(shared memory, see :mod:`aioenv.wire._shared_memory`): one byte with one descriptor attached
+(SCM_RIGHTS), sent just before the SHARE message that describes it. Descriptors ride on
+this socket, read by the child's watchdog thread, because receiving them on the message
+socket would need ``recvmsg`` for every request, several times slower than ``recv``.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import enum
+import functools
+import io
+import pickle
+import queue
+import socket
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..core._environment import BatchStep, Step
+from ..core._infos import FlatInfos
+from ._shared_memory import SharedObservations
+
+__all__ = [
+    "BATCH_STATE",
+    "CONTROL",
+    "STEP_ARRAY",
+    "FAILURE",
+    "HEADER",
+    "READY",
+    "RECEIVE_SIZE",
+    "RESET_REQUEST",
+    "STATE",
+    "STEP_STATE",
+    "FrameDecoder",
+    "Kind",
+    "decode_array",
+    "decode_batch_step",
+    "decode_reply",
+    "decode_step",
+    "dumps",
+    "encode",
+    "encode_action",
+    "encode_array_action",
+    "encode_batch_step",
+    "encode_step",
+    "loads",
+    "Frame",
+    "receive_descriptors",
+    "send_descriptor",
+]
+
+HEADER = struct.Struct("<QQBH")
+
+
+class Kind(enum.IntEnum):
+    # parent -> child
+    STEP = 1
+    RESET = 2  # payload: empty, or a pickled Reset(seed, options)
+    CLOSE = 3
+    CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
+    REBUILD = 5  # payload: (seed, EpisodeOptions), pickled; build the slot's env afresh
+    CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
+    SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
+    STEP_ARRAY = 8  # a STEP whose action is a numeric array: raw bytes, no pickling
+    # child -> parent
+    READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
+    STATE = 17  # payload: the state, pickled
+    FAILURE = 18  # payload: a Failure
+    STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
+    BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
+
+
+# The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
+# comparing two ints is cheaper than looking up and comparing an enum member. (A reset
+# request's is RESET_REQUEST: ``RESET`` is the user's sentinel, aioenv.RESET.)
+RESET_REQUEST, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
+STEP_ARRAY = int(Kind.STEP_ARRAY)
+READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
+    int(Kind.READY),
+    int(Kind.STATE),
+    int(Kind.FAILURE),
+    int(Kind.STEP_STATE),
+    int(Kind.BATCH_STATE),
+)
+_STEP = int(Kind.STEP)
+
+#: Bytes either side reads from the message socket at once.
+RECEIVE_SIZE = 1 << 16
+
+
+def dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=5)
+
+
+def loads(data: bytes | memoryview) -> Any:
+    return pickle.loads(data)
+
+
+def dumps_arrays(obj: Any) -> bytes:
+    """:func:`dumps`, numeric arrays pickled as their raw bytes, dtype and shape (what a
+    batch's vector infos are made of): a third of the default's cost each way, which
+    goes through numpy's generic reconstruction and pickles the dtype as an object."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=5)
+    pickler.dispatch_table = _ARRAYS_AS_BYTES
+    pickler.dump(obj)
+    return buffer.getvalue()
+
+
+def _reduce_array(array: np.ndarray[Any, Any]) -> Any:
+    if array.dtype.hasobject:
+        return array.__reduce_ex__(5)
+    if array.ndim == 1:
+        return _vector, (array.tobytes(), array.dtype.str)
+    return _array, (array.tobytes(), array.dtype.str, array.shape)
+
+
+def _vector(data: bytes, dtype: str) -> np.ndarray[Any, Any]:
+    """A 1-D array of :func:`dumps_arrays` (writable: it owns a copy of ``data``)."""
+    array: np.ndarray[Any, Any] = np.frombuffer(data, _dtype(dtype)).copy()
+    return array
+
+
+def _array(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
+    return _vector(data, dtype).reshape(shape)
+
+
+_dtype = functools.cache(np.dtype)
+_ARRAYS_AS_BYTES = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
+
+
+def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
+    return HEADER.pack(len(payload), seq, kind, slot) + payload
+
+
+def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
+    """A STEP message (the hot path's :func:`encode`)."""
+    return HEADER.pack(len(payload), seq, _STEP, slot) + payload
+
+
+def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> bytes:
+    """A STEP_ARRAY message: a numeric array action (a batch of actions, a continuous
+    action) as its dtype, shape and raw bytes, several times cheaper than a pickle."""
+    payload = _array_header(action.dtype, action.shape) + action.tobytes()
+    return HEADER.pack(len(payload), seq, STEP_ARRAY, slot) + payload
+
+
+def decode_array(payload: bytes | memoryview) -> np.ndarray[Any, Any]:
+    """The array of a STEP_ARRAY message (a fresh, writable copy)."""
+    return _decode_observation(payload, 0, len(payload), _RAW_ARRAY, None)  # type: ignore[no-any-return]
+
+
+# A Step: reward, flags, then the observation (raw array bytes, a pickle, or nothing when it
+# is in shared memory), then a pickled tail (info, final_observation, final_info) only when
+# there is something in it.
+_STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation part
+_ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
+_TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL, _SHARED = 1, 2, 4, 8, 16
+_FLAGS_AT = struct.calcsize("<d")  # the flags byte's offset in a STEP_STATE payload
+_BATCH_FLAGS_AT = struct.calcsize("<I")  # ... and in a BATCH_STATE payload
+
+
+def encode_step(
+    seq: int, step: Step[Any], slot: int = 0, shared: SharedObservations | None = None
+) -> bytes:
+    """A STEP_STATE message for ``step``: plain numeric arrays travel as raw bytes, or are
+    written to ``shared`` memory when they fit its layout."""
+    flags, body = _encode_observation(step.observation, shared)
+    flags |= (_TERMINATED if step.terminated else 0) | (_TRUNCATED if step.truncated else 0)
+    size = sum(map(len, body))
+    if step.info or step.final_observation is not None or step.final_info is not None:
+        flags |= _TAIL
+        body.append(dumps((step.info, step.final_observation, step.final_info)))
+    payload = b"".join([_STEP_HEAD.pack(step.reward, flags, size), *body])
+    return HEADER.pack(len(payload), seq, STEP_STATE, slot) + payload
+
+
+def decode_step(payload: bytes | memoryview, shared: SharedObservations | None = None) -> Step[Any]:
+    """The Step of a STEP_STATE message. An array observation is a fresh, writable copy,
+    except one in shared memory: that is a view of ``shared``, valid until the next request."""
+    reward, flags, size = _STEP_HEAD.unpack_from(payload)
+    start = _STEP_HEAD.size
+    observation = _decode_observation(payload, start, size, flags, shared)
+    terminated, truncated = bool(flags & _TERMINATED), bool(flags & _TRUNCATED)
+    if not flags & _TAIL:
+        return Step(observation, reward, terminated, truncated, {})
+    info, final_observation, final_info = loads(payload[start + size :])
+    return Step(observation, reward, terminated, truncated, info, final_observation, final_info)
+
+
+# A BatchStep of k envs: k, flags, length of the observation part; then the rewards (k
+# float64), terminated and truncated (k bytes each), the stacked observations as for a Step,
+# and a pickled tail only when there is something in it: the infos packed as records
+# (flag _PACKED_INFOS), or in gymnasium's vector form with their kinds (_VECTOR_INFOS),
+# else the sparse per-row infos and finals.
+_BATCH_HEAD = struct.Struct("<IBI")
+_VECTOR_INFOS, _PACKED_INFOS = 32, 64
+
+
+def encode_batch_step(
+    seq: int, batch: BatchStep[Any], slot: int = 0, shared: SharedObservations | None = None
+) -> bytes:
+    """A BATCH_STATE message: one header and a few raw arrays for the whole batch."""
+    flags, body = _encode_observation(batch.observations, shared)
+    size = sum(map(len, body))
+    if batch.packed_infos is not None:
+        flags |= _TAIL | _PACKED_INFOS
+        body.append(dumps(tuple(batch.packed_infos)))
+    elif batch.vector_infos is not None:
+        if batch.vector_infos:
+            flags |= _TAIL | _VECTOR_INFOS
+            body.append(dumps_arrays((batch.vector_infos, batch.info_types)))
+    elif batch.infos or batch.final_infos:
+        flags |= _TAIL
+        body.append(dumps((batch.infos, batch.final_observations, batch.final_infos)))
+    head = _BATCH_HEAD.pack(len(batch.rewards), flags, size)
+    arrays = [
+        np.ascontiguousarray(batch.rewards, np.float64).tobytes(),
+        np.ascontiguousarray(batch.terminated, np.bool_).tobytes(),
+        np.ascontiguousarray(batch.truncated, np.bool_).tobytes(),
+    ]
+    payload = b"".join([head, *arrays, *body])
+    return HEADER.pack(len(payload), seq, BATCH_STATE, slot) + payload
+
+
+def decode_batch_step(
+    payload: bytes | memoryview, shared: SharedObservations | None = None
+) -> BatchStep[Any]:
+    """The BatchStep of a BATCH_STATE message (arrays copied out of the message; stacked
+    observations in shared memory are a view, as for :func:`decode_step`)."""
+    rows, flags, size = _BATCH_HEAD.unpack_from(payload)
+    at = _BATCH_HEAD.size
+    rewards = np.frombuffer(payload, np.float64, rows, at).copy()
+    at += 8 * rows
+    terminated = np.frombuffer(payload, np.bool_, rows, at).copy()
+    truncated = np.frombuffer(payload, np.bool_, rows, at + rows).copy()
+    at += 2 * rows
+    observations = _decode_observation(payload, at, size, flags, shared)
+    if not flags & _TAIL:
+        return BatchStep(observations, rewards, terminated, truncated)
+    if flags & _PACKED_INFOS:
+        packed = FlatInfos(*loads(payload[at + size :]))
+        return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
+    if flags & _VECTOR_INFOS:
+        vector_infos, info_types = loads(payload[at + size :])
+        return BatchStep(
+            observations, rewards, terminated, truncated, None, None, None, vector_infos, info_types
+        )
+    infos, finals, final_infos = loads(payload[at + size :])
+    return BatchStep(observations, rewards, terminated, truncated, infos, finals, final_infos)
+
+
+def decode_reply(
+    kind: int, payload: bytes | memoryview, shared: SharedObservations | None
+) -> tuple[Any, bool]:
+    """A reply's state (or Failure) and whether its observation views ``shared`` memory."""
+    if kind == STEP_STATE:
+        return decode_step(payload, shared), bool(payload[_FLAGS_AT] & _SHARED)
+    if kind == BATCH_STATE:
+        state = decode_batch_step(payload, shared)
+        return state, bool(payload[_BATCH_FLAGS_AT] & _SHARED)
+    return loads(payload), False
+
+
+def _encode_observation(
+    observation: Any, shared: SharedObservations | None
+) -> tuple[int, list[bytes]]:
+    if shared is not None and shared.write(observation):
+        return _SHARED, []
+    if type(observation) is np.ndarray and not observation.dtype.hasobject:
+        return _RAW_ARRAY, [
+            _array_header(observation.dtype, observation.shape),
+            observation.tobytes(),
+        ]
+    return 0, [dumps(observation)]
+
+
+def _decode_observation(
+    payload: bytes | memoryview,
+    start: int,
+    size: int,
+    flags: int,
+    shared: SharedObservations | None,
+) -> Any:
+    if flags & _SHARED:
+        if shared is None:
+            raise ValueError("a reply refers to shared memory this worker does not have")
+        return shared.read()
+    if flags & _RAW_ARRAY:
+        header_end = start + _ARRAY_HEAD.size + payload[start] + 8 * payload[start + 1]
+        dtype, shape = _array_description(bytes(payload[start:header_end]))
+        return np.ndarray(shape, dtype, payload, header_end).copy()
+    return loads(payload[start : start + size])
+
+
+@functools.cache
+def _array_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """Length of the dtype string, number of dimensions, the dtype string, the shape."""
+    code: bytes = dtype.str.encode()
+    ndim = len(shape)
+    return _ARRAY_HEAD.pack(len(code), ndim) + code + struct.pack(f"<{ndim}Q", *shape)
+
+
+@functools.cache
+def _array_description(header: bytes) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """What :func:`_array_header` wrote: the dtype and the shape."""
+    code_length, ndim = _ARRAY_HEAD.unpack_from(header)
+    at = _ARRAY_HEAD.size
+    dtype = np.dtype(header[at : at + code_length].decode())
+    shape = struct.unpack_from(f"<{ndim}Q", header, at + code_length)
+    return dtype, shape
+
+
+Frame = tuple[int, int, int, "bytes | memoryview"]  # kind, seq, slot, payload
+
+
+class FrameDecoder:
+    """Turns a byte stream, fed in chunks of any size, into ``(kind, seq, slot, payload)``."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes | memoryview) -> list[Frame]:
+        frames: list[Frame] = []
+        size = HEADER.size
+        if not self._buffer:
+            # Fast path: the chunk holds whole frames, nothing buffered from before.
+            offset = 0
+            end = len(chunk)
+            while end - offset >= size:
+                length, seq, kind, slot = HEADER.unpack_from(chunk, offset)
+                stop = offset + size + length
+                if stop > end:
+                    break
+                frames.append((kind, seq, slot, chunk[offset + size : stop]))
+                offset = stop
+            if offset < end:
+                self._buffer += chunk[offset:]
+            return frames
+        buffer = self._buffer
+        buffer += chunk
+        offset = 0
+        while len(buffer) - offset >= size:
+            length, seq, kind, slot = HEADER.unpack_from(buffer, offset)
+            stop = offset + size + length
+            if stop > len(buffer):
+                break
+            frames.append((kind, seq, slot, bytes(buffer[offset + size : stop])))
+            offset = stop
+        del buffer[:offset]
+        return frames
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+
+# The alive socket: descriptors, one byte each --------------------------------------------
+def send_descriptor(alive: socket.socket, fd: int) -> None:
+    """Send a copy of descriptor ``fd`` to the child (it arrives before any message sent
+    on the message socket after this call returns). Raises OSError if the child is gone."""
+    socket.send_fds(alive, [b"\0"], [fd])
+
+
+def receive_descriptors(alive: socket.socket, into: queue.SimpleQueue[int]) -> None:
+    """The child's watchdog: put every descriptor the parent sends into ``into``, in order;
+    return at end-of-file (the parent died) or on any error."""
+    try:
+        while True:
+            data, fds, _, _ = socket.recv_fds(alive, 1, 1)
+            if not data:
+                return
+            for fd in fds:
+                into.put(fd)
+    except OSError:
+        return

@@ -1,0 +1,270 @@
+"""How a worker is supervised: step deadlines, restarts and failure reports.
+
+:class:`Supervision` holds the options (a pool's, merged with a worker's own deadlines);
+:class:`Supervisor` is one worker's state machine over them. Timers run on the worker's
+event loop through :class:`Clock` (asyncio's ``call_later``): the worker level uses
+asyncio's primitives, which uvloop speeds up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+from ..core._errors import WorkerError
+from ..core._seeds import restart_seed
+
+__all__ = [
+    "DEFAULT_START_TIMEOUT",
+    "Clock",
+    "Remedies",
+    "Supervision",
+    "Supervisor",
+    "describe_failure",
+    "restart_seed",
+]
+
+#: The deadline for building an env and its first reset when only ``step_timeout`` is
+#: set: simulators can take far longer to start than to step.
+DEFAULT_START_TIMEOUT = 60.0
+
+_MAX_BACKOFF = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Supervision:
+    """What to do about slow and failing workers.
+
+    :param step_timeout: seconds a step (or reset) may take; None (the default): no
+        deadline.
+    :param start_timeout: the same for construction plus the first reset after a
+        (re)start; None (the default) means ``max(step_timeout, 60)`` when
+        ``step_timeout`` is set, else no deadline.
+    :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild the env after an
+        env exception, a death or a timeout.
+    :param max_restarts: at most this many restarts per worker (default 3).
+    :param restart_backoff: seconds to wait before the first restart (default 0), doubling
+        for back-to-back failures, capped at 10 s.
+    :param on_failure: called with every failure, restarted or not (default None).
+    """
+
+    step_timeout: float | None = None
+    start_timeout: float | None = None
+    restart: Literal["never", "on_failure"] = "never"
+    max_restarts: int = 3
+    restart_backoff: float = 0.0
+    on_failure: Callable[[WorkerError], None] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("step_timeout", "start_timeout"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
+        if self.restart not in ("never", "on_failure"):
+            raise ValueError(f"restart must be 'never' or 'on_failure', got {self.restart!r}")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
+            raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
+
+    def under(self, own: Supervision) -> Supervision:
+        """These options for a worker whose ``own`` deadlines win over these."""
+        return dataclasses.replace(
+            self,
+            step_timeout=own.step_timeout or self.step_timeout,
+            start_timeout=own.start_timeout or self.start_timeout,
+        )
+
+    @property
+    def has_deadlines(self) -> bool:
+        return self.step_timeout is not None or self.start_timeout is not None
+
+    def deadline(self, starting: bool) -> float | None:
+        if not starting:
+            return self.step_timeout
+        if self.start_timeout is not None:
+            return self.start_timeout
+        if self.step_timeout is not None:
+            return max(self.step_timeout, DEFAULT_START_TIMEOUT)
+        return None
+
+    def backoff(self, consecutive_failures: int) -> float:
+        if self.restart_backoff <= 0:
+            return 0.0
+        return float(
+            min(self.restart_backoff * 2 ** max(consecutive_failures - 1, 0), _MAX_BACKOFF)
+        )
+
+
+class Clock(Protocol):
+    """What a :class:`Supervisor` needs of an event loop (``asyncio`` loops have it)."""
+
+    def time(self) -> float: ...
+
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: Any
+    ) -> Cancellable: ...
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Remedies:
+    """What a supervisor can do to its worker; the worker gives these callbacks.
+
+    ``discard_env(env_gone)``: drop the env at once (``env_gone``: it died or hung, so
+    nothing of it is kept). ``start_env(seq, seed, reason)``: start a new env and send it
+    a RESET as request ``seq``. ``fail(error, for_good)``: raise ``error`` in place of the state in
+    flight (``for_good``: and on every later action). ``fail_controls(error)``: fail the
+    control requests in flight. ``awaiting(seq)``: request ``seq`` is still awaited (the
+    worker is open and sent nothing since). ``time_out(seq, timeout, elapsed)``: request
+    ``seq`` ran past its deadline. ``start_env`` also gets the failure that caused the
+    restart, for its own error if the start fails.
+    """
+
+    discard_env: Callable[[bool], None]
+    start_env: Callable[[int, int | None, str], None]
+    fail: Callable[[WorkerError, bool], None]
+    fail_controls: Callable[[WorkerError], None]
+    awaiting: Callable[[int], bool]
+    time_out: Callable[[int, float, float], None]
+
+
+class Supervisor:
+    """One worker's supervision: the deadline of the request in flight, restarts so far,
+    back-to-back failures, and what to do about the next failure: restart the env (after a
+    backoff, with a deterministic seed) or raise the error.
+
+    The worker owns it and drives it: it arms a deadline for each request, reports each
+    answer and failure, and gives it :class:`Remedies` to act through. Timers run on a
+    :class:`Clock` (the worker's event loop), so no process, thread or real loop is needed
+    to test it.
+    """
+
+    def __init__(self, options: Supervision, seed: int | None, remedies: Remedies) -> None:
+        self.options = options
+        #: Deadlines are set: the per-request path checks this plain attribute first.
+        self.has_deadlines = options.has_deadlines
+        self.seed = seed
+        #: Restarts so far (each rebuilt the env after a failure).
+        self.restarts = 0
+        #: The current env has not answered a request yet (start-up deadlines apply).
+        self.starting = True
+        #: The env failed while no request was in flight: the next request restarts it.
+        self.pending_restart: str | None = None
+        self._remedies = remedies
+        self._consecutive_failures = 0
+        self._restart_reason: str | None = None
+        #: The request in flight is this many steps long (a rollout segment): its deadline
+        #: is that many step deadlines.
+        self.request_steps = 1
+        self._timer: Cancellable | None = None
+        self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
+
+    def configure(self, options: Supervision) -> None:
+        self.options = options
+        self.has_deadlines = options.has_deadlines
+
+    # Deadlines -------------------------------------------------------------------------
+    def timeout(self) -> float | None:
+        """Seconds the next request may take (None: no deadline)."""
+        deadline = self.options.deadline(starting=self.starting)
+        if deadline is None or self.request_steps == 1:
+            return deadline
+        return deadline * self.request_steps
+
+    def arm(self, clock: Clock, seq: int) -> None:
+        """Start the deadline of request ``seq``, sent now."""
+        timeout = self.timeout()
+        if timeout is not None:
+            self._timer = clock.call_later(timeout, self._expire, clock, seq, timeout, clock.time())
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self, clock: Clock, seq: int, timeout: float, sent_at: float) -> None:
+        self._timer = None
+        if self._remedies.awaiting(seq):
+            self._remedies.time_out(seq, timeout, clock.time() - sent_at)
+
+    # Outcomes --------------------------------------------------------------------------
+    def answered(self) -> bool:
+        """The env answered; True if that is its first answer since it started."""
+        self.disarm()
+        first = self.starting
+        self.starting = False
+        return first
+
+    def succeeded(self) -> str | None:
+        """The answer was a state: the failure streak ends. Returns the reason of the
+        restart this completes (the worker annotates the state with it), or None."""
+        self._consecutive_failures = 0
+        reason, self._restart_reason = self._restart_reason, None
+        return reason
+
+    def failed(self, error: WorkerError, *, env_gone: bool, in_flight: int, clock: Clock) -> None:
+        """Act on a failure of request ``in_flight`` (0: none was in flight): report it to
+        ``on_failure``, then restart the env if the policy and budget allow, else raise it.
+        ``env_gone``: the env died or hung, so it cannot serve another request."""
+        self.disarm()
+        options, remedies = self.options, self._remedies
+        self._restart_reason = None
+        self._consecutive_failures += 1
+        restarting = options.restart == "on_failure" and self.restarts < options.max_restarts
+        if restarting:
+            self.restarts += 1
+        if options.on_failure is not None:
+            options.on_failure(error)
+        if restarting or env_gone:
+            remedies.fail_controls(error)
+        if not restarting:
+            if env_gone:
+                remedies.discard_env(True)
+            remedies.fail(error, env_gone)
+            return
+        remedies.discard_env(env_gone)
+        reason = describe_failure(error)
+        if not in_flight:
+            self.pending_restart = reason
+            return
+        delay = options.backoff(self._consecutive_failures)
+        self._scheduled = (clock.call_later(delay, self.restart, in_flight, reason), reason)
+
+    def restart(self, seq: int, reason: str) -> None:
+        """Start a new env whose reset answers request ``seq``, unless that is no longer
+        awaited. Its seed is deterministic (:func:`restart_seed`)."""
+        self._scheduled = None
+        if not self._remedies.awaiting(seq):
+            # Nobody waits for it any more: the next request restarts the env, as after a
+            # failure while idle.
+            self.pending_restart = reason
+            return
+        self.pending_restart = None
+        self.starting = True
+        self._restart_reason = reason
+        self._remedies.start_env(seq, restart_seed(self.seed, self.restarts), reason)
+
+    def forget_in_flight(self) -> None:
+        """The request in flight is forgotten (its reply will be dropped): no deadline for
+        it, and a restart waiting to answer it starts with the next request instead."""
+        self.disarm()
+        if self._scheduled is not None:
+            timer, reason = self._scheduled
+            timer.cancel()
+            self._scheduled = None
+            self.pending_restart = reason
+
+    def restart_failed(self) -> None:
+        """No new env could be started: nothing is left to annotate or time."""
+        self.disarm()
+        self._restart_reason = None
+
+
+def describe_failure(error: WorkerError) -> str:
+    """``WorkerTimeout: <message>``: how a restart's reason reads."""
+    return f"{type(error).__name__}: {error.args[0] if error.args else error}"

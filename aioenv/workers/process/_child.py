@@ -1,0 +1,209 @@
+"""The child's side of a process worker: the main loop of a child process.
+
+:func:`serve` is the whole program of a child. It talks to the parent only through its two
+sockets (the protocol is in :mod:`aioenv.wire._frames`): it builds the envs of its slots,
+then answers requests in the order they arrive with plain blocking reads and writes. What
+each request does to a slot is :class:`~aioenv.env_side._serving.Slots`'s, as in a Ray
+actor; this module decodes the frames and encodes the answers. It imports nothing from
+the parent's side.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+
+from ...core._commands import RESET
+from ...core._environment import BatchStep, Step
+from ...core._messages import EpisodeOptions, Failure
+from ...env_side._serving import Slots
+from ...env_side._thread_caps import ThreadCaps
+from ...wire._frames import (
+    CONTROL,
+    RECEIVE_SIZE,
+    RESET_REQUEST,
+    STEP_ARRAY,
+    FrameDecoder,
+    Kind,
+    decode_array,
+    dumps,
+    encode,
+    encode_batch_step,
+    encode_step,
+    loads,
+    receive_descriptors,
+)
+from ...wire._requests import Request
+from ...wire._shared_memory import SharedObservations
+
+__all__ = ["serve"]
+
+_DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
+_STEP, _CONTROL = int(Request.STEP), int(Request.CONTROL)  # the hot path's, as plain ints
+
+
+def serve(
+    sock: socket.socket,
+    alive: socket.socket,
+    payloads: list[bytes],
+    seeds: list[int | None],
+    episode: EpisodeOptions,
+    build: bool,
+    registry: bytes,
+    thread_caps: ThreadCaps | None,
+    idle_spin: float = 0.0,
+) -> None:
+    """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
+    ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
+    and report its spaces (READY); otherwise each slot waits for a REBUILD. ``registry``:
+    the parent's gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this
+    process's before any env is built. ``thread_caps``: the caps of this process's native
+    thread pools, applied before any env is built (:mod:`aioenv.env_side._thread_caps`).
+    ``idle_spin``: seconds to poll for the next request before blocking on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
+    descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
+    threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
+    sock.setblocking(True)
+    slots = Slots(payloads, seeds, episode, registry, thread_caps)
+    shared: list[SharedObservations | None] = [None] * len(payloads)
+    try:
+        if build:
+            sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
+        decoder = FrameDecoder()
+        while True:
+            data = _receive(sock, idle_spin)  # whatever has arrived is one batch
+            if not data:
+                return  # the parent is gone
+            for kind, seq, slot, frame in decoder.feed(data):
+                if kind == Kind.CLOSE:
+                    return
+                if kind == Kind.SHARE:
+                    shared[slot] = _map_shared(frame, descriptors)
+                elif kind == Kind.CLOSE_SLOT:
+                    slots.serve(slot, Request.CLOSE_SLOT, None)
+                    shared[slot] = None
+                elif kind == Kind.REBUILD:
+                    slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
+                else:
+                    # Each answer goes at once, not with the batch: the parent works on it
+                    # while this child steps the next env, and neither side idles long
+                    # enough for its core to sleep (waking a sleeping core costs far more
+                    # than a write; see benchmarks/wake_latency.py).
+                    sock.sendall(_answer_frame(slots, kind, seq, slot, frame, shared[slot]))
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the parent is gone
+    finally:
+        slots.close()
+        while not descriptors.empty():
+            os.close(descriptors.get())
+        sock.close()
+
+
+def _receive(sock: socket.socket, idle_spin: float) -> bytes:
+    """What has arrived, polling for up to ``idle_spin`` seconds before blocking: in a
+    lockstep loop the next request comes a moment after the answer, and a child that is
+    still awake takes it at once, where a sleeping one costs both sides a wake-up (see
+    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy, and
+    yielding between polls, so a child never holds a core that the script (or another
+    child) could run on."""
+    if idle_spin > 0:
+        deadline = time.perf_counter() + idle_spin
+        while True:
+            try:
+                return sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() > deadline:
+                    break
+                os.sched_yield()
+    return sock.recv(RECEIVE_SIZE)
+
+
+def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
+    receive_descriptors(alive, descriptors)  # returns once the parent is gone
+    os._exit(1)
+
+
+def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservations | None:
+    """Map the memory the parent passed; None (observations keep travelling through the
+    socket) if that fails."""
+    try:
+        fd = descriptors.get(timeout=_DESCRIPTOR_WAIT)  # sent just before the frame
+    except queue.Empty:
+        return None
+    try:
+        return SharedObservations(loads(frame), fd)
+    except Exception:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _ready(slot: int, slots: Slots) -> bytes:
+    spaces = slots.serve(slot, Request.BUILD, None)
+    try:
+        return encode(Kind.READY, 0, dumps(spaces), slot)
+    except Exception:
+        return encode(Kind.READY, 0, dumps((None, None)), slot)
+
+
+def _answer_frame(
+    slots: Slots,
+    kind: int,
+    seq: int,
+    slot: int,
+    payload: Any,
+    shared: SharedObservations | None,
+) -> bytes:
+    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``: a
+    CONTROL, or a STEP of any encoding (an empty RESET is the RESET sentinel)."""
+    if kind == RESET_REQUEST and not payload:
+        result = slots.serve(slot, _STEP, RESET)
+    elif kind == STEP_ARRAY:
+        result = slots.serve(slot, _STEP, decode_array(payload))
+    else:
+        try:
+            request = loads(payload)
+        except Exception as exc:
+            result = Failure.from_exception(exc, "unpickling the request")
+        else:
+            result = slots.serve(slot, _CONTROL if kind == CONTROL else _STEP, request)
+    return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
+
+
+def _encode_reply(
+    seq: int, result: Any, slot: int, shared: SharedObservations | None = None
+) -> bytes:
+    if isinstance(result, Failure):
+        try:
+            return encode(Kind.FAILURE, seq, _dumps_by_value(result), slot)
+        except Exception:
+            return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
+    try:
+        if type(result) is Step:
+            return encode_step(seq, result, slot, shared)
+        if type(result) is BatchStep:
+            return encode_batch_step(seq, result, slot, shared)
+        return encode(Kind.STATE, seq, dumps(result), slot)
+    except Exception:
+        pass
+    try:
+        # Classes from the user's __main__ (shipped here by value with the env) pickle by
+        # value too; cloudpickle hands the parent back its own class objects.
+        return encode(Kind.STATE, seq, cloudpickle.dumps(result, protocol=5), slot)
+    except Exception as exc:
+        failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
+        return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)
+
+
+def _dumps_by_value(obj: Any) -> bytes:
+    try:
+        return dumps(obj)
+    except Exception:
+        return cloudpickle.dumps(obj, protocol=5)  # type: ignore[no-any-return]

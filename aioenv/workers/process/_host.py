@@ -1,0 +1,442 @@
+"""The parent's side of a child process: start it, write its requests, read its replies,
+watch it exit, and force it out.
+
+A :class:`Host` knows nothing of workers. It is given plain data (the pickled env sources,
+seeds, episode options) and, per slot, two callbacks: ``deliver`` for each message the
+child writes for that slot, and ``on_exit`` once the child has exited and been reaped. The
+parent keeps no thread per child: a ``loop.add_reader`` callback reads replies from a
+non-blocking socket, and another watches the process sentinel, so a dead child is seen at
+once. The parent closes its copy of the child's socket ends, so a child that dies shows up
+as end-of-file, never as a hang.
+
+Like the workers, this module uses asyncio's own primitives (readers, timers, events):
+they are what the hot path needs, and what uvloop speeds up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import multiprocessing.context
+import multiprocessing.spawn
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ...core._messages import EpisodeOptions
+from ...env_side._thread_caps import ThreadCaps
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
+from .._replaceable import Replaceable
+
+__all__ = ["Context", "Deliver", "Host", "OnExit", "describe_exit"]
+
+Context = multiprocessing.context.BaseContext
+#: ``deliver(host, kind, seq, payload)``: a message the child wrote for one slot.
+Deliver = Callable[["Host", int, int, "bytes | memoryview"], None]
+#: ``on_exit(host)``: the child exited and was reaped.
+OnExit = Callable[["Host"], None]
+
+TERMINATE_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    """What starts a child: kept so that a replacement can be started after a death
+    (each field is named as the host's parameter, see :class:`Replaceable`)."""
+
+    context: Context
+    name: str
+    payloads: Sequence[bytes]
+    seeds: Sequence[int | None]
+    episode: EpisodeOptions
+    deliver: Sequence[Deliver]
+    on_exit: Sequence[OnExit]
+    idle_spin: float
+    registry: bytes
+    thread_caps: ThreadCaps | None
+
+
+class Host(Replaceable["Host"]):
+    """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
+    pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
+    ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
+    builds any env (:func:`aioenv.core._registry.snapshot`). ``thread_caps``: how the child caps its
+    native thread pools before it builds any env (None: it leaves them as they are).
+    ``build``: the child builds every env at once (a replacement after a death builds each
+    slot only when asked to, see :meth:`replacement`)."""
+
+    def __init__(
+        self,
+        context: Context,
+        name: str,
+        payloads: Sequence[bytes],
+        seeds: Sequence[int | None],
+        episode: EpisodeOptions,
+        *,
+        deliver: Sequence[Deliver],
+        on_exit: Sequence[OnExit],
+        registry: bytes,
+        thread_caps: ThreadCaps | None,
+        build: bool = True,
+        idle_spin: float = 0.0,
+    ) -> None:
+        self._recipe = _Recipe(
+            context,
+            name,
+            payloads,
+            seeds,
+            episode,
+            deliver,
+            on_exit,
+            idle_spin,
+            registry,
+            thread_caps,
+        )
+        parent_end, child_end = socket.socketpair()
+        alive_parent, alive_child = socket.socketpair()
+        process = context.Process(  # type: ignore[attr-defined]
+            target=_child_main,
+            args=(
+                child_end,
+                alive_child,
+                list(payloads),
+                list(seeds),
+                episode,
+                build,
+                registry,
+                thread_caps,
+                idle_spin,
+            ),
+            name=f"aioenv-process-worker ({name})",
+            daemon=True,
+        )
+        try:
+            with _main_module_skipped():
+                if context.get_start_method() == "forkserver":
+                    process.start()  # the server's children start with SIGINT ignored
+                else:
+                    with _sigint_ignored():
+                        process.start()
+        except BaseException:
+            parent_end.close()
+            alive_parent.close()
+            raise
+        finally:
+            child_end.close()
+            alive_child.close()
+        self.size = len(payloads)
+        self.pid: int = process.pid
+        self.exitcode: int | None = None
+        #: Set on the event loop once the child has exited and been reaped.
+        self.exited: asyncio.Event | None = None
+        #: The slot whose failure killed the child, and why, for the others' messages.
+        self.killed_for: tuple[int, str] | None = None
+        self.successor = None
+        #: The key of the last policy package sent to this child with its bytes: the
+        #: child's own policy cache has it, so later requests carry the key alone.
+        self.shipped_policy: str | None = None
+        # Slots in use; a replacement gains them as their workers move over.
+        self._open_slots = set(range(self.size)) if build else set()
+        self._deliver = list(deliver)
+        self._process = process
+        self._sentinel: int = process.sentinel
+        self._socket = parent_end
+        self._socket.setblocking(False)
+        self._alive = alive_parent  # held open, never written: the child's parent-death alarm
+        self._receive_buffer = bytearray(RECEIVE_SIZE)
+        self._decoder = FrameDecoder()
+        self._outgoing = bytearray()
+        self._queued: list[bytes] = []
+        self._reading = False
+        self._force_timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Running and not being killed."""
+        return self.exitcode is None and self.killed_for is None
+
+    @property
+    def in_use(self) -> bool:
+        """Some slot still uses this child (it has not been released by every worker)."""
+        return bool(self._open_slots)
+
+    def open_slot(self, slot: int) -> None:
+        self._open_slots.add(slot)
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start reading replies and watching for the exit from ``loop`` (once; again
+        from a later loop once the first is closed)."""
+        previous = self._loop
+        if previous is not None and previous is not loop and previous.is_closed():
+            # A later event loop takes over; the closed one took its readers and timers.
+            self._loop, self._reading, self._force_timer = None, False, None
+        if self._loop is not None or self.exitcode is not None:
+            return
+        self._loop = loop
+        self.exited = asyncio.Event()
+        loop.add_reader(self._socket.fileno(), self._on_readable)
+        loop.add_reader(self._sentinel, self._on_sentinel)
+        self._reading = True
+
+    # Writing -------------------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        """Send now, or (several envs here) at the end of this loop iteration, together
+        with every other frame for this host sent meanwhile."""
+        if not self.alive:
+            return  # gone, or going: its death is (or was) handled elsewhere
+        if self.size == 1 or self._loop is None:
+            self._write(frame)
+            return
+        if not self._queued:
+            self._loop.call_soon(self._flush)
+        self._queued.append(frame)
+
+    def send_with_fd(self, frame: bytes, fd: int) -> bool:
+        """Send a copy of descriptor ``fd`` ahead of ``frame``, which goes as usual. False
+        if it could not go (the caller carries on without it)."""
+        if not self.alive:
+            return False
+        try:
+            send_descriptor(self._alive, fd)
+        except OSError:
+            return False
+        self.send(frame)
+        return True
+
+    def _flush(self) -> None:
+        frames, self._queued = self._queued, []
+        if self.alive:
+            self._write(b"".join(frames))
+
+    def _write(self, data: bytes) -> None:
+        if self._outgoing:
+            self._outgoing += data
+            return
+        try:
+            sent = self._socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return  # the child is gone; the sentinel reports its death
+        if sent < len(data):
+            assert self._loop is not None
+            self._outgoing += memoryview(data)[sent:]
+            self._loop.add_writer(self._socket.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._socket.send(self._outgoing)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            sent = len(self._outgoing)
+        del self._outgoing[:sent]
+        if not self._outgoing and self._loop is not None:
+            self._loop.remove_writer(self._socket.fileno())
+
+    # Reading -------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        buffer = self._receive_buffer
+        view = memoryview(buffer)
+        deliver = self._deliver
+        while self._reading:
+            try:
+                count = self._socket.recv_into(buffer)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                count = 0
+            if count == 0:
+                self._stop_reading()  # end of file: the sentinel reports the exit
+                return
+            for kind, seq, slot, payload in self._decoder.feed(view[:count]):
+                deliver[slot](self, kind, seq, payload)
+            if count < len(buffer):
+                return
+
+    def _stop_reading(self) -> None:
+        if self._reading and self._loop is not None:
+            self._reading = False
+            self._loop.remove_reader(self._socket.fileno())
+
+    # Ending ----------------------------------------------------------------------------
+    def release(self, slot: int, cleanup_time: float) -> None:
+        """The env in ``slot`` is done: close it; the last one closes the process, which is
+        forced out if it does not exit within ``cleanup_time`` seconds."""
+        self._open_slots.discard(slot)
+        if self._open_slots:
+            self.send(encode(Kind.CLOSE_SLOT, 0, b"", slot))
+            return
+        if self._queued:
+            self._flush()
+        if self.alive:
+            self._write(encode(Kind.CLOSE, 0))
+        if self.exitcode is None and self._loop is not None:
+            self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
+
+    def force(self, how: str) -> None:
+        """``"terminate"`` (SIGTERM, then SIGKILL after a grace period) or ``"kill"``."""
+        if self.exitcode is not None:
+            return
+        if how == "terminate":
+            self._process.terminate()
+            assert self._loop is not None
+            self._force_timer = self._loop.call_later(TERMINATE_GRACE, self.force, "kill")
+        elif how == "kill":
+            self._process.kill()
+
+    def kill(self, slot: int, reason: str) -> None:
+        """Kill the child at once because the env in ``slot`` failed (``reason`` says
+        how, for the other slots' messages); it is reaped in the background."""
+        if self.killed_for is None:
+            self.killed_for = (slot, reason)
+        self._stop_reading()
+        if self.exitcode is None:
+            self._process.kill()
+
+    def kill_now(self) -> None:
+        """Kill and reap without a loop (a pool that failed to be built)."""
+        if self.exitcode is None and self._loop is None:
+            self._process.kill()
+            self._process.join()
+            self.exitcode = self._process.exitcode
+            self._close_resources()
+
+    def _on_sentinel(self) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(self._sentinel)
+        if self._reading:
+            self._on_readable()  # replies the child wrote before it exited come first
+        self._reap(attempt=0)
+
+    def _reap(self, attempt: int) -> None:
+        exitcode = self._process.exitcode
+        if exitcode is None and attempt < 100:
+            # The sentinel fires as the child exits; under fork/spawn the exit status may
+            # lag by a moment. (Under forkserver it is already known.)
+            assert self._loop is not None
+            self._loop.call_later(0.001 * (attempt + 1), self._reap, attempt + 1)
+            return
+        self.exitcode = exitcode if exitcode is not None else -1
+        self._close_resources()
+        if self.exited is not None:
+            self.exited.set()
+        for on_exit in self._recipe.on_exit:
+            on_exit(self)
+
+    def _close_resources(self) -> None:
+        self._stop_reading()
+        if self._force_timer is not None:
+            self._force_timer.cancel()
+        if self._loop is not None and self._outgoing:
+            self._loop.remove_writer(self._socket.fileno())
+        self._outgoing.clear()
+        self._queued.clear()
+        self._socket.close()
+        self._alive.close()
+        self._process.close()
+
+
+def _child_main(*args: Any) -> None:
+    """A child process's entry point. The child's loop is imported here, in the child (or
+    preloaded by the forkserver): the parent's side never imports the child's."""
+    from ._child import serve
+
+    serve(*args)
+
+
+class _MainModuleLeftOut:
+    """Leaves the user's main module out of the preparation data of the children aioenv
+    starts, and only of those.
+
+    multiprocessing's spawn and forkserver children import the parent's ``__main__`` (as
+    ``__mp_main__``) before running their target, so that targets defined there resolve:
+    a training script's top-level imports (a deep learning framework: seconds and hundreds
+    of MB per child) run again in every child. An aioenv child needs none of it: its
+    target lives in aioenv, and envs travel by value (cloudpickle).
+
+    multiprocessing offers no hook for it: its start code looks up
+    ``multiprocessing.spawn.get_preparation_data`` when it runs. So the function is
+    replaced only while some thread starts an aioenv child (:meth:`starting`), and put
+    back when the last such start is done; the replacement changes the data only for the
+    threads starting an aioenv child, and hands other threads' starts the stdlib's
+    unchanged. Outside those moments every ``multiprocessing`` user sees the stdlib's.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread = threading.local()  # this thread is starting an aioenv child now
+        self._starts = 0  # the threads starting one now
+        self._original: Callable[[str], dict[str, Any]] | None = None
+        self._replacement = self._preparation_data  # one bound method: ``is`` finds it
+        #: Someone replaced ours while it was in: theirs may call ours, so ours is never
+        #: installed over theirs (it would call itself through theirs).
+        self._displaced = False
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """While this thread starts an aioenv child."""
+        with self._lock:
+            if self._starts == 0 and not self._displaced:
+                self._original = multiprocessing.spawn.get_preparation_data
+                multiprocessing.spawn.get_preparation_data = self._replacement
+            self._starts += 1
+        self._thread.active = True
+        try:
+            yield
+        finally:
+            self._thread.active = False
+            with self._lock:
+                self._starts -= 1
+                if self._starts == 0 and not self._displaced:
+                    self._put_back()
+
+    def _put_back(self) -> None:
+        """The stdlib's function in again, unless someone replaced ours meanwhile (theirs
+        stays)."""
+        if multiprocessing.spawn.get_preparation_data is self._replacement:
+            assert self._original is not None
+            multiprocessing.spawn.get_preparation_data = self._original  # type: ignore[assignment]
+        else:
+            self._displaced = True
+
+    def _preparation_data(self, name: str) -> dict[str, Any]:
+        assert self._original is not None  # set before this was installed
+        data = self._original(name)
+        if getattr(self._thread, "active", False):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+
+_main_module_skipped = _MainModuleLeftOut().starting
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Start children with SIGINT ignored (the disposition survives fork and exec), so a
+    Ctrl-C during their start-up cannot reach them. Only the main thread may do this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """An exit code for messages: ``-9 (killed by SIGKILL)``."""
+    if exitcode is None:
+        return "unknown"
+    if exitcode < 0:
+        try:
+            return f"{exitcode} (killed by {signal.Signals(-exitcode).name})"
+        except ValueError:
+            pass
+    return str(exitcode)

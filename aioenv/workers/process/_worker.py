@@ -1,0 +1,401 @@
+"""A worker whose env runs in a child process, watched from the event loop.
+
+A child process (a *host*) serves one env, or several with ``envs_per_process``: each env
+is still its own worker, with its own id and first-ready semantics, in a *slot* of the
+host. An action travels: :meth:`ProcessWorker._submit` encodes it (:mod:`aioenv.wire._frames`)
+and hands it to the worker's :class:`~aioenv.workers.process._host.Host`, which writes it to the
+child; the child's loop (:mod:`aioenv.workers.process._child`) steps the env and writes the reply;
+the host reads it and calls back :meth:`ProcessWorker._on_host_message`, which decodes it
+and delivers it through :meth:`~aioenv.workers.Worker._on_reply`.
+
+Messages for one host sent in the same loop iteration travel in one write: cheap envs pay
+one wake-up per batch of actions. The child answers each request as soon as it is done, so
+the parent works on one state while the child steps the next env.
+
+Large observations skip the socket: once the env reports its observation space, the parent
+maps a memory file laid out for that space and passes it to the child, which writes each
+observation in place (see :mod:`aioenv.wire._shared_memory`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+import anyio
+import cloudpickle
+import numpy as np
+
+from ...core._commands import RESET, Reset
+from ...core._environment import EnvSource
+from ...core._errors import TransportError, WorkerDied
+from ...core._messages import ControlRequest
+from ...env_side._segment import Rollout
+from ...env_side._thread_caps import ThreadCaps
+from ...wire._frames import (
+    READY,
+    Kind,
+    decode_reply,
+    dumps,
+    encode,
+    encode_action,
+    encode_array_action,
+    loads,
+)
+from ...wire._shared_memory import (
+    AUTO_THRESHOLD,
+    Layout,
+    SharedObservations,
+    available,
+    memory_file,
+)
+from .._policy_shipping import mark_shipped, without_shipped
+from .._slotted import SlottedWorker
+from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+
+__all__ = ["ProcessWorker", "default_context"]
+
+S = TypeVar("S")
+
+#: The longest ``idle_spin`` a process worker takes (seconds): spinning is for the gap
+#: between two steps of a lockstep loop, not for waiting on a slow learner.
+MAX_IDLE_SPIN = 0.01
+_KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
+_PRELOAD = [
+    "aioenv.workers.process._quiet_start",
+    "aioenv.workers.process._child",
+    "numpy",
+    "gymnasium",
+    "aioenv.workers.process._thread_caps_preload",
+]
+
+
+def default_context() -> Context:
+    """``forkserver`` (with numpy, gymnasium and aioenv preloaded in the server, so a worker
+    starts in tens of milliseconds) where available, else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    preload = list(getattr(server, "_preload_modules", ["__main__"]))
+    missing = [name for name in _PRELOAD if name not in preload]
+    if missing and getattr(server, "_forkserver_pid", None) is None:
+        context.set_forkserver_preload(preload + missing)
+    return context
+
+
+def _resolve_context(context: Context | str | None) -> Context:
+    if context is None or context == "forkserver":
+        return default_context()
+    if isinstance(context, str):
+        return multiprocessing.get_context(context)
+    return context
+
+
+class ProcessWorker(SlottedWorker[S, Host]):
+    """Runs the env in a child process (crash isolation, true parallelism).
+
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the child starts can be made
+    there (``gymnasium.make`` in a factory).
+    The child ignores SIGINT: the parent decides when it stops. ``aclose`` sends CLOSE,
+    waits ``cleanup_time``, then sends SIGTERM, then SIGKILL. A step past its deadline
+    kills the child at once (with every env it hosts). Use :meth:`hosted` (or
+    ``make_pool(..., envs_per_process=k)``) to put several envs in one child.
+
+    :param context: a multiprocessing context or start method name; default
+        :func:`default_context` (forkserver with preloads, else spawn).
+    :param shared_memory: ``"auto"`` (the default: observations of 8 KiB or more, in a
+        space with a fixed layout, travel through shared memory), True (whenever the space
+        allows) or False (always through the socket). Either way the states handed out own
+        their arrays unless the pool was made with ``copy=False``.
+    :param idle_spin: seconds the child keeps polling for its next request after each
+        answer before it sleeps (default 0: it sleeps at once). In a lockstep loop with a
+        core to spare per child this saves both sides a wake-up per step; an idle pool
+        costs at most this much CPU per child after each answer. At most 0.01.
+    :param threads_per_env: the threads each native thread pool of the child may use
+        (OpenMP, OpenBLAS, MKL, BLIS, Accelerate, numexpr, torch, OpenCV); default 1, so
+        that env processes do not fight over the cores. The child sets
+        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+        ``BLIS_NUM_THREADS``, ``VECLIB_MAXIMUM_THREADS`` and ``NUMEXPR_NUM_THREADS``
+        before it builds the env, caps the libraries already loaded, and caps torch and
+        OpenCV as the env imports them (it never imports them itself). One of these
+        variables set in this process's environment keeps its value there. None leaves
+        every pool as the libraries set it.
+
+    The other parameters are :class:`~aioenv.workers.Worker`'s.
+    """
+
+    kind = "process"
+    _discard_verb = "killed"
+    _per_host_option = "envs_per_process"
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        cleanup_time: float = 5.0,
+        context: Context | str | None = None,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        shared_memory: bool | Literal["auto"] = "auto",
+        idle_spin: float = 0.0,
+        threads_per_env: int | None = 1,
+        _start: bool = True,
+    ) -> None:
+        self._host: Host | None = None  # the child serving this worker's env now
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        try:
+            self._payload = cloudpickle.dumps(self.source)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the env could not be pickled to send it to a worker process "
+                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
+                "or use a thread worker"
+            ) from exc
+        if shared_memory not in (True, False, "auto"):
+            raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
+        if shared_memory is True and not available():
+            raise ValueError(
+                "shared_memory=True needs os.memfd_create (Linux); use shared_memory='auto'"
+            )
+        self._shared_memory = shared_memory
+        if not (isinstance(idle_spin, (int, float)) and 0 <= idle_spin <= MAX_IDLE_SPIN):
+            raise ValueError(
+                f"idle_spin must be a number of seconds from 0 to {MAX_IDLE_SPIN}, got "
+                f"{idle_spin!r}"
+            )
+        self._idle_spin = float(idle_spin)
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
+        self._layout: Layout | None = None  # known once the env reports its space
+        self._shared: SharedObservations | None = None  # mapped for the current host
+        self._context = _resolve_context(context)
+        self._slot = 0
+        self._hosts: list[Host] = []  # every host this worker used that may still run
+        if _start:
+            self._launch([self], per_host=1)
+
+    @property
+    def pid(self) -> int:
+        """The process id of the child running this worker's env."""
+        return self._current_host().pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """That child's exit code; None while it runs."""
+        return self._current_host().exitcode
+
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_process: int,
+        **options: Any,
+    ) -> list[ProcessWorker[Any]]:
+        """One worker per seed, ``envs_per_process`` of them sharing each child process.
+        ``env`` is one env source for all, or a list with one per seed."""
+        return cls._hosted(env, seeds, envs_per_process, **options)
+
+    def _where(self, host: Host) -> str:
+        return f"pid {host.pid}"
+
+    def _joined(self, host: Host) -> None:
+        self._shared = None  # a new process gets its own memory: a killed one cannot write it
+        if self._layout is not None:
+            self._share()
+
+    @classmethod
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+        first = workers[0]
+        host = Host(
+            first._context,
+            first.env_name,
+            [worker._payload for worker in workers],
+            [worker.seed for worker in workers],
+            first._episode,
+            deliver=[worker._on_host_message for worker in workers],
+            on_exit=[worker._on_host_exit for worker in workers],
+            registry=registry,
+            thread_caps=first._thread_caps,
+            idle_spin=first._idle_spin,
+        )
+        for slot, worker in enumerate(workers):
+            worker._join(host, slot)
+
+    # Shared memory ---------------------------------------------------------------------
+    def _share(self) -> None:
+        """Map memory for this worker's observations and pass it to its current host."""
+        assert self._layout is not None
+        fd = memory_file(self._layout.nbytes)
+        try:
+            shared = SharedObservations(self._layout, fd)
+            frame = encode(Kind.SHARE, 0, dumps(self._layout), self._slot)
+            if self._current_host().send_with_fd(frame, fd):
+                self._shared = shared
+        finally:
+            os.close(fd)  # the child has its own descriptor now
+
+    def _layout_for(self, space: Any) -> Layout | None:
+        if self._shared_memory is False or not available():
+            return None
+        layout = Layout.of(space)
+        if layout is None or (self._shared_memory == "auto" and layout.nbytes < AUTO_THRESHOLD):
+            return None
+        return layout
+
+    # Hooks -----------------------------------------------------------------------------
+    def _spawn(self, seed: int | None) -> None:
+        host = self._host_for_restart()
+        host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
+
+    def _submit(self, seq: int, action: Any) -> None:
+        if action is RESET:
+            frame = encode(Kind.RESET, seq, b"", self._slot)
+        elif isinstance(action, Reset):
+            frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+        elif type(action) is np.ndarray and not action.dtype.hasobject:
+            frame = encode_array_action(seq, action, self._slot)
+        elif type(action) is Rollout:
+            self._submit_control_like(seq, action)
+            return
+        else:
+            frame = encode_action(seq, self._pickle(action, "action"), self._slot)
+        self._current_host().send(frame)
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        self._submit_control_like(seq, request)
+
+    def _submit_control_like(self, seq: int, request: ControlRequest | Rollout) -> None:
+        """A control request, or a rollout (which goes as a step): a policy they carry goes
+        to each child process with its bytes once."""
+        host = self._current_host()
+        request, shipped = without_shipped(host, request)
+        payload = self._pickle(request, "request")
+        kind = Kind.CONTROL if type(request) is ControlRequest else Kind.STEP
+        host.send(encode(kind, seq, payload, self._slot))
+        mark_shipped(host, shipped)
+
+    def _pickle(self, obj: Any, what: str) -> bytes:
+        try:
+            return dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the {what} could not be pickled to send it to the worker "
+                f"process ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _abandon(self) -> None:
+        self._shared = None
+        for host in self._hosts:
+            host.kill_now()
+        self._hosts.clear()
+
+    # From the host ---------------------------------------------------------------------
+    def _on_host_message(self, host: Host, kind: int, seq: int, payload: Any) -> None:
+        if host is not self._host:
+            return  # a replaced host's words are never delivered
+        if kind == READY:
+            self._on_ready(payload)
+            return
+        if not self._awaits(seq):
+            return  # stale: no need to decode it
+        try:
+            result, borrowed = decode_reply(kind, payload, self._shared)
+        except Exception as exc:
+            self._on_undecodable(seq, exc)
+            return
+        self._on_reply(seq, result, borrowed)
+
+    def _on_ready(self, payload: Any) -> None:
+        """The env reports its spaces: map shared memory for its observations. Neither is
+        needed to go on, so a failure here is a warning, and observations travel through
+        the socket."""
+        try:
+            self.observation_space, self.action_space = loads(payload)
+            self._layout = self._layout_for(self.observation_space)
+            if self._layout is not None:
+                self._share()
+        except Exception as exc:
+            self._layout = self._shared = None
+            warnings.warn(
+                f"{self.name}: aioenv could not set up shared memory for its observations "
+                f"({type(exc).__name__}: {exc}); they travel through the socket instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _on_undecodable(self, seq: int, exc: Exception) -> None:
+        error = TransportError(
+            f"{self.name}: aioenv could not decode the worker's reply in the parent "
+            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
+            "(a state the parent cannot unpickle: make it plain data)",
+            worker_id=self.worker_id,
+        )
+        error.__cause__ = exc
+        if seq in self._controls:
+            self._controls.fail(seq, error)
+            return
+        self._on_failure(error, env_gone=False)
+
+    def _on_host_exit(self, host: Host) -> None:
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        killed_for = host.killed_for
+        if host is not self._host or self._closing:
+            return
+        if killed_for is not None and killed_for[0] == self._slot:
+            return  # killed for this worker's own failure, which is already handled
+        cause = "" if killed_for is None else f"; its process was killed because {killed_for[1]}"
+        self._on_death(
+            WorkerDied(
+                f"{self.name} died unexpectedly with exit code "
+                f"{describe_exit(host.exitcode)}{cause}",
+                worker_id=self.worker_id,
+                exitcode=host.exitcode,
+            )
+        )
+
+    # Closing ---------------------------------------------------------------------------
+    def _start_close(self) -> None:
+        self._ensure_loop()
+        self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
+        self._current_host().release(self._slot, self.cleanup_time)
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        self._ensure_loop()
+        # This worker waits for the hosts it was the last to release (or that died).
+        hosts = [
+            host
+            for host in self._hosts
+            if host.exited is not None and (not host.in_use or not host.alive)
+        ]
+        steps = ((cleanup_time, "terminate"), (TERMINATE_GRACE, "kill"), (_KILL_GRACE, ""))
+        for wait, how in steps:
+            with anyio.move_on_after(wait):
+                for host in hosts:
+                    assert host.exited is not None
+                    await host.exited.wait()
+            hosts = [host for host in hosts if host.exitcode is None]
+            if not hosts:
+                return
+            for host in hosts:
+                host.force(how)
+        warnings.warn(
+            f"{self.name}: pids {[host.pid for host in hosts]} did not exit even after "
+            "SIGKILL; they are left behind",
+            RuntimeWarning,
+            stacklevel=3,
+        )

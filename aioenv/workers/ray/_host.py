@@ -1,0 +1,312 @@
+"""The parent's side of a Ray actor serving env slots: start it, batch its messages into
+actor calls, await the answers on the event loop, notice its death, kill it.
+
+Like :class:`~aioenv.workers.process._host.Host` for a child process, an :class:`ActorHost` knows
+nothing of workers: it is given plain data and, per slot, a ``deliver`` callback for each
+answer and an ``on_death`` callback. Messages sent in one loop iteration travel in one
+actor call. Each call's reply is awaited natively: the ``ObjectRef``'s future completes on
+Ray's own thread and ``asyncio.wrap_future`` hands it to the loop (no thread per call, no
+polling, no blocking ``ray.get``). Calls to one actor run in the order they were made, so
+their answers are delivered in that order too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import functools
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+
+from ...core._messages import EpisodeOptions, Failure
+from ...env_side._thread_caps import ThreadCaps
+from ...wire._ray_messages import Message, Pickled
+from ...wire._requests import Request
+from .._replaceable import Replaceable
+
+__all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
+
+#: ``deliver(host, seq, result)``: an answer for one slot.
+Deliver = Callable[["ActorHost", int, Any], None]
+#: ``on_death(host, reason)``: the actor is gone (dead, lost with its node, or killed).
+OnDeath = Callable[["ActorHost", str], None]
+
+#: Seconds to wait for Ray to report a killed actor dead before warning.
+KILL_GRACE = 10.0
+
+#: ``ray.init`` defaults when aioenv starts Ray itself: a laptop, not a cluster.
+LOCAL_RAY_DEFAULTS: dict[str, Any] = {
+    "include_dashboard": False,
+    "object_store_memory": 256 * 1024**2,
+    "log_to_driver": True,
+}
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an ImportError saying what to install."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise ImportError(
+            "Ray workers need Ray, which is not installed: pip install 'aioenv[ray]'"
+        ) from exc
+
+
+def init_ray(ray: Any) -> None:
+    """Start a local Ray instance (:data:`LOCAL_RAY_DEFAULTS`, usage stats off) unless Ray
+    is initialised already (``ray.init(address=...)``: that cluster is used) or
+    ``RAY_ADDRESS`` names a cluster to join."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # joins that cluster, which has its own settings
+    else:
+        ray.init(**LOCAL_RAY_DEFAULTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    """What starts an actor: kept so that a replacement can be started after a death
+    (each field is named as the host's parameter, see :class:`Replaceable`)."""
+
+    options: dict[str, Any]
+    payloads: Sequence[bytes]
+    seeds: Sequence[int | None]
+    episode: EpisodeOptions
+    deliver: Sequence[Deliver]
+    on_death: Sequence[OnDeath]
+    registry: bytes
+    thread_caps: ThreadCaps | None
+
+
+@dataclasses.dataclass
+class _ActorCall:
+    """One actor call in flight: the messages it carries and its answer's future."""
+
+    messages: list[Message]
+    reply: asyncio.Future[Any]
+    ref: Any  # the ObjectRef, held until the answer is taken
+
+
+class ActorHost(Replaceable["ActorHost"]):
+    """One Ray actor serving ``len(payloads)`` env slots. ``registry``: the gymnasium ids
+    the actor adds to its own before it builds any env (:func:`aioenv.core._registry.snapshot`).
+    ``thread_caps``: how the actor caps its native thread pools before it builds any env
+    (None: it leaves them as they are). ``build``: every slot's env is built at once (a
+    replacement builds each slot when its worker asks for a REBUILD)."""
+
+    def __init__(
+        self,
+        options: dict[str, Any],
+        payloads: Sequence[bytes],
+        seeds: Sequence[int | None],
+        episode: EpisodeOptions,
+        *,
+        deliver: Sequence[Deliver],
+        on_death: Sequence[OnDeath],
+        registry: bytes,
+        thread_caps: ThreadCaps | None,
+        build: bool = True,
+    ) -> None:
+        self._recipe = _Recipe(
+            options, payloads, seeds, episode, deliver, on_death, registry, thread_caps
+        )
+        self._ray = ray = import_ray()
+        init_ray(ray)
+        actor_class = _actor_class(ray).options(**options)
+        self._actor = actor_class.remote(
+            list(payloads), list(seeds), episode, registry, thread_caps
+        )
+        self.size = len(payloads)
+        #: Why the actor is gone (set once), or None while it serves.
+        self.death: str | None = None
+        #: The slot whose failure killed the actor, for the other slots' messages.
+        self.killed_for: int | None = None
+        #: The actor answered a call: it has started.
+        self.answered = False
+        self.successor = None
+        self._open_slots = set(range(self.size)) if build else set()
+        self._queued: list[Message] = (
+            [(slot, 0, Request.BUILD, None) for slot in range(self.size)] if build else []
+        )
+        self._calls: collections.deque[_ActorCall] = collections.deque()
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.death is None
+
+    @property
+    def actor_id(self) -> str:
+        """The actor's id in the cluster (hex)."""
+        return str(self._actor._actor_id.hex())
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self._open_slots)
+
+    def open_slot(self, slot: int) -> None:
+        self._open_slots.add(slot)
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send and await from ``loop`` (once); messages queued before go now."""
+        if self._loop is not None:
+            return
+        self._loop = loop
+        if self._queued:
+            self._schedule_flush()
+
+    # Sending -------------------------------------------------------------------------
+    def send(self, message: Message) -> None:
+        """Queue ``message``; everything queued in this loop iteration goes in one call."""
+        if not self.alive:
+            return  # its death is (or was) reported to every slot
+        self._queued.append(message)
+        if self._loop is not None:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            assert self._loop is not None
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        messages, self._queued = self._queued, []
+        if not messages or not self.alive:
+            return
+        assert self._loop is not None
+        ref = self._actor.serve.remote(messages)
+        reply = asyncio.wrap_future(ref.future(), loop=self._loop)
+        self._calls.append(_ActorCall(messages, reply, ref))
+        reply.add_done_callback(self._on_reply)
+
+    # Answers -------------------------------------------------------------------------
+    def _on_reply(self, _: object) -> None:
+        calls = self._calls
+        while calls and calls[0].reply.done():  # in call order: the actor ran them so
+            call = calls.popleft()
+            if call.reply.cancelled():
+                continue
+            error = call.reply.exception()
+            if error is None:
+                self.answered = True
+                self._deliver(call.reply.result())
+            elif isinstance(error, self._ray.exceptions.RayTaskError):
+                self._fail_call(call, error)  # the actor lives; only this call failed
+            else:
+                self._die(f"its Ray actor is gone ({_first_line(error)})")
+
+    def _deliver(self, replies: list[tuple[int, int, Any]]) -> None:
+        deliver = self._recipe.deliver
+        for slot, seq, result in replies:
+            if not self.alive:
+                return
+            if type(result) is Pickled:
+                result = _unpickled(result)
+            deliver[slot](self, seq, result)
+
+    def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
+        failure = Failure(
+            exception_type=type(error).__name__,
+            message=_first_line(error),
+            traceback=str(error),
+            during="a Ray actor call (the reply may not have pickled)",
+        )
+        deliver = self._recipe.deliver
+        for slot, seq, op, _payload in call.messages:
+            if seq and op in (Request.STEP, Request.CONTROL) and self.alive:
+                deliver[slot](self, seq, failure)
+
+    def _die(self, reason: str) -> None:
+        """The actor is gone: tell every slot still in use, once."""
+        if self.death is None:
+            self.death = reason
+            self._queued.clear()
+            self._kill_actor()  # merely unreachable, it might come back: make sure it won't
+            self._report_death()
+
+    def _report_death(self) -> None:
+        assert self.death is not None
+        on_death = self._recipe.on_death
+        for slot in sorted(self._open_slots):
+            on_death[slot](self, self.death)
+
+    # Ending ----------------------------------------------------------------------------
+    def kill(self, slot: int, reason: str) -> None:
+        """Kill the actor at once because the env in ``slot`` failed (``reason`` says how);
+        the other slots hear of it in the next loop iteration."""
+        if self.death is not None:
+            return
+        self.killed_for = slot
+        self.death = f"its Ray actor was killed because {reason}"
+        self._queued.clear()
+        self._kill_actor()
+        if self._loop is not None:
+            self._loop.call_soon(self._report_death)
+
+    def release(self, slot: int) -> None:
+        """The env in ``slot`` is done: close it; the last one closes the actor's envs
+        (:meth:`end` then kills it)."""
+        self._open_slots.discard(slot)
+        if self._open_slots:
+            self.send((slot, 0, Request.CLOSE_SLOT, None))
+
+    async def end(self, cleanup_time: float) -> bool:
+        """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it
+        and wait (up to :data:`KILL_GRACE` seconds) until Ray reports it dead. Returns
+        whether it did."""
+        self._queued.clear()  # requests not sent yet: nobody waits for their answers now
+        if self.alive:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._call("close"), cleanup_time)
+        self.death = self.death or "closed"
+        self._kill_actor()
+        # ray.kill only asks: a call made now fails once the kill has taken effect.
+        try:
+            await asyncio.wait_for(self._call("linger", KILL_GRACE), KILL_GRACE + 1)
+        except self._ray.exceptions.RayActorError:
+            return True
+        except Exception:
+            return False
+        return False
+
+    def _call(self, method: str, *args: Any) -> asyncio.Future[Any]:
+        ref = getattr(self._actor, method).remote(*args)
+        return asyncio.wrap_future(ref.future())
+
+    def _kill_actor(self) -> None:
+        with contextlib.suppress(Exception):  # already gone: nothing left to kill
+            self._ray.kill(self._actor, no_restart=True)
+
+
+@functools.cache
+def _actor_class(ray: Any) -> Any:
+    """The env side's :class:`~aioenv.workers.ray._actor.EnvActor` as a Ray actor class,
+    made once (Ray exports it on first use). Imported here only: the parent's side leans
+    on nothing of the env's side but this class to name."""
+    from ._actor import EnvActor
+
+    return ray.remote(EnvActor)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _unpickled(reply: Pickled) -> Any:
+    """A :class:`Pickled` reply's value, or the Failure that says why it would not load."""
+    try:
+        return cloudpickle.loads(reply.data)
+    except Exception as exc:
+        return Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")

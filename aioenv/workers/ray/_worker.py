@@ -1,0 +1,297 @@
+"""A worker whose env runs in a Ray actor, on this machine or anywhere in a Ray cluster.
+
+An actor serves one env, or several with ``envs_per_actor``: each env is still its own
+worker, with its own id and first-ready semantics, in a *slot* of the actor. An action
+travels: :meth:`RayWorker._submit` hands it to the worker's
+:class:`~aioenv.workers.ray._host.ActorHost`, which sends everything queued for that actor
+in one loop iteration as one actor call; the actor
+(:class:`~aioenv.workers.ray._actor.EnvActor`) steps its envs with the same
+:class:`~aioenv.env_side._runner.EnvRunner` as every other kind and returns the answers, which the
+host delivers to :meth:`RayWorker._on_actor_reply`.
+
+Ray is imported when the first Ray worker is made, never by ``import aioenv``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import types
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import cloudpickle
+
+from ...core._environment import BatchStep, EnvSource, Step
+from ...core._errors import WorkerDied
+from ...core._messages import ControlRequest
+from ...env_side._segment import Rollout
+from ...env_side._thread_caps import ThreadCaps
+from ...wire._ray_messages import Ready
+from ...wire._requests import Request
+from .._policy_shipping import through_object_store
+from .._slotted import SlottedWorker
+from ._capacity import Shortage, shortage
+from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
+from ._values import shared_request
+
+__all__ = ["RayWorker"]
+
+S = TypeVar("S")
+
+
+class RayWorker(SlottedWorker[S, ActorHost]):
+    """Runs the env in a Ray actor: on the cluster Ray is initialised with
+    (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
+    the first Ray worker starts (no dashboard, a 256 MiB object store, usage stats off).
+
+    The env is sent with cloudpickle, so lambdas and classes defined in ``__main__`` work,
+    and the gymnasium ids registered in this process when the actor starts can be made there
+    (``gymnasium.make`` in a factory); aioenv itself must be importable on every node
+    (install it there, or use ``runtime_env``). A step past its deadline kills the actor
+    (``ray.kill``) with every env it serves; a dead actor or a lost node is
+    :class:`~aioenv.WorkerDied`, noticed by the request in flight (or the next one). Ray's
+    own actor restarts are off: aioenv's ``restart`` option decides. ``aclose`` lets the
+    actor close its envs for ``cleanup_time`` seconds, then kills it and waits until Ray
+    reports it dead. Use :meth:`hosted` (or ``make_pool(..., mode="ray",
+    envs_per_actor=k)``) to put several envs in one actor.
+
+    States come back through Ray's serialization (arrays as read-only views of Ray's
+    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
+    copies). Values sent with ``pool.set_attr``/``pool.call`` to several Ray workers go
+    into the object store once.
+
+    :param num_cpus: CPUs the actor reserves (default 1; may be fractional).
+    :param num_gpus: GPUs the actor reserves (default 0).
+    :param resources: custom resources the actor reserves, e.g. ``{"simulator": 1}``, to
+        place it on the nodes that offer them; default None.
+    :param runtime_env: the actor's Ray runtime environment (pip packages, working
+        directory, environment variables); default None.
+    :param actor_options: further options for Ray's ``.options()`` (``scheduling_strategy``,
+        ``memory``, ``name``, ...); they win over the ones above. Default None.
+    :param threads_per_env: the threads each native thread pool of the actor's process may
+        use; default 1; None leaves them as the libraries (and Ray) set them. As
+        :class:`~aioenv.ProcessWorker`'s: the variables set in this process's environment
+        keep their values in the actor.
+
+    The other parameters are :class:`~aioenv.workers.Worker`'s.
+    """
+
+    kind = "ray"
+    _per_host_option = "envs_per_actor"
+    _discard_verb = "killed (ray.kill)"
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        seed: int | None = None,
+        num_cpus: float = 1,
+        num_gpus: float = 0,
+        resources: Mapping[str, float] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        cleanup_time: float = 5.0,
+        step_timeout: float | None = None,
+        start_timeout: float | None = None,
+        threads_per_env: int | None = 1,
+        _start: bool = True,
+    ) -> None:
+        import_ray()  # a clear error now if Ray is missing
+        self._host: ActorHost | None = None  # the actor serving this worker's env now
+        super().__init__(
+            env,
+            seed=seed,
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+        )
+        try:
+            self._payload = cloudpickle.dumps(env)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the env could not be pickled to send it to a Ray actor "
+                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead"
+            ) from exc
+        self._actor_options = _actor_options(
+            num_cpus, num_gpus, resources, runtime_env, actor_options
+        )
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
+        self._slot = 0
+        self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
+        #: The resources the cluster lacked for this worker's pool when its actors started.
+        self._shortage: Shortage | None = None
+        if _start:
+            self._launch([self], per_host=1)
+
+    @property
+    def actor_id(self) -> str:
+        """The id (hex) of the Ray actor serving this worker's env now."""
+        return self._current_host().actor_id
+
+    @classmethod
+    def hosted(
+        cls,
+        env: EnvSource | list[EnvSource],
+        seeds: Sequence[int | None],
+        envs_per_actor: int,
+        **options: Any,
+    ) -> list[RayWorker[Any]]:
+        """One worker per seed, ``envs_per_actor`` of them sharing each actor. ``env`` is
+        one env source for all, or a list with one per seed."""
+        return cls._hosted(env, seeds, envs_per_actor, **options)
+
+    def _where(self, host: ActorHost) -> str:
+        return f"actor {host.actor_id[:8]}"
+
+    @classmethod
+    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
+        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
+        the ones that do not fit waiting, in silence. The workers keep the shortage for
+        their start-up timeout's message."""
+        ray = import_ray()
+        init_ray(ray)
+        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
+        if found is None:
+            return
+        for worker in workers:
+            worker._shortage = found
+        warnings.warn(
+            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+            "with WorkerTimeout)",
+            RuntimeWarning,
+            stacklevel=_first_frame_outside_aioenv(),
+        )
+
+    @classmethod
+    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+        _start_actor(workers, registry)
+
+    def _start_delay_cause(self) -> str | None:
+        if self._shortage is None or self._host is None or self._host.answered:
+            return None
+        return (
+            f"its Ray actor has not answered yet, and the pool asked for more than the "
+            f"cluster had: {self._shortage}; {self._shortage.advice}"
+        )
+
+    # Hooks -----------------------------------------------------------------------------
+    def _spawn(self, seed: int | None) -> None:
+        host = self._host_for_restart()
+        host.send((self._slot, 0, Request.REBUILD, (seed, self._episode)))
+
+    def _submit(self, seq: int, action: Any) -> None:
+        if type(action) is Rollout:
+            action = through_object_store(action)  # its policy: one ray.put for all actors
+        self._current_host().send((self._slot, seq, Request.STEP, action))
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        request = shared_request(through_object_store(request))
+        self._current_host().send((self._slot, seq, Request.CONTROL, request))
+
+    def _abandon(self) -> None:
+        for host in self._hosts:
+            host.kill(self._slot, f"{self.name} was abandoned")
+        self._hosts.clear()
+
+    # From the actor --------------------------------------------------------------------
+    def _on_actor_reply(self, host: ActorHost, seq: int, result: Any) -> None:
+        if host is not self._host:
+            return  # a replaced actor's words are never delivered
+        if isinstance(result, Ready):
+            self.observation_space = result.observation_space
+            self.action_space = result.action_space
+            return
+        # Ray hands arrays back as read-only views of its buffers: a pool that owns its
+        # states (copy=True) copies them, as for shared memory.
+        self._on_reply(seq, result, borrowed=type(result) in (Step, BatchStep))
+
+    def _on_actor_death(self, host: ActorHost, reason: str) -> None:
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        if host is not self._host or self._closing:
+            return
+        if host.killed_for == self._slot:
+            return  # killed for this worker's own failure, which is already handled
+        self._on_death(
+            WorkerDied(f"{self.name} died: {reason}", worker_id=self.worker_id, exitcode=None)
+        )
+
+    # Closing ---------------------------------------------------------------------------
+    def _start_close(self) -> None:
+        self._ensure_loop()
+        self._current_host().release(self._slot)
+
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        self._ensure_loop()
+        # This worker ends the actors it was the last to release, and any left dead.
+        hosts = [host for host in self._hosts if not host.in_use or not host.alive]
+        ended: list[bool] = []
+
+        async def end(host: ActorHost) -> None:
+            ended.append(await host.end(cleanup_time))
+
+        async with anyio.create_task_group() as group:
+            for host in hosts:
+                group.start_soon(end, host)
+        self._hosts = [host for host in self._hosts if host not in hosts]
+        if not all(ended):
+            warnings.warn(
+                f"{self.name}: Ray did not report its actor dead within {KILL_GRACE:g} s "
+                "of ray.kill; it may still be in the cluster",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+_AIOENV_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _first_frame_outside_aioenv() -> int:
+    """The ``stacklevel`` that makes a warning point at the user's line (``make_pool``,
+    ``RayWorker(...)``), however deep in aioenv its caller is."""
+    frame: types.FrameType | None = sys._getframe(1)  # the function that warns
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_AIOENV_DIRECTORY):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _actor_options(
+    num_cpus: float,
+    num_gpus: float,
+    resources: Mapping[str, float] | None,
+    runtime_env: Mapping[str, Any] | None,
+    actor_options: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+    if resources:
+        options["resources"] = dict(resources)
+    if runtime_env:
+        options["runtime_env"] = dict(runtime_env)
+    options.update(actor_options or {})
+    return options
+
+
+def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
+    """Start one actor serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
+    first = workers[0]
+    host = ActorHost(
+        first._actor_options,
+        [worker._payload for worker in workers],
+        [worker.seed for worker in workers],
+        first._episode,
+        deliver=[worker._on_actor_reply for worker in workers],
+        on_death=[worker._on_actor_death for worker in workers],
+        registry=registry,
+        thread_caps=first._thread_caps,
+    )
+    for slot, worker in enumerate(workers):
+        worker._join(host, slot)
