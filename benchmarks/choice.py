@@ -1,4 +1,4 @@
-"""The figures behind ``AioVectorEnv``'s default (``mode="auto"``, ``aioenv/_vector_choice.py``).
+"""The figures behind ``AioVectorEnv``'s default (``mode="auto"``, ``aioenv/vector/_choice.py``).
 
 A lockstep loop over envs whose step burns a fixed amount of CPU (``--steps-us``, a busy
 wait, so the cost is the same in a child as in the parent), for each placement the rule
@@ -25,7 +25,7 @@ import numpy as np
 from machine import git_state, host_info
 
 import aioenv
-from aioenv import _vector_choice
+from aioenv.vector import _choice
 from aioenv.vector._layout import usable_cores
 from aioenv.vector._probe import Probe
 
@@ -89,8 +89,8 @@ def main() -> None:
         f"python benchmarks/choice.py --envs {n} --steps-us {args.steps_us}"
     )
     print(
-        f"N={n} envs, {cores} cores; rule: HAND_OFF={_vector_choice.HAND_OFF * 1e6:.0f} µs, "
-        f"PER_CHILD={_vector_choice.PER_CHILD * 1e6:.0f} µs, MARGIN={_vector_choice.MARGIN}"
+        f"N={n} envs, {cores} cores; rule: HAND_OFF={_choice.HAND_OFF * 1e6:.0f} µs, "
+        f"PER_CHILD={_choice.PER_CHILD * 1e6:.0f} µs, MARGIN={_choice.MARGIN}"
     )
     for micros in (float(text) for text in args.steps_us.split(",")):
         measured: dict[str, float] = {}
@@ -98,7 +98,7 @@ def main() -> None:
             with aioenv.AioVectorEnv([lambda m=micros: Burn(m)] * n, **options) as envs:
                 measured[label] = _per_step(envs, n, args.seconds)
         probe = Probe({}, None, None, None, micros / 1e6)
-        chosen = _vector_choice.choose_mode("auto", probe, n, None, {}, cores)
+        chosen = _choice.choose_mode("auto", probe, n, None, {}, cores)
         cells = []
         for label, seconds in measured.items():
             cell = f"{label} {seconds * 1e6:,.0f} µs"

@@ -198,7 +198,7 @@ async def test_a_spec_that_cannot_travel_is_left_out_and_the_others_still_build(
 
 
 def test_a_worker_keeps_the_ids_it_has_and_gains_the_ones_it_lacks() -> None:
-    from aioenv import _registry
+    from aioenv.core import _registry
 
     with (
         registered(RUN_TIME_ID, entry_point=Walk, max_episode_steps=3),

@@ -163,14 +163,14 @@ async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async
 def test_grouped_process_workers_spin_only_with_a_core_each(
     monkeypatch: pytest.MonkeyPatch, cores: int, options: dict[str, Any], spin: float | None
 ) -> None:
-    from aioenv import _vector_layout
+    from aioenv.vector import _layout
 
-    monkeypatch.setattr(_vector_layout, "usable_cores", lambda: cores)
+    monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
     options = dict(options)
-    _vector_layout.grouped("CartPole-v1", 16, "process", options)
+    _layout.grouped("CartPole-v1", 16, "process", options)
     assert options.get("idle_spin") == spin
     options = {}
-    _vector_layout.grouped("CartPole-v1", 16, "thread", options)
+    _layout.grouped("CartPole-v1", 16, "thread", options)
     assert "idle_spin" not in options
 
 

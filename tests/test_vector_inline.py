@@ -21,7 +21,7 @@ from envs import RaisesOnTwo
 from gymnasium.vector import SyncVectorEnv
 
 import aioenv
-from aioenv import _vector_choice
+from aioenv.vector import _choice
 from aioenv.vector._probe import Probe
 
 
@@ -30,7 +30,7 @@ def _probe(step_seconds: float | None, *, is_async: bool = False) -> Probe:
 
 
 def _choose(step: float | None, num_envs: int, cores: int = 2, **options: Any) -> Any:
-    return _vector_choice.choose_mode("auto", _probe(step), num_envs, None, options, cores)
+    return _choice.choose_mode("auto", _probe(step), num_envs, None, options, cores)
 
 
 def test_cheap_envs_step_in_line_and_costly_ones_in_a_child_per_core() -> None:
@@ -47,13 +47,13 @@ def test_cheap_envs_step_in_line_and_costly_ones_in_a_child_per_core() -> None:
 
 
 def test_the_rule_takes_the_placement_it_estimates_fastest() -> None:
-    step, cost = 300e-6, _vector_choice._children_cost
+    step, cost = 300e-6, _choice._children_cost
     chosen = _choose(step, 16, cores=8)
     estimate = cost(step, chosen.envs_per_worker, 16 // chosen.envs_per_worker)
     for per_worker in (1, 2, 4, 8, 16):
         if 16 // per_worker <= 8:
             assert estimate <= cost(step, per_worker, 16 // per_worker)
-    assert estimate * _vector_choice.MARGIN < 16 * step
+    assert estimate * _choice.MARGIN < 16 * step
 
 
 def test_the_choice_names_its_figures() -> None:
@@ -64,7 +64,7 @@ def test_the_choice_names_its_figures() -> None:
 
 
 def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
-    choose = _vector_choice.choose_mode
+    choose = _choice.choose_mode
     assert choose("auto", _probe(1e-6), 8, 4, {}, 2).mode == "process"  # pipelined
     assert _choose(1e-6, 8, step_timeout=1.0).mode == "process"
     assert "step_timeout" in _choose(1e-6, 8, step_timeout=1.0).reason
@@ -99,7 +99,7 @@ class _Slow(gymnasium.Env[np.ndarray, int]):
 
 
 def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_vector_choice, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
     with aioenv.AioVectorEnv([_Slow] * 4) as envs:
         assert envs.mode == "process"
         assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
