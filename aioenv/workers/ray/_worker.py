@@ -20,6 +20,7 @@ import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -248,7 +249,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             )
 
 
-_AIOENV_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# The package's own folder, however deep in it this module sits.
+_AIOENV_DIRECTORY = str(Path(os.path.abspath(__file__)).parents[__name__.count(".") - 1]) + os.sep
 
 
 def _first_frame_outside_aioenv() -> int:
