@@ -14,7 +14,7 @@ import inspect
 import math
 import operator
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Union
 
 import numpy as np
@@ -24,10 +24,12 @@ from ..core._environment import Step
 from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import restart_note
 from ..pool._batch import Batch
+from ..pool._episodes import EpisodeLedger
 from ..pool._pool import WorkerPool
-from ..pool._trajectories import Trajectories, stack
+from ..pool._trajectories import Trajectories
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
+from ._rows import EpisodeRows, detach_rows, trajectories
 
 __all__ = ["Collector", "Policy", "collect"]
 
@@ -36,35 +38,6 @@ __all__ = ["Collector", "Policy", "collect"]
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
 
 _NEEDS_RESET = "needs reset"  # a worker's marker: its episode ended, send RESET next
-_ROW_FIELDS = (
-    "observations",
-    "actions",
-    "rewards",
-    "terminated",
-    "truncated",
-    "next_observations",
-    "versions",
-)
-
-
-@dataclasses.dataclass(eq=False)
-class _Episode:
-    """The rows of one episode not yet returned (``first_step``: the step of row 0)."""
-
-    episode_id: int
-    first_step: int = 0
-    observations: list[Any] = dataclasses.field(default_factory=list)
-    actions: list[Any] = dataclasses.field(default_factory=list)
-    rewards: list[float] = dataclasses.field(default_factory=list)
-    terminated: list[bool] = dataclasses.field(default_factory=list)
-    truncated: list[bool] = dataclasses.field(default_factory=list)
-    next_observations: list[Any] = dataclasses.field(default_factory=list)
-    versions: list[int] = dataclasses.field(default_factory=list)
-    episode_return: float = 0.0
-    finish_order: int = -1  # set when the episode ends
-
-    def __len__(self) -> int:
-        return len(self.rewards)
 
 
 @dataclasses.dataclass(eq=False)
@@ -73,11 +46,10 @@ class _Track:
     ``_NEEDS_RESET``) and ``in_flight`` (``(observation, action, version)``, or ``RESET``)
     is set, except before the first call."""
 
-    episodes_started: int = 0
-    episode: _Episode | None = None
+    episode: EpisodeRows | None = None
     waiting: Any = _NEEDS_RESET
     in_flight: Any = None
-    finished: list[_Episode] = dataclasses.field(default_factory=list)
+    finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
 
 
 class Collector:
@@ -94,6 +66,8 @@ class Collector:
         self.policy = policy
         self._version = 0
         self._tracks = [_Track() for _ in range(len(pool))]
+        # A lane per worker: collect() steps workers of one env (aioenv.Step states).
+        self._ledger = EpisodeLedger(len(pool))
         self._started = False
         self._running = False
         self._finish_counter = 0
@@ -227,18 +201,18 @@ class Collector:
                 self._begin(track, worker_id, state)
                 continue
             steps += 1
-            ended = self._record(track, sent, state)
+            ended = self._record(track, worker_id, sent, state)
             if ended is not None:
                 returns.append(ended)
         bar.update(steps, returns)
 
     def _begin(self, track: _Track, worker_id: int, state: Step[Any]) -> None:
-        episode_id = track.episodes_started * len(self.pool) + worker_id
-        track.episodes_started += 1
-        track.episode = _Episode(episode_id)
+        track.episode = EpisodeRows(self._ledger.start(worker_id))
         track.waiting = state
 
-    def _record(self, track: _Track, sent: tuple[Any, Any, int], state: Step[Any]) -> float | None:
+    def _record(
+        self, track: _Track, worker_id: int, sent: tuple[Any, Any, int], state: Step[Any]
+    ) -> float | None:
         """Add one transition; returns the episode's return if it ended."""
         observation, action, version = sent
         episode = track.episode
@@ -253,15 +227,14 @@ class Collector:
         episode.truncated.append(bool(state.truncated))
         episode.next_observations.append(own(state.observation if final is None else final))
         episode.versions.append(version)
-        episode.episode_return += float(state.reward)
+        episode_return = self._ledger.add(worker_id, float(state.reward), done)
         if not done:
             track.waiting = state
             return None
         self._finish(track)
         if final is not None:  # autoreset "same_step": the state already holds the reset
-            worker_id = episode.episode_id % len(self.pool)
             self._begin(track, worker_id, Step(state.observation, info=state.info))
-        return episode.episode_return
+        return episode_return
 
     def _finish(self, track: _Track) -> None:
         episode = track.episode
@@ -299,16 +272,17 @@ class Collector:
     # Returning -------------------------------------------------------------------------
     def _take(self, quota: Quota) -> Trajectories:
         limits = self._finished_limits(quota)
-        parts: list[tuple[int, _Episode, bool]] = []  # (worker, rows, open)
+        parts: list[tuple[int, EpisodeRows, bool]] = []  # (worker, rows, open)
         for worker_id, track in enumerate(self._tracks):
             limit = limits[worker_id]
             taken, track.finished = track.finished[:limit], track.finished[limit:]
             parts.extend((worker_id, episode, False) for episode in taken)
             running = track.episode
             if quota.boundary == "step" and running is not None and len(running):
-                parts.append((worker_id, _detach_rows(running), True))
+                parts.append((worker_id, detach_rows(running), True))
         parts.sort(key=lambda part: (part[0], part[1].episode_id))
-        return self._assemble(parts)
+        worker = self.pool.workers[0]
+        return trajectories(parts, worker.observation_space, worker.action_space)
 
     def _finished_limits(self, quota: Quota) -> list[int]:
         """How many finished episodes to return per worker: all of them for ``num_steps``,
@@ -321,44 +295,6 @@ class Collector:
         order = sorted(episode.finish_order for track in tracks for episode in track.finished)
         cutoff = order[quota.amount - 1] if len(order) >= quota.amount else math.inf
         return [sum(e.finish_order <= cutoff for e in track.finished) for track in tracks]
-
-    def _assemble(self, parts: list[tuple[int, _Episode, bool]]) -> Trajectories:
-        workers = self.pool.workers
-        observation_space, action_space = workers[0].observation_space, workers[0].action_space
-        episodes = [episode for _, episode, _ in parts]
-        lengths = [len(episode) for episode in episodes]
-
-        def column(name: str) -> list[Any]:
-            return [item for episode in episodes for item in getattr(episode, name)]
-
-        def repeat(values: Sequence[Any], dtype: Any) -> Any:
-            return np.repeat(np.asarray(values, dtype=dtype), lengths)
-
-        return Trajectories(
-            observations=stack(observation_space, column("observations")),
-            actions=stack(action_space, column("actions")),
-            rewards=np.asarray(column("rewards"), dtype=np.float64),
-            terminated=np.asarray(column("terminated"), dtype=np.bool_),
-            truncated=np.asarray(column("truncated"), dtype=np.bool_),
-            next_observations=stack(observation_space, column("next_observations")),
-            worker_id=repeat([worker for worker, _, _ in parts], np.int64),
-            episode_id=repeat([episode.episode_id for episode in episodes], np.int64),
-            step=np.concatenate(
-                [np.arange(e.first_step, e.first_step + len(e)) for e in episodes]
-                or [np.empty(0, np.int64)]
-            ).astype(np.int64),
-            policy_version=np.asarray(column("versions"), dtype=np.int64),
-            open=repeat([is_open for _, _, is_open in parts], np.bool_),
-        )
-
-
-def _detach_rows(episode: _Episode) -> _Episode:
-    """Move an open episode's rows out (to be returned now); it goes on from the next step."""
-    rows = dataclasses.replace(episode)  # shares the row lists, which the episode gives up
-    for field in _ROW_FIELDS:
-        setattr(episode, field, [])
-    episode.first_step += len(rows)
-    return rows
 
 
 def _action_rows(actions: Any, count: int) -> list[Any]:

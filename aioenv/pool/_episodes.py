@@ -1,16 +1,19 @@
-"""Running episode statistics per worker, counted in the parent from the states the pool
-hands out (rewards and step counts). Nothing is added to the env's info."""
+"""Episodes counted in the parent: one ledger per counting (episode ids, the open
+episode's return and length, each finished episode added to its worker's statistics), and
+the pool's running statistics per worker, counted from the states it hands out (rewards
+and step counts). Nothing is added to the env's info."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..core._environment import Step
 from ..core._restarts import restart_note
 
-__all__ = ["EpisodeCounter", "EpisodeStats"]
+__all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats"]
 
 
 @dataclasses.dataclass
@@ -40,15 +43,62 @@ class EpisodeStats:
         return self.total_length / self.episodes if self.episodes else math.nan
 
 
+class EpisodeLedger:
+    """The episodes of ``lanes`` envs (a lane is one env, counted across the workers in
+    worker order; one per worker where each steps one env): per lane, the episodes started
+    and the open episode's return and length so far. ``stats`` (one per lane, the lanes of
+    a worker sharing their worker's) receive each finished episode; without them the
+    ledger only counts."""
+
+    def __init__(self, lanes: int, stats: Sequence[EpisodeStats] | None = None) -> None:
+        self.lanes = lanes
+        self._stats = stats
+        self._started = [0] * lanes
+        self._returns = [0.0] * lanes
+        self._lengths = [0] * lanes
+
+    def start(self, lane: int) -> int:
+        """Open the lane's next episode and return its id: the ``k``-th episode (from 0)
+        of lane ``l`` has id ``k * lanes + l``, unique in this ledger whatever order the
+        lanes play in (and ``id % lanes`` is its lane)."""
+        ordinal = self._started[lane]
+        self._started[lane] = ordinal + 1
+        self._returns[lane], self._lengths[lane] = 0.0, 0
+        return ordinal * self.lanes + lane
+
+    def latest(self, lane: int) -> int | None:
+        """The id of the lane's latest episode, open or not (None before its first)."""
+        started = self._started[lane]
+        return (started - 1) * self.lanes + lane if started else None
+
+    def add(self, lane: int, reward: float, done: bool = False) -> float | None:
+        """Add one step's reward to the lane's open episode; where the step ends it
+        (``done``), :meth:`finish` it and return its return."""
+        self._returns[lane] += reward  # the reward's own arithmetic: no float() rounding
+        self._lengths[lane] += 1
+        return self.finish(lane) if done else None
+
+    def finish(self, lane: int) -> float:
+        """Close the lane's open episode, count it in the lane's worker's statistics, and
+        return its return. Steps added after it without a :meth:`start` go to the lane's
+        next episode (under ``"same_step"`` autoreset no reset state starts it)."""
+        episode_return, length = self._returns[lane], self._lengths[lane]
+        if self._stats is not None:
+            self._stats[lane]._add(episode_return, length)
+        self._returns[lane], self._lengths[lane] = 0.0, 0
+        return episode_return
+
+
 class EpisodeCounter:
     """Adds up each worker's rewards and steps from the states it hands out, and closes an
     episode at the state that ends it. A state that answers a reset (a ``RESET`` sent, the
-    state after a finished episode under ``"next_step"``, a restart) starts a new one."""
+    state after a finished episode under ``"next_step"``, a restart) starts a new one.
+    Workers that step several envs together hand out states that are not a
+    :class:`~aioenv.Step`, so a worker is one lane of its ledger."""
 
     def __init__(self, num_workers: int, autoreset: str) -> None:
         self.stats = [EpisodeStats() for _ in range(num_workers)]
-        self._returns = [0.0] * num_workers
-        self._lengths = [0] * num_workers
+        self._ledger = EpisodeLedger(num_workers, self.stats)
         self._resetting = [True] * num_workers  # the next state answers a reset
         self._next_step = autoreset == "next_step"
         #: A state that is not an aioenv.Step was handed out: episode ends are invisible.
@@ -64,12 +114,9 @@ class EpisodeCounter:
             return
         if self._resetting[worker_id] or restart_note(state) is not None:  # a reset, a restart
             self._resetting[worker_id] = False
-            self._returns[worker_id], self._lengths[worker_id] = 0.0, 0
+            self._ledger.start(worker_id)
             return
-        episode_return = self._returns[worker_id] + state.reward
-        length = self._lengths[worker_id] + 1
-        if state.terminated or state.truncated:
-            self.stats[worker_id]._add(episode_return, length)
-            episode_return, length = 0.0, 0
+        done = state.terminated or state.truncated
+        self._ledger.add(worker_id, state.reward, done)
+        if done:
             self._resetting[worker_id] = self._next_step
-        self._returns[worker_id], self._lengths[worker_id] = episode_return, length

@@ -119,11 +119,7 @@ def make_pool(
         together; its actions are batches of ``k`` and its states
         :class:`~aioenv.BatchStep` (one message per batch for process workers).
     """
-    pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
-    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
-    if "cleanup_time" in worker_options:
-        pool_options["cleanup_time"] = worker_options["cleanup_time"]
-    PoolOptions(**pool_options)  # raises what the pool would, before any worker starts
+    pool_options, worker_options = _split_options(options)
     sources, num_workers = _sources(env, num_workers, worker_options.get("envs_per_worker", 1))
     modes = _modes(mode, num_workers)
     if force_sync:
@@ -137,6 +133,17 @@ def make_pool(
         for worker in workers:
             worker.abandon()
         raise
+
+
+def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``make_pool``'s options as pool options (checked as the pool would check them,
+    before any worker starts) and worker options; ``cleanup_time`` goes to both."""
+    pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
+    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
+    if "cleanup_time" in worker_options:
+        pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    PoolOptions(**pool_options)  # raises what the pool would
+    return pool_options, worker_options
 
 
 def _sources(

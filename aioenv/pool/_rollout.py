@@ -11,7 +11,6 @@ pool's restart policy, and a reply nobody waits for any more is dropped as stale
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import operator
 import uuid
 from collections.abc import Callable, Sequence
@@ -24,37 +23,20 @@ from ..core._messages import ControlRequest
 from ..env_side._segment import PolicyPackage, Rollout, Segment
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
-from ._episodes import EpisodeCounter, EpisodeStats
+from ._episodes import EpisodeCounter, EpisodeLedger
 from ._roster import Roster
 from ._trajectories import Trajectories, stack
 
-__all__ = ["RolloutBook", "Rollouts"]
-
-
-@dataclasses.dataclass(eq=False)
-class RolloutBook:
-    """A pool's rollout bookkeeping: the policy in force, and per env (``lane``, counted
-    across workers in worker order) the episodes started and the open episode's return
-    and length so far."""
-
-    lanes: int
-    package: PolicyPackage | None = None
-    started: list[int] = dataclasses.field(default_factory=list)
-    returns: list[float] = dataclasses.field(default_factory=list)
-    lengths: list[int] = dataclasses.field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.started = [0] * self.lanes
-        self.returns = [0.0] * self.lanes
-        self.lengths = [0] * self.lanes
+__all__ = ["Rollouts"]
 
 
 class Rollouts:
     """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
     what each does), over the workers of its ``roster``: requests travel where steps travel
     and their replies come back through the pool's ``inbox``; episodes played are counted in
-    ``episodes``; ``check_open`` raises once the pool is closed. Keeps the policy in force
-    and each env's open episode."""
+    ``episodes``; ``check_open`` raises once the pool is closed. Keeps the policy in force,
+    and a ledger of each env's episodes (a lane per env, counted across workers in worker
+    order) that gives the rows their episode ids."""
 
     def __init__(
         self,
@@ -67,20 +49,25 @@ class Rollouts:
         self._inbox = inbox
         self._episodes = episodes
         self._check_open = check_open
-        self._book = RolloutBook(roster.lanes)
+        self._package: PolicyPackage | None = None
+        lane_stats = [
+            episodes.stats[worker_id]
+            for worker_id, member in enumerate(roster.members)
+            for _ in range(member.num_envs)
+        ]
+        self._ledger = EpisodeLedger(roster.lanes, lane_stats)
 
     @property
     def policy_version(self) -> int | None:
         """The version of the policy set by :meth:`set_policy` (None before the first)."""
-        package = self._book.package
+        package = self._package
         return None if package is None else package.version
 
     async def set_policy(self, policy: Any, version: int | None = None) -> int:
         self._check_open()
         if not callable(policy):
             raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
-        book = self._book
-        version = _next_version(book.package, version)
+        version = _next_version(self._package, version)
         package = PolicyPackage(version, uuid.uuid4().hex, policy=policy)
         request = ControlRequest("policy", kwargs={"package": package})
         futures: list[asyncio.Future[Any]] = []
@@ -98,14 +85,14 @@ class Rollouts:
                 first_error = first_error or exc
         if first_error is not None:
             raise first_error
-        book.package = package
+        self._package = package
         return version
 
     async def rollout(
         self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
     ) -> Trajectories:
         self._check_open()
-        package = self._book.package
+        package = self._package
         if package is None:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         if type(num_steps) is not int or num_steps < 1:
@@ -187,25 +174,18 @@ class Rollouts:
 
     def _columns(self, worker_id: int, segment: Segment) -> dict[str, Any]:
         """The worker's rows with their episode ids and open flags; counts its episodes."""
-        book = self._book
         count = len(segment)
         episode_id = np.empty(count, np.int64)
         open_rows = np.zeros(count, np.bool_)
         done = segment.terminated | segment.truncated
-        stats = self._episodes.stats[worker_id]
         for env in np.unique(segment.env).tolist():
             rows = np.flatnonzero(segment.env == env)
             lane = self._roster.first_env[worker_id] + env
             starts = segment.step[rows] == 0
-            if book.started[lane] == 0:
-                starts[0] = True
-            ordinal = np.cumsum(starts) - 1 + book.started[lane]
-            episode_id[rows] = ordinal * book.lanes + lane
-            book.started[lane] += int(starts.sum())
+            episode_id[rows] = _enter(self._ledger, lane, segment.rewards[rows], starts, done[rows])
             ends = np.flatnonzero(done[rows])
             last_end = ends[-1] if len(ends) else -1
             open_rows[rows[last_end + 1 :]] = True
-            _count_episodes(book, lane, segment.rewards[rows], starts, done[rows], stats)
         return {
             "observations": segment.observations,
             "actions": segment.actions,
@@ -236,20 +216,18 @@ class Rollouts:
         return trajectories.select(order)
 
 
-def _count_episodes(
-    book: RolloutBook, lane: int, rewards: Any, starts: Any, done: Any, stats: EpisodeStats
-) -> None:
-    """Add the lane's finished episodes to the worker's episode statistics."""
-    total, length = book.returns[lane], book.lengths[lane]
+def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: Any) -> list[int]:
+    """Enter one lane's rows of a segment in the ledger (which counts its finished episodes
+    in the worker's statistics); returns each row's episode id. A row at step 0 starts an
+    episode, and so does the lane's first row ever (wherever its env was)."""
+    ids: list[int] = []
+    episode_id = ledger.latest(lane)
     for reward, start, end in zip(rewards.tolist(), starts.tolist(), done.tolist(), strict=True):
-        if start:
-            total, length = 0.0, 0
-        total += reward
-        length += 1
-        if end:
-            stats._add(total, length)
-            total, length = 0.0, 0
-    book.returns[lane], book.lengths[lane] = total, length
+        if start or episode_id is None:
+            episode_id = ledger.start(lane)
+        ids.append(episode_id)
+        ledger.add(lane, reward, end)
+    return ids
 
 
 def _concatenated(values: list[Any], space: Any) -> Any:

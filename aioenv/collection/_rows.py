@@ -1,0 +1,84 @@
+"""The rows a :class:`~aioenv.Collector` keeps per episode until a call returns them, and
+how the returned ones become :class:`~aioenv.Trajectories`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..pool._trajectories import Trajectories, stack
+
+__all__ = ["EpisodeRows", "detach_rows", "trajectories"]
+
+_ROW_FIELDS = (
+    "observations",
+    "actions",
+    "rewards",
+    "terminated",
+    "truncated",
+    "next_observations",
+    "versions",
+)
+
+
+@dataclasses.dataclass(eq=False)
+class EpisodeRows:
+    """The rows of one episode not yet returned (``first_step``: the step of row 0)."""
+
+    episode_id: int
+    first_step: int = 0
+    observations: list[Any] = dataclasses.field(default_factory=list)
+    actions: list[Any] = dataclasses.field(default_factory=list)
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    terminated: list[bool] = dataclasses.field(default_factory=list)
+    truncated: list[bool] = dataclasses.field(default_factory=list)
+    next_observations: list[Any] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
+    finish_order: int = -1  # set when the episode ends
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+def detach_rows(episode: EpisodeRows) -> EpisodeRows:
+    """Move an open episode's rows out (to be returned now); it goes on from the next step."""
+    rows = dataclasses.replace(episode)  # shares the row lists, which the episode gives up
+    for field in _ROW_FIELDS:
+        setattr(episode, field, [])
+    episode.first_step += len(rows)
+    return rows
+
+
+def trajectories(
+    parts: Sequence[tuple[int, EpisodeRows, bool]], observation_space: Any, action_space: Any
+) -> Trajectories:
+    """The rows of ``parts`` (``(worker_id, rows, open)``, in the order to return them),
+    their observations and actions stacked as their spaces batch them."""
+    episodes = [episode for _, episode, _ in parts]
+    lengths = [len(episode) for episode in episodes]
+
+    def column(name: str) -> list[Any]:
+        return [item for episode in episodes for item in getattr(episode, name)]
+
+    def repeat(values: Sequence[Any], dtype: Any) -> Any:
+        return np.repeat(np.asarray(values, dtype=dtype), lengths)
+
+    return Trajectories(
+        observations=stack(observation_space, column("observations")),
+        actions=stack(action_space, column("actions")),
+        rewards=np.asarray(column("rewards"), dtype=np.float64),
+        terminated=np.asarray(column("terminated"), dtype=np.bool_),
+        truncated=np.asarray(column("truncated"), dtype=np.bool_),
+        next_observations=stack(observation_space, column("next_observations")),
+        worker_id=repeat([worker for worker, _, _ in parts], np.int64),
+        episode_id=repeat([episode.episode_id for episode in episodes], np.int64),
+        step=np.concatenate(
+            [np.arange(e.first_step, e.first_step + len(e)) for e in episodes]
+            or [np.empty(0, np.int64)]
+        ).astype(np.int64),
+        policy_version=np.asarray(column("versions"), dtype=np.int64),
+        open=repeat([is_open for _, _, is_open in parts], np.bool_),
+    )
