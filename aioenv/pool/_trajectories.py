@@ -40,8 +40,9 @@ class Trajectories:
     next_observations: Any
     #: The worker that played the row's episode.
     worker_id: npt.NDArray[np.int64]
-    #: Unique per collector: the ``k``-th episode (from 0) of worker ``w`` in a pool of
-    #: ``n`` workers has id ``k * n + w``, whatever order the workers finish in.
+    #: Unique per collector (or per pool's rollouts): the ``k``-th episode (from 0) of lane
+    #: ``l`` of ``n`` has id ``k * n + l``, whatever order the lanes finish in. A lane is a
+    #: worker, or in ``pool.rollout`` one env of a worker of several.
     episode_id: npt.NDArray[np.int64]
     #: The transition's index in its episode (0 for the first action after a reset).
     step: npt.NDArray[np.int64]
