@@ -27,10 +27,11 @@ from gymnasium.vector.utils import (
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
+from ..core._rollouts import Rollout, Segment
 from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
 from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
-from ._segment import PolicyCache, Rollout, Segment, joined, play
+from ._segment import PolicyCache, joined, play
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 

@@ -40,7 +40,7 @@ from ..core._errors import (
 )
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._restarts import mark_restarted
-from ..env_side._segment import Rollout
+from ..core._rollouts import Rollout
 from ..loops._here import not_on_asyncio
 from ._controls import PendingControls
 from ._hooks import KindHooks
