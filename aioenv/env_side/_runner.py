@@ -11,11 +11,9 @@ from typing import Any
 
 from ..core._async_environment import AsyncGymnasiumEnvironment
 from ..core._commands import RESET, Command, Reset
-from ..core._environment import (
-    Environment,
-    EnvSource,
+from ..core._environment import Environment, EnvSource, Step
+from ..core._gymnasium import (
     GymnasiumEnvironment,
-    Step,
     as_environment,
     build_environment,
     gymnasium_step,
