@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .collection._collect import Collector, Policy, collect
 from .core._commands import CLOSE, RESET, Command, Reset
-from .core._environment import BatchStep, Environment, EnvSource, GymnasiumEnvironment, Step
+from .core._environment import BatchStep, Environment, EnvSource, Step
 from .core._errors import (
     AioEnvError,
     ClosedError,
@@ -25,6 +25,7 @@ from .core._errors import (
     WorkerPaused,
     WorkerTimeout,
 )
+from .core._gymnasium import GymnasiumEnvironment
 from .core._seeds import worker_seeds
 from .loops import run
 from .pool._batch import Batch

@@ -32,7 +32,7 @@ from ._bench import (
     recommendation,
     row_label,
 )
-from .core._environment import resolve_spec
+from .core._gymnasium import resolve_spec
 from .loops import run
 from .pool._factory import canonical_mode, worker_modes
 from .wire import _shared_memory

@@ -15,9 +15,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
 from aioenv.core._environment import BatchStep, VectorSource
-from aioenv.core._infos import Mixed, flat_infos, group_infos
+from aioenv.core._infos import Mixed
 from aioenv.core._messages import EpisodeOptions
 from aioenv.core._restarts import mark_restarted
+from aioenv.env_side._infos import flat_infos, group_infos
 from aioenv.env_side._vector_runner import VectorRunner
 from aioenv.wire._frames import HEADER, decode_batch_step, encode_batch_step
 

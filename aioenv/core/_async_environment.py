@@ -16,7 +16,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Generic, TypeVar
 
-from ._environment import Environment, Step, as_environment, gymnasium_step, is_coroutine_env
+from ._environment import Environment, Step
+from ._gymnasium import as_environment, gymnasium_step, is_coroutine_env
 
 __all__ = ["AsyncGymnasiumEnvironment", "as_async_environment"]
 
@@ -71,7 +72,7 @@ class AsyncGymnasiumEnvironment(Generic[O]):
 
 def as_async_environment(obj: object) -> Environment[Any, Any]:
     """Pass a coroutine :class:`Environment` through, adapt an async gymnasium env, and
-    treat anything else as :func:`~aioenv.core._environment.as_environment` does (a plain env
+    treat anything else as :func:`~aioenv.core._gymnasium.as_environment` does (a plain env
     runs on the event loop too, blocking it while it steps)."""
     if not is_coroutine_env(obj):
         return as_environment(obj)

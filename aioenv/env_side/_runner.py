@@ -11,18 +11,17 @@ from typing import Any
 
 from ..core._async_environment import AsyncGymnasiumEnvironment
 from ..core._commands import RESET, Command, Reset
-from ..core._environment import (
-    Environment,
-    EnvSource,
+from ..core._environment import Environment, EnvSource, Step
+from ..core._gymnasium import (
     GymnasiumEnvironment,
-    Step,
     as_environment,
     build_environment,
     gymnasium_step,
 )
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..core._rollouts import Rollout
 from ._plan import Plan, drive
-from ._segment import PolicyCache, Rollout, rollout_plan
+from ._segment import PolicyCache, rollout_plan
 
 __all__ = ["EnvRunner", "answer_control", "with_reset"]
 
@@ -100,7 +99,7 @@ class EnvRunner:
 
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)``, a step or a
-        :class:`~aioenv.env_side._segment.Rollout`: the state (a Segment), or a Failure. A
+        :class:`~aioenv.core._rollouts.Rollout`: the state (a Segment), or a Failure. A
         reset or step between rollouts makes the next rollout start from a reset."""
         return drive(self.handle_plan(action))
 

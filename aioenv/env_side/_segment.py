@@ -1,16 +1,13 @@
-"""Rollouts inside a worker, the env's side: a policy shipped once, a segment played locally.
+"""Rollouts inside a worker, the env's side: a policy loaded once per process, a segment
+played locally.
 
-A :class:`PolicyPackage` carries a user's policy to the env side. In the parent's own
-process (sync, thread and async workers) it carries the object itself, which those workers
-share. Pickled, it carries the policy's cloudpickle bytes (made once in the parent, however
-many workers it goes to) or a Ray object reference to them, or only its key when the
-receiving process has it already; each process unpickles a key once and its slots share the
-result (its :class:`PolicyCache`, which the process's runners are given).
-
-A :class:`Rollout` is a request like a step (it goes where steps go, so deadlines, restarts
-and stale-reply checks apply to it as to a step): the runner plays ``num_steps`` transitions
-per env with the policy and answers one :class:`Segment` of arrays. This module is on the
-env's side: it imports nothing of the parent's.
+The messages (:class:`~aioenv.core._rollouts.PolicyPackage`,
+:class:`~aioenv.core._rollouts.Rollout`, :class:`~aioenv.core._rollouts.Segment`) are the
+vocabulary both sides share. Here a serving process unpickles each policy once for all its
+slots (:class:`PolicyCache`), and a runner plays a :class:`~aioenv.core._rollouts.Rollout`:
+``num_steps`` transitions per env with the policy, answered as one
+:class:`~aioenv.core._rollouts.Segment` of arrays. This module is on the env's side: it
+imports nothing of the parent's.
 """
 
 from __future__ import annotations
@@ -20,68 +17,15 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-import numpy.typing as npt
 
 from ..core._environment import Step
 from ..core._messages import Failure
+from ..core._rollouts import PolicyPackage, Rollout, Segment
 from ._plan import Plan, drive
 
-__all__ = [
-    "PolicyCache",
-    "PolicyPackage",
-    "Rollout",
-    "Segment",
-    "joined",
-    "play",
-    "rollout_plan",
-]
+__all__ = ["PolicyCache", "joined", "play", "rollout_plan"]
 
-_NO_OBJECT = object()
-
-
-class PolicyPackage:
-    """A policy on its way to the env side: ``version`` (an int) and ``key`` (unique per
-    :meth:`~aioenv.WorkerPool.set_policy` call) name it; ``payload`` is its cloudpickle
-    bytes, a Ray object reference to them, or None (the receiving process has it).
-    ``stored``: in the parent, the reference to its bytes once they were put in Ray's
-    object store (once per package, however many actors it goes to)."""
-
-    __slots__ = ("_policy", "key", "payload", "stored", "version")
-
-    def __init__(self, version: int, key: str, payload: Any = None, policy: Any = _NO_OBJECT):
-        self.version = version
-        self.key = key
-        self.payload = payload
-        self._policy = policy
-        self.stored: Any = None
-
-    def pickled(self) -> bytes:
-        """The policy's cloudpickle bytes, made on first use only (the parent pickles a
-        policy once, however many workers it goes to)."""
-        if not isinstance(self.payload, bytes):
-            try:
-                self.payload = cloudpickle.dumps(self._policy)
-            except Exception as exc:
-                raise TypeError(
-                    f"the policy (version {self.version}) could not be pickled with cloudpickle "
-                    f"to send it to a worker process ({type(exc).__name__}: {exc}); make it "
-                    "plain data (numpy arrays) and a function or class, or use thread workers"
-                ) from exc
-        payload: bytes = self.payload
-        return payload
-
-    def reference(self) -> PolicyPackage:
-        """The package without its payload: for a process that was sent it already."""
-        return PolicyPackage(self.version, self.key)
-
-    def with_payload(self, payload: Any) -> PolicyPackage:
-        """The package carrying ``payload`` (a Ray object reference) instead."""
-        return PolicyPackage(self.version, self.key, payload)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The object itself never travels: its bytes (pickled once), a reference, or nothing.
-        payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload
-        return (PolicyPackage, (self.version, self.key, payload))
+_NOT_LOADED = object()
 
 
 class PolicyCache:
@@ -98,10 +42,10 @@ class PolicyCache:
     def resolve(self, package: PolicyPackage) -> Any:
         """The policy ``package`` names: its object when it never left the parent's
         process, else the one unpickled here for its key (once)."""
-        if package._policy is not _NO_OBJECT:
-            return package._policy
-        loaded = self._loaded.get(package.key, _NO_OBJECT)
-        if loaded is _NO_OBJECT:
+        if package.in_process:
+            return package.policy
+        loaded = self._loaded.get(package.key, _NOT_LOADED)
+        if loaded is _NOT_LOADED:
             loaded = _load(package)
             self._loaded[package.key] = loaded
             while len(self._loaded) > self.KEEP:
@@ -136,38 +80,6 @@ def _load(package: PolicyPackage) -> Any:
         message = f"could not be unpickled here ({type(exc).__name__}: {exc})"
         return dataclasses.replace(failure, message=message)
     return policy
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollout:
-    """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`.
-    ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
-    go on from where the last segment stopped (a reset if there is none)."""
-
-    policy: PolicyPackage
-    num_steps: int
-    seed: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Segment:
-    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
-    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
-    its episode (0 after a reset). Observations and actions are arrays where numpy can
-    stack them, else lists."""
-
-    observations: Any
-    actions: Any
-    rewards: npt.NDArray[np.float64]
-    terminated: npt.NDArray[np.bool_]
-    truncated: npt.NDArray[np.bool_]
-    next_observations: Any
-    step: npt.NDArray[np.int64]
-    env: npt.NDArray[np.int64]
-    version: int
-
-    def __len__(self) -> int:
-        return len(self.rewards)
 
 
 @dataclasses.dataclass

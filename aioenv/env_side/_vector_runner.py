@@ -26,11 +26,12 @@ from gymnasium.vector.utils import (
 
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
-from ..core._infos import Kinds, flat_infos, group_infos
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
+from ..core._rollouts import Rollout, Segment
 from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
+from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
-from ._segment import PolicyCache, Rollout, Segment, joined, play
+from ._segment import PolicyCache, joined, play
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
@@ -246,7 +247,7 @@ class VectorRunner:
                 if state.final_info is not None:
                     finals[index] = state.final_observation
                     final_infos[index] = state.final_info
-                    entries.append((index, _final(state)))
+                    entries.append((index, final_entry(state)))
             observations.append(observation)
             rewards.append(reward)
             terminated.append(ended)
@@ -272,7 +273,7 @@ class VectorRunner:
             infos,
             finals,
             final_infos,
-            *self._vector_infos(entries, infos),
+            *batch_vector_infos(entries, infos, self.size),
         )
 
     def _batch(
@@ -291,7 +292,7 @@ class VectorRunner:
             if state.final_info is not None:
                 finals[index] = state.final_observation
                 final_infos[index] = state.final_info
-                entries.append((index, _final(state)))
+                entries.append((index, final_entry(state)))
             if state.info:
                 infos[index] = state.info
                 entries.append((index, state.info))
@@ -306,23 +307,8 @@ class VectorRunner:
             infos,
             finals,
             final_infos,
-            *self._vector_infos(entries, infos),
+            *batch_vector_infos(entries, infos, self.size),
         )
-
-    def _vector_infos(
-        self, entries: list[tuple[int, dict[str, Any]]], infos: dict[int, dict[str, Any]]
-    ) -> tuple[dict[str, Any] | None, Kinds | None]:
-        """The batch's infos in gymnasium's vector form, and their kinds (see
-        :func:`~aioenv.core._infos.group_infos`): what crosses to the parent, cheaper to
-        send than a dict per row and merged there with a slice per key. None for an info
-        with a key of its own named ``final_obs`` or ``final_info``: the vector form
-        mixes it with the autoreset's, so only the per-row form tells them apart."""
-        if not entries:
-            return {}, {}
-        if any("final_obs" in info or "final_info" in info for info in infos.values()):
-            return None, None
-        grouped = group_infos(entries, self.size)
-        return (None, None) if grouped is None else grouped
 
     def _stacked(self) -> Any:
         space = self._single_space
@@ -372,11 +358,6 @@ def _batched(spaces: list[Any]) -> Any:
         return batch_differing_spaces(spaces)
     except Exception:  # gymnasium cannot batch them: shapes or types differ
         return Tuple(spaces)
-
-
-def _final(state: Step[Any]) -> dict[str, Any]:
-    """What gymnasium adds for an env that ended an episode under same-step autoreset."""
-    return {"final_obs": state.final_observation, "final_info": state.final_info}
 
 
 def _reset_arguments(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..core._environment import EnvSource, VectorSource, resolve_source
+from ..core._environment import EnvSource, VectorSource
+from ..core._gymnasium import resolve_source
 from ..core._seeds import worker_seeds
 from ..workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 from ._options import POOL_OPTIONS, PoolOptions

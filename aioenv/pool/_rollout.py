@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
-from ..env_side._segment import PolicyPackage, Rollout, Segment
+from ..core._rollouts import PolicyPackage, Rollout, Segment
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._episodes import EpisodeCounter, EpisodeLedger

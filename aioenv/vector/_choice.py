@@ -17,7 +17,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..core._environment import EnvSource, resolve_source
+from ..core._environment import EnvSource
+from ..core._gymnasium import resolve_source
 from ..pool._factory import make_pool
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._layout import grouped, usable_cores

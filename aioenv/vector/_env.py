@@ -24,8 +24,9 @@ from gymnasium.vector.utils import (
     iterate,
 )
 
-from ..core._environment import EnvSource, GymnasiumFactory
+from ..core._environment import EnvSource
 from ..core._errors import VectorEnvClosed, WorkerError
+from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..pool._pool import WorkerPool
 from ._choice import AUTO, ModeChoice, place_envs

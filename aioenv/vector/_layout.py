@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,9 +33,9 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from ..core._commands import RESET, Reset
 from ..core._environment import BatchStep, EnvSource, VectorSource
-from ..core._infos import joined_flat, joined_infos, merge_infos
 from ..core._messages import PerEnv
 from ..core._seeds import per_env_seeds, reset_mask
+from ._infos import AddInfo, joined_flat, joined_infos, merge_infos
 
 __all__ = [
     "EnvLayout",
@@ -51,8 +51,6 @@ __all__ = [
 #: virtual machine), and short enough to be noise if the script computes longer. A child
 #: that polls yields its core to any other runnable process, the script's among them.
 LOCKSTEP_IDLE_SPIN = 0.002
-
-AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 
 def grouped(
@@ -253,8 +251,8 @@ class EnvLayout:
     ) -> dict[str, Any]:
         """Write each worker's BatchStep into the vector env's arrays; return the infos:
         the workers' vector forms joined where they allow it (see
-        :func:`~aioenv.core._infos.joined_infos`), else merged worker by worker with a
-        slice per key (see :func:`~aioenv.core._infos.merge_infos`), or added env by env
+        :func:`~aioenv.vector._infos.joined_infos`), else merged worker by worker with a
+        slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
         with ``add_info`` for a worker that sent its infos per row."""
         for worker_id, batch in zip(worker_ids, batches, strict=True):
             lo = self.starts[worker_id]

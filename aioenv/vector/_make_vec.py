@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium
 from gymnasium.envs.registration import EnvSpec
 
-from ..core._environment import GymnasiumFactory, resolve_spec
+from ..core._gymnasium import GymnasiumFactory, resolve_spec
 from ..core._registry import shippable
 from ._env import AioVectorEnv
 

@@ -15,7 +15,8 @@ from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
-from ..core._environment import EnvSource, GymnasiumEnvironment, build_environment, describe_source
+from ..core._environment import EnvSource, describe_source
+from ..core._gymnasium import GymnasiumEnvironment, build_environment
 
 __all__ = ["Probe", "probe_env"]
 

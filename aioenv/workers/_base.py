@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import anyio
 
 from ..core._commands import CLOSE, RESET, Reset, is_reset
-from ..core._environment import EnvSource, VectorSource, describe_source, resolve_source
+from ..core._environment import EnvSource, VectorSource, describe_source
 from ..core._errors import (
     ClosedError,
     EnvError,
@@ -38,9 +38,10 @@ from ..core._errors import (
     WorkerError,
     WorkerTimeout,
 )
+from ..core._gymnasium import resolve_source
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._restarts import mark_restarted
-from ..env_side._segment import Rollout
+from ..core._rollouts import Rollout
 from ..loops._here import not_on_asyncio
 from ._controls import PendingControls
 from ._hooks import KindHooks

@@ -1,8 +1,8 @@
 """How a rollout policy reaches a worker's host: at most once per child process with its
 bytes, and through Ray's object store once for every Ray actor.
 
-A :class:`~aioenv.env_side._segment.PolicyPackage` rides in a ``ControlRequest("policy")`` (from
-``pool.set_policy``) and in every :class:`~aioenv.env_side._segment.Rollout`. Workers that share a
+A :class:`~aioenv.core._rollouts.PolicyPackage` rides in a ``ControlRequest("policy")`` (from
+``pool.set_policy``) and in every :class:`~aioenv.core._rollouts.Rollout`. Workers that share a
 child process (``envs_per_process``) share its cache of unpickled policies, so only the
 first request to a child carries the bytes; the others carry the key alone. Which key a
 child has is recorded on its :class:`~aioenv.workers.process._host.Host`: a replacement child
@@ -16,7 +16,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..core._messages import ControlRequest
-from ..env_side._segment import PolicyPackage, Rollout
+from ..core._rollouts import PolicyPackage, Rollout
 
 if TYPE_CHECKING:
     from .process._host import Host

@@ -35,7 +35,7 @@ from ...core._commands import RESET, Reset
 from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
-from ...env_side._segment import Rollout
+from ...core._rollouts import Rollout
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
     READY,

@@ -29,7 +29,7 @@ import cloudpickle
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
-from ...env_side._segment import Rollout
+from ...core._rollouts import Rollout
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request

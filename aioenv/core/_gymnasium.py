@@ -1,0 +1,182 @@
+"""Gymnasium's envs as aioenv's, and building the env a worker runs: the adapter of a
+``gymnasium.Env`` to :class:`~aioenv.core._environment.Environment`, gymnasium ids resolved
+to picklable factories in the parent, and whatever the user passed (an id, a factory, an
+instance) turned into an environment, or refused with a :class:`NotAnEnvironment` that says
+why."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import gymnasium
+
+from ._environment import Environment, EnvSource, Step, describe_source, is_environment
+from ._registry import find_spec, shippable
+
+__all__ = [
+    "GymnasiumEnvironment",
+    "GymnasiumFactory",
+    "NotAnEnvironment",
+    "as_environment",
+    "build_environment",
+    "gymnasium_step",
+    "is_coroutine_env",
+    "resolve_source",
+    "resolve_spec",
+]
+
+O = TypeVar("O")
+
+
+class GymnasiumEnvironment(Generic[O]):
+    """Adapts a ``gymnasium.Env`` to :class:`Environment` with :class:`Step` states."""
+
+    def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
+        self.env = env
+
+    @property
+    def observation_space(self) -> gymnasium.Space[Any]:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> gymnasium.Space[Any]:
+        return self.env.action_space
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Step[O]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        return Step(observation, 0.0, False, False, info)
+
+    def step(self, action: Any) -> Step[O]:
+        return gymnasium_step(self.env, self.env.step(action))
+
+    def terminated(self, state: Step[O]) -> bool:
+        return state.done
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_attr(self, name: str) -> Any:
+        return self.env.get_wrapper_attr(name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self.env.set_wrapper_attr(name, value)
+
+
+def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
+    """The Step of ``env.step``'s ``result``: gymnasium's 5-tuple, or a TypeError that
+    says what came instead."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise TypeError(
+            f"{type(env).__name__}.step() returned {_describe_result(result)}; aioenv "
+            "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
+        )
+    observation, reward, terminated, truncated, info = result
+    return Step(observation, float(reward), bool(terminated), bool(truncated), info)
+
+
+def _describe_result(result: object) -> str:
+    if isinstance(result, tuple):
+        return f"a {len(result)}-tuple"
+    return f"a {type(result).__name__}"
+
+
+def is_coroutine_env(obj: object) -> bool:
+    """``obj`` is an env instance whose ``step`` is an ``async def`` (a coroutine env)."""
+    return not isinstance(obj, type) and inspect.iscoroutinefunction(getattr(obj, "step", None))
+
+
+class NotAnEnvironment(TypeError):
+    """What a worker was given cannot be its env: ``problem`` says why and what to do.
+    Only strings are kept, so the error pickles (it crosses a process worker's pipe)."""
+
+    def __init__(self, name: str, problem: str, built_by: str | None = None) -> None:
+        super().__init__(name, problem, built_by)
+        self.name, self.problem, self.built_by = name, problem, built_by
+
+    def __str__(self) -> str:
+        if self.built_by is None:
+            return f"got {self.name}, {self.problem}"
+        return f"the env factory {self.built_by} built {self.name}, {self.problem}"
+
+
+#: Why a plain worker refuses a coroutine env, and where it runs.
+_COROUTINE_ENV_PROBLEM = (
+    "a coroutine env (its step() is async def), which only coroutine workers can await; "
+    "pass mode='coroutine' (make_pool, AioVectorEnv, make_vec's vectorization_mode) or "
+    "build an AsyncEnvWorker"
+)
+
+
+def as_environment(obj: object) -> Environment[Any, Any]:
+    """Wrap a gymnasium env; pass an :class:`Environment` through; reject anything else."""
+    if is_coroutine_env(obj):
+        raise NotAnEnvironment(type(obj).__name__, _COROUTINE_ENV_PROBLEM)
+    if isinstance(obj, gymnasium.Env):
+        return GymnasiumEnvironment(obj)
+    if is_environment(obj):
+        return obj  # type: ignore[return-value]
+    raise NotAnEnvironment(
+        type(obj).__name__,
+        "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
+        "reset(seed), step(action) and terminated(state))",
+    )
+
+
+def build_environment(
+    source: EnvSource, adapt: Callable[[object], Environment[Any, Any]] = as_environment
+) -> Environment[Any, Any]:
+    """Build the environment a worker runs: ``gymnasium.make`` for an id, a call for a
+    factory, the object itself for an instance; ``adapt`` turns it into an environment
+    (default :func:`as_environment`)."""
+    if isinstance(source, str):
+        return adapt(gymnasium.make(source))
+    if isinstance(source, gymnasium.Env) or is_environment(source) or is_coroutine_env(source):
+        return adapt(source)
+    if callable(source):
+        built = source()
+        try:
+            return adapt(built)
+        except NotAnEnvironment as exc:
+            raise NotAnEnvironment(exc.name, exc.problem, describe_source(source)) from None
+    return adapt(source)
+
+
+class GymnasiumFactory:
+    """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` then each wrapper.
+    ``env_id`` is an id or an ``EnvSpec``; a spec is built without gymnasium's registry,
+    so an env registered in the parent at run time builds in a worker process too."""
+
+    def __init__(
+        self,
+        env_id: str | gymnasium.envs.registration.EnvSpec,
+        kwargs: dict[str, Any],
+        wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] = (),
+    ) -> None:
+        self.env_id = env_id
+        self.kwargs = kwargs
+        self.wrappers = list(wrappers)
+        self.description = env_id if isinstance(env_id, str) else env_id.id
+
+    def __call__(self) -> gymnasium.Env[Any, Any]:
+        env = gymnasium.make(self.env_id, **self.kwargs)
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, looked up here (gymnasium's ``NameNotFound`` and
+    friends for an unknown id; ``module:Id`` imports ``module`` first). An entry point in
+    ``__main__`` is resolved to the class itself, which cloudpickle then ships by value to
+    worker processes."""
+    return shippable(find_spec(env_id))
+
+
+def resolve_source(source: EnvSource) -> EnvSource:
+    """A gymnasium id becomes a factory over its spec, resolved in this process (so an
+    unknown id fails here, before any worker starts); anything else is returned as is."""
+    if isinstance(source, str):
+        return GymnasiumFactory(resolve_spec(source), {})
+    return source

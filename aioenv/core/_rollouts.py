@@ -1,0 +1,118 @@
+"""Rollouts inside a worker, the messages: a policy shipped once, a segment asked for and
+answered.
+
+A :class:`PolicyPackage` carries a user's policy to the env side. In the parent's own
+process (sync, thread and async workers) it carries the object itself, which those workers
+share. Pickled, it carries the policy's cloudpickle bytes (made once in the parent, however
+many workers it goes to) or a Ray object reference to them, or only its key when the
+receiving process has it already; each process unpickles a key once and its slots share the
+result (see :class:`~aioenv.env_side._segment.PolicyCache`).
+
+A :class:`Rollout` is a request like a step (it goes where steps go, so deadlines, restarts
+and stale-reply checks apply to it as to a step): the runner plays ``num_steps`` transitions
+per env with the policy (see :mod:`aioenv.env_side._segment`) and answers one
+:class:`Segment` of arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PolicyPackage", "Rollout", "Segment"]
+
+_NO_OBJECT = object()
+
+
+class PolicyPackage:
+    """A policy on its way to the env side: ``version`` (an int) and ``key`` (unique per
+    :meth:`~aioenv.WorkerPool.set_policy` call) name it; ``payload`` is its cloudpickle
+    bytes, a Ray object reference to them, or None (the receiving process has it).
+    ``stored``: in the parent, the reference to its bytes once they were put in Ray's
+    object store (once per package, however many actors it goes to)."""
+
+    __slots__ = ("_policy", "key", "payload", "stored", "version")
+
+    def __init__(self, version: int, key: str, payload: Any = None, policy: Any = _NO_OBJECT):
+        self.version = version
+        self.key = key
+        self.payload = payload
+        self._policy = policy
+        self.stored: Any = None
+
+    @property
+    def in_process(self) -> bool:
+        """The package carries the policy object itself: it never left the parent's
+        process, and the workers there share that object."""
+        return self._policy is not _NO_OBJECT
+
+    @property
+    def policy(self) -> Any:
+        """The policy object itself, where the package is :attr:`in_process`."""
+        if self._policy is _NO_OBJECT:
+            raise LookupError(f"the policy (version {self.version}) travelled as bytes")
+        return self._policy
+
+    def pickled(self) -> bytes:
+        """The policy's cloudpickle bytes, made on first use only (the parent pickles a
+        policy once, however many workers it goes to)."""
+        if not isinstance(self.payload, bytes):
+            try:
+                self.payload = cloudpickle.dumps(self._policy)
+            except Exception as exc:
+                raise TypeError(
+                    f"the policy (version {self.version}) could not be pickled with cloudpickle "
+                    f"to send it to a worker process ({type(exc).__name__}: {exc}); make it "
+                    "plain data (numpy arrays) and a function or class, or use thread workers"
+                ) from exc
+        payload: bytes = self.payload
+        return payload
+
+    def reference(self) -> PolicyPackage:
+        """The package without its payload: for a process that was sent it already."""
+        return PolicyPackage(self.version, self.key)
+
+    def with_payload(self, payload: Any) -> PolicyPackage:
+        """The package carrying ``payload`` (a Ray object reference) instead."""
+        return PolicyPackage(self.version, self.key, payload)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The object itself never travels: its bytes (pickled once), a reference, or nothing.
+        payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload
+        return (PolicyPackage, (self.version, self.key, payload))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`.
+    ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
+    go on from where the last segment stopped (a reset if there is none)."""
+
+    policy: PolicyPackage
+    num_steps: int
+    seed: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Segment:
+    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
+    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
+    its episode (0 after a reset). Observations and actions are arrays where numpy can
+    stack them, else lists."""
+
+    observations: Any
+    actions: Any
+    rewards: npt.NDArray[np.float64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    next_observations: Any
+    step: npt.NDArray[np.int64]
+    env: npt.NDArray[np.int64]
+    version: int
+
+    def __len__(self) -> int:
+        return len(self.rewards)
