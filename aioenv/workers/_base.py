@@ -173,10 +173,8 @@ class Worker(KindHooks, Generic[S]):
             # request in place of the action (its info says so).
             supervisor.restart(seq, supervisor.pending_restart)
             return
-        if supervisor.has_deadlines:
-            assert self._loop is not None  # before submitting: a sync worker answers inside
-            supervisor.request_steps = self._steps_in(action) if type(action) is Rollout else 1
-            supervisor.arm(self._loop, seq)
+        if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
+            self._arm(seq, action.num_steps * self.num_envs if type(action) is Rollout else 1)
         try:
             self._submit(seq, action)
         except BaseException:
@@ -438,20 +436,18 @@ class Worker(KindHooks, Generic[S]):
         if in_flight:
             self._inbox.deliver(Outcome(self.worker_id, None, error))
 
-    def _steps_in(self, rollout: Rollout) -> int:
-        """The transitions a segment plays here: ``num_steps`` for each env, one env after
-        another."""
-        envs = len(self.source.sources) if isinstance(self.source, VectorSource) else 1
-        return rollout.num_steps * envs
+    def _arm(self, seq: int, steps: int) -> None:
+        """Start the deadline of request ``seq``, ``steps`` transitions long."""
+        assert self._loop is not None  # before submitting: a sync worker answers inside
+        self._supervisor.request_steps = steps
+        self._supervisor.arm(self._loop, seq)
 
     def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
         supervisor = self._supervisor
         try:
             self._spawn(seed)
             if supervisor.has_deadlines:
-                assert self._loop is not None
-                supervisor.request_steps = 1
-                supervisor.arm(self._loop, seq)
+                self._arm(seq, 1)
             self._submit(seq, RESET)
         except Exception as exc:  # no new env could be started: give up on this worker
             supervisor.restart_failed()

@@ -6,8 +6,7 @@ seeds, episode options) and, per slot, two callbacks: ``deliver`` for each messa
 child writes for that slot, and ``on_exit`` once the child has exited and been reaped. The
 parent keeps no thread per child: a ``loop.add_reader`` callback reads replies from a
 non-blocking socket, and another watches the process sentinel, so a dead child is seen at
-once. The parent closes its copy of the child's socket ends, so a child that dies shows up
-as end-of-file, never as a hang.
+once. How the child is started is :mod:`aioenv.workers.process._start`'s.
 
 Like the workers, this module uses asyncio's own primitives (readers, timers, events):
 they are what the hot path needs, and what uvloop speeds up.
@@ -16,24 +15,18 @@ they are what the hot path needs, and what uvloop speeds up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import multiprocessing.context
-import multiprocessing.spawn
 import signal
-import socket
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from ...core._messages import EpisodeOptions
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
 from .._replaceable import Replaceable
+from ._start import Context, start_child
 
-__all__ = ["Context", "Deliver", "Host", "OnExit", "describe_exit"]
+__all__ = ["Deliver", "Host", "OnExit", "describe_exit"]
 
-Context = multiprocessing.context.BaseContext
 #: ``deliver(host, kind, seq, payload)``: a message the child wrote for one slot.
 Deliver = Callable[["Host", int, int, "bytes | memoryview"], None]
 #: ``on_exit(host)``: the child exited and was reaped.
@@ -95,40 +88,14 @@ class Host(Replaceable["Host"]):
             registry,
             thread_caps,
         )
-        parent_end, child_end = socket.socketpair()
-        alive_parent, alive_child = socket.socketpair()
-        process = context.Process(  # type: ignore[attr-defined]
-            target=_child_main,
-            args=(
-                child_end,
-                alive_child,
-                list(payloads),
-                list(seeds),
-                episode,
-                build,
-                registry,
-                thread_caps,
-                idle_spin,
-            ),
-            name=f"aioenv-process-worker ({name})",
-            daemon=True,
+        process, self._socket, self._alive = start_child(
+            context,
+            name,
+            [list(payloads), list(seeds), episode, build, registry, thread_caps, idle_spin],
         )
-        try:
-            with _main_module_skipped():
-                if context.get_start_method() == "forkserver":
-                    process.start()  # the server's children start with SIGINT ignored
-                else:
-                    with _sigint_ignored():
-                        process.start()
-        except BaseException:
-            parent_end.close()
-            alive_parent.close()
-            raise
-        finally:
-            child_end.close()
-            alive_child.close()
         self.size = len(payloads)
-        self.pid: int = process.pid
+        assert process.pid is not None  # it has started
+        self.pid = process.pid
         self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
@@ -143,9 +110,7 @@ class Host(Replaceable["Host"]):
         self._deliver = list(deliver)
         self._process = process
         self._sentinel: int = process.sentinel
-        self._socket = parent_end
-        self._socket.setblocking(False)
-        self._alive = alive_parent  # held open, never written: the child's parent-death alarm
+        self._socket.setblocking(False)  # self._alive: held open, never written
         self._receive_buffer = bytearray(RECEIVE_SIZE)
         self._decoder = FrameDecoder()
         self._outgoing = bytearray()
@@ -339,95 +304,6 @@ class Host(Replaceable["Host"]):
         self._socket.close()
         self._alive.close()
         self._process.close()
-
-
-def _child_main(*args: Any) -> None:
-    """A child process's entry point. The child's loop is imported here, in the child (or
-    preloaded by the forkserver): the parent's side never imports the child's."""
-    from ._child import serve
-
-    serve(*args)
-
-
-class _MainModuleLeftOut:
-    """Leaves the user's main module out of the preparation data of the children aioenv
-    starts, and only of those.
-
-    multiprocessing's spawn and forkserver children import the parent's ``__main__`` (as
-    ``__mp_main__``) before running their target, so that targets defined there resolve:
-    a training script's top-level imports (a deep learning framework: seconds and hundreds
-    of MB per child) run again in every child. An aioenv child needs none of it: its
-    target lives in aioenv, and envs travel by value (cloudpickle).
-
-    multiprocessing offers no hook for it: its start code looks up
-    ``multiprocessing.spawn.get_preparation_data`` when it runs. So the function is
-    replaced only while some thread starts an aioenv child (:meth:`starting`), and put
-    back when the last such start is done; the replacement changes the data only for the
-    threads starting an aioenv child, and hands other threads' starts the stdlib's
-    unchanged. Outside those moments every ``multiprocessing`` user sees the stdlib's.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._thread = threading.local()  # this thread is starting an aioenv child now
-        self._starts = 0  # the threads starting one now
-        self._original: Callable[[str], dict[str, Any]] | None = None
-        self._replacement = self._preparation_data  # one bound method: ``is`` finds it
-        #: Someone replaced ours while it was in: theirs may call ours, so ours is never
-        #: installed over theirs (it would call itself through theirs).
-        self._displaced = False
-
-    @contextlib.contextmanager
-    def starting(self) -> Iterator[None]:
-        """While this thread starts an aioenv child."""
-        with self._lock:
-            if self._starts == 0 and not self._displaced:
-                self._original = multiprocessing.spawn.get_preparation_data
-                multiprocessing.spawn.get_preparation_data = self._replacement
-            self._starts += 1
-        self._thread.active = True
-        try:
-            yield
-        finally:
-            self._thread.active = False
-            with self._lock:
-                self._starts -= 1
-                if self._starts == 0 and not self._displaced:
-                    self._put_back()
-
-    def _put_back(self) -> None:
-        """The stdlib's function in again, unless someone replaced ours meanwhile (theirs
-        stays)."""
-        if multiprocessing.spawn.get_preparation_data is self._replacement:
-            assert self._original is not None
-            multiprocessing.spawn.get_preparation_data = self._original  # type: ignore[assignment]
-        else:
-            self._displaced = True
-
-    def _preparation_data(self, name: str) -> dict[str, Any]:
-        assert self._original is not None  # set before this was installed
-        data = self._original(name)
-        if getattr(self._thread, "active", False):
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-        return data
-
-
-_main_module_skipped = _MainModuleLeftOut().starting
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Start children with SIGINT ignored (the disposition survives fork and exec), so a
-    Ctrl-C during their start-up cannot reach them. Only the main thread may do this."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def describe_exit(exitcode: int | None) -> str:

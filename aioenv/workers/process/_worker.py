@@ -20,8 +20,6 @@ observation in place (see :mod:`aioenv.wire._shared_memory`).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import warnings
 from collections.abc import Sequence
@@ -56,9 +54,10 @@ from ...wire._shared_memory import (
 )
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
-from ._host import TERMINATE_GRACE, Context, Host, describe_exit
+from ._host import TERMINATE_GRACE, Host, describe_exit
+from ._start import Context, resolve_context
 
-__all__ = ["ProcessWorker", "default_context"]
+__all__ = ["ProcessWorker"]
 
 S = TypeVar("S")
 
@@ -66,35 +65,6 @@ S = TypeVar("S")
 #: between two steps of a lockstep loop, not for waiting on a slow learner.
 MAX_IDLE_SPIN = 0.01
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
-_PRELOAD = [
-    "aioenv.workers.process._quiet_start",
-    "aioenv.workers.process._child",
-    "numpy",
-    "gymnasium",
-    "aioenv.workers.process._thread_caps_preload",
-]
-
-
-def default_context() -> Context:
-    """``forkserver`` (with numpy, gymnasium and aioenv preloaded in the server, so a worker
-    starts in tens of milliseconds) where available, else ``spawn``."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    preload = list(getattr(server, "_preload_modules", ["__main__"]))
-    missing = [name for name in _PRELOAD if name not in preload]
-    if missing and getattr(server, "_forkserver_pid", None) is None:
-        context.set_forkserver_preload(preload + missing)
-    return context
-
-
-def _resolve_context(context: Context | str | None) -> Context:
-    if context is None or context == "forkserver":
-        return default_context()
-    if isinstance(context, str):
-        return multiprocessing.get_context(context)
-    return context
 
 
 class ProcessWorker(SlottedWorker[S, Host]):
@@ -109,7 +79,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
     ``make_pool(..., envs_per_process=k)``) to put several envs in one child.
 
     :param context: a multiprocessing context or start method name; default
-        :func:`default_context` (forkserver with preloads, else spawn).
+        :func:`~aioenv.workers.default_context` (forkserver with preloads, else spawn).
     :param shared_memory: ``"auto"`` (the default: observations of 8 KiB or more, in a
         space with a fixed layout, travel through shared memory), True (whenever the space
         allows) or False (always through the socket). Either way the states handed out own
@@ -181,7 +151,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._layout: Layout | None = None  # known once the env reports its space
         self._shared: SharedObservations | None = None  # mapped for the current host
-        self._context = _resolve_context(context)
+        self._context = resolve_context(context)
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
         if _start:
