@@ -5,12 +5,34 @@ parent's side (a vector env's reset) and the env's side (a worker of several env
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["per_env_seeds", "reset_mask", "restart_seed", "worker_seeds"]
+from ._commands import Reset
+
+__all__ = [
+    "check_seed",
+    "per_env_seeds",
+    "reset_mask",
+    "restart_seed",
+    "seeded_reset",
+    "worker_seeds",
+]
+
+
+def check_seed(seed: object) -> None:
+    """A worker's seed is a non-negative int, or None."""
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+
+
+def seeded_reset(reset: Any, seed: int) -> Reset:
+    """The reset request (``RESET`` or a ``Reset``) with ``seed``, unless it names its own."""
+    request = reset if isinstance(reset, Reset) else Reset()
+    return request if request.seed is not None else dataclasses.replace(request, seed=seed)
 
 
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:

@@ -7,13 +7,10 @@ Three faces:
   ``control``, ``seed_next_reset``, ``forget_request``, ``enter_loop``, ``abandon``, what
   the worker is and whether it failed. A pool uses nothing else of a worker and never
   asks which kind it is.
-- **Kinds** implement the hooks of :class:`~aioenv.workers._hooks.KindHooks`: ``_spawn``
-  (start a fresh env: a process, a thread, an in-line runner), ``_submit`` (start a RESET
-  or step request without blocking), ``_submit_control``, ``_discard_env`` (drop a failed
-  env at once: kill its process, abandon its thread), ``_start_close``, ``_wait_closed``,
-  and optionally ``_bind_loop`` and ``_abandon``. Replies come back through
-  ``_on_reply``, which drops stale replies by sequence number and delivers the rest to the
-  worker's :class:`~aioenv.workers._inbox.Inbox` (its own, or its pool's); failures go through its
+- **Kinds** implement the hooks of :class:`~aioenv.workers._hooks.KindHooks` (start an
+  env, submit a request, drop a failed env, close) and hand replies to ``_on_reply``, which
+  drops stale ones and delivers the rest through the worker's
+  :class:`~aioenv.workers._in_flight.InFlight`; failures go through its
   :class:`~aioenv.workers._supervision.Supervisor`.
 
 Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
@@ -23,31 +20,24 @@ waiting and timers, and anyio only for cancel scopes (the shielded close).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from ..core._commands import CLOSE, RESET, Reset, is_reset
+from ..core._commands import CLOSE, RESET, is_reset
 from ..core._environment import EnvSource, VectorSource, describe_source
-from ..core._errors import (
-    ClosedError,
-    EnvError,
-    NoActionInFlight,
-    StateNotTaken,
-    WorkerError,
-    WorkerTimeout,
-)
+from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._restarts import mark_restarted
 from ..core._rollouts import Rollout
-from ..loops._here import not_on_asyncio
-from ._controls import PendingControls
+from ..core._seeds import check_seed, seeded_reset
+from ..loops._here import check_loop_move, not_on_asyncio
 from ._hooks import KindHooks
-from ._inbox import Inbox, Outcome
+from ._in_flight import InFlight
+from ._inbox import Inbox
 from ._seam import FirstReplyCheck
-from ._supervision import Remedies, Supervision, Supervisor
+from ._supervision import Remedies, Supervision, Supervisor, timeout_error
 
 __all__ = ["FirstReplyCheck", "Worker"]
 
@@ -85,7 +75,9 @@ class Worker(KindHooks, Generic[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
     ) -> None:
-        _check_options(seed, cleanup_time)
+        check_seed(seed)
+        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
         self.seed = seed
         self.cleanup_time = float(cleanup_time)
         self.env_name = describe_source(env)
@@ -95,15 +87,14 @@ class Worker(KindHooks, Generic[S]):
         #: Envs this worker steps together: k with ``envs_per_worker=k`` (states are then
         #: :class:`~aioenv.BatchStep`), else 1.
         self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
-        self.worker_id: int | None = None
         self.observation_space: Any = None
         self.action_space: Any = None
-        self._controls = PendingControls()
+        self._flight = flight = InFlight()
         remedies = Remedies(
             discard_env=self._discard_env,
             start_env=self._start_env,
             fail=self._fail_request,
-            fail_controls=self._controls.fail_all,
+            fail_controls=flight.controls.fail_all,
             awaiting=self._awaiting,
             time_out=self._timed_out,
         )
@@ -112,16 +103,18 @@ class Worker(KindHooks, Generic[S]):
         self._episode = EpisodeOptions()
         self._next_reset_seed: int | None = None  # from seed_next_reset()
         self._check_first_reply: FirstReplyCheck | None = None
-        self._inbox = Inbox(ordered=True)
         self._in_pool = False
-        self._next_seq = 1
-        self._awaited_seq = 0  # the request whose reply is still to come; 0 = none
         self._failure: WorkerError | None = None  # set once the worker can take no more
         self._closing = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # Users -----------------------------------------------------------------------------
+    @property
+    def worker_id(self) -> int | None:
+        """The worker's id in its pool; None outside one."""
+        return self._flight.worker_id
+
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
@@ -153,8 +146,8 @@ class Worker(KindHooks, Generic[S]):
             return
         if self._failure is not None:
             raise self._failure
-        inbox = self._inbox
-        if inbox.is_owed(self.worker_id):
+        flight = self._flight
+        if flight.inbox.is_owed(flight.worker_id):
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
@@ -162,11 +155,8 @@ class Worker(KindHooks, Generic[S]):
         if self._loop is not asyncio._get_running_loop():
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
-            action, self._next_reset_seed = _seeded(action, self._next_reset_seed), None
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        self._awaited_seq = seq
-        inbox.owe(self.worker_id)
+            action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
+        seq = flight.begin()
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
             # The env failed while idle and was dropped: the fresh env's reset answers this
@@ -180,8 +170,7 @@ class Worker(KindHooks, Generic[S]):
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
             supervisor.disarm()
-            self._awaited_seq = 0
-            self._inbox.forgive(self.worker_id)
+            flight.forget()
             raise
 
     async def get_state(self) -> S:
@@ -198,16 +187,16 @@ class Worker(KindHooks, Generic[S]):
             )
         if self._closing:
             raise ClosedError(f"{self.name} is closed")
-        inbox = self._inbox
+        inbox, worker_id = self._flight.inbox, self._flight.worker_id
         while True:
-            outcome = inbox.pop(self.worker_id)
+            outcome = inbox.pop(worker_id)
             if outcome is not None:
                 if outcome.error is not None:
                     raise outcome.error
                 if outcome.borrowed:
                     return outcome.state.owned()  # type: ignore[no-any-return]
                 return outcome.state  # type: ignore[no-any-return]
-            if not inbox.is_owed(self.worker_id):
+            if not inbox.is_owed(worker_id):
                 if self._closing:
                     raise ClosedError(f"{self.name} was closed while waiting for its state")
                 raise NoActionInFlight(f"{self.name} has no action in flight; send_action() first")
@@ -226,8 +215,8 @@ class Worker(KindHooks, Generic[S]):
                 self._closing = True
                 self._supervisor.disarm()
                 self._start_close()
-            self._inbox.forgive(self.worker_id)
-            self._controls.fail_all(ClosedError(f"{self.name} was closed"))
+            self._flight.inbox.forgive(self.worker_id)
+            self._flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
             if not self._closed:
                 await self._wait_closed(timeout)
                 self._closed = True
@@ -243,7 +232,7 @@ class Worker(KindHooks, Generic[S]):
         return f"<{type(self).__name__} {self.name} {state}>"
 
     def _close_by_sentinel(self) -> None:
-        if self._inbox.is_owed(self.worker_id):
+        if self._flight.inbox.is_owed(self.worker_id):
             raise StateNotTaken(
                 f"{self.name} has a state that was not taken; take it with get_state() "
                 "before sending CLOSE, or call aclose() to close it discarding that state"
@@ -281,14 +270,14 @@ class Worker(KindHooks, Generic[S]):
         ``check_first_reply`` runs when the env first answers (the pool's space check)."""
         if self._in_pool:
             raise ValueError(f"{self.name} already belongs to a pool")
-        if self._inbox.num_owed:
+        flight = self._flight
+        if flight.inbox.num_owed:
             raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
         self._supervisor.configure(supervision.under(self._supervisor.options))
-        self._inbox = inbox
+        flight.inbox, flight.worker_id = inbox, worker_id
         self._in_pool = True
-        self.worker_id = worker_id
         self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
             self._episode = episode
@@ -305,14 +294,11 @@ class Worker(KindHooks, Generic[S]):
             raise ClosedError(f"{self.name} is closed")
         if self._failure is not None:
             raise self._failure
-        loop = self._ensure_loop()
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        future = self._controls.add(seq, loop)
+        seq, future = self._flight.begin_control(self._ensure_loop())
         try:
             self._submit_control(seq, request)
         except BaseException:
-            self._controls.discard(seq)
+            self._flight.controls.discard(seq)
             raise
         return future
 
@@ -320,10 +306,9 @@ class Worker(KindHooks, Generic[S]):
         """Stop waiting for the reply to the request in flight (a cancelled rollout): it
         is dropped as stale when it comes, and the worker takes a new request at once (its
         env answers it after the forgotten one)."""
-        if self._awaited_seq:
+        if self._flight.awaited:
             self._supervisor.forget_in_flight()
-            self._awaited_seq = 0
-        self._inbox.forgive(self.worker_id)
+        self._flight.forget()
 
     def enter_loop(self) -> None:
         """Bind to the running event loop (a pool about to wait on a new loop): a worker
@@ -343,44 +328,28 @@ class Worker(KindHooks, Generic[S]):
         loop = asyncio._get_running_loop()
         if loop is None:
             raise not_on_asyncio(f"{self.name}: send_action()")
-        old = self._loop
+        old, flight = self._loop, self._flight
         if old is loop:
             return loop
         if old is not None:
-            self._leave_loop(old, closing)
+            if not closing:
+                check_loop_move(self.name, old, bool(flight.awaited or flight.controls))
+            self._supervisor.disarm()
+            if flight.awaited:
+                flight.forget()
+            flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
         self._loop = loop
         self._bind_loop(loop)
         return loop
 
-    def _leave_loop(self, old: asyncio.AbstractEventLoop, closing: bool) -> None:
-        if not old.is_closed() and not closing:
-            raise RuntimeError(
-                f"{self.name} is bound to another event loop, which is still open; a pool "
-                "works on one event loop at a time"
-            )
-        if (self._awaited_seq or self._controls) and not closing:
-            raise RuntimeError(
-                f"{self.name} had a request in flight when its event loop ended; its reply "
-                "is lost with that loop. Close the pool (aclose works from any loop) and "
-                "make a new one"
-            )
-        self._supervisor.disarm()
-        if self._awaited_seq:
-            self._awaited_seq = 0
-            self._inbox.forgive(self.worker_id)
-        self._controls.fail_all(ClosedError(f"{self.name} was closed"))
-
     # Kinds: replies and failures -------------------------------------------------------
-    def _awaits(self, seq: int) -> bool:
-        """A reply to ``seq`` would be used (not stale): worth decoding."""
-        return bool(seq) and (seq == self._awaited_seq or seq in self._controls)
-
     def _on_reply(self, seq: int, result: Any, borrowed: bool = False) -> None:
         """Deliver the reply to request ``seq``: a state, or a :class:`Failure`.
         ``borrowed``: the state's observation is a view of shared memory."""
-        if not seq or seq != self._awaited_seq:
-            if seq in self._controls:
-                self._controls.answer(seq, result, self._env_error)
+        flight = self._flight
+        if not seq or seq != flight.awaited:
+            if seq in flight.controls:
+                flight.controls.answer(seq, result, self._env_error)
             return  # a late reply to a request nobody waits for any more
         supervisor = self._supervisor
         if supervisor.answered() and self._check_first_reply is not None:
@@ -391,11 +360,10 @@ class Worker(KindHooks, Generic[S]):
         if isinstance(result, Failure):
             self._on_failure(self._env_error(result), env_gone=False)
             return
-        self._awaited_seq = 0
         reason = supervisor.succeeded()
         if reason is not None:
             result = mark_restarted(result, reason)
-        self._inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
+        flight.deliver(result, borrowed)
 
     def _on_death(self, error: WorkerError) -> None:
         """The current env is gone (its process died)."""
@@ -405,36 +373,27 @@ class Worker(KindHooks, Generic[S]):
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
         if self._closing:
             self._supervisor.disarm()
-            self._awaited_seq = 0
+            self._flight.awaited = 0
             return
         assert self._loop is not None
-        in_flight = self._awaited_seq
+        in_flight = self._flight.awaited
         self._supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
         starting = self._supervisor.starting
         cause = self._start_delay_cause() if starting else None
-        error = WorkerTimeout(
-            f"{self.name}: request {seq} ({'start-up' if starting else 'step'}) ran "
-            f"{elapsed:.2f} s, past its deadline of {timeout:g} s; the env was "
-            f"{self._discard_verb}{'' if cause is None else f'; {cause}'}",
-            worker_id=self.worker_id,
-            seq=seq,
-            elapsed=elapsed,
-            timeout=timeout,
-        )
+        reason = f"the env was {self._discard_verb}{'' if cause is None else f'; {cause}'}"
+        error = timeout_error(self.name, self.worker_id, seq, starting, elapsed, timeout, reason)
         self._on_failure(error, env_gone=True)
 
     # Remedies: what the supervisor does through the worker ----------------------------
     def _awaiting(self, seq: int) -> bool:
-        return not self._closing and seq == self._awaited_seq
+        return not self._closing and seq == self._flight.awaited
 
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         if for_good:
             self._failure = error
-        in_flight, self._awaited_seq = self._awaited_seq, 0
-        if in_flight:
-            self._inbox.deliver(Outcome(self.worker_id, None, error))
+        self._flight.fail(error)
 
     def _arm(self, seq: int, steps: int) -> None:
         """Start the deadline of request ``seq``, ``steps`` transitions long."""
@@ -460,16 +419,3 @@ class Worker(KindHooks, Generic[S]):
 
     def _env_error(self, failure: Failure) -> EnvError:
         return EnvError.from_failure(failure, self.name, self.worker_id)
-
-
-def _seeded(reset: Any, seed: int) -> Any:
-    """The reset request with ``seed`` (from seed_next_reset), unless it names its own."""
-    request = reset if isinstance(reset, Reset) else Reset()
-    return request if request.seed is not None else dataclasses.replace(request, seed=seed)
-
-
-def _check_options(seed: object, cleanup_time: object) -> None:
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-    if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-        raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")

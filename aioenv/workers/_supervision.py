@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from ..core._errors import WorkerError
+from ..core._errors import WorkerError, WorkerTimeout
 from ..core._seeds import restart_seed
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Supervisor",
     "describe_failure",
     "restart_seed",
+    "timeout_error",
 ]
 
 #: The deadline for building an env and its first reset when only ``step_timeout`` is
@@ -268,3 +269,24 @@ class Supervisor:
 def describe_failure(error: WorkerError) -> str:
     """``WorkerTimeout: <message>``: how a restart's reason reads."""
     return f"{type(error).__name__}: {error.args[0] if error.args else error}"
+
+
+def timeout_error(
+    name: str,
+    worker_id: int | None,
+    seq: int,
+    starting: bool,
+    elapsed: float,
+    timeout: float,
+    remedy: str,
+) -> WorkerTimeout:
+    """The error of ``name``'s request ``seq``, past its deadline: which deadline, how long
+    it ran, and what was done about it (``remedy``)."""
+    return WorkerTimeout(
+        f"{name}: request {seq} ({'start-up' if starting else 'step'}) ran "
+        f"{elapsed:.2f} s, past its deadline of {timeout:g} s; {remedy}",
+        worker_id=worker_id,
+        seq=seq,
+        elapsed=elapsed,
+        timeout=timeout,
+    )

@@ -280,7 +280,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if kind == READY:
             self._on_ready(payload)
             return
-        if not self._awaits(seq):
+        if not self._flight.is_used(seq):
             return  # stale: no need to decode it
         try:
             result, borrowed = decode_reply(kind, payload, self._shared)
@@ -315,8 +315,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
             worker_id=self.worker_id,
         )
         error.__cause__ = exc
-        if seq in self._controls:
-            self._controls.fail(seq, error)
+        if seq in self._flight.controls:
+            self._flight.controls.fail(seq, error)
             return
         self._on_failure(error, env_gone=False)
 
