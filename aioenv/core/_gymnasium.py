@@ -1,5 +1,5 @@
 """Gymnasium's envs as aioenv's, and building the env a worker runs: the adapter of a
-``gymnasium.Env`` to :class:`~aioenv.core._environment.Environment`, gymnasium ids resolved
+``gymnasium.Env`` to :class:`~aioenv.Environment`, gymnasium ids resolved
 to picklable factories in the parent, and whatever the user passed (an id, a factory, an
 instance) turned into an environment, or refused with a :class:`NotAnEnvironment` that says
 why."""
