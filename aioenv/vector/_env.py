@@ -17,35 +17,23 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import (
-    batch_space,
-    concatenate,
-    create_empty_array,
-    iterate,
-)
+from gymnasium.vector.utils import batch_space
 
 from ..core._environment import EnvSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..pool._pool import WorkerPool
+from ._batches import Result, VectorBatches
 from ._choice import AUTO, ModeChoice, place_envs
 from ._inline import InlineEnvs
-from ._layout import EnvLayout, VectorArrays
-from ._pipeline import Pipeline, info_rows
+from ._layout import EnvLayout
+from ._pipeline import Pipeline
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
-
-#: What ``step``, ``step_wait`` and ``recv`` return: observations, rewards, terminations,
-#: truncations, infos.
-Result = tuple[
-    Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
-]
-
-_ONLY_WORKER = [0]  # inline envs: one group of every env
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -192,9 +180,13 @@ class AioVectorEnv(VectorEnv):
         )
         if observation_mode != "same" and isinstance(envs, Runtime):
             envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
-        self._env_obs: list[Any] = [None] * self.num_envs
-        self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
-        self._arrays = VectorArrays(self.single_observation_space, self.num_envs)
+        self._batches = VectorBatches(
+            self._layout,
+            self.single_observation_space,
+            self.single_action_space,
+            self.action_space,
+            self._add_info,
+        )
 
     @property
     def pool(self) -> WorkerPool[Any]:
@@ -234,16 +226,16 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         self._pipeline.check_idle(self._envs, "reset()")
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
-        infos = self._gather(ids, self._exchange(ids, requests))
-        return self._observations(), infos
+        infos = self._batches.gather(ids, self._exchange(ids, requests))
+        return self._batches.observations(), infos
 
     def step(self, actions: Any) -> Result:
         self._check_open()
         self._pipeline.check_idle(self._envs, "step()")
         if self._inline is not None:
             return self._step_inline(self._inline, actions)
-        workers, requests = self._step_requests(actions)
-        return self._stepped(workers, self._exchange(workers, requests))
+        workers, requests = self._batches.step_requests(actions)
+        return self._batches.stepped(workers, self._exchange(workers, requests))
 
     # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
     @property
@@ -283,13 +275,7 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         pipeline = self._pipeline
         env_ids = pipeline.targets(env_id)
-        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
-        if len(per_env) != len(env_ids):
-            raise ValueError(
-                f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
-                "nothing was sent"
-            )
-        workers, requests = self._layout.sends(self.single_action_space, actions, per_env, env_ids)
+        workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
         pipeline.started()
@@ -313,19 +299,8 @@ class AioVectorEnv(VectorEnv):
             raise raised([error], self._layout.env_of)
         workers = sorted(held)
         states = [held.pop(worker_id) for worker_id in workers]
-        infos = self._gather(workers, states)
         env_ids = pipeline.last_env_ids = pipeline.envs(workers)
-        rows = np.asarray(env_ids, dtype=np.int64)
-        infos = info_rows(infos, rows)
-        infos["env_id"] = rows
-        arrays = self._arrays
-        return (
-            self._observations(rows),
-            arrays.rewards[rows],
-            arrays.terminated[rows],
-            arrays.truncated[rows],
-            infos,
-        )
+        return self._batches.received(workers, states, env_ids)
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what
@@ -339,7 +314,7 @@ class AioVectorEnv(VectorEnv):
                 "step",
             )
         pipeline.check_idle(self._envs, "step_async()")
-        workers, requests = self._step_requests(actions)
+        workers, requests = self._batches.step_requests(actions)
         self._envs.dispatch(workers, requests, True)
         pipeline.step_pending = True
 
@@ -359,12 +334,10 @@ class AioVectorEnv(VectorEnv):
             pipeline.step_pending = False
         if errors:
             raise raised(errors, self._layout.env_of)
-        return self._stepped(workers, states)
+        return self._batches.stepped(workers, states)
 
     def _step_inline(self, inline: InlineEnvs, actions: Any) -> Result:
-        """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost: their
-        BatchStep's arrays are new and whole (the runner keeps every env's last
-        observation), so they are handed out as they are."""
+        """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost."""
         try:
             batch = inline.step(actions)
         except WorkerError as error:
@@ -373,68 +346,15 @@ class AioVectorEnv(VectorEnv):
             failed = None
         if failed is not None:
             raise raised([failed], self._layout.env_of)
-        infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
-        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
+        return self._batches.inline(batch)
 
-    # Requests out, states in ------------------------------------------------------------
-    def _step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
-        """The workers a step of every env goes to and their requests."""
-        batch = list(iterate(self.action_space, actions))
-        if len(batch) != self.num_envs:
-            raise ValueError(
-                f"step() got {len(batch)} actions for {self.num_envs} envs; nothing was sent"
-            )
-        if self._layout.batched:
-            requests = self._layout.actions(self.single_action_space, actions, batch)
-            return list(range(len(self._envs))), requests
-        return list(range(self.num_envs)), batch
-
-    def _batched_actions(self, size: int) -> Any:
-        space = self._action_batches.get(size)
-        if space is None:
-            space = self._action_batches[size] = batch_space(self.single_action_space, size)
-        return space
-
+    # Requests out, states in (their batched form: VectorBatches) ----------------------
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
         states: list[Any]
         states, errors = self._envs.exchange(ids, actions)
         if errors:
             raise raised(errors, self._layout.env_of)
         return states
-
-    def _stepped(self, workers: list[int], states: list[Any]) -> Result:
-        infos = self._gather(workers, states)
-        arrays = self._arrays
-        return self._observations(), arrays.rewards, arrays.terminated, arrays.truncated, infos
-
-    def _gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
-        """Write these workers' states into the envs' observations, and into new arrays of
-        rewards and flags (those handed out before stay as they were); their infos,
-        indexed by env."""
-        arrays = self._arrays
-        arrays.new_step()
-        if self._layout.batched:
-            return self._layout.scatter(workers, states, arrays, self._add_info)
-        infos: dict[str, Any] = {}
-        rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
-        for i, step in zip(workers, states, strict=True):
-            self._env_obs[i] = step.observation
-            rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
-            if step.final_info is not None:
-                final = {"final_obs": step.final_observation, "final_info": step.final_info}
-                infos = self._add_info(infos, final, i)
-            infos = self._add_info(infos, step.info, i)
-        return infos
-
-    def _observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
-        """Every env's latest observation, batched, or those of the envs ``rows``."""
-        arrays = self._arrays
-        if self._layout.batched and arrays.box:
-            return arrays.stacked.copy() if rows is None else arrays.stacked[rows]
-        per_env = arrays.per_env if self._layout.batched else self._env_obs
-        chosen = per_env if rows is None else [per_env[i] for i in rows]
-        out = create_empty_array(self.single_observation_space, len(chosen))
-        return concatenate(self.single_observation_space, chosen, out)  # type: ignore[arg-type]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()

@@ -1,0 +1,149 @@
+"""An :class:`~aioenv.AioVectorEnv`'s actions and results in gymnasium's batched form: a
+batch of actions split into the workers' requests, and the workers' states gathered into
+batched observations, rewards, flags and infos (with ``_key`` masks).
+
+:mod:`aioenv.vector._layout` says which rows belong to which worker; this is the vector
+env's side of it, which knows gymnasium's 5-tuple and keeps the arrays it hands out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from ..core._environment import BatchStep
+from ._infos import AddInfo
+from ._layout import EnvLayout, VectorArrays
+from ._pipeline import info_rows
+
+__all__ = ["Result", "VectorBatches"]
+
+#: What ``step``, ``step_wait`` and ``recv`` return: observations, rewards, terminations,
+#: truncations, infos.
+Result = tuple[
+    Any, npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_], dict[str, Any]
+]
+
+_ONLY_WORKER = [0]  # inline envs: one group of every env
+
+
+class VectorBatches:
+    """The batched actions and results of a vector env whose envs ``layout`` places.
+
+    ``action_space`` is the vector env's (``single_action_space`` batched); ``add_info``
+    is its ``_add_info`` (gymnasium's way of adding one env's info to the vector infos,
+    masks and all). Rewards and flags are new arrays at every gathering, so those handed
+    out before stay as they were."""
+
+    def __init__(
+        self,
+        layout: EnvLayout,
+        single_observation_space: Any,
+        single_action_space: Any,
+        action_space: Any,
+        add_info: AddInfo,
+    ) -> None:
+        self._layout = layout
+        self._single_observation_space = single_observation_space
+        self._single_action_space = single_action_space
+        self._action_space = action_space
+        self._add_info = add_info
+        self._all_workers = list(range(len(layout.sizes)))
+        self._env_obs: list[Any] = [None] * layout.num_envs
+        self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
+        self._arrays = VectorArrays(single_observation_space, layout.num_envs)
+
+    # Actions out --------------------------------------------------------------------------
+    def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
+        """The workers a step of every env goes to and their requests."""
+        num_envs = self._layout.num_envs
+        batch = list(iterate(self._action_space, actions))
+        if len(batch) != num_envs:
+            raise ValueError(
+                f"step() got {len(batch)} actions for {num_envs} envs; nothing was sent"
+            )
+        if self._layout.batched:
+            requests = self._layout.actions(self._single_action_space, actions, batch)
+            return list(self._all_workers), requests
+        return list(range(num_envs)), batch
+
+    def send_requests(self, actions: Any, env_ids: list[int]) -> tuple[list[int], list[Any]]:
+        """The workers that step the envs ``env_ids`` and their requests, from a batch of
+        ``len(env_ids)`` actions (``actions[k]`` for env ``env_ids[k]``)."""
+        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
+        if len(per_env) != len(env_ids):
+            raise ValueError(
+                f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
+                "nothing was sent"
+            )
+        return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
+
+    def _batched_actions(self, size: int) -> Any:
+        space = self._action_batches.get(size)
+        if space is None:
+            space = self._action_batches[size] = batch_space(self._single_action_space, size)
+        return space
+
+    # Results in -----------------------------------------------------------------------------
+    def stepped(self, workers: list[int], states: list[Any]) -> Result:
+        """What a lockstep step returns, from these workers' states."""
+        infos = self.gather(workers, states)
+        arrays = self._arrays
+        return self.observations(), arrays.rewards, arrays.terminated, arrays.truncated, infos
+
+    def received(self, workers: list[int], states: list[Any], env_ids: list[int]) -> Result:
+        """What ``recv`` returns, from these workers' states: a row per env of
+        ``env_ids``, in that order, which ``infos["env_id"]`` gives (replacing an
+        ``"env_id"`` info of the envs' own)."""
+        infos = self.gather(workers, states)
+        rows = np.asarray(env_ids, dtype=np.int64)
+        infos = info_rows(infos, rows)
+        infos["env_id"] = rows
+        arrays = self._arrays
+        return (
+            self.observations(rows),
+            arrays.rewards[rows],
+            arrays.terminated[rows],
+            arrays.truncated[rows],
+            infos,
+        )
+
+    def inline(self, batch: BatchStep[Any]) -> Result:
+        """What a lockstep step of inline envs returns: their BatchStep's arrays are new
+        and whole (the runner keeps every env's last observation), so they are handed out
+        as they are."""
+        infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
+        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
+
+    def gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
+        """Write these workers' states into the envs' observations, and into new arrays of
+        rewards and flags (those handed out before stay as they were); their infos,
+        indexed by env."""
+        arrays = self._arrays
+        arrays.new_step()
+        if self._layout.batched:
+            return self._layout.scatter(workers, states, arrays, self._add_info)
+        infos: dict[str, Any] = {}
+        rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
+        for i, step in zip(workers, states, strict=True):
+            self._env_obs[i] = step.observation
+            rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
+            if step.final_info is not None:
+                final = {"final_obs": step.final_observation, "final_info": step.final_info}
+                infos = self._add_info(infos, final, i)
+            infos = self._add_info(infos, step.info, i)
+        return infos
+
+    def observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
+        """Every env's latest observation, batched, or those of the envs ``rows``."""
+        arrays = self._arrays
+        if self._layout.batched and arrays.box:
+            return arrays.stacked.copy() if rows is None else arrays.stacked[rows]
+        per_env = arrays.per_env if self._layout.batched else self._env_obs
+        chosen = per_env if rows is None else [per_env[i] for i in rows]
+        space = self._single_observation_space
+        out = create_empty_array(space, len(chosen))
+        return concatenate(space, chosen, out)  # type: ignore[arg-type]
