@@ -112,7 +112,8 @@ class EpisodeCounter:
         if type(state) is not Step:
             self.saw_custom_state = True
             return
-        if self._resetting[worker_id] or restart_note(state) is not None:  # a reset, a restart
+        # A reset, or a restart (whose marker is in the info: most steps have none).
+        if self._resetting[worker_id] or (state.info and restart_note(state) is not None):
             self._resetting[worker_id] = False
             self._ledger.start(worker_id)
             return

@@ -35,7 +35,7 @@ from ..core._seeds import check_seed, seeded_reset
 from ..loops._here import check_loop_move, not_on_asyncio
 from ._hooks import KindHooks
 from ._in_flight import InFlight
-from ._inbox import Inbox
+from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
 from ._supervision import Remedies, Supervision, Supervisor, timeout_error
 
@@ -89,6 +89,8 @@ class Worker(KindHooks, Generic[S]):
         self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
         self.observation_space: Any = None
         self.action_space: Any = None
+        #: The worker's id in its pool; None outside one.
+        self.worker_id: int | None = None
         self._flight = flight = InFlight()
         remedies = Remedies(
             discard_env=self._discard_env,
@@ -110,11 +112,6 @@ class Worker(KindHooks, Generic[S]):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # Users -----------------------------------------------------------------------------
-    @property
-    def worker_id(self) -> int | None:
-        """The worker's id in its pool; None outside one."""
-        return self._flight.worker_id
-
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
@@ -147,7 +144,7 @@ class Worker(KindHooks, Generic[S]):
         if self._failure is not None:
             raise self._failure
         flight = self._flight
-        if flight.inbox.is_owed(flight.worker_id):
+        if flight.inbox.is_owed(self.worker_id):
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
@@ -156,7 +153,10 @@ class Worker(KindHooks, Generic[S]):
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
-        seq = flight.begin()
+        seq = flight.next_seq
+        flight.next_seq = seq + 1
+        flight.awaited = seq
+        flight.inbox.owe(self.worker_id)
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
             # The env failed while idle and was dropped: the fresh env's reset answers this
@@ -170,7 +170,7 @@ class Worker(KindHooks, Generic[S]):
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
             supervisor.disarm()
-            flight.forget()
+            flight.forget(self.worker_id)
             raise
 
     async def get_state(self) -> S:
@@ -187,7 +187,7 @@ class Worker(KindHooks, Generic[S]):
             )
         if self._closing:
             raise ClosedError(f"{self.name} is closed")
-        inbox, worker_id = self._flight.inbox, self._flight.worker_id
+        inbox, worker_id = self._flight.inbox, self.worker_id
         while True:
             outcome = inbox.pop(worker_id)
             if outcome is not None:
@@ -276,7 +276,7 @@ class Worker(KindHooks, Generic[S]):
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
         self._supervisor.configure(supervision.under(self._supervisor.options))
-        flight.inbox, flight.worker_id = inbox, worker_id
+        flight.inbox, self.worker_id = inbox, worker_id
         self._in_pool = True
         self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
@@ -308,7 +308,7 @@ class Worker(KindHooks, Generic[S]):
         env answers it after the forgotten one)."""
         if self._flight.awaited:
             self._supervisor.forget_in_flight()
-        self._flight.forget()
+        self._flight.forget(self.worker_id)
 
     def enter_loop(self) -> None:
         """Bind to the running event loop (a pool about to wait on a new loop): a worker
@@ -336,7 +336,7 @@ class Worker(KindHooks, Generic[S]):
                 check_loop_move(self.name, old, bool(flight.awaited or flight.controls))
             self._supervisor.disarm()
             if flight.awaited:
-                flight.forget()
+                flight.forget(self.worker_id)
             flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
         self._loop = loop
         self._bind_loop(loop)
@@ -363,7 +363,8 @@ class Worker(KindHooks, Generic[S]):
         reason = supervisor.succeeded()
         if reason is not None:
             result = mark_restarted(result, reason)
-        flight.deliver(result, borrowed)
+        flight.awaited = 0
+        flight.inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
 
     def _on_death(self, error: WorkerError) -> None:
         """The current env is gone (its process died)."""
@@ -393,7 +394,7 @@ class Worker(KindHooks, Generic[S]):
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         if for_good:
             self._failure = error
-        self._flight.fail(error)
+        self._flight.fail(self.worker_id, error)
 
     def _arm(self, seq: int, steps: int) -> None:
         """Start the deadline of request ``seq``, ``steps`` transitions long."""
