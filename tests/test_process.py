@@ -299,3 +299,55 @@ async def test_idle_spin_out_of_range_is_a_clear_error(idle_spin: Any) -> None:
         aioenv.ProcessWorker(Counter, idle_spin=idle_spin)
     with pytest.raises(ValueError, match="idle_spin"):
         aioenv.make_pool(Counter, 1, mode="process", idle_spin=idle_spin)
+
+
+MAIN_WITH_A_FAILING_ENV = """
+import asyncio
+import aioenv
+
+
+class Sandbox:
+    def reset(self, seed=None):
+        return 0
+
+    def step(self, action):
+        raise RuntimeError("the sandbox lost its shell")  # the user's line
+
+    def terminated(self, state):
+        return False
+
+
+async def main() -> None:
+    async with aioenv.make_pool(Sandbox, 1, mode="process", context=CONTEXT) as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)
+        try:
+            await pool.get_state()
+        except aioenv.EnvError as error:
+            print(error.remote_traceback)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_remote_traceback_names_the_scripts_file_and_line(tmp_path: Any, context: str) -> None:
+    """An env defined in the user's ``__main__`` travels by value (cloudpickle); its
+    remote traceback still names the script, the line and the line's source."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(MAIN_WITH_A_FAILING_ENV.replace("CONTEXT", repr(context)))
+    line = MAIN_WITH_A_FAILING_ENV.splitlines().index(
+        '        raise RuntimeError("the sandbox lost its shell")  # the user\'s line'
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=50, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert f'File "{script}", line {line + 1}, in step' in done.stdout, done.stdout
+    assert 'raise RuntimeError("the sandbox lost its shell")' in done.stdout
+    assert "<dynamic-code>" not in done.stdout

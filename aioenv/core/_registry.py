@@ -12,7 +12,7 @@ Also here: ``module:Id`` ids (``gymnasium.make`` imports ``module`` first, and s
 :func:`find_spec`), and the rule that an entry point defined in ``__main__`` travels as
 the object itself, which cloudpickle ships by value (:func:`shippable`).
 
-Both sides use this module: it imports nothing of aioenv.
+Both sides use this module: of aioenv it imports only :mod:`aioenv.core._pickling`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import warnings
 import cloudpickle
 import gymnasium
 from gymnasium.envs.registration import EnvSpec
+
+from . import _pickling as pickling
 
 __all__ = ["find_spec", "merge", "shippable", "snapshot"]
 
@@ -74,7 +76,7 @@ def snapshot() -> bytes:
     specs: dict[str, bytes] = {}
     for env_id, spec in list(gymnasium.registry.items()):
         try:
-            specs[env_id] = cloudpickle.dumps(shippable(spec))
+            specs[env_id] = pickling.dumps(shippable(spec))
         except Exception:
             continue  # an env that needs it fails in the worker with gymnasium's own error
     return pickle.dumps(specs, protocol=pickle.HIGHEST_PROTOCOL)

@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import numpy.typing as npt
+
+from . import _pickling as pickling
 
 __all__ = ["PolicyPackage", "Rollout", "Segment"]
 
@@ -62,7 +63,7 @@ class PolicyPackage:
         policy once, however many workers it goes to)."""
         if not isinstance(self.payload, bytes):
             try:
-                self.payload = cloudpickle.dumps(self._policy)
+                self.payload = pickling.dumps(self._policy)
             except Exception as exc:
                 raise TypeError(
                     f"the policy (version {self.version}) could not be pickled with cloudpickle "

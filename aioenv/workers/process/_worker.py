@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 import anyio
-import cloudpickle
 import numpy as np
 
+from ...core import _pickling as pickling
 from ...core._commands import RESET, Reset
 from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
@@ -128,7 +128,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             start_timeout=start_timeout,
         )
         try:
-            self._payload = cloudpickle.dumps(self.source)
+            self._payload = pickling.dumps(self.source)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to a worker process "

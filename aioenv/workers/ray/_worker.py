@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-import cloudpickle
 
+from ...core import _pickling as pickling
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
@@ -111,7 +111,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             start_timeout=start_timeout,
         )
         try:
-            self._payload = cloudpickle.dumps(env)
+            self._payload = pickling.dumps(env)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to a Ray actor "
