@@ -530,29 +530,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="where the pages are")
     args = parser.parse_args(argv)
     report = json.loads(args.report.read_text(encoding="utf-8"))
-    stale: list[str] = []
     try:
-        for page in PAGES:
-            path = args.root / page
-            text = path.read_text(encoding="utf-8")
-            quoted = requote(text, report, page)
-            if quoted == text:
-                continue
-            stale.append(page)
-            if args.check:
-                sys.stdout.writelines(
-                    difflib.unified_diff(
-                        text.splitlines(keepends=True),
-                        quoted.splitlines(keepends=True),
-                        f"{page} (as it stands)",
-                        f"{page} (quoting {args.report.name})",
-                    )
-                )
-            else:
-                path.write_text(quoted, encoding="utf-8")
+        texts = {page: (args.root / page).read_text(encoding="utf-8") for page in PAGES}
+        unquoted = set(QUOTES) - {
+            name for text in texts.values() for name in _OPENING.findall(text)
+        }
+        # Every page is quoted before any is written: a missing figure changes nothing.
+        quoted = {page: requote(text, report, page) for page, text in texts.items()}
+        if unquoted:
+            raise QuoteError(f"no page quotes {', '.join(sorted(unquoted))} (pages: {PAGES})")
     except QuoteError as error:
         print(f"quote.py: {error}", file=sys.stderr)
         return 2
+    stale = [page for page in PAGES if quoted[page] != texts[page]]
+    for page in stale:
+        if args.check:
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    texts[page].splitlines(keepends=True),
+                    quoted[page].splitlines(keepends=True),
+                    f"{page} (as it stands)",
+                    f"{page} (quoting {args.report.name})",
+                )
+            )
+        else:
+            (args.root / page).write_text(quoted[page], encoding="utf-8")
     if args.check and stale:
         print(
             f"{', '.join(stale)}: the figures differ from {args.report}; run "
