@@ -4,17 +4,17 @@
     python benchmarks/quote.py --check    # exit 1, with a diff, if a page differs from that
     python benchmarks/quote.py REPORT.json
 
-A page marks each block this script writes, on lines of their own (or inside a line, for a
-phrase):
+A page marks each block this script writes, on lines of their own:
 
     <!-- figures: NAME -->
     ...
     <!-- /figures -->
 
 NAME is one of ``QUOTES`` below. Every figure comes from the one report (a full
-``make bench``), which each block names by command, commit and machine. The figures are
+``make bench``), whose command, commit and machine each page names. The figures are
 those ``run.py`` stored for each row (``row_figures``: medians, ratios, % of the ideal); this
-script computes none of its own beyond one row's median over another's in the same case.
+script computes none of its own beyond one row's median over another's in the same case and
+the time a lockstep step took (N over the median).
 Each advice row quotes aioenv's row beside the peers measured in the same case, and says so
 when a peer was faster.
 """
@@ -100,7 +100,7 @@ class Figures:
         return bool(row["median"] > peer["median"])
 
     def beaten(self, workload: str, case: str, label: str, peers: dict[str, str]) -> str:
-        """ "; NAME was faster" for each peer (name: label) that beat row ``label``, or ""."""
+        """What to append when peers (name: label) beat row ``label``: "; NAME faster here"."""
         faster = [name for name, peer in peers.items() if self.faster(workload, case, peer, label)]
         return f"; {' and '.join(faster)} faster here" if faster else ""
 
@@ -123,9 +123,9 @@ class Figures:
             raise QuoteError(f"the report is a {meta.get('scale')} run: quote a full `make bench`")
         timing = meta["timing"]
         modified = meta["git"].get("aioenv_modified")
-        command, machine = provenance(meta).split(" at commit ", 1)
+        command, commit_and_machine = provenance(meta).split(" at commit ", 1)
         return (
-            f"Measured by `{command}` at commit {machine}"
+            f"Measured by `{command}` at commit {commit_and_machine}"
             + (" (aioenv/ with uncommitted changes)" if modified else "")
             + f", {meta['reps']} interleaved repetitions of {timing['budget']:g} s windows, "
             "medians, aioenv on uvloop"
@@ -135,8 +135,8 @@ class Figures:
         if not self.busy:
             return ""
         return (
-            f"\n\n{BUSY_MARK} taken while other programs used more than "
-            f"{self.report['meta']['busy_threshold_cores']:g} cores: may be low."
+            f"\n\nFigures marked {BUSY_MARK} were taken while other programs used more than "
+            f"{self.report['meta']['busy_threshold_cores']:g} cores: they may be low."
         )
 
 
@@ -424,8 +424,8 @@ def guide_costs(f: Figures) -> str:
     """Where the time goes: Pong's lockstep step against the limit (W11), what shared memory
     and coroutine envs cost (W3, W7)."""
     mlp, coroutine = "N=8 MLP", "aioenv async / state"
-    step_ms = 8e3 / f.row("W11", mlp, DEFAULT)["median"]
-    limit_ms = 8e3 / f.row("W11", mlp, LIMIT)["median"]
+    default, limit = f.row("W11", mlp, DEFAULT), f.row("W11", mlp, LIMIT)
+    step_ms, limit_ms = (1e3 * row["n"] / row["median"] for row in (default, limit))
     inline = (
         "An env that costs nothing but its frame still steps fastest in-process"
         if f.faster("W3", _IMAGES, SYNC, _SHARED)
@@ -451,34 +451,35 @@ def guide_costs(f: Figures) -> str:
     )
 
 
-def _about(microseconds: float) -> str:
-    """Two significant figures: these are orders of magnitude for the reader."""
-    return f"about {float(f'{microseconds:.2g}'):g} µs a step"
+def guide_step_costs(f: Figures) -> str:
+    """Why the default steps cheap envs inline and costly ones in processes, with the step
+    times W6 (CartPole) and W11 (Pong) measured for their machine limits."""
+    cartpole = f.limit_detail("W6", "N=16", "t_env_us")
+    pong = f.limit_detail("W11", "N=8 random", "t_env_us")
+    return (
+        f"For an env as cheap as CartPole (about {_two_figures(cartpole)} µs a step in "
+        "`SyncVectorEnv`, W6), the hand-off to another thread or process costs more than the "
+        "step, so `AioVectorEnv` steps such envs inline, in the calling thread, at "
+        "`SyncVectorEnv`'s cost; for costly envs (Atari Pong: about "
+        f"{_two_figures(pong)} µs a step, W11) it uses a child process per core. It times "
+        'the env to choose (`mode="auto"`, the default; see '
+        "[the gymnasium guide](gymnasium.md)); `python benchmarks/choice.py` measures the "
+        "hand-off figures the rule uses, on envs whose step burns a set CPU time:"
+    )
 
 
-def cartpole_step(f: Figures) -> str:
-    """One CartPole step in SyncVectorEnv, as W6's machine limit timed it (a phrase)."""
-    return _about(f.limit_detail("W6", "N=16", "t_env_us"))
+def _two_figures(value: float) -> str:
+    """Two significant figures: the reader needs the order of magnitude."""
+    return f"{float(f'{value:.2g}'):,g}"
 
 
-def atari_step(f: Figures) -> str:
-    """One Pong step (4 frames, preprocessed) in SyncVectorEnv, as W11 timed it (a phrase)."""
-    return _about(f.limit_detail("W11", "N=8 random", "t_env_us"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Quote:
-    render: Callable[[Figures], str]
-    inline: bool = False  # a phrase inside a line, not lines of their own
-
-
-QUOTES: dict[str, Quote] = {
-    "readme-modes": Quote(readme_modes),
-    "guide-modes": Quote(guide_modes),
-    "guide-figure": Quote(guide_figure),
-    "guide-costs": Quote(guide_costs),
-    "cartpole-step": Quote(cartpole_step, inline=True),
-    "atari-step": Quote(atari_step, inline=True),
+#: Each block's name, as the pages mark it, and what writes it.
+QUOTES: dict[str, Callable[[Figures], str]] = {
+    "readme-modes": readme_modes,
+    "guide-step-costs": guide_step_costs,
+    "guide-modes": guide_modes,
+    "guide-figure": guide_figure,
+    "guide-costs": guide_costs,
 }
 
 
@@ -512,11 +513,8 @@ def requote(text: str, report: dict[str, Any], where: str) -> str:
         raise QuoteError(f"{where}: every `<!-- figures: NAME -->` needs its `<!-- /figures -->`")
 
     def rewrite(match: re.Match[str]) -> str:
-        quote = QUOTES[match.group("name")]
-        body = quote.render(Figures(report))
-        if not quote.inline:
-            body = f"\n{wrap(body)}\n"
-        return f"{match.group('start')}{body}{match.group('end')}"
+        body = wrap(QUOTES[match.group("name")](Figures(report)))
+        return f"{match.group('start')}\n{body}\n{match.group('end')}"
 
     return _BLOCK.sub(rewrite, text)
 

@@ -178,9 +178,9 @@ def test_a_busy_figure_keeps_its_mark(quote: Any, report: dict[str, Any]) -> Non
     text = quote.readme_modes(quote.Figures(report))
     assert "12,345* with the policy in the parent" in text
     threshold = report["meta"]["busy_threshold_cores"]
-    assert f"* taken while other programs used more than {threshold:g} cores" in text
+    assert f"marked * were taken while other programs used more than {threshold:g} cores" in text
     row["busy_reps"] = 0
-    assert "*" not in quote.readme_modes(quote.Figures(report))
+    assert "*" not in quote.readme_modes(quote.Figures(report))  # the committed run: none busy
 
 
 def test_a_missing_or_skipped_row_is_an_error_that_changes_no_page(
