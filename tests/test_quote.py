@@ -69,6 +69,19 @@ def test_the_pages_quote_the_report() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_quoting_needs_only_the_standard_library() -> None:
+    """The check runs wherever the tests do: without site-packages (-S) and without
+    PYTHONPATH (-E), quote.py still checks every page."""
+    result = subprocess.run(
+        [sys.executable, "-E", "-S", str(ROOT / "benchmarks" / "quote.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_a_figure_edited_by_hand_fails_the_check_until_requoted(
     quote: Any, pages: Path, report: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
