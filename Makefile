@@ -47,10 +47,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# The full run also redraws the docs' performance figure from its report.
+# The full run also redraws the docs' performance figure from its report and quotes the
+# report's figures in the README and the docs (benchmarks/quote.py); a run narrowed by
+# BENCH_ARGS leaves them alone.
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
-	$(BIN)/python benchmarks/plot.py
+	$(if $(BENCH_ARGS),,$(BIN)/python benchmarks/plot.py)
+	$(if $(BENCH_ARGS),,$(BIN)/python benchmarks/quote.py)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py --quick $(BENCH_ARGS)
