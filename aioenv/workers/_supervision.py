@@ -2,9 +2,9 @@
 
 :class:`Supervision` holds the options (a pool's, merged with a worker's own deadlines);
 :class:`Supervisor` is one worker's state machine over them; :func:`request_phase` says
-which deadline a request gets. Timers run on the worker's
-event loop through :class:`Clock` (asyncio's ``call_later``): the worker level uses
-asyncio's primitives, which uvloop speeds up.
+which deadline a request gets. Timers run on the worker's event loop through
+:class:`Clock` (asyncio's ``call_later``): the worker level uses asyncio's primitives,
+which uvloop speeds up.
 """
 
 from __future__ import annotations
