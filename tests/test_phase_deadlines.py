@@ -95,3 +95,12 @@ def test_reset_timeout_and_restart_window_are_checked_before_any_worker_starts()
     ):
         with pytest.raises(ValueError, match=f"{name} must be None or a number > 0"):
             aioenv.make_pool(Paced, 1, mode="thread", **{name: bad})
+
+
+async def test_a_workers_own_reset_timeout_wins_over_the_pools() -> None:
+    worker = aioenv.ThreadWorker(Paced, reset_timeout=30.0)
+    async with aioenv.AsyncWorkerPool([worker], step_timeout=1.0, reset_timeout=1.0) as envs:
+        envs.reset()
+        await envs.get_state()
+        envs.send_action(aioenv.Reset(options={"sleep": 1.5}), 0)
+        assert (await envs.get_state())[0].info["reset_took"] == 1.5

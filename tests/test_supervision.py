@@ -322,3 +322,10 @@ def test_a_step_that_may_reset_is_told_from_a_plain_step() -> None:
         BatchStep(np.zeros(2), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
     )
     assert episode_ended({"custom": "state"})  # unreadable: it may have
+
+
+def test_a_workers_own_deadlines_win_over_the_pools() -> None:
+    pool = Supervision(step_timeout=1.0, reset_timeout=5.0, restart="on_failure")
+    merged = pool.under(Supervision(reset_timeout=30.0))
+    assert (merged.step_timeout, merged.reset_timeout, merged.restart) == (1.0, 30.0, "on_failure")
+    assert pool.under(Supervision()).reset_timeout == 5.0
