@@ -115,6 +115,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         context: Context | str | None = None,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
         shared_memory: bool | Literal["auto"] = "auto",
         idle_spin: float = 0.0,
         threads_per_env: int | None = 1,
@@ -127,6 +128,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         try:
             self._payload = pickling.dumps(self.source)
