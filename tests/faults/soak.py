@@ -123,7 +123,7 @@ KILLING = {*DEATHS, "hang", "past_deadline"}
 #: (a Ray actor takes seconds to replace). Asked of a run: a third (MARGIN) of what that
 #: schedule gives, at least one, of a kind's faults together, and each fault's share of
 #: that (so a short run asks for each fault only where it comes several times).
-RECOVERY = {"process": 0.5, "ray": 5.0, "thread": 0.2, "coroutine": 0.2, "sync": 0.1}
+RECOVERY = {"process": 0.5, "ray": 7.0, "thread": 0.2, "coroutine": 0.2, "sync": 0.1}
 MARGIN = 3.0
 #: Checked states asked of each worker of a kind per second: a fraction of what two cores
 #: busy with everything else manage (a Ray actor waits seconds for each replacement).
@@ -494,7 +494,7 @@ VECTOR_ERRORS: dict[str, type[BaseException] | tuple[type[BaseException], ...]] 
 #: A fault after which the vector env cannot go on (restarts off): it is closed and made
 #: again, which costs about this many seconds (a Ray actor takes longer to start).
 VECTOR_FATAL = {*DEATHS, "hang", "past_deadline"}
-VECTOR_REBUILD = {"mixed": 1.0, "grouped": 1.0, "ray": 5.0}
+VECTOR_REBUILD = {"mixed": 1.0, "grouped": 1.0, "ray": 8.0}
 
 
 class VectorFace:
@@ -581,8 +581,8 @@ class VectorDriver:
 
     def _drive(self) -> None:
         face = self.face
-        with contextlib.ExitStack() as stack:
-            envs = stack.enter_context(face.make())
+        envs = face.make()
+        try:
             envs.reset(seed=self.seed)
             face.due = time.monotonic() + self._gap()
             while time.monotonic() < self.deadline:
@@ -590,11 +590,13 @@ class VectorDriver:
                     continue
                 # The worker is gone (restarts off): a new vector env takes its place.
                 envs.close()
-                envs = stack.enter_context(face.make())
+                envs = face.make()
                 envs.reset(seed=self.seed)
                 face.t[:] = 0
                 face.due = time.monotonic() + self._gap()
                 self.counts[f"rebuilt:{face.name}"] += 1
+        finally:
+            envs.close()
 
     def _gap(self) -> float:
         return float(self.interval * self.rng.uniform(0.5, 1.5))
