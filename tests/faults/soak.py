@@ -270,14 +270,19 @@ class Soak:
         kind = kind_of(arrangement)
         must_restart = fault not in (None, "slow")
         # A fault that ends a host shared by several workers restarts each of them, for
-        # its death or for a step that waited behind the hung one past its deadline:
-        # while the fault is unanswered, or shortly after.
+        # its death or for a step that waited behind the hung one past its deadline
+        # (whose timeout may end the host before the faulty worker's own does): while
+        # the fault is unanswered, or shortly after.
         excused = (
             restarted
             and any(name in reason for name in ("WorkerDied", "WorkerTimeout"))
-            and any(
-                now - self.killed.get(s, -math.inf) < SIBLING_SLACK
-                for s in self.siblings[worker_id]
+            and bool(self.siblings[worker_id])
+            and (
+                fault in KILLING
+                or any(
+                    now - self.killed.get(s, -math.inf) < SIBLING_SLACK
+                    for s in self.siblings[worker_id]
+                )
             )
         )
         if fault in KILLING:
@@ -844,7 +849,10 @@ def main() -> int:
         ("pool: states checked", counts["states"]),
         ("pool: steps/s", f"{counts['states'] / elapsed:.0f}"),
         ("pool: restarts", counts["pool restarts"]),
-        ("pool: restarts of a worker whose host died for a sibling", counts["sibling restarts"]),
+        (
+            "pool: restarts ended by a fault of another worker of the host",
+            counts["sibling restarts"],
+        ),
         ("pool: states lost or wrong", counts["wrong"]),
         ("pool: states duplicated", sum("duplicate" in v for v in soak.violations)),
         ("pool: hangs", counts["hangs"]),
