@@ -148,7 +148,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         return cls._hosted(env, seeds, envs_per_actor, **options)
 
     def _where(self, host: ActorHost) -> str:
-        return f"actor {host.actor_id[:8]}"
+        return f"actor {host.label}"
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
