@@ -23,13 +23,14 @@ import aioenv
 from aioenv import RESET
 from aioenv.env_side._process_group import end_own_group, signal_group
 
-#: The helpers an env starts: a plain one, a shell with a child of its own (it prints the
-#: child's pid), and a shell that ignores SIGTERM (as does its ``sleep``).
+#: The helpers an env starts: a plain one, and two shells with a child of their own (each
+#: prints its child's pid), one of them ignoring SIGTERM (as does its child).
 HELPERS = [
     ["sleep", "600"],
     ["sh", "-c", "sleep 600 & echo $!; wait"],
-    ["sh", "-c", "trap '' TERM; sleep 600"],
+    ["sh", "-c", "trap '' TERM; sleep 600 & echo $!; wait"],
 ]
+PER_ENV = 5  # helper pids per env, grandchildren included
 
 
 class StartsHelpers(gymnasium.Env[np.ndarray, int]):
@@ -37,7 +38,7 @@ class StartsHelpers(gymnasium.Env[np.ndarray, int]):
     their pids (the grandchild's too). ``hang_on``: a step with this action never returns.
     ``close_hangs``: ``close`` never returns either."""
 
-    observation_space = gymnasium.spaces.Box(0, 2**31, (4,), np.int64)
+    observation_space = gymnasium.spaces.Box(0, 2**31, (PER_ENV,), np.int64)
     action_space = gymnasium.spaces.Discrete(20)
 
     def __init__(self, hang_on: int | None = None, close_hangs: bool = False) -> None:
@@ -46,9 +47,10 @@ class StartsHelpers(gymnasium.Env[np.ndarray, int]):
         self.helpers = [
             subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in HELPERS
         ]
-        assert self.helpers[1].stdout is not None
         self.pids = [helper.pid for helper in self.helpers]
-        self.pids.append(int(self.helpers[1].stdout.readline()))
+        for shell in self.helpers[1:]:
+            assert shell.stdout is not None
+            self.pids.append(int(shell.stdout.readline()))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         return np.array(self.pids), {}
@@ -110,7 +112,7 @@ async def test_aclose_ends_what_the_envs_started(
 ) -> None:
     pool = aioenv.make_pool(StartsHelpers, 4, mode="process", **grouping)
     helpers.extend(await _helper_pids(pool))
-    assert len(helpers) == 16 * grouping.get("envs_per_worker", 1)
+    assert len(helpers) == 4 * PER_ENV * grouping.get("envs_per_worker", 1)
     assert all(running(pid) for pid in helpers)
     await pool.aclose()
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
@@ -133,7 +135,7 @@ async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
         assert restarted.info["aioenv"]["restarted"]
         again = pids_in(restarted)
         helpers.extend(again)
-        stuck, other = first[:4], first[4:]
+        stuck, other = first[:PER_ENV], first[PER_ENV:]
         assert all_ended(stuck), [pid for pid in stuck if running(pid)]
         assert all(running(pid) for pid in other + again)  # the others' helpers run on
     assert all_ended(helpers)
@@ -203,7 +205,7 @@ def test_what_the_envs_started_ends_with_the_parent(
     try:
         assert parent.stdout is not None
         helpers.extend(json.loads(parent.stdout.readline()))
-        assert len(helpers) == 8
+        assert len(helpers) == 2 * 5
         if end == "parent killed":
             parent.kill()
         elif end == "parent's group killed":
@@ -244,12 +246,9 @@ async def test_a_helper_that_leaves_the_group_is_outside_the_promise(
 
     class Detaches(StartsHelpers):
         def __init__(self) -> None:
-            super().__init__()
-            for helper in self.helpers:  # every helper leaves the group now
-                helper.kill()
-                helper.wait()
+            self.hang_on, self.close_hangs = None, False
             self.helpers = [
-                subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(4)
+                subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(PER_ENV)
             ]
             self.pids = [helper.pid for helper in self.helpers]
 
