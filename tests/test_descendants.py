@@ -5,6 +5,7 @@ after a failure, killed, or when the parent dies."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -41,7 +42,9 @@ class StartsHelpers(gymnasium.Env[np.ndarray, int]):
     observation_space = gymnasium.spaces.Box(0, 2**31, (PER_ENV,), np.int64)
     action_space = gymnasium.spaces.Discrete(20)
 
-    def __init__(self, hang_on: int | None = None, close_hangs: bool = False) -> None:
+    def __init__(
+        self, hang_on: int | None = None, close_hangs: bool = False, record: str | None = None
+    ) -> None:
         self.hang_on = hang_on
         self.close_hangs = close_hangs
         self.helpers = [
@@ -51,6 +54,9 @@ class StartsHelpers(gymnasium.Env[np.ndarray, int]):
         for shell in self.helpers[1:]:
             assert shell.stdout is not None
             self.pids.append(int(shell.stdout.readline()))
+        if record is not None:  # for the envs nobody steps (a vector env's probe env)
+            with open(record, "a") as file:
+                file.write("".join(f"{pid}\n" for pid in self.pids))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         return np.array(self.pids), {}
@@ -256,3 +262,22 @@ async def test_a_helper_that_leaves_the_group_is_outside_the_promise(
         helpers.extend(await _helper_pids(pool))
     await asyncio.sleep(0.5)
     assert all(running(pid) for pid in helpers)
+
+
+@pytest.mark.parametrize("how", [{"mode": "process"}, {"batch_size": 1}, "from_pool"], ids=str)
+def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
+    tmp_path: Path, helpers: list[int], how: Any
+) -> None:
+    """The env a vector env builds for its spaces (and to time a step, ``mode="auto"``,
+    which chooses child processes for ``batch_size=1``) is built in a child process too."""
+    record = tmp_path / "pids"
+    source = functools.partial(StartsHelpers, record=str(record))
+    if how == "from_pool":
+        envs = aioenv.AioVectorEnv.from_pool(aioenv.make_pool(source, 2, mode="process"))
+    else:
+        envs = aioenv.AioVectorEnv(source, 2, **how)
+    with envs:
+        envs.reset(seed=0)
+        helpers.extend(int(pid) for pid in record.read_text().split())
+        assert len(helpers) == 3 * PER_ENV  # the probe env's, then each worker's
+    assert all_ended(helpers), [pid for pid in helpers if running(pid)]

@@ -62,10 +62,14 @@ def resolve_context(context: Context | str | None) -> Context:
 
 
 def start_child(
-    context: Context, name: str, arguments: Sequence[Any]
+    context: Context,
+    name: str,
+    arguments: Sequence[Any],
+    target: Callable[..., None] | None = None,
 ) -> tuple[multiprocessing.process.BaseProcess, socket.socket, socket.socket]:
     """Start a child process serving envs: :func:`aioenv.workers.process._child.serve`
-    with its ends of two socket pairs, then ``arguments``. Returns the process and the
+    (or ``target``, a module-level function that runs in the child) with its ends of two
+    socket pairs, then ``arguments``. Returns the process and the
     parent's ends: the socket of requests and replies, and the child's parent-death alarm
     (to be held open, never written; descriptors for shared memory travel over it). The
     parent's copies of the child's ends are closed, so a child that dies shows up as
@@ -73,7 +77,7 @@ def start_child(
     parent_end, child_end = socket.socketpair()
     alive_parent, alive_child = socket.socketpair()
     process = context.Process(  # type: ignore[attr-defined]
-        target=_child_main,
+        target=_child_main if target is None else target,
         args=(child_end, alive_child, *arguments),
         name=f"aioenv-process-worker ({name})",
         daemon=True,
