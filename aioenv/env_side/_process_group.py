@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 
 __all__ = ["TERMINATE_GRACE", "end_own_group", "lead_own_group", "signal_group"]
@@ -53,22 +54,55 @@ def end_own_group(grace: float = TERMINATE_GRACE) -> None:
     """End every other process in this process's group: SIGTERM, then SIGKILL to those
     still running after ``grace`` seconds (on a system without ``/proc``, SIGTERM only:
     the parent kills what is left once this process has exited). Only a group this process
-    leads: never its parent's."""
-    group = os.getpgrp()
-    if group != os.getpid():
-        return
-    others = _members(group)
-    if others is None:
-        _signal_others(group, signal.SIGTERM)
-        return
-    for pid in others:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while others and time.monotonic() < deadline:
-        time.sleep(_POLL)
-        others = _members(group) or []
-    for pid in others:
-        _signal(pid, signal.SIGKILL)
+    leads: never its parent's. This process leaves the group first (it is on its way out),
+    so that a group with nobody left, the common case, costs a few system calls; threads
+    that call this together end the group once."""
+    with _ending:
+        group = os.getpgrp()
+        if group != os.getpid():
+            return
+        left = _leave(group)
+        if left and not _exists(group):
+            return
+        others = _members(group)
+        if others is None:
+            _signal_others(group, signal.SIGTERM)
+            return
+        for pid in others:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while others and time.monotonic() < deadline:
+            time.sleep(_POLL)
+            others = _members(group) or []
+        for pid in others:
+            _signal(pid, signal.SIGKILL)
+
+
+_ending = threading.Lock()
+
+
+def _leave(group: int) -> bool:
+    """Move this process from ``group`` to its parent's group (in the same session);
+    False if it could not."""
+    try:
+        target = os.getpgid(os.getppid())
+        if target == group:
+            return False
+        os.setpgid(0, target)
+    except OSError:
+        return False
+    return True
+
+
+def _exists(group: int) -> bool:
+    """Some process (a zombie too) is still in ``group``."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there is one, not ours to signal: let the slow path look
+    return True
 
 
 def signal_group(pid: int, sig: int) -> bool:
@@ -88,7 +122,8 @@ def signal_group(pid: int, sig: int) -> bool:
 
 def _members(group: int) -> list[int] | None:
     """The running processes of ``group`` other than this one (zombies left out: they
-    have ended); None where ``/proc`` cannot tell."""
+    have ended); None where ``/proc`` cannot tell. Reads every process's ``stat``: a few
+    milliseconds for a few hundred processes."""
     me = os.getpid()
     try:
         entries = os.listdir("/proc")
