@@ -281,3 +281,16 @@ def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
         helpers.extend(int(pid) for pid in record.read_text().split())
         assert len(helpers) == 3 * PER_ENV  # the probe env's, then each worker's
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+class FailsToBuild(gymnasium.Env[np.ndarray, int]):
+    def __init__(self) -> None:
+        raise ValueError("no sandbox today")  # the probe's line
+
+
+def test_an_env_that_fails_in_the_probe_child_raises_its_own_error_with_its_traceback() -> None:
+    with pytest.raises(ValueError, match="no sandbox today") as raised:
+        aioenv.AioVectorEnv(FailsToBuild, 2, mode="process")
+    remote = str(raised.value.__cause__)
+    assert 'raise ValueError("no sandbox today")  # the probe\'s line' in remote
+    assert "in __init__" in remote

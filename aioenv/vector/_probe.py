@@ -199,7 +199,10 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
             f"AioVectorEnv: the process that built {describe_source(source)} to read its "
             f"spaces exited with code {exitcode} before it reported them"
         )
-    kind, found, remote = cloudpickle.loads(bytes(data))
+    try:
+        kind, found, remote = cloudpickle.loads(bytes(data))
+    except Exception:
+        return None  # what it found (or raised) is made of classes this process lacks
     if kind == "raised":
         raise found from RemoteTraceback(remote)
     return found if kind == "probe" else None
