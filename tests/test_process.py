@@ -351,3 +351,70 @@ def test_remote_traceback_names_the_scripts_file_and_line(tmp_path: Any, context
     assert f'File "{script}", line {line + 1}, in step' in done.stdout, done.stdout
     assert 'raise RuntimeError("the sandbox lost its shell")' in done.stdout
     assert "<dynamic-code>" not in done.stdout
+
+
+MAIN_THAT_SAYS_WHERE = """
+import asyncio, sys
+import aioenv
+from where_env import Where
+
+
+async def main() -> None:
+    async with aioenv.make_pool(Where, 2, mode="process", context=sys.argv[1]) as pool:
+        states = [state for state, _ in await pool.reset_all()]
+    print(aioenv.__file__)
+    for aioenv_file, env_file in states:
+        print(aioenv_file)
+        print(env_file)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+WHERE_ENV = """
+import sys
+
+
+class Where:
+    def reset(self, seed=None):
+        return sys.modules["aioenv"].__file__, __file__
+
+    def step(self, action):
+        return 0
+
+    def terminated(self, state):
+        return False
+"""
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_children_import_what_the_parent_imported(tmp_path: Any, context: str) -> None:
+    """A script run from a directory that holds another ``aioenv/`` and another copy of the
+    env's module (a checkout's root): the children run the parent's aioenv and env code."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(aioenv.__file__).parent
+    scripts, elsewhere = tmp_path / "scripts", tmp_path / "checkout"
+    scripts.mkdir()
+    shutil.copytree(package, elsewhere / "aioenv", ignore=shutil.ignore_patterns("__pycache__"))
+    (scripts / "where.py").write_text(MAIN_THAT_SAYS_WHERE)
+    (scripts / "where_env.py").write_text(WHERE_ENV)
+    (elsewhere / "where_env.py").write_text(WHERE_ENV)
+    environment = {**os.environ, "PYTHONPATH": str(package.parent)}
+    done = subprocess.run(
+        [sys.executable, str(scripts / "where.py"), context],
+        cwd=elsewhere,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    parent, *children = done.stdout.split()
+    assert parent == aioenv.__file__
+    assert children == [parent, str(scripts / "where_env.py")] * 2

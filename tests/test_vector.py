@@ -3,6 +3,7 @@ array against SyncVectorEnv on the same seeded rollout, in each autoreset mode."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -73,11 +74,12 @@ def test_same_seeded_rollout_as_sync_vector_env(mode: str, autoreset: str) -> No
         reference.close()
 
 
-def test_make_vec_mirrors_gymnasium_make_vec() -> None:
-    seen: list[str] = []
+def test_make_vec_mirrors_gymnasium_make_vec(tmp_path: Path) -> None:
+    seen = tmp_path / "wrapped"  # written by each process that builds an env
 
     def wrapper(env: gymnasium.Env[Any, Any]) -> gymnasium.Env[Any, Any]:
-        seen.append("wrapped")
+        with open(seen, "a") as file:
+            file.write("wrapped\n")
         return gymnasium.wrappers.TimeLimit(env, max_episode_steps=3)
 
     venv = aioenv.make_vec(
@@ -100,7 +102,8 @@ def test_make_vec_mirrors_gymnasium_make_vec() -> None:
         assert frames is not None
         assert len(frames) == 2
         assert frames[0].shape == (400, 600, 3)
-        assert seen  # the probe env and every worker's env were wrapped
+        # the probe env (built in a child process of its own) and each worker's env
+        assert seen.read_text().split() == ["wrapped"] * 3
     finally:
         venv.close()
 

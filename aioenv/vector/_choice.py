@@ -33,10 +33,13 @@ __all__ = [
     "ModeChoice",
     "Placement",
     "choose_mode",
+    "in_parent",
     "place_envs",
 ]
 
 AUTO = "auto"
+#: The modes whose envs run in the parent's own process.
+IN_PARENT = frozenset({"inline", "sync", "thread", "coroutine", "async"})
 #: Seconds a lockstep step through one child process costs beyond its envs' own work
 #: (parent and child together), and what each further child adds (the parent sends and
 #: reads them one after the other, and on few cores shares a core with one). Measured by
@@ -93,7 +96,12 @@ def place_envs(
             raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
         one = resolve_source(env)  # an unknown id fails here
         sources = [one] * num_envs
-    probe = probe_env(sources[0], timed=mode == AUTO)
+    probe = probe_env(
+        sources[0],
+        timed=mode == AUTO,
+        in_child=not in_parent(mode),
+        context=options.get("context"),
+    )
     choice = choose_mode(mode, probe, len(sources), batch_size, options)
     if choice.mode == "inline":
         inline = _inline(sources, autoreset, batch_size, options)
@@ -104,6 +112,12 @@ def place_envs(
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
     return Placement(Runtime(pool), sizes, probe, choice)
+
+
+def in_parent(mode: str | Sequence[str]) -> bool:
+    """Every env of ``mode`` runs in the parent's process (``"auto"`` may choose child
+    processes)."""
+    return all(kind in IN_PARENT for kind in ([mode] if isinstance(mode, str) else mode))
 
 
 def choose_mode(

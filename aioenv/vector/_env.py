@@ -25,7 +25,7 @@ from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches
-from ._choice import AUTO, ModeChoice, place_envs
+from ._choice import AUTO, ModeChoice, in_parent, place_envs
 from ._inline import InlineEnvs
 from ._layout import EnvLayout
 from ._pipeline import Pipeline
@@ -119,7 +119,7 @@ class AioVectorEnv(VectorEnv):
         kinds = sorted({worker.kind for worker in pool.workers})
         venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
         sizes = [worker.num_envs for worker in pool.workers]
-        probe = probe_env(pool.workers[0].source)
+        probe = probe_env(pool.workers[0].source, in_child=not in_parent(kinds))
         venv._setup(Runtime(pool), sizes, probe, observation_mode, batch_size)
         return venv
 

@@ -1,12 +1,22 @@
-"""One env built in the parent, as gymnasium's ``AsyncVectorEnv`` does, for a vector env's
-spaces and metadata before any worker starts, and for how long one step of it takes (what
-``AioVectorEnv``'s default mode is chosen by)."""
+"""One env built before any worker starts, as gymnasium's ``AsyncVectorEnv`` does, for a
+vector env's spaces and metadata, and for how long one step of it takes (what
+``AioVectorEnv``'s default mode is chosen by).
+
+Where the vector env's envs may run in child processes, the probe env is built in a child
+process of its own too, which ends whatever the env started when it exits (see
+:mod:`aioenv.env_side._process_group`): nothing the probe env starts outlives the vector
+env, as nothing a process worker's env starts outlives the worker. Where they run in the
+parent's process, so does the probe env, in the calling thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import inspect
+import os
+import signal
+import socket
 import statistics
 import threading
 import time
@@ -14,9 +24,16 @@ import warnings
 from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
+import cloudpickle
+
+from ..core import _pickling as pickling
 from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
 from ..core._environment import EnvSource, describe_source
 from ..core._gymnasium import GymnasiumEnvironment, build_environment
+from ..core._registry import merge as merge_registry
+from ..core._registry import snapshot as registry_snapshot
+from ..env_side._process_group import end_own_group, lead_own_group, signal_group
+from ..workers.process._start import Context, resolve_context, start_child
 
 __all__ = ["Probe", "probe_env"]
 
@@ -43,13 +60,32 @@ class Probe(NamedTuple):
     is_async: bool = False
 
 
-def probe_env(source: EnvSource, *, timed: bool = False) -> Probe:
+def probe_env(
+    source: EnvSource,
+    *,
+    timed: bool = False,
+    in_child: bool = False,
+    context: Context | str | None = None,
+) -> Probe:
     """The metadata, render mode and spaces of the env ``source`` builds: a gymnasium env
     or an async gymnasium env (whose coroutines are not run: reading its attributes is
     enough). With ``timed``, a plain env is also reset and stepped with sampled actions
     for a few dozen milliseconds at most, for its median step time (the actions drawn
     beforehand, the first steps left out). The env is closed
-    again, an async ``close`` awaited."""
+    again, an async ``close`` awaited.
+
+    ``in_child``: build it in a child process started with ``context`` (a process
+    worker's), which ends whatever the env started; here if the env cannot be pickled or
+    its findings cannot come back. What the env raises is raised here, its traceback in
+    the child as the cause."""
+    if in_child:
+        probe = _probe_in_child(source, timed, resolve_context(context))
+        if probe is not None:
+            return probe
+    return _probe_here(source, timed)
+
+
+def _probe_here(source: EnvSource, timed: bool) -> Probe:
     env = build_environment(source, as_async_environment)
     try:
         if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
@@ -126,3 +162,88 @@ def _run_aside(coroutine: Coroutine[Any, Any, Any]) -> None:
     thread.join()
     if raised:
         raise raised[0]
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in the probe env's child process."""
+
+    def __str__(self) -> str:
+        return f"\n\n{self.args[0]}"
+
+
+def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe | None:
+    """:func:`probe_env` in a child process; None if the env cannot travel there or its
+    findings cannot come back."""
+    try:
+        payload = pickling.dumps(source)
+    except Exception:
+        return None
+    process, sock, alive = start_child(
+        context, "probe", [payload, registry_snapshot(), timed], target=_serve_probe
+    )
+    try:
+        sock.setblocking(True)
+        data = bytearray()
+        while chunk := sock.recv(1 << 16):
+            data += chunk
+        process.join()  # it has closed the env and ended what the env started
+    finally:
+        sock.close()
+        alive.close()  # a child still running (the parent was interrupted) exits now
+        process.join()
+        signal_group(process.pid or 0, signal.SIGKILL)  # whatever is left
+        exitcode = process.exitcode
+        process.close()
+    if not data:
+        raise RuntimeError(
+            f"AioVectorEnv: the process that built {describe_source(source)} to read its "
+            f"spaces exited with code {exitcode} before it reported them"
+        )
+    try:
+        kind, found, remote = cloudpickle.loads(bytes(data))
+    except Exception:
+        return None  # what it found (or raised) is made of classes this process lacks
+    if kind == "raised":
+        raise found from RemoteTraceback(remote)
+    return found if kind == "probe" else None
+
+
+def _serve_probe(
+    sock: socket.socket, alive: socket.socket, payload: bytes, registry: bytes, timed: bool
+) -> None:
+    """The probe env's child process: build the env, send back ``("probe", Probe, "")``,
+    ``("raised", exception, traceback)`` or ``("unsent", None, "")``, then end whatever the
+    env started."""
+    import traceback
+
+    lead_own_group()
+    threading.Thread(target=_end_when_parent_dies, args=(alive,), daemon=True).start()
+    try:
+        try:
+            merge_registry(registry)
+            answer: tuple[str, Any, str] = (
+                "probe",
+                _probe_here(cloudpickle.loads(payload), timed),
+                "",
+            )
+        except Exception as exc:
+            answer = ("raised", exc, "".join(traceback.format_exception(exc)))
+        try:
+            data = cloudpickle.dumps(answer)
+        except Exception:
+            data = cloudpickle.dumps(("unsent", None, ""))
+        sock.sendall(data)
+    finally:
+        sock.close()
+        end_own_group()
+
+
+def _end_when_parent_dies(alive: socket.socket) -> None:
+    while True:
+        try:
+            if not alive.recv(1 << 10):
+                break
+        except OSError:
+            break
+    end_own_group()
+    os._exit(1)

@@ -23,6 +23,7 @@ import cloudpickle
 from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
+from ...env_side._process_group import end_own_group, lead_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
@@ -66,7 +67,12 @@ def serve(
     the parent's gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this
     process's before any env is built. ``thread_caps``: the caps of this process's native
     thread pools, applied before any env is built (:mod:`aioenv.env_side._thread_caps`).
-    ``idle_spin``: seconds to poll for the next request before blocking on it."""
+    ``idle_spin``: seconds to poll for the next request before blocking on it.
+
+    What the envs start ends with this process: it leads a process group of its own, which
+    it ends once its envs are closed (or the parent is gone); see
+    :mod:`aioenv.env_side._process_group`."""
+    lead_own_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
@@ -101,6 +107,7 @@ def serve(
         return  # the parent is gone
     finally:
         slots.close()
+        end_own_group()
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
@@ -127,6 +134,7 @@ def _receive(sock: socket.socket, idle_spin: float) -> bytes:
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
     receive_descriptors(alive, descriptors)  # returns once the parent is gone
+    end_own_group()
     os._exit(1)
 
 

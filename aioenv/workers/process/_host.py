@@ -8,6 +8,10 @@ parent keeps no thread per child: a ``loop.add_reader`` callback reads replies f
 non-blocking socket, and another watches the process sentinel, so a dead child is seen at
 once. How the child is started is :mod:`aioenv.workers.process._start`'s.
 
+The child leads a process group of its own, which holds every process its envs start
+(:mod:`aioenv.env_side._process_group`): forcing the child out signals the whole group, and
+once the child has exited, whatever is left of the group is killed.
+
 Like the workers, this module uses asyncio's own primitives (readers, timers, events):
 they are what the hot path needs, and what uvloop speeds up.
 """
@@ -15,24 +19,35 @@ they are what the hot path needs, and what uvloop speeds up.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import signal
 from collections.abc import Callable, Sequence
 
 from ...core._messages import EpisodeOptions
+from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
 from .._replaceable import Replaceable
 from ._start import Context, start_child
 
-__all__ = ["Deliver", "Host", "OnExit", "describe_exit"]
+__all__ = ["TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
 #: ``deliver(host, kind, seq, payload)``: a message the child wrote for one slot.
 Deliver = Callable[["Host", int, int, "bytes | memoryview"], None]
 #: ``on_exit(host)``: the child exited and was reaped.
 OnExit = Callable[["Host"], None]
 
-TERMINATE_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
+#: The children started and not yet seen to exit: at interpreter exit, before
+#: multiprocessing terminates the ones still running (only them: its SIGTERM reaches no
+#: process their envs started), each one's process group is killed.
+_running: set[int] = set()
+
+
+@atexit.register
+def _kill_running_groups() -> None:
+    for pid in list(_running):
+        signal_group(pid, signal.SIGKILL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +111,7 @@ class Host(Replaceable["Host"]):
         self.size = len(payloads)
         assert process.pid is not None  # it has started
         self.pid = process.pid
+        _running.add(self.pid)
         self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
@@ -244,15 +260,25 @@ class Host(Replaceable["Host"]):
             self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 
     def force(self, how: str) -> None:
-        """``"terminate"`` (SIGTERM, then SIGKILL after a grace period) or ``"kill"``."""
+        """``"terminate"`` (SIGTERM, then SIGKILL after a grace period) or ``"kill"``, to
+        the child and every process its envs started."""
         if self.exitcode is not None:
             return
         if how == "terminate":
-            self._process.terminate()
+            self._signal(signal.SIGTERM)
             assert self._loop is not None
             self._force_timer = self._loop.call_later(TERMINATE_GRACE, self.force, "kill")
         elif how == "kill":
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        """``sig`` to the child's process group, and to the child itself (which may not
+        lead its group yet, or ever)."""
+        signal_group(self.pid, sig)
+        if sig == signal.SIGKILL:
             self._process.kill()
+        else:
+            self._process.terminate()
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
@@ -261,12 +287,12 @@ class Host(Replaceable["Host"]):
             self.killed_for = (slot, reason)
         self._stop_reading()
         if self.exitcode is None:
-            self._process.kill()
+            self._signal(signal.SIGKILL)
 
     def kill_now(self) -> None:
         """Kill and reap without a loop (a pool that failed to be built)."""
         if self.exitcode is None and self._loop is None:
-            self._process.kill()
+            self._signal(signal.SIGKILL)
             self._process.join()
             self.exitcode = self._process.exitcode
             self._close_resources()
@@ -294,6 +320,9 @@ class Host(Replaceable["Host"]):
             on_exit(self)
 
     def _close_resources(self) -> None:
+        # What the envs started and the child did not end (it was killed, or crashed).
+        signal_group(self.pid, signal.SIGKILL)
+        _running.discard(self.pid)
         self._stop_reading()
         if self._force_timer is not None:
             self._force_timer.cancel()

@@ -1,6 +1,7 @@
 """How aioenv starts a child process: the multiprocessing context (forkserver with preloads
 where available), and the start itself, which leaves the user's main module out of the
-child's start-up and keeps a Ctrl-C during it from reaching the child.
+child's start-up, gives the forkserver the parent's module path, and keeps a Ctrl-C
+during it from reaching the child.
 
 The child's program (:mod:`aioenv.workers.process._child`) is imported only in the child,
 by its entry point here (or preloaded by the forkserver): the parent's side never imports
@@ -15,8 +16,10 @@ import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.process
 import multiprocessing.spawn
+import multiprocessing.util
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -59,10 +62,14 @@ def resolve_context(context: Context | str | None) -> Context:
 
 
 def start_child(
-    context: Context, name: str, arguments: Sequence[Any]
+    context: Context,
+    name: str,
+    arguments: Sequence[Any],
+    target: Callable[..., None] | None = None,
 ) -> tuple[multiprocessing.process.BaseProcess, socket.socket, socket.socket]:
     """Start a child process serving envs: :func:`aioenv.workers.process._child.serve`
-    with its ends of two socket pairs, then ``arguments``. Returns the process and the
+    (or ``target``, a module-level function that runs in the child) with its ends of two
+    socket pairs, then ``arguments``. Returns the process and the
     parent's ends: the socket of requests and replies, and the child's parent-death alarm
     (to be held open, never written; descriptors for shared memory travel over it). The
     parent's copies of the child's ends are closed, so a child that dies shows up as
@@ -70,13 +77,13 @@ def start_child(
     parent_end, child_end = socket.socketpair()
     alive_parent, alive_child = socket.socketpair()
     process = context.Process(  # type: ignore[attr-defined]
-        target=_child_main,
+        target=_child_main if target is None else target,
         args=(child_end, alive_child, *arguments),
         name=f"aioenv-process-worker ({name})",
         daemon=True,
     )
     try:
-        with _main_module_skipped():
+        with _child_start():
             if context.get_start_method() == "forkserver":
                 process.start()  # the server's children start with SIGINT ignored
             else:
@@ -100,41 +107,48 @@ def _child_main(*args: Any) -> None:
     serve(*args)
 
 
-class _MainModuleLeftOut:
-    """Leaves the user's main module out of the preparation data of the children aioenv
-    starts, and only of those.
+class _ChildStart:
+    """What multiprocessing does differently for the children aioenv starts, and only for
+    those: two of its functions are replaced while some thread starts an aioenv child
+    (:meth:`starting`), and put back when the last such start is done. Each replacement
+    changes what it returns only for the threads starting an aioenv child, and hands
+    other threads' starts the stdlib's unchanged. Outside those moments every
+    ``multiprocessing`` user sees the stdlib's. multiprocessing offers no hook for either:
+    its start code looks both up when it runs.
 
-    multiprocessing's spawn and forkserver children import the parent's ``__main__`` (as
-    ``__mp_main__``) before running their target, so that targets defined there resolve:
-    a training script's top-level imports (a deep learning framework: seconds and hundreds
-    of MB per child) run again in every child. An aioenv child needs none of it: its
-    target lives in aioenv, and envs travel by value (cloudpickle).
-
-    multiprocessing offers no hook for it: its start code looks up
-    ``multiprocessing.spawn.get_preparation_data`` when it runs. So the function is
-    replaced only while some thread starts an aioenv child (:meth:`starting`), and put
-    back when the last such start is done; the replacement changes the data only for the
-    threads starting an aioenv child, and hands other threads' starts the stdlib's
-    unchanged. Outside those moments every ``multiprocessing`` user sees the stdlib's.
+    - The user's main module is left out of the children's preparation data
+      (``multiprocessing.spawn.get_preparation_data``). multiprocessing's spawn and
+      forkserver children import the parent's ``__main__`` (as ``__mp_main__``) before
+      running their target, so that targets defined there resolve: a training script's
+      top-level imports (a deep learning framework: seconds and hundreds of MB per child)
+      run again in every child. An aioenv child needs none of it: its target lives in
+      aioenv, and envs travel by value (cloudpickle).
+    - The forkserver's server, when an aioenv start launches it, gets the parent's module
+      path before it preloads anything (``multiprocessing.util.spawnv_passfds``). It runs
+      as ``python -c``, which puts the current directory first on its path, and it
+      ignores the path the parent passes it; a directory holding another ``aioenv/`` (a
+      checkout, when the script runs from its root) would then have every child run that
+      aioenv, and that numpy or gymnasium, instead of the parent's. Children also get the
+      parent's path before they unpickle anything, as the stdlib does, so they import
+      what the parent imported.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._thread = threading.local()  # this thread is starting an aioenv child now
         self._starts = 0  # the threads starting one now
-        self._original: Callable[[str], dict[str, Any]] | None = None
-        self._replacement = self._preparation_data  # one bound method: ``is`` finds it
-        #: Someone replaced ours while it was in: theirs may call ours, so ours is never
-        #: installed over theirs (it would call itself through theirs).
-        self._displaced = False
+        self._patches = [
+            _Patch(multiprocessing.spawn, "get_preparation_data", self._preparation_data),
+            _Patch(multiprocessing.util, "spawnv_passfds", self._spawnv_passfds),
+        ]
 
     @contextlib.contextmanager
     def starting(self) -> Iterator[None]:
         """While this thread starts an aioenv child."""
         with self._lock:
-            if self._starts == 0 and not self._displaced:
-                self._original = multiprocessing.spawn.get_preparation_data
-                multiprocessing.spawn.get_preparation_data = self._replacement
+            if self._starts == 0:
+                for patch in self._patches:
+                    patch.install()
             self._starts += 1
         self._thread.active = True
         try:
@@ -143,28 +157,58 @@ class _MainModuleLeftOut:
             self._thread.active = False
             with self._lock:
                 self._starts -= 1
-                if self._starts == 0 and not self._displaced:
-                    self._put_back()
+                if self._starts == 0:
+                    for patch in self._patches:
+                        patch.put_back()
 
-    def _put_back(self) -> None:
-        """The stdlib's function in again, unless someone replaced ours meanwhile (theirs
-        stays)."""
-        if multiprocessing.spawn.get_preparation_data is self._replacement:
-            assert self._original is not None
-            multiprocessing.spawn.get_preparation_data = self._original  # type: ignore[assignment]
-        else:
-            self._displaced = True
+    def _mine(self) -> bool:
+        return bool(getattr(self._thread, "active", False))
 
     def _preparation_data(self, name: str) -> dict[str, Any]:
-        assert self._original is not None  # set before this was installed
-        data = self._original(name)
-        if getattr(self._thread, "active", False):
+        data: dict[str, Any] = self._patches[0].original(name)
+        if self._mine():
             data.pop("init_main_from_path", None)
             data.pop("init_main_from_name", None)
         return data
 
+    def _spawnv_passfds(self, path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+        if self._mine() and args and str(args[-1]).startswith(_FORKSERVER_MAIN):
+            args = [*args[:-1], f"import sys; sys.path[:] = {sys.path!r}; {args[-1]}"]
+        return self._patches[1].original(path, args, passfds)  # type: ignore[no-any-return]
 
-_main_module_skipped = _MainModuleLeftOut().starting
+
+#: How multiprocessing's command for the forkserver's server starts.
+_FORKSERVER_MAIN = "from multiprocessing.forkserver import main"
+
+
+class _Patch:
+    """``module.name`` replaced by ``replacement`` while installed. Someone who replaced
+    ours while it was in keeps theirs, and ours is never installed over theirs again
+    (theirs may call ours, which would call itself through theirs)."""
+
+    def __init__(self, module: Any, name: str, replacement: Callable[..., Any]) -> None:
+        self._module, self._name = module, name
+        self._replacement = replacement  # one bound method: ``is`` finds it
+        self.original: Callable[..., Any] = getattr(module, name)
+        self._displaced = False
+
+    def install(self) -> None:
+        if not self._displaced:
+            self.original = getattr(self._module, self._name)
+            setattr(self._module, self._name, self._replacement)
+
+    def put_back(self) -> None:
+        """The stdlib's function in again, unless someone replaced ours meanwhile (theirs
+        stays)."""
+        if self._displaced:
+            return
+        if getattr(self._module, self._name) is self._replacement:
+            setattr(self._module, self._name, self.original)
+        else:
+            self._displaced = True
+
+
+_child_start = _ChildStart().starting
 
 
 @contextlib.contextmanager

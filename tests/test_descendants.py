@@ -1,0 +1,296 @@
+"""Nothing an env starts outlives its process worker: helper processes (a plain one, one
+with a child of its own, one that ignores SIGTERM) end when the worker is closed, replaced
+after a failure, killed, or when the parent dies."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+
+import aioenv
+from aioenv import RESET
+from aioenv.env_side._process_group import end_own_group, signal_group
+
+#: The helpers an env starts: a plain one, and two shells with a child of their own (each
+#: prints its child's pid), one of them ignoring SIGTERM (as does its child).
+HELPERS = [
+    ["sleep", "600"],
+    ["sh", "-c", "sleep 600 & echo $!; wait"],
+    ["sh", "-c", "trap '' TERM; sleep 600 & echo $!; wait"],
+]
+PER_ENV = 5  # helper pids per env, grandchildren included
+
+
+class StartsHelpers(gymnasium.Env[np.ndarray, int]):
+    """Starts the :data:`HELPERS` when built and never stops them; its observations are
+    their pids (the grandchild's too). ``hang_on``: a step with this action never returns.
+    ``close_hangs``: ``close`` never returns either."""
+
+    observation_space = gymnasium.spaces.Box(0, 2**31, (PER_ENV,), np.int64)
+    action_space = gymnasium.spaces.Discrete(20)
+
+    def __init__(
+        self, hang_on: int | None = None, close_hangs: bool = False, record: str | None = None
+    ) -> None:
+        self.hang_on = hang_on
+        self.close_hangs = close_hangs
+        self.helpers = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in HELPERS
+        ]
+        self.pids = [helper.pid for helper in self.helpers]
+        for shell in self.helpers[1:]:
+            assert shell.stdout is not None
+            self.pids.append(int(shell.stdout.readline()))
+        if record is not None:  # for the envs nobody steps (a vector env's probe env)
+            with open(record, "a") as file:
+                file.write("".join(f"{pid}\n" for pid in self.pids))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.array(self.pids), {}
+
+    def step(self, action: int) -> Any:
+        if action == self.hang_on:
+            time.sleep(600)
+        return np.array(self.pids), 0.0, False, False, {}
+
+    def close(self) -> None:
+        if self.close_hangs:
+            time.sleep(600)
+
+
+def running(pid: int) -> bool:
+    """``pid`` is a helper still running (a zombie has ended; a pid reused by another
+    program is not the helper)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and command.split(b"\0")[0] in (b"sleep", b"sh")
+
+
+def all_ended(pids: list[int], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.fixture
+def helpers() -> Iterator[list[int]]:
+    """The helper pids a test saw; whatever still runs of them at the end is killed, so a
+    failing test leaves nothing behind."""
+    seen: list[int] = []
+    yield seen
+    for pid in seen:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def pids_in(state: Any) -> list[int]:
+    """The helper pids a reset state reports (a Step, or a BatchStep of several envs)."""
+    observations = state.observations if isinstance(state, aioenv.BatchStep) else state.observation
+    return [int(pid) for pid in np.ravel(observations)]
+
+
+async def _helper_pids(pool: aioenv.WorkerPool[Any]) -> list[int]:
+    return [pid for state, _ in await pool.reset_all() for pid in pids_in(state)]
+
+
+@pytest.mark.parametrize("grouping", [{}, {"envs_per_process": 2}, {"envs_per_worker": 2}], ids=str)
+async def test_aclose_ends_what_the_envs_started(
+    helpers: list[int], grouping: dict[str, int]
+) -> None:
+    pool = aioenv.make_pool(StartsHelpers, 4, mode="process", **grouping)
+    helpers.extend(await _helper_pids(pool))
+    assert len(helpers) == 4 * PER_ENV * grouping.get("envs_per_worker", 1)
+    assert all(running(pid) for pid in helpers)
+    await pool.aclose()
+    assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
+    helpers: list[int],
+) -> None:
+    async with aioenv.make_pool(
+        lambda: StartsHelpers(hang_on=13),
+        2,
+        mode="process",
+        step_timeout=5.0,
+        restart="on_failure",
+    ) as pool:
+        first = await _helper_pids(pool)
+        helpers.extend(first)
+        pool.send_action(13, 0)
+        restarted, _ = await pool.get_state()  # the fresh env's reset, in place of the step
+        assert restarted.info["aioenv"]["restarted"]
+        again = pids_in(restarted)
+        helpers.extend(again)
+        stuck, other = first[:PER_ENV], first[PER_ENV:]
+        assert all_ended(stuck), [pid for pid in stuck if running(pid)]
+        assert all(running(pid) for pid in other + again)  # the others' helpers run on
+    assert all_ended(helpers)
+
+
+async def test_a_close_that_hangs_ends_what_the_env_started_with_the_child(
+    helpers: list[int],
+) -> None:
+    worker = aioenv.ProcessWorker(lambda: StartsHelpers(close_hangs=True), cleanup_time=0.3)
+    worker.send_action(RESET)
+    helpers.extend(pids_in(await worker.get_state()))
+    await worker.aclose()
+    assert worker.exitcode == -signal.SIGTERM
+    assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+async def test_a_child_killed_from_outside_leaves_nothing_its_env_started(
+    helpers: list[int],
+) -> None:
+    async with aioenv.make_pool(StartsHelpers, 1, mode="process", restart="never") as pool:
+        helpers.extend(await _helper_pids(pool))
+        os.kill(pool.workers[0].pid, signal.SIGKILL)
+        pool.send_action(1, 0)
+        with pytest.raises(aioenv.WorkerDied):
+            await pool.get_state()
+        assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+PARENT = """
+import asyncio, json, sys, time
+import aioenv
+from test_descendants import StartsHelpers
+
+
+async def main(close):
+    pool = aioenv.make_pool(StartsHelpers, 2, mode="process")
+    pids = [int(pid) for state, _ in await pool.reset_all() for pid in state.observation]
+    print(json.dumps(pids), flush=True)
+    if close == "never":
+        return  # the interpreter exits with the pool open
+    time.sleep(600)  # killed meanwhile
+
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("end", ["parent killed", "parent's group killed", "left open"])
+def test_what_the_envs_started_ends_with_the_parent(
+    tmp_path: Path, helpers: list[int], end: str
+) -> None:
+    """The parent dies (SIGKILL: its children notice and end their groups) or exits with
+    the pool still open (its exit hook kills the children's groups)."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+    }
+    parent = subprocess.Popen(
+        [sys.executable, str(script), "never" if end == "left open" else "kill"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+        start_new_session=True,  # its own group, which the test may kill whole
+    )
+    try:
+        assert parent.stdout is not None
+        helpers.extend(json.loads(parent.stdout.readline()))
+        assert len(helpers) == 2 * 5
+        if end == "parent killed":
+            parent.kill()
+        elif end == "parent's group killed":
+            os.killpg(parent.pid, signal.SIGKILL)
+        assert parent.wait(timeout=50) is not None
+        assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def test_a_process_that_does_not_lead_its_group_ends_nothing_of_it() -> None:
+    """The guard: a child that could not lead a group of its own stays in its parent's,
+    and neither it nor the parent ever signals that group."""
+    assert signal_group(os.getpgrp(), signal.SIGKILL) is False
+    assert signal_group(os.getpid(), signal.SIGKILL) in (False, os.getpid() != os.getpgrp())
+    code = (
+        "import subprocess, sys\n"
+        "from aioenv.env_side._process_group import end_own_group\n"
+        "sibling = subprocess.Popen(['sleep', '600'])\n"  # in the same group: not ours
+        "end_own_group(grace=0.2)\n"
+        "print(sibling.poll())\n"
+        "sibling.kill()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True
+    )
+    assert done.stdout.split() == ["None"]  # the sibling still ran
+    end_own_group()  # this process does not lead its group either: a no-op
+
+
+async def test_a_helper_that_leaves_the_group_is_outside_the_promise(
+    helpers: list[int],
+) -> None:
+    """A helper started in a session of its own (``start_new_session=True``) left on
+    purpose: it is the env's to end."""
+
+    class Detaches(StartsHelpers):
+        def __init__(self) -> None:
+            self.hang_on, self.close_hangs = None, False
+            self.helpers = [
+                subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(PER_ENV)
+            ]
+            self.pids = [helper.pid for helper in self.helpers]
+
+    async with aioenv.make_pool(Detaches, 1, mode="process") as pool:
+        helpers.extend(await _helper_pids(pool))
+    await asyncio.sleep(0.5)
+    assert all(running(pid) for pid in helpers)
+
+
+@pytest.mark.parametrize("how", [{"mode": "process"}, {"batch_size": 1}, "from_pool"], ids=str)
+def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
+    tmp_path: Path, helpers: list[int], how: Any
+) -> None:
+    """The env a vector env builds for its spaces (and to time a step, ``mode="auto"``,
+    which chooses child processes for ``batch_size=1``) is built in a child process too."""
+    record = tmp_path / "pids"
+    source = functools.partial(StartsHelpers, record=str(record))
+    if how == "from_pool":
+        envs = aioenv.AioVectorEnv.from_pool(aioenv.make_pool(source, 2, mode="process"))
+    else:
+        envs = aioenv.AioVectorEnv(source, 2, **how)
+    with envs:
+        envs.reset(seed=0)
+        helpers.extend(int(pid) for pid in record.read_text().split())
+        assert len(helpers) == 3 * PER_ENV  # the probe env's, then each worker's
+    assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+class FailsToBuild(gymnasium.Env[np.ndarray, int]):
+    def __init__(self) -> None:
+        raise ValueError("no sandbox today")  # the probe's line
+
+
+def test_an_env_that_fails_in_the_probe_child_raises_its_own_error_with_its_traceback() -> None:
+    with pytest.raises(ValueError, match="no sandbox today") as raised:
+        aioenv.AioVectorEnv(FailsToBuild, 2, mode="process")
+    remote = str(raised.value.__cause__)
+    assert 'raise ValueError("no sandbox today")  # the probe\'s line' in remote
+    assert "in __init__" in remote
