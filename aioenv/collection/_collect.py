@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core._commands import RESET
 from ..core._environment import Step
-from ..core._errors import StateNotTaken, WorkerError
+from ..core._errors import StateNotTaken, WorkerError, WorkerRemoved
 from ..core._restarts import restart_note
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
@@ -113,6 +113,10 @@ class Collector:
         ``progress=True`` shows a tqdm bar (steps, steps/s, episodes, mean return) when
         stderr is a terminal. Open episodes, states waiting for an action and actions in
         flight carry over to the next call; a cancelled call loses nothing either.
+
+        A worker's error is raised (its open episode is cut, marked truncated). A worker
+        the pool gave up on (``pool.removed``) gets no more actions: later calls go on
+        with the rest, counting ``per_worker`` quotas over them.
         """
         quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
         if self._running:
@@ -124,7 +128,7 @@ class Collector:
             self._start()
             while not quota.met(self._tracks, active := self._active_ids()):
                 if not active:
-                    raise ValueError("collect() has no open, unpaused worker to step")
+                    self._none_left()
                 await self._act(quota, active)
                 try:
                     batch = await self.pool.get_batch()
@@ -151,6 +155,24 @@ class Collector:
 
     def _active_ids(self) -> list[int]:
         return self.pool.active_ids
+
+    def _none_left(self) -> None:
+        """No worker to step: say whether the pool gave them up (every worker left is
+        removed or closed) or they are paused."""
+        removed = self.pool.removed
+        if removed and not self.pool.paused:
+            reasons = "; ".join(
+                f"worker {i}: {type(error).__name__}" for i, error in sorted(removed.items())
+            )
+            error = WorkerRemoved(
+                f"collect(): every worker of the pool was given up on after failing for good "
+                f"({reasons}); see pool.removed, and make a new pool to go on",
+                None,
+            )
+            error.__cause__ = removed[max(removed)]
+            raise error
+        note = f" (worker(s) {sorted(removed)} were given up on)" if removed else ""
+        raise ValueError(f"collect() has no open, unpaused worker to step{note}")
 
     async def _act(self, quota: Quota, active: list[int]) -> None:
         """Send RESET or a policy action to every active worker that waits and may go on."""
