@@ -56,6 +56,11 @@ class QuitWalk(envs.Walk):
 #: Every kind alone, and a pool mixing them (its worker GONE a process worker).
 POOLS = [*KINDS, "mixed"]
 MIXED = ["async", "process", "thread", "sync"]
+#: POOLS, run on trio as well where no env calls asyncio (AsyncCounter sleeps with it).
+ON_TRIO_TOO = [
+    pytest.param(kind, marks=pytest.mark.trio) if kind in ("sync", "thread", "process") else kind
+    for kind in POOLS
+]
 
 
 def quits_pool(kind: str, n: int = N, **options: Any) -> aioenv.WorkerPool[Any]:
@@ -91,7 +96,7 @@ def check_removed(error: BaseException, cause: BaseException, worker_id: int) ->
     assert "WorkerDied" in str(error)  # why
 
 
-@pytest.mark.parametrize("kind", POOLS)
+@pytest.mark.parametrize("kind", ON_TRIO_TOO)
 async def test_the_last_error_is_raised_once_then_the_worker_leaves_the_pool(kind: str) -> None:
     async with quits_pool(kind) as pool:
         await pool.reset_all()
@@ -280,8 +285,8 @@ async def test_collect_goes_on_with_the_rest(kind: str) -> None:
     )
     async with pool:
         collector = aioenv.Collector(pool, lambda batch: np.zeros(len(batch), np.int64))
-        with pytest.raises(aioenv.WorkerDied) as raised:
-            await collector.collect(num_steps=200)
+        with pytest.raises(aioenv.WorkerDied) as raised:  # it cannot finish 5 episodes
+            await collector.collect(num_episodes=5, per_worker=True)
         assert raised.value.worker_id == GONE and pool.removed == {GONE: raised.value}
         rows = await collector.collect(num_steps=40)
         assert len(rows) >= 40
