@@ -186,6 +186,8 @@ async def test_a_pool_with_no_worker_left_says_so(kind: str) -> None:
         with pytest.raises(aioenv.WorkerRemoved, match="every worker"):
             async for _ in pool:
                 pass
+        with pytest.raises(aioenv.WorkerRemoved, match=r"collect\(\): every worker"):
+            await aioenv.Collector(pool, lambda batch: [0] * len(batch)).collect(num_steps=1)
         assert await pool.drain() == []
         assert await pool.get_attr("t") == []
 

@@ -21,11 +21,12 @@ import numpy as np
 
 from ..core._commands import RESET
 from ..core._environment import Step
-from ..core._errors import StateNotTaken, WorkerError, WorkerRemoved
+from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import restart_note
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
 from ..pool._pool import WorkerPool
+from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
@@ -161,17 +162,8 @@ class Collector:
         removed or closed) or they are paused."""
         removed = self.pool.removed
         if removed and not self.pool.paused:
-            reasons = "; ".join(
-                f"worker {i}: {type(error).__name__}" for i, error in sorted(removed.items())
-            )
-            error = WorkerRemoved(
-                f"collect(): every worker of the pool was given up on after failing for good "
-                f"({reasons}); see pool.removed, and make a new pool to go on",
-                None,
-            )
-            error.__cause__ = removed[max(removed)]
-            raise error
-        note = f" (worker(s) {sorted(removed)} were given up on)" if removed else ""
+            raise none_left("collect()", removed)
+        note = f" ({len(removed)} worker(s) were given up on: pool.removed)" if removed else ""
         raise ValueError(f"collect() has no open, unpaused worker to step{note}")
 
     async def _act(self, quota: Quota, active: list[int]) -> None:

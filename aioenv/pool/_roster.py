@@ -13,7 +13,7 @@ from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ..workers._supervision import describe_failure
 
-__all__ = ["Roster", "checked_workers"]
+__all__ = ["Roster", "checked_workers", "none_left"]
 
 S = TypeVar("S")
 
@@ -104,21 +104,13 @@ class Roster:
             not member.closed and i not in self.removed for i, member in enumerate(self.members)
         ):
             return
-        ids = sorted(self.removed)
-        reasons = "; ".join(f"worker {i}: {describe_failure(self.removed[i])}" for i in ids)
-        error = WorkerRemoved(
-            f"{call}: every worker of this pool was given up on after failing for good "
-            f"({reasons}); see pool.removed, and make a new pool to go on",
-            None,
-        )
-        error.__cause__ = self.removed[ids[-1]]
-        raise error
+        raise none_left(call, self.removed)
 
     def removed_note(self) -> str:
         """For a message about the workers left: which were given up on, if any."""
         if not self.removed:
             return ""
-        return f" (worker(s) {sorted(self.removed)} were given up on: see pool.removed)"
+        return f" ({len(self.removed)} worker(s) were given up on: see pool.removed)"
 
     def active(self) -> list[Member]:
         """Workers that are open, not paused and not given up on."""
@@ -155,6 +147,20 @@ class Roster:
                 i for i, member in enumerate(self.members) if not member.closed and i not in removed
             ]
         return [self.live_index(worker_id) for worker_id in worker_ids]
+
+
+def none_left(call: str, removed: dict[int, WorkerError]) -> WorkerRemoved:
+    """The error of a pool-wide ``call`` once every worker of the pool was given up on:
+    how many, and the last one's reason (the whole story is in ``pool.removed``)."""
+    last = next(reversed(removed))  # the last handed out
+    error = WorkerRemoved(
+        f"{call}: every worker of this pool was given up on after failing for good "
+        f"({len(removed)} in pool.removed; the last, worker {last}: "
+        f"{describe_failure(removed[last])}); make a new pool to go on",
+        None,
+    )
+    error.__cause__ = removed[last]
+    return error
 
 
 def checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:
