@@ -107,7 +107,7 @@ class Roster:
         raise none_left(call, self.removed)
 
     def removed_note(self) -> str:
-        """For a message about the workers left: which were given up on, if any."""
+        """For a message about the workers left: how many were given up on, if any."""
         if not self.removed:
             return ""
         return f" ({len(self.removed)} worker(s) were given up on: see pool.removed)"
