@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DOCS_STAMP := $(VENV)/.installed-docs
+FLOORS_VENV ?= .venv-floors
+FLOORS_STAMP := $(FLOORS_VENV)/.installed
 
-.PHONY: install test lint demo soak bench bench-quick docs clean
+.PHONY: install test test-floors lint demo soak bench bench-quick docs clean
 
 SOAK_SECONDS ?= 180
 
@@ -21,6 +23,18 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The suite against the lowest release pyproject.toml allows of each direct dependency
+# (uv's lowest-direct resolution; what those depend on comes newest), on $(PYTHON).
+$(FLOORS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --upgrade pip uv
+	$(FLOORS_VENV)/bin/uv pip install --quiet --python $(FLOORS_VENV)/bin/python \
+		--resolution lowest-direct -e '.[dev]'
+	touch $(FLOORS_STAMP)
+
+test-floors: $(FLOORS_STAMP)
+	$(FLOORS_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check aioenv tests examples benchmarks
 	$(BIN)/ruff format --check aioenv tests examples benchmarks
@@ -33,10 +47,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-# The full run also redraws the docs' performance figure from its report.
+# The full run also redraws the docs' performance figure from its report and quotes the
+# report's figures in the README and the docs (benchmarks/quote.py); a run narrowed by
+# BENCH_ARGS leaves them alone.
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
-	$(BIN)/python benchmarks/plot.py
+	$(if $(BENCH_ARGS),,$(BIN)/python benchmarks/plot.py)
+	$(if $(BENCH_ARGS),,$(BIN)/python benchmarks/quote.py)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py --quick $(BENCH_ARGS)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib.metadata
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -20,6 +21,12 @@ except ImportError as exc:  # no wheel for this interpreter, or not installed
     RAY_MISSING: str | None = f"ray cannot be imported here ({exc}); pip install 'aioenv[ray]'"
 else:
     RAY_MISSING = None
+try:
+    importlib.metadata.distribution("ray")
+except importlib.metadata.PackageNotFoundError:
+    RAY_INSTALLED = RAY_MISSING is None
+else:
+    RAY_INSTALLED = True  # even if it does not import: a broken install skips nothing
 
 # Test envs travel to process workers by value, like envs defined in a user's __main__.
 cloudpickle.register_pickle_by_value(envs)
@@ -84,6 +91,36 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
     for item in items:
         if "ray" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
+
+
+#: Tests marked ``ray`` that were skipped in this session: (test id, reason).
+_SKIPPED_RAY_TESTS: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "ray" in report.keywords and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report)
+        _SKIPPED_RAY_TESTS.append((report.nodeid, reason))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Where Ray is installed, every Ray test selected must run: a session in which one
+    was skipped fails, so that a Ray that stopped importing (or any other skip) cannot
+    leave the suite green with its Ray tests unrun. Tests left out on purpose (``-k``,
+    ``-m``, ``--deselect``, a file not named) are deselected, not skipped."""
+    if RAY_INSTALLED and _SKIPPED_RAY_TESTS and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if RAY_INSTALLED and _SKIPPED_RAY_TESTS:
+        terminalreporter.section("Ray tests skipped where Ray is installed", red=True)
+        for nodeid, reason in _SKIPPED_RAY_TESTS[:20]:
+            terminalreporter.line(f"{nodeid}: {reason}")
+        terminalreporter.line(
+            f"{len(_SKIPPED_RAY_TESTS)} Ray test(s) skipped: the session fails (Ray is "
+            "installed here, so every selected Ray test must run)"
+        )
 
 
 @pytest.fixture(scope="session")

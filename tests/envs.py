@@ -732,3 +732,59 @@ class InfoZoo(gymnasium.Env[np.ndarray, int]):
         if terminated:
             info["episode"] = {"r": float(t), "l": t, "final": True}
         return self._obs(), 1.0, terminated, False, info
+
+
+class Paced(gymnasium.Env[np.ndarray, Any]):
+    """A gymnasium env whose calls take as long as asked. An action is a dict: ``sleep``
+    (seconds the step takes), ``end`` (the step terminates the episode), ``reset_sleep``
+    (seconds the next reset takes, an autoreset's included), ``hang`` (the step waits until
+    the test sets ``Paced.released``, at most 30 s: a thread worker's abandoned step then
+    returns). ``reset(options={"sleep": s})`` takes ``s``; ``{"hang": True}`` hangs."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+    released: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.reset_sleep = 0.0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        sleep = options.get("sleep", self.reset_sleep)
+        self.reset_sleep = 0.0
+        _hang_or_sleep(bool(options.get("hang")), sleep)
+        return np.zeros(1, np.float32), {"reset_took": sleep}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        _hang_or_sleep(bool(action.get("hang")), action.get("sleep", 0.0))
+        self.reset_sleep = action.get("reset_sleep", 0.0)
+        return np.ones(1, np.float32), 1.0, bool(action.get("end")), False, {}
+
+
+def _hang_or_sleep(hang: bool, seconds: float) -> None:
+    deadline = time.monotonic() + 30.0
+    while hang and not Paced.released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(seconds)
+
+
+class AsyncPaced(Paced):
+    """:class:`Paced` as a coroutine env: its waits are ``asyncio.sleep``."""
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        options = options or {}
+        sleep = options.get("sleep", self.reset_sleep)
+        self.reset_sleep = 0.0
+        await asyncio.sleep(30.0 if options.get("hang") else sleep)
+        return Paced.reset(self, seed=seed, options={"sleep": 0.0})[0], {"reset_took": sleep}
+
+    async def step(  # type: ignore[override]
+        self, action: Any
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        await asyncio.sleep(30.0 if action.get("hang") else action.get("sleep", 0.0))
+        return Paced.step(self, {**action, "sleep": 0.0, "hang": False})

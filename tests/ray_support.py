@@ -12,8 +12,10 @@ from typing import Any
 from support import SESSION_HELPERS, direct_children, wait_until
 
 #: Small and quiet: two CPUs (the machine's), a small object store, no dashboard, no usage
-#: reporting, no token authentication (a throwaway cluster on this machine).
+#: reporting, no token authentication (a throwaway cluster on this machine), and always a
+#: new instance: never one that another program started on this machine with `ray start`.
 LOCAL_OPTIONS: dict[str, Any] = {
+    "address": "local",
     "num_cpus": 2,
     "object_store_memory": 100 * 1024**2,
     "include_dashboard": False,

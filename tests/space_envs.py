@@ -40,6 +40,13 @@ class Parity(gymnasium.Space[int]):
         return hash(Parity)
 
 
+#: Text spaces' charset, as a string: before gymnasium 1.4 a set charset (Text's default)
+#: is sampled in the order of the process's string hashes, so the same seed draws other
+#: strings in another process (gymnasium's own AsyncVectorEnv differs from SyncVectorEnv
+#: there too); a string keeps its order in every process.
+CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
 def make_space(name: str) -> gymnasium.Space[Any]:
     """The space called ``name``: one of :data:`SPACES`."""
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -49,8 +56,8 @@ def make_space(name: str) -> gymnasium.Space[Any]:
         "MultiDiscrete": lambda: spaces.MultiDiscrete([3, 4]),
         "MultiBinary": lambda: spaces.MultiBinary(3),
         "Dict": lambda: spaces.Dict({"pos": box, "gear": spaces.Discrete(3)}),
-        "Tuple": lambda: spaces.Tuple((spaces.Discrete(4), box, spaces.Text(4))),
-        "Text": lambda: spaces.Text(6),
+        "Tuple": lambda: spaces.Tuple((spaces.Discrete(4), box, spaces.Text(4, charset=CHARSET))),
+        "Text": lambda: spaces.Text(6, charset=CHARSET),
         "Sequence": lambda: spaces.Sequence(spaces.Discrete(4)),
         "Graph": lambda: spaces.Graph(box, spaces.Discrete(3)),
         "OneOf": lambda: spaces.OneOf((spaces.Discrete(3), box)),

@@ -6,10 +6,21 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 import aioenv
-from aioenv.workers._supervision import Remedies, Supervision, Supervisor, restart_seed
+import aioenv.pool._options
+from aioenv.core._environment import BatchStep, Step
+from aioenv.workers._supervision import (
+    Remedies,
+    Supervision,
+    Supervisor,
+    episode_ended,
+    request_phase,
+    restart_seed,
+    timeout_error,
+)
 
 
 class FakeClock:
@@ -184,3 +195,137 @@ def test_restart_seeds_are_deterministic_and_differ_per_restart() -> None:
     assert seeds == [restart_seed(7, k) for k in range(1, 4)]
     assert len(set(seeds)) == 3
     assert restart_seed(None, 1) is None
+
+
+def fail_and_restart(sup: Supervisor, worker: FakeWorker, clock: FakeClock) -> bool:
+    """One failure of the request in flight; True if the worker restarted its env."""
+    worker.awaited = 1
+    worker.calls.clear()
+    sup.failed(error(f"at {clock.now}"), env_gone=True, in_flight=1, clock=clock)
+    clock.advance(0)  # no backoff: the restart starts now
+    return any(call[0] == "start" for call in worker.calls)
+
+
+def test_failures_spread_out_never_use_up_the_restart_budget() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3, restart_window=10.0)
+    for _ in range(50):  # three failures in every 10 s, for 50 failures: a steady rate
+        assert fail_and_restart(sup, worker, clock)
+        clock.advance(3.4)
+    assert sup.restarts == 50
+
+
+def test_the_failure_that_would_make_one_restart_too_many_within_the_window_gives_up() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3, restart_window=10.0)
+    for _ in range(3):
+        assert fail_and_restart(sup, worker, clock)
+        clock.advance(3.0)  # the three restarts fall within 6 s
+    clock.advance(0.9)  # 9.9 s after the first
+    assert not fail_and_restart(sup, worker, clock)
+    assert worker.calls[-1][0] == "fail" and worker.calls[-1][2] is True  # given up
+    assert sup.restarts == 3
+
+
+def test_a_failure_just_past_the_window_restarts() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=2, restart_window=5.0)
+    assert fail_and_restart(sup, worker, clock)
+    clock.advance(1.0)
+    assert fail_and_restart(sup, worker, clock)
+    clock.advance(4.0)  # 5 s after the first failure: it has left the window
+    assert fail_and_restart(sup, worker, clock)
+    assert not fail_and_restart(sup, worker, clock)  # 1 s and 0 s ago: two in the window
+
+
+def test_restart_window_none_counts_restarts_over_the_lifetime() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3, restart_window=None)
+    for _ in range(3):
+        assert fail_and_restart(sup, worker, clock)
+        clock.advance(3600.0)  # an hour apart
+    assert not fail_and_restart(sup, worker, clock)
+    assert sup.restarts == 3
+
+
+def test_the_default_budget_keeps_a_worker_failing_every_second_and_stops_a_crash_loop() -> None:
+    sup, worker, clock = supervisor(restart="on_failure")
+    for _ in range(100):  # a hang every second, each caught by a short step_timeout
+        assert fail_and_restart(sup, worker, clock)
+        clock.advance(1.0)
+    sup, worker, clock = supervisor(restart="on_failure")
+    for _ in range(Supervision().max_restarts):  # an env that fails at every start
+        assert fail_and_restart(sup, worker, clock)
+        clock.advance(0.05)
+    assert not fail_and_restart(sup, worker, clock)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"restart_window": 0}, "restart_window must be None or a number > 0, got 0"),
+        ({"restart_window": -5.0}, "restart_window must be None or a number > 0"),
+        ({"restart_window": "10"}, "restart_window must be None or a number > 0"),
+        ({"reset_timeout": 0.0}, "reset_timeout must be None or a number > 0"),
+        ({"reset_timeout": False}, "reset_timeout must be None or a number > 0"),
+        ({"max_restarts": 2.5}, "max_restarts must be an int >= 0"),
+    ],
+)
+def test_new_options_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Supervision(**options)
+    with pytest.raises(ValueError, match=message):
+        aioenv.pool._options.PoolOptions(**options)
+
+
+def test_each_phase_gets_its_own_deadline() -> None:
+    options = Supervision(step_timeout=1.0, reset_timeout=30.0)
+    assert options.deadline("step") == 1.0
+    assert options.deadline("reset") == 30.0
+    assert options.deadline("step and reset") == 31.0
+    assert options.deadline("rollout", 40) == 40.0  # a segment: one step deadline per step
+    assert options.deadline("start-up") == 60.0  # max(step, reset, 60)
+    assert Supervision(reset_timeout=90.0).deadline("start-up") == 90.0
+    assert Supervision(reset_timeout=90.0).deadline("step") is None
+    assert Supervision(reset_timeout=90.0).deadline("step and reset") is None
+    same = Supervision(step_timeout=2.0)  # reset_timeout None: a reset gets step_timeout
+    assert (same.deadline("reset"), same.deadline("step and reset")) == (2.0, 4.0)
+    assert Supervision(step_timeout=2.0, start_timeout=5.0).deadline("start-up") == 5.0
+
+
+def test_the_supervisor_arms_the_deadline_of_the_phase_and_names_it() -> None:
+    sup, worker, clock = supervisor(step_timeout=1.0, reset_timeout=30.0)
+    assert sup.phase == "start-up"
+    sup.answered()
+    worker.awaited = 1
+    sup.arm(clock, 1, "reset")
+    assert (sup.phase, sup.timeout()) == ("reset", 30.0)
+    clock.advance(29.0)
+    assert worker.calls == []
+    sup.answered()
+    worker.awaited = 2
+    sup.arm(clock, 2, "step")
+    clock.advance(1.5)
+    assert worker.calls == [("time_out", 2, pytest.approx(1.5))]
+    error = timeout_error("thread worker 0 (X)", 0, 2, sup.phase, 1.5, 1.0, "dropped")
+    assert "request 2 (step) ran 1.50 s, past its deadline of 1 s; dropped" in str(error)
+
+
+def test_a_step_that_may_reset_is_told_from_a_plain_step() -> None:
+    ended = Step(0, 1.0, terminated=True)
+    going = Step(0, 1.0)
+    batch = BatchStep(np.zeros(2), np.zeros(2), np.array([False, True]), np.zeros(2, bool), {})
+    assert request_phase(aioenv.RESET, "same_step", False) == "reset"
+    assert request_phase(aioenv.Reset(seed=1), "disabled", False) == "reset"
+    assert request_phase(1, "disabled", True) == "step"
+    assert request_phase(1, "same_step", False) == "step and reset"
+    assert request_phase(1, "next_step", episode_ended(ended)) == "step and reset"
+    assert request_phase(1, "next_step", episode_ended(going)) == "step"
+    assert episode_ended(batch)  # one env of the group resets at the next step
+    assert not episode_ended(
+        BatchStep(np.zeros(2), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
+    )
+    assert episode_ended({"custom": "state"})  # unreadable: it may have
+
+
+def test_a_workers_own_deadlines_win_over_the_pools() -> None:
+    pool = Supervision(step_timeout=1.0, reset_timeout=5.0, restart="on_failure")
+    merged = pool.under(Supervision(reset_timeout=30.0))
+    assert (merged.step_timeout, merged.reset_timeout, merged.restart) == (1.0, 30.0, "on_failure")
+    assert pool.under(Supervision()).reset_timeout == 5.0

@@ -147,3 +147,24 @@ async def test_vector_env_works_when_called_from_inside_a_running_loop() -> None
         assert venv.step(np.array([0, 1]))[0].shape == (2, 4)
     finally:
         venv.close()
+
+
+def test_a_constructor_that_raised_leaves_nothing_for_the_collector_to_trip_on() -> None:
+    """gymnasium's ``VectorEnv.__del__`` (1.1 has one) closes even an env whose constructor
+    raised: that close finds nothing to close and raises nothing."""
+    import gc
+    import sys
+
+    unraisable: list[Any] = []
+    previous, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        try:
+            aioenv.AioVectorEnv(lambda: 42, num_envs=2)
+        except TypeError as error:  # not pytest.raises: its record would keep the env alive
+            assert "neither a gymnasium.Env" in str(error)
+        else:
+            pytest.fail("a factory of ints built a vector env")
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert [hook.exc_value for hook in unraisable] == []

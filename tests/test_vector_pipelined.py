@@ -215,6 +215,12 @@ def test_mixing_lockstep_and_pipelined_calls_says_what_to_do() -> None:
         assert venv.step(np.zeros(N, np.int64))[0].shape == (N, 2)
 
 
+#: Rounds to cycle while waiting for one env's error: a bound, not a figure. On a busy
+#: machine the other envs' processes can be scheduled far more often than the exploding
+#: one's, so a few dozen rounds may all go to them.
+UNTIL_THE_ERROR = 20_000
+
+
 def cycle(venv: aioenv.AioVectorEnv, rounds: int) -> None:
     """Take the envs that come back and send them action 0 again, ``rounds`` times."""
     for _ in range(rounds):
@@ -232,7 +238,7 @@ def test_an_env_error_in_recv_is_raised_and_the_other_envs_go_on(mode: str) -> N
             venv.recv()
         venv.send(np.zeros(N, np.int64), env_id=range(N))
         with pytest.raises(ValueError, match="Walk exploded on purpose") as raised:
-            cycle(venv, rounds=40)
+            cycle(venv, rounds=UNTIL_THE_ERROR)
         # where it happened: a note on Python 3.11+, the cause on 3.10 (no notes there)
         notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
         assert "env 1 of the AioVectorEnv" in notes
@@ -249,7 +255,7 @@ def test_no_state_is_lost_when_an_env_error_stops_a_recv() -> None:
     with aioenv.AioVectorEnv(factories, mode="thread", batch_size=2) as venv:
         venv.async_reset(seed=0)
         with pytest.raises(ValueError, match="Walk exploded on purpose"):
-            cycle(venv, rounds=40)
+            cycle(venv, rounds=UNTIL_THE_ERROR)
         # the three other envs are in flight, or taken by the recv that raised: two come
         # back now, the third later; none is lost
         assert 1 not in venv.recv()[4]["env_id"]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from ..core._errors import WorkerError
 from ..core._messages import Autoreset, EpisodeOptions
-from ..workers._supervision import Supervision
+from ..workers._supervision import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Supervision
 
 __all__ = ["POOL_OPTIONS", "PoolOptions"]
 
@@ -20,15 +20,25 @@ class PoolOptions:
 
     :param cleanup_time: seconds each worker gets to close before it is terminated, then
         killed (default 5).
-    :param step_timeout: seconds a step or reset may take before the worker fails with
+    :param step_timeout: seconds a step may take before the worker fails with
         :class:`~aioenv.WorkerTimeout` (its env is killed or abandoned); default None, no
         deadline.
     :param start_timeout: the same for building an env plus its first reset; default None:
-        ``max(step_timeout, 60)`` when ``step_timeout`` is set, else no deadline.
+        ``max(step_timeout, reset_timeout, 60)`` when either is set, else no deadline.
+    :param reset_timeout: the same for a reset; default None: ``step_timeout``. A step
+        that may also reset an env (autoreset ``"same_step"``; ``"next_step"`` after an
+        episode ended) gets ``step_timeout + reset_timeout``; a rollout segment gets
+        ``step_timeout`` per transition it plays.
     :param restart: ``"never"`` (default) or ``"on_failure"``: rebuild a worker's env after
         an env exception, a death or a timeout; the state in flight is replaced by the new
         env's reset state, marked in ``info["aioenv"]``.
-    :param max_restarts: restarts allowed per worker (default 3); then the error is raised.
+    :param max_restarts: restarts allowed per worker within ``restart_window`` (default
+        10); the failure that would make one more within the window is raised instead,
+        and the worker is given up.
+    :param restart_window: seconds over which ``max_restarts`` counts a worker's restarts
+        (default 10): a sliding window over the times of its failures, so rare failures
+        never use up the budget while a crash loop does within seconds. None: restarts
+        are counted over the worker's lifetime.
     :param restart_backoff: seconds before a restart (default 0), doubling for back-to-back
         failures, at most 10.
     :param on_failure: called with every failure (a :class:`~aioenv.WorkerError`),
@@ -46,8 +56,10 @@ class PoolOptions:
     cleanup_time: float = 5.0
     step_timeout: float | None = None
     start_timeout: float | None = None
+    reset_timeout: float | None = None
     restart: Literal["never", "on_failure"] = "never"
-    max_restarts: int = 3
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    restart_window: float | None = DEFAULT_RESTART_WINDOW
     restart_backoff: float = 0.0
     on_failure: Callable[[WorkerError], None] | None = None
     autoreset: Autoreset = "disabled"
@@ -67,8 +79,10 @@ class PoolOptions:
         return Supervision(
             step_timeout=self.step_timeout,
             start_timeout=self.start_timeout,
+            reset_timeout=self.reset_timeout,
             restart=self.restart,
             max_restarts=self.max_restarts,
+            restart_window=self.restart_window,
             restart_backoff=self.restart_backoff,
             on_failure=on_failure,
         )

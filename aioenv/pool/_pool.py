@@ -25,6 +25,7 @@ from ..core._messages import Autoreset
 from ..loops._here import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
+from ..workers._supervision import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW
 from ._batch import Batch
 from ._episodes import EpisodeCounter, EpisodeStats
 from ._options import PoolOptions
@@ -69,8 +70,10 @@ class WorkerPool(abc.ABC, Generic[S]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
         restart: Literal["never", "on_failure"] = "never",
-        max_restarts: int = 3,
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+        restart_window: float | None = DEFAULT_RESTART_WINDOW,
         restart_backoff: float = 0.0,
         on_failure: Callable[[WorkerError], None] | None = None,
         autoreset: Autoreset = "disabled",
@@ -88,8 +91,10 @@ class WorkerPool(abc.ABC, Generic[S]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
             restart=restart,
             max_restarts=max_restarts,
+            restart_window=restart_window,
             restart_backoff=restart_backoff,
             on_failure=on_failure,
             autoreset=autoreset,

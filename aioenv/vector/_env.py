@@ -377,6 +377,10 @@ class AioVectorEnv(VectorEnv):
         return None if all(frame is None for frame in frames) else frames
 
     def close_extras(self, **kwargs: Any) -> None:
+        if "_finalizer" not in self.__dict__:
+            # The constructor raised before it placed any env; gymnasium's __del__ still
+            # calls close(), and there is nothing to close.
+            return
         self._finalizer.detach()
         self._envs.close()
 

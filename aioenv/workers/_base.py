@@ -30,14 +30,20 @@ from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTake
 from ..core._gymnasium import resolve_source
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._restarts import mark_restarted
-from ..core._rollouts import Rollout
 from ..core._seeds import check_seed, seeded_reset
 from ..loops._here import check_loop_move, not_on_asyncio
 from ._hooks import KindHooks
 from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
-from ._supervision import Remedies, Supervision, Supervisor, timeout_error
+from ._supervision import (
+    Remedies,
+    Supervision,
+    Supervisor,
+    episode_ended,
+    request_phase,
+    timeout_error,
+)
 
 __all__ = ["FirstReplyCheck", "Worker"]
 
@@ -56,11 +62,14 @@ class Worker(KindHooks, Generic[S]):
         continue the env's RNG. None (the default): the env seeds itself.
     :param cleanup_time: seconds ``aclose`` waits for the env to close before forcing it
         (default 5).
-    :param step_timeout: seconds a step or reset may take before the worker fails with
+    :param step_timeout: seconds a step may take before the worker fails with
         :class:`~aioenv.WorkerTimeout`; None (the default): no deadline. A pool's own
-        ``step_timeout`` applies where the worker sets none.
+        deadlines apply where the worker sets none.
     :param start_timeout: the same for building the env and its first reset; None (the
-        default): ``max(step_timeout, 60)`` when a ``step_timeout`` is in force, else none.
+        default): ``max(step_timeout, reset_timeout, 60)`` when either is in force, else
+        none.
+    :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
+        step that may also reset (autoreset) gets ``step_timeout + reset_timeout``.
     """
 
     kind: ClassVar[str]
@@ -74,6 +83,7 @@ class Worker(KindHooks, Generic[S]):
         cleanup_time: float,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
     ) -> None:
         check_seed(seed)
         if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
@@ -100,9 +110,14 @@ class Worker(KindHooks, Generic[S]):
             awaiting=self._awaiting,
             time_out=self._timed_out,
         )
-        options = Supervision(step_timeout=step_timeout, start_timeout=start_timeout)
+        options = Supervision(
+            step_timeout=step_timeout, start_timeout=start_timeout, reset_timeout=reset_timeout
+        )
         self._supervisor = Supervisor(options, seed, remedies)
         self._episode = EpisodeOptions()
+        #: The last state delivered ended an episode (read only under autoreset
+        #: "next_step" with deadlines: the next step then resets, see request_phase).
+        self._episode_ended = False
         self._next_reset_seed: int | None = None  # from seed_next_reset()
         self._check_first_reply: FirstReplyCheck | None = None
         self._in_pool = False
@@ -164,7 +179,10 @@ class Worker(KindHooks, Generic[S]):
             supervisor.restart(seq, supervisor.pending_restart)
             return
         if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
-            self._arm(seq, action.num_steps * self.num_envs if type(action) is Rollout else 1)
+            phase = request_phase(action, self._episode.autoreset, self._episode_ended)
+            steps = action.num_steps * self.num_envs if phase == "rollout" else 1
+            assert self._loop is not None  # before submitting: a sync worker answers inside
+            supervisor.arm(self._loop, seq, phase, steps)
         try:
             self._submit(seq, action)
         except BaseException:
@@ -361,6 +379,8 @@ class Worker(KindHooks, Generic[S]):
             self._on_failure(self._env_error(result), env_gone=False)
             return
         reason = supervisor.succeeded()
+        if supervisor.has_deadlines and self._episode.autoreset == "next_step":
+            self._episode_ended = episode_ended(result)
         if reason is not None:
             result = mark_restarted(result, reason)
         flight.awaited = 0
@@ -381,10 +401,10 @@ class Worker(KindHooks, Generic[S]):
         self._supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
-        starting = self._supervisor.starting
-        cause = self._start_delay_cause() if starting else None
+        phase = self._supervisor.phase
+        cause = self._start_delay_cause() if phase == "start-up" else None
         reason = f"the env was {self._discard_verb}{'' if cause is None else f'; {cause}'}"
-        error = timeout_error(self.name, self.worker_id, seq, starting, elapsed, timeout, reason)
+        error = timeout_error(self.name, self.worker_id, seq, phase, elapsed, timeout, reason)
         self._on_failure(error, env_gone=True)
 
     # Remedies: what the supervisor does through the worker ----------------------------
@@ -398,18 +418,13 @@ class Worker(KindHooks, Generic[S]):
             self._failure = error
         self._flight.fail(self.worker_id, error)
 
-    def _arm(self, seq: int, steps: int) -> None:
-        """Start the deadline of request ``seq``, ``steps`` transitions long."""
-        assert self._loop is not None  # before submitting: a sync worker answers inside
-        self._supervisor.request_steps = steps
-        self._supervisor.arm(self._loop, seq)
-
     def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
         supervisor = self._supervisor
         try:
             self._spawn(seed)
             if supervisor.has_deadlines:
-                self._arm(seq, 1)
+                assert self._loop is not None
+                supervisor.arm(self._loop, seq, "reset")
             self._submit(seq, RESET)
         except Exception as exc:  # no new env could be started: give up on this worker
             supervisor.restart_failed()

@@ -44,7 +44,8 @@ class AsyncEnvWorker(Worker[S]):
     at most ``cleanup_time`` seconds before cancelling the close as well.
 
     The options are :class:`Worker`'s: ``seed`` (default None), ``cleanup_time`` (seconds,
-    default 5), ``step_timeout`` and ``start_timeout`` (seconds, default None).
+    default 5), ``step_timeout``, ``start_timeout`` and ``reset_timeout`` (seconds,
+    default None).
     """
 
     kind = "coroutine"
@@ -58,6 +59,7 @@ class AsyncEnvWorker(Worker[S]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -65,6 +67,7 @@ class AsyncEnvWorker(Worker[S]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         self._envs: list[_EnvTask] = []  # the current env's, and discarded ones still closing
         self._host: CoroutineHost | None = None  # None: the env's coroutines run on the loop

@@ -1,27 +1,38 @@
-"""How a worker is supervised: step deadlines, restarts and failure reports.
+"""How a worker is supervised: deadlines per phase, restart budgets and failure reports.
 
 :class:`Supervision` holds the options (a pool's, merged with a worker's own deadlines);
-:class:`Supervisor` is one worker's state machine over them. Timers run on the worker's
-event loop through :class:`Clock` (asyncio's ``call_later``): the worker level uses
-asyncio's primitives, which uvloop speeds up.
+:class:`Supervisor` is one worker's state machine over them; :func:`request_phase` says
+which deadline a request gets. Timers run on the worker's event loop through
+:class:`Clock` (asyncio's ``call_later``): the worker level uses asyncio's primitives,
+which uvloop speeds up.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
+from ..core._commands import is_reset
+from ..core._environment import BatchStep, Step
 from ..core._errors import WorkerError, WorkerTimeout
+from ..core._messages import Autoreset
+from ..core._rollouts import Rollout
 from ..core._seeds import restart_seed
 
 __all__ = [
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_RESTART_WINDOW",
     "DEFAULT_START_TIMEOUT",
     "Clock",
+    "Phase",
     "Remedies",
     "Supervision",
     "Supervisor",
     "describe_failure",
+    "episode_ended",
+    "request_phase",
     "restart_seed",
     "timeout_error",
 ]
@@ -30,6 +41,17 @@ __all__ = [
 #: set: simulators can take far longer to start than to step.
 DEFAULT_START_TIMEOUT = 60.0
 
+#: The default restart budget: at most this many restarts of a worker within
+#: :data:`DEFAULT_RESTART_WINDOW` seconds. A worker whose env hangs now and then (even
+#: one hang every 10 s, each costing a short ``step_timeout``) keeps its restarts for
+#: days; an env failing at every start uses them up within seconds.
+DEFAULT_MAX_RESTARTS = 10
+DEFAULT_RESTART_WINDOW = 10.0
+
+#: Which deadline a request gets: building an env plus its first reset, a reset, a step,
+#: a step that may also reset an env (autoreset), or a rollout segment.
+Phase = Literal["start-up", "reset", "step", "step and reset", "rollout"]
+
 _MAX_BACKOFF = 10.0
 
 
@@ -37,14 +59,20 @@ _MAX_BACKOFF = 10.0
 class Supervision:
     """What to do about slow and failing workers.
 
-    :param step_timeout: seconds a step (or reset) may take; None (the default): no
-        deadline.
+    :param step_timeout: seconds a step may take; None (the default): no deadline.
     :param start_timeout: the same for construction plus the first reset after a
-        (re)start; None (the default) means ``max(step_timeout, 60)`` when
-        ``step_timeout`` is set, else no deadline.
+        (re)start; None (the default) means ``max(step_timeout, reset_timeout, 60)`` when
+        either is set, else no deadline.
+    :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
+        step that may also reset (autoreset ``"same_step"``, or ``"next_step"`` after an
+        episode ended) gets ``step_timeout + reset_timeout``.
     :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild the env after an
         env exception, a death or a timeout.
-    :param max_restarts: at most this many restarts per worker (default 3).
+    :param max_restarts: at most this many restarts per worker within ``restart_window``
+        (default 10); the failure that would make one more gives the worker up.
+    :param restart_window: seconds over which restarts are counted (default 10): a
+        sliding window over the times of the worker's failures. None: restarts are
+        counted over the worker's lifetime.
     :param restart_backoff: seconds to wait before the first restart (default 0), doubling
         for back-to-back failures, capped at 10 s.
     :param on_failure: called with every failure, restarted or not (default None).
@@ -52,20 +80,25 @@ class Supervision:
 
     step_timeout: float | None = None
     start_timeout: float | None = None
+    reset_timeout: float | None = None
     restart: Literal["never", "on_failure"] = "never"
-    max_restarts: int = 3
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    restart_window: float | None = DEFAULT_RESTART_WINDOW
     restart_backoff: float = 0.0
     on_failure: Callable[[WorkerError], None] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("step_timeout", "start_timeout"):
+        for name in ("step_timeout", "start_timeout", "reset_timeout", "restart_window"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            ):
                 raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
         if self.restart not in ("never", "on_failure"):
             raise ValueError(f"restart must be 'never' or 'on_failure', got {self.restart!r}")
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        max_restarts = self.max_restarts
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
         if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
             raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
 
@@ -75,20 +108,37 @@ class Supervision:
             self,
             step_timeout=own.step_timeout or self.step_timeout,
             start_timeout=own.start_timeout or self.start_timeout,
+            reset_timeout=own.reset_timeout or self.reset_timeout,
         )
 
     @property
     def has_deadlines(self) -> bool:
-        return self.step_timeout is not None or self.start_timeout is not None
+        return (
+            self.step_timeout is not None
+            or self.start_timeout is not None
+            or self.reset_timeout is not None
+        )
 
-    def deadline(self, starting: bool) -> float | None:
-        if not starting:
-            return self.step_timeout
+    def deadline(self, phase: Phase, steps: int = 1) -> float | None:
+        """Seconds a request of ``phase`` may take (None: no deadline); a rollout segment
+        (or a start-up that plays one) gets one step deadline per transition, ``steps``."""
+        step = self.step_timeout
+        if phase == "step":
+            return step
+        if phase == "rollout":
+            return None if step is None else step * steps
+        reset = step if self.reset_timeout is None else self.reset_timeout
+        if phase == "reset":
+            return reset
+        if phase == "step and reset":
+            return None if step is None or reset is None else step + reset
         if self.start_timeout is not None:
-            return self.start_timeout
-        if self.step_timeout is not None:
-            return max(self.step_timeout, DEFAULT_START_TIMEOUT)
-        return None
+            start = self.start_timeout
+        elif step is not None or reset is not None:
+            start = max(step or 0.0, reset or 0.0, DEFAULT_START_TIMEOUT)
+        else:
+            return None
+        return start * steps
 
     def backoff(self, consecutive_failures: int) -> float:
         if self.restart_backoff <= 0:
@@ -135,9 +185,13 @@ class Remedies:
 
 
 class Supervisor:
-    """One worker's supervision: the deadline of the request in flight, restarts so far,
-    back-to-back failures, and what to do about the next failure: restart the env (after a
-    backoff, with a deterministic seed) or raise the error.
+    """One worker's supervision: the deadline of the request in flight, restarts so far
+    (and when), back-to-back failures, and what to do about the next failure: restart the
+    env (after a backoff, with a deterministic seed) or raise the error.
+
+    The restart budget is a rate: a restart is allowed while fewer than ``max_restarts``
+    restarts fall within the last ``restart_window`` seconds (all of them when the window
+    is None), counted at the times of the failures that caused them.
 
     The worker owns it and drives it: it arms a deadline for each request, reports each
     answer and failure, and gives it :class:`Remedies` to act through. Timers run on a
@@ -152,6 +206,8 @@ class Supervisor:
         self.seed = seed
         #: Restarts so far (each rebuilt the env after a failure).
         self.restarts = 0
+        #: When the failures that caused the restarts still within the window happened.
+        self._restart_times: collections.deque[float] = collections.deque()
         #: The current env has not answered a request yet (start-up deadlines apply).
         self.starting = True
         #: The env failed while no request was in flight: the next request restarts it.
@@ -159,8 +215,10 @@ class Supervisor:
         self._remedies = remedies
         self._consecutive_failures = 0
         self._restart_reason: str | None = None
-        #: The request in flight is this many steps long (a rollout segment): its deadline
-        #: is that many step deadlines.
+        #: What the request in flight is (see :func:`request_phase`), and how many
+        #: transitions it plays (a rollout segment: its deadline is that many step
+        #: deadlines).
+        self.request_phase: Phase = "step"
         self.request_steps = 1
         self._timer: Cancellable | None = None
         self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
@@ -170,15 +228,19 @@ class Supervisor:
         self.has_deadlines = options.has_deadlines
 
     # Deadlines -------------------------------------------------------------------------
-    def timeout(self) -> float | None:
-        """Seconds the next request may take (None: no deadline)."""
-        deadline = self.options.deadline(starting=self.starting)
-        if deadline is None or self.request_steps == 1:
-            return deadline
-        return deadline * self.request_steps
+    @property
+    def phase(self) -> Phase:
+        """The phase of the request in flight: ``"start-up"`` until the env answered."""
+        return "start-up" if self.starting else self.request_phase
 
-    def arm(self, clock: Clock, seq: int) -> None:
-        """Start the deadline of request ``seq``, sent now."""
+    def timeout(self) -> float | None:
+        """Seconds the request in flight may take (None: no deadline)."""
+        return self.options.deadline(self.phase, self.request_steps)
+
+    def arm(self, clock: Clock, seq: int, phase: Phase = "step", steps: int = 1) -> None:
+        """Start the deadline of request ``seq`` of ``phase``, ``steps`` transitions long,
+        sent now."""
+        self.request_phase, self.request_steps = phase, steps
         timeout = self.timeout()
         if timeout is not None:
             self._timer = clock.call_later(timeout, self._expire, clock, seq, timeout, clock.time())
@@ -216,9 +278,7 @@ class Supervisor:
         options, remedies = self.options, self._remedies
         self._restart_reason = None
         self._consecutive_failures += 1
-        restarting = options.restart == "on_failure" and self.restarts < options.max_restarts
-        if restarting:
-            self.restarts += 1
+        restarting = options.restart == "on_failure" and self._take_restart(clock.time())
         if options.on_failure is not None:
             options.on_failure(error)
         if restarting or env_gone:
@@ -235,6 +295,18 @@ class Supervisor:
             return
         delay = options.backoff(self._consecutive_failures)
         self._scheduled = (clock.call_later(delay, self.restart, in_flight, reason), reason)
+
+    def _take_restart(self, now: float) -> bool:
+        """Spend one restart on a failure at ``now``; False: the budget is used up."""
+        window, times = self.options.restart_window, self._restart_times
+        if window is not None:
+            while times and times[0] <= now - window:
+                times.popleft()
+        if len(times) >= self.options.max_restarts:
+            return False
+        times.append(now)
+        self.restarts += 1
+        return True
 
     def restart(self, seq: int, reason: str) -> None:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
@@ -271,19 +343,44 @@ def describe_failure(error: WorkerError) -> str:
     return f"{type(error).__name__}: {error.args[0] if error.args else error}"
 
 
+def request_phase(action: Any, autoreset: Autoreset, episode_ended: bool) -> Phase:
+    """Which deadline a request for ``action`` gets (once the env has started): a reset's,
+    a step's, a rollout segment's, or a step's plus a reset's for a step that may also
+    reset an env: under autoreset ``"same_step"`` any step, under ``"next_step"`` the one
+    after a state that ended an episode (``episode_ended``, see :func:`episode_ended`;
+    with several envs per worker, the step that resets those whose episode ended)."""
+    if type(action) is Rollout:
+        return "rollout"
+    if is_reset(action):
+        return "reset"
+    if autoreset == "same_step" or (autoreset == "next_step" and episode_ended):
+        return "step and reset"
+    return "step"
+
+
+def episode_ended(state: Any) -> bool:
+    """Whether ``state`` ended an episode of some env of its worker (a state aioenv cannot
+    read, a custom env's or a rollout segment, may have: True)."""
+    if isinstance(state, Step):
+        return state.terminated or state.truncated
+    if isinstance(state, BatchStep):
+        return bool(state.dones.any())
+    return True
+
+
 def timeout_error(
     name: str,
     worker_id: int | None,
     seq: int,
-    starting: bool,
+    phase: Phase,
     elapsed: float,
     timeout: float,
     remedy: str,
 ) -> WorkerTimeout:
-    """The error of ``name``'s request ``seq``, past its deadline: which deadline, how long
-    it ran, and what was done about it (``remedy``)."""
+    """The error of ``name``'s request ``seq`` of ``phase``, past its deadline: which
+    deadline, how long it ran, and what was done about it (``remedy``)."""
     return WorkerTimeout(
-        f"{name}: request {seq} ({'start-up' if starting else 'step'}) ran "
+        f"{name}: request {seq} ({phase}) ran "
         f"{elapsed:.2f} s, past its deadline of {timeout:g} s; {remedy}",
         worker_id=worker_id,
         seq=seq,

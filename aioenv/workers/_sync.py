@@ -36,6 +36,7 @@ class SyncWorker(Worker[S]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -43,6 +44,7 @@ class SyncWorker(Worker[S]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         self._runner = make_runner(self.source, seed)
 

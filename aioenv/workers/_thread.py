@@ -46,6 +46,7 @@ class ThreadWorker(Worker[S]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -53,6 +54,7 @@ class ThreadWorker(Worker[S]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         self._threads: list[_EnvThread] = []
         self._spawn(seed)

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import cloudpickle
 import faulty_env
 import pytest
+from faulty_env import FaultyEnv
+from leaks import memory_files, new_fds, open_fds
+from support import wait_until
+
+import aioenv
 
 cloudpickle.register_pickle_by_value(faulty_env)
 
@@ -25,8 +31,32 @@ def release(tmp_path: Path) -> Iterator[str]:
     path.touch()
 
 
+@pytest.fixture(scope="session")
+def session_fds_opened() -> None:
+    """Open what serves the whole session before any test counts descriptors: the
+    forkserver and its connection, and what the first run of each kind of event loop opens
+    for the process (uvloop keeps a pipe; a second run opens nothing)."""
+
+    async def one_pool() -> None:
+        workers: list[aioenv.Worker[Any]] = [
+            aioenv.ProcessWorker(FaultyEnv, shared_memory=True),
+            aioenv.ThreadWorker(FaultyEnv),
+        ]
+        async with aioenv.AsyncWorkerPool(workers) as pool:
+            pool.reset()
+            await pool.get_batch(min_size=len(workers))
+
+    anyio.run(one_pool)
+    anyio.run(one_pool, backend_options={"use_uvloop": True})
+
+
 @pytest.fixture
-def no_fd_or_shm_leaks() -> Iterator[None]:
-    shm_before = set(os.listdir("/dev/shm"))
+def no_fd_or_memfd_leaks(session_fds_opened: None) -> Iterator[None]:
+    """The test leaves no file descriptor open that it found closed, in particular none of
+    aioenv's shared-memory files (memfds; a worker's descriptors close as it is reaped)."""
+    before = open_fds()
     yield
-    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared-memory segments"
+    wait_until(lambda: not new_fds(before, open_fds()))
+    after = open_fds()
+    assert not memory_files(after), f"shared-memory files left open: {memory_files(after)}"
+    assert not new_fds(before, after), f"file descriptors left open: {new_fds(before, after)}"

@@ -120,7 +120,8 @@ class FaultyEnv(gymnasium.Env[np.ndarray, Any]):
 
 class AsyncFaultyEnv:
     """:class:`FaultyEnv` as a coroutine env (async ``reset``/``step`` returning gymnasium's
-    tuples): a ``sleep`` fault awaits on the event loop instead of blocking it."""
+    tuples): a ``sleep`` or ``hang`` fault awaits on the event loop instead of blocking it
+    (a hang until cancelled)."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.env = FaultyEnv(**kwargs)
@@ -134,8 +135,8 @@ class AsyncFaultyEnv:
         return self.env.reset(seed=seed, options=options)  # type: ignore[no-any-return]
 
     async def step(self, action: Any) -> Any:
-        if isinstance(action, dict) and action.get("fault") == "sleep":
-            await asyncio.sleep(action.get("arg", 0.0))
+        if isinstance(action, dict) and action.get("fault") in ("sleep", "hang"):
+            await asyncio.sleep(action.get("arg", 0.0) if action["fault"] == "sleep" else 3600)
             action = {key: value for key, value in action.items() if key not in ("fault", "arg")}
         await asyncio.sleep(0)
         return self.env.step(action)

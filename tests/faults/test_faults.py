@@ -14,12 +14,13 @@ import anyio
 import numpy as np
 import pytest
 from faulty_env import PROCESS_ONLY, FaultyEnv
+from leaks import memory_files, new_fds, open_fds
 from support import WORKERS, wait_until, worker_threads
 
 import aioenv
 from aioenv import RESET
 
-pytestmark = pytest.mark.usefixtures("no_fd_or_shm_leaks")
+pytestmark = pytest.mark.usefixtures("no_fd_or_memfd_leaks")
 
 EXPECTED: dict[str, tuple[type[aioenv.WorkerError], int | None]] = {
     "raise": (aioenv.EnvError, None),
@@ -307,8 +308,7 @@ async def test_start_timeout_applies_to_construction_and_first_reset(kind: str) 
     del slow_start
 
 
-@pytest.mark.parametrize("pool_kind", POOLS)
-async def test_sync_workers_report_a_step_past_its_deadline(pool_kind: str) -> None:
+async def test_sync_workers_report_a_step_past_its_deadline() -> None:
     worker = aioenv.SyncWorker(FaultyEnv)
     async with aioenv.SyncWorkerPool([worker], step_timeout=0.1) as pool:
         driver = Driver(pool)
@@ -402,6 +402,18 @@ async def test_fds_are_released_after_faults() -> None:
     before = len(os.listdir("/proc/self/fd"))
     await run_faulty_pool()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_leak_check_sees_a_memory_file_left_open() -> None:
+    before = open_fds()
+    fd = os.memfd_create("aioenv-observations", os.MFD_CLOEXEC)
+    try:
+        after = open_fds()
+        assert memory_files(after) == ["/memfd:aioenv-observations (deleted)"]
+        assert new_fds(before, after) == ["/memfd:aioenv-observations (deleted)"]
+    finally:
+        os.close(fd)
+    assert not new_fds(before, open_fds())
 
 
 # Bad input --------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ...wire._frames import (
     encode_action,
     encode_array_action,
     loads,
+    raw_dtype,
 )
 from ...wire._shared_memory import (
     AUTO_THRESHOLD,
@@ -114,6 +115,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         context: Context | str | None = None,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
         shared_memory: bool | Literal["auto"] = "auto",
         idle_spin: float = 0.0,
         threads_per_env: int | None = 1,
@@ -126,6 +128,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         try:
             self._payload = pickling.dumps(self.source)
@@ -236,7 +239,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
-        elif type(action) is np.ndarray and not action.dtype.hasobject:
+        elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
             self._submit_control_like(seq, action)

@@ -8,17 +8,25 @@ actor call. Each call's reply is awaited natively: the ``ObjectRef``'s future co
 Ray's own thread and ``asyncio.wrap_future`` hands it to the loop (no thread per call, no
 polling, no blocking ``ray.get``). Calls to one actor run in the order they were made, so
 their answers are delivered in that order too.
+
+Creating an actor and killing one are calls to Ray's control store that wait for its
+answer (tens of milliseconds, up to a second on busy cores). Made from a thread that runs
+an event loop (a restart, a step past its deadline, closing), they go to
+:data:`_CONTROL_CALLS`, a thread of their own, so the loop never waits for them; messages
+for an actor still being created wait in the host until it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
 import importlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,6 +79,52 @@ def init_ray(ray: Any) -> None:
         ray.init(**LOCAL_RAY_DEFAULTS)
 
 
+class _ControlCalls:
+    """Runs Ray's control calls (creating and killing actors) in the order they were
+    asked for, in a thread started when there is one to make and gone when there is none
+    left (so no thread outlives the work)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
+        self._queue = collections.deque()
+        self._running = False
+
+    def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((future, call))
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="aioenv-ray-control", daemon=True).start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+                future, call = self._queue.popleft()
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+
+#: The process's one queue of control calls, so that an actor is killed only after its
+#: creation was asked for, whichever host asks.
+_CONTROL_CALLS = _ControlCalls()
+
+
+def _on_event_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Recipe:
     """What starts an actor: kept so that a replacement can be started after a death
@@ -120,10 +174,23 @@ class ActorHost(Replaceable["ActorHost"]):
         )
         self._ray = ray = import_ray()
         init_ray(ray)
-        actor_class = _actor_class(ray).options(**options)
-        self._actor = actor_class.remote(
-            list(payloads), list(seeds), episode, registry, thread_caps
-        )
+        actor_class = _actor_class(ray).options(**options)  # bad options fail here, at once
+
+        def create() -> Any:
+            return actor_class.remote(list(payloads), list(seeds), episode, registry, thread_caps)
+
+        #: The actor's handle once it is created (None until then).
+        self._actor: Any = None
+        #: Its creation, asked of Ray off the event loop when made on one.
+        self._created: concurrent.futures.Future[Any]
+        loop = _on_event_loop()
+        if loop is None:
+            self._created = concurrent.futures.Future()
+            self._created.set_result(create())
+            self._actor = self._created.result()
+        else:
+            self._created = _CONTROL_CALLS.submit(create)
+            self._created.add_done_callback(lambda _: _call_soon_threadsafe(loop, self._on_created))
         self.size = len(payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
@@ -146,8 +213,30 @@ class ActorHost(Replaceable["ActorHost"]):
 
     @property
     def actor_id(self) -> str:
-        """The actor's id in the cluster (hex)."""
-        return str(self._actor._actor_id.hex())
+        """The actor's id in the cluster (hex); waits for the actor's creation if it was
+        asked for from an event loop and is not made yet."""
+        return str(self._created.result()._actor_id.hex())
+
+    @property
+    def label(self) -> str:
+        """The actor's id, short, or that it is being created (without waiting)."""
+        if not self._created.done() or self._created.exception() is not None:
+            return "being created"
+        return self.actor_id[:8]
+
+    def _handle(self) -> Any:
+        """The actor's handle, or None while it is being created (or could not be)."""
+        if self._actor is None and self._created.done() and self._created.exception() is None:
+            self._actor = self._created.result()
+        return self._actor
+
+    def _on_created(self) -> None:
+        """On the loop, once Ray has created the actor (or failed to): send what waits."""
+        error = self._created.exception()
+        if error is not None:
+            self._die(f"its Ray actor could not be created ({_first_line(error)})")
+        elif self._queued and self._loop is not None:
+            self._schedule_flush()
 
     @property
     def in_use(self) -> bool:
@@ -181,11 +270,14 @@ class ActorHost(Replaceable["ActorHost"]):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        actor = self._handle()
+        if actor is None:
+            return  # still being created: sent once it is (_on_created)
         messages, self._queued = self._queued, []
         if not messages or not self.alive:
             return
         assert self._loop is not None
-        ref = self._actor.serve.remote(messages)
+        ref = actor.serve.remote(messages)
         reply = asyncio.wrap_future(ref.future(), loop=self._loop)
         self._calls.append(_ActorCall(messages, reply, ref))
         reply.add_done_callback(self._on_reply)
@@ -266,6 +358,10 @@ class ActorHost(Replaceable["ActorHost"]):
         and wait (up to :data:`KILL_GRACE` seconds) until Ray reports it dead. Returns
         whether it did."""
         self._queued.clear()  # requests not sent yet: nobody waits for their answers now
+        try:
+            await asyncio.wrap_future(self._created)
+        except Exception:
+            return True  # never created: nothing to end
         if self.alive:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._call("close"), cleanup_time)
@@ -281,12 +377,22 @@ class ActorHost(Replaceable["ActorHost"]):
         return False
 
     def _call(self, method: str, *args: Any) -> asyncio.Future[Any]:
-        ref = getattr(self._actor, method).remote(*args)
+        ref = getattr(self._handle(), method).remote(*args)
         return asyncio.wrap_future(ref.future())
 
     def _kill_actor(self) -> None:
-        with contextlib.suppress(Exception):  # already gone: nothing left to kill
-            self._ray.kill(self._actor, no_restart=True)
+        """Ask Ray to kill the actor: off the event loop when called on one (after its
+        creation, which was asked for first)."""
+        ray, created = self._ray, self._created
+
+        def kill() -> None:
+            with contextlib.suppress(Exception):  # never created, or already gone
+                ray.kill(created.result(), no_restart=True)
+
+        if _on_event_loop() is None:
+            kill()
+        else:
+            _CONTROL_CALLS.submit(kill)
 
 
 @functools.cache
@@ -297,6 +403,11 @@ def _actor_class(ray: Any) -> Any:
     from ._actor import EnvActor
 
     return ray.remote(EnvActor)
+
+
+def _call_soon_threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        loop.call_soon_threadsafe(callback)
 
 
 def _first_line(error: BaseException) -> str:

@@ -98,6 +98,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         cleanup_time: float = 5.0,
         step_timeout: float | None = None,
         start_timeout: float | None = None,
+        reset_timeout: float | None = None,
         threads_per_env: int | None = 1,
         _start: bool = True,
     ) -> None:
@@ -109,6 +110,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
             start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
         )
         try:
             self._payload = pickling.dumps(env)
@@ -146,7 +148,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         return cls._hosted(env, seeds, envs_per_actor, **options)
 
     def _where(self, host: ActorHost) -> str:
-        return f"actor {host.actor_id[:8]}"
+        return f"actor {host.label}"
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
