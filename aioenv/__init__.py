@@ -23,6 +23,7 @@ from .core._errors import (
     WorkerDied,
     WorkerError,
     WorkerPaused,
+    WorkerRemoved,
     WorkerTimeout,
 )
 from .core._gymnasium import GymnasiumEnvironment
@@ -32,7 +33,7 @@ from .pool._batch import Batch
 from .pool._episodes import EpisodeStats
 from .pool._factory import get_worker_pool, make_pool
 from .pool._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
-from .pool._remote_control import PerWorker
+from .pool._remote_control import PerWorker, WorkerResults
 from .pool._trajectories import Trajectories
 from .vector._env import AioVectorEnv, VectorEnvClosed
 from .vector._make_vec import make_vec
@@ -82,6 +83,8 @@ __all__ = [
     "WorkerError",
     "WorkerPaused",
     "WorkerPool",
+    "WorkerRemoved",
+    "WorkerResults",
     "WorkerTimeout",
     "__version__",
     "collect",

@@ -160,8 +160,9 @@ async def test_step_timeout_cancels_the_step_and_closes_the_env() -> None:
         assert caught.value.worker_id == 0
         await wait_for(lambda: built.envs[0].closed)
         assert built.envs[0].cancelled and not built.envs[1].cancelled
-        with pytest.raises(aioenv.WorkerTimeout):  # it failed for good
+        with pytest.raises(aioenv.WorkerRemoved) as removed:  # it failed for good
             pool.send_action(1, 0)
+        assert removed.value.__cause__ is caught.value
 
 
 async def test_timed_out_env_is_restarted_with_a_fresh_env() -> None:

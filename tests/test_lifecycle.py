@@ -139,8 +139,9 @@ async def test_an_env_raising_system_exit_is_a_dead_worker_for_every_kind(kind: 
         with pytest.raises(aioenv.WorkerDied) as raised:
             await asyncio.wait_for(pool.get_state(), 20)
         assert raised.value.exitcode == 7
-        with pytest.raises(aioenv.WorkerDied):
-            pool.send_action(1, 0)  # later actions raise it again
+        with pytest.raises(aioenv.WorkerRemoved) as removed:
+            pool.send_action(1, 0)  # later actions say it was given up on, and why
+        assert removed.value.__cause__ is raised.value
     async with aioenv.make_pool(Exiting, 1, mode=kind, restart="on_failure") as pool:
         await pool.reset_all()
         pool.send_action(1, 0)

@@ -62,8 +62,9 @@ async def test_worker_that_dies_mid_step_raises_worker_died(how: str) -> None:
         assert died.exitcode == (3 if how == "exit" else -signal.SIGKILL)
         assert "process worker 0" in str(died)
         assert results[1]["t"] == 1  # the other worker kept working
-        with pytest.raises(aioenv.WorkerDied):
+        with pytest.raises(aioenv.WorkerRemoved) as removed:
             pool.send_action(1, 0)  # a dead worker says so when used again
+        assert removed.value.__cause__ is died
         pool.send_action(1, 1)
         state, worker_id = await pool.get_state()  # type: ignore[misc]
         assert (worker_id, state["t"]) == (1, 2)

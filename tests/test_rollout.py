@@ -373,11 +373,15 @@ async def test_a_segment_past_its_deadline_times_out(gate: str) -> None:
         os.remove(gate)
         with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 0 .*past its deadline"):
             await pool.rollout(3, worker_ids=[0])
+        timeout = pool.removed[0]  # killed for good (no restarts): given up on
         envs.open_gate(gate)
         part = await pool.rollout(3, worker_ids=[1])
         assert len(part) == 3
-        with pytest.raises(aioenv.WorkerTimeout, match="process worker 0"):
-            await pool.rollout(3)  # worker 0 was killed for good (no restarts)
+        with pytest.raises(aioenv.WorkerRemoved, match="process worker 0") as removed:
+            await pool.rollout(3, worker_ids=[0])
+        assert removed.value.__cause__ is timeout
+        rest = await pool.rollout(3)  # the pool goes on with the rest
+        assert rest.worker_id.tolist() == [1, 1, 1]
 
 
 # The forced-sync twin --------------------------------------------------------------------

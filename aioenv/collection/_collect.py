@@ -26,6 +26,7 @@ from ..core._restarts import restart_note
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
 from ..pool._pool import WorkerPool
+from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
@@ -113,6 +114,10 @@ class Collector:
         ``progress=True`` shows a tqdm bar (steps, steps/s, episodes, mean return) when
         stderr is a terminal. Open episodes, states waiting for an action and actions in
         flight carry over to the next call; a cancelled call loses nothing either.
+
+        A worker's error is raised (its open episode is cut, marked truncated). A worker
+        the pool gave up on (``pool.removed``) gets no more actions: later calls go on
+        with the rest, counting ``per_worker`` quotas over them.
         """
         quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
         if self._running:
@@ -124,7 +129,7 @@ class Collector:
             self._start()
             while not quota.met(self._tracks, active := self._active_ids()):
                 if not active:
-                    raise ValueError("collect() has no open, unpaused worker to step")
+                    self._none_left()
                 await self._act(quota, active)
                 try:
                     batch = await self.pool.get_batch()
@@ -151,6 +156,15 @@ class Collector:
 
     def _active_ids(self) -> list[int]:
         return self.pool.active_ids
+
+    def _none_left(self) -> None:
+        """No worker to step: say whether the pool gave them up (every worker left is
+        removed or closed) or they are paused."""
+        removed = self.pool.removed
+        if removed and not self.pool.paused:
+            raise none_left("collect()", removed)
+        note = f" ({len(removed)} worker(s) were given up on: pool.removed)" if removed else ""
+        raise ValueError(f"collect() has no open, unpaused worker to step{note}")
 
     async def _act(self, quota: Quota, active: list[int]) -> None:
         """Send RESET or a policy action to every active worker that waits and may go on."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium
 
 from ._messages import Failure
@@ -20,6 +22,7 @@ __all__ = [
     "WorkerDied",
     "WorkerPaused",
     "WorkerError",
+    "WorkerRemoved",
     "WorkerTimeout",
     "env_ended_worker",
 ]
@@ -43,6 +46,24 @@ class StateNotTaken(AioEnvError):
 
 class UnknownWorker(AioEnvError, LookupError):
     """A worker id that the pool does not have."""
+
+
+class WorkerRemoved(AioEnvError):
+    """A call named a worker its pool gave up on, or a pool-wide call found none left.
+
+    A worker is given up on when it fails for good: its env died or hung (or could not be
+    restarted) with restarts off or their budget spent. Its last error is raised once, in
+    place of its state; from then on it is out of ``pool.active_ids`` and in
+    ``pool.removed``, and every call naming it raises this error. ``worker_id`` says which
+    (None when the pool has no worker left), and ``__cause__`` is that last error.
+    """
+
+    def __init__(self, message: str, worker_id: int | None = None) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0], self.worker_id))
 
 
 class WorkerPaused(AioEnvError):

@@ -30,7 +30,7 @@ from ._batch import Batch
 from ._episodes import EpisodeCounter, EpisodeStats
 from ._options import PoolOptions
 from ._receiving import Receiver
-from ._remote_control import Controls
+from ._remote_control import Controls, WorkerResults
 from ._rollout import Rollouts
 from ._roster import Roster, checked_workers
 from ._sending import Sender
@@ -50,6 +50,14 @@ class WorkerPool(abc.ABC, Generic[S]):
     when the body raised or was cancelled. Worker ids are the positions in ``workers``.
 
     The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
+
+    A worker that fails for good (its env died or hung, or could not be restarted, with
+    restarts off or their budget spent) is given up on: its last error is raised once, in
+    place of its state, and from then on the worker is out of ``active_ids`` and in
+    :attr:`removed`. Calls naming it raise :class:`~aioenv.WorkerRemoved`; pool-wide calls
+    (``reset``, ``get_batch``, ``async for``, ``drain``, ``rollout``, ``call``) go on with
+    the rest, and say so (:class:`~aioenv.WorkerRemoved`) once no worker is left. Ids never
+    shift.
     """
 
     # An ABC so that the trio bridge can register its stand-in as a virtual subclass.
@@ -157,14 +165,22 @@ class WorkerPool(abc.ABC, Generic[S]):
     # Sending ---------------------------------------------------------------------------
     def send_action(self, action: Any, worker_id: int) -> None:
         """Send ``action`` (or ``RESET``, ``Reset(...)``, ``CLOSE``) to one worker. Returns
-        at once."""
+        at once.
+
+        :raises WorkerRemoved: the worker was given up on (see :attr:`removed`).
+        """
         self._sender.send_action(action, worker_id)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Send ``RESET`` to every open, unpaused worker; the replies come back through
-        ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env ``i`` with
-        ``s + i`` (gymnasium's vector convention; envs counted across workers, in worker
-        order) for this reset only."""
+        """Send ``RESET`` to every open, unpaused worker not given up on; the replies come
+        back through ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env
+        ``i`` with ``s + i`` (gymnasium's vector convention; envs counted across all the
+        pool's workers, in worker order, removed ones included) for this reset only. A
+        worker that failed for good while idle gets no reset: its error comes back in
+        place of its reset state, raised once.
+
+        :raises WorkerRemoved: every worker was given up on.
+        """
         self._sender.reset(seed, options)
 
     async def reset_all(
@@ -178,7 +194,8 @@ class WorkerPool(abc.ABC, Generic[S]):
 
     async def set_seeds(self, seeds: Sequence[int | None]) -> None:
         """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
-        worker alone). Later resets continue the env's RNG."""
+        worker alone). Later resets continue the env's RNG. ``seeds`` has one entry per
+        worker, removed ones included (their seeds go unused), so positions never shift."""
         self._sender.set_seeds(seeds)
 
     # Receiving: states, the episodes they end, the spaces they come in --------------
@@ -188,7 +205,11 @@ class WorkerPool(abc.ABC, Generic[S]):
         """The state of whichever worker finished first (the async pool), or of the oldest
         action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
         seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
-        others' states stay in the pool for later calls."""
+        others' states stay in the pool for later calls.
+
+        :raises WorkerRemoved: worker ``worker_id`` was given up on; or, with no
+            ``worker_id``, every worker was.
+        """
         return await self._receiver.get_state(timeout, worker_id=worker_id)
 
     async def get_batch(
@@ -209,7 +230,8 @@ class WorkerPool(abc.ABC, Generic[S]):
         """Wait for every action in flight and take every state not yet taken, so the pool
         is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
         order; where a worker's action failed, the error it raised takes the state's place
-        (it is returned, not raised, so no other state is lost). Paused workers are left
+        (it is returned, not raised, so no other state is lost; a worker's error for good
+        returned here hands it out: the worker leaves the pool). Paused workers are left
         alone: they keep their pending state until resumed. Cancel-safe: states are taken
         only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
         return await self._receiver.drain()
@@ -229,7 +251,10 @@ class WorkerPool(abc.ABC, Generic[S]):
     # Pausing ---------------------------------------------------------------------------
     def pause(self, worker_id: int) -> None:
         """Skip this worker in ``get_state``, ``get_batch`` and ``reset()`` until resumed.
-        It keeps its env and any state in flight or not yet taken; ids never shift."""
+        It keeps its env and any state in flight or not yet taken; ids never shift.
+
+        :raises WorkerRemoved: the worker was given up on.
+        """
         self._roster.pause(worker_id)
 
     def resume(self, worker_id: int | None = None) -> None:
@@ -238,8 +263,15 @@ class WorkerPool(abc.ABC, Generic[S]):
 
     @property
     def active_ids(self) -> list[int]:
-        """Ids of the workers that are open and not paused."""
+        """Ids of the workers that are open, not paused and not given up on."""
         return [worker.worker_id for worker in self._roster.active()]  # type: ignore[misc]
+
+    @property
+    def removed(self) -> dict[int, WorkerError]:
+        """The workers given up on, by id: each one's last error (the one raised once
+        when it failed for good). A copy; ids are in the order the errors were handed
+        out."""
+        return dict(self._roster.removed)
 
     def has_pending(self, worker_id: int) -> bool:
         """The worker has an action in flight or a state not yet taken."""
@@ -257,31 +289,39 @@ class WorkerPool(abc.ABC, Generic[S]):
 
     @property
     def num_active(self) -> int:
-        """Workers that are open and not paused."""
+        """Workers that are open, not paused and not given up on."""
         return len(self._roster.active())
 
     # Remote control (the pool's Controls) ----------------------------------------------
     async def call(
         self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> list[Any]:
+    ) -> WorkerResults[Any]:
         """Call method ``name`` of each env (or read it, if it is not callable) and return
-        the results in ``worker_ids`` order. A worker with a step in flight finishes that
+        the results in ``worker_ids`` order: by default every open worker not given up on,
+        in id order. The result is a list that says which worker gave each entry
+        (:class:`WorkerResults`: ``worker_ids``, ``by_id()``), so once a worker was given
+        up on no position shifts unnoticed. A worker with a step in flight finishes that
         step first; its state is delivered as usual. An argument (positional or keyword)
         wrapped in :class:`PerWorker` gives each worker its own value.
 
         :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
+        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on.
         """
         return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
 
-    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
-        """Attribute ``name`` of each env, in ``worker_ids`` order."""
+    async def get_attr(
+        self, name: str, worker_ids: Sequence[int] | None = None
+    ) -> WorkerResults[Any]:
+        """Attribute ``name`` of each env, in ``worker_ids`` order, as :meth:`call` returns
+        its results (by default every open worker not given up on)."""
         return await self._controls.get_attr(name, worker_ids)
 
     async def set_attr(
         self, name: str, values: Any, worker_ids: Sequence[int] | None = None
     ) -> None:
         """Set attribute ``name`` of each env: ``values`` is a list with one value per
-        worker, or a single value for all."""
+        worker addressed (by default every open worker not given up on, in id order), or a
+        single value for all."""
         await self._controls.set_attr(name, values, worker_ids)
 
     async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
@@ -320,9 +360,9 @@ class WorkerPool(abc.ABC, Generic[S]):
     async def rollout(
         self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
     ) -> Trajectories:
-        """Each worker (``worker_ids``, default every open, unpaused worker) plays
-        ``num_steps`` transitions per env with the policy of :meth:`set_policy` and answers
-        one message; the result has exactly ``num_steps`` rows per env, ordered as
+        """Each worker (``worker_ids``, default every open, unpaused worker not given up on)
+        plays ``num_steps`` transitions per env with the policy of :meth:`set_policy` and
+        answers one message; the result has exactly ``num_steps`` rows per env, ordered as
         :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
 
         An env goes on from where its last segment stopped (its open episode's rows are
@@ -345,6 +385,8 @@ class WorkerPool(abc.ABC, Generic[S]):
         :raises RuntimeError: no policy was set.
         :raises ValueError: ``num_steps`` is not an int >= 1.
         :raises StateNotTaken: a worker has an action in flight or a state not taken.
+        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on, or
+            every worker was.
         """
         return await self._rollouts.rollout(num_steps, seed=seed, worker_ids=worker_ids)
 

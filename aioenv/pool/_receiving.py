@@ -53,7 +53,7 @@ class Receiver:
     ) -> tuple[Any, int] | None:
         self._check_open()
         if worker_id is not None:
-            outcome = await self._wait_for(self._roster.member(worker_id), timeout)
+            outcome = await self._wait_for(self._roster.live(worker_id), timeout)
         else:
             outcome = self._inbox.pop_next()
             if outcome is None:
@@ -61,6 +61,7 @@ class Receiver:
         if outcome is None:
             return None
         if outcome.error is not None:
+            self._roster.hand_out(outcome.worker_id, outcome.error)
             raise outcome.error
         state = outcome.state
         if outcome.borrowed and self._copy:
@@ -83,9 +84,11 @@ class Receiver:
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
+                if not owed:
+                    self._roster.check_some_left("get_batch()")
                 raise NoActionInFlight(
                     f"get_batch(min_size={min_size}) would wait forever: only {owed} worker(s) "
-                    "have an action in flight or a state not taken"
+                    f"have an action in flight or a state not taken{self._roster.removed_note()}"
                 )
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 break
@@ -94,6 +97,7 @@ class Receiver:
         limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
         outcomes = inbox.take(limit)
         if outcomes and outcomes[0].error is not None:
+            self._roster.hand_out(outcomes[0].worker_id, outcomes[0].error)
             raise outcomes[0].error
         record = self._episodes.record
         for outcome in outcomes:
@@ -104,6 +108,8 @@ class Receiver:
 
     async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
         self._check_open()
+        if not self._inbox.num_owed:
+            self._roster.check_some_left("async for")
         while self._inbox.num_owed:
             item = await self.get_state()
             assert item is not None
@@ -119,6 +125,7 @@ class Receiver:
         while (outcome := inbox.pop_next()) is not None:
             worker_id: int = outcome.worker_id  # type: ignore[assignment]
             if outcome.error is not None:
+                self._roster.hand_out(worker_id, outcome.error)
                 taken.append((outcome.error, worker_id))
                 continue
             state = outcome.state.owned() if outcome.borrowed and self._copy else outcome.state
@@ -154,9 +161,11 @@ class Receiver:
         deadline = self._deadline(timeout)
         while True:
             if not inbox.num_owed:
+                self._roster.check_some_left("get_state()")
                 raise NoActionInFlight(
                     "get_state() would wait forever: no unpaused worker has an action in "
                     "flight; call pool.send_action(action, worker_id) or pool.reset() first"
+                    f"{self._roster.removed_note()}"
                 )
             await inbox.wait(deadline)
             self._check_open()

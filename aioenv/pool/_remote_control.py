@@ -2,15 +2,16 @@
 
 Requests go to each worker's env in order with its steps (a step in flight finishes first;
 its state is delivered as usual), and the pool waits for every answer before raising the
-first error, so no answer is left dangling.
+first error, so no answer is left dangling. Results come back as :class:`WorkerResults`,
+which say which worker gave each one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -18,7 +19,35 @@ from ..core._messages import ControlRequest
 from ._render import tile_images
 from ._roster import Roster
 
-__all__ = ["Controls", "PerWorker"]
+__all__ = ["Controls", "PerWorker", "WorkerResults"]
+
+T = TypeVar("T")
+
+
+class WorkerResults(list[T]):
+    """What :meth:`~aioenv.WorkerPool.call` and :meth:`~aioenv.WorkerPool.get_attr`
+    return: a list with one result per worker addressed, in ``worker_ids`` order (the
+    ``worker_ids`` given, else every open worker not given up on, in id order).
+
+    ``worker_ids`` says which worker gave each result: once a worker was given up on
+    (``pool.removed``) the default leaves it out, so position ``i`` is worker
+    ``worker_ids[i]``, not necessarily worker ``i``. ``by_id()`` maps ids to results.
+    It compares equal to the plain list of its results.
+    """
+
+    def __init__(self, results: Iterable[T] = (), worker_ids: Sequence[int] = ()) -> None:
+        super().__init__(results)
+        #: The id of the worker that gave each result, position by position.
+        self.worker_ids: tuple[int, ...] = tuple(worker_ids)
+        if len(self.worker_ids) != len(self):
+            raise ValueError(f"{len(self)} results for {len(self.worker_ids)} worker ids")
+
+    def by_id(self) -> dict[int, T]:
+        """The results keyed by worker id."""
+        return dict(zip(self.worker_ids, self, strict=True))
+
+    def __repr__(self) -> str:
+        return f"WorkerResults({list(self)!r}, worker_ids={list(self.worker_ids)!r})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +72,17 @@ class Controls:
 
     async def call(
         self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> list[Any]:
+    ) -> WorkerResults[Any]:
+        ids = self._roster.ids(worker_ids)
         per_worker = [v for v in (*args, *kwargs.values()) if isinstance(v, PerWorker)]
         if not per_worker:
-            return await self._control(ControlRequest("call", name, args, kwargs), worker_ids)
-        ids = self._roster.ids(worker_ids)
+            return await self._ask(ids, [ControlRequest("call", name, args, kwargs)] * len(ids))
         for values in per_worker:
             if len(values.values) != len(ids):
                 raise ValueError(
                     f"call({name!r}): a PerWorker argument holds {len(values.values)} values "
                     f"for {len(ids)} workers ({ids}); give one value per worker"
+                    f"{self._roster.removed_note()}"
                 )
         requests = [
             ControlRequest(
@@ -63,11 +93,13 @@ class Controls:
             )
             for index in range(len(ids))
         ]
-        futures = [self._roster.members[i].control(r) for i, r in zip(ids, requests, strict=True)]
-        return await self._gather(futures)
+        return await self._ask(ids, requests)
 
-    async def get_attr(self, name: str, worker_ids: Sequence[int] | None = None) -> list[Any]:
-        return await self._control(ControlRequest("get", name), worker_ids)
+    async def get_attr(
+        self, name: str, worker_ids: Sequence[int] | None = None
+    ) -> WorkerResults[Any]:
+        ids = self._roster.ids(worker_ids)
+        return await self._ask(ids, [ControlRequest("get", name)] * len(ids))
 
     async def set_attr(
         self, name: str, values: Any, worker_ids: Sequence[int] | None = None
@@ -75,14 +107,13 @@ class Controls:
         ids = self._roster.ids(worker_ids)
         if isinstance(values, (list, tuple)):
             if len(values) != len(ids):
-                raise ValueError(f"set_attr() got {len(values)} values for {len(ids)} workers")
+                raise ValueError(
+                    f"set_attr() got {len(values)} values for {len(ids)} workers ({ids})"
+                    f"{self._roster.removed_note()}"
+                )
         else:
             values = [values] * len(ids)
-        futures = [
-            self._roster.members[i].control(ControlRequest("set", name, (value,)))
-            for i, value in zip(ids, values, strict=True)
-        ]
-        await self._gather(futures)
+        await self._ask(ids, [ControlRequest("set", name, (value,)) for value in values])
 
     async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
         if mode != "rgb_array":
@@ -97,25 +128,28 @@ class Controls:
                 )
         return tile_images(frames) if tiled else frames
 
-    async def _control(
-        self, request: ControlRequest, worker_ids: Sequence[int] | None
-    ) -> list[Any]:
-        ids = self._roster.ids(worker_ids)
-        return await self._gather([self._roster.members[i].control(request) for i in ids])
-
-    @staticmethod
-    async def _gather(futures: list[asyncio.Future[Any]]) -> list[Any]:
-        # Wait for all (they are answered in flight already), then raise the first error.
-        results: list[Any] = []
-        for future in futures:
+    async def _ask(self, ids: list[int], requests: list[ControlRequest]) -> WorkerResults[Any]:
+        """Send ``requests[k]`` to worker ``ids[k]``, wait for every answer (they are
+        answered in flight already), then raise the first error. A worker's error for good
+        raised here is handed out: the worker leaves the pool."""
+        roster = self._roster
+        sent: list[asyncio.Future[Any] | Exception] = []
+        for worker_id, request in zip(ids, requests, strict=True):
             try:
-                results.append(await future)
+                sent.append(roster.members[worker_id].control(request))
+            except Exception as error:  # nothing was sent to it (closed, failed for good)
+                sent.append(error)
+        results: list[Any] = []
+        for item in sent:
+            try:
+                results.append(item if isinstance(item, Exception) else await item)
             except Exception as error:
                 results.append(error)
-        for result in results:
+        for worker_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception):
+                roster.hand_out(worker_id, result)
                 raise result
-        return results
+        return WorkerResults(results, ids)
 
 
 def _own(value: Any, index: int) -> Any:

@@ -77,7 +77,9 @@ class Rollouts:
             try:
                 futures.append(worker.control(request))
             except Exception as exc:
-                first_error = first_error or _named(exc, worker)
+                if first_error is None:
+                    self._roster.hand_out(worker_id, exc)  # a failure for good, raised here
+                    first_error = _named(exc, worker)
         for future in futures:  # every answer awaited, so none is left dangling
             try:
                 await future
@@ -101,19 +103,22 @@ class Rollouts:
         requests = {
             worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
             for worker in workers
+            if worker.failure is None
         }
         segments = await self._play(requests)
+        for worker in workers:  # failed for good while idle: its error answers in its place
+            if worker.failure is not None:
+                segments[worker.worker_id] = worker.failure  # type: ignore[index]
         return self._assemble(segments)
 
     # Internals -------------------------------------------------------------------------
     def _targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
         if worker_ids is None:
+            self._roster.check_some_left("rollout()")
             workers = self._roster.active()
         else:
             workers = [self._roster.members[i] for i in self._roster.ids(worker_ids)]
         for worker in workers:
-            if worker.failure is not None:
-                raise worker.failure
             if self._inbox.is_paused(worker.worker_id):
                 raise WorkerPaused(f"rollout(): {worker.name} is paused; resume it first")
             if self._inbox.is_owed(worker.worker_id):
@@ -169,6 +174,7 @@ class Rollouts:
         trajectories = self._trajectories(parts)
         if error is not None:
             error.trajectories = trajectories  # type: ignore[attr-defined]
+            self._roster.hand_out(error.worker_id, error)
             raise error
         return trajectories
 

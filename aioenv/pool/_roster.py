@@ -1,5 +1,5 @@
 """A pool's workers by id: looking one up, pausing and resuming, the open and unpaused
-ones, where each one's envs start among all the pool's envs."""
+ones, the ones given up on, where each one's envs start among all the pool's envs."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ..core._errors import UnknownWorker
+from ..core._errors import UnknownWorker, WorkerError, WorkerRemoved
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
+from ..workers._supervision import describe_failure
 
-__all__ = ["Roster", "checked_workers"]
+__all__ = ["Roster", "checked_workers", "none_left"]
 
 S = TypeVar("S")
 
@@ -20,7 +21,12 @@ S = TypeVar("S")
 class Roster:
     """The workers of a pool, addressed by id (their positions), as the pool's helpers see
     them (:class:`~aioenv.workers._seam.Member`). ``check_open`` raises once the pool is
-    closed; ``inbox`` knows which workers are paused."""
+    closed; ``inbox`` knows which workers are paused.
+
+    A worker that failed for good (its ``failure``) stays in the pool until that error is
+    handed out (raised, or returned by ``drain``): :meth:`hand_out` then moves it to
+    ``removed``. From then on pool-wide calls leave it out and calls naming it raise
+    :class:`~aioenv.WorkerRemoved`; its id is never reused, so no other id shifts."""
 
     def __init__(
         self, members: Sequence[Member], inbox: Inbox, check_open: Callable[[], None]
@@ -32,6 +38,8 @@ class Roster:
         self.first_env = [sum(m.num_envs for m in self.members[:i]) for i in range(len(members))]
         #: Envs over all workers.
         self.lanes = self.first_env[-1] + self.members[-1].num_envs
+        #: The workers given up on, by id: the last error of each (handed out once).
+        self.removed: dict[int, WorkerError] = {}
 
     def __len__(self) -> int:
         return len(self.members)
@@ -55,23 +63,73 @@ class Roster:
             )
         return index
 
+    def live(self, worker_id: int) -> Member:
+        """The worker with this id, named by a call (UnknownWorker, or WorkerRemoved where
+        it was given up on)."""
+        return self.members[self.live_index(worker_id)]
+
+    def live_index(self, worker_id: int) -> int:
+        """``worker_id`` checked as :meth:`index` does, and not given up on (WorkerRemoved
+        otherwise)."""
+        index = self.index(worker_id)
+        if index in self.removed:
+            raise self.gone(index)
+        return index
+
+    def hand_out(self, worker_id: int | None, error: BaseException) -> None:
+        """``error`` was handed out (raised, or returned by ``drain``) for worker
+        ``worker_id``: where it is the worker's failure for good, the worker leaves the
+        pool."""
+        if worker_id is None or worker_id in self.removed:
+            return
+        if isinstance(error, WorkerError) and self.members[worker_id].failure is error:
+            self.removed[worker_id] = error
+
+    def gone(self, worker_id: int) -> WorkerRemoved:
+        """The error of a call naming worker ``worker_id``, which was given up on."""
+        error = self.removed[worker_id]
+        removed = WorkerRemoved(
+            f"{self.members[worker_id].name} was given up on and left the pool after it "
+            f"failed for good ({describe_failure(error)}); address the others "
+            "(pool.active_ids), or make a new pool to have it back",
+            worker_id,
+        )
+        removed.__cause__ = error
+        return removed
+
+    def check_some_left(self, call: str) -> None:
+        """Raise WorkerRemoved for a pool-wide ``call`` if every worker that is not closed
+        was given up on (at least one was): nothing is left to do it with."""
+        if not self.removed or any(
+            not member.closed and i not in self.removed for i, member in enumerate(self.members)
+        ):
+            return
+        raise none_left(call, self.removed)
+
+    def removed_note(self) -> str:
+        """For a message about the workers left: how many were given up on, if any."""
+        if not self.removed:
+            return ""
+        return f" ({len(self.removed)} worker(s) were given up on: see pool.removed)"
+
     def active(self) -> list[Member]:
-        """Workers that are open and not paused."""
+        """Workers that are open, not paused and not given up on."""
+        removed = self.removed
         return [
             member
-            for member in self.members
-            if not member.closed and not self._inbox.is_paused(member.worker_id)
+            for i, member in enumerate(self.members)
+            if not member.closed and not self._inbox.is_paused(i) and i not in removed
         ]
 
     def pause(self, worker_id: int) -> None:
         """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
         self._check_open()
-        self._inbox.pause(self.member(worker_id).worker_id)
+        self._inbox.pause(self.live(worker_id).worker_id)
 
     def resume(self, worker_id: int | None) -> None:
         """Resume the worker, or every paused worker where ``worker_id`` is None."""
         self._check_open()
-        targets = self.members if worker_id is None else [self.member(worker_id)]
+        targets = self.members if worker_id is None else [self.live(worker_id)]
         for member in targets:
             self._inbox.resume(member.worker_id)
 
@@ -80,11 +138,29 @@ class Roster:
         return tuple(i for i in range(len(self.members)) if self._inbox.is_paused(i))
 
     def ids(self, worker_ids: Sequence[int] | None) -> list[int]:
-        """Worker ids to address: ``worker_ids`` checked, or every open worker's."""
+        """Worker ids to address: ``worker_ids`` checked (none given up on), or the ids of
+        every open worker not given up on."""
         self._check_open()
         if worker_ids is None:
-            return [i for i, member in enumerate(self.members) if not member.closed]
-        return [self.index(worker_id) for worker_id in worker_ids]
+            removed = self.removed
+            return [
+                i for i, member in enumerate(self.members) if not member.closed and i not in removed
+            ]
+        return [self.live_index(worker_id) for worker_id in worker_ids]
+
+
+def none_left(call: str, removed: dict[int, WorkerError]) -> WorkerRemoved:
+    """The error of a pool-wide ``call`` once every worker of the pool was given up on:
+    how many, and the last one's reason (the whole story is in ``pool.removed``)."""
+    last = next(reversed(removed))  # the last handed out
+    error = WorkerRemoved(
+        f"{call}: every worker of this pool was given up on after failing for good "
+        f"({len(removed)} in pool.removed; the last, worker {last}: "
+        f"{describe_failure(removed[last])}); make a new pool to go on",
+        None,
+    )
+    error.__cause__ = removed[last]
+    return error
 
 
 def checked_workers(workers: Sequence[Worker[S]]) -> list[Worker[S]]:

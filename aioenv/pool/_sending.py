@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core._commands import RESET, Command, Reset
-from ..core._errors import InvalidAction, StateNotTaken, WorkerPaused
-from ..workers._inbox import Inbox
+from ..core._errors import InvalidAction, StateNotTaken, WorkerError, WorkerPaused
+from ..workers._inbox import Inbox, Outcome
+from ..workers._seam import Member
 from ._actions import explain_invalid_action
 from ._episodes import EpisodeCounter
 from ._roster import Roster
@@ -39,27 +40,45 @@ class Sender:
 
     def send_action(self, action: Any, worker_id: int) -> None:
         self._check_open()
-        workers = self._roster.members
+        roster = self._roster
+        workers = roster.members
         if type(worker_id) is int and 0 <= worker_id < len(workers):
             worker = workers[worker_id]  # the common case, checked first
         else:
-            worker = workers[self._roster.index(worker_id)]
+            worker = workers[roster.index(worker_id)]
+        if worker.worker_id in roster.removed:
+            raise roster.gone(worker.worker_id)
         if self._inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
         if self._check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space
             if space is not None and not space.contains(action):
                 raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
-        worker.send_action(action)
+        try:
+            worker.send_action(action)
+        except WorkerError as error:
+            if error is worker.failure:
+                self._hand_out_failure(worker)
+            raise
         if action is RESET or isinstance(action, Reset):
             self._episodes.expect_reset(worker_id)
 
+    def _hand_out_failure(self, worker: Member) -> None:
+        """An action to a worker that failed for good raised its error, which hands it out
+        (the worker leaves the pool), unless that error is still to be taken in place of
+        its last state: it is raised once, there, and this action gets StateNotTaken."""
+        if self._inbox.is_owed(worker.worker_id):
+            raise StateNotTaken(
+                f"{worker.name} failed for good and its error is not taken yet; take it with "
+                "pool.get_state() (it raises it), after which the worker is out of the pool"
+            ) from None
+        self._roster.hand_out(worker.worker_id, worker.failure)  # type: ignore[arg-type]
+
     def reset(self, seed: int | None, options: dict[str, Any] | None) -> None:
         self._check_open()
+        self._roster.check_some_left("reset()")
         targets = self._roster.active()
         for worker in targets:
-            if worker.failure is not None:
-                raise worker.failure
             if self._inbox.is_owed(worker.worker_id):
                 raise StateNotTaken(
                     f"reset(): {worker.name} has an action in flight or a state not taken; "
@@ -68,6 +87,12 @@ class Sender:
         first_env = self._roster.first_env
         for worker in targets:
             assert worker.worker_id is not None
+            if worker.failure is not None:
+                # It failed for good while idle: its error answers this reset in place of
+                # its state, raised once like any failure, and then it leaves the pool.
+                self._inbox.owe(worker.worker_id)
+                self._inbox.deliver(Outcome(worker.worker_id, None, worker.failure))
+                continue
             if seed is None and options is None:
                 worker.send_action(RESET)
             else:

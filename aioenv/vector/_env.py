@@ -288,7 +288,9 @@ class AioVectorEnv(VectorEnv):
         int array; it replaces an ``"env_id"`` info of the envs' own). Infos are
         gymnasium's vector infos over the rows. An env's error is raised as :meth:`step`
         raises it; the other envs stay in flight (the states already taken come with the
-        next ``recv``): go on with them, or :meth:`async_reset`."""
+        next ``recv``): go on with them, or :meth:`async_reset`. An env whose worker
+        failed for good (restarts off or spent) is given up on instead: the vector env
+        cannot go on without it, and every later call raises ``WorkerRemoved``."""
         self._check_open()
         pipeline = self._pipeline
         pipeline.check_recv(self._envs)

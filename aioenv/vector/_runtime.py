@@ -12,10 +12,11 @@ from typing import Any, Protocol
 import gymnasium
 
 from ..core._environment import describe_source
-from ..core._errors import EnvError, VectorEnvClosed, WorkerError
+from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved
 from ..loops._background import close_at_exit
 from ..loops._host import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool
+from ..workers._supervision import describe_failure
 
 __all__ = [
     "Envs",
@@ -94,6 +95,8 @@ class Runtime:
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self.closed:
             raise VectorEnvClosed("this AioVectorEnv is closed; make a new one to go on")
+        if self.pool.removed:
+            raise cannot_go_on(self.pool)
         return self.loop.call(function, *args)
 
     @property
@@ -146,6 +149,25 @@ class Runtime:
                 self.loop.call(self.pool.aclose, timeout=self.pool.cleanup_time + 10.0)
         finally:
             self.loop.stop()
+
+
+def cannot_go_on(pool: WorkerPool[Any]) -> WorkerRemoved:
+    """The error of every call on a vector env whose pool gave up on a worker: the vector
+    env has a fixed number of envs, so it cannot go on without that worker's."""
+    removed = pool.removed
+    worker_id = min(removed)
+    first = sum(worker.num_envs for worker in pool.workers[:worker_id])
+    size = pool.workers[worker_id].num_envs
+    envs = f"env {first}" if size == 1 else f"envs {first}-{first + size - 1}"
+    error = WorkerRemoved(
+        f"{envs} of the AioVectorEnv ({pool.workers[worker_id].name}) failed for good and "
+        f"was given up on ({describe_failure(removed[worker_id])}); an AioVectorEnv has a "
+        "fixed number of envs and cannot go on without it: close it and make a new one "
+        "(restart='on_failure' rebuilds a failed env instead of giving it up)",
+        worker_id,
+    )
+    error.__cause__ = removed[worker_id]
+    return error
 
 
 async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:

@@ -412,7 +412,9 @@ class Worker(KindHooks, Generic[S]):
         return not self._closing and seq == self._flight.awaited
 
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
-        if for_good:
+        if for_good and self._failure is None:
+            # The first error for good stays the worker's: a later one (the death of a
+            # process it shared with a worker that timed out) is its consequence.
             self._failure = error
         self._flight.fail(self.worker_id, error)
 

@@ -143,9 +143,11 @@ async def test_step_fault_with_restarts_off_raises_and_spares_the_others(
         check_error(results[0], fault)
         assert pool.failures == 1
         assert pool.restarts == 0
-        if fault in ENV_GONE:  # the env is gone: the worker says so when used again
-            with pytest.raises(EXPECTED[fault][0]):
+        if fault in ENV_GONE:  # the env is gone: the worker was given up on, and says so
+            assert pool.removed == {0: results[0]} and 0 not in pool.active_ids
+            with pytest.raises(aioenv.WorkerRemoved, match="worker 0") as removed:
                 pool.send_action({"id": 999}, 0)
+            assert removed.value.__cause__ is results[0]
             await driver.round(driver.healthy())
         else:  # the env raised but lives on, as in the core
             results = await driver.round({0: {}, **driver.healthy()})
