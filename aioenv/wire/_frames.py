@@ -64,6 +64,7 @@ __all__ = [
     "encode_step",
     "loads",
     "Frame",
+    "raw_dtype",
     "receive_descriptors",
     "send_descriptor",
 ]
@@ -126,8 +127,14 @@ def dumps_arrays(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
+def raw_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether arrays of ``dtype`` travel as their raw bytes and dtype string: not for
+    objects, nor for a structured dtype, whose string (``|V6``) drops its fields."""
+    return not dtype.hasobject and dtype.fields is None
+
+
 def _reduce_array(array: np.ndarray[Any, Any]) -> Any:
-    if array.dtype.hasobject:
+    if not raw_dtype(array.dtype):
         return array.__reduce_ex__(5)
     if array.ndim == 1:
         return _vector, (array.tobytes(), array.dtype.str)
@@ -159,7 +166,8 @@ def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
 
 def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> bytes:
     """A STEP_ARRAY message: a numeric array action (a batch of actions, a continuous
-    action) as its dtype, shape and raw bytes, several times cheaper than a pickle."""
+    action) as its dtype, shape and raw bytes, several times cheaper than a pickle; for
+    an array whose dtype is :func:`raw_dtype`."""
     payload = _array_header(action.dtype, action.shape) + action.tobytes()
     return HEADER.pack(len(payload), seq, STEP_ARRAY, slot) + payload
 
@@ -286,7 +294,7 @@ def _encode_observation(
 ) -> tuple[int, list[bytes]]:
     if shared is not None and shared.write(observation):
         return _SHARED, []
-    if type(observation) is np.ndarray and not observation.dtype.hasobject:
+    if type(observation) is np.ndarray and raw_dtype(observation.dtype):
         return _RAW_ARRAY, [
             _array_header(observation.dtype, observation.shape),
             observation.tobytes(),

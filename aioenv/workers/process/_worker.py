@@ -44,6 +44,7 @@ from ...wire._frames import (
     encode_action,
     encode_array_action,
     loads,
+    raw_dtype,
 )
 from ...wire._shared_memory import (
     AUTO_THRESHOLD,
@@ -236,7 +237,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             frame = encode(Kind.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
-        elif type(action) is np.ndarray and not action.dtype.hasobject:
+        elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
             self._submit_control_like(seq, action)
