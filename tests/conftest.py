@@ -27,8 +27,8 @@ else:
 cloudpickle.register_pickle_by_value(envs)
 
 # Property tests: "ci" (the default) keeps the suite quick on two cores; HYPOTHESIS_PROFILE=
-# thorough searches longer. No deadline: a pool's first step starts processes. A failure
-# prints the blob that replays it (@reproduce_failure).
+# thorough searches longer (with pytest's --timeout=0). No deadline: a pool's first step
+# starts processes. A failure prints the blob that replays it (@reproduce_failure).
 settings.register_profile("ci", max_examples=60, deadline=None, print_blob=True)
 settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
