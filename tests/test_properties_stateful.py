@@ -6,6 +6,7 @@ workers of several envs (in this process, and in child processes for a few short
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ class AgainstSyncVectorEnv(RuleBasedStateMachine):
     """Drives an AioVectorEnv and a SyncVectorEnv of the same envs side by side."""
 
     modes: tuple[str, ...] = ("inline", "sync")
+    pool_options: dict[str, Any] = {}  # noqa: RUF012 (read only)
 
     def __init__(self) -> None:
         super().__init__()
@@ -52,7 +54,7 @@ class AgainstSyncVectorEnv(RuleBasedStateMachine):
         )
         fns = [functools.partial(echo, space, i) for i in range(num_envs)]
         self.theirs = SyncVectorEnv(fns, autoreset_mode=AUTORESET[autoreset])
-        options: dict[str, Any] = {} if mode == "inline" else {"envs_per_worker": per_worker}
+        options = {} if mode == "inline" else {"envs_per_worker": per_worker, **self.pool_options}
         self.ours = aioenv.AioVectorEnv(fns, mode=mode, autoreset_mode=autoreset, **options)
         self.autoreset = autoreset
         self.num_envs = num_envs
@@ -125,6 +127,8 @@ TestAioVectorEnvAgainstSyncVectorEnv = AgainstSyncVectorEnv.TestCase
 
 class InProcesses(AgainstSyncVectorEnv):
     modes = ("process",)
+    # Observations through shared memory where they fit its layout, else the socket.
+    pool_options = {"shared_memory": True} if hasattr(os, "memfd_create") else {}
 
 
 InProcesses.TestCase.settings = settings(
