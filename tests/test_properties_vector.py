@@ -314,7 +314,11 @@ def test_grouped_infos_merge_into_exactly_gymnasiums(
     sizes: list[int], data: st.DataObject, autoreset: str, steps: int, crossed: bool
 ) -> None:
     per_env = data.draw(scripts(sum(sizes), steps + 1), label="the envs' infos")
-    assert_infos_merge_as_gymnasiums(sizes, per_env, autoreset, steps, crossed)
+    workers = data.draw(
+        st.one_of(st.none(), st.sets(st.integers(0, len(sizes) - 1), min_size=1).map(sorted)),
+        label="the workers received (None: every worker, in lockstep)",
+    )
+    assert_infos_merge_as_gymnasiums(sizes, per_env, autoreset, steps, crossed, workers)
 
 
 def test_a_mask_key_that_holds_an_envs_own_info_is_left_to_gymnasium() -> None:
@@ -326,13 +330,28 @@ def test_a_mask_key_that_holds_an_envs_own_info_is_left_to_gymnasium() -> None:
 
 
 def assert_infos_merge_as_gymnasiums(
-    sizes: list[int], per_env: list[Any], autoreset: str, steps: int, crossed: bool
+    sizes: list[int],
+    per_env: list[Any],
+    autoreset: str,
+    steps: int,
+    crossed: bool,
+    workers: list[int] | None = None,
 ) -> None:
-    """Groups of ``sizes`` envs of these scripts give, merged, what SyncVectorEnv gives."""
+    """Groups of ``sizes`` envs of these scripts give, merged, what SyncVectorEnv gives;
+    the groups ``workers`` alone (a pipelined ``recv``) what it gives where the other
+    envs give no infos."""
     num_envs = sum(sizes)
     sources = [functools.partial(ScriptedInfos, per_env[i]) for i in range(num_envs)]
-    reference = SyncVectorEnv(sources, autoreset_mode=AUTORESET[autoreset])
     layout = EnvLayout(sizes, batched=True)
+    received = list(range(len(sizes))) if workers is None else workers
+    silent = functools.partial(ScriptedInfos, [({}, False)])
+    in_reference = {
+        env for w in received for env in range(layout.starts[w], layout.starts[w] + sizes[w])
+    }
+    reference = SyncVectorEnv(
+        [source if env in in_reference else silent for env, source in enumerate(sources)],
+        autoreset_mode=AUTORESET[autoreset],
+    )
     runners = []
     for lo, size in zip(layout.starts, sizes, strict=True):
         group = VectorSource(tuple(sources[lo : lo + size]))
@@ -352,8 +371,8 @@ def assert_infos_merge_as_gymnasiums(
                     event(f"a group's infos {_form(batch)}")
             if crossed:  # through a process worker's wire
                 batches = [_crossed(batch) for batch in batches]
-            workers = list(range(len(sizes)))
-            merge = functools.partial(layout.infos_of, workers, batches, reference._add_info)
+            chosen = [batches[w] for w in received]
+            merge = functools.partial(layout.infos_of, received, chosen, reference._add_info)
             mine = _outcome(merge)
             assert mine[0] == theirs[0], f"step {step}: {mine} but gymnasium's {theirs}"
             if theirs[0] == "raised":
