@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from hypothesis import currently_in_test_context, event, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from space_envs import Parity
 from test_vector_infos import assert_identical
 
 from aioenv.core._environment import BatchStep, VectorSource
@@ -52,6 +53,8 @@ LEAF_SPACES = st.one_of(
     st.builds(spaces.MultiBinary, st.integers(1, 4)),
     st.builds(spaces.MultiDiscrete, st.lists(st.integers(2, 5), min_size=1, max_size=3)),
     st.builds(spaces.Text, st.integers(1, 4)),
+    st.builds(lambda: spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(3))),
+    st.builds(Parity),  # a custom space: gymnasium batches it as a Tuple
 )
 SPACES = st.recursive(
     LEAF_SPACES,

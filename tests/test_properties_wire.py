@@ -244,8 +244,12 @@ BOX_DTYPES = st.sampled_from(
 BOX_SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
 LEAF_SPACES = st.one_of(
     st.builds(lambda dtype, shape: spaces.Box(0, 100, shape, dtype), BOX_DTYPES, BOX_SHAPES),
+    st.builds(lambda shape: spaces.Box(0, 1, shape, np.bool_), BOX_SHAPES),
     st.builds(spaces.Discrete, st.integers(1, 50), start=st.integers(-5, 5)),
-    st.builds(spaces.MultiBinary, st.integers(1, 9)),
+    st.builds(
+        spaces.MultiBinary,
+        st.one_of(st.integers(1, 9), st.tuples(st.integers(1, 3), st.integers(1, 3))),
+    ),
     st.builds(spaces.MultiDiscrete, st.lists(st.integers(2, 9), min_size=1, max_size=4)),
 )
 #: Nested Dict and Tuple spaces of fixed-layout leaves (what shared memory takes).
