@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
@@ -330,6 +331,35 @@ def test_a_mask_key_that_holds_an_envs_own_info_is_left_to_gymnasium() -> None:
     per_env = [[({"_a": {}}, False)], [({"a": None}, False)]]
     for crossed in (False, True):
         assert_infos_merge_as_gymnasiums([1, 1], per_env, "next_step", 1, crossed)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "per_env"),
+    [
+        ([1, 1], [[({"a": None}, False)], [({"a": np.array(0.0, np.float32)}, False)]]),
+        ([1, 2], [[({"_a": {}}, False)], [({}, False)], [({"a": np.array(False)}, False)]]),
+    ],
+)
+def test_zero_dimensional_array_infos_stay_arrays_where_rows_are_replayed(
+    sizes: list[int], per_env: list[Any]
+) -> None:
+    for crossed in (False, True):
+        assert_infos_merge_as_gymnasiums(sizes, per_env, "next_step", 1, crossed)
+
+
+def test_a_rows_zero_dimensional_array_info_crosses_a_process_as_an_array() -> None:
+    runner = VectorRunner(
+        VectorSource((functools.partial(ScriptedInfos, [({"a": np.array(1.5)}, False)]),) * 2),
+        None,
+        EpisodeOptions(),
+    )
+    try:
+        batch = _crossed(runner.reset())
+    finally:
+        runner.close()
+    for row in (0, 1):
+        value = batch.infos[row]["a"]
+        assert type(value) is np.ndarray and value.shape == () and value == 1.5
 
 
 def assert_infos_merge_as_gymnasiums(
