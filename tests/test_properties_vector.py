@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 from space_envs import Parity
 from test_vector_infos import assert_identical
 
+from aioenv import Step
 from aioenv.core._environment import BatchStep, VectorSource
 from aioenv.core._messages import EpisodeOptions
 from aioenv.env_side._vector_runner import VectorRunner
@@ -138,7 +139,8 @@ def test_send_splits_the_actions_of_whole_workers_in_any_order(
         layout, space, space, batch_space(space, layout.num_envs), _add_info(layout.num_envs)
     )
     worker_ids, requests = batches.send_requests(actions, env_ids)
-    assert sorted(worker_ids) == sorted(chosen) if layout.batched else sorted(env_ids)
+    expected = chosen if layout.batched else env_ids  # workers of one env are that env
+    assert sorted(worker_ids) == sorted(expected)
     for worker_id, request in zip(worker_ids, requests, strict=True):
         if not layout.batched:
             same_value(request, per_env[worker_id], f"env {worker_id}'s action")
@@ -194,8 +196,6 @@ def test_gathered_states_are_the_batch_sync_vector_env_makes(
 
 
 def _step(observation: Any, reward: float, terminated: bool) -> Any:
-    from aioenv import Step
-
     return Step(observation, float(reward), bool(terminated), not terminated, {})
 
 
