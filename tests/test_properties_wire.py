@@ -324,3 +324,41 @@ def _shapes(space: Any) -> list[tuple[int, ...]]:
     if isinstance(space, spaces.Tuple):
         return [shape for sub in space.spaces for shape in _shapes(sub)]
     return [() if isinstance(space, spaces.Discrete) else space.shape]
+
+
+def _spoiled(space: Any, value: Any, how: Any) -> Any:
+    """``value`` with one leaf that no longer fits ``space``'s layout exactly."""
+    if isinstance(space, spaces.Dict):
+        key = how.choice(list(space.spaces))
+        return {**value, key: _spoiled(space[key], value[key], how)}
+    if isinstance(space, spaces.Tuple):
+        index = how.randrange(len(space.spaces))
+        items = list(value)
+        items[index] = _spoiled(space[index], items[index], how)
+        return tuple(items)
+    if isinstance(space, spaces.Discrete):
+        return np.int64(value)  # a numpy scalar, not a Python int
+    if how.random() < 0.5:
+        return value.astype(np.complex64)  # another dtype
+    return np.expand_dims(value, 0)  # another shape
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)")
+@given(space=FIXED_SPACES, seed=st.integers(0, 2**31), how=st.randoms(use_true_random=False))
+def test_an_observation_that_does_not_fit_is_refused_and_leaves_the_memory_as_it_was(
+    space: Any, seed: int, how: Any
+) -> None:
+    layout = Layout.of(space)
+    if layout is None:
+        return
+    fd = memory_file(layout.nbytes)
+    try:
+        shared = SharedObservations(layout, fd)
+    finally:
+        os.close(fd)
+    space.seed(seed)
+    written = as_written(space, space.sample())
+    assert shared.write(written)
+    spoiled = _spoiled(space, as_written(space, space.sample()), how)
+    assert not shared.write(spoiled)
+    assert_same_view(shared.read(), written)
