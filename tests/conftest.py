@@ -4,6 +4,7 @@ import asyncio
 import functools
 import importlib.metadata
 import inspect
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import envs
 import pytest
 import trio
 import uvloop
+from hypothesis import settings
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
 try:
@@ -30,6 +32,13 @@ else:
 
 # Test envs travel to process workers by value, like envs defined in a user's __main__.
 cloudpickle.register_pickle_by_value(envs)
+
+# Property tests: "ci" (the default) keeps the suite quick on two cores; HYPOTHESIS_PROFILE=
+# thorough searches longer (with pytest's --timeout=0). No deadline: a pool's first step
+# starts processes. A failure prints the blob that replays it (@reproduce_failure).
+settings.register_profile("ci", max_examples=60, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Callable[[], Any]]:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import anyio
+import gymnasium
 import numpy as np
 import pytest
 from envs import (
@@ -39,6 +40,18 @@ class DefinedInTestModule:
 
     def terminated(self, state: str) -> bool:
         return False
+
+
+class EchoAction(gymnasium.Env[Any, Any]):
+    """Observes the action it was given, as it was given."""
+
+    observation_space = action_space = gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        return action, 0.0, False, False, {"dtype": action.dtype}
 
 
 async def _reset(worker: aioenv.Worker[Any]) -> Any:
@@ -126,6 +139,18 @@ async def test_unpicklable_action_is_a_clear_error_and_the_worker_is_untouched()
         pool.send_action(4, 1)  # nothing was in flight: the worker takes a new action
         state, worker_id = await pool.get_state()  # type: ignore[misc]
         assert (worker_id, state["total"]) == (1, 4)
+
+
+async def test_structured_arrays_keep_their_fields_both_ways() -> None:
+    record = np.dtype([("x", "<f4"), ("y", ">i2")])
+    action = np.array([(1.5, 2), (-3.0, 4)], record)
+    async with aioenv.ProcessWorker(EchoAction) as worker:
+        await _reset(worker)
+        worker.send_action(action)
+        step = await worker.get_state()
+    assert step.info["dtype"] == record  # the action as sent
+    assert step.observation.dtype == record  # and the observation as the env returned it
+    assert step.observation.tolist() == action.tolist()
 
 
 async def test_children_ignore_sigint() -> None:

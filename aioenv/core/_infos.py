@@ -57,7 +57,7 @@ def row_value(values: Any, kind: Any, row: int, kinds: Kinds, path: tuple[Any, .
     if kind is None:
         return values[row]
     if kind is np.ndarray:
-        return values[row].copy()
+        return values[row, ...].copy()  # an array even where the env's was 0-d
     if kind in PYTHON_SCALARS:
         return values[row].item()
     value = values[row]

@@ -59,6 +59,12 @@ class _Merge:
             if type(kind) is Mixed:
                 self.replay(key_path, zip(kind.rows, kind.values, strict=True))
                 continue
+            flags = into.get(mask_key)
+            if flags is not None and not (
+                type(flags) is np.ndarray and flags.shape[:1] == (self.num_envs,)
+            ):  # an env's own ``_key`` info, not a mask: gymnasium sets its items itself
+                self.replay(key_path, self.originals(values, kind, mask, key_path))
+                continue
             if type(values) is dict:
                 if target is _MISSING:
                     target = into[key] = {}
@@ -78,7 +84,6 @@ class _Merge:
                     continue
                 _put(target, self.first, values, mask)
             into[key] = target
-            flags = into.get(mask_key)
             if flags is None:
                 flags = np.zeros(self.num_envs, np.bool_)
             _put(flags, self.first, True, mask)
