@@ -788,3 +788,56 @@ class AsyncPaced(Paced):
     ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         await asyncio.sleep(30.0 if action.get("hang") else action.get("sleep", 0.0))
         return Paced.step(self, {**action, "sleep": 0.0, "hang": False})
+
+
+class Breakable(gymnasium.Env[np.ndarray, int]):
+    """Observation ``[t, generation]``: the step count in the episode and how many envs were
+    built before this one in its process (a restarted env's is larger, in a process or
+    thread worker alike). Action 0 steps (reward 1); 1 raises; 2 ends the process; 3
+    hangs for ``hang`` seconds (past any test's step deadline, short enough to end)."""
+
+    built: ClassVar[int] = 0
+
+    def __init__(self, hang: float = 3.0) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 10**6, (2,), np.float64)
+        self.action_space = gymnasium.spaces.Discrete(4)
+        self.generation = Breakable.built
+        Breakable.built += 1
+        self.hang = hang
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.generation], np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"reset": True}
+
+    def step(self, action: int) -> Any:
+        self._fault(int(action))
+        self.t += 1
+        return self._obs(), 1.0, False, False, {"t": self.t}
+
+    def _fault(self, action: int) -> None:
+        if action == 1:
+            raise ValueError("the simulator lost its state")
+        if action == 2:
+            os._exit(3)
+        if action == 3:
+            time.sleep(self.hang)
+
+
+class AsyncBreakable(Breakable):
+    """:class:`Breakable` as a coroutine env (its hang awaits, so the loop goes on)."""
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        await asyncio.sleep(0)
+        return Breakable.reset(self, seed=seed, options=options)
+
+    async def step(self, action: int) -> Any:  # type: ignore[override]
+        if int(action) == 3:
+            await asyncio.sleep(self.hang)
+        return Breakable.step(self, 0 if int(action) == 3 else action)

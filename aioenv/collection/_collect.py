@@ -22,7 +22,7 @@ import numpy as np
 from ..core._commands import RESET
 from ..core._environment import Step
 from ..core._errors import StateNotTaken, WorkerError
-from ..core._restarts import restart_note
+from ..core._restarts import is_restart_reset
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
 from ..pool._pool import WorkerPool
@@ -208,10 +208,10 @@ class Collector:
                     f"collect() needs gymnasium envs (aioenv.Step states); worker {worker_id} "
                     f"returned a {type(state).__name__}"
                 )
-            restarted = restart_note(state) is not None
-            if sent is RESET or restarted:
-                if restarted:
-                    self._cut(track)  # the action in flight has no outcome: no transition
+            # A failure that cut an episode short answers as a truncated step (recorded
+            # below like any other); a restarted env's reset answers a reset, or a step
+            # sent when no episode was open.
+            if sent is RESET or is_restart_reset(state):
                 self._begin(track, worker_id, state)
                 continue
             steps += 1
@@ -260,7 +260,7 @@ class Collector:
         track.waiting = _NEEDS_RESET
 
     def _cut(self, track: _Track) -> None:
-        """End a worker's open episode early (its env was replaced after a failure): the
+        """End a worker's open episode early (its action failed and restarts are off): the
         rows so far are kept, the last marked truncated (gymnasium's "ended for a reason
         outside the task")."""
         episode = track.episode

@@ -1,25 +1,110 @@
-"""How a restart shows in the states a pool hands out: the restarted env's first state
-carries a note under aioenv's own info key, ``info["aioenv"] == {"restarted": True,
-"reason": "..."}`` (documented in the failures guide). The worker writes it; the episode
-counter and the collector read it; this module is the one place that knows its shape."""
+"""How an episode cut short and a restart show in the states aioenv hands out.
+
+An env that fails while its episode is open (and is restarted) ends that episode like any
+truncated episode: the step whose env failed is :func:`cut_short` (``truncated=True``,
+reward 0, the last observation seen as the episode's final observation, the reason under
+aioenv's own info key), and the new env's reset follows as an autoreset's does. The note
+is ``info["aioenv"] == {"restarted": True, "reason": "..."}`` (documented in the failures
+guide); it also marks the restarted env's first state. The workers write it; the episode
+counter, the collector and the rollout ledger read it; this module is the one place that
+knows its shape.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from ._environment import BatchStep, Step
 
-__all__ = ["RESTART_KEY", "mark_restarted", "restart_note"]
+__all__ = [
+    "RESTART_KEY",
+    "cut_short",
+    "cut_short_batch",
+    "episode_open",
+    "is_restart_reset",
+    "mark_restarted",
+    "restart_marker",
+    "restart_note",
+]
 
-#: The info key a restarted env's first state is marked under.
+#: The info key aioenv's own notes go under (the user's keys are never touched).
 RESTART_KEY = "aioenv"
+
+T = TypeVar("T")
+
+
+def restart_marker(reason: str) -> dict[str, Any]:
+    """The note of a restart whose cause reads ``reason``."""
+    return {"restarted": True, "reason": reason}
+
+
+def cut_short(
+    last_observation: T, marker: dict[str, Any], first: Step[T] | None = None
+) -> Step[T]:
+    """The step that ends an episode early, for a reason outside the task (its env failed
+    and was replaced, say): ``truncated=True``, reward 0, ``marker`` in its info under
+    :data:`RESTART_KEY`, and ``last_observation`` (the last one seen) as the episode's
+    final observation. The next episode's ``first`` state (its reset), given under
+    ``autoreset="same_step"``, is carried as an autoreset carries it: its observation and
+    info (``marker`` added) are the step's, ``last_observation`` and ``marker`` go to
+    ``final_observation``/``final_info``."""
+    if first is None:
+        return Step(last_observation, 0.0, False, True, {RESTART_KEY: marker})
+    return Step(
+        first.observation,
+        0.0,
+        False,
+        True,
+        {**first.info, RESTART_KEY: marker},
+        final_observation=last_observation,
+        final_info={RESTART_KEY: marker},
+    )
+
+
+def cut_short_batch(
+    last: BatchStep[Any], marker: dict[str, Any], first: BatchStep[Any] | None = None
+) -> BatchStep[Any]:
+    """:func:`cut_short` for every row of a batch (the envs one worker steps together are
+    replaced together): ``last`` is the batch last seen, ``first`` the new envs' resets."""
+    rows = len(last)
+    infos = {row: {RESTART_KEY: marker} for row in range(rows)}
+    truncated = np.ones(rows, np.bool_)
+    rewards, terminated = np.zeros(rows, np.float64), np.zeros(rows, np.bool_)
+    if first is None:
+        return BatchStep(last.observations, rewards, terminated, truncated, infos)
+    finals = {row: _row(last.observations, row) for row in range(rows)}
+    reset_infos = {row: {**first.infos.get(row, {}), RESTART_KEY: marker} for row in range(rows)}
+    return BatchStep(first.observations, rewards, terminated, truncated, reset_infos, finals, infos)
+
+
+def _row(observations: Any, row: int) -> Any:
+    """Row ``row`` of stacked observations (arrays, or dicts and tuples of them)."""
+    if isinstance(observations, dict):
+        return {key: _row(value, row) for key, value in observations.items()}
+    if isinstance(observations, tuple):
+        return tuple(_row(value, row) for value in observations)
+    return observations[row]
+
+
+def episode_open(state: Any, autoreset: str) -> bool:
+    """``state``, the last one handed out, leaves an episode going on that a failure now
+    would cut short: a step or batch that did not end (or whose end already holds the next
+    episode's reset, under ``autoreset="same_step"``). Custom states, rollout segments and
+    no state at all open nothing."""
+    if type(state) is Step:
+        return autoreset == "same_step" or not (state.terminated or state.truncated)
+    if type(state) is BatchStep:
+        return autoreset == "same_step" or not bool(np.all(state.dones))
+    return False
 
 
 def mark_restarted(state: Any, note: str) -> Any:
     """The restarted env's first state, its info saying so with the restart's reason
     ``note`` (every row's, for a batch); any other state unchanged."""
-    marker = {"restarted": True, "reason": note}
+    marker = restart_marker(note)
     if isinstance(state, Step):
         return dataclasses.replace(state, info={**state.info, RESTART_KEY: marker})
     if isinstance(state, BatchStep):
@@ -33,9 +118,18 @@ def mark_restarted(state: Any, note: str) -> Any:
 
 
 def restart_note(state: Step[Any]) -> str | None:
-    """The reason the env was restarted if ``state`` is a restarted env's first state,
-    else None."""
-    marker = state.info.get(RESTART_KEY)
-    if isinstance(marker, dict) and marker.get("restarted"):
-        return str(marker.get("reason", ""))
+    """The reason of the restart ``state`` reports (a cut-short step, in its info or its
+    ``final_info``, or a restarted env's first state), else None."""
+    for info in (state.info, state.final_info):
+        marker = None if info is None else info.get(RESTART_KEY)
+        if isinstance(marker, dict) and marker.get("restarted"):
+            return str(marker.get("reason", ""))
     return None
+
+
+def is_restart_reset(state: Step[Any]) -> bool:
+    """``state`` is a restarted env's reset handed out in place of a request's state (no
+    episode was open to cut short, or the request was a reset): it starts an episode."""
+    marker = state.info.get(RESTART_KEY)
+    restarted = isinstance(marker, dict) and bool(marker.get("restarted"))
+    return restarted and not (state.terminated or state.truncated)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core._environment import Step
-from ..core._restarts import restart_note
+from ..core._restarts import is_restart_reset
 
 __all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats"]
 
@@ -112,8 +112,10 @@ class EpisodeCounter:
         if type(state) is not Step:
             self.saw_custom_state = True
             return
-        # A reset, or a restart (whose marker is in the info: most steps have none).
-        if self._resetting[worker_id] or (state.info and restart_note(state) is not None):
+        # A reset, or a restarted env's reset handed out in place of a step (its marker
+        # is in the info: most steps have none). An episode a failure cut short ends as
+        # a truncated step, counted below like any other.
+        if self._resetting[worker_id] or (state.info and is_restart_reset(state)):
             self._resetting[worker_id] = False
             self._ledger.start(worker_id)
             return

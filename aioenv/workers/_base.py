@@ -25,11 +25,18 @@ from typing import Any, ClassVar, Generic, TypeVar
 import anyio
 
 from ..core._commands import CLOSE, RESET, is_reset
-from ..core._environment import EnvSource, VectorSource, describe_source
+from ..core._environment import EnvSource, Step, VectorSource, describe_source
 from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
-from ..core._restarts import mark_restarted
+from ..core._restarts import (
+    cut_short,
+    cut_short_batch,
+    episode_open,
+    mark_restarted,
+    restart_marker,
+)
+from ..core._rollouts import Rollout
 from ..core._seeds import check_seed, seeded_reset
 from ..loops._here import check_loop_move, not_on_asyncio
 from ._hooks import KindHooks
@@ -120,6 +127,12 @@ class Worker(KindHooks, Generic[S]):
         self._episode_ended = False
         self._next_reset_seed: int | None = None  # from seed_next_reset()
         self._check_first_reply: FirstReplyCheck | None = None
+        #: The last request sent and the last outcome handed out: what a failure cuts short.
+        self._sent: Any = None
+        self._last: Outcome | None = None
+        #: The state whose episode the restart in flight cuts short (same-step autoreset:
+        #: the new env's reset is carried by the cut-short step); None: nothing to cut.
+        self._cut_from: Any = None
         self._in_pool = False
         self._failure: WorkerError | None = None  # set once the worker can take no more
         self._closing = False
@@ -172,11 +185,10 @@ class Worker(KindHooks, Generic[S]):
         flight.next_seq = seq + 1
         flight.awaited = seq
         flight.inbox.owe(self.worker_id)
+        self._sent = action
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
-            # The env failed while idle and was dropped: the fresh env's reset answers this
-            # request in place of the action (its info says so).
-            supervisor.restart(seq, supervisor.pending_restart)
+            self._restart_for(seq, action, supervisor.pending_restart)
             return
         if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
             phase = request_phase(action, self._episode.autoreset, self._episode_ended)
@@ -382,9 +394,10 @@ class Worker(KindHooks, Generic[S]):
         if supervisor.has_deadlines and self._episode.autoreset == "next_step":
             self._episode_ended = episode_ended(result)
         if reason is not None:
-            result = mark_restarted(result, reason)
+            result = self._restarted(result, reason)
         flight.awaited = 0
-        flight.inbox.deliver(Outcome(self.worker_id, result, None, borrowed))
+        self._last = outcome = Outcome(self.worker_id, result, None, borrowed)
+        flight.inbox.deliver(outcome)
 
     def _on_death(self, error: WorkerError) -> None:
         """The current env is gone (its process died)."""
@@ -397,8 +410,69 @@ class Worker(KindHooks, Generic[S]):
             self._flight.awaited = 0
             return
         assert self._loop is not None
-        in_flight = self._flight.awaited
-        self._supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
+        supervisor, in_flight = self._supervisor, self._flight.awaited
+        last = self._open_episode(self._sent) if in_flight else None
+        self._cut_from = None
+        if last is None or self._episode.autoreset == "same_step":
+            # Restarted now: the new env's reset answers the request in flight (the
+            # cut-short step carries it, under same-step autoreset).
+            self._cut_from = last
+            supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
+            return
+        # The episode ends here, as a truncated one: the new env is started by the next
+        # request, whose state its reset is (as an autoreset's, next-step or by hand).
+        supervisor.failed(error, env_gone=env_gone, in_flight=0, clock=self._loop)
+        reason = supervisor.pending_restart
+        if reason is not None:
+            self._deliver_cut_short(last, reason)
+
+    # Episodes cut short ----------------------------------------------------------------
+    def _open_episode(self, action: Any) -> Any:
+        """The state last handed out if ``action`` steps an episode it left open (which a
+        failure now cuts short), owned (a view of shared memory would show the new env's
+        observations); else None."""
+        last = self._last
+        if last is None or is_reset(action) or type(action) is Rollout:
+            return None
+        if not episode_open(last.state, self._episode.autoreset):
+            return None
+        if last.borrowed:
+            self._last = last = Outcome(last.worker_id, last.state.owned())
+        return last.state
+
+    def _restart_for(self, seq: int, action: Any, reason: str) -> None:
+        """Request ``seq`` (``action``) comes to a worker whose env failed and was
+        dropped: an episode that failure left open ends now (under same-step autoreset
+        with the new env's reset), else the new env's reset answers the request."""
+        last = self._open_episode(action)
+        if last is not None and self._episode.autoreset != "same_step":
+            self._deliver_cut_short(last, reason)
+            return
+        self._cut_from = last
+        self._supervisor.restart(seq, reason)
+
+    def _deliver_cut_short(self, last: Any, reason: str) -> None:
+        """Answer the request in flight with the step that cuts ``last``'s episode short;
+        the new env starts with the next request."""
+        marker = restart_marker(reason)
+        if type(last) is Step:
+            state: Any = cut_short(last.observation, marker)
+        else:
+            state = cut_short_batch(last, marker)
+        self._flight.awaited = 0
+        self._last = outcome = Outcome(self.worker_id, state)
+        self._flight.inbox.deliver(outcome)
+
+    def _restarted(self, first: Any, reason: str) -> Any:
+        """The restarted env's first state ``first`` as handed out: the step that cuts
+        the failed env's episode short and carries it (same-step autoreset), else ``first``
+        marked as a restart's."""
+        last, self._cut_from = self._cut_from, None
+        if last is None or type(first) is not type(last):
+            return mark_restarted(first, reason)
+        if type(last) is Step:
+            return cut_short(last.observation, restart_marker(reason), first)
+        return cut_short_batch(last, restart_marker(reason), first)
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
         phase = self._supervisor.phase
