@@ -158,9 +158,17 @@ async def test_an_env_error_names_its_env_and_a_restart_rebuilds_the_batch(mode:
         pool.send_action(np.array([0, 0, 0]), 0)
         await pool.get_state()
         pool.send_action(np.array([0, 2, 0]), 0)
-        restarted, _ = await pool.get_state()  # type: ignore[misc]
+        cut, _ = await pool.get_state()  # type: ignore[misc]
         assert pool.restarts == 1
+        # Every env of the batch was replaced: each episode ends, truncated, at its last
+        # observation; the new envs' resets follow.
+        np.testing.assert_array_equal(cut.observations, np.ones((K, 1), np.float32))
+        assert cut.truncated.all() and not cut.terminated.any() and not cut.rewards.any()
+        assert all("env 1 of the batch" in cut.infos[env]["aioenv"]["reason"] for env in range(K))
+        pool.send_action(np.array([0, 0, 0]), 0)
+        restarted, _ = await pool.get_state()  # type: ignore[misc]
         np.testing.assert_array_equal(restarted.observations, np.zeros((K, 1), np.float32))
+        assert not restarted.truncated.any()
         assert all(restarted.infos[env]["aioenv"]["restarted"] for env in range(K))
 
 

@@ -362,9 +362,18 @@ async def test_a_failed_step_ends_its_episode_at_the_last_transition(
             assert got[:2] == want[:2]
             np.testing.assert_array_equal(got[2], want[2])
             assert got[3:6] == want[3:6]
-        assert first_four[3][6], "the transition before the failed step ends its episode"
-        if len(rows) > 4:
-            assert rows[4][1] == 0, "the next row starts a new episode"
+        if restart == "never":  # the failed step has no outcome: the episode ends before it
+            assert first_four[3][6], "the transition before the failed step ends its episode"
+            following = rows[4:]
+        else:  # the env was replaced: the failed step ends the episode, truncated
+            episode, step, observation, _, reward, terminated, truncated, after = rows[4]
+            assert (episode, step) == REPLAYS[worker_id][4][:2]
+            assert (reward, terminated, truncated) == (0.0, False, True)
+            np.testing.assert_array_equal(observation, REPLAYS[worker_id][4][2])
+            np.testing.assert_array_equal(after, observation)  # the last observation seen
+            following = rows[5:]
+        if following:
+            assert following[0][1] == 0, "the next row starts a new episode"
     assert episode_counts(part) == [2] * N  # a cut episode counts as one
 
 

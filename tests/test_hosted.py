@@ -99,14 +99,16 @@ async def test_an_env_exception_touches_only_its_own_slot(restart: str) -> None:
         assert results[2].observation[0] == 1
         if restart == "never":
             assert isinstance(results[1], aioenv.EnvError)
-        else:
+        else:  # its episode ends, truncated at its last observation (the reset's)
+            assert results[1].truncated and results[1].observation[0] == 0
             assert results[1].info["aioenv"]["restarted"] is True
         assert {w.pid for w in workers} == {pid}  # the process lives on
         for worker_id in range(3):
             pool.send_action({"id": 10 + worker_id}, worker_id)
         batch = (await pool.get_batch(min_size=3)).sorted()
         counts = [int(step.observation[0]) for step in batch.states]
-        assert counts == [2, 2 if restart == "never" else 1, 2]  # siblings kept their episode
+        # Siblings kept their episode; a restarted env answers with its reset.
+        assert counts == [2, 2 if restart == "never" else 0, 2]
 
 
 @pytest.mark.trio  # restarts, step_timeout and deaths under trio too
@@ -144,14 +146,21 @@ async def test_when_the_process_goes_every_env_in_it_fails_or_restarts(
             else:
                 assert isinstance(results[1], aioenv.WorkerDied)
         else:
-            assert results[0].info["aioenv"]["restarted"] is True
+            assert results[0].truncated and results[0].info["aioenv"]["restarted"] is True
+            pool.send_action({"id": 7}, 0)
+            step, _ = await pool.get_state()  # type: ignore[misc]
+            assert step.observation[1] == -1 and not step.truncated  # the new env's reset
             pool.send_action({"id": 7}, 0)
             step, _ = await pool.get_state()  # type: ignore[misc]
             assert step.observation[1] == 7
             if not isinstance(results[1], aioenv.Step) or "aioenv" not in results[1].info:
                 pool.send_action({"id": 8}, 1)  # if it was idle when the process died ...
-                step, _ = await pool.get_state()  # type: ignore[misc]
-                assert step.info["aioenv"]["restarted"] is True  # ... it restarts now
+                results[1], _ = await pool.get_state()  # type: ignore[misc]
+            # ... its episode ends at its next action, as it would have in flight
+            assert results[1].truncated and results[1].info["aioenv"]["restarted"] is True
+            pool.send_action({"id": 9}, 1)
+            step, _ = await pool.get_state()  # type: ignore[misc]
+            assert step.observation[1] == -1 and not step.truncated  # its new env's reset
             assert workers[0].pid == workers[1].pid != old_pid
     assert not worker_processes()
 

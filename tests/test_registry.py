@@ -170,7 +170,10 @@ async def test_a_restarted_process_knows_the_ids_of_the_first() -> None:
             os.kill(first, signal.SIGKILL)
             pool.send_action(0, 0)
             state, _ = await pool.get_state()
-            assert state.info["aioenv"]["restarted"]
+            assert state.truncated and state.info["aioenv"]["restarted"]  # its episode ends
+            pool.send_action(0, 0)
+            state, _ = await pool.get_state()  # the new process's reset
+            assert state.info["aioenv"]["restarted"] and not state.truncated
             assert pool.workers[0].pid != first  # type: ignore[attr-defined]
             assert observations(state).shape == (1, 2)
 

@@ -411,6 +411,10 @@ class Worker(KindHooks, Generic[S]):
             return
         assert self._loop is not None
         supervisor, in_flight = self._supervisor, self._flight.awaited
+        last = self._last
+        if last is not None and last.borrowed:
+            # Kept, not viewed: the new env may write its observations where it viewed.
+            self._last = Outcome(last.worker_id, last.state.owned())
         last = self._open_episode(self._sent) if in_flight else None
         self._cut_from = None
         if last is None or self._episode.autoreset == "same_step":
@@ -429,16 +433,11 @@ class Worker(KindHooks, Generic[S]):
     # Episodes cut short ----------------------------------------------------------------
     def _open_episode(self, action: Any) -> Any:
         """The state last handed out if ``action`` steps an episode it left open (which a
-        failure now cuts short), owned (a view of shared memory would show the new env's
-        observations); else None."""
+        failure now cuts short), else None."""
         last = self._last
         if last is None or is_reset(action) or type(action) is Rollout:
             return None
-        if not episode_open(last.state, self._episode.autoreset):
-            return None
-        if last.borrowed:
-            self._last = last = Outcome(last.worker_id, last.state.owned())
-        return last.state
+        return last.state if episode_open(last.state, self._episode.autoreset) else None
 
     def _restart_for(self, seq: int, action: Any, reason: str) -> None:
         """Request ``seq`` (``action``) comes to a worker whose env failed and was
