@@ -96,7 +96,9 @@ class Driver:
         for worker_id, step in results.items():
             if isinstance(step, aioenv.Step):
                 restarted = step.info.get("aioenv", {}).get("restarted", False)
-                if actions[worker_id] is RESET or restarted:
+                if restarted and step.truncated:
+                    pass  # its env failed: the episode ends at its last observation
+                elif actions[worker_id] is RESET or restarted:
                     self.t[worker_id] = 0
                 else:
                     self.t[worker_id] += 1
@@ -175,15 +177,18 @@ async def test_step_fault_with_restarts_on_restarts_that_worker_only(
         await driver.reset()
         results = await driver.round({0: {"fault": fault}, **driver.healthy()})
         step = results[0]
-        assert isinstance(step, aioenv.Step), f"expected a restarted reset, got {step!r}"
+        assert isinstance(step, aioenv.Step), f"expected the episode cut short, got {step!r}"
         marker = step.info["aioenv"]
         assert marker["restarted"] is True
         assert EXPECTED[fault][0].__name__ in marker["reason"]
         assert step.reward == 0.0
-        assert not step.done
+        assert step.truncated and not step.terminated
+        assert step.observation[0] == 0  # the last observation seen: the reset's
         assert len(reports) == 1
         check_error(reports[0], fault)
         assert (pool.failures, pool.restarts) == (1, 1)
+        results = await driver.round({0: {}, **driver.healthy()})
+        assert results[0].info["aioenv"]["restarted"] and not results[0].done  # the new reset
         for _ in range(2):  # the restarted worker is healthy again, and so are the others
             results = await driver.round({0: {}, **driver.healthy()})
         assert results[0].observation[0] == 2
@@ -243,7 +248,10 @@ async def test_restart_backoff_and_deterministic_reseeding() -> None:
             first = (await driver.reset())[0].observation[2]
             pool.send_action({"fault": "raise"}, 0)
             step, _ = await pool.get_state()
-            assert step.info["aioenv"]["restarted"]
+            assert step.truncated and step.info["aioenv"]["restarted"]  # the episode ends
+            pool.send_action({}, 0)
+            step, _ = await pool.get_state()  # the new env's reset
+            assert step.info["aioenv"]["restarted"] and not step.truncated
             return first, step.observation[2]
 
     first_a, restarted_a = await restarted_draws()
@@ -260,7 +268,9 @@ async def test_late_reply_of_an_abandoned_thread_is_never_taken(release: str) ->
         await driver.reset()
         pool.send_action({"id": 5, "fault": "gated_hang"}, 0)
         step, _ = await pool.get_state()
-        assert step.info["aioenv"]["restarted"]
+        assert step.truncated and step.info["aioenv"]["restarted"]
+        results = await driver.round({0: {"id": 6}})  # the new env's reset
+        assert results[0].info["aioenv"]["restarted"] and not results[0].truncated
         results = await driver.round({0: {"id": 6}})
         assert results[0].observation[1] == 6
         Path(release).touch()  # the abandoned thread finishes its step and replies late
@@ -396,6 +406,7 @@ async def test_fds_are_released_after_faults() -> None:
             await driver.reset()
             for fault in ("sigkill", "raise", "hang", "exit"):
                 await driver.round({0: {"fault": fault}, **driver.healthy()})
+                await driver.round({0: {}, **driver.healthy()})  # the new env's reset
             assert pool.restarts == 4
 
     await run_faulty_pool()  # warm up: the forkserver and loop machinery open their fds once
