@@ -1,0 +1,217 @@
+"""An env that fails mid-episode and is restarted ends its episode like any truncated
+episode, on every face and kind: the step whose env failed is truncated, with reward 0,
+the last observation seen (``final_obs`` under same-step autoreset) and the reason under
+``info["aioenv"]``; the new env's reset follows as an autoreset's does."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import numpy as np
+import pytest
+from envs import AsyncBreakable, Breakable
+from support import wait_until
+
+import aioenv
+from aioenv.core._environment import BatchStep, Step
+from aioenv.core._restarts import cut_short, cut_short_batch, restart_marker
+
+AUTORESETS = ["disabled", "next_step", "same_step"]
+RAISE, DIE, HANG = 1, 2, 3
+#: Each kind with the faults it can suffer: a sync worker's hang blocks the loop (its
+#: deadline is checked once it returns), so it is left to the sync worker's own tests.
+CASES = [
+    ("sync", RAISE),
+    ("thread", RAISE),
+    ("thread", HANG),
+    ("process", RAISE),
+    ("process", HANG),
+    ("process", DIE),
+    ("async", RAISE),
+    ("async", HANG),
+]
+REASONS = {RAISE: "EnvError", DIE: "WorkerDied", HANG: "WorkerTimeout"}
+STEP_TIMEOUT = 1.0  # a hang lasts 4 s: past it, and short enough to end
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def env_for(kind: str) -> Any:
+    env = AsyncBreakable if kind == "async" else Breakable
+    return lambda: env(hang=4 * STEP_TIMEOUT)
+
+
+def options(fault: int, autoreset: str) -> dict[str, Any]:
+    timeout = {"step_timeout": STEP_TIMEOUT} if fault == HANG else {}
+    return {"restart": "on_failure", "autoreset": autoreset, **timeout}
+
+
+def assert_cut_short(state: Step[Any], last: np.ndarray, fault: int, autoreset: str) -> None:
+    """``state`` ends the episode whose last observation was ``last``, for ``fault``."""
+    assert (state.reward, state.terminated, state.truncated) == (0.0, False, True)
+    marker = (state.final_info if autoreset == "same_step" else state.info)["aioenv"]
+    assert marker["restarted"] is True and REASONS[fault] in marker["reason"]
+    if autoreset == "same_step":  # the new env's reset is carried, as an autoreset's
+        np.testing.assert_array_equal(state.final_observation, last)
+        assert state.final_info == {"aioenv": marker}
+        assert state.observation[0] == 0 and state.info["reset"] is True
+    else:
+        np.testing.assert_array_equal(state.observation, last)
+        assert state.info == {"aioenv": marker}  # nothing of the user's is made up
+
+
+# The pool's face -------------------------------------------------------------------------
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize(("kind", "fault"), CASES)
+async def test_a_failed_step_ends_the_episode_truncated_and_the_reset_follows(
+    kind: str, fault: int, autoreset: str
+) -> None:
+    async with aioenv.make_pool(
+        env_for(kind), 2, mode=kind, **options(fault, autoreset)
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            for worker_id in (0, 1):
+                pool.send_action(0, worker_id)
+            batch = (await pool.get_batch(min_size=2)).sorted()
+        last = batch.states[0].observation.copy()
+        pool.send_action(fault, 0)
+        pool.send_action(0, 1)
+        cut, healthy = (await pool.get_batch(min_size=2)).sorted().states
+        assert_cut_short(cut, last, fault, autoreset)
+        assert healthy.observation[0] == 3 and not healthy.done  # the other env goes on
+        # Under "disabled" the user resets; under "next_step" the next step is the reset.
+        pool.send_action(aioenv.RESET if autoreset == "disabled" else 0, 0)
+        after, _ = await pool.get_state()  # type: ignore[misc]
+        assert not after.done and after.final_observation is None
+        if autoreset == "same_step":  # the new episode goes on from the reset carried
+            assert after.observation[0] == 1 and after.reward == 1.0
+        else:
+            assert after.observation[0] == 0 and after.reward == 0.0 and after.info["reset"]
+        assert pool.restarts == 1
+        stats = pool.episode_stats()[0]
+        # The cut-short episode counts as ended: two steps, then the truncated one.
+        assert (stats.episodes, stats.last_length, stats.last_return) == (1, 3, 2.0)
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+async def test_an_env_that_died_while_idle_ends_its_episode_at_the_next_step(
+    autoreset: str,
+) -> None:
+    async with aioenv.make_pool(Breakable, 1, mode="process", **options(DIE, autoreset)) as pool:
+        await pool.reset_all()
+        pool.send_action(0, 0)
+        step, _ = await pool.get_state()  # type: ignore[misc]
+        os.kill(pool.workers[0].pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        assert wait_until(lambda: not running(pool.workers[0].pid))  # type: ignore[attr-defined]
+        pool.send_action(0, 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert_cut_short(cut, step.observation, DIE, autoreset)
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+async def test_grouped_envs_each_end_their_episode_truncated(kind: str, autoreset: str) -> None:
+    async with aioenv.make_pool(
+        Breakable, 1, mode=kind, envs_per_worker=2, **options(RAISE, autoreset)
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([0, 0]), 0)
+        last, _ = await pool.get_state()  # type: ignore[misc]
+        last_observations = np.array(last.observations)
+        pool.send_action(np.array([0, RAISE]), 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert isinstance(cut, BatchStep)
+        assert cut.truncated.all() and not cut.terminated.any() and not cut.rewards.any()
+        for row in range(2):
+            state = Step(
+                cut.observations[row],
+                float(cut.rewards[row]),
+                bool(cut.terminated[row]),
+                bool(cut.truncated[row]),
+                cut.infos.get(row, {}),
+                cut.final_observations.get(row),
+                cut.final_infos.get(row),
+            )
+            assert_cut_short(state, last_observations[row], RAISE, autoreset)
+        pool.send_action(aioenv.RESET if autoreset == "disabled" else np.array([0, 0]), 0)
+        after, _ = await pool.get_state()  # type: ignore[misc]
+        assert not after.dones.any()
+        expected = 1 if autoreset == "same_step" else 0
+        np.testing.assert_array_equal(np.array(after.observations)[:, 0], [expected] * 2)
+
+
+# The vector face -------------------------------------------------------------------------
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize(
+    ("kind", "fault", "group"),
+    [("thread", RAISE, 1), ("process", DIE, 1), ("process", RAISE, 2), ("async", HANG, 1)],
+)
+def test_the_vector_env_sees_the_episode_end_truncated(
+    kind: str, fault: int, group: int, autoreset: str
+) -> None:
+    timeout = {"step_timeout": STEP_TIMEOUT} if fault == HANG else {}
+    grouping = {} if kind == "async" else {"envs_per_worker": group}
+    envs = aioenv.AioVectorEnv(
+        env_for(kind),
+        2,
+        mode=kind,
+        autoreset_mode=autoreset,
+        restart="on_failure",
+        **timeout,
+        **grouping,
+    )
+    cut = [True, group == 2]  # envs stepped together are replaced together
+    try:
+        envs.reset(seed=0)
+        last, *_ = envs.step(np.array([0, 0]))
+        last = last.copy()
+        observations, rewards, terminated, truncated, infos = envs.step(np.array([fault, 0]))
+        assert list(truncated) == cut and not terminated.any()
+        assert list(rewards) == [0.0, 0.0 if group == 2 else 1.0]
+        assert list(infos["_aioenv"]) == cut
+        marker_infos = infos
+        if autoreset == "same_step":
+            assert list(infos["_final_obs"]) == cut
+            np.testing.assert_array_equal(infos["final_obs"][0], last[0])
+            marker_infos = infos["final_info"]
+            assert observations[0, 0] == 0  # the new env's reset
+        else:
+            np.testing.assert_array_equal(observations[0], last[0])
+        assert REASONS[fault] in marker_infos["aioenv"]["reason"][0]
+        assert marker_infos["aioenv"]["restarted"][0]
+        if autoreset == "disabled":
+            observations, _ = envs.reset(options={"reset_mask": truncated})
+        else:
+            observations, rewards, terminated, truncated, _ = envs.step(np.array([0, 0]))
+            assert not (terminated.any() or truncated.any())
+        new_episode = 1 if autoreset == "same_step" else 0
+        assert observations[0, 0] == new_episode
+        healthy = 2 if autoreset == "disabled" else 3  # the other env, when not replaced
+        assert observations[1, 0] == (new_episode if group == 2 else healthy)
+    finally:
+        envs.close()
+
+
+# The rule itself -------------------------------------------------------------------------
+def test_cut_short_is_a_truncated_step_that_keeps_the_users_infos_apart() -> None:
+    marker = restart_marker("WorkerDied: gone")
+    step = cut_short(np.zeros(2), marker)
+    assert (step.reward, step.terminated, step.truncated) == (0.0, False, True)
+    assert step.info == {"aioenv": {"restarted": True, "reason": "WorkerDied: gone"}}
+    first = Step(np.ones(2), info={"user": 1})
+    carried = cut_short(np.zeros(2), marker, first)
+    assert carried.info == {"user": 1, "aioenv": marker} and first.info == {"user": 1}
+    np.testing.assert_array_equal(carried.final_observation, np.zeros(2))
+    assert carried.final_info == {"aioenv": marker}
+    batch = BatchStep(np.zeros((2, 3)), np.ones(2), np.zeros(2, bool), np.zeros(2, bool))
+    rows = cut_short_batch(batch, marker)
+    assert rows.truncated.all() and not rows.rewards.any() and rows.infos[1] == {"aioenv": marker}
