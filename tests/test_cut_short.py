@@ -74,9 +74,7 @@ def assert_cut_short(state: Step[Any], last: np.ndarray, fault: int, autoreset: 
 async def test_a_failed_step_ends_the_episode_truncated_and_the_reset_follows(
     kind: str, fault: int, autoreset: str
 ) -> None:
-    async with aioenv.make_pool(
-        env_for(kind), 2, mode=kind, **options(fault, autoreset)
-    ) as pool:
+    async with aioenv.make_pool(env_for(kind), 2, mode=kind, **options(fault, autoreset)) as pool:
         await pool.reset_all()
         for _ in range(2):
             for worker_id in (0, 1):

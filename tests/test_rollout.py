@@ -283,8 +283,13 @@ async def test_a_failed_segment_is_dropped_whole_and_the_restarted_env_plays_it_
         first = await pool.rollout(8)  # steps 1..8 of each env
         second = await pool.rollout(8)  # step 10 explodes: the rebuilt env plays all 8
         assert pool.restarts == N
+        counted = sum(stats.episodes for stats in pool.episode_stats())
         third = await pool.rollout(2)
     assert len(first) == len(second) == N * 8 and len(third) == N * 2
+    # The episodes the failures cut short count as ended, besides those the rows end.
+    cut = sum(bool(first.open[first.worker_id == worker_id][-1]) for worker_id in range(N))
+    ended = sum(int(np.count_nonzero(p.terminated | p.truncated)) for p in (first, second))
+    assert cut and counted == ended + cut
     for worker_id in range(N):
         assert_rows(rows_of(first, worker_id), REPLAYS[worker_id][:8], f"worker {worker_id}")
         rows = rows_of(second, worker_id)

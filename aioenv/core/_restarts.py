@@ -41,9 +41,7 @@ def restart_marker(reason: str) -> dict[str, Any]:
     return {"restarted": True, "reason": reason}
 
 
-def cut_short(
-    last_observation: T, marker: dict[str, Any], first: Step[T] | None = None
-) -> Step[T]:
+def cut_short(last_observation: T, marker: dict[str, Any], first: Step[T] | None = None) -> Step[T]:
     """The step that ends an episode early, for a reason outside the task (its env failed
     and was replaced, say): ``truncated=True``, reward 0, ``marker`` in its info under
     :data:`RESTART_KEY`, and ``last_observation`` (the last one seen) as the episode's

@@ -149,6 +149,7 @@ class Rollouts:
                     elif type(outcome.state) is Segment:
                         results[worker_id] = outcome.state
                     else:  # a restarted env's reset answered: ask it again
+                        self._cut_short(worker_id)
                         self._roster.members[worker_id].send_action(requests[worker_id])
                         continue
                     pending.remove(worker_id)
@@ -160,6 +161,13 @@ class Rollouts:
                 self._roster.members[worker_id].forget_request()
             raise
         return results
+
+    def _cut_short(self, worker_id: int) -> None:
+        """The worker's envs were replaced: the episodes they had open end (truncated) in
+        its statistics. Their rows in the failed segment are lost with it."""
+        first = self._roster.first_env[worker_id]
+        for lane in range(first, first + self._roster.members[worker_id].num_envs):
+            self._ledger.cut(lane)
 
     def _assemble(self, results: dict[int, Segment | WorkerError]) -> Trajectories:
         parts = []

@@ -241,6 +241,7 @@ class Worker(KindHooks, Generic[S]):
             timeout = min(cleanup_time, timeout)
         with anyio.CancelScope(shield=True):
             self._ensure_loop(closing=True)  # a pool may be closed from a later event loop
+            self._last = None  # it may view shared memory, which closing unmaps
             if not self._closing:
                 self._closing = True
                 self._supervisor.disarm()
@@ -268,6 +269,7 @@ class Worker(KindHooks, Generic[S]):
                 "before sending CLOSE, or call aclose() to close it discarding that state"
             )
         self._closing = True
+        self._last = None
         self._supervisor.disarm()
         self._start_close()
 
@@ -348,6 +350,7 @@ class Worker(KindHooks, Generic[S]):
     def abandon(self) -> None:
         """Stop at once, without an event loop (a pool that failed to be built)."""
         self._closing = True
+        self._last = None
         self._abandon()
 
     # Event loops -----------------------------------------------------------------------

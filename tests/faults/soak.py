@@ -150,6 +150,9 @@ class Soak:
         self.expect: dict[int, tuple[Any, str | None, float]] = {}  # id, fault, sent at
         self.t: dict[tuple[int, int], int] = {}
         self.armed_reset_fault: set[int] = set()
+        #: Workers whose last state ended an episode cut short by a failure: their next
+        #: state is the new env's reset, whatever was asked.
+        self.cut: set[int] = set()
         self.next_id = 0
         self.arrangement: list[str] = []  # by worker id
         self.siblings: dict[int, list[int]] = {}  # workers sharing a child or an actor
@@ -265,6 +268,13 @@ class Soak:
             rows, actions = [(state.observation, state.info)], [action]
         marker = rows[0][1].get("aioenv", {})
         restarted = all(info.get("aioenv", {}).get("restarted", False) for _, info in rows)
+        # A failed step ends its episode truncated, at its last observation; the new env's
+        # reset answers the next request.
+        cut = restarted and bool(np.all(state.truncated))
+        due = worker_id in self.cut
+        self.cut.discard(worker_id)
+        if cut:
+            self.cut.add(worker_id)
         reason = str(marker.get("reason"))
         arrangement = self.arrangement[worker_id]
         kind = kind_of(arrangement)
@@ -287,7 +297,9 @@ class Soak:
         )
         if fault in KILLING:
             self.killed[worker_id] = now  # answered
-        if must_restart and restarted and any(r in reason for r in restart_reasons(kind, fault)):
+        if due and restarted and not cut:
+            pass  # the new env's reset, after the episode its failure cut short
+        elif must_restart and restarted and any(r in reason for r in restart_reasons(kind, fault)):
             self.counts[f"answered:{kind}:{fault}"] += 1
             self.counts[f"answered:{kind}"] += 1
         elif fault == "slow" and not restarted:
@@ -311,7 +323,7 @@ class Soak:
                 f"reason ({reason})"
             )
             self.counts["wrong"] += 1
-        if restarted:
+        if restarted and not due:  # a cut-short step, or a reset answering a failed reset
             self.counts["restarts seen"] += 1
             self.counts[f"restarts:{arrangement}"] += 1
             self.armed_reset_fault.discard(worker_id)
@@ -320,7 +332,9 @@ class Soak:
             self.due[worker_id] = now + self._gap()  # comes after a gap
         for row, ((observation, _), asked) in enumerate(zip(rows, actions, strict=True)):
             key = (worker_id, row)
-            if asked is aioenv.RESET or restarted:
+            if cut:
+                pass  # the last observation again
+            elif asked is aioenv.RESET or restarted:
                 self.t[key] = 0
             else:
                 self.t[key] = self.t.get(key, 0) + 1
