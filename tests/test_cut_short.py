@@ -100,6 +100,29 @@ async def test_a_failed_step_ends_the_episode_truncated_and_the_reset_follows(
         assert (stats.episodes, stats.last_length, stats.last_return) == (1, 3, 2.0)
 
 
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize("fault", [RAISE, DIE])
+async def test_a_ray_actors_failed_step_ends_the_episode_truncated(
+    fault: int, autoreset: str
+) -> None:
+    async with aioenv.make_pool(
+        Breakable, 1, mode="ray", num_cpus=0, **options(fault, autoreset)
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(0, 0)
+        last, _ = await pool.get_state()  # type: ignore[misc]
+        pool.send_action(fault, 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert_cut_short(cut, last.observation, fault, autoreset)
+        pool.send_action(aioenv.RESET if autoreset == "disabled" else 0, 0)
+        after, _ = await pool.get_state()  # type: ignore[misc]
+        assert not after.done and after.observation[0] == (1 if autoreset == "same_step" else 0)
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length, stats.last_return) == (1, 2, 1.0)
+
+
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 async def test_an_env_that_died_while_idle_ends_its_episode_at_the_next_step(
     autoreset: str,
