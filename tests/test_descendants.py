@@ -137,8 +137,11 @@ async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
         first = await _helper_pids(pool)
         helpers.extend(first)
         pool.send_action(13, 0)
-        restarted, _ = await pool.get_state()  # the fresh env's reset, in place of the step
-        assert restarted.info["aioenv"]["restarted"]
+        cut, _ = await pool.get_state()  # the episode ends, truncated
+        assert cut.truncated and cut.info["aioenv"]["restarted"]
+        pool.send_action(0, 0)
+        restarted, _ = await pool.get_state()  # the fresh env's reset
+        assert restarted.info["aioenv"]["restarted"] and not restarted.truncated
         again = pids_in(restarted)
         helpers.extend(again)
         stuck, other = first[:PER_ENV], first[PER_ENV:]
