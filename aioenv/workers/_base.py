@@ -451,7 +451,8 @@ class Worker(KindHooks, Generic[S]):
             self._deliver_cut_short(last, reason)
             return
         self._cut_from = last
-        self._supervisor.restart(seq, reason)
+        assert self._loop is not None
+        self._supervisor.restart_later(seq, reason, self._loop)
 
     def _deliver_cut_short(self, last: Any, reason: str) -> None:
         """Answer the request in flight with the step that cuts ``last``'s episode short;

@@ -308,6 +308,14 @@ class Supervisor:
         self.restarts += 1
         return True
 
+    def restart_later(self, seq: int, reason: str, clock: Clock) -> None:
+        """The env failed before request ``seq`` came (while idle, or it ended its episode
+        cut short): start a new env for it after the backoff, from the event loop (as
+        every restart, so a sync worker's failures never answer a request inline)."""
+        self.pending_restart = None
+        delay = self.options.backoff(self._consecutive_failures)
+        self._scheduled = (clock.call_later(delay, self.restart, seq, reason), reason)
+
     def restart(self, seq: int, reason: str) -> None:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
         awaited. Its seed is deterministic (:func:`restart_seed`)."""
