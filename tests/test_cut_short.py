@@ -5,6 +5,7 @@ the last observation seen (``final_obs`` under same-step autoreset) and the reas
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from typing import Any
@@ -236,3 +237,24 @@ def test_cut_short_is_a_truncated_step_that_keeps_the_users_infos_apart() -> Non
     batch = BatchStep(np.zeros((2, 3)), np.ones(2), np.zeros(2, bool), np.zeros(2, bool))
     rows = cut_short_batch(batch, marker)
     assert rows.truncated.all() and not rows.rewards.any() and rows.infos[1] == {"aioenv": marker}
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+async def test_a_seeded_reset_after_a_cut_short_episode_seeds_the_new_env(kind: str) -> None:
+    """Under ``autoreset="disabled"`` the user's reset starts the new env: the seed they
+    give is the one it is reset with, as for any reset."""
+    from envs import Walk
+
+    exploding = functools.partial(Walk, explode_at=2)
+    expected, _ = Walk().reset(seed=123)
+    async with aioenv.make_pool(
+        exploding, 1, mode=kind, restart="on_failure", autoreset="disabled"
+    ) as pool:
+        await pool.reset_all(seed=0)
+        for _ in range(2):  # the second step raises: the episode ends cut short
+            pool.send_action(0, 0)
+            step, _ = await pool.get_state()  # type: ignore[misc]
+        assert step.truncated and step.info["aioenv"]["restarted"]
+        pool.send_action(aioenv.Reset(seed=123), 0)
+        first, _ = await pool.get_state()  # type: ignore[misc]
+        np.testing.assert_array_equal(first.observation, expected)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
 
-from ..core._commands import CLOSE, RESET, is_reset
+from ..core._commands import CLOSE, RESET, Reset, is_reset
 from ..core._environment import EnvSource, Step, VectorSource, describe_source
 from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
@@ -452,7 +452,9 @@ class Worker(KindHooks, Generic[S]):
             return
         self._cut_from = last
         assert self._loop is not None
-        self._supervisor.restart_later(seq, reason, self._loop)
+        # A reset the user seeded seeds the new env: their episode starts where they said.
+        seed = action.seed if isinstance(action, Reset) else None
+        self._supervisor.restart_later(seq, reason, self._loop, seed)
 
     def _deliver_cut_short(self, last: Any, reason: str) -> None:
         """Answer the request in flight with the step that cuts ``last``'s episode short;

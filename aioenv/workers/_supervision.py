@@ -308,17 +308,19 @@ class Supervisor:
         self.restarts += 1
         return True
 
-    def restart_later(self, seq: int, reason: str, clock: Clock) -> None:
+    def restart_later(self, seq: int, reason: str, clock: Clock, seed: int | None = None) -> None:
         """The env failed before request ``seq`` came (while idle, or it ended its episode
         cut short): start a new env for it after the backoff, from the event loop (as
-        every restart, so a sync worker's failures never answer a request inline)."""
+        every restart, so a sync worker's failures never answer a request inline).
+        ``seed``: the seed of the reset that asked for it, if the user gave one."""
         self.pending_restart = None
         delay = self.options.backoff(self._consecutive_failures)
-        self._scheduled = (clock.call_later(delay, self.restart, seq, reason), reason)
+        self._scheduled = (clock.call_later(delay, self.restart, seq, reason, seed), reason)
 
-    def restart(self, seq: int, reason: str) -> None:
+    def restart(self, seq: int, reason: str, seed: int | None = None) -> None:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
-        awaited. Its seed is deterministic (:func:`restart_seed`)."""
+        awaited. Its seed is ``seed`` (a seeded reset asked for it) or deterministic
+        (:func:`restart_seed`)."""
         self._scheduled = None
         if not self._remedies.awaiting(seq):
             # Nobody waits for it any more: the next request restarts the env, as after a
@@ -328,7 +330,9 @@ class Supervisor:
         self.pending_restart = None
         self.starting = True
         self._restart_reason = reason
-        self._remedies.start_env(seq, restart_seed(self.seed, self.restarts), reason)
+        if seed is None:
+            seed = restart_seed(self.seed, self.restarts)
+        self._remedies.start_env(seq, seed, reason)
 
     def forget_in_flight(self) -> None:
         """The request in flight is forgotten (its reply will be dropped): no deadline for
