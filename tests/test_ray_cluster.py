@@ -179,8 +179,10 @@ def test_losing_a_node_without_restarts_fails_exactly_its_workers(
             for worker_id in (0, 1):
                 assert "died" in str(died[worker_id]) and "Ray actor" in str(died[worker_id])
                 assert [state["t"] for state in states[worker_id]] == [0]
-                with pytest.raises(aioenv.WorkerDied):
+                with pytest.raises(aioenv.WorkerRemoved) as removed:  # given up on: gone
                     pool.send_action(1, worker_id)
+                assert removed.value.__cause__ is died[worker_id]
+                assert worker_id not in pool.active_ids and worker_id in pool.removed
             for worker_id in (2, 3):  # the other node's workers lost nothing
                 assert_steps_continue(states[worker_id])
                 assert len(states[worker_id]) == 2 + STEPS_AFTER_LOSS

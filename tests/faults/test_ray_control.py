@@ -54,9 +54,11 @@ async def test_starting_replacing_and_closing_actors_leaves_ray_control_calls_of
         first = worker.actor_id
         for fault, reason in (("sigkill", "WorkerDied"), ("hang", "WorkerTimeout")):
             pool.send_action({"id": 1, "fault": fault}, 0)
+            step, _ = await pool.get_state()  # the episode the fault cut short
+            assert step.truncated and reason in step.info["aioenv"]["reason"]
+            pool.send_action(aioenv.RESET, 0)
             step, _ = await pool.get_state()  # the new actor's reset
             assert step.info["aioenv"]["restarted"] is True
-            assert reason in step.info["aioenv"]["reason"]
         pool.send_action({"id": 7}, 0)
         step, _ = await pool.get_state()
         assert step.observation[1] == 7
