@@ -22,6 +22,7 @@ __all__ = [
     "VectorSource",
     "describe_source",
     "is_environment",
+    "take_rows",
 ]
 
 S = TypeVar("S")
@@ -253,6 +254,16 @@ class VectorSource:
     @property
     def description(self) -> str:
         return f"{describe_source(self.sources[0])} x{len(self.sources)}"
+
+
+def take_rows(stacked: Any, rows: Any) -> Any:
+    """``rows`` (an index, a slice or an index array) of stacked values: arrays, or dicts
+    and tuples of them, as a batch's observations are."""
+    if isinstance(stacked, dict):
+        return {key: take_rows(value, rows) for key, value in stacked.items()}
+    if isinstance(stacked, tuple):
+        return tuple(take_rows(value, rows) for value in stacked)
+    return stacked[rows]
 
 
 def _copy_arrays(observation: Any) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ._environment import BatchStep, Step
+from ._environment import BatchStep, Step, take_rows
 
 __all__ = [
     "RESTART_KEY",
@@ -73,18 +73,9 @@ def cut_short_batch(
     rewards, terminated = np.zeros(rows, np.float64), np.zeros(rows, np.bool_)
     if first is None:
         return BatchStep(last.observations, rewards, terminated, truncated, infos)
-    finals = {row: _row(last.observations, row) for row in range(rows)}
+    finals = {row: take_rows(last.observations, row) for row in range(rows)}
     reset_infos = {row: {**first.infos.get(row, {}), RESTART_KEY: marker} for row in range(rows)}
     return BatchStep(first.observations, rewards, terminated, truncated, reset_infos, finals, infos)
-
-
-def _row(observations: Any, row: int) -> Any:
-    """Row ``row`` of stacked observations (arrays, or dicts and tuples of them)."""
-    if isinstance(observations, dict):
-        return {key: _row(value, row) for key, value in observations.items()}
-    if isinstance(observations, tuple):
-        return tuple(_row(value, row) for value in observations)
-    return observations[row]
 
 
 def episode_open(state: Any, autoreset: str) -> bool:

@@ -12,6 +12,8 @@ import numpy.typing as npt
 from gymnasium.spaces import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from ..core._environment import take_rows
+
 __all__ = ["Trajectories", "stack"]
 
 
@@ -97,7 +99,7 @@ class Trajectories:
         """These rows (a boolean mask, a slice or indices) as new Trajectories."""
         return Trajectories(
             **{
-                field.name: _take(getattr(self, field.name), rows)
+                field.name: take_rows(getattr(self, field.name), rows)
                 for field in dataclasses.fields(self)
             }
         )
@@ -112,11 +114,3 @@ def stack(space: Space[Any] | None, items: Sequence[Any]) -> Any:
     if not items:
         return out
     return concatenate(space, items, out)
-
-
-def _take(value: Any, rows: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _take(item, rows) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_take(item, rows) for item in value)
-    return value[rows]
