@@ -8,7 +8,9 @@ DOCS_STAMP := $(VENV)/.installed-docs
 FLOORS_VENV ?= .venv-floors
 FLOORS_STAMP := $(FLOORS_VENV)/.installed
 
-.PHONY: install test test-floors lint demo soak bench bench-quick docs clean
+EXTRAS_STAMP := $(VENV)/.installed-extras
+
+.PHONY: install test test-floors test-extras lint demo soak bench bench-quick docs clean
 
 SOAK_SECONDS ?= 180
 
@@ -34,6 +36,22 @@ $(FLOORS_STAMP): pyproject.toml
 
 test-floors: $(FLOORS_STAMP)
 	$(FLOORS_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The integrations (optional extras) and their tests, in one venv on one Python: SB3 brings
+# torch, which is large (the CPU build, named so that pip never takes a CUDA one). Every
+# test of these files must run there (AIOENV_EXTRAS_REQUIRED=1 fails a session that skips
+# one), then Stable-Baselines3's own vec-env tests run against aioenv's adapter.
+INTEGRATION_EXTRAS := dev
+INTEGRATION_TESTS :=
+TORCH_CPU := torch==2.13.0
+
+$(EXTRAS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)'
+	$(BIN)/python -m pip install --quiet -e '.[$(INTEGRATION_EXTRAS)]'
+	touch $(EXTRAS_STAMP)
+
+test-extras: $(EXTRAS_STAMP)
+	AIOENV_EXTRAS_REQUIRED=1 $(BIN)/python -m pytest $(INTEGRATION_TESTS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check aioenv tests examples benchmarks

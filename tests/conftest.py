@@ -106,10 +106,30 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
 _SKIPPED_RAY_TESTS: list[tuple[str, str]] = []
 
 
+#: ``make test-extras`` sets this: the venv has every optional integration installed, so a
+#: test or a module (``pytest.importorskip``) skipped there is an integration left untested.
+EXTRAS_REQUIRED = os.environ.get("AIOENV_EXTRAS_REQUIRED") == "1"
+
+#: What was skipped in an ``AIOENV_EXTRAS_REQUIRED`` session: (test or module id, reason).
+_SKIPPED_WITH_EXTRAS: list[tuple[str, str]] = []
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if EXTRAS_REQUIRED and report.skipped:
+        _SKIPPED_WITH_EXTRAS.append((report.nodeid, _skip_reason(report)))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped and "ray" in report.keywords and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report)
-        _SKIPPED_RAY_TESTS.append((report.nodeid, reason))
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    if "ray" in report.keywords:
+        _SKIPPED_RAY_TESTS.append((report.nodeid, _skip_reason(report)))
+    if EXTRAS_REQUIRED:
+        _SKIPPED_WITH_EXTRAS.append((report.nodeid, _skip_reason(report)))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -117,7 +137,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     was skipped fails, so that a Ray that stopped importing (or any other skip) cannot
     leave the suite green with its Ray tests unrun. Tests left out on purpose (``-k``,
     ``-m``, ``--deselect``, a file not named) are deselected, not skipped."""
-    if RAY_INSTALLED and _SKIPPED_RAY_TESTS and session.exitstatus == pytest.ExitCode.OK:
+    skipped_what_must_run = (RAY_INSTALLED and _SKIPPED_RAY_TESTS) or _SKIPPED_WITH_EXTRAS
+    if skipped_what_must_run and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -129,6 +150,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.line(
             f"{len(_SKIPPED_RAY_TESTS)} Ray test(s) skipped: the session fails (Ray is "
             "installed here, so every selected Ray test must run)"
+        )
+    if _SKIPPED_WITH_EXTRAS:
+        terminalreporter.section("skipped with every extra installed", red=True)
+        for nodeid, reason in _SKIPPED_WITH_EXTRAS[:20]:
+            terminalreporter.line(f"{nodeid}: {reason}")
+        terminalreporter.line(
+            f"{len(_SKIPPED_WITH_EXTRAS)} test(s) or module(s) skipped under "
+            "AIOENV_EXTRAS_REQUIRED=1: the session fails (make test-extras installs every "
+            "integration, so each of their tests must run)"
         )
 
 
