@@ -91,11 +91,14 @@ class PolicyPackage:
 class Rollout:
     """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`.
     ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
-    go on from where the last segment stopped (a reset if there is none)."""
+    go on from where the last segment stopped (a reset if there is none).
+    ``episode_timeout``: the seconds each episode may last (checked after each step: the
+    step that finds its episode past it ends the episode truncated); None: no budget."""
 
     policy: PolicyPackage
     num_steps: int
     seed: int | None = None
+    episode_timeout: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

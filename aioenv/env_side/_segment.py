@@ -13,6 +13,7 @@ imports nothing of the parent's.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import cloudpickle
@@ -84,17 +85,26 @@ def _load(package: PolicyPackage) -> Any:
 
 @dataclasses.dataclass
 class Cursor:
-    """Where the runner's env stands between segments: its observation, and the index in
-    its episode of the next transition."""
+    """Where the runner's env stands between segments: its observation, the index in
+    its episode of the next transition, and when that episode started (``time.monotonic``
+    here: its budget runs from then)."""
 
     observation: Any
     step: int
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def _rows(
-    runner: Any, cursor: Cursor | None, num_steps: int, seed: int | None, policy: Any
+    runner: Any,
+    cursor: Cursor | None,
+    num_steps: int,
+    seed: int | None,
+    policy: Any,
+    budget: float | None = None,
 ) -> Plan[tuple[dict[str, list[Any]], Cursor]]:
-    """The segment's rows, the runner's own reset and step plans making the env's calls."""
+    """The segment's rows, the runner's own reset and step plans making the env's calls.
+    ``budget``: an episode's seconds; the step that finds its episode past them ends it
+    truncated, and the env is reset."""
     rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     if cursor is None or seed is not None:
         cursor = Cursor(_observation((yield from _answered(runner.reset_plan(seed)))), 0)
@@ -106,11 +116,14 @@ def _rows(
         done = state.terminated or state.truncated
         same_step = done and state.final_info is not None  # autoreset "same_step" reset it
         final = state.final_observation if same_step else state.observation
-        row = (cursor.observation, action, state.reward, state.terminated, state.truncated)
+        truncated = state.truncated
+        if not done and budget is not None and time.monotonic() - cursor.started >= budget:
+            done = truncated = True  # out of its budget: ended here, as a time limit would
+        row = (cursor.observation, action, state.reward, state.terminated, truncated)
         for name, value in zip(_COLUMNS, (*row, final, cursor.step), strict=True):
             rows[name].append(value)
         if not done:
-            cursor = Cursor(state.observation, cursor.step + 1)
+            cursor = Cursor(state.observation, cursor.step + 1, cursor.started)
         elif same_step:
             cursor = Cursor(state.observation, 0)
         else:
@@ -151,7 +164,8 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (loading the policy)")
     try:
-        plan = _rows(runner, _resume(runner), request.num_steps, _seed(request, env), policy)
+        seed, budget = _seed(request, env), request.episode_timeout
+        plan = _rows(runner, _resume(runner), request.num_steps, seed, policy, budget)
         rows, runner.last = yield from plan
     except _Stop as stop:
         return stop.failure

@@ -104,8 +104,8 @@ def make_pool(
     :param options: pool options go to the pool: ``autoreset``, ``max_episode_steps``,
         ``step_timeout``, ``start_timeout``, ``reset_timeout``, ``restart``,
         ``max_restarts``, ``restart_window``, ``restart_backoff``, ``on_failure``,
-        ``check_actions``, ``copy`` (units, defaults and meaning: "Pool options" in the
-        docs), checked before any worker starts;
+        ``episode_timeout``, ``check_actions``, ``copy`` (units, defaults and meaning:
+        "Pool options" in the docs), checked before any worker starts;
         worker options go to the kinds that take them: ``cleanup_time`` (all
         kinds, and the pool); for process workers ``context``, ``shared_memory``,
         ``envs_per_process`` (how many workers share one child process; default 1) and

@@ -43,6 +43,12 @@ class PoolOptions:
         failures, at most 10.
     :param on_failure: called with every failure (a :class:`~aioenv.WorkerError`),
         restarted or not; default None.
+    :param episode_timeout: seconds an episode may last, from its reset's answer to its
+        end, the env's time and the wait for the policy alike; default None, no budget.
+        An episode past it ends truncated, as an episode cut short by a restart does, with
+        ``info["aioenv"]["reason"] == "episode_timeout"``: a step in flight is abandoned
+        and its env restarted, else the next step is not sent. A budget's end is no
+        failure: it spends no restart and never gives a worker up.
     :param autoreset: ``"disabled"`` (default), ``"next_step"`` or ``"same_step"``: what a
         worker does when an episode ends (see the README's table).
     :param max_episode_steps: truncate episodes after this many steps; default None.
@@ -62,6 +68,7 @@ class PoolOptions:
     restart_window: float | None = DEFAULT_RESTART_WINDOW
     restart_backoff: float = 0.0
     on_failure: Callable[[WorkerError], None] | None = None
+    episode_timeout: float | None = None
     autoreset: Autoreset = "disabled"
     max_episode_steps: int | None = None
     check_actions: bool = False
@@ -85,6 +92,7 @@ class PoolOptions:
             restart_window=self.restart_window,
             restart_backoff=self.restart_backoff,
             on_failure=on_failure,
+            episode_timeout=self.episode_timeout,
         )
 
     def episode(self) -> EpisodeOptions:

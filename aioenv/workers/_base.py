@@ -20,6 +20,7 @@ waiting and timers, and anyio only for cancel scopes (the shielded close).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
@@ -33,6 +34,7 @@ from ..core._restarts import (
     cut_short,
     cut_short_batch,
     episode_open,
+    is_restart_reset,
     mark_restarted,
     restart_marker,
 )
@@ -44,6 +46,7 @@ from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
 from ._supervision import (
+    EPISODE_TIMEOUT,
     Remedies,
     Supervision,
     Supervisor,
@@ -77,6 +80,11 @@ class Worker(KindHooks, Generic[S]):
         none.
     :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
         step that may also reset (autoreset) gets ``step_timeout + reset_timeout``.
+    :param episode_timeout: seconds an episode may last, from its reset's answer to its
+        end, the env's time and the wait for the next action alike; None (the default):
+        no budget. Past it the episode ends truncated, ``info["aioenv"]["reason"] ==
+        "episode_timeout"``: a step in flight is abandoned and the env restarted, else the
+        next step is not sent. No failure: no restart is spent. One env per worker.
     """
 
     kind: ClassVar[str]
@@ -91,6 +99,7 @@ class Worker(KindHooks, Generic[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
     ) -> None:
         check_seed(seed)
         if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
@@ -118,8 +127,12 @@ class Worker(KindHooks, Generic[S]):
             time_out=self._timed_out,
         )
         options = Supervision(
-            step_timeout=step_timeout, start_timeout=start_timeout, reset_timeout=reset_timeout
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
+        self._check_budget(options)
         self._supervisor = Supervisor(options, seed, remedies)
         self._episode = EpisodeOptions()
         #: The last state delivered ended an episode (read only under autoreset
@@ -133,6 +146,16 @@ class Worker(KindHooks, Generic[S]):
         #: The state whose episode the restart in flight cuts short (same-step autoreset:
         #: the new env's reset is carried by the cut-short step); None: nothing to cut.
         self._cut_from: Any = None
+        #: When the open episode's budget runs out (the loop's clock); None: no episode
+        #: is timed (none is open, or no ``episode_timeout``).
+        self._episode_deadline: float | None = None
+        #: An episode ran out of its budget while no step was in flight: its env goes on,
+        #: and its reset answers the next request (marked, as a restarted env's would be).
+        self._reset_next = False
+        self._budget_reset = False  # the request in flight is that reset
+        #: Same-step autoreset: the state whose episode ran out of its budget while idle;
+        #: the reset in flight answers with the step that cuts it short.
+        self._budget_cut: Any = None
         self._in_pool = False
         self._failure: WorkerError | None = None  # set once the worker can take no more
         self._closing = False
@@ -190,13 +213,18 @@ class Worker(KindHooks, Generic[S]):
         if supervisor.pending_restart is not None:
             self._restart_for(seq, action, supervisor.pending_restart)
             return
+        request = action
+        if supervisor.episode_timeout is not None:
+            request = self._within_budget(seq, action)
+            if request is None:
+                return
         if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
-            phase = request_phase(action, self._episode.autoreset, self._episode_ended)
-            steps = action.num_steps * self.num_envs if phase == "rollout" else 1
+            phase = request_phase(request, self._episode.autoreset, self._episode_ended)
+            steps = request.num_steps * self.num_envs if phase == "rollout" else 1
             assert self._loop is not None  # before submitting: a sync worker answers inside
             supervisor.arm(self._loop, seq, phase, steps)
         try:
-            self._submit(seq, action)
+            self._submit(seq, request)
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
             supervisor.disarm()
@@ -307,7 +335,9 @@ class Worker(KindHooks, Generic[S]):
             raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
-        self._supervisor.configure(supervision.under(self._supervisor.options))
+        options = supervision.under(self._supervisor.options)
+        self._check_budget(options)
+        self._supervisor.configure(options)
         flight.inbox, self.worker_id = inbox, worker_id
         self._in_pool = True
         self._check_first_reply = check_first_reply
@@ -398,6 +428,8 @@ class Worker(KindHooks, Generic[S]):
             self._episode_ended = episode_ended(result)
         if reason is not None:
             result = self._restarted(result, reason)
+        if supervisor.episode_timeout is not None:
+            result = self._time_episode(result)
         flight.awaited = 0
         self._last = outcome = Outcome(self.worker_id, result, None, borrowed)
         flight.inbox.deliver(outcome)
@@ -414,6 +446,7 @@ class Worker(KindHooks, Generic[S]):
             return
         assert self._loop is not None
         supervisor, in_flight = self._supervisor, self._flight.awaited
+        self._episode_deadline, self._budget_cut, self._budget_reset = None, None, False
         last = self._last
         if last is not None and last.borrowed:
             # Kept, not viewed: the new env may write its observations where it viewed.
@@ -446,6 +479,7 @@ class Worker(KindHooks, Generic[S]):
         """Request ``seq`` (``action``) comes to a worker whose env failed and was
         dropped: an episode that failure left open ends now (under same-step autoreset
         with the new env's reset), else the new env's reset answers the request."""
+        self._reset_next = False  # the new env's reset answers this request anyway
         last = self._open_episode(action)
         if last is not None and self._episode.autoreset != "same_step":
             self._deliver_cut_short(last, reason)
@@ -464,6 +498,7 @@ class Worker(KindHooks, Generic[S]):
             state: Any = cut_short(last.observation, marker)
         else:
             state = cut_short_batch(last, marker)
+        self._episode_deadline = None
         self._flight.awaited = 0
         self._last = outcome = Outcome(self.worker_id, state)
         self._flight.inbox.deliver(outcome)
@@ -478,6 +513,106 @@ class Worker(KindHooks, Generic[S]):
         if type(last) is Step:
             return cut_short(last.observation, restart_marker(reason), first)
         return cut_short_batch(last, restart_marker(reason), first)
+
+    # Episode budgets -------------------------------------------------------------------
+    def _check_budget(self, options: Supervision) -> None:
+        if options.episode_timeout is not None and self.num_envs > 1:
+            raise ValueError(
+                f"{self.name}: episode_timeout times one episode per worker; this worker "
+                f"steps {self.num_envs} envs together (envs_per_worker): use one env per worker"
+            )
+
+    def _within_budget(self, seq: int, action: Any) -> Any:
+        """What request ``seq`` sends for ``action`` under the open episode's budget: the
+        action (the budget's end, if it comes while the step runs, abandons it), a reset
+        (the episode ran out of its budget: same-step autoreset carries the cut-short step
+        with its answer; else the budget's end was handed out already and this request
+        starts the next episode), or None: the episode ran out of its budget now, and its
+        cut-short step answers the request in place of sending the action."""
+        self._budget_reset = False
+        if type(action) is Rollout:  # the segment times its episodes between its steps
+            self._reset_next = False
+            return dataclasses.replace(action, episode_timeout=self._supervisor.episode_timeout)
+        if is_reset(action):
+            self._reset_next = False
+            return action
+        if self._reset_next:
+            self._reset_next, self._budget_reset = False, True
+            self._sent = RESET
+            return RESET
+        deadline, loop = self._episode_deadline, self._loop
+        if deadline is None:
+            return action
+        assert loop is not None
+        remaining = deadline - loop.time()
+        if remaining > 0:
+            self._supervisor.arm_budget(loop, remaining, self._budget_ran_out)
+            return action
+        last = self._kept_last()
+        self._episode_deadline = None
+        if self._episode.autoreset == "same_step":
+            self._budget_cut = last
+            return RESET
+        self._reset_next = True
+        self._deliver_cut_short(last, EPISODE_TIMEOUT)
+        return None
+
+    def _kept_last(self) -> Any:
+        """The state last handed out, owned (not a view of memory its env writes)."""
+        last = self._last
+        assert last is not None  # an episode is timed only once a state was handed out
+        return last.state.owned() if last.borrowed else last.state
+
+    def _budget_ran_out(self) -> None:
+        """The open episode ran past its budget while its step was in flight: the step is
+        abandoned and its env dropped; the episode ends cut short (under same-step
+        autoreset, with the new env's reset)."""
+        seq = self._flight.awaited
+        if not seq or self._closing:
+            return
+        assert self._loop is not None
+        last = self._kept_last()
+        self._episode_deadline = None
+        self._flight.controls.fail_all(
+            WorkerError(
+                f"{self.name}: its env was dropped, its episode having run past "
+                f"episode_timeout={self._supervisor.episode_timeout:g} s",
+                worker_id=self.worker_id,
+            )
+        )
+        self._discard_env(True)
+        if self._episode.autoreset == "same_step":
+            self._cut_from = last
+            self._supervisor.end_episode(seq, self._loop)
+        else:
+            self._supervisor.end_episode(0, self._loop)
+            self._deliver_cut_short(last, EPISODE_TIMEOUT)
+
+    def _time_episode(self, state: Any) -> Any:
+        """``state``, the answer to the request in flight, as handed out (the step that
+        cuts an episode short, or a reset that starts one after a budget's end), and the
+        budget of the episode it leaves open: a new one from an episode's first state,
+        none once an episode ended."""
+        cut, self._budget_cut = self._budget_cut, None
+        if cut is not None and type(state) is Step:
+            state = cut_short(cut.observation, restart_marker(EPISODE_TIMEOUT), state)
+        elif self._budget_reset:
+            self._budget_reset = False
+            state = mark_restarted(state, EPISODE_TIMEOUT)
+        if type(state) is not Step or type(self._sent) is Rollout:
+            self._episode_deadline = None  # segments time their episodes themselves
+            return state
+        ended = state.terminated or state.truncated
+        starts = is_reset(self._sent) or (is_restart_reset(state) if state.info else False)
+        if ended and self._episode.autoreset == "same_step":
+            starts = True  # the step carries the next episode's reset
+        elif ended:
+            self._episode_deadline = None
+            return state
+        if starts or self._episode_deadline is None:
+            assert self._loop is not None
+            self._episode_deadline = self._loop.time() + self._supervisor.episode_timeout  # type: ignore[operator]
+        return state
 
     def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
         phase = self._supervisor.phase

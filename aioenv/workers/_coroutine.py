@@ -60,6 +60,7 @@ class AsyncEnvWorker(Worker[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -68,6 +69,7 @@ class AsyncEnvWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
         self._envs: list[_EnvTask] = []  # the current env's, and discarded ones still closing
         self._host: CoroutineHost | None = None  # None: the env's coroutines run on the loop

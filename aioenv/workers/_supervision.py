@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_RESTART_WINDOW",
     "DEFAULT_START_TIMEOUT",
+    "EPISODE_TIMEOUT",
     "Clock",
     "Phase",
     "Remedies",
@@ -47,6 +48,10 @@ DEFAULT_START_TIMEOUT = 60.0
 #: days; an env failing at every start uses them up within seconds.
 DEFAULT_MAX_RESTARTS = 10
 DEFAULT_RESTART_WINDOW = 10.0
+
+#: The reason an episode that ran out of its ``episode_timeout`` ends with (in its
+#: cut-short step's ``info["aioenv"]``): a budget's end, not a failure.
+EPISODE_TIMEOUT = "episode_timeout"
 
 #: Which deadline a request gets: building an env plus its first reset, a reset, a step,
 #: a step that may also reset an env (autoreset), or a rollout segment.
@@ -76,6 +81,10 @@ class Supervision:
     :param restart_backoff: seconds to wait before the first restart (default 0), doubling
         for back-to-back failures, capped at 10 s.
     :param on_failure: called with every failure, restarted or not (default None).
+    :param episode_timeout: seconds an episode may last, from its reset's answer to its
+        end, the env's time and the wait for the next action alike; None (the default):
+        no budget. An episode past it ends truncated (see :data:`EPISODE_TIMEOUT`); that
+        is no failure, so it spends no restart.
     """
 
     step_timeout: float | None = None
@@ -86,9 +95,17 @@ class Supervision:
     restart_window: float | None = DEFAULT_RESTART_WINDOW
     restart_backoff: float = 0.0
     on_failure: Callable[[WorkerError], None] | None = None
+    episode_timeout: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("step_timeout", "start_timeout", "reset_timeout", "restart_window"):
+        names = (
+            "step_timeout",
+            "start_timeout",
+            "reset_timeout",
+            "restart_window",
+            "episode_timeout",
+        )
+        for name in names:
             value = getattr(self, name)
             if value is not None and not (
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
@@ -109,6 +126,7 @@ class Supervision:
             step_timeout=own.step_timeout or self.step_timeout,
             start_timeout=own.start_timeout or self.start_timeout,
             reset_timeout=own.reset_timeout or self.reset_timeout,
+            episode_timeout=own.episode_timeout or self.episode_timeout,
         )
 
     @property
@@ -221,11 +239,17 @@ class Supervisor:
         self.request_phase: Phase = "step"
         self.request_steps = 1
         self._timer: Cancellable | None = None
+        #: The open episode's budget (``episode_timeout``), read on every request.
+        self.episode_timeout = options.episode_timeout
+        #: Envs rebuilt because their episode ran past its budget (no restart spent).
+        self.budget_restarts = 0
+        self._budget_timer: Cancellable | None = None
         self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
 
     def configure(self, options: Supervision) -> None:
         self.options = options
         self.has_deadlines = options.has_deadlines
+        self.episode_timeout = options.episode_timeout
 
     # Deadlines -------------------------------------------------------------------------
     @property
@@ -245,10 +269,22 @@ class Supervisor:
         if timeout is not None:
             self._timer = clock.call_later(timeout, self._expire, clock, seq, timeout, clock.time())
 
+    def arm_budget(self, clock: Clock, remaining: float, ran_out: Callable[[], None]) -> None:
+        """Call ``ran_out`` in ``remaining`` seconds unless the request in flight is
+        answered (or given up) first: the open episode's budget ends while it runs."""
+        self._budget_timer = clock.call_later(remaining, self._budget_ended, ran_out)
+
+    def _budget_ended(self, ran_out: Callable[[], None]) -> None:
+        self._budget_timer = None
+        ran_out()
+
     def disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+            self._budget_timer = None
 
     def _expire(self, clock: Clock, seq: int, timeout: float, sent_at: float) -> None:
         self._timer = None
@@ -308,6 +344,18 @@ class Supervisor:
         self.restarts += 1
         return True
 
+    def end_episode(self, in_flight: int, clock: Clock) -> None:
+        """The open episode ran past its budget and the env, busy with request
+        ``in_flight``, was dropped: start a new one whose reset answers it (0: the next
+        request starts it). No failure: no restart is spent, nothing is reported, the
+        failure streak stays as it was."""
+        self.disarm()
+        self.budget_restarts += 1
+        if in_flight:
+            self.restart_later(in_flight, EPISODE_TIMEOUT, clock)
+        else:
+            self.pending_restart = EPISODE_TIMEOUT
+
     def restart_later(self, seq: int, reason: str, clock: Clock, seed: int | None = None) -> None:
         """The env failed before request ``seq`` came (while idle, or it ended its episode
         cut short): start a new env for it after the backoff, from the event loop (as
@@ -331,7 +379,7 @@ class Supervisor:
         self.starting = True
         self._restart_reason = reason
         if seed is None:
-            seed = restart_seed(self.seed, self.restarts)
+            seed = restart_seed(self.seed, self.restarts + self.budget_restarts)
         self._remedies.start_env(seq, seed, reason)
 
     def forget_in_flight(self) -> None:

@@ -37,6 +37,7 @@ class SyncWorker(Worker[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -45,6 +46,7 @@ class SyncWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
         self._runner = make_runner(self.source, seed)
 

@@ -47,6 +47,7 @@ class ThreadWorker(Worker[S]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
     ) -> None:
         super().__init__(
             env,
@@ -55,6 +56,7 @@ class ThreadWorker(Worker[S]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
         self._threads: list[_EnvThread] = []
         self._spawn(seed)

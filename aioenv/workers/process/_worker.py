@@ -116,6 +116,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
         shared_memory: bool | Literal["auto"] = "auto",
         idle_spin: float = 0.0,
         threads_per_env: int | None = 1,
@@ -129,6 +130,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
         try:
             self._payload = pickling.dumps(self.source)

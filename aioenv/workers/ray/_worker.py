@@ -99,6 +99,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         step_timeout: float | None = None,
         start_timeout: float | None = None,
         reset_timeout: float | None = None,
+        episode_timeout: float | None = None,
         threads_per_env: int | None = 1,
         _start: bool = True,
     ) -> None:
@@ -111,6 +112,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             step_timeout=step_timeout,
             start_timeout=start_timeout,
             reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
         )
         try:
             self._payload = pickling.dumps(env)

@@ -1,0 +1,306 @@
+"""Rollout budgets (``episode_timeout``): an episode gets so many seconds from its reset's
+answer to its end, its env's time and the wait for the policy alike. Past them it ends as
+an episode cut short ends (truncated, reward 0, the last observation as final, the reason
+``"episode_timeout"`` under ``info["aioenv"]``): a step in flight is abandoned and its env
+restarted; else the next action is not sent. A budget's end is no failure.
+
+The envs here never end an episode by themselves, and their slow steps wait for events
+that are never set (or far longer than the budget), so which episode runs out is certain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import Breakable
+
+import aioenv
+from aioenv.core._environment import Step
+
+AUTORESETS = ["disabled", "next_step", "same_step"]
+BUDGET = 0.3
+REASON = {"restarted": True, "reason": "episode_timeout"}
+GO, HANG, SLOW = 0, 3, 4
+
+
+class Waiting(gymnasium.Env[np.ndarray, int]):
+    """A coroutine env: observation ``[t, generation]`` (steps in the episode; envs built
+    before this one in this process). Action 0 steps at once (reward 1); 3 waits for an
+    event nobody sets (its task is cancelled when the env is dropped); 4 awaits
+    ``slow`` seconds, then steps. Episodes never end by themselves."""
+
+    built: ClassVar[int] = 0
+
+    def __init__(self, slow: float = 0.1) -> None:
+        self.observation_space = gymnasium.spaces.Box(0, 10**6, (2,), np.float64)
+        self.action_space = gymnasium.spaces.Discrete(5)
+        self.generation = Waiting.built
+        Waiting.built += 1
+        self.slow = slow
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.generation], np.float64)
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"reset": True}
+
+    async def step(self, action: int) -> Any:  # type: ignore[override]
+        if int(action) == HANG:
+            await asyncio.Event().wait()
+        if int(action) == SLOW:
+            await asyncio.sleep(self.slow)
+        self.t += 1
+        return self._obs(), 1.0, False, False, {"t": self.t}
+
+
+class SlowSync(Breakable):
+    """:class:`~envs.Breakable` whose action 4 sleeps ``slow`` seconds, then steps."""
+
+    def __init__(self, slow: float = 0.5) -> None:
+        super().__init__()
+        self.action_space = gymnasium.spaces.Discrete(5)
+        self.slow = slow
+
+    def step(self, action: int) -> Any:
+        if int(action) == SLOW:
+            time.sleep(self.slow)
+            action = GO
+        return super().step(action)
+
+
+def env_for(kind: str) -> Any:
+    """An env whose action 3 hangs past any budget here (for thread and process workers
+    a sleep short enough that an abandoned thread ends within the test's leak check)."""
+    if kind == "coroutine":
+        return Waiting
+    return lambda: Breakable(hang=3.0)
+
+
+def assert_cut_short(state: Step[Any], last: np.ndarray, autoreset: str) -> None:
+    """``state`` ends, out of its budget, the episode whose last observation was ``last``."""
+    assert (state.reward, state.terminated, state.truncated) == (0.0, False, True)
+    if autoreset == "same_step":  # the next episode's reset is carried, as an autoreset's
+        np.testing.assert_array_equal(state.final_observation, last)
+        assert state.final_info == {"aioenv": REASON}
+        assert state.observation[0] == 0 and state.info["reset"] is True
+        assert state.info["aioenv"] == REASON
+    else:
+        np.testing.assert_array_equal(state.observation, last)
+        assert state.info == {"aioenv": REASON}
+
+
+def env_of(pool: aioenv.WorkerPool[Any], state: Step[Any]) -> float:
+    """Which env answered ``state``: its worker's process for a process worker (a new
+    env is a new process), else its generation (envs built before it in this process)."""
+    pid = getattr(pool.workers[0], "pid", None)
+    return float(pid) if pid is not None else float(state.observation[1])
+
+
+async def step(pool: aioenv.WorkerPool[Any], action: int) -> Step[Any]:
+    pool.send_action(action, 0)
+    state, _ = await pool.get_state()  # type: ignore[misc]
+    return state  # type: ignore[no-any-return]
+
+
+async def next_episode(pool: aioenv.WorkerPool[Any], autoreset: str) -> Step[Any]:
+    """The next episode's first state after one that ended: a reset's answer (by hand, or
+    the next step's under next-step autoreset); under same-step autoreset, its first step."""
+    return await step(pool, aioenv.RESET if autoreset == "disabled" else GO)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize("kind", ["thread", "process", "coroutine"])
+async def test_a_step_in_flight_past_the_budget_is_abandoned_and_its_env_restarted(
+    kind: str, autoreset: str
+) -> None:
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        env_for(kind),
+        1,
+        mode=kind,
+        autoreset=autoreset,
+        episode_timeout=BUDGET,
+        on_failure=failures.append,
+    ) as pool:
+        await pool.reset_all()
+        last = await step(pool, GO)
+        old_env = env_of(pool, last)
+        cut = await step(pool, HANG)
+        assert_cut_short(cut, last.observation, autoreset)
+        after = await next_episode(pool, autoreset)
+        assert not after.done
+        new_episode = 1 if autoreset == "same_step" else 0
+        assert after.observation[0] == new_episode
+        assert env_of(pool, after) != old_env  # a new env: the old one was busy
+        if autoreset != "same_step":  # the restarted env's reset says why it came
+            assert after.info["aioenv"] == REASON and after.info["reset"] is True
+        assert (pool.restarts, failures, pool.removed) == (0, [], {})
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length, stats.last_return) == (1, 2, 1.0)
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+@pytest.mark.parametrize("kind", ["sync", "thread", "process", "coroutine"])
+async def test_the_wait_for_the_policy_counts_and_the_next_action_is_not_sent(
+    kind: str, autoreset: str
+) -> None:
+    async with aioenv.make_pool(
+        Waiting if kind == "coroutine" else Breakable,
+        1,
+        mode=kind,
+        autoreset=autoreset,
+        episode_timeout=BUDGET,
+    ) as pool:
+        await pool.reset_all()
+        last = await step(pool, GO)
+        await asyncio.sleep(2 * BUDGET)  # the policy thinks
+        # Action 1 would make the env raise: it is not sent.
+        cut = await step(pool, 1 if kind != "coroutine" else GO)
+        assert_cut_short(cut, last.observation, autoreset)
+        after = await next_episode(pool, autoreset)
+        assert after.observation[1] == last.observation[1]  # the same env, never restarted
+        assert after.observation[0] == (1 if autoreset == "same_step" else 0)
+        assert not after.done and pool.restarts == 0
+        # The new episode has a budget of its own, from its reset's answer.
+        assert not (await step(pool, GO)).done
+
+
+@pytest.mark.parametrize("kind", ["thread", "process", "coroutine"])
+async def test_budget_ends_are_no_failures_and_spend_no_restart(kind: str) -> None:
+    """Restarts off and none allowed: a worker whose episodes all run out of their budget
+    goes on, episode after episode."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        env_for(kind),
+        1,
+        mode=kind,
+        restart="never",
+        max_restarts=0,
+        episode_timeout=BUDGET,
+        on_failure=failures.append,
+    ) as pool:
+        envs = []
+        for _ in range(4):
+            first = await step(pool, aioenv.RESET)  # type: ignore[arg-type]
+            envs.append(env_of(pool, first))
+            cut = await step(pool, HANG)
+            assert cut.truncated and cut.info["aioenv"] == REASON
+        assert len(set(envs)) == 4  # a new env each time
+        assert (pool.restarts, pool.failures, failures, pool.removed) == (0, 0, [], {})
+        assert pool.active_ids == [0]
+
+
+async def test_an_inline_sync_worker_checks_its_budget_between_steps() -> None:
+    """A sync worker's step cannot be interrupted: one that runs past the budget ends,
+    and the next action is not sent."""
+    async with aioenv.make_pool(
+        lambda: SlowSync(slow=2 * BUDGET), 1, mode="sync", episode_timeout=BUDGET
+    ) as pool:
+        await pool.reset_all()
+        slow = await step(pool, SLOW)
+        assert not slow.done and slow.observation[0] == 1  # it ran to its end
+        cut = await step(pool, GO)
+        assert_cut_short(cut, slow.observation, "disabled")
+        first = await step(pool, aioenv.RESET)  # type: ignore[arg-type]
+        assert first.observation[0] == 0 and first.observation[1] == slow.observation[1]
+
+
+async def test_each_episode_gets_its_own_budget() -> None:
+    """The budget runs from each episode's reset: steps that take half of it, then a
+    reset, then more of them never run out."""
+    async with aioenv.make_pool(Waiting, 1, mode="coroutine", episode_timeout=1.0) as pool:
+        for _ in range(3):
+            await step(pool, aioenv.RESET)  # type: ignore[arg-type]
+            state = await step(pool, GO)
+            assert not state.done
+        await asyncio.sleep(1.2)
+        assert (await step(pool, GO)).truncated
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_the_vector_env_ends_an_episode_past_its_budget_truncated(autoreset: str) -> None:
+    envs = aioenv.AioVectorEnv(
+        Waiting, 2, mode="coroutine", autoreset_mode=autoreset, episode_timeout=BUDGET
+    )
+    try:
+        envs.reset(seed=0)
+        last, *_ = envs.step(np.array([GO, GO]))
+        last = last.copy()
+        # Env 0 hangs: its step is abandoned when the budget runs out; env 1 steps.
+        observations, rewards, terminated, truncated, infos = envs.step(np.array([HANG, GO]))
+        assert list(truncated) == [True, False] and not terminated.any()
+        assert list(rewards) == [0.0, 1.0]
+        marker_infos = infos
+        if autoreset == "same_step":
+            np.testing.assert_array_equal(infos["final_obs"][0], last[0])
+            marker_infos = infos["final_info"]
+            assert observations[0, 0] == 0  # the new env's reset
+        else:
+            np.testing.assert_array_equal(observations[0], last[0])
+        assert marker_infos["aioenv"]["reason"][0] == "episode_timeout"
+        # Env 1's budget, which began with env 0's, runs out too; so does, under same-step
+        # autoreset, that of env 0's new episode, which began with the step just taken.
+        time.sleep(BUDGET)
+        if autoreset == "disabled":
+            envs.reset(options={"reset_mask": np.array([True, False])})
+        observations, rewards, terminated, truncated, infos = envs.step(np.array([GO, GO]))
+        assert list(truncated) == [autoreset == "same_step", True]  # env 1's step is not sent
+        np.testing.assert_array_equal(observations[1, 0], 0 if autoreset == "same_step" else 2)
+        marker_infos = infos["final_info"] if autoreset == "same_step" else infos
+        assert marker_infos["aioenv"]["reason"][1] == "episode_timeout"
+        assert envs.pool.restarts == 0
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("kind", ["thread", "coroutine"])
+async def test_collect_counts_an_episode_past_its_budget_truncated(kind: str) -> None:
+    env = Waiting if kind == "coroutine" else lambda: SlowSync(slow=0.1)
+    async with aioenv.make_pool(env, 2, mode=kind, episode_timeout=BUDGET) as pool:
+        parts = await aioenv.collect(pool, lambda batch: [SLOW] * len(batch), num_episodes=4)
+    ends = parts.truncated | parts.terminated
+    assert ends.sum() == 4 and not parts.terminated.any()
+    assert set(parts.episode_id[parts.truncated]) == set(parts.episode_id)
+    for episode in set(parts.episode_id):
+        rows = parts.episode_id == episode
+        assert parts.truncated[rows][-1] and not parts.truncated[rows][:-1].any()
+        assert parts.rewards[rows][-1] == 0.0  # the step abandoned or not sent
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread", "process", "coroutine"])
+async def test_rollout_segments_end_an_episode_past_its_budget_between_steps(kind: str) -> None:
+    env = Waiting if kind == "coroutine" else lambda: SlowSync(slow=0.1)
+    async with aioenv.make_pool(env, 1, mode=kind, episode_timeout=BUDGET) as pool:
+        await pool.set_policy(_slow_policy)
+        parts = await pool.rollout(12, seed=0)
+    assert parts.truncated.any() and not parts.terminated.any()
+    # Each episode ends at the first step that finds its budget spent (0.1 s each).
+    ended = np.flatnonzero(parts.truncated)
+    assert ended[0] >= 1
+    for row in ended[ended + 1 < len(parts)]:
+        assert parts.step[row + 1] == 0
+    assert len(set(parts.episode_id)) >= 2
+
+
+def _slow_policy(observation: Any) -> int:
+    return SLOW
+
+
+async def test_a_budget_needs_one_env_per_worker() -> None:
+    with pytest.raises(ValueError, match="episode_timeout.*envs_per_worker"):
+        aioenv.make_pool(Breakable, 2, mode="sync", envs_per_worker=2, episode_timeout=1.0)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "1", True])
+def test_a_bad_budget_is_refused(value: Any) -> None:
+    with pytest.raises(ValueError, match="episode_timeout"):
+        aioenv.make_pool(Breakable, 1, mode="sync", episode_timeout=value)
