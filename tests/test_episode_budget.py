@@ -304,3 +304,17 @@ async def test_a_budget_needs_one_env_per_worker() -> None:
 def test_a_bad_budget_is_refused(value: Any) -> None:
     with pytest.raises(ValueError, match="episode_timeout"):
         aioenv.make_pool(Breakable, 1, mode="sync", episode_timeout=value)
+
+
+def test_a_vector_env_with_a_budget_gives_each_env_a_worker_of_its_own() -> None:
+    """Process workers would group envs by the cores; a budget times one env's episodes."""
+    envs = aioenv.AioVectorEnv(Breakable, 4, mode="process", episode_timeout=BUDGET)
+    try:
+        assert [worker.num_envs for worker in envs.pool.workers] == [1, 1, 1, 1]
+        envs.reset(seed=0)
+        time.sleep(2 * BUDGET)
+        _, _, terminated, truncated, infos = envs.step(np.zeros(4, np.int64))
+        assert truncated.all() and not terminated.any()
+        assert list(infos["aioenv"]["reason"]) == ["episode_timeout"] * 4
+    finally:
+        envs.close()

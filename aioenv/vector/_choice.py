@@ -106,7 +106,8 @@ def place_envs(
     if choice.mode == "inline":
         inline = _inline(sources, autoreset, batch_size, options)
         return Placement(inline, [len(sources)], probe, choice)
-    if choice.envs_per_worker:
+    if choice.envs_per_worker and options.get("episode_timeout") is None:
+        # A budget (episode_timeout) times each env's episodes on a worker of its own.
         options.setdefault("envs_per_worker", choice.envs_per_worker)
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)

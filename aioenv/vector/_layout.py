@@ -76,7 +76,9 @@ def grouped(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        per_worker = envs_per_worker(len(sources), usable_cores(), batch_size)
+        # A budget (episode_timeout) times each env's episodes on a worker of its own.
+        timed = options.get("episode_timeout") is not None
+        per_worker = 1 if timed else envs_per_worker(len(sources), usable_cores(), batch_size)
     else:
         return env, num_envs
     per_process = options.get("envs_per_process", 1)
