@@ -318,3 +318,24 @@ def test_a_vector_env_with_a_budget_gives_each_env_a_worker_of_its_own() -> None
         assert list(infos["aioenv"]["reason"]) == ["episode_timeout"] * 4
     finally:
         envs.close()
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+async def test_a_ray_actors_step_past_the_budget_is_abandoned(autoreset: str) -> None:
+    async with aioenv.make_pool(
+        lambda: Breakable(hang=3.0),
+        1,
+        mode="ray",
+        num_cpus=0,
+        autoreset=autoreset,
+        episode_timeout=BUDGET,
+    ) as pool:
+        await pool.reset_all()
+        last = await step(pool, GO)
+        cut = await step(pool, HANG)
+        assert_cut_short(cut, last.observation, autoreset)
+        after = await next_episode(pool, autoreset)
+        assert after.observation[0] == (1 if autoreset == "same_step" else 0)
+        assert (pool.restarts, pool.failures) == (0, 0)
