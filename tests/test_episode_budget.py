@@ -22,7 +22,7 @@ import aioenv
 from aioenv.core._environment import Step
 
 AUTORESETS = ["disabled", "next_step", "same_step"]
-BUDGET = 0.3
+BUDGET = 0.5
 REASON = {"restarted": True, "reason": "episode_timeout"}
 GO, HANG, SLOW = 0, 3, 4
 
@@ -170,8 +170,6 @@ async def test_the_wait_for_the_policy_counts_and_the_next_action_is_not_sent(
         assert after.observation[1] == last.observation[1]  # the same env, never restarted
         assert after.observation[0] == (1 if autoreset == "same_step" else 0)
         assert not after.done and pool.restarts == 0
-        # The new episode has a budget of its own, from its reset's answer.
-        assert not (await step(pool, GO)).done
 
 
 @pytest.mark.parametrize("kind", ["thread", "process", "coroutine"])
