@@ -337,3 +337,17 @@ async def test_a_ray_actors_step_past_the_budget_is_abandoned(autoreset: str) ->
         after = await next_episode(pool, autoreset)
         assert after.observation[0] == (1 if autoreset == "same_step" else 0)
         assert (pool.restarts, pool.failures) == (0, 0)
+
+
+@pytest.mark.parametrize("worker_class", [aioenv.ThreadWorker, aioenv.AsyncEnvWorker])
+async def test_a_workers_own_budget_applies_outside_a_pool(worker_class: Any) -> None:
+    env = Waiting if worker_class is aioenv.AsyncEnvWorker else lambda: Breakable(hang=3.0)
+    async with worker_class(env, episode_timeout=BUDGET) as worker:
+        worker.send_action(aioenv.RESET)
+        first = await worker.get_state()
+        worker.send_action(HANG)
+        cut = await worker.get_state()
+        assert_cut_short(cut, first.observation, "disabled")
+        assert worker.restarts == 0
+        worker.send_action(aioenv.RESET)
+        assert (await worker.get_state()).info["aioenv"] == REASON  # a new env's reset

@@ -44,8 +44,8 @@ class AsyncEnvWorker(Worker[S]):
     at most ``cleanup_time`` seconds before cancelling the close as well.
 
     The options are :class:`Worker`'s: ``seed`` (default None), ``cleanup_time`` (seconds,
-    default 5), ``step_timeout``, ``start_timeout`` and ``reset_timeout`` (seconds,
-    default None).
+    default 5), ``step_timeout``, ``start_timeout``, ``reset_timeout`` and
+    ``episode_timeout`` (seconds, default None).
     """
 
     kind = "coroutine"
