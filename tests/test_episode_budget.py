@@ -351,3 +351,23 @@ async def test_a_workers_own_budget_applies_outside_a_pool(worker_class: Any) ->
         assert worker.restarts == 0
         worker.send_action(aioenv.RESET)
         assert (await worker.get_state()).info["aioenv"] == REASON  # a new env's reset
+
+
+@pytest.mark.parametrize("kind", ["sync", "process", "coroutine"])
+async def test_a_segment_after_a_budgets_end_starts_a_new_episode(kind: str) -> None:
+    """An episode stepped by hand ran out of its budget while idle (its env kept): the
+    next segment starts from a reset, not where that env stood."""
+    env = Waiting if kind == "coroutine" else Breakable
+    async with aioenv.make_pool(env, 1, mode=kind, episode_timeout=BUDGET) as pool:
+        await pool.set_policy(_go_policy)
+        await step(pool, aioenv.RESET)  # type: ignore[arg-type]
+        await step(pool, GO)
+        await asyncio.sleep(2 * BUDGET)
+        assert (await step(pool, GO)).truncated
+        parts = await pool.rollout(2)
+    assert list(parts.step) == [0, 1]
+    assert [row[0] for row in parts.observations] == [0, 1]
+
+
+def _go_policy(observation: Any) -> int:
+    return GO

@@ -93,12 +93,15 @@ class Rollout:
     ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
     go on from where the last segment stopped (a reset if there is none).
     ``episode_timeout``: the seconds each episode may last (checked after each step: the
-    step that finds its episode past it ends the episode truncated); None: no budget."""
+    step that finds its episode past it ends the episode truncated); None: no budget.
+    ``fresh``: start from a reset even where an episode seems to go on (the worker ended
+    it, out of its budget, while the env was idle)."""
 
     policy: PolicyPackage
     num_steps: int
     seed: int | None = None
     episode_timeout: float | None = None
+    fresh: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

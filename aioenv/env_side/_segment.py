@@ -165,7 +165,10 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
         return Failure.from_exception(exc, "rollout (loading the policy)")
     try:
         seed, budget = _seed(request, env), request.episode_timeout
-        plan = _rows(runner, _resume(runner), request.num_steps, seed, policy, budget)
+        cursor = _resume(runner)
+        if request.fresh:
+            cursor = None
+        plan = _rows(runner, cursor, request.num_steps, seed, policy, budget)
         rows, runner.last = yield from plan
     except _Stop as stop:
         return stop.failure

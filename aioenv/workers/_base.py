@@ -531,8 +531,9 @@ class Worker(KindHooks, Generic[S]):
         cut-short step answers the request in place of sending the action."""
         self._budget_reset = False
         if type(action) is Rollout:  # the segment times its episodes between its steps
-            self._reset_next = False
-            return dataclasses.replace(action, episode_timeout=self._supervisor.episode_timeout)
+            fresh, self._reset_next = self._reset_next, False
+            budget = self._supervisor.episode_timeout
+            return dataclasses.replace(action, episode_timeout=budget, fresh=fresh)
         if is_reset(action):
             self._reset_next = False
             return action
