@@ -285,6 +285,11 @@ def answer_control(env: Any, request: ControlRequest) -> Any:
     if request.op == "set":
         _set_attr(env, request.name, request.args[0])
         return None
+    if request.op == "apply":
+        function, *args = request.args
+        if function is None:
+            return None
+        return function(env.env if isinstance(env, _ADAPTERS) else env, *args, **request.kwargs)
     value = _get_attr(env, request.name)
     if request.op == "call" and callable(value):
         return value(*request.args, **request.kwargs)

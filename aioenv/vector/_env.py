@@ -10,7 +10,7 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -361,6 +361,34 @@ class AioVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()
         return tuple(self._layout.flatten(self._envs.call_envs(name, args, kwargs)))
+
+    def apply(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        env_ids: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, ...]:
+        """Run ``function(env, *args, **kwargs)`` on each env (in its worker, in order with
+        its steps) and return the results: ``env`` is the env as its factory built it,
+        with its own wrappers, so that ``function`` can look at them or at its outermost
+        wrapper (what :meth:`call`, :meth:`get_attr` and :meth:`set_attr` reach through,
+        as gymnasium's ``get_wrapper_attr`` does). ``env_ids`` (default every env): those
+        envs only, negative indices counting from the end, results in their order; the
+        others are not touched. ``function`` must pickle for process workers."""
+        self._check_open()
+        ids = list(range(self.num_envs)) if env_ids is None else self._env_ids(env_ids)
+        answers = self._envs.apply_envs(self._layout.functions(function, ids), args, kwargs)
+        per_env = self._layout.flatten(answers, unasked=None)
+        return tuple(per_env[env] for env in ids)
+
+    def _env_ids(self, env_ids: Sequence[int]) -> list[int]:
+        ids = []
+        for env in env_ids:
+            if not -self.num_envs <= env < self.num_envs:
+                raise IndexError(f"env index {env} is out of range for {self.num_envs} envs")
+            ids.append(int(env) % self.num_envs)
+        return ids
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         self._check_open()

@@ -12,6 +12,7 @@ parent's process, so does the probe env, in the calling thread.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import os
@@ -35,7 +36,7 @@ from ..core._registry import snapshot as registry_snapshot
 from ..env_side._process_group import end_own_group, lead_own_group, signal_group
 from ..workers.process._start import Context, resolve_context, start_child
 
-__all__ = ["Probe", "probe_env"]
+__all__ = ["Probe", "probe_env", "probing"]
 
 #: How long the probe env is stepped for its step time: at least ``_MIN_STEPS`` steps, then
 #: until ``_MAX_STEPS`` or ``_BUDGET`` seconds, whichever comes first.
@@ -44,6 +45,18 @@ _MAX_STEPS = 64
 _BUDGET = 0.05
 #: The first steps of a new env are slower (caches, lazy set-up): not counted.
 _WARM_UP = 2
+
+
+#: True while this thread builds, steps and closes a probe env.
+_PROBING: contextvars.ContextVar[bool] = contextvars.ContextVar("aioenv_probing", default=False)
+
+
+def probing() -> bool:
+    """Whether the env being built (or stepped) now in this thread is a probe env: one a
+    vector env builds besides its own envs, to read their spaces and time a step, and
+    throws away. A factory may leave out what only its real envs should do (writing a
+    log of their episodes, say)."""
+    return _PROBING.get()
 
 
 class Probe(NamedTuple):
@@ -86,6 +99,14 @@ def probe_env(
 
 
 def _probe_here(source: EnvSource, timed: bool) -> Probe:
+    token = _PROBING.set(True)
+    try:
+        return _probe_built(source, timed)
+    finally:
+        _PROBING.reset(token)
+
+
+def _probe_built(source: EnvSource, timed: bool) -> Probe:
     env = build_environment(source, as_async_environment)
     try:
         if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
