@@ -233,6 +233,19 @@ def test_ppo_trains_bit_for_bit_as_through_dummy_vec_env(options: dict[str, Any]
         assert torch.equal(mine, theirs)
 
 
+def test_a_probe_in_this_process_leaves_monitors_as_they_were(tmp_path: Path) -> None:
+    from stable_baselines3.common import monitor
+
+    writer = monitor.ResultsWriter
+    venv = make_vec_env(
+        make_scripted, n_envs=2, vec_env_cls=AioVecEnv, vec_env_kwargs={"mode": "sync"}
+    )
+    venv.close()
+    assert monitor.ResultsWriter is writer
+    Monitor(make_scripted(), str(tmp_path / "mine")).close()  # a monitor of one's own writes
+    assert (tmp_path / "mine.monitor.csv").read_text().startswith("#")
+
+
 def test_start_method_is_the_process_workers_start_method() -> None:
     with pytest.raises(ValueError, match="illegal_method"):
         AioVecEnv([make_scripted], start_method="illegal_method")
