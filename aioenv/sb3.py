@@ -119,15 +119,17 @@ class AioVecEnv(VecEnv):
         finals = _per_env(infos.pop("final_info", {}), self.num_envs)
         infos.pop("_final_info", None)
         dones = np.logical_or(terminations, truncations)
+        by_time_limit = np.logical_and(truncations, np.logical_not(terminations)).tolist()
         step_infos: list[dict[str, Any]] = []
-        for env, info in enumerate(_per_env(infos, self.num_envs)):
-            if dones[env]:
+        per_env = _per_env(infos, self.num_envs)
+        for env, (done, info) in enumerate(zip(dones.tolist(), per_env, strict=True)):
+            if done:
                 # The step's own info is the ended episode's; the one beside the new
                 # observation belongs to the reset.
                 self.reset_infos[env] = info
                 info = finals[env]
                 info["terminal_observation"] = final_observations[env]
-            info["TimeLimit.truncated"] = bool(truncations[env] and not terminations[env])
+            info["TimeLimit.truncated"] = by_time_limit[env]
             step_infos.append(info)
         return observations, rewards.astype(np.float32), dones, step_infos
 
