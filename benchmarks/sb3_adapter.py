@@ -7,7 +7,8 @@ extra), else its rows are left out, saying so. Needs the ``sb3`` extra.
 
 Run::
 
-    python benchmarks/sb3_adapter.py [--envs 8,16] [--seconds 2] [--envs-ids CartPole-v1]
+    python benchmarks/sb3_adapter.py [--envs 8,16] [--seconds 1] [--rounds 3]
+        [--env-ids CartPole-v1]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,7 +79,8 @@ def steps_per_second(make: Callable[[], VecEnv], seconds: float) -> tuple[float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default="8,16", help="numbers of envs, comma separated")
-    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per row")
+    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per vec env")
     parser.add_argument("--env-ids", default=f"CartPole-v1,{PONG}", help="envs to step")
     args = parser.parse_args()
     host = host_info()
@@ -87,20 +90,29 @@ def main() -> None:
     if PONG in env_ids and not _has_ale():
         print(f"# {PONG}: left out, ale-py is not installed (pip install '.[bench]')")
         env_ids.remove(PONG)
-    print(f"{'env':<14} {'N':>3} {'vec env':<20} {'env steps/s':>12}  where")
+    print(f"{'env':<14} {'N':>3} {'vec env':<20} {'env steps/s (median, min-max)':>30}  where")
     for env_id in env_ids:
         for num_envs in (int(n) for n in args.envs.split(",")):
-            for name, (cls, kwargs) in candidates().items():
-                make = functools.partial(
-                    make_vec_env,
-                    env_id,
-                    n_envs=num_envs,
-                    seed=0,
-                    vec_env_cls=cls,
-                    vec_env_kwargs=kwargs,
-                )
-                rate, where = steps_per_second(make, args.seconds)
-                print(f"{env_id:<14} {num_envs:>3} {name:<20} {rate:>12,.0f}  {where}")
+            rates: dict[str, list[float]] = {name: [] for name in candidates()}
+            chosen: dict[str, str] = {}
+            # Rounds in turn, each vec env built afresh: a machine whose load changes
+            # during the run weighs on every candidate alike.
+            for _ in range(args.rounds):
+                for name, (cls, kwargs) in candidates().items():
+                    make = functools.partial(
+                        make_vec_env,
+                        env_id,
+                        n_envs=num_envs,
+                        seed=0,
+                        vec_env_cls=cls,
+                        vec_env_kwargs=kwargs,
+                    )
+                    rate, chosen[name] = steps_per_second(make, args.seconds)
+                    rates[name].append(rate)
+            for name, measured in rates.items():
+                low, high = min(measured), max(measured)
+                figures = f"{statistics.median(measured):,.0f} ({low:,.0f}-{high:,.0f})"
+                print(f"{env_id:<14} {num_envs:>3} {name:<20} {figures:>30}  {chosen[name]}")
 
 
 if __name__ == "__main__":
