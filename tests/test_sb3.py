@@ -258,8 +258,9 @@ def test_start_method_is_the_process_workers_start_method() -> None:
 
 
 def test_importing_aioenv_imports_neither_sb3_nor_torch() -> None:
+    # Nor does what the adapter's workers unpickle: its factories and remote calls.
     code = (
-        "import sys, aioenv, aioenv.vector\n"
+        "import sys, aioenv, aioenv.vector, aioenv._sb3_envs\n"
         "assert not {'stable_baselines3', 'torch'} & set(sys.modules), 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
