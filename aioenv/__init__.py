@@ -7,6 +7,7 @@ first. See the README for a tour.
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from ._remote import RemoteEnv
 from .collection._collect import Collector, Policy, collect
 from .core._commands import CLOSE, RESET, Command, Reset
 from .core._environment import BatchStep, Environment, EnvSource, Step
@@ -67,6 +68,7 @@ __all__ = [
     "Policy",
     "ProcessWorker",
     "RayWorker",
+    "RemoteEnv",
     "Reset",
     "SpaceMismatch",
     "StateNotTaken",
