@@ -841,3 +841,11 @@ class AsyncBreakable(Breakable):
         if int(action) == 3:
             await asyncio.sleep(self.hang)
         return Breakable.step(self, 0 if int(action) == 3 else action)
+
+
+class Tattling(Breakable):
+    """:class:`Breakable` whose reset infos carry the pid of the process it runs in."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "pid": os.getpid(), "options": options}
