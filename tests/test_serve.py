@@ -172,21 +172,36 @@ async def test_stopping_the_server_stops_every_worker() -> None:
 
 
 async def test_http_endpoints_serve_a_fresh_env_per_request() -> None:
-    async with serving(aioenv_app(mode="thread")) as url:
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            reset = (await http.post("/reset", json={"seed": 1})).json()
-            assert reset["observation"]["observation"][0] == 0.0 and reset["done"] is False
-            step = (await http.post("/step", json={"action": {"action": 0}})).json()
-            assert step["observation"]["observation"][0] == 1.0 and step["reward"] == 1.0
-            assert (await http.get("/state")).json() == {"episode_id": None, "step_count": 0}
-            assert (await http.get("/health")).json() == {"status": "healthy"}
-            bad = await http.post("/step", json={"action": 0})
-            assert bad.status_code == 422
-            failed = await http.post("/step", json={"action": {"action": 1}})
-            assert failed.status_code == 500 and "lost its state" in failed.json()["detail"]
-            schema = (await http.get("/schema")).json()
-            action = aioenv._remote.space_from_schema(schema["action"]["properties"]["action"])
-            assert action == gymnasium.spaces.Discrete(4)
+    async with (
+        serving(aioenv_app(mode="thread")) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        reset = (await http.post("/reset", json={"seed": 1})).json()
+        assert reset["observation"]["observation"][0] == 0.0 and reset["done"] is False
+        step = (await http.post("/step", json={"action": {"action": 0}})).json()
+        assert step["observation"]["observation"][0] == 1.0 and step["reward"] == 1.0
+        assert (await http.get("/state")).json() == {"episode_id": None, "step_count": 0}
+        assert (await http.get("/health")).json() == {"status": "healthy"}
+        bad = await http.post("/step", json={"action": 0})
+        assert bad.status_code == 422
+        failed = await http.post("/step", json={"action": {"action": 1}})
+        assert failed.status_code == 500 and "lost its state" in failed.json()["detail"]
+        schema = (await http.get("/schema")).json()
+        action = aioenv._remote.space_from_schema(schema["action"]["properties"]["action"])
+        assert action == gymnasium.spaces.Discrete(4)
+
+
+async def test_http_requests_count_toward_the_session_cap() -> None:
+    async with (
+        serving(aioenv_app(mode="thread", max_sessions=1)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        client(url) as env,
+    ):
+        await env.reset()
+        refused = await http.post("/reset", json={})
+        assert refused.status_code == 503 and refused.json()["code"] == "CAPACITY_REACHED"
+        await env.close()
+        assert (await http.post("/reset", json={})).status_code == 200
 
 
 # RemoteEnv ---------------------------------------------------------------------------------
@@ -325,6 +340,7 @@ async def test_a_remote_env_that_fails_reconnects_as_its_restart() -> None:
         remote = functools.partial(aioenv.RemoteEnv, url, **spaces)
         async with aioenv.make_pool(remote, 1, mode="coroutine", restart="on_failure") as pool:
             (first,) = (await pool.reset_all()).states
+            assert first.observation[0] == 0.0
             (session,) = server.sessions
             pool.send_action(1, 0)  # the served env raises: an error frame, a failed env
             cut, _ = await pool.get_state()
@@ -337,3 +353,28 @@ async def test_a_remote_env_that_fails_reconnects_as_its_restart() -> None:
             pool.send_action(0, 0)
             stepped, _ = await pool.get_state()
             assert stepped.observation[0] == 1.0 and stepped.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve"], "give either ENV_ID or --factory"),
+        (["serve", "CartPole-v1", "--factory", "math:sqrt"], "give either ENV_ID or --factory"),
+        (["serve", "--factory", "no_such_module_here:make"], "cannot find the factory"),
+        (["serve", "--factory", "math"], "takes MODULE:FUNCTION"),
+        (["serve", "--factory", "math:pi"], "not a callable"),
+        (["serve", "NoSuchEnv-v0"], "unknown env id"),
+        (["serve", "CartPole-v1", "--mode", "fast"], "unknown mode"),
+        (["serve", "CartPole-v1", "--port", "70000"], "port number"),
+    ],
+)
+def test_serve_refuses_bad_arguments_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aioenv._cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert says in error and error.count("\n") == 1
