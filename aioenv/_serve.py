@@ -241,15 +241,35 @@ class _Server:
             await websocket.close()
 
     async def _serve_session(self, websocket: WebSocket, session: _Session) -> None:
+        # The client is read all along, so one that leaves while its env is busy (a step
+        # hung, with no deadline) takes its worker with it at once.
+        messages: asyncio.Queue[str | None] = asyncio.Queue()
+        reader = asyncio.ensure_future(_read(websocket, messages))
+        try:
+            await self._serve_messages(websocket, session, messages, reader)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _serve_messages(
+        self,
+        websocket: WebSocket,
+        session: _Session,
+        messages: asyncio.Queue[str | None],
+        reader: asyncio.Future[None],
+    ) -> None:
         idle = self.options.idle_timeout
         while True:
             try:
-                raw = await asyncio.wait_for(websocket.receive_text(), idle)
+                raw = await asyncio.wait_for(messages.get(), idle)
             except asyncio.TimeoutError:
                 await _send_error(
                     websocket,
                     SessionError(f"session idle for {idle:g} s: closed", SESSION_ERROR),
                 )
+                return
+            if raw is None:  # the client left
                 return
             try:
                 message = json.loads(raw)
@@ -259,8 +279,16 @@ class _Server:
             kind = message.get("type") if isinstance(message, dict) else None
             if kind == "close":
                 return
+            answer = asyncio.ensure_future(self._answer(session, kind, message.get("data") or {}))
+            racing: set[asyncio.Future[Any]] = {answer, reader}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():  # the client left mid-request
+                answer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, SessionError):
+                    await answer
+                return
             try:
-                reply = await self._answer(session, kind, message.get("data") or {})
+                reply = answer.result()
             except SessionError as error:
                 await _send_error(websocket, error)
                 continue
@@ -361,6 +389,22 @@ class _Server:
     async def aclose(self) -> None:
         sessions, self.sessions = list(self.sessions), set()
         await asyncio.gather(*(session.aclose() for session in sessions))
+
+
+async def _read(websocket: WebSocket, messages: asyncio.Queue[str | None]) -> None:
+    """Queue the client's messages (a binary frame read as UTF-8 text), then None once it
+    leaves."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                text = (message.get("bytes") or b"").decode("utf-8", "replace")
+            messages.put_nowait(text)
+    finally:
+        messages.put_nowait(None)
 
 
 def _http_error(error: SessionError) -> JSONResponse:

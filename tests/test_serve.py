@@ -146,8 +146,9 @@ async def test_an_idle_session_is_closed_with_its_worker() -> None:
     async with serving(aioenv_app(idle_timeout=0.5)) as url, client(url) as env:
         pid = (await env.reset()).observation["info"]["pid"]
         assert await gone(pid)
-        # The client reconnects: a new session, whose env has no episode going on.
-        with pytest.raises(RuntimeError, match="reset first"):
+        # The client reads the frame saying so, or, if it saw the socket closed first,
+        # reconnects: a new session, whose env has no episode going on.
+        with pytest.raises(RuntimeError, match="session idle for 0.5 s|reset first"):
             await env.step({"action": 0})
 
 
@@ -378,3 +379,13 @@ def test_serve_refuses_bad_arguments_in_one_line(
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert says in error and error.count("\n") == 1
+
+
+async def test_a_client_that_leaves_mid_step_takes_its_hung_worker_with_it() -> None:
+    async with serving(aioenv_app()) as url:  # no step deadline: only the leaving ends it
+        env = client(url)
+        pid = (await env.reset()).observation["info"]["pid"]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(env.step({"action": 3}), 1.0)  # hangs for HANG s
+        await env.close()
+        assert await gone(pid, timeout=HANG / 2)
