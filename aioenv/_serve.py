@@ -207,8 +207,11 @@ class _Server:
             return
         async with self._spaces_lock:
             if self.spaces is None:
-                observed = await pool.get_attr("observation_space")
-                acted = await pool.get_attr("action_space")
+                try:
+                    observed = await pool.get_attr("observation_space")
+                    acted = await pool.get_attr("action_space")
+                except Exception:
+                    return  # an env without spaces: its actions go as they come
                 self.spaces = (observed[0], acted[0])
 
     @contextlib.asynccontextmanager
@@ -292,6 +295,9 @@ class _Server:
             except SessionError as error:
                 await _send_error(websocket, error)
                 continue
+            except Exception as exc:  # an action the worker cannot take, say: still an answer
+                await _send_error(websocket, SessionError(f"{type(exc).__name__}: {exc}"))
+                continue
             await websocket.send_text(json.dumps(reply))
 
     async def _answer(self, session: _Session, kind: Any, data: Any) -> dict[str, Any]:
@@ -340,6 +346,8 @@ class _Server:
                 return JSONResponse(await serve(session))
         except SessionError as error:
             return _http_error(error)
+        except Exception as exc:  # still an answer saying why, as a session's would be
+            return _http_error(SessionError(f"{type(exc).__name__}: {exc}"))
 
     async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "healthy"})

@@ -849,3 +849,18 @@ class Tattling(Breakable):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         observation, info = super().reset(seed=seed, options=options)
         return observation, {**info, "pid": os.getpid(), "options": options}
+
+
+class Spawning(Tattling):
+    """:class:`Tattling` that starts a helper process (as a sandbox would) when built; its
+    reset infos carry the helper's pid too."""
+
+    def __init__(self, hang: float = 3.0) -> None:
+        super().__init__(hang)
+        import subprocess
+
+        self.helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "helper": self.helper.pid}

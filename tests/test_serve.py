@@ -67,11 +67,12 @@ def aioenv_app(**options: Any) -> Any:
 
 
 def alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 async def gone(pid: int, timeout: float = 15.0) -> bool:
@@ -152,13 +153,15 @@ async def test_an_idle_session_is_closed_with_its_worker() -> None:
             await env.step({"action": 0})
 
 
-async def test_a_client_that_leaves_takes_its_worker_with_it() -> None:
-    async with serving(aioenv_app()) as url:
+async def test_a_client_that_leaves_takes_its_worker_and_what_its_env_started_with_it() -> None:
+    factory = functools.partial(envs.Spawning, hang=HANG)
+    async with serving(build_app(factory, ServeOptions(mode="process"))) as url:
         env = client(url)
-        pid = (await env.reset()).observation["info"]["pid"]
-        assert alive(pid)
+        info = (await env.reset()).observation["info"]
+        assert alive(info["pid"]) and alive(info["helper"])
         await env.close()
-        assert await gone(pid)
+        assert await gone(info["pid"])
+        assert await gone(info["helper"])
 
 
 async def test_stopping_the_server_stops_every_worker() -> None:
@@ -389,3 +392,12 @@ async def test_a_client_that_leaves_mid_step_takes_its_hung_worker_with_it() -> 
             await asyncio.wait_for(env.step({"action": 3}), 1.0)  # hangs for HANG s
         await env.close()
         assert await gone(pid, timeout=HANG / 2)
+
+
+async def test_an_env_without_spaces_is_served_its_states_as_observations() -> None:
+    app = build_app(envs.Counter, ServeOptions(mode="thread"))
+    async with serving(app) as url, client(url) as env:
+        first = await env.reset(seed=5)
+        assert first.observation["observation"]["seed"] == 5
+        step = await env.step({"action": [1, 2]})  # a list arrives as an array
+        assert step.observation["observation"]["total"] == 3 and step.done is False
