@@ -24,10 +24,14 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from .core._restarts import RESTART_KEY
+
 __all__ = ["RemoteEnv", "jsonable", "space_from_schema", "space_schema"]
 
 #: The schema key that carries a gymnasium space's description.
 SPACE_KEY = "x-aioenv-space"
+#: Where a remote env's info carries the note of a restart on the server's side.
+SERVER_RESTART_KEY = "aioenv_server"
 
 
 def jsonable(value: Any) -> Any:
@@ -153,7 +157,9 @@ class RemoteEnv:
     (a dict, for OpenEnv's own envs). Observations are what the server sends: for
     ``aioenv serve``, the env's own observation, info, terminated and truncated; for
     other servers, the observation dict, the reward, ``terminated`` = ``done`` and the
-    server's metadata as info. An error frame, a lost connection or a closed session
+    server's metadata as info (a restart on the server's side, which ``aioenv serve`` notes
+    under the info key ``"aioenv"``, arrives under ``"aioenv_server"``, so that the key
+    ``"aioenv"`` speaks of this side's pool only). An error frame, a lost connection or a closed session
     raises :class:`ConnectionError` (a failure of this env, so the pool's deadlines and
     restarts apply; a restart connects a new session).
 
@@ -301,12 +307,17 @@ class RemoteEnv:
             observation
         ):  # aioenv serve's envelope
             info = observation.get("info")
+            info = dict(info) if isinstance(info, dict) else {}
+            if RESTART_KEY in info:
+                # The server's pool restarted its env: said under a key of its own, so this
+                # side's pool never takes the note for one of its own restarts.
+                info[SERVER_RESTART_KEY] = info.pop(RESTART_KEY)
             return (
                 self._observation(observation["observation"]),
                 reward,
                 bool(observation["terminated"]),
                 bool(observation["truncated"]),
-                info if isinstance(info, dict) else {},
+                info,
             )
         metadata = data.get("metadata")
         return observation, reward, done, False, metadata if isinstance(metadata, dict) else {}

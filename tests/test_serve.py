@@ -401,3 +401,42 @@ async def test_an_env_without_spaces_is_served_its_states_as_observations() -> N
         assert first.observation["observation"]["seed"] == 5
         step = await env.step({"action": [1, 2]})  # a list arrives as an array
         assert step.observation["observation"]["total"] == 3 and step.done is False
+
+
+CARTPOLE_SPACES = {
+    "observation_space": gymnasium.make("CartPole-v1").observation_space,
+    "action_space": gymnasium.spaces.Discrete(2),
+}
+
+
+def test_a_restart_on_the_servers_side_is_noted_apart_from_this_sides() -> None:
+    remote = aioenv.RemoteEnv("http://127.0.0.1:9", **CARTPOLE_SPACES)  # never connects
+    note = {"restarted": True, "reason": "WorkerTimeout: ..."}
+    envelope = {"observation": [0, 0, 0, 0], "info": {"aioenv": note, "mine": 1}}
+    data = {"observation": {**envelope, "terminated": False, "truncated": False}}
+    observation, reward, terminated, truncated, info = remote._result(data)
+    assert info == {"aioenv_server": note, "mine": 1}
+    assert observation.dtype == np.float32 and reward == 0.0
+    assert not terminated and not truncated
+
+
+async def test_a_lost_connection_is_a_failure_of_the_remote_env() -> None:
+    remote = functools.partial(aioenv.RemoteEnv, **CARTPOLE_SPACES)
+    async with serving(build_app("CartPole-v1", ServeOptions(mode="thread"))) as url:
+        pool = aioenv.make_pool(functools.partial(remote, url), 1, mode="coroutine")
+        await pool.reset_all()
+    try:  # the server is gone, with the session
+        pool.send_action(0, 0)
+        with pytest.raises(aioenv.EnvError) as failed:
+            await pool.get_state()
+        assert isinstance(failed.value.__cause__, ConnectionError)
+    finally:
+        await pool.aclose()
+
+
+def test_importing_aioenv_imports_nothing_of_the_serve_extra() -> None:
+    code = "import sys, aioenv; print(sorted({'starlette', 'uvicorn', 'websockets'} & set(sys.modules)))"
+    imported = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert imported.stdout.strip() == "[]"
