@@ -159,9 +159,9 @@ class RemoteEnv:
     other servers, the observation dict, the reward, ``terminated`` = ``done`` and the
     server's metadata as info (a restart on the server's side, which ``aioenv serve`` notes
     under the info key ``"aioenv"``, arrives under ``"aioenv_server"``, so that the key
-    ``"aioenv"`` speaks of this side's pool only). An error frame, a lost connection or a closed session
-    raises :class:`ConnectionError` (a failure of this env, so the pool's deadlines and
-    restarts apply; a restart connects a new session).
+    ``"aioenv"`` speaks of this side's pool only). An error frame, a lost connection or a
+    closed session raises :class:`ConnectionError` (a failure of this env, so the pool's
+    deadlines and restarts apply; a restart connects a new session).
 
     Spaces come from the server's ``/schema`` where it describes them (``aioenv serve``
     does, for the usual gymnasium spaces), read once when the env is built; else from
