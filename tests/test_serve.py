@@ -277,33 +277,63 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def served_cartpole() -> Iterator[str]:
-    """``aioenv serve CartPole-v1`` as its own process (the command line), stopped after."""
+def start_server(*arguments: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``aioenv serve ARGUMENTS`` as its own process (the command line), once it listens;
+    the test envs' module is importable there."""
     port = free_port()
+    tests = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
     server = subprocess.Popen(
-        [sys.executable, "-m", "aioenv", "serve", "CartPole-v1", "--port", str(port)],
+        [sys.executable, "-m", "aioenv", "serve", *arguments, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": path},
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert server.poll() is None, server.stderr.read() if server.stderr else ""
-            assert time.monotonic() < deadline, "aioenv serve did not start"
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            # uvicorn stops gracefully, then dies of the signal it caught, as is the custom.
-            assert server.wait(30) in (0, -signal.SIGTERM)
-        finally:
+    deadline = time.monotonic() + 30
+    while True:
+        if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            if server.stderr:
-                server.stderr.close()
+            _, stderr = server.communicate()
+            pytest.fail(f"aioenv serve did not start: {stderr.decode()}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return server, f"http://127.0.0.1:{port}"
+        time.sleep(0.05)
+
+
+def stop_server(server: subprocess.Popen[bytes], how: signal.Signals) -> int:
+    server.send_signal(how)
+    try:
+        return server.wait(30)
+    finally:
+        server.kill()
+        server.communicate()
+
+
+@pytest.fixture
+def served_cartpole() -> Iterator[str]:
+    server, url = start_server("CartPole-v1")
+    try:
+        yield url
+    finally:
+        # uvicorn stops gracefully, then dies of the signal it caught, as is the custom.
+        assert stop_server(server, signal.SIGTERM) in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+async def test_a_stopped_or_killed_server_leaves_no_worker_and_no_helper(
+    how: signal.Signals,
+) -> None:
+    server, url = start_server("--factory", "envs:Spawning")
+    try:
+        env = client(url)
+        info = (await env.reset()).observation["info"]
+        assert alive(info["pid"]) and alive(info["helper"])
+    finally:
+        stop_server(server, how)
+    with contextlib.suppress(Exception):
+        await env.close()
+    assert await gone(info["pid"])
+    assert await gone(info["helper"])
 
 
 async def test_a_pool_of_remote_envs_drives_aioenv_serve(served_cartpole: str) -> None:
