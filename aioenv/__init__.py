@@ -8,6 +8,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from .collection._collect import Collector, Policy, collect
+from .collection._groups import Group, GroupCollector, collect_groups
 from .core._commands import CLOSE, RESET, Command, Reset
 from .core._environment import BatchStep, Environment, EnvSource, Step
 from .core._errors import (
@@ -60,6 +61,8 @@ __all__ = [
     "EnvSource",
     "Environment",
     "EpisodeStats",
+    "Group",
+    "GroupCollector",
     "GymnasiumEnvironment",
     "InvalidAction",
     "NoActionInFlight",
@@ -88,6 +91,7 @@ __all__ = [
     "WorkerTimeout",
     "__version__",
     "collect",
+    "collect_groups",
     "get_worker_pool",
     "make_pool",
     "make_vec",
