@@ -846,7 +846,9 @@ class AsyncBreakable(Breakable):
 class TaskEnv(gymnasium.Env[np.ndarray, int]):
     """A task-conditioned env, as an agent env is: ``reset(options=task)`` starts task
     ``task["task"]`` (default -1: no options came), whose episodes end after
-    ``task["length"]`` steps (default 3). Observation ``[task, t]``; reward ``task + t``."""
+    ``task["length"]`` steps (default 3). Observation ``[task, t]``; reward ``task + t``.
+    ``task["exit_once"]``, a path: the first step of the task (over all processes) creates
+    it and ends its process 50 ms after it answered, while the worker is idle."""
 
     observation_space = gymnasium.spaces.Box(-1, 10**6, (2,), np.float64)
     action_space = gymnasium.spaces.Discrete(2)
@@ -866,6 +868,10 @@ class TaskEnv(gymnasium.Env[np.ndarray, int]):
         return self._obs(), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        marker = self.task.get("exit_once")
+        if marker is not None and not os.path.exists(marker):
+            Path(marker).touch()  # the first env of the task to step dies, idle, after it
+            threading.Timer(0.05, os._exit, (3,)).start()
         self.t += 1
         reward = float(self.task.get("task", -1) + self.t)
         return self._obs(), reward, self.t >= self.task.get("length", 3), False, {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import envs
@@ -210,6 +211,25 @@ async def test_process_workers_play_groups_and_leave_nothing_behind() -> None:
         check_members_played(group)
         assert (group.trajectories.policy_version == 3).all()
         assert (group.trajectories.actions == 1).all()
+
+
+async def test_a_worker_that_died_idle_gives_its_member_to_another(tmp_path: Path) -> None:
+    # Restarts off: the death is raised when the member's next action is sent; that
+    # worker is given up on and its member played again on the other.
+    tasks = [{"task": 0, "exit_once": str(tmp_path / "died")}]
+
+    async def slow_policy(batch: aioenv.Batch[Any]) -> list[int]:
+        await asyncio.sleep(0.5)  # the process is gone by the time the actions are sent
+        return [0] * len(batch)
+
+    async with aioenv.make_pool(envs.TaskEnv, 2, mode="process") as pool:
+        collector = aioenv.collect_groups(pool, slow_policy, tasks, group_size=1)
+        [group] = [g async for g in collector]
+        assert list(pool.removed) == [0] and pool.active_ids == [1]
+    assert group.complete and group.members == (0,)
+    [(member, reason)] = group.retried
+    assert member == 0 and "WorkerDied" in reason
+    check_members_played(group)
 
 
 async def test_a_restarted_env_starts_with_the_options_of_the_reset_it_answers() -> None:

@@ -175,6 +175,8 @@ class GroupCollector:
                         raise StopAsyncIteration
                     self._none_left()  # members left to play, and no worker to play them
                 await self._act()
+                if not self.pool.num_pending:  # every send failed: start the members again
+                    continue
                 try:
                     batch = await self.pool.get_batch()
                 except WorkerError as error:
@@ -220,8 +222,12 @@ class GroupCollector:
             if member is None:
                 break
             group, _ = member
-            # A copy: an env that edits its options leaves the task as the user gave it.
-            self.pool.send_action(Reset(options=dict(group.task)), worker_id)
+            try:
+                # A copy: an env that edits its options leaves the task as the user gave it.
+                self.pool.send_action(Reset(options=dict(group.task)), worker_id)
+            except WorkerError:  # it failed for good while idle: now given up, see removed
+                self._queue.appendleft(member)  # not played: no retry spent
+                continue
             track.member, track.in_flight = member, _RESETTING
         return any(self._tracks[w].member is not None for w in active)
 
@@ -259,8 +265,12 @@ class GroupCollector:
             rows, states, _action_rows(actions, len(rows)), strict=True
         ):
             assert state is not None
-            self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
+            try:
+                self.pool.send_action(action, worker_id)
+            except WorkerError as error:  # it failed for good while idle: now given up
+                self._member_failed(track, describe_failure(error))
+                continue
             track.waiting, track.in_flight = None, (state.observation, action, version)
 
     def _receive(self, batch: Batch[Any]) -> None:
