@@ -188,8 +188,9 @@ class GroupCollector:
             self._running = False
 
     async def aclose(self) -> None:
-        """Stop: wait for the actions in flight and drop the members being played, so
-        the pool is idle and can be used directly. Idempotent."""
+        """Stop: wait for the actions in flight and drop the members being played and
+        the groups not yet taken, so the pool is idle and can be used directly; the
+        iterator ends. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -197,6 +198,7 @@ class GroupCollector:
             await self.pool.drain()
         self._tracks = [_Track() for _ in self._tracks]
         self._queue.clear()
+        self._ready.clear()
 
     # Scheduling ------------------------------------------------------------------------
     def _start(self) -> None:
