@@ -68,6 +68,8 @@ async def test_a_group_comes_out_as_soon_as_it_ends_while_others_still_run() -> 
         second = await asyncio.wait_for(groups.__anext__(), 30)
         assert (first.task_id, second.task_id) == (1, 2)
         assert not gate.is_set()  # task 0's members are still at their first step
+        with pytest.raises(asyncio.TimeoutError):  # a cancelled wait loses nothing
+            await asyncio.wait_for(groups.__anext__(), 0.2)
         gate.set()
         rest = [g async for g in groups]
     assert [g.task_id for g in rest] == [0]
@@ -200,9 +202,12 @@ def test_an_episode_out_of_its_budget_ended_as_it_should_and_a_failure_did_not()
 
 
 async def test_process_workers_play_groups_and_leave_nothing_behind() -> None:
-    # A sync policy, process workers: the conftest checks no process is left.
+    # A sync policy, process workers whose observations are views of shared memory (kept
+    # as copies): the conftest checks no process is left.
     tasks = [{"task": task} for task in range(3)]
-    async with aioenv.make_pool(envs.TaskEnv, 2, mode="process") as pool:
+    async with aioenv.make_pool(
+        envs.TaskEnv, 2, mode="process", copy=False, shared_memory=True
+    ) as pool:
         collector = aioenv.collect_groups(pool, lambda batch: [1] * len(batch), tasks, group_size=2)
         collector.policy_version = 3
         groups = [g async for g in collector]
