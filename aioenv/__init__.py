@@ -8,6 +8,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from .collection._collect import Collector, Policy, collect
+from .core._agents import AgentsStep
 from .core._commands import CLOSE, RESET, Command, Reset
 from .core._environment import BatchStep, Environment, EnvSource, Step
 from .core._errors import (
@@ -47,6 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CLOSE",
     "RESET",
+    "AgentsStep",
     "AioEnvError",
     "AioVectorEnv",
     "AsyncEnvWorker",

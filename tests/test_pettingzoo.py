@@ -3,6 +3,7 @@ loop over the same envs and seeds, lane by lane, and against PettingZoo's own AP
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import subprocess
 import sys
@@ -365,6 +366,44 @@ def test_pipelined_calls_take_whole_envs() -> None:
         venv.recv()
         with pytest.raises(ValueError, match="lanes of an env step together"):
             venv.send(np.ones(2, np.int64), [0, 1])
+
+
+# Pools: the env's own dicts ------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["sync", "process"])
+def test_a_pool_hands_out_the_envs_dicts_by_agent(mode: str) -> None:
+    async def run() -> list[tuple[int, aioenv.AgentsStep]]:
+        seen: list[tuple[int, aioenv.AgentsStep]] = []
+        async with aioenv.make_pool(
+            [dying, dying], mode=mode, seed=3, autoreset="next_step"
+        ) as pool:
+            pool.reset()
+            counts = [0, 0]
+            while min(counts) < 12:  # whichever worker is ready first goes on
+                state, worker_id = await pool.get_state()
+                seen.append((worker_id, state))
+                counts[worker_id] += 1
+                pool.send_action({agent: 1 for agent in state.agents}, worker_id)
+            await pool.drain()
+        return seen
+
+    seen = asyncio.run(run())
+    for worker_id in (0, 1):
+        states = [state for wid, state in seen if wid == worker_id]
+        reference = Dying()
+        observations, _ = reference.reset(seed=aioenv.worker_seeds(3, 2)[worker_id])
+        assert states[0].rewards == {} and states[0].agents == ("a", "b")
+        for state in states[1:]:
+            if reference.agents:
+                observations, rewards, *_ = reference.step(dict.fromkeys(reference.agents, 1))
+                assert state.rewards == rewards
+            else:  # next-step autoreset: the env's reset, with no rewards
+                observations, _ = reference.reset()
+                assert state.rewards == {}
+            assert state.observations.keys() == observations.keys()
+            for agent, observation in observations.items():
+                np.testing.assert_array_equal(state.observations[agent], observation)
+            assert state.agents == tuple(reference.agents)
+        assert any(state.done for state in states)  # an episode ended and the env went on
 
 
 # Errors ------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""PettingZoo's parallel envs as the agent lanes of a vector env, on the env's side.
+"""PettingZoo's parallel envs on the env's side: in pools, and as a vector env's lanes.
 
-A ``pettingzoo.ParallelEnv`` steps a varying set of agents with dicts keyed by agent.
-:class:`AgentLanesEnv` gives it a fixed shape: a gymnasium env whose observation and
-action are batches of one lane per agent of ``possible_agents`` (in that order), an absent
-agent's lane holding a zero observation. What a lane did this step (its reward, flags,
-whether its agent was there, the agent's info) travels in the info as one
+In a pool, a parallel env is a :class:`ParallelEnvironment`: its state is an
+:class:`AgentsStep` of the env's own per-agent dicts, and an action is a dict by agent.
+
+For a vector env: a ``pettingzoo.ParallelEnv`` steps a varying set of agents with dicts
+keyed by agent, and :class:`AgentLanesEnv` gives it a fixed shape: a gymnasium env whose
+observation and action are batches of one lane per agent of ``possible_agents`` (in that
+order), an absent agent's lane holding a zero observation. What a lane did this step (its
+reward, flags, whether its agent was there, the agent's info) travels in the info as one
 :class:`LaneStep`, which :class:`~aioenv.AioVectorEnv` spreads over its lanes. So workers,
 grouping, autoreset, seeds and time limits treat a parallel env as any gymnasium env,
 with one implementation of each rule; the env is done when its ``agents`` list is empty.
@@ -24,7 +27,15 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from ._environment import EnvSource, describe_source
 
-__all__ = ["LANES_KEY", "AgentLanesEnv", "LaneSource", "LaneStep", "is_parallel_env"]
+__all__ = [
+    "LANES_KEY",
+    "AgentLanesEnv",
+    "AgentsStep",
+    "LaneSource",
+    "LaneStep",
+    "ParallelEnvironment",
+    "is_parallel_env",
+]
 
 #: The info key an :class:`AgentLanesEnv` reports its :class:`LaneStep` under.
 LANES_KEY = "aioenv.lanes"
@@ -182,3 +193,59 @@ class LaneSource:
     @property
     def description(self) -> str:
         return describe_source(self.source)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentsStep:
+    """A parallel env's state in a pool: what its ``reset`` or ``step`` returned, dicts
+    keyed by agent (a reset's rewards and flags are empty), and ``agents``, the agents
+    still there (to act next); ``done`` when none is."""
+
+    observations: dict[Any, Any]
+    rewards: dict[Any, float]
+    terminations: dict[Any, bool]
+    truncations: dict[Any, bool]
+    infos: dict[Any, dict[str, Any]]
+    agents: tuple[Any, ...]
+
+    @property
+    def done(self) -> bool:
+        return not self.agents
+
+
+class ParallelEnvironment:
+    """A PettingZoo parallel env as an :class:`~aioenv.Environment` with
+    :class:`AgentsStep` states; an action is a dict of actions by agent, as the env takes
+    it. Its spaces are dicts by agent of the agents' own."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        agents = list(env.possible_agents)
+        self.observation_space = gymnasium.spaces.Dict(
+            {agent: env.observation_space(agent) for agent in agents}
+        )
+        self.action_space = gymnasium.spaces.Dict(
+            {agent: env.action_space(agent) for agent in agents}
+        )
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> AgentsStep:
+        observations, infos = self.env.reset(seed=seed, options=options)
+        return AgentsStep(observations, {}, {}, {}, infos, tuple(self.env.agents))
+
+    def step(self, action: dict[Any, Any]) -> AgentsStep:
+        observations, rewards, terminations, truncations, infos = self.env.step(action)
+        return AgentsStep(
+            observations, rewards, terminations, truncations, infos, tuple(self.env.agents)
+        )
+
+    def terminated(self, state: AgentsStep) -> bool:
+        return state.done
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_attr(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        setattr(self.env, name, value)

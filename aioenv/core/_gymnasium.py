@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium
 
+from ._agents import ParallelEnvironment, is_parallel_env
 from ._environment import Environment, EnvSource, Step, describe_source, is_environment
 from ._registry import find_spec, shippable
 
@@ -117,6 +118,8 @@ def as_environment(obj: object) -> Environment[Any, Any]:
         return GymnasiumEnvironment(obj)
     if is_environment(obj):
         return obj  # type: ignore[return-value]
+    if is_parallel_env(obj):
+        return ParallelEnvironment(obj)
     raise NotAnEnvironment(
         type(obj).__name__,
         "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
