@@ -108,6 +108,15 @@ class Mixed(Dying):
         return Discrete(5 if agent == "c" else 4)
 
 
+class Crashing(Dying):
+    """Raises when any agent is sent action 3."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        if 3 in [int(action) for action in actions.values()]:
+            raise RuntimeError("crashed")
+        return super().step(actions)
+
+
 def dying() -> Dying:
     return Dying()
 
@@ -346,6 +355,21 @@ def test_an_env_whose_agents_never_finish_ends_by_its_time_limit() -> None:
         obs, rewards, terminated, truncated, infos = venv.step(np.zeros(6, np.int64))
         assert obs[:, 0].tolist() == [0] * 6 and not rewards.any()  # the reset
         np.testing.assert_array_equal(infos["active"], [True, True, False] * 2)
+
+
+def test_an_env_cut_short_by_a_failure_truncates_all_its_lanes() -> None:
+    with aioenv.AioVectorEnv(
+        [Crashing] * 2, mode="process", restart="on_failure", envs_per_worker=1
+    ) as venv:
+        venv.reset(seed=0)
+        venv.step(np.zeros(6, np.int64))
+        obs, rewards, terminated, truncated, infos = venv.step(np.array([3, 0, 0, 0, 0, 0]))
+        np.testing.assert_array_equal(truncated, [True] * 3 + [False] * 3)
+        assert not terminated.any() and not rewards[:3].any() and rewards[3:].all()
+        np.testing.assert_array_equal(infos["active"], [False] * 3 + [True] * 3)
+        np.testing.assert_array_equal(infos["_aioenv"], [True] * 3 + [False] * 3)
+        obs, rewards, _, truncated, infos = venv.step(np.zeros(6, np.int64))
+        assert obs[:3, 0].tolist() == [0, 0, 0] and not truncated.any()  # env 0 starts over
 
 
 def test_pipelined_calls_take_whole_envs() -> None:
