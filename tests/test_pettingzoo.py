@@ -436,6 +436,11 @@ def test_agents_with_differing_spaces_are_named() -> None:
         aioenv.AioVectorEnv([Mixed, Mixed], mode="inline")
 
 
+def test_an_aec_env_is_refused_with_the_conversion_to_use() -> None:
+    with pytest.raises(TypeError, match="AEC env.*aec_to_parallel"):
+        aioenv.AioVectorEnv([multiwalker_v9.env] * 2, mode="inline")
+
+
 def test_a_batch_size_must_be_whole_envs() -> None:
     with pytest.raises(ValueError, match="batch_size=4 counts lanes"):
         aioenv.AioVectorEnv([dying] * 2, mode="process", batch_size=4)

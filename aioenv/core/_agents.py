@@ -34,6 +34,8 @@ __all__ = [
     "LaneSource",
     "LaneStep",
     "ParallelEnvironment",
+    "AEC_PROBLEM",
+    "is_aec_env",
     "is_parallel_env",
 ]
 
@@ -43,8 +45,9 @@ LANES_KEY = "aioenv.lanes"
 
 def is_parallel_env(obj: object) -> bool:
     """``obj`` is a PettingZoo parallel env (or shaped like one): ``possible_agents``,
-    per-agent space methods, ``reset`` and ``step``, and not a gymnasium env."""
-    if isinstance(obj, (type, gymnasium.Env)):
+    per-agent space methods, ``reset`` and ``step``, and neither a gymnasium env nor an
+    AEC env (whose agents take turns: see :func:`is_aec_env`)."""
+    if isinstance(obj, (type, gymnasium.Env)) or is_aec_env(obj):
         return False
     return (
         hasattr(obj, "possible_agents")
@@ -53,6 +56,18 @@ def is_parallel_env(obj: object) -> bool:
         and callable(getattr(obj, "step", None))
         and callable(getattr(obj, "reset", None))
     )
+
+
+def is_aec_env(obj: object) -> bool:
+    """``obj`` is a PettingZoo AEC env: its agents act in turn (``agent_iter``, ``last``)."""
+    return callable(getattr(obj, "agent_iter", None)) and callable(getattr(obj, "last", None))
+
+
+#: What to do with an AEC env, for the errors that refuse one.
+AEC_PROBLEM = (
+    "a PettingZoo AEC env, whose agents act in turn; aioenv steps parallel envs: convert it "
+    "with pettingzoo.utils.conversions.aec_to_parallel (or build the env's parallel_env())"
+)
 
 
 @dataclasses.dataclass(frozen=True)

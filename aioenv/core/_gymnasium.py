@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium
 
-from ._agents import ParallelEnvironment, is_parallel_env
+from ._agents import AEC_PROBLEM, ParallelEnvironment, is_aec_env, is_parallel_env
 from ._environment import Environment, EnvSource, Step, describe_source, is_environment
 from ._registry import find_spec, shippable
 
@@ -120,6 +120,8 @@ def as_environment(obj: object) -> Environment[Any, Any]:
         return obj  # type: ignore[return-value]
     if is_parallel_env(obj):
         return ParallelEnvironment(obj)
+    if is_aec_env(obj):
+        raise NotAnEnvironment(type(obj).__name__, AEC_PROBLEM)
     raise NotAnEnvironment(
         type(obj).__name__,
         "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
