@@ -10,8 +10,8 @@ stays, zeroed); AioVectorEnv's lanes do that themselves. Rows: SuperSuit's
     python benchmarks/pettingzoo_lanes.py                      # multiwalker, 4 envs
     python benchmarks/pettingzoo_lanes.py --env pistonball --envs 2 --steps 100
 
-Figures are lane steps per second (median of ``--reps`` windows of ``--steps`` lockstep
-steps each, after a warm-up).
+Figures are lane steps per second: the median of ``--reps`` windows of ``--steps`` lockstep
+steps each, after a warm-up, the rows taking turns window by window.
 """
 
 from __future__ import annotations
@@ -49,21 +49,19 @@ def supersuit_vec(factory: Callable[[], Any], envs: int, cpus: int) -> Any:
     return supersuit.concat_vec_envs_v1(vec, envs, num_cpus=cpus, base_class="gymnasium")
 
 
-def steps_per_second(venv: Any, steps: int, reps: int) -> float:
+def lane_actions(venv: Any, steps: int) -> list[Any]:
     # SuperSuit's action_space is one lane's (SB3's convention), AioVectorEnv's the batch's
     space = getattr(venv, "single_action_space", venv.action_space)
     space.seed(0)
-    actions = [np.stack([space.sample() for _ in range(venv.num_envs)]) for _ in range(steps)]
-    venv.reset(seed=0)
-    for action in actions[: max(1, steps // 10)]:  # warm-up
+    return [np.stack([space.sample() for _ in range(venv.num_envs)]) for _ in range(steps)]
+
+
+def window(venv: Any, actions: list[Any]) -> float:
+    """Lane steps per second over one window of lockstep steps."""
+    started = time.perf_counter()
+    for action in actions:
         venv.step(action)
-    rates = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        for action in actions:
-            venv.step(action)
-        rates.append(steps * venv.num_envs / (time.perf_counter() - started))
-    return statistics.median(rates)
+    return len(actions) * venv.num_envs / (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -91,13 +89,23 @@ def main() -> None:
         ),
     ]
     print(f"{args.env}, {args.envs} envs, {args.steps} steps x {args.reps}: lane steps/s")
-    for label, build in rows:
-        venv = build()
-        try:
-            rate = steps_per_second(venv, args.steps, args.reps)
-            print(f"  {label:<44} {venv.num_envs:>3} lanes  {rate:>10,.0f}")
-        finally:
+    venvs = [build() for _, build in rows]
+    try:
+        actions = []
+        for venv in venvs:
+            actions.append(lane_actions(venv, args.steps))
+            venv.reset(seed=0)
+            window(venv, actions[-1][: max(1, args.steps // 10)])  # warm-up
+        rates: list[list[float]] = [[] for _ in rows]
+        for _ in range(args.reps):  # the rows take turns: a busy spell hits them all
+            for venv, steps, row_rates in zip(venvs, actions, rates, strict=True):
+                row_rates.append(window(venv, steps))
+    finally:
+        for venv in venvs:
             venv.close()
+    for (label, _), venv, row_rates in zip(rows, venvs, rates, strict=True):
+        rate = statistics.median(row_rates)
+        print(f"  {label:<44} {venv.num_envs:>3} lanes  {rate:>10,.0f}")
 
 
 if __name__ == "__main__":
