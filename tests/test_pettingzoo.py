@@ -317,7 +317,9 @@ def test_a_fallen_walker_leaves_its_lane_zeroed_until_the_env_resets() -> None:
 def test_seeds_masks_and_answers_are_per_env() -> None:
     with aioenv.AioVectorEnv([functools.partial(Dying, "rgb_array")] * 2, mode="inline") as venv:
         first, _ = venv.reset(seed=[5, 9])
+        assert venv.np_random_seed == (5, 9)
         again, _ = venv.reset(seed=5)  # env 1 gets 6
+        assert venv.np_random_seed == (5, 6)
         np.testing.assert_array_equal(first[:3], again[:3])
         assert not np.array_equal(first[3:], again[3:])
         venv.step(np.zeros(6, np.int64))
@@ -370,6 +372,21 @@ def test_an_env_cut_short_by_a_failure_truncates_all_its_lanes() -> None:
         np.testing.assert_array_equal(infos["_aioenv"], [True] * 3 + [False] * 3)
         obs, rewards, _, truncated, infos = venv.step(np.zeros(6, np.int64))
         assert obs[:3, 0].tolist() == [0, 0, 0] and not truncated.any()  # env 0 starts over
+
+
+def test_step_async_and_step_wait_step_the_lanes_as_step_does() -> None:
+    with (
+        aioenv.AioVectorEnv([dying] * 2, mode="process") as paired,
+        aioenv.AioVectorEnv([dying] * 2, mode="inline") as lockstep,
+    ):
+        paired.reset(seed=1)
+        lockstep.reset(seed=1)
+        for action in lane_actions(lockstep.action_space, 8, seed=2):
+            paired.step_async(action)
+            got, want = paired.step_wait(), lockstep.step(action)
+            for part, expected in zip(got[:4], want[:4], strict=True):
+                np.testing.assert_array_equal(part, expected)
+            np.testing.assert_array_equal(got[4]["active"], want[4]["active"])
 
 
 def test_pipelined_calls_take_whole_envs() -> None:

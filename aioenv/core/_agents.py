@@ -110,6 +110,7 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)  # np_random_seed: the seed the env was given
         observations, infos = self.parallel_env.reset(seed=seed, options=options)
         lanes = len(self.lane_agents)
         zeros = np.zeros(lanes, np.bool_)
@@ -147,6 +148,10 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
             truncated,
             {LANES_KEY: step},
         )
+
+    #: The seed of the env's last seeded reset, as gymnasium envs report it (the vector
+    #: env's ``np_random_seed`` reads it), rather than the parallel env's own attribute.
+    np_random_seed = gymnasium.Env.np_random_seed
 
     def render(self) -> Any:
         return self.parallel_env.render()
