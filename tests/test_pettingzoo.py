@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
+import gymnasium
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.spaces import Box, Discrete
 from pettingzoo import ParallelEnv
 from pettingzoo.butterfly import pistonball_v6
@@ -23,6 +25,7 @@ from pettingzoo.sisl import multiwalker_v9
 from pettingzoo.test import parallel_api_test
 
 import aioenv
+from aioenv.core._gymnasium import resolve_source
 
 # The test envs travel to process workers by value, like envs of a user's __main__.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -311,6 +314,41 @@ def test_a_fallen_walker_leaves_its_lane_zeroed_until_the_env_resets() -> None:
             if left is None and terminated.any() and infos["active"].sum() > terminated.sum():
                 left = int(np.flatnonzero(terminated)[0])
         assert left is not None  # a walker fell while others went on
+
+
+@pytest.fixture
+def registered_walkers() -> Any:
+    """``Walkers-v0`` in gymnasium's registry, its entry point a parallel env's factory."""
+    gymnasium.register("aioenv-tests/Walkers-v0", entry_point=walkers)
+    try:
+        yield "aioenv-tests/Walkers-v0"
+    finally:
+        del gymnasium.registry["aioenv-tests/Walkers-v0"]
+
+
+@pytest.mark.parametrize("mode", ["inline", "process"])
+def test_make_vec_makes_lanes_of_a_registered_parallel_env(
+    registered_walkers: str, mode: str
+) -> None:
+    with aioenv.make_vec(registered_walkers, 2, vectorization_mode=mode) as venv:
+        assert venv.num_envs == 6 and venv.spec is not None
+        assert_lanes_match(venv, [walkers, walkers], 50, actions=walker_actions(50))
+    with pytest.raises(ValueError, match="wrappers and max_episode_steps do not wrap"):
+        aioenv.make_vec(registered_walkers, 2, vectorization_mode="inline", wrappers=[id])
+
+
+def test_a_function_entry_point_of_a_gymnasium_env_keeps_its_spec() -> None:
+    def cartpole(**kwargs: Any) -> Any:
+        return CartPoleEnv(**kwargs)
+
+    gymnasium.register("aioenv-tests/FnCartPole-v0", entry_point=cartpole, max_episode_steps=7)
+    try:
+        env = resolve_source("aioenv-tests/FnCartPole-v0")()
+    finally:
+        del gymnasium.registry["aioenv-tests/FnCartPole-v0"]
+    assert env.spec.entry_point is cartpole and env.unwrapped.spec.entry_point is cartpole
+    env.reset(seed=0)
+    assert [env.step(0)[3] for _ in range(7)][-1]  # its time limit still applies
 
 
 # What stays per env -----------------------------------------------------------------------
