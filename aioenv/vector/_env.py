@@ -71,6 +71,12 @@ class AioVectorEnv(VectorEnv):
     the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
     env left open is closed when it is garbage collected or at interpreter exit.
 
+    PettingZoo parallel envs (factories or instances) are taken as **agent lanes**: lane
+    ``i * A + j`` is agent ``j`` (``possible_agents`` order) of env ``i``, ``num_envs`` is
+    ``envs * A``, the single spaces are one agent's; an absent agent's lane is zeroed and
+    ``infos["active"]`` says which lanes acted; seeds, masks and ``call`` answers stay per
+    env, and ``batch_size``/``send`` take whole envs' lanes (see the multi-agent guide).
+
     Besides lockstep ``step``, the envs can be driven EnvPool's way: ``async_reset()``,
     then ``recv()`` (the first ``batch_size`` envs to finish, ``infos["env_id"]`` saying
     which) and ``send(actions)`` to those envs, so the policy runs on one batch while the
