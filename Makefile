@@ -41,8 +41,8 @@ test-floors: $(FLOORS_STAMP)
 # torch, which is large (the CPU build, named so that pip never takes a CUDA one). Every
 # test of these files must run there (AIOENV_EXTRAS_REQUIRED=1 fails a session that skips
 # one), then Stable-Baselines3's own vec-env tests run against aioenv's adapter.
-INTEGRATION_EXTRAS := dev
-INTEGRATION_TESTS :=
+INTEGRATION_EXTRAS := dev,pettingzoo
+INTEGRATION_TESTS := tests/test_pettingzoo.py
 TORCH_CPU := torch==2.13.0
 
 $(EXTRAS_STAMP): $(STAMP) pyproject.toml

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .collection._collect import Collector, Policy, collect
 from .collection._groups import Group, GroupCollector, collect_groups
+from .core._agents import AgentsStep
 from .core._commands import CLOSE, RESET, Command, Reset
 from .core._environment import BatchStep, Environment, EnvSource, Step
 from .core._errors import (
@@ -48,6 +49,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CLOSE",
     "RESET",
+    "AgentsStep",
     "AioEnvError",
     "AioVectorEnv",
     "AsyncEnvWorker",
