@@ -93,10 +93,11 @@ class EpisodeOptions:
 @dataclasses.dataclass(frozen=True)
 class ControlRequest:
     """A request that is not a step: ``call`` a method, ``get``/``set`` an attribute,
-    ``configure`` the episode options, or load a ``policy`` (``kwargs["package"]``) for
-    rollouts. Answered in order with the steps."""
+    ``apply`` a function (``args[0]``, or None to leave this env alone) to the env as its
+    factory built it, ``configure`` the episode options, or load a ``policy``
+    (``kwargs["package"]``) for rollouts. Answered in order with the steps."""
 
-    op: Literal["call", "get", "set", "configure", "policy"]
+    op: Literal["call", "get", "set", "apply", "configure", "policy"]
     name: str = ""
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -104,7 +105,7 @@ class ControlRequest:
 
 @dataclasses.dataclass(frozen=True)
 class PerEnv:
-    """A value to set on a worker that steps several envs: ``values[i]`` goes to env ``i``
-    (a plain value goes to all of them)."""
+    """A value to set on a worker that steps several envs (or, for ``apply``, the function
+    for each): ``values[i]`` goes to env ``i`` (a plain value goes to all of them)."""
 
     values: tuple[Any, ...]

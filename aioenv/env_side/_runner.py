@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core._agents import AgentLanesEnv
 from ..core._async_environment import AsyncGymnasiumEnvironment
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import Environment, EnvSource, Step
@@ -285,10 +286,22 @@ def answer_control(env: Any, request: ControlRequest) -> Any:
     if request.op == "set":
         _set_attr(env, request.name, request.args[0])
         return None
+    if request.op == "apply":
+        function, *args = request.args
+        if function is None:
+            return None
+        return function(_as_built(env), *args, **request.kwargs)
     value = _get_attr(env, request.name)
     if request.op == "call" and callable(value):
         return value(*request.args, **request.kwargs)
     return value
+
+
+def _as_built(env: Any) -> Any:
+    """The env as its factory built it: a gymnasium env with its own wrappers, a parallel
+    env (not its lanes), or the Environment itself."""
+    built = env.env if isinstance(env, _ADAPTERS) else env
+    return built.parallel_env if isinstance(built, AgentLanesEnv) else built
 
 
 def _get_attr(env: Any, name: str) -> Any:

@@ -372,9 +372,10 @@ def _reset_arguments(
 
 
 def _for_env(request: ControlRequest, index: int) -> ControlRequest:
-    """``set`` with :class:`PerEnv` values: env ``index``'s own value."""
-    if request.op == "set" and request.args and isinstance(request.args[0], PerEnv):
-        return dataclasses.replace(request, args=(request.args[0].values[index],))
+    """``set`` with :class:`PerEnv` values (``apply`` with a function per env): env
+    ``index``'s own."""
+    if request.op in ("set", "apply") and request.args and isinstance(request.args[0], PerEnv):
+        return dataclasses.replace(request, args=(request.args[0].values[index], *request.args[1:]))
     return request
 
 

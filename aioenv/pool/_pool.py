@@ -311,6 +311,18 @@ class WorkerPool(abc.ABC, Generic[S]):
         """
         return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
 
+    async def apply(
+        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> WorkerResults[Any]:
+        """Run ``function(env, *args, **kwargs)`` on each env, in its worker, in order with
+        its steps: ``env`` is the env as its factory built it (a gymnasium env with its own
+        wrappers, or the :class:`Environment`). Results, ``worker_ids`` and
+        :class:`PerWorker` arguments as for :meth:`call` (``function`` may be one too; a
+        worker's ``None`` leaves its env alone and answers None). A worker that steps
+        several envs runs it on each and answers a list. ``function`` must pickle for
+        process workers."""
+        return await self._controls.apply(function, *args, worker_ids=worker_ids, **kwargs)
+
     async def get_attr(
         self, name: str, worker_ids: Sequence[int] | None = None
     ) -> WorkerResults[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -73,20 +73,36 @@ class Controls:
     async def call(
         self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
     ) -> WorkerResults[Any]:
+        return await self._calls("call", name, args, kwargs, worker_ids)
+
+    async def apply(
+        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> WorkerResults[Any]:
+        return await self._calls("apply", "", (function, *args), kwargs, worker_ids)
+
+    async def _calls(
+        self,
+        op: Literal["call", "apply"],
+        name: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        worker_ids: Sequence[int] | None,
+    ) -> WorkerResults[Any]:
         ids = self._roster.ids(worker_ids)
         per_worker = [v for v in (*args, *kwargs.values()) if isinstance(v, PerWorker)]
         if not per_worker:
-            return await self._ask(ids, [ControlRequest("call", name, args, kwargs)] * len(ids))
+            return await self._ask(ids, [ControlRequest(op, name, args, kwargs)] * len(ids))
+        what = f"call({name!r})" if op == "call" else "apply()"
         for values in per_worker:
             if len(values.values) != len(ids):
                 raise ValueError(
-                    f"call({name!r}): a PerWorker argument holds {len(values.values)} values "
+                    f"{what}: a PerWorker argument holds {len(values.values)} values "
                     f"for {len(ids)} workers ({ids}); give one value per worker"
                     f"{self._roster.removed_note()}"
                 )
         requests = [
             ControlRequest(
-                "call",
+                op,
                 name,
                 tuple(_own(value, index) for value in args),
                 {key: _own(value, index) for key, value in kwargs.items()},

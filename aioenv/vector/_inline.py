@@ -100,6 +100,13 @@ class InlineEnvs:
         """The answers of the one "worker": a list with an answer per env."""
         return [self._control(ControlRequest("call", name, args, kwargs))]
 
+    def apply_envs(
+        self, functions: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
+        if functions[0] is None:
+            return [None]
+        return [self._control(ControlRequest("apply", "", (functions[0], *args), kwargs))]
+
     def get_attr(self, name: str) -> list[Any]:
         return [self._control(ControlRequest("get", name))]
 

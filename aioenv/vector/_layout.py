@@ -113,6 +113,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: ``flatten``'s default: every worker was asked.
+_ALL_ASKED = object()
+
+
 class EnvLayout:
     """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
 
@@ -237,11 +241,32 @@ class EnvLayout:
             raise ValueError(f"set_attr() got {len(values)} values for {self.num_envs} envs")
         return [PerEnv(tuple(values[part])) for part in self.slices()]
 
-    def flatten(self, results: list[Any]) -> list[Any]:
-        """Per-worker answers (a list per env for workers stepping several) as per env."""
+    def functions(self, function: Any, env_ids: list[int]) -> list[Any]:
+        """What ``apply_envs`` sends each worker for ``function`` to run on ``env_ids``
+        alone: None for a worker with none of them, else the function (a :class:`PerEnv`
+        of it and Nones for a worker that steps several envs)."""
+        wanted = set(env_ids)
+        out: list[Any] = []
+        for part in self.slices():
+            chosen = [function if env in wanted else None for env in range(part.start, part.stop)]
+            if not any(item is not None for item in chosen):
+                out.append(None)
+            elif len(chosen) > 1 or self._lists:
+                out.append(PerEnv(tuple(chosen)))
+            else:
+                out.append(function)
+        return out
+
+    def flatten(self, results: list[Any], unasked: Any = _ALL_ASKED) -> list[Any]:
+        """Per-worker answers (a list per env for workers stepping several) as per env;
+        a worker whose answer is ``unasked`` was not asked (``apply_envs``): ``unasked``
+        for each of its envs."""
         out: list[Any] = []
         for size, result in zip(self.sizes, results, strict=True):
-            out.extend(result if size > 1 or self._lists else [result])
+            if result is unasked:
+                out.extend([unasked] * size)
+            else:
+                out.extend(result if size > 1 or self._lists else [result])
         return out
 
     def scatter(

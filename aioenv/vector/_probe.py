@@ -12,6 +12,7 @@ parent's process, so does the probe env, in the calling thread.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import os
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple
 import cloudpickle
 
 from ..core import _pickling as pickling
+from ..core._agents import AgentLanesEnv, is_parallel_env
 from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
 from ..core._environment import EnvSource, describe_source
 from ..core._gymnasium import GymnasiumEnvironment, build_environment
@@ -35,7 +37,7 @@ from ..core._registry import snapshot as registry_snapshot
 from ..env_side._process_group import end_own_group, lead_own_group, signal_group
 from ..workers.process._start import Context, resolve_context, start_child
 
-__all__ = ["Probe", "probe_env"]
+__all__ = ["Probe", "probe_env", "probing"]
 
 #: How long the probe env is stepped for its step time: at least ``_MIN_STEPS`` steps, then
 #: until ``_MAX_STEPS`` or ``_BUDGET`` seconds, whichever comes first.
@@ -44,6 +46,18 @@ _MAX_STEPS = 64
 _BUDGET = 0.05
 #: The first steps of a new env are slower (caches, lazy set-up): not counted.
 _WARM_UP = 2
+
+
+#: True while this thread builds, steps and closes a probe env.
+_PROBING: contextvars.ContextVar[bool] = contextvars.ContextVar("aioenv_probing", default=False)
+
+
+def probing() -> bool:
+    """Whether the env being built (or stepped) now in this thread is a probe env: one a
+    vector env builds besides its own envs, to read their spaces and time a step, and
+    throws away. A factory may leave out what only its real envs should do (writing a
+    log of their episodes, say)."""
+    return _PROBING.get()
 
 
 class Probe(NamedTuple):
@@ -58,6 +72,9 @@ class Probe(NamedTuple):
     step_seconds: float | None = None
     #: The env's coroutines are ``async def`` (its steps cannot be timed in line).
     is_async: bool = False
+    #: A PettingZoo parallel env's ``possible_agents`` (its lanes; the spaces above are
+    #: one agent's); None for a gymnasium env.
+    agents: tuple[Any, ...] | None = None
 
 
 def probe_env(
@@ -86,7 +103,15 @@ def probe_env(
 
 
 def _probe_here(source: EnvSource, timed: bool) -> Probe:
-    env = build_environment(source, as_async_environment)
+    token = _PROBING.set(True)
+    try:
+        return _probe_built(source, timed)
+    finally:
+        _PROBING.reset(token)
+
+
+def _probe_built(source: EnvSource, timed: bool) -> Probe:
+    env = build_environment(source, _as_lanes_or_env)
     try:
         if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
             raise TypeError(
@@ -96,16 +121,24 @@ def _probe_here(source: EnvSource, timed: bool) -> Probe:
             )
         single = env.env
         is_async = isinstance(env, AsyncGymnasiumEnvironment)
+        lanes = single if isinstance(single, AgentLanesEnv) else None
         return Probe(
             dict(getattr(single, "metadata", {})),
             getattr(single, "render_mode", None),
-            single.observation_space,
-            single.action_space,
+            single.observation_space if lanes is None else lanes.single_observation_space,
+            single.action_space if lanes is None else lanes.single_action_space,
             _step_seconds(single) if timed and not is_async else None,
             is_async,
+            None if lanes is None else lanes.lane_agents,
         )
     finally:
         _close(env)
+
+
+def _as_lanes_or_env(obj: object) -> Any:
+    """A parallel env as its lanes (see :mod:`aioenv.core._agents`), else as a worker
+    would adapt it."""
+    return as_async_environment(AgentLanesEnv(obj) if is_parallel_env(obj) else obj)
 
 
 def _step_seconds(env: Any) -> float | None:

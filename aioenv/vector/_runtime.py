@@ -16,6 +16,7 @@ from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved
 from ..loops._background import close_at_exit
 from ..loops._host import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool
+from ..pool._remote_control import PerWorker
 from ..workers._supervision import describe_failure
 
 __all__ = [
@@ -60,6 +61,12 @@ class Envs(Protocol):
 
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """Call method ``name`` of every env: one answer per worker."""
+
+    def apply_envs(
+        self, functions: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
+        """Run ``functions[w]`` (a function, a :class:`PerEnv` of them, or None: not
+        asked) on worker ``w``'s envs: one answer per worker (None where not asked)."""
 
     def get_attr(self, name: str) -> list[Any]: ...
 
@@ -121,6 +128,23 @@ class Runtime:
 
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         return self.call(functools.partial(self.pool.call, name, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def apply_envs(
+        self, functions: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Any]:
+        asked = [worker for worker, function in enumerate(functions) if function is not None]
+        answers: list[Any] = [None] * len(functions)
+        if asked:
+            apply = functools.partial(
+                self.pool.apply,
+                PerWorker([functions[worker] for worker in asked]),
+                *args,
+                worker_ids=asked,
+                **kwargs,
+            )
+            for worker, answer in zip(asked, self.call(apply), strict=True):
+                answers[worker] = answer
+        return answers
 
     def get_attr(self, name: str) -> list[Any]:
         return self.call(self.pool.get_attr, name)  # type: ignore[no-any-return]

@@ -31,6 +31,7 @@ from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTake
 from ..core._gymnasium import resolve_source
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._restarts import (
+    EPISODE_TIMEOUT,
     cut_short,
     cut_short_batch,
     episode_open,
@@ -46,7 +47,6 @@ from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
 from ._supervision import (
-    EPISODE_TIMEOUT,
     Remedies,
     Supervision,
     Supervisor,
@@ -640,7 +640,7 @@ class Worker(KindHooks, Generic[S]):
             if supervisor.has_deadlines:
                 assert self._loop is not None
                 supervisor.arm(self._loop, seq, "reset")
-            self._submit(seq, RESET)
+            self._submit(seq, self._restart_reset())
         except Exception as exc:  # no new env could be started: give up on this worker
             supervisor.restart_failed()
             error = WorkerError(
@@ -649,6 +649,15 @@ class Worker(KindHooks, Generic[S]):
             )
             error.__cause__ = exc
             self._fail_request(error, True)
+
+    def _restart_reset(self) -> Any:
+        """The reset a new env starts with: where it answers a reset the user gave
+        options to (a task, say), with those options, so the episode starts as asked (the
+        seed went to the new env already)."""
+        sent = self._sent
+        if isinstance(sent, Reset) and sent.options is not None:
+            return Reset(options=sent.options)
+        return RESET
 
     def _env_error(self, failure: Failure) -> EnvError:
         return EnvError.from_failure(failure, self.name, self.worker_id)

@@ -18,6 +18,7 @@ from ..core._commands import is_reset
 from ..core._environment import BatchStep, Step
 from ..core._errors import WorkerError, WorkerTimeout
 from ..core._messages import Autoreset
+from ..core._restarts import EPISODE_TIMEOUT
 from ..core._rollouts import Rollout
 from ..core._seeds import restart_seed
 
@@ -25,7 +26,6 @@ __all__ = [
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_RESTART_WINDOW",
     "DEFAULT_START_TIMEOUT",
-    "EPISODE_TIMEOUT",
     "Clock",
     "Phase",
     "Remedies",
@@ -48,10 +48,6 @@ DEFAULT_START_TIMEOUT = 60.0
 #: days; an env failing at every start uses them up within seconds.
 DEFAULT_MAX_RESTARTS = 10
 DEFAULT_RESTART_WINDOW = 10.0
-
-#: The reason an episode that ran out of its ``episode_timeout`` ends with (in its
-#: cut-short step's ``info["aioenv"]``): a budget's end, not a failure.
-EPISODE_TIMEOUT = "episode_timeout"
 
 #: Which deadline a request gets: building an env plus its first reset, a reset, a step,
 #: a step that may also reset an env (autoreset), or a rollout segment.
@@ -83,7 +79,7 @@ class Supervision:
     :param on_failure: called with every failure, restarted or not (default None).
     :param episode_timeout: seconds an episode may last, from its reset's answer to its
         end, the env's time and the wait for the next action alike; None (the default):
-        no budget. An episode past it ends truncated (see :data:`EPISODE_TIMEOUT`); that
+        no budget. An episode past it ends truncated (reason :data:`EPISODE_TIMEOUT`); that
         is no failure, so it spends no restart.
     """
 

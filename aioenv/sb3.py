@@ -1,0 +1,216 @@
+"""Stable-Baselines3's ``VecEnv`` over aioenv's workers: :class:`AioVecEnv`, a drop-in for
+``SubprocVecEnv`` and ``DummyVecEnv`` (``pip install aioenv[sb3]``).
+
+Importing ``aioenv`` does not import this module, Stable-Baselines3 or torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.vector.utils import concatenate, create_empty_array
+from stable_baselines3.common.vec_env.base_vec_env import (
+    VecEnv,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
+
+from . import _sb3_envs as envs_side
+from .vector._choice import AUTO
+from .vector._env import AioVectorEnv
+
+__all__ = ["AioVecEnv"]
+
+#: The autoreset SB3 expects: a done env's step returns its next episode's first
+#: observation, the last one in ``info["terminal_observation"]``.
+_AUTORESET = "same_step"
+
+
+class AioVecEnv(VecEnv):
+    """A Stable-Baselines3 ``VecEnv`` whose envs step where :class:`~aioenv.AioVectorEnv`
+    places them: ``AioVecEnv(env_fns)`` in place of ``SubprocVecEnv(env_fns)`` or
+    ``DummyVecEnv(env_fns)``, or ``make_vec_env(..., vec_env_cls=AioVecEnv,
+    vec_env_kwargs={...})``.
+
+    ``env_fns`` is a list of functions that build gymnasium envs, one per env;
+    ``start_method`` is ``SubprocVecEnv``'s (``"fork"``, ``"forkserver"``, ``"spawn"``),
+    the start method of process workers (aioenv's ``context=``; giving it means process
+    workers). The keywords are :class:`~aioenv.AioVectorEnv`'s: ``mode`` (default
+    ``"auto"``: in the calling thread for cheap envs, else in child processes),
+    ``envs_per_worker``, ``step_timeout``, ``restart`` and the other pool options.
+
+    It behaves as SB3's own vec envs: ``seed(s)`` and ``set_options(...)`` take effect at
+    the next ``reset()`` (env ``i`` gets ``s + i``), ``reset()`` returns the observations
+    (their infos in ``reset_infos``); ``step`` returns float32 rewards, ``dones`` and one
+    info dict per env, whose env was reset when done, its last observation in
+    ``info["terminal_observation"]`` and ``info["TimeLimit.truncated"]`` saying whether
+    it ended by truncation alone. An episode cut short by a failure that aioenv restarted
+    the env for ends so too: done, truncated, with its last observation, and aioenv's note
+    in ``info["aioenv"]``. ``get_attr``, ``set_attr`` (on each env's outermost wrapper),
+    ``env_method``, ``has_attr`` and ``env_is_wrapped`` take ``indices``, negative ones
+    too. The vector env behind it is ``.venv``.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gymnasium.Env[Any, Any]]],
+        start_method: str | None = None,
+        *,
+        mode: str | Sequence[str] = AUTO,
+        **options: Any,
+    ) -> None:
+        for taken in ("autoreset", "autoreset_mode"):
+            if taken in options:
+                raise TypeError(
+                    f"AioVecEnv: {taken}= is not an option: SB3 resets a done env in the "
+                    "step that ended it, with its last observation in the info"
+                )
+        if start_method is not None:
+            if "context" in options:
+                raise TypeError("AioVecEnv: pass start_method= or context=, not both")
+            options["context"] = start_method
+        factories = [envs_side.EnvFactory(env_fn) for env_fn in env_fns]
+        self.venv = AioVectorEnv(factories, mode=mode, autoreset_mode=_AUTORESET, **options)
+        self._actions: Any = None
+        try:
+            super().__init__(
+                len(factories),
+                self.venv.single_observation_space,
+                self.venv.single_action_space,
+            )
+        except BaseException:
+            self.venv.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"AioVecEnv(num_envs={self.num_envs}, mode={self.venv.mode!r})"
+
+    def reset(self) -> VecEnvObs:
+        observations: Any = None
+        reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        # Envs with the same options are reset together; SB3 passes no options for {}.
+        for options, mask in _grouped(self._options, self.num_envs):
+            seeds = [seed if mask[env] else None for env, seed in enumerate(self._seeds)]
+            if len(mask) != mask.sum():
+                options = {**options, "reset_mask": mask}
+            observations, infos = self.venv.reset(seed=seeds, options=options or None)
+            for env, info in enumerate(_per_env(infos, self.num_envs)):
+                if mask[env]:
+                    reset_infos[env] = info
+        self.reset_infos = reset_infos
+        self._reset_seeds()
+        self._reset_options()
+        return observations  # type: ignore[no-any-return]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        space = self.venv.single_action_space
+        if isinstance(actions, list):  # one action per env, as SB3 allows
+            actions = concatenate(space, actions, create_empty_array(space, self.num_envs))
+        self.venv.step_async(actions)
+
+    def step_wait(self) -> VecEnvStepReturn:
+        observations, rewards, terminations, truncations, infos = self.venv.step_wait()
+        final_observations = infos.pop("final_obs", None)
+        infos.pop("_final_obs", None)
+        finals = _per_env(infos.pop("final_info", {}), self.num_envs)
+        infos.pop("_final_info", None)
+        dones = np.logical_or(terminations, truncations)
+        by_time_limit = np.logical_and(truncations, np.logical_not(terminations)).tolist()
+        step_infos: list[dict[str, Any]] = []
+        per_env = _per_env(infos, self.num_envs)
+        for env, (done, info) in enumerate(zip(dones.tolist(), per_env, strict=True)):
+            if done:
+                # The step's own info is the ended episode's; the one beside the new
+                # observation belongs to the reset.
+                self.reset_infos[env] = info
+                info = finals[env]
+                info["terminal_observation"] = final_observations[env]
+            info["TimeLimit.truncated"] = by_time_limit[env]
+            step_infos.append(info)
+        return observations, rewards.astype(np.float32), dones, step_infos
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            import warnings
+
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is "
+                "`rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None] * self.num_envs
+        return list(self.venv.call("render"))
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self._apply(envs_side.get_attr, indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._apply(envs_side.set_attr, indices, attr_name, value)
+
+    def env_method(
+        self,
+        method_name: str,
+        *method_args: Any,
+        indices: VecEnvIndices = None,
+        **method_kwargs: Any,
+    ) -> list[Any]:
+        return self._apply(envs_side.call_method, indices, method_name, method_args, method_kwargs)
+
+    def has_attr(self, attr_name: str) -> bool:
+        return all(self._apply(envs_side.has_attr, None, attr_name))
+
+    def env_is_wrapped(
+        self,
+        wrapper_class: type[gymnasium.Wrapper],
+        indices: VecEnvIndices = None,
+    ) -> list[bool]:
+        return self._apply(envs_side.is_wrapped, indices, wrapper_class)
+
+    def _apply(self, function: Callable[..., Any], indices: VecEnvIndices, *args: Any) -> list[Any]:
+        env_ids = None if indices is None else list(self._get_indices(indices))
+        return list(self.venv.apply(function, *args, env_ids=env_ids))
+
+
+def _grouped(
+    options: list[dict[str, Any]], num_envs: int
+) -> list[tuple[dict[str, Any], np.ndarray]]:
+    """The envs' reset options, each with a mask of the envs it is for (in order)."""
+    groups: list[tuple[dict[str, Any], np.ndarray]] = []
+    for env, env_options in enumerate(options):
+        for known, mask in groups:
+            if _same(known, env_options):
+                mask[env] = True
+                break
+        else:
+            mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[env] = True
+            groups.append((env_options, mask))
+    return groups
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # values that do not compare (arrays): reset apart
+        return a is b
+
+
+def _per_env(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
+    """Gymnasium's vector infos (``infos[key][i]`` where ``infos["_" + key][i]``, dicts of
+    them nested) as one dict per env, as SB3 hands them out."""
+    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    for key, values in infos.items():
+        mask = infos.get(f"_{key}")
+        if mask is None:  # a mask itself
+            continue
+        rows = _per_env(values, num_envs) if isinstance(values, dict) else values
+        for env in np.flatnonzero(mask):
+            out[env][key] = rows[env]
+    return out
