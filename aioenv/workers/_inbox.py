@@ -63,17 +63,15 @@ class Inbox:
         ready = self._ready
         ready[worker_id] = outcome
         if not self.ordered:
-            arrivals = self._arrivals
-            arrivals.append(outcome)
-            if len(arrivals) > 2 * len(ready) + 64:  # mostly stale: keep it in bounds
-                self._arrivals = collections.deque(ready.values())
+            self._arrivals.append(outcome)
         if self._waiters:
             self._wake()
 
     def forgive(self, worker_id: int | None) -> None:
         """Stop owing ``worker_id``'s outcome (its worker is being closed)."""
         self._owed.pop(worker_id, None)
-        self._ready.pop(worker_id, None)
+        if self._ready.pop(worker_id, None) is not None:
+            self._left_out_of_order()
         self._wake()
 
     def close(self) -> None:
@@ -141,7 +139,9 @@ class Inbox:
         if worker_id is False:
             return None
         del self._owed[worker_id]
-        return self._ready.pop(worker_id)
+        outcome = self._ready.pop(worker_id)
+        self._left_out_of_order()
+        return outcome
 
     def take(self, limit: int) -> list[Outcome]:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
@@ -181,7 +181,15 @@ class Inbox:
         outcome = self._ready.pop(worker_id, None)
         if outcome is not None:
             del self._owed[worker_id]
+            self._left_out_of_order()
         return outcome
+
+    def _left_out_of_order(self) -> None:
+        """An outcome left the ready set other than from the front of the arrivals, which
+        keep it, stale: once they are mostly stale, keep only the ready ones (in arrival
+        order: the ready set's insertion order)."""
+        if not self.ordered and len(self._arrivals) > 2 * len(self._ready) + 64:
+            self._arrivals = collections.deque(self._ready.values())
 
     async def wait(self, deadline: float | None) -> None:
         """Return after the next delivery, forgiveness or close, or at ``deadline``
