@@ -41,12 +41,14 @@ test-floors: $(FLOORS_STAMP)
 # torch, which is large (the CPU build, named so that pip never takes a CUDA one). Every
 # test of these files must run there (AIOENV_EXTRAS_REQUIRED=1 fails a session that skips
 # one), then Stable-Baselines3's own vec-env tests run against aioenv's adapter.
-INTEGRATION_EXTRAS := dev
-INTEGRATION_TESTS :=
+INTEGRATION_EXTRAS := dev,pettingzoo,serve
+INTEGRATION_TESTS := tests/test_pettingzoo.py tests/test_serve.py
 TORCH_CPU := torch==2.13.0
+# Test-only packages of the integrations' tests (the OpenEnv clients and servers they face).
+INTEGRATION_PACKAGES := openenv==0.10.0
 
 $(EXTRAS_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)'
+	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)' $(INTEGRATION_PACKAGES)
 	$(BIN)/python -m pip install --quiet -e '.[$(INTEGRATION_EXTRAS)]'
 	touch $(EXTRAS_STAMP)
 

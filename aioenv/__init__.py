@@ -7,7 +7,10 @@ first. See the README for a tour.
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from ._remote import RemoteEnv
 from .collection._collect import Collector, Policy, collect
+from .collection._groups import Group, GroupCollector, collect_groups
+from .core._agents import AgentsStep
 from .core._commands import CLOSE, RESET, Command, Reset
 from .core._environment import BatchStep, Environment, EnvSource, Step
 from .core._errors import (
@@ -47,6 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CLOSE",
     "RESET",
+    "AgentsStep",
     "AioEnvError",
     "AioVectorEnv",
     "AsyncEnvWorker",
@@ -60,6 +64,8 @@ __all__ = [
     "EnvSource",
     "Environment",
     "EpisodeStats",
+    "Group",
+    "GroupCollector",
     "GymnasiumEnvironment",
     "InvalidAction",
     "NoActionInFlight",
@@ -67,6 +73,7 @@ __all__ = [
     "Policy",
     "ProcessWorker",
     "RayWorker",
+    "RemoteEnv",
     "Reset",
     "SpaceMismatch",
     "StateNotTaken",
@@ -88,6 +95,7 @@ __all__ = [
     "WorkerTimeout",
     "__version__",
     "collect",
+    "collect_groups",
     "get_worker_pool",
     "make_pool",
     "make_vec",

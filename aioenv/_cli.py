@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -43,7 +44,8 @@ __all__ = ["main"]
 _PACKAGES = ("aioenv", "numpy", "gymnasium", "anyio", "uvloop", "cloudpickle", "tqdm")
 _DESCRIPTION = (
     "aioenv: an asyncio-native environment worker pool for reinforcement learning. "
-    "Commands: info (what this installation runs on), bench (which worker mode suits an env)."
+    "Commands: info (what this installation runs on), bench (which worker mode suits an env), "
+    "serve (an env server speaking OpenEnv's protocol)."
 )
 
 
@@ -69,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command == "info":
         print("\n".join(info_lines()))
         return 0
+    if arguments.command == "serve":
+        return _serve(arguments)
     try:
         resolve_spec(arguments.env_id)
     except (gymnasium.error.Error, ImportError) as exc:
@@ -123,7 +127,75 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--seed", type=int, default=0, help="envs' and actions' seed (default 0)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_serve(commands)
     return parser
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="an env server speaking OpenEnv's protocol (pip install 'aioenv[serve]')",
+        description="Serve an env over OpenEnv's protocol: a WebSocket session per client at "
+        "/ws (its own worker), and stateless HTTP /reset, /step, /state. Stops on Ctrl-C or "
+        "SIGTERM, closing every worker.",
+    )
+    serve.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        nargs="?",
+        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
+    )
+    serve.add_argument(
+        "--factory",
+        metavar="MODULE:FUNCTION",
+        help="build each session's env by calling FUNCTION of MODULE (instead of ENV_ID)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--max-sessions",
+        type=_positive,
+        default=8,
+        help="sessions served at once; one more is refused (default 8)",
+    )
+    serve.add_argument(
+        "--mode",
+        type=_mode,
+        default="process",
+        help="worker mode of each session's env (default process)",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=_positive_seconds,
+        default=300.0,
+        help="seconds a session may stay silent before it is closed (default 300)",
+    )
+    for phase in ("step", "reset", "start"):
+        serve.add_argument(
+            f"--{phase}-timeout",
+            type=_positive_seconds,
+            default=None,
+            help=f"the pool's {phase}_timeout: seconds a {phase} may take (default none)",
+        )
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text}")
+    return value
+
+
+def _mode(text: str) -> str:
+    mode = canonical_mode(text.strip())
+    if mode not in worker_modes():
+        raise argparse.ArgumentTypeError(
+            f"unknown mode {text}; choose among {', '.join(worker_modes())}"
+        )
+    return mode
 
 
 def _positive(text: str) -> int:
@@ -155,6 +227,55 @@ def _modes(text: str) -> list[str]:
             + ",".join(worker_modes())
         )
     return modes
+
+
+# serve -----------------------------------------------------------------------------------
+def _serve(arguments: argparse.Namespace) -> int:
+    prog = "aioenv serve"
+    if (arguments.env_id is None) == (arguments.factory is None):
+        _fail(prog, "give either ENV_ID or --factory MODULE:FUNCTION")
+    try:
+        from ._serve import ServeOptions, serve
+    except ImportError as exc:
+        _fail(prog, f"{exc}; install the server's dependencies: pip install 'aioenv[serve]'")
+    source: Any
+    if arguments.factory is not None:
+        source = _factory(prog, arguments.factory)
+        name = arguments.factory
+    else:
+        try:
+            resolve_spec(arguments.env_id)
+        except (gymnasium.error.Error, ImportError) as exc:
+            _fail(
+                prog,
+                f"unknown env id {arguments.env_id!r} ({exc}): register it first, or pass "
+                "MODULE:ID to import the module that registers it",
+            )
+        source = name = arguments.env_id
+    options = ServeOptions(
+        mode=arguments.mode,
+        max_sessions=arguments.max_sessions,
+        idle_timeout=arguments.idle_timeout,
+        step_timeout=arguments.step_timeout,
+        reset_timeout=arguments.reset_timeout,
+        start_timeout=arguments.start_timeout,
+        name=name,
+    )
+    serve(source, options, arguments.host, arguments.port)
+    return 0
+
+
+def _factory(prog: str, text: str) -> Any:
+    module_name, _, function_name = text.partition(":")
+    if not module_name or not function_name:
+        _fail(prog, f"--factory takes MODULE:FUNCTION, got {text!r}")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        _fail(prog, f"cannot find the factory {text!r}: {exc}")
+    if not callable(function):
+        _fail(prog, f"the factory {text!r} is a {type(function).__name__}, not a callable")
+    return function
 
 
 # info ------------------------------------------------------------------------------------

@@ -841,3 +841,96 @@ class AsyncBreakable(Breakable):
         if int(action) == 3:
             await asyncio.sleep(self.hang)
         return Breakable.step(self, 0 if int(action) == 3 else action)
+
+
+class TaskEnv(gymnasium.Env[np.ndarray, int]):
+    """A task-conditioned env, as an agent env is: ``reset(options=task)`` starts task
+    ``task["task"]`` (default -1: no options came), whose episodes end after
+    ``task["length"]`` steps (default 3). Observation ``[task, t]``; reward ``task + t``.
+    ``task["exit_once"]``, a path: the first step of the task (over all processes) creates
+    it and ends its process 50 ms after it answered, while the worker is idle."""
+
+    observation_space = gymnasium.spaces.Box(-1, 10**6, (2,), np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.task: dict[str, Any] = {}
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.task.get("task", -1), self.t], np.float64)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.task, self.t = dict(options or {}), 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        marker = self.task.get("exit_once")
+        if marker is not None and not os.path.exists(marker):
+            Path(marker).touch()  # the first env of the task to step dies, idle, after it
+            threading.Timer(0.05, os._exit, (3,)).start()
+        self.t += 1
+        reward = float(self.task.get("task", -1) + self.t)
+        return self._obs(), reward, self.t >= self.task.get("length", 3), False, {}
+
+
+class AsyncTaskEnv(TaskEnv):
+    """:class:`TaskEnv` as a coroutine env, with faults and gates a test controls through
+    class attributes (the envs run in the test's own process). Task options: ``"gate"``
+    (each step waits for :attr:`gate`), ``"fail"`` (the first ``fail`` steps of this task,
+    over all its envs, raise; with ``"hang"``, they hang instead). :attr:`resets` counts each task's resets."""
+
+    gate: ClassVar[asyncio.Event | None] = None
+    failures: ClassVar[dict[int, int]] = {}
+    resets: ClassVar[dict[int, int]] = {}
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        await asyncio.sleep(0)
+        observation, info = TaskEnv.reset(self, seed=seed, options=options)
+        task = self.task.get("task", -1)
+        AsyncTaskEnv.resets[task] = AsyncTaskEnv.resets.get(task, 0) + 1
+        return observation, info
+
+    async def step(  # type: ignore[override]
+        self, action: int
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        task = self.task.get("task", -1)
+        if self.task.get("gate"):
+            assert AsyncTaskEnv.gate is not None
+            await AsyncTaskEnv.gate.wait()
+        await asyncio.sleep(0.001)
+        failed = AsyncTaskEnv.failures.get(task, 0)
+        if failed < self.task.get("fail", 0):
+            AsyncTaskEnv.failures[task] = failed + 1
+            if self.task.get("hang"):
+                await asyncio.sleep(30)  # past any test's step deadline: the env is given up
+            raise ValueError(f"the sandbox of task {task} crashed")
+        return TaskEnv.step(self, action)
+
+
+class Tattling(Breakable):
+    """:class:`Breakable` whose reset infos carry the pid of the process it runs in."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "pid": os.getpid(), "options": options}
+
+
+class Spawning(Tattling):
+    """:class:`Tattling` that starts a helper process (as a sandbox would) when built; its
+    reset infos carry the helper's pid too."""
+
+    def __init__(self, hang: float = 3.0) -> None:
+        super().__init__(hang)
+        import subprocess
+
+        self.helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "helper": self.helper.pid}

@@ -231,22 +231,13 @@ class Collector:
         observation, action, version = sent
         episode = track.episode
         assert episode is not None
-        own = self._own
-        done = state.terminated or state.truncated
-        final = state.final_observation if done and state.final_observation is not None else None
-        episode.observations.append(own(observation))
-        episode.actions.append(action)
-        episode.rewards.append(float(state.reward))
-        episode.terminated.append(bool(state.terminated))
-        episode.truncated.append(bool(state.truncated))
-        episode.next_observations.append(own(state.observation if final is None else final))
-        episode.versions.append(version)
+        done = episode.append(observation, action, version, state, self._own)
         episode_return = self._ledger.add(worker_id, float(state.reward), done)
         if not done:
             track.waiting = state
             return None
         self._finish(track)
-        if final is not None:  # autoreset "same_step": the state already holds the reset
+        if state.final_observation is not None:  # autoreset "same_step": it holds the reset
             self._begin(track, worker_id, Step(state.observation, info=state.info))
         return episode_return
 

@@ -4,11 +4,12 @@ how the returned ones become :class:`~aioenv.Trajectories`."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..core._environment import Step
 from ..pool._trajectories import Trajectories, stack
 
 __all__ = ["EpisodeRows", "detach_rows", "trajectories"]
@@ -22,6 +23,10 @@ _ROW_FIELDS = (
     "next_observations",
     "versions",
 )
+
+
+def _as_is(observation: Any) -> Any:
+    return observation
 
 
 @dataclasses.dataclass(eq=False)
@@ -41,6 +46,29 @@ class EpisodeRows:
 
     def __len__(self) -> int:
         return len(self.rewards)
+
+    def append(
+        self,
+        observation: Any,
+        action: Any,
+        version: int,
+        state: Step[Any],
+        own: Callable[[Any], Any] = _as_is,
+    ) -> bool:
+        """Add the transition from ``observation`` by ``action`` (chosen by policy
+        ``version``) to ``state``; True if it ends the episode. The last transition's next
+        observation is the episode's final one, whatever the autoreset mode. ``own`` makes
+        the observations kept the rows' own (a copy of a view of shared memory, say)."""
+        done = state.terminated or state.truncated
+        final = state.final_observation if done else None
+        self.observations.append(own(observation))
+        self.actions.append(action)
+        self.rewards.append(float(state.reward))
+        self.terminated.append(bool(state.terminated))
+        self.truncated.append(bool(state.truncated))
+        self.next_observations.append(own(state.observation if final is None else final))
+        self.versions.append(version)
+        return done
 
 
 def detach_rows(episode: EpisodeRows) -> EpisodeRows:

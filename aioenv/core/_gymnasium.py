@@ -6,12 +6,15 @@ why."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import gymnasium
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from ._agents import AEC_PROBLEM, ParallelEnvironment, is_aec_env, is_parallel_env
 from ._environment import Environment, EnvSource, Step, describe_source, is_environment
 from ._registry import find_spec, shippable
 
@@ -117,6 +120,10 @@ def as_environment(obj: object) -> Environment[Any, Any]:
         return GymnasiumEnvironment(obj)
     if is_environment(obj):
         return obj  # type: ignore[return-value]
+    if is_parallel_env(obj):
+        return ParallelEnvironment(obj)
+    if is_aec_env(obj):
+        raise NotAnEnvironment(type(obj).__name__, AEC_PROBLEM)
     raise NotAnEnvironment(
         type(obj).__name__,
         "which is neither a gymnasium.Env nor an aioenv.Environment (an object with "
@@ -159,11 +166,74 @@ class GymnasiumFactory:
         self.wrappers = list(wrappers)
         self.description = env_id if isinstance(env_id, str) else env_id.id
 
-    def __call__(self) -> gymnasium.Env[Any, Any]:
-        env = gymnasium.make(self.env_id, **self.kwargs)
+    def __call__(self) -> Any:
+        """The env: ``gymnasium.make``'s, wrapped; or the PettingZoo parallel env that the
+        id's entry point builds, as it is (gymnasium's wrappers and time limit are for
+        gymnasium envs: a ValueError if the spec or the factory asks for them)."""
+        spec = _parallel_aware(self.env_id)
+        try:
+            env = gymnasium.make(spec, **self.kwargs)
+        except _ParallelBuilt as built:
+            return self._parallel(built.env)
+        if spec is not self.env_id and isinstance(self.env_id, EnvSpec):
+            # the env's spec names the registered entry point, not the catcher
+            made = env.unwrapped.spec
+            if made is not None:
+                entry_point = self.env_id.entry_point
+                env.unwrapped.spec = dataclasses.replace(made, entry_point=entry_point)
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
+
+    def _parallel(self, env: Any) -> Any:
+        spec = self.env_id if isinstance(self.env_id, EnvSpec) else None
+        if self.wrappers or (spec is not None and spec.max_episode_steps is not None):
+            env.close()
+            raise ValueError(
+                f"{self.description} builds a PettingZoo parallel env, which gymnasium's "
+                "wrappers and max_episode_steps do not wrap: drop them (pass "
+                "max_episode_steps= to the vector env or pool instead)"
+            )
+        return env
+
+
+class _ParallelBuilt(Exception):
+    """An entry point built a PettingZoo parallel env: carried out of ``gymnasium.make``
+    (which refuses anything but a ``gymnasium.Env``) without building it twice."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__("a parallel env")
+        self.env = env
+
+
+class _ParallelCatcher:
+    """An entry point that hands a parallel env out by raising :class:`_ParallelBuilt`."""
+
+    def __init__(self, creator: Callable[..., Any]) -> None:
+        self.creator = creator
+        metadata = getattr(creator, "metadata", None)
+        if isinstance(metadata, dict):
+            self.metadata = metadata  # what gymnasium.make checks render modes against
+
+    def __call__(self, **kwargs: Any) -> Any:
+        built = self.creator(**kwargs)
+        if is_parallel_env(built):
+            raise _ParallelBuilt(built)
+        return built
+
+
+def _parallel_aware(env_id: str | EnvSpec) -> str | EnvSpec:
+    """``env_id``'s spec with an entry point that lets a parallel env out of
+    ``gymnasium.make``; the id itself where the entry point is a ``gymnasium.Env`` class
+    (the common case: nothing changes)."""
+    if not isinstance(env_id, EnvSpec):
+        return env_id  # gymnasium.make looks it up (a resolved source is a spec)
+    spec = env_id
+    entry = spec.entry_point
+    creator = entry if callable(entry) else load_env_creator(entry) if entry else None
+    if creator is None or (isinstance(creator, type) and issubclass(creator, gymnasium.Env)):
+        return env_id
+    return dataclasses.replace(spec, entry_point=_ParallelCatcher(creator))
 
 
 def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:

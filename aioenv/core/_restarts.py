@@ -20,10 +20,12 @@ import numpy as np
 from ._environment import BatchStep, Step, take_rows
 
 __all__ = [
+    "EPISODE_TIMEOUT",
     "RESTART_KEY",
     "cut_short",
     "cut_short_batch",
     "episode_open",
+    "failure_note",
     "is_restart_reset",
     "mark_restarted",
     "restart_marker",
@@ -32,6 +34,9 @@ __all__ = [
 
 #: The info key aioenv's own notes go under (the user's keys are never touched).
 RESTART_KEY = "aioenv"
+#: The reason an episode that ran out of its budget (the pool option ``episode_timeout``)
+#: ends with: cut short like a failed one, though nothing failed.
+EPISODE_TIMEOUT = "episode_timeout"
 
 T = TypeVar("T")
 
@@ -114,6 +119,20 @@ def restart_note(state: Step[Any]) -> str | None:
         if isinstance(marker, dict) and marker.get("restarted"):
             return str(marker.get("reason", ""))
     return None
+
+
+def failure_note(state: Step[Any]) -> str | None:
+    """The reason of the failure that cut ``state``'s episode short (``state`` ends it),
+    else None: an episode that ended by itself, by its time limit or by running out of
+    its budget (:data:`EPISODE_TIMEOUT`) ended as it should."""
+    if not state.truncated:
+        return None
+    marker = state.info.get(RESTART_KEY)
+    if state.final_info is not None and RESTART_KEY in state.final_info:
+        marker = state.final_info[RESTART_KEY]  # "same_step": the info is the next reset's
+    if not isinstance(marker, dict) or marker.get("reason") == EPISODE_TIMEOUT:
+        return None
+    return str(marker.get("reason", "")) if marker.get("restarted") else None
 
 
 def is_restart_reset(state: Step[Any]) -> bool:

@@ -21,7 +21,7 @@ from gymnasium.vector import VectorEnv
 from ..core._environment import Step
 from ..core._infos import PYTHON_SCALARS, FlatInfos, Kinds, Mixed, record_dtype, scalar_code
 
-__all__ = ["batch_vector_infos", "final_entry", "flat_infos", "group_infos"]
+__all__ = ["add_info_of", "batch_vector_infos", "final_entry", "flat_infos", "group_infos"]
 
 
 class _Ungroupable(Exception):
@@ -40,6 +40,12 @@ class _Envs:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+
+
+def add_info_of(num_envs: int) -> Any:
+    """gymnasium's ``_add_info`` for a vector env of ``num_envs`` envs."""
+    envs: Any = _Envs(num_envs)
+    return envs._add_info
 
 
 def batch_vector_infos(

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from ..core._agents import LaneSource
 from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import make_pool
@@ -71,6 +72,8 @@ class Placement:
     sizes: list[int]
     probe: Probe
     choice: ModeChoice
+    #: ``batch_size`` in envs (a parallel env's lanes counted as one env).
+    batch_size: int | None = None
 
 
 def place_envs(
@@ -102,16 +105,33 @@ def place_envs(
         in_child=not in_parent(mode),
         context=options.get("context"),
     )
+    if probe.agents is not None:
+        # Parallel envs: each worker builds its envs as their agent lanes.
+        batch_size = _envs_of_lanes(batch_size, len(probe.agents))
+        sources = [LaneSource(source) for source in sources]
+        one = sources if isinstance(one, list) else sources[0]
     choice = choose_mode(mode, probe, len(sources), batch_size, options)
     if choice.mode == "inline":
         inline = _inline(sources, autoreset, batch_size, options)
-        return Placement(inline, [len(sources)], probe, choice)
+        return Placement(inline, [len(sources)], probe, choice, batch_size)
     if choice.envs_per_worker:
         options.setdefault("envs_per_worker", choice.envs_per_worker)
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
-    return Placement(Runtime(pool), sizes, probe, choice)
+    return Placement(Runtime(pool), sizes, probe, choice, batch_size)
+
+
+def _envs_of_lanes(batch_size: int | None, lanes: int) -> int | None:
+    """A ``batch_size`` given in lanes, as the whole envs it stands for."""
+    if batch_size is None:
+        return None
+    if not isinstance(batch_size, int) or batch_size < 1 or batch_size % lanes:
+        raise ValueError(
+            f"batch_size={batch_size!r} counts lanes, and each env has {lanes} (one per "
+            "agent), which step together: pass a multiple of that"
+        )
+    return batch_size // lanes
 
 
 def in_parent(mode: str | Sequence[str]) -> bool:

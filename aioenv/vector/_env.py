@@ -23,10 +23,12 @@ from ..core._environment import EnvSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
+from ..env_side._infos import add_info_of
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
 from ._inline import InlineEnvs
+from ._lanes import LaneView
 from ._layout import EnvLayout
 from ._pipeline import Pipeline
 from ._probe import Probe, probe_env
@@ -69,6 +71,12 @@ class AioVectorEnv(VectorEnv):
     the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
     env left open is closed when it is garbage collected or at interpreter exit.
 
+    PettingZoo parallel envs (factories or instances) are taken as **agent lanes**: lane
+    ``i * A + j`` is agent ``j`` (``possible_agents`` order) of env ``i``, ``num_envs`` is
+    ``envs * A``, the single spaces are one agent's; an absent agent's lane is zeroed and
+    ``infos["active"]`` says which lanes acted; seeds, masks and ``call`` answers stay per
+    env, and ``batch_size``/``send`` take whole envs' lanes (see the multi-agent guide).
+
     Besides lockstep ``step``, the envs can be driven EnvPool's way: ``async_reset()``,
     then ``recv()`` (the first ``batch_size`` envs to finish, ``infos["env_id"]`` saying
     which) and ``send(actions)`` to those envs, so the policy runs on one batch while the
@@ -97,7 +105,7 @@ class AioVectorEnv(VectorEnv):
         name = autoreset_name(chosen if chosen is not None else "next_step")
         placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
         self.mode_choice = placed.choice
-        self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, batch_size)
+        self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, placed.batch_size)
 
     @classmethod
     def from_pool(
@@ -120,6 +128,11 @@ class AioVectorEnv(VectorEnv):
         venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
         sizes = [worker.num_envs for worker in pool.workers]
         probe = probe_env(pool.workers[0].source, in_child=not in_parent(kinds))
+        if probe.agents is not None:
+            raise TypeError(
+                "AioVectorEnv.from_pool() takes a pool of gymnasium envs; for PettingZoo "
+                "parallel envs pass their factories to AioVectorEnv(...), which makes their lanes"
+            )
         venv._setup(Runtime(pool), sizes, probe, observation_mode, batch_size)
         return venv
 
@@ -144,10 +157,11 @@ class AioVectorEnv(VectorEnv):
             self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
             observations, actions = envs.start()
             layout = self._layout
+            env_observation, env_action = self._env_spaces
             batched = check_env_spaces(
                 self.observation_mode,
-                self.single_observation_space,
-                self.single_action_space,
+                env_observation,
+                env_action,
                 layout.flatten(observations),
                 layout.flatten(actions),
             )
@@ -164,7 +178,9 @@ class AioVectorEnv(VectorEnv):
         observation_mode: ObservationMode,
     ) -> None:
         metadata, render_mode, observation_space, action_space = probe[:4]
-        self.num_envs = self._layout.num_envs
+        lanes = self._lanes = None if probe.agents is None else LaneView(probe.agents, *probe[2:4])
+        count = self._layout.num_envs
+        self.num_envs = count if lanes is None else count * lanes.width
         # Like gymnasium's vector envs: make_vec sets the spec, a vector env built by hand
         # has none (the single env's spec would not rebuild it).
         self.spec = None
@@ -180,13 +196,20 @@ class AioVectorEnv(VectorEnv):
         )
         if observation_mode != "same" and isinstance(envs, Runtime):
             envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
-        self._batches = VectorBatches(
-            self._layout,
-            self.single_observation_space,
-            self.single_action_space,
-            self.action_space,
-            self._add_info,
-        )
+        self._env_spaces: tuple[Any, Any]
+        if lanes is None:
+            self._env_spaces = (self.single_observation_space, self.single_action_space)
+            env_actions, add_info = self.action_space, self._add_info
+        else:
+            if observation_mode != "same":
+                raise ValueError(
+                    "the lanes of parallel envs share one agent's observation space: "
+                    f"observation_mode={observation_mode!r} needs gymnasium envs"
+                )
+            self._env_spaces = (lanes.env_observation_space, lanes.env_action_space)
+            env_actions = batch_space(lanes.env_action_space, count)
+            add_info = add_info_of(count)
+        self._batches = VectorBatches(self._layout, *self._env_spaces, env_actions, add_info)
 
     @property
     def pool(self) -> WorkerPool[Any]:
@@ -227,11 +250,22 @@ class AioVectorEnv(VectorEnv):
         self._pipeline.check_idle(self._envs, "reset()")
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
         infos = self._batches.gather(ids, self._exchange(ids, requests))
+        if self._lanes is not None:
+            zeros = np.zeros(self._layout.num_envs)
+            flags = zeros.astype(np.bool_)
+            result = self._lanes.result((self._batches.observations(), zeros, flags, flags, infos))
+            return result[0], result[4]
         return self._batches.observations(), infos
 
     def step(self, actions: Any) -> Result:
         self._check_open()
         self._pipeline.check_idle(self._envs, "step()")
+        lanes = self._lanes
+        if lanes is not None:
+            return lanes.result(self._step(lanes.env_actions(actions)))
+        return self._step(actions)
+
+    def _step(self, actions: Any) -> Result:
         if self._inline is not None:
             return self._step_inline(self._inline, actions)
         workers, requests = self._batches.step_requests(actions)
@@ -240,8 +274,10 @@ class AioVectorEnv(VectorEnv):
     # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
     @property
     def batch_size(self) -> int:
-        """How many envs each :meth:`recv` returns (``num_envs`` unless given)."""
-        return self._pipeline.batch_size
+        """How many envs each :meth:`recv` returns (``num_envs`` unless given; lanes, for
+        parallel envs)."""
+        width = 1 if self._lanes is None else self._lanes.width
+        return self._pipeline.batch_size * width
 
     def async_reset(
         self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -274,6 +310,10 @@ class AioVectorEnv(VectorEnv):
         already returned it, with the final observation in ``info["final_obs"]``."""
         self._check_open()
         pipeline = self._pipeline
+        lanes = self._lanes
+        if lanes is not None:
+            env_id = None if env_id is None else lanes.env_ids(env_id)
+            actions = lanes.env_actions(actions)
         env_ids = pipeline.targets(env_id)
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
@@ -302,7 +342,7 @@ class AioVectorEnv(VectorEnv):
         workers = sorted(held)
         states = [held.pop(worker_id) for worker_id in workers]
         env_ids = pipeline.last_env_ids = pipeline.envs(workers)
-        return self._batches.received(workers, states, env_ids)
+        return self._lane_result(self._batches.received(workers, states, env_ids))
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what
@@ -316,6 +356,8 @@ class AioVectorEnv(VectorEnv):
                 "step",
             )
         pipeline.check_idle(self._envs, "step_async()")
+        if self._lanes is not None:
+            actions = self._lanes.env_actions(actions)
         workers, requests = self._batches.step_requests(actions)
         self._envs.dispatch(workers, requests, True)
         pipeline.step_pending = True
@@ -336,7 +378,12 @@ class AioVectorEnv(VectorEnv):
             pipeline.step_pending = False
         if errors:
             raise raised(errors, self._layout.env_of)
-        return self._batches.stepped(workers, states)
+        return self._lane_result(self._batches.stepped(workers, states))
+
+    def _lane_result(self, result: Result) -> Result:
+        """An env-level result as the vector env hands it out: its lanes', for parallel
+        envs."""
+        return result if self._lanes is None else self._lanes.result(result)
 
     def _step_inline(self, inline: InlineEnvs, actions: Any) -> Result:
         """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost."""

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import cloudpickle
 
 from ..core import _pickling as pickling
+from ..core._agents import AgentLanesEnv, is_parallel_env
 from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
 from ..core._environment import EnvSource, describe_source
 from ..core._gymnasium import GymnasiumEnvironment, build_environment
@@ -58,6 +59,9 @@ class Probe(NamedTuple):
     step_seconds: float | None = None
     #: The env's coroutines are ``async def`` (its steps cannot be timed in line).
     is_async: bool = False
+    #: A PettingZoo parallel env's ``possible_agents`` (its lanes; the spaces above are
+    #: one agent's); None for a gymnasium env.
+    agents: tuple[Any, ...] | None = None
 
 
 def probe_env(
@@ -86,7 +90,7 @@ def probe_env(
 
 
 def _probe_here(source: EnvSource, timed: bool) -> Probe:
-    env = build_environment(source, as_async_environment)
+    env = build_environment(source, _as_lanes_or_env)
     try:
         if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
             raise TypeError(
@@ -96,16 +100,24 @@ def _probe_here(source: EnvSource, timed: bool) -> Probe:
             )
         single = env.env
         is_async = isinstance(env, AsyncGymnasiumEnvironment)
+        lanes = single if isinstance(single, AgentLanesEnv) else None
         return Probe(
             dict(getattr(single, "metadata", {})),
             getattr(single, "render_mode", None),
-            single.observation_space,
-            single.action_space,
+            single.observation_space if lanes is None else lanes.single_observation_space,
+            single.action_space if lanes is None else lanes.single_action_space,
             _step_seconds(single) if timed and not is_async else None,
             is_async,
+            None if lanes is None else lanes.lane_agents,
         )
     finally:
         _close(env)
+
+
+def _as_lanes_or_env(obj: object) -> Any:
+    """A parallel env as its lanes (see :mod:`aioenv.core._agents`), else as a worker
+    would adapt it."""
+    return as_async_environment(AgentLanesEnv(obj) if is_parallel_env(obj) else obj)
 
 
 def _step_seconds(env: Any) -> float | None:

@@ -504,7 +504,7 @@ class Worker(KindHooks, Generic[S]):
             if supervisor.has_deadlines:
                 assert self._loop is not None
                 supervisor.arm(self._loop, seq, "reset")
-            self._submit(seq, RESET)
+            self._submit(seq, self._restart_reset())
         except Exception as exc:  # no new env could be started: give up on this worker
             supervisor.restart_failed()
             error = WorkerError(
@@ -513,6 +513,15 @@ class Worker(KindHooks, Generic[S]):
             )
             error.__cause__ = exc
             self._fail_request(error, True)
+
+    def _restart_reset(self) -> Any:
+        """The reset a new env starts with: where it answers a reset the user gave
+        options to (a task, say), with those options, so the episode starts as asked (the
+        seed went to the new env already)."""
+        sent = self._sent
+        if isinstance(sent, Reset) and sent.options is not None:
+            return Reset(options=sent.options)
+        return RESET
 
     def _env_error(self, failure: Failure) -> EnvError:
         return EnvError.from_failure(failure, self.name, self.worker_id)

@@ -1,0 +1,479 @@
+"""``aioenv serve``: an env server that speaks OpenEnv's protocol (the ``serve`` extra).
+
+Each WebSocket session at ``/ws`` gets its own one-worker pool (process workers by
+default), so OpenEnv clients get aioenv's isolation, deadlines and restarts: an env that
+raises, dies or runs past its deadline is answered with the protocol's error frame and
+restarted by the pool, and the client resets to go on. The HTTP endpoints ``/reset``,
+``/step`` and ``/state`` are stateless, as OpenEnv's own are: each request is served by a
+fresh env, closed before the answer goes out.
+
+Messages (OpenEnv's): the client sends ``{"type": "reset", "data": {"seed": ...,
+"options": ...}}``, ``{"type": "step", "data": {"action": value}}``, ``{"type": "state"}``
+or ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
+{"observation": {"observation": ..., "info": {...}, "terminated": ..., "truncated": ...},
+"reward": ..., "done": ...}}``, ``{"type": "state", "data": {"episode_id": ...,
+"step_count": ...}}`` or ``{"type": "error", "data": {"message": ..., "code": ...}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from ._remote import jsonable, space_schema
+from .core._commands import Reset
+from .core._environment import EnvSource, Step
+from .core._errors import AioEnvError
+from .core._restarts import restart_note
+from .pool._factory import make_pool
+from .pool._pool import WorkerPool
+
+__all__ = ["ServeOptions", "build_app"]
+
+#: OpenEnv's error codes, as its clients read them.
+INVALID_JSON = "INVALID_JSON"
+UNKNOWN_TYPE = "UNKNOWN_TYPE"
+VALIDATION_ERROR = "VALIDATION_ERROR"
+EXECUTION_ERROR = "EXECUTION_ERROR"
+CAPACITY_REACHED = "CAPACITY_REACHED"
+SESSION_ERROR = "SESSION_ERROR"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """How ``aioenv serve`` runs its sessions.
+
+    :param mode: the worker kind of each session's env (a pool mode; default ``"process"``).
+    :param max_sessions: sessions (WebSocket sessions and HTTP requests in flight together)
+        served at once; one more is refused with ``CAPACITY_REACHED``.
+    :param idle_timeout: seconds a session may wait for its client's next message before
+        it is closed (its worker with it); None: never.
+    :param step_timeout: the pools' ``step_timeout``, ``reset_timeout``, ``start_timeout``.
+    :param name: what ``/metadata`` calls the env.
+    """
+
+    mode: str = "process"
+    max_sessions: int = 8
+    idle_timeout: float | None = 300.0
+    step_timeout: float | None = None
+    reset_timeout: float | None = None
+    start_timeout: float | None = None
+    name: str = "env"
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
+        for field in ("idle_timeout", "step_timeout", "reset_timeout", "start_timeout"):
+            value = getattr(self, field)
+            if value is not None and not value > 0:
+                raise ValueError(f"{field} must be a number of seconds > 0 or None, got {value}")
+
+
+class SessionError(Exception):
+    """A request this session answers with the protocol's error frame."""
+
+    def __init__(self, message: str, code: str = EXECUTION_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Session:
+    """One client's env: a one-worker pool built at the first reset, rebuilt after a
+    failure the pool could not recover from."""
+
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+        self.pool: WorkerPool[Any] | None = None
+        self.needs_reset = True
+        self.episode_id: str | None = None
+        self.step_count = 0
+
+    async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
+        seed, options = data.get("seed"), data.get("options")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise SessionError(f"seed must be an int, got {seed!r}", VALIDATION_ERROR)
+        if options is not None and not isinstance(options, dict):
+            raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
+        state = await self._request(Reset(seed=seed, options=options))
+        episode_id = data.get("episode_id")
+        self.episode_id = str(episode_id) if episode_id is not None else uuid.uuid4().hex
+        self.step_count = 0
+        self.needs_reset = False
+        await self.server.learn_spaces(self.pool)
+        return _result(state, reward=None)
+
+    async def step(self, data: dict[str, Any]) -> dict[str, Any]:
+        if "action" not in data:
+            raise SessionError('a step\'s data is {"action": value}', VALIDATION_ERROR)
+        if self.needs_reset:
+            raise SessionError("no episode is going on: reset first")
+        state = await self._request(self.server.action(data["action"]))
+        note = restart_note(state) if isinstance(state, Step) else None
+        if note is not None:
+            self.needs_reset = True
+            raise SessionError(f"the env failed and was restarted ({note}); reset to go on")
+        self.step_count += 1
+        result = _result(state, reward=_reward(state))
+        self.needs_reset = bool(result["done"])
+        return result
+
+    def state(self) -> dict[str, Any]:
+        return {"episode_id": self.episode_id, "step_count": self.step_count}
+
+    async def _request(self, request: Any) -> Any:
+        if self.pool is None:
+            self.pool = self.server.new_pool()
+        try:
+            self.pool.send_action(request, 0)
+            answer = await self.pool.get_state(worker_id=0)
+        except AioEnvError as exc:
+            # The pool could not recover (its restarts spent, say): a fresh one next time.
+            self.needs_reset = True
+            await self.aclose()
+            raise SessionError(f"{type(exc).__name__}: {exc}; reset to go on") from exc
+        assert answer is not None  # no timeout given
+        return answer[0]
+
+    async def aclose(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            await pool.aclose()
+
+
+def _reward(state: Any) -> float:
+    return float(state.reward) if isinstance(state, Step) else 0.0
+
+
+def _result(state: Any, reward: float | None) -> dict[str, Any]:
+    """OpenEnv's observation payload: aioenv's envelope as its observation."""
+    if isinstance(state, Step):
+        observation, info = state.observation, state.info
+        terminated, truncated = bool(state.terminated), bool(state.truncated)
+    else:  # a custom Environment's state: no flags of its own to report
+        observation, info, terminated, truncated = state, {}, False, False
+    envelope = {
+        "observation": jsonable(observation),
+        "info": jsonable(info),
+        "terminated": terminated,
+        "truncated": truncated,
+    }
+    return {"observation": envelope, "reward": reward, "done": terminated or truncated}
+
+
+class _Server:
+    def __init__(self, source: EnvSource, options: ServeOptions) -> None:
+        self.source = source
+        self.options = options
+        self.sessions: set[_Session] = set()
+        self.spaces: tuple[Any, Any] | None = None
+        self._spaces_lock = asyncio.Lock()
+
+    def new_pool(self) -> WorkerPool[Any]:
+        options = self.options
+        return make_pool(
+            self.source,
+            1,
+            mode=options.mode,
+            step_timeout=options.step_timeout,
+            reset_timeout=options.reset_timeout,
+            start_timeout=options.start_timeout,
+            restart="on_failure",
+            autoreset="disabled",
+        )
+
+    def action(self, value: Any) -> Any:
+        """A JSON action as the env takes it: a list becomes a numpy array (of the action
+        space's dtype where it is a Box or MultiDiscrete/MultiBinary)."""
+        space = self.spaces[1] if self.spaces is not None else None
+        dtype = getattr(space, "dtype", None)
+        if isinstance(value, list):
+            return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
+        return value
+
+    async def learn_spaces(self, pool: WorkerPool[Any] | None) -> None:
+        if self.spaces is not None or pool is None:
+            return
+        async with self._spaces_lock:
+            if self.spaces is None:
+                try:
+                    observed = await pool.get_attr("observation_space")
+                    acted = await pool.get_attr("action_space")
+                except Exception:
+                    return  # an env without spaces: its actions go as they come
+                self.spaces = (observed[0], acted[0])
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[_Session]:
+        if len(self.sessions) >= self.options.max_sessions:
+            raise SessionError(
+                f"the server serves at most {self.options.max_sessions} sessions at once",
+                CAPACITY_REACHED,
+            )
+        session = _Session(self)
+        self.sessions.add(session)
+        try:
+            yield session
+        finally:
+            self.sessions.discard(session)
+            # Shielded: a client gone mid-request must not leave its worker behind.
+            await asyncio.shield(session.aclose())
+
+    # WebSocket sessions ------------------------------------------------------------
+    async def websocket(self, websocket: WebSocket) -> None:
+        await websocket.accept()
+        try:
+            async with self.session() as session:
+                await self._serve_session(websocket, session)
+        except SessionError as refused:
+            await _send_error(websocket, refused)
+        except WebSocketDisconnect:
+            pass
+        with contextlib.suppress(Exception):
+            await websocket.close()
+
+    async def _serve_session(self, websocket: WebSocket, session: _Session) -> None:
+        # The client is read all along, so one that leaves while its env is busy (a step
+        # hung, with no deadline) takes its worker with it at once.
+        messages: asyncio.Queue[str | None] = asyncio.Queue()
+        reader = asyncio.ensure_future(_read(websocket, messages))
+        try:
+            await self._serve_messages(websocket, session, messages, reader)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _serve_messages(
+        self,
+        websocket: WebSocket,
+        session: _Session,
+        messages: asyncio.Queue[str | None],
+        reader: asyncio.Future[None],
+    ) -> None:
+        idle = self.options.idle_timeout
+        while True:
+            try:
+                raw = await asyncio.wait_for(messages.get(), idle)
+            except asyncio.TimeoutError:
+                await _send_error(
+                    websocket,
+                    SessionError(f"session idle for {idle:g} s: closed", SESSION_ERROR),
+                )
+                return
+            if raw is None:  # the client left
+                return
+            try:
+                message = json.loads(raw)
+            except ValueError as exc:
+                await _send_error(websocket, SessionError(f"Invalid JSON: {exc}", INVALID_JSON))
+                continue
+            kind = message.get("type") if isinstance(message, dict) else None
+            if kind == "close":
+                return
+            answer = asyncio.ensure_future(self._answer(session, kind, message.get("data") or {}))
+            racing: set[asyncio.Future[Any]] = {answer, reader}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():  # the client left mid-request
+                answer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, SessionError):
+                    await answer
+                return
+            try:
+                reply = answer.result()
+            except SessionError as error:
+                await _send_error(websocket, error)
+                continue
+            except Exception as exc:  # an action the worker cannot take, say: still an answer
+                await _send_error(websocket, SessionError(f"{type(exc).__name__}: {exc}"))
+                continue
+            await websocket.send_text(json.dumps(reply))
+
+    async def _answer(self, session: _Session, kind: Any, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise SessionError("a message's data must be an object", VALIDATION_ERROR)
+        if kind == "reset":
+            return {"type": "observation", "data": await session.reset(data)}
+        if kind == "step":
+            return {"type": "observation", "data": await session.step(data)}
+        if kind == "state":
+            return {"type": "state", "data": session.state()}
+        raise SessionError(f"Unknown message type: {kind}", UNKNOWN_TYPE)
+
+    # HTTP: one fresh env per request ------------------------------------------------
+    async def http_reset(self, request: Request) -> JSONResponse:
+        try:
+            body = await _body(request)
+        except SessionError as error:
+            return _http_error(error)
+        return await self._stateless(lambda session: session.reset(body))
+
+    async def http_step(self, request: Request) -> JSONResponse:
+        try:
+            body = await _body(request)
+        except SessionError as error:
+            return _http_error(error)
+        action = body.get("action")
+        if not isinstance(action, dict) or "action" not in action:
+            return _http_error(
+                SessionError('the body must be {"action": {"action": value}}', VALIDATION_ERROR)
+            )
+
+        async def step(session: _Session) -> dict[str, Any]:
+            # A fresh env cannot step before its reset: the request's seed seeds it.
+            await session.reset({"seed": body.get("seed")} if "seed" in body else {})
+            return await session.step(action)
+
+        return await self._stateless(step)
+
+    async def http_state(self, request: Request) -> JSONResponse:
+        return JSONResponse(_Session(self).state())
+
+    async def _stateless(self, serve: Callable[[_Session], Any]) -> JSONResponse:
+        try:
+            async with self.session() as session:
+                return JSONResponse(await serve(session))
+        except SessionError as error:
+            return _http_error(error)
+        except Exception as exc:  # still an answer saying why, as a session's would be
+            return _http_error(SessionError(f"{type(exc).__name__}: {exc}"))
+
+    async def health(self, request: Request) -> JSONResponse:
+        return JSONResponse({"status": "healthy"})
+
+    async def metadata(self, request: Request) -> JSONResponse:
+        return JSONResponse(
+            {"name": self.options.name, "description": "a gymnasium env served by aioenv"}
+        )
+
+    async def schema(self, request: Request) -> JSONResponse:
+        if self.spaces is None:
+            try:
+                async with self.session() as session:
+                    session.pool = self.new_pool()
+                    await self.learn_spaces(session.pool)
+            except (SessionError, AioEnvError) as error:
+                return JSONResponse({"detail": str(error)}, status_code=503)
+        observation_space, action_space = self.spaces or (None, None)
+        observation = {
+            "type": "object",
+            "properties": {
+                "observation": space_schema(observation_space),
+                "info": {"type": "object"},
+                "terminated": {"type": "boolean"},
+                "truncated": {"type": "boolean"},
+            },
+        }
+        return JSONResponse(
+            {
+                "action": {
+                    "type": "object",
+                    "properties": {"action": space_schema(action_space)},
+                    "required": ["action"],
+                },
+                "observation": observation,
+                "reset_observation": observation,
+                "state": {
+                    "type": "object",
+                    "properties": {
+                        "episode_id": {"type": ["string", "null"]},
+                        "step_count": {"type": "integer"},
+                    },
+                },
+            }
+        )
+
+    async def aclose(self) -> None:
+        sessions, self.sessions = list(self.sessions), set()
+        await asyncio.gather(*(session.aclose() for session in sessions))
+
+
+async def _read(websocket: WebSocket, messages: asyncio.Queue[str | None]) -> None:
+    """Queue the client's messages (a binary frame read as UTF-8 text), then None once it
+    leaves."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                text = (message.get("bytes") or b"").decode("utf-8", "replace")
+            messages.put_nowait(text)
+    finally:
+        messages.put_nowait(None)
+
+
+def _http_error(error: SessionError) -> JSONResponse:
+    status = {CAPACITY_REACHED: 503, VALIDATION_ERROR: 422}.get(error.code, 500)
+    return JSONResponse({"detail": str(error), "code": error.code}, status_code=status)
+
+
+async def _send_error(websocket: WebSocket, error: SessionError) -> None:
+    frame = {"type": "error", "data": {"message": str(error), "code": error.code}}
+    with contextlib.suppress(Exception):  # the client may be gone already
+        await websocket.send_text(json.dumps(frame))
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body is ``{}``, as OpenEnv's default request)."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise SessionError("the body must be a JSON object", VALIDATION_ERROR)
+    return body
+
+
+def build_app(source: EnvSource, options: ServeOptions | None = None) -> Starlette:
+    """The ASGI app serving ``source`` (what ``make_pool`` takes: a gymnasium id, a
+    factory) over OpenEnv's protocol. Every session's worker is closed when its client
+    leaves, and every one left when the app shuts down."""
+    server = _Server(source, options or ServeOptions())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await server.aclose()
+
+    app = Starlette(
+        routes=[
+            WebSocketRoute("/ws", server.websocket),
+            Route("/reset", server.http_reset, methods=["POST"]),
+            Route("/step", server.http_step, methods=["POST"]),
+            Route("/state", server.http_state, methods=["GET"]),
+            Route("/health", server.health, methods=["GET"]),
+            Route("/metadata", server.metadata, methods=["GET"]),
+            Route("/schema", server.schema, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.aioenv_server = server
+    return app
+
+
+def serve(
+    source: EnvSource, options: ServeOptions, host: str = "127.0.0.1", port: int = 8000
+) -> None:
+    """Serve ``source`` until interrupted (SIGINT or SIGTERM), then close every worker."""
+    import uvicorn
+
+    config = uvicorn.Config(build_app(source, options), host=host, port=port, log_level="info")
+    uvicorn.Server(config).run()

@@ -1,0 +1,434 @@
+"""Groups of rollouts per task (GRPO-style training): every task is played ``group_size``
+times, each play an episode started by a reset given the task as its options, and the
+group is handed out as soon as its last member ends.
+
+Members are scheduled first-ready: whichever worker is free takes the next member, from
+any task, so groups never wait for one another in lockstep; a member to retry goes first,
+so its group completes soonest. The policy sees every state waiting for an action as one
+:class:`~aioenv.Batch`, as :func:`aioenv.collect` does, and the pool's bound of one action
+in flight per worker is the back-pressure.
+
+A member fails when its worker's step or reset failed (restarted or raised) or its worker
+was given up on; it is played again, on any worker, at most ``max_retries`` times, then its
+group comes out incomplete. An episode that ran out of its budget (the pool option
+``episode_timeout``) or its time limit ends truncated like any other: a finished member.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import operator
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..core._commands import Reset
+from ..core._environment import Step
+from ..core._errors import StateNotTaken, WorkerError
+from ..core._restarts import failure_note, is_restart_reset, restart_note
+from ..pool._batch import Batch
+from ..pool._episodes import EpisodeLedger
+from ..pool._pool import WorkerPool
+from ..pool._roster import none_left
+from ..pool._trajectories import Trajectories
+from ..workers._supervision import describe_failure
+from ._collect import Policy, _action_rows
+from ._rows import EpisodeRows, trajectories
+
+__all__ = ["Group", "GroupCollector", "collect_groups"]
+
+_RESETTING = "resetting"  # a worker's in-flight marker: its member's reset was sent
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Group:
+    """The rollouts of one task.
+
+    ``trajectories`` holds the finished members' episodes, member by member (``members``
+    says which member each episode is, in row order); ``failed`` maps each member given up
+    on (its retries spent) to the reason of its last failure, and ``retried`` lists every
+    failed attempt that was played again, as ``(member, reason)``. Rows of failed attempts
+    are dropped.
+    """
+
+    #: The task's position in the ``tasks`` given.
+    task_id: int
+    #: The task: the options every member's reset was given.
+    task: Mapping[str, Any]
+    trajectories: Trajectories
+    members: tuple[int, ...]
+    failed: Mapping[int, str]
+    retried: tuple[tuple[int, str], ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every member finished (none was given up on)."""
+        return not self.failed
+
+    def returns(self) -> npt.NDArray[np.float64]:
+        """Each finished member's return, in the order of ``members``."""
+        return self.trajectories.episode_returns()
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else f"incomplete, members {sorted(self.failed)} failed"
+        return f"<Group of task {self.task_id}: {len(self.members)} episodes, {state}>"
+
+
+@dataclasses.dataclass(eq=False)
+class _OpenGroup:
+    """A task whose members are still being played."""
+
+    task_id: int
+    task: Mapping[str, Any]
+    size: int
+    finished: dict[int, tuple[int, EpisodeRows]] = dataclasses.field(default_factory=dict)
+    failed: dict[int, str] = dataclasses.field(default_factory=dict)
+    retried: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    failures: dict[int, int] = dataclasses.field(default_factory=dict)  # member -> count
+
+    @property
+    def ended(self) -> bool:
+        return len(self.finished) + len(self.failed) == self.size
+
+
+@dataclasses.dataclass(eq=False)
+class _Track:
+    """One worker: the member it plays, and the state waiting for an action or what is in
+    flight (``(observation, action, version)`` or ``_RESETTING``). Idle: no member."""
+
+    member: tuple[_OpenGroup, int] | None = None
+    episode: EpisodeRows | None = None
+    waiting: Step[Any] | None = None
+    in_flight: Any = None
+
+
+class GroupCollector:
+    """An async iterator of :class:`Group`: ``group_size`` rollouts of each of ``tasks``
+    on ``pool`` with ``policy`` (see :func:`collect_groups`). The collector owns the pool's
+    stepping until it is exhausted or closed (:meth:`aclose`)."""
+
+    def __init__(
+        self,
+        pool: WorkerPool[Any],
+        policy: Policy,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        group_size: int,
+        max_retries: int = 1,
+    ) -> None:
+        self.pool = pool
+        #: The callable that chooses actions; may be replaced between groups.
+        self.policy = policy
+        self.group_size = _count("group_size", group_size, 1)
+        self.max_retries = _count("max_retries", max_retries, 0)
+        if not callable(policy):
+            raise TypeError(f"collect_groups() needs a callable policy, got {policy!r}")
+        if pool.autoreset != "disabled":
+            raise ValueError(
+                "collect_groups() starts every member with a reset given its task: it needs a "
+                f"pool with autoreset='disabled', not {pool.autoreset!r}"
+            )
+        self._tasks = _checked_tasks(tasks)
+        self._version = 0
+        self._tracks = [_Track() for _ in range(len(pool))]
+        self._ledger = EpisodeLedger(len(pool))  # a lane per worker: episode ids
+        self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
+        self._open = 0  # groups not yet handed out
+        self._ready: deque[Group] = deque()  # ended, in the order they ended
+        self._next_task_id = 0
+        self._exhausted = False
+        self._started = self._running = self._closed = False
+
+    @property
+    def policy_version(self) -> int:
+        """An int you set when the policy changes (default 0; it may not decrease). Each
+        transition records the version in force when its action was chosen."""
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = operator.index(version)
+        if version < self._version:
+            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
+        self._version = version
+
+    def __aiter__(self) -> GroupCollector:
+        return self
+
+    async def __anext__(self) -> Group:
+        """The next group to end (ended groups in the order they ended)."""
+        if self._running:
+            raise RuntimeError("this group collector is already collecting (one call at a time)")
+        self._running = True
+        try:
+            while not self._ready:
+                if self._closed:
+                    raise StopAsyncIteration
+                self._start()
+                if not self._start_members():
+                    if self._exhausted and not self._open:
+                        raise StopAsyncIteration
+                    self._none_left()  # members left to play, and no worker to play them
+                await self._act()
+                if not self.pool.num_pending:  # every send failed: start the members again
+                    continue
+                try:
+                    batch = await self.pool.get_batch()
+                except WorkerError as error:
+                    self._on_error(error)
+                    continue
+                self._receive(batch)
+            return self._ready.popleft()
+        finally:
+            self._running = False
+
+    async def aclose(self) -> None:
+        """Stop: wait for the actions in flight and drop the members being played and
+        the groups not yet taken, so the pool is idle and can be used directly; the
+        iterator ends. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started and any(track.member is not None for track in self._tracks):
+            await self.pool.drain()
+        self._tracks = [_Track() for _ in self._tracks]
+        self._queue.clear()
+        self._ready.clear()
+
+    # Scheduling ------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._started:
+            return
+        for worker_id in range(len(self.pool)):
+            if self.pool.has_pending(worker_id):
+                raise StateNotTaken(
+                    f"collect_groups(): worker {worker_id} has an action in flight or a state "
+                    "not taken; await pool.drain() (after resuming paused workers) first"
+                )
+        self._started = True
+
+    def _start_members(self) -> bool:
+        """Every free worker takes the next member (a retry first, else the next task's);
+        True if some worker plays one."""
+        active = self.pool.active_ids
+        for worker_id in active:
+            track = self._tracks[worker_id]
+            if track.member is not None:
+                continue
+            member = self._next_member()
+            if member is None:
+                break
+            group, _ = member
+            try:
+                # A copy: an env that edits its options leaves the task as the user gave it.
+                self.pool.send_action(Reset(options=dict(group.task)), worker_id)
+            except WorkerError:  # it failed for good while idle: now given up, see removed
+                self._queue.appendleft(member)  # not played: no retry spent
+                continue
+            track.member, track.in_flight = member, _RESETTING
+        return any(self._tracks[w].member is not None for w in active)
+
+    def _next_member(self) -> tuple[_OpenGroup, int] | None:
+        if not self._queue and not self._exhausted:
+            task = next(self._tasks, None)
+            if task is None:
+                self._exhausted = True
+            else:
+                group = _OpenGroup(self._next_task_id, task, self.group_size)
+                self._next_task_id += 1
+                self._open += 1
+                self._queue.extend((group, index) for index in range(self.group_size))
+        return self._queue.popleft() if self._queue else None
+
+    def _none_left(self) -> None:
+        removed = self.pool.removed
+        if removed and not self.pool.paused:
+            raise none_left("collect_groups()", removed)
+        raise ValueError("collect_groups() has no open, unpaused worker to play its members")
+
+    # Stepping --------------------------------------------------------------------------
+    async def _act(self) -> None:
+        """One policy call for every state waiting for an action; send the actions."""
+        rows = [w for w in self.pool.active_ids if self._tracks[w].waiting is not None]
+        if not rows:
+            return
+        states = [self._tracks[w].waiting for w in rows]
+        batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
+        version = self._version
+        actions = self.policy(batch)
+        if inspect.isawaitable(actions):
+            actions = await actions  # cancelled here: the states still wait, nothing lost
+        for worker_id, state, action in zip(
+            rows, states, _action_rows(actions, len(rows)), strict=True
+        ):
+            assert state is not None
+            track = self._tracks[worker_id]
+            try:
+                self.pool.send_action(action, worker_id)
+            except WorkerError as error:  # it failed for good while idle: now given up
+                self._member_failed(track, describe_failure(error))
+                continue
+            track.waiting, track.in_flight = None, (state.observation, action, version)
+
+    def _receive(self, batch: Batch[Any]) -> None:
+        for state, worker_id in batch:
+            track = self._tracks[worker_id]
+            sent, track.in_flight = track.in_flight, None
+            if sent is None:
+                raise RuntimeError(
+                    f"collect_groups(): worker {worker_id} answered an action this collector "
+                    "did not send; do not send actions to a pool a collector is using"
+                )
+            if not isinstance(state, Step):
+                raise TypeError(
+                    f"collect_groups() needs gymnasium envs (aioenv.Step states); worker "
+                    f"{worker_id} returned a {type(state).__name__}"
+                )
+            if sent is _RESETTING:  # the member's episode starts (a restarted env's too)
+                track.episode = EpisodeRows(self._ledger.start(worker_id))
+                track.waiting = state
+                continue
+            if is_restart_reset(state):  # a new env answered the step: the episode is lost
+                self._member_failed(track, restart_note(state) or "the env was restarted")
+                continue
+            episode = track.episode
+            assert episode is not None
+            observation, action, version = sent
+            if not episode.append(observation, action, version, state, self._own):
+                track.waiting = state
+            elif (note := failure_note(state)) is not None:
+                self._member_failed(track, note)
+            else:
+                self._member_finished(track, worker_id, episode)
+
+    def _on_error(self, error: WorkerError) -> None:
+        """A worker's request failed and was raised (restarts off, or the worker given
+        up): its member failed; the worker, if not given up, takes another."""
+        if error.worker_id is None:
+            raise error
+        track = self._tracks[error.worker_id]
+        if track.member is None:
+            raise error  # no member of ours was in flight: not ours to absorb
+        self._member_failed(track, describe_failure(error))
+
+    # Members ending --------------------------------------------------------------------
+    def _member_finished(self, track: _Track, worker_id: int, episode: EpisodeRows) -> None:
+        group, index = self._release(track)
+        group.finished[index] = (worker_id, episode)
+        self._maybe_hand_out(group)
+
+    def _member_failed(self, track: _Track, reason: str) -> None:
+        group, index = self._release(track)
+        failures = group.failures[index] = group.failures.get(index, 0) + 1
+        if failures <= self.max_retries:
+            group.retried.append((index, reason))
+            self._queue.appendleft((group, index))
+        else:
+            group.failed[index] = reason
+            self._maybe_hand_out(group)
+
+    def _release(self, track: _Track) -> tuple[_OpenGroup, int]:
+        member = track.member
+        assert member is not None
+        track.member = track.episode = track.waiting = track.in_flight = None
+        return member
+
+    def _maybe_hand_out(self, group: _OpenGroup) -> None:
+        if not group.ended:
+            return
+        members = sorted(group.finished)
+        parts = [(*group.finished[index], False) for index in members]
+        worker = self.pool.workers[0]
+        rows = trajectories(parts, worker.observation_space, worker.action_space)
+        self._open -= 1
+        self._ready.append(
+            Group(
+                group.task_id,
+                group.task,
+                rows,
+                tuple(members),
+                dict(sorted(group.failed.items())),
+                tuple(group.retried),
+            )
+        )
+
+    def _own(self, observation: Any) -> Any:
+        # With copy=False the pool hands out views that the worker's next step overwrites.
+        return observation if self.pool.copy else copy.deepcopy(observation)
+
+
+def collect_groups(
+    pool: WorkerPool[Any],
+    policy: Policy,
+    tasks: Iterable[Mapping[str, Any]],
+    *,
+    group_size: int,
+    max_retries: int = 1,
+) -> GroupCollector:
+    """Play every task of ``tasks`` ``group_size`` times on ``pool`` with ``policy`` and
+    hand out each task's :class:`Group` as soon as its last member ends:
+    ``async for group in collect_groups(pool, policy, tasks, group_size=8): ...``.
+
+    ``tasks``: an iterable of dicts (taken lazily, so it may be endless), each given to its
+    members' resets as ``options``. ``group_size`` (>= 1): rollouts per task. ``policy``:
+    a sync or async callable from a :class:`~aioenv.Batch` to one action per row, called
+    once for every state waiting for an action. ``max_retries`` (>= 0, default 1): how many
+    times a failed member is played again before its group comes out incomplete
+    (:attr:`Group.failed`). The pool needs gymnasium envs and ``autoreset="disabled"``;
+    per-rollout budgets come from its ``episode_timeout`` option (such an episode ends
+    truncated: a finished member).
+
+    Groups come out in the order they end, not in task order; free workers take the next
+    member at once, so there is no lockstep. A worker given up on plays nothing more; once
+    none is left the iterator raises :class:`~aioenv.WorkerRemoved`. Stopping early leaves
+    actions in flight: ``await collector.aclose()`` waits for them, so the pool is idle.
+
+    :raises ValueError: ``group_size`` < 1, ``max_retries`` < 0, no task, or a pool with
+        autoreset.
+    :raises TypeError: a task that is not a dict (raised when it is reached), or a
+        policy that is not callable.
+    """
+    return GroupCollector(pool, policy, tasks, group_size=group_size, max_retries=max_retries)
+
+
+def _count(name: str, value: Any, least: int) -> int:
+    if type(value) is not int or value < least:
+        raise ValueError(f"collect_groups(): {name} must be an int >= {least}, got {value!r}")
+    return value
+
+
+def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """``tasks`` as an iterator of dicts, each checked as it comes (the first at once);
+    refused at once if empty."""
+    if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
+        raise TypeError(
+            f"collect_groups(): tasks must be an iterable of dicts (reset options), got "
+            f"{type(tasks).__name__}"
+        )
+    iterator = iter(tasks)
+    empty = object()
+    first = next(iterator, empty)
+    if first is empty:
+        raise ValueError("collect_groups(): tasks is empty; give at least one task")
+    _check_task(0, first)
+
+    def checked() -> Iterator[Mapping[str, Any]]:
+        yield first  # type: ignore[misc]
+        for task_id, task in enumerate(iterator, start=1):
+            yield _check_task(task_id, task)
+
+    return checked()
+
+
+def _check_task(task_id: int, task: Any) -> Mapping[str, Any]:
+    if not isinstance(task, Mapping):
+        raise TypeError(
+            f"collect_groups(): task {task_id} is a {type(task).__name__}, not a dict of "
+            "reset options"
+        )
+    return task

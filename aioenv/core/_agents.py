@@ -1,0 +1,271 @@
+"""PettingZoo's parallel envs on the env's side: in pools, and as a vector env's lanes.
+
+In a pool, a parallel env is a :class:`ParallelEnvironment`: its state is an
+:class:`AgentsStep` of the env's own per-agent dicts, and an action is a dict by agent.
+
+For a vector env: a ``pettingzoo.ParallelEnv`` steps a varying set of agents with dicts
+keyed by agent, and :class:`AgentLanesEnv` gives it a fixed shape: a gymnasium env whose
+observation and action are batches of one lane per agent of ``possible_agents`` (in that
+order), an absent agent's lane holding a zero observation. What a lane did this step (its
+reward, flags, whether its agent was there, the agent's info) travels in the info as one
+:class:`LaneStep`, which :class:`~aioenv.AioVectorEnv` spreads over its lanes. So workers,
+grouping, autoreset, seeds and time limits treat a parallel env as any gymnasium env,
+with one implementation of each rule; the env is done when its ``agents`` list is empty.
+
+PettingZoo is never imported here: a parallel env is recognised by its shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from ._environment import EnvSource, describe_source
+
+__all__ = [
+    "LANES_KEY",
+    "AgentLanesEnv",
+    "AgentsStep",
+    "LaneSource",
+    "LaneStep",
+    "ParallelEnvironment",
+    "AEC_PROBLEM",
+    "is_aec_env",
+    "is_parallel_env",
+]
+
+#: The info key an :class:`AgentLanesEnv` reports its :class:`LaneStep` under.
+LANES_KEY = "aioenv.lanes"
+
+
+def is_parallel_env(obj: object) -> bool:
+    """``obj`` is a PettingZoo parallel env (or shaped like one): ``possible_agents``,
+    per-agent space methods, ``reset`` and ``step``, and neither a gymnasium env nor an
+    AEC env (whose agents take turns: see :func:`is_aec_env`)."""
+    if isinstance(obj, (type, gymnasium.Env)) or is_aec_env(obj):
+        return False
+    return (
+        hasattr(obj, "possible_agents")
+        and callable(getattr(obj, "observation_space", None))
+        and callable(getattr(obj, "action_space", None))
+        and callable(getattr(obj, "step", None))
+        and callable(getattr(obj, "reset", None))
+    )
+
+
+def is_aec_env(obj: object) -> bool:
+    """``obj`` is a PettingZoo AEC env: its agents act in turn (``agent_iter``, ``last``)."""
+    return callable(getattr(obj, "agent_iter", None)) and callable(getattr(obj, "last", None))
+
+
+#: What to do with an AEC env, for the errors that refuse one.
+AEC_PROBLEM = (
+    "a PettingZoo AEC env, whose agents act in turn; aioenv steps parallel envs: convert it "
+    "with pettingzoo.utils.conversions.aec_to_parallel (or build the env's parallel_env())"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneStep:
+    """One env's lanes after a reset or a step: a row per agent of ``possible_agents``."""
+
+    rewards: npt.NDArray[np.float64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    #: The lane's agent is in this result (its observation is real, not the zero one).
+    active: npt.NDArray[np.bool_]
+    #: Each present agent's info (None for an absent one).
+    infos: tuple[dict[str, Any] | None, ...]
+
+
+class AgentLanesEnv(gymnasium.Env[Any, Any]):
+    """A parallel env as a gymnasium env of ``len(possible_agents)`` lanes.
+
+    ``step`` takes a batch of one action per lane and hands each present agent its own;
+    the observation is the batch of the agents' observations (zeros for an absent one),
+    the reward their sum, and the env terminates (or, when an agent's episode was cut
+    short at the end, truncates) once ``agents`` is empty. Attributes the adapter lacks
+    are the parallel env's (``get_attr``/``call`` reach it)."""
+
+    def __init__(self, env: Any) -> None:
+        self.parallel_env = env
+        self.lane_agents: tuple[Any, ...] = tuple(env.possible_agents)
+        if not self.lane_agents:
+            raise ValueError(f"{type(env).__name__} has no possible_agents: it has no lanes")
+        self.single_observation_space = _one_space(env, "observation_space", self.lane_agents)
+        self.single_action_space = _one_space(env, "action_space", self.lane_agents)
+        lanes = len(self.lane_agents)
+        self.observation_space = batch_space(self.single_observation_space, lanes)
+        self.action_space = batch_space(self.single_action_space, lanes)
+        self.metadata = dict(getattr(env, "metadata", {}) or {})
+        self.render_mode = getattr(env, "render_mode", None)
+        zeros = create_empty_array(self.single_observation_space, 1, fn=np.zeros)
+        self._zero = next(iter(iterate(batch_space(self.single_observation_space, 1), zeros)))
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)  # np_random_seed: the seed the env was given
+        observations, infos = self.parallel_env.reset(seed=seed, options=options)
+        lanes = len(self.lane_agents)
+        zeros = np.zeros(lanes, np.bool_)
+        step = LaneStep(
+            np.zeros(lanes), zeros, zeros.copy(), self._present(observations), self._infos(infos)
+        )
+        return self._observations(observations), {LANES_KEY: step}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        env = self.parallel_env
+        present = set(env.agents)
+        actions = {
+            agent: lane_action
+            for agent, lane_action in zip(
+                self.lane_agents, iterate(self.action_space, action), strict=True
+            )
+            if agent in present
+        }
+        observations, rewards, terminations, truncations, infos = env.step(actions)
+        agents = self.lane_agents
+        step = LaneStep(
+            np.array([float(rewards.get(agent, 0.0)) for agent in agents]),
+            np.array([bool(terminations.get(agent, False)) for agent in agents]),
+            np.array([bool(truncations.get(agent, False)) for agent in agents]),
+            self._present(observations),
+            self._infos(infos),
+        )
+        done = not env.agents
+        truncated = done and bool(step.truncated.any())
+        reward = float(step.rewards.sum())
+        return (
+            self._observations(observations),
+            reward,
+            done and not truncated,
+            truncated,
+            {LANES_KEY: step},
+        )
+
+    #: The seed of the env's last seeded reset, as gymnasium envs report it (the vector
+    #: env's ``np_random_seed`` reads it), rather than the parallel env's own attribute.
+    np_random_seed = gymnasium.Env.np_random_seed
+
+    def render(self) -> Any:
+        return self.parallel_env.render()
+
+    def close(self) -> None:
+        self.parallel_env.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        if name in self.__dict__ or name in type(self).__dict__:
+            return getattr(self, name)
+        return getattr(self.parallel_env, name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        target = self if name in self.__dict__ else self.parallel_env
+        setattr(target, name, value)
+        return True
+
+    def _present(self, observations: dict[Any, Any]) -> npt.NDArray[np.bool_]:
+        return np.array([agent in observations for agent in self.lane_agents])
+
+    def _infos(self, infos: dict[Any, Any]) -> tuple[dict[str, Any] | None, ...]:
+        return tuple(infos.get(agent) for agent in self.lane_agents)
+
+    def _observations(self, observations: dict[Any, Any]) -> Any:
+        space = self.single_observation_space
+        rows = [observations.get(agent, self._zero) for agent in self.lane_agents]
+        return concatenate(space, rows, create_empty_array(space, len(rows)))  # type: ignore[arg-type]
+
+
+def _one_space(env: Any, kind: str, agents: tuple[Any, ...]) -> Any:
+    """The ``kind`` every agent shares, or a ValueError naming the agents that differ."""
+    spaces = [getattr(env, kind)(agent) for agent in agents]
+    first = spaces[0]
+    differing = [agent for agent, space in zip(agents, spaces, strict=True) if space != first]
+    if differing:
+        raise ValueError(
+            f"{type(env).__name__}'s agents must share one {kind.replace('_', ' ')} to be "
+            f"lanes of a vector env: {', '.join(map(str, differing))} differ from "
+            f"{agents[0]}'s {first}"
+        )
+    return first
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneSource:
+    """An env source that builds a parallel env and hands it out as an
+    :class:`AgentLanesEnv` (picklable where ``source`` is)."""
+
+    source: EnvSource
+
+    def __call__(self) -> AgentLanesEnv:
+        built = (
+            self.source()
+            if callable(self.source) and not is_parallel_env(self.source)
+            else self.source
+        )
+        return AgentLanesEnv(built)
+
+    @property
+    def description(self) -> str:
+        return describe_source(self.source)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentsStep:
+    """A parallel env's state in a pool: what its ``reset`` or ``step`` returned, dicts
+    keyed by agent (a reset's rewards and flags are empty), and ``agents``, the agents
+    still there (to act next); ``done`` when none is."""
+
+    observations: dict[Any, Any]
+    rewards: dict[Any, float]
+    terminations: dict[Any, bool]
+    truncations: dict[Any, bool]
+    infos: dict[Any, dict[str, Any]]
+    agents: tuple[Any, ...]
+
+    @property
+    def done(self) -> bool:
+        return not self.agents
+
+
+class ParallelEnvironment:
+    """A PettingZoo parallel env as an :class:`~aioenv.Environment` with
+    :class:`AgentsStep` states; an action is a dict of actions by agent, as the env takes
+    it. Its spaces are dicts by agent of the agents' own."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        agents = list(env.possible_agents)
+        self.observation_space = gymnasium.spaces.Dict(
+            {agent: env.observation_space(agent) for agent in agents}
+        )
+        self.action_space = gymnasium.spaces.Dict(
+            {agent: env.action_space(agent) for agent in agents}
+        )
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> AgentsStep:
+        observations, infos = self.env.reset(seed=seed, options=options)
+        return AgentsStep(observations, {}, {}, {}, infos, tuple(self.env.agents))
+
+    def step(self, action: dict[Any, Any]) -> AgentsStep:
+        observations, rewards, terminations, truncations, infos = self.env.step(action)
+        return AgentsStep(
+            observations, rewards, terminations, truncations, infos, tuple(self.env.agents)
+        )
+
+    def terminated(self, state: AgentsStep) -> bool:
+        return state.done
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_attr(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        setattr(self.env, name, value)

@@ -1,0 +1,472 @@
+"""``aioenv serve`` against OpenEnv's own client, and :class:`aioenv.RemoteEnv` against
+OpenEnv's own server and against ``aioenv serve``: sessions, errors as the protocol's
+error frames, restarts, the session cap, idle sessions, workers gone with their client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import envs
+import gymnasium
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("websockets")
+pytest.importorskip("openenv")
+httpx = pytest.importorskip("httpx")
+
+from openenv.core.env_server.http_server import create_fastapi_app  # noqa: E402
+from openenv.core.env_server.interfaces import Environment as OpenEnvEnvironment  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+from openenv.core.generic_client import GenericEnvClient  # noqa: E402
+
+import aioenv  # noqa: E402
+from aioenv._serve import ServeOptions, build_app  # noqa: E402
+
+HANG = 20.0  # a hanging step outlives every deadline below, and ends with its worker
+# A factory of the test envs' module, which travels to worker processes by value (a
+# function of this module would have them import this module, and OpenEnv with it).
+breakable = functools.partial(envs.Tattling, hang=HANG)
+# A short step deadline; starting a process on a busy machine may take longer.
+DEADLINES = {"step_timeout": 1.0, "reset_timeout": 30.0, "start_timeout": 30.0}
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on this loop at a free port; its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert not task.done(), "the server stopped while starting"
+            assert time.monotonic() < deadline, "the server did not start"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+def aioenv_app(**options: Any) -> Any:
+    return build_app(breakable, ServeOptions(**{"mode": "process", **options}))
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def gone(pid: int, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def client(url: str) -> GenericEnvClient:
+    return GenericEnvClient(base_url=url, message_timeout_s=30.0)
+
+
+# aioenv serve, driven by OpenEnv's GenericEnvClient --------------------------------------
+async def test_generic_client_resets_steps_and_reads_the_state() -> None:
+    async with serving(aioenv_app()) as url, client(url) as env:
+        first = await env.reset(seed=3, options={"level": 2})
+        assert first.observation["observation"] == [0.0, 0.0]
+        assert first.observation["info"]["options"] == {"level": 2}
+        assert first.observation["terminated"] is False and first.done is False
+        pid = first.observation["info"]["pid"]
+        assert pid != os.getpid()  # a process worker
+        step = await env.step({"action": 0})
+        assert step.observation == {
+            "observation": [1.0, 0.0],
+            "info": {"t": 1},
+            "terminated": False,
+            "truncated": False,
+        }
+        assert step.reward == 1.0 and step.done is False
+        state = await env.state()
+        assert state["step_count"] == 1 and isinstance(state["episode_id"], str)
+
+
+@pytest.mark.parametrize(
+    ("action", "options", "cause"),
+    [(1, {}, "lost its state"), (2, {}, "WorkerDied"), (3, DEADLINES, "Timeout")],
+    ids=["raises", "dies", "hangs"],
+)
+async def test_a_failed_env_is_an_error_frame_and_the_next_reset_goes_on(
+    action: int, options: dict[str, Any], cause: str
+) -> None:
+    async with serving(aioenv_app(**options)) as url, client(url) as env:
+        pid = (await env.reset()).observation["info"]["pid"]
+        with pytest.raises(RuntimeError, match="EXECUTION_ERROR") as failed:
+            await env.step({"action": action})
+        assert cause in str(failed.value) and "reset to go on" in str(failed.value)
+        with pytest.raises(RuntimeError, match="reset first"):
+            await env.step({"action": 0})
+        again = await env.reset()
+        assert again.observation["observation"][0] == 0.0
+        if action != 1:  # a dead or hung env's process is replaced
+            assert again.observation["info"]["pid"] != pid
+            assert await gone(pid)
+        assert (await env.step({"action": 0})).observation["observation"][0] == 1.0
+
+
+async def test_sessions_over_the_cap_are_refused_with_capacity_reached() -> None:
+    async with serving(aioenv_app(max_sessions=1)) as url:
+        async with client(url) as first:
+            await first.reset()
+            async with client(url) as second:
+                with pytest.raises(RuntimeError, match="CAPACITY_REACHED"):
+                    await second.reset()
+        async with client(url) as third:  # the first one's place is free again
+            assert (await third.reset()).observation["observation"] == [0.0, 0.0]
+
+
+async def test_an_idle_session_is_closed_with_its_worker() -> None:
+    async with serving(aioenv_app(idle_timeout=0.5)) as url, client(url) as env:
+        pid = (await env.reset()).observation["info"]["pid"]
+        assert await gone(pid)
+        # The client reads the frame saying so, or, if it saw the socket closed first,
+        # reconnects: a new session, whose env has no episode going on.
+        with pytest.raises(RuntimeError, match="session idle for 0.5 s|reset first"):
+            await env.step({"action": 0})
+
+
+async def test_a_client_that_leaves_takes_its_worker_and_what_its_env_started_with_it() -> None:
+    factory = functools.partial(envs.Spawning, hang=HANG)
+    async with serving(build_app(factory, ServeOptions(mode="process"))) as url:
+        env = client(url)
+        info = (await env.reset()).observation["info"]
+        assert alive(info["pid"]) and alive(info["helper"])
+        await env.close()
+        assert await gone(info["pid"])
+        assert await gone(info["helper"])
+
+
+async def test_stopping_the_server_stops_every_worker() -> None:
+    async with serving(aioenv_app()) as url:
+        envs_ = [client(url) for _ in range(2)]
+        pids = [(await env.reset()).observation["info"]["pid"] for env in envs_]
+    for pid in pids:
+        assert await gone(pid)
+    for env in envs_:
+        with contextlib.suppress(Exception):
+            await env.close()
+
+
+async def test_http_endpoints_serve_a_fresh_env_per_request() -> None:
+    async with (
+        serving(aioenv_app(mode="thread")) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        reset = (await http.post("/reset", json={"seed": 1})).json()
+        assert reset["observation"]["observation"][0] == 0.0 and reset["done"] is False
+        step = (await http.post("/step", json={"action": {"action": 0}})).json()
+        assert step["observation"]["observation"][0] == 1.0 and step["reward"] == 1.0
+        assert (await http.get("/state")).json() == {"episode_id": None, "step_count": 0}
+        assert (await http.get("/health")).json() == {"status": "healthy"}
+        bad = await http.post("/step", json={"action": 0})
+        assert bad.status_code == 422
+        failed = await http.post("/step", json={"action": {"action": 1}})
+        assert failed.status_code == 500 and "lost its state" in failed.json()["detail"]
+        schema = (await http.get("/schema")).json()
+        action = aioenv._remote.space_from_schema(schema["action"]["properties"]["action"])
+        assert action == gymnasium.spaces.Discrete(4)
+
+
+async def test_http_requests_count_toward_the_session_cap() -> None:
+    async with (
+        serving(aioenv_app(mode="thread", max_sessions=1)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        client(url) as env,
+    ):
+        await env.reset()
+        refused = await http.post("/reset", json={})
+        assert refused.status_code == 503 and refused.json()["code"] == "CAPACITY_REACHED"
+        await env.close()
+        assert (await http.post("/reset", json={})).status_code == 200
+
+
+# RemoteEnv ---------------------------------------------------------------------------------
+class Move(Action):
+    step_by: int
+
+
+class Position(Observation):
+    position: int = 0
+
+
+class Walk(OpenEnvEnvironment[Move, Position, State]):
+    """An OpenEnv env: its position moves by each action's ``step_by``; done at 3."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = State(step_count=0)
+        self.position = 0
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **_: Any) -> Position:
+        self._state = State(episode_id=episode_id, step_count=0)
+        self.position = 0 if seed is None else seed
+        return Position(position=self.position, done=False, reward=0.0)
+
+    def step(self, action: Move, **_: Any) -> Position:  # type: ignore[override]
+        if action.step_by < 0:
+            raise ValueError("cannot walk backwards")
+        self._state.step_count += 1
+        self.position += action.step_by
+        return Position(position=self.position, done=self.position >= 3, reward=1.0)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+async def test_remote_envs_drive_openenvs_own_server() -> None:
+    app = create_fastapi_app(Walk, Move, Position, max_concurrent_envs=4)
+    async with serving(app) as url:
+
+        def remote() -> aioenv.RemoteEnv:
+            return aioenv.RemoteEnv(
+                url,
+                observation_space=gymnasium.spaces.Dict(),
+                action_space=gymnasium.spaces.Dict(),
+                wrap_action=False,
+            )
+
+        async with aioenv.make_pool(remote, 2, mode="coroutine") as pool:
+            batch = await pool.reset_all(seed=1)
+            assert [state.observation["position"] for state in batch.states] == [1, 2]
+            for worker_id in (0, 1):
+                pool.send_action({"step_by": 1}, worker_id)
+            ended = {wid: state for state, wid in [await pool.get_state() for _ in range(2)]}
+            assert ended[0].observation["position"] == 2 and not ended[0].terminated
+            assert ended[1].observation["position"] == 3 and ended[1].terminated
+            assert ended[0].reward == 1.0
+            pool.send_action({"step_by": -1}, 0)
+            with pytest.raises(aioenv.EnvError, match="cannot walk backwards") as failed:
+                await pool.get_state()
+            assert isinstance(failed.value.__cause__, ConnectionError)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_server(*arguments: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``aioenv serve ARGUMENTS`` as its own process (the command line), once it listens;
+    the test envs' module is importable there."""
+    port = free_port()
+    tests = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "aioenv", "serve", *arguments, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            _, stderr = server.communicate()
+            pytest.fail(f"aioenv serve did not start: {stderr.decode()}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return server, f"http://127.0.0.1:{port}"
+        time.sleep(0.05)
+
+
+def stop_server(server: subprocess.Popen[bytes], how: signal.Signals) -> int:
+    server.send_signal(how)
+    try:
+        return server.wait(30)
+    finally:
+        server.kill()
+        server.communicate()
+
+
+@pytest.fixture
+def served_cartpole() -> Iterator[str]:
+    server, url = start_server("CartPole-v1")
+    try:
+        yield url
+    finally:
+        # uvicorn stops gracefully, then dies of the signal it caught, as is the custom.
+        assert stop_server(server, signal.SIGTERM) in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+async def test_a_stopped_or_killed_server_leaves_no_worker_and_no_helper(
+    how: signal.Signals,
+) -> None:
+    server, url = start_server("--factory", "envs:Spawning")
+    try:
+        env = client(url)
+        info = (await env.reset()).observation["info"]
+        assert alive(info["pid"]) and alive(info["helper"])
+    finally:
+        stop_server(server, how)
+    with contextlib.suppress(Exception):
+        await env.close()
+    assert await gone(info["pid"])
+    assert await gone(info["helper"])
+
+
+async def test_a_pool_of_remote_envs_drives_aioenv_serve(served_cartpole: str) -> None:
+    url = served_cartpole
+    remote = aioenv.RemoteEnv(url)  # reads the spaces from /schema
+    assert remote.action_space == gymnasium.spaces.Discrete(2)
+    assert remote.observation_space == gymnasium.make("CartPole-v1").observation_space
+    factory = functools.partial(aioenv.RemoteEnv, url, observation_space=remote.observation_space)
+    async with aioenv.make_pool(
+        functools.partial(factory, action_space=remote.action_space), 3, mode="coroutine"
+    ) as pool:
+        batch = await pool.reset_all(seed=0)
+        expected, _ = gymnasium.make("CartPole-v1").reset(seed=0)
+        first = batch.states[0].observation
+        assert first.dtype == np.float32 and np.array_equal(first, expected)
+        resetting: set[int] = set()
+        for _, worker_id in batch:
+            pool.send_action(1, worker_id)
+        for _ in range(30):
+            state, worker_id = await pool.get_state()
+            assert state.observation.shape == (4,)
+            assert state.reward == (0.0 if worker_id in resetting else 1.0)
+            resetting.discard(worker_id)
+            if state.done:
+                resetting.add(worker_id)
+            pool.send_action(aioenv.RESET if state.done else 1, worker_id)
+        await pool.drain()
+
+
+async def test_a_remote_env_that_fails_reconnects_as_its_restart() -> None:
+    app = aioenv_app(mode="thread", **DEADLINES)
+    server = app.state.aioenv_server
+    async with serving(app) as url:
+        spaces = {
+            "observation_space": gymnasium.spaces.Box(0, 10**6, (2,), np.float64),
+            "action_space": gymnasium.spaces.Discrete(4),
+        }
+        remote = functools.partial(aioenv.RemoteEnv, url, **spaces)
+        async with aioenv.make_pool(remote, 1, mode="coroutine", restart="on_failure") as pool:
+            (first,) = (await pool.reset_all()).states
+            assert first.observation[0] == 0.0
+            (session,) = server.sessions
+            pool.send_action(1, 0)  # the served env raises: an error frame, a failed env
+            cut, _ = await pool.get_state()
+            assert cut.truncated and "lost its state" in cut.info["aioenv"]["reason"]
+            pool.send_action(aioenv.RESET, 0)
+            again, _ = await pool.get_state()
+            assert again.observation[0] == 0.0
+            (new_session,) = server.sessions
+            assert new_session is not session  # the restart opened a session of its own
+            pool.send_action(0, 0)
+            stepped, _ = await pool.get_state()
+            assert stepped.observation[0] == 1.0 and stepped.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve"], "give either ENV_ID or --factory"),
+        (["serve", "CartPole-v1", "--factory", "math:sqrt"], "give either ENV_ID or --factory"),
+        (["serve", "--factory", "no_such_module_here:make"], "cannot find the factory"),
+        (["serve", "--factory", "math"], "takes MODULE:FUNCTION"),
+        (["serve", "--factory", "math:pi"], "not a callable"),
+        (["serve", "NoSuchEnv-v0"], "unknown env id"),
+        (["serve", "CartPole-v1", "--mode", "fast"], "unknown mode"),
+        (["serve", "CartPole-v1", "--port", "70000"], "port number"),
+    ],
+)
+def test_serve_refuses_bad_arguments_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aioenv._cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert says in error and error.count("\n") == 1
+
+
+async def test_a_client_that_leaves_mid_step_takes_its_hung_worker_with_it() -> None:
+    async with serving(aioenv_app()) as url:  # no step deadline: only the leaving ends it
+        env = client(url)
+        pid = (await env.reset()).observation["info"]["pid"]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(env.step({"action": 3}), 1.0)  # hangs for HANG s
+        await env.close()
+        assert await gone(pid, timeout=HANG / 2)
+
+
+async def test_an_env_without_spaces_is_served_its_states_as_observations() -> None:
+    app = build_app(envs.Counter, ServeOptions(mode="thread"))
+    async with serving(app) as url, client(url) as env:
+        first = await env.reset(seed=5)
+        assert first.observation["observation"]["seed"] == 5
+        step = await env.step({"action": [1, 2]})  # a list arrives as an array
+        assert step.observation["observation"]["total"] == 3 and step.done is False
+
+
+CARTPOLE_SPACES = {
+    "observation_space": gymnasium.make("CartPole-v1").observation_space,
+    "action_space": gymnasium.spaces.Discrete(2),
+}
+
+
+def test_a_restart_on_the_servers_side_is_noted_apart_from_this_sides() -> None:
+    remote = aioenv.RemoteEnv("http://127.0.0.1:9", **CARTPOLE_SPACES)  # never connects
+    note = {"restarted": True, "reason": "WorkerTimeout: ..."}
+    envelope = {"observation": [0, 0, 0, 0], "info": {"aioenv": note, "mine": 1}}
+    data = {"observation": {**envelope, "terminated": False, "truncated": False}}
+    observation, reward, terminated, truncated, info = remote._result(data)
+    assert info == {"aioenv_server": note, "mine": 1}
+    assert observation.dtype == np.float32 and reward == 0.0
+    assert not terminated and not truncated
+
+
+async def test_a_lost_connection_is_a_failure_of_the_remote_env() -> None:
+    remote = functools.partial(aioenv.RemoteEnv, **CARTPOLE_SPACES)
+    async with serving(build_app("CartPole-v1", ServeOptions(mode="thread"))) as url:
+        pool = aioenv.make_pool(functools.partial(remote, url), 1, mode="coroutine")
+        await pool.reset_all()
+    try:  # the server is gone, with the session
+        pool.send_action(0, 0)
+        with pytest.raises(aioenv.EnvError) as failed:
+            await pool.get_state()
+        assert isinstance(failed.value.__cause__, ConnectionError)
+    finally:
+        await pool.aclose()
+
+
+def test_importing_aioenv_imports_nothing_of_the_serve_extra() -> None:
+    code = "import sys, aioenv; print(sorted({'starlette', 'uvicorn', 'websockets'} & set(sys.modules)))"
+    imported = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert imported.stdout.strip() == "[]"
