@@ -81,8 +81,11 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -427,23 +430,54 @@ def run_child(args: argparse.Namespace) -> int:
 
 
 # The three runs, from the parent ---------------------------------------------------------
-def start_run(args: argparse.Namespace, phase: str) -> tuple[subprocess.Popen[str], str]:
-    marker = uuid.uuid4().hex
-    command = [sys.executable, __file__, *sys.argv[1:], "--phase", phase, "--marker", marker]
-    env = {**os.environ, MARK: marker}
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True), marker
+class Run:
+    """One run in a process of its own, marked; killed if it outlives ``--run-timeout``.
+    Its error output goes to a file, copied to ours when it ends: a process it leaked
+    must not hold our own output open."""
+
+    def __init__(self, args: argparse.Namespace, phase: str) -> None:
+        self.marker = uuid.uuid4().hex
+        command = [sys.executable, __file__, *sys.argv[1:], "--phase", phase]
+        self.errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by wait)
+        self.child = subprocess.Popen(
+            [*command, "--marker", self.marker],
+            env={**os.environ, MARK: self.marker},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
+        watchdog = threading.Timer(args.run_timeout, self.child.kill)
+        watchdog.daemon = True
+        watchdog.start()
+
+    def read_until(self, done: Callable[[str], bool]) -> str | None:
+        """The first line of its output for which ``done`` holds (None at the end of its
+        output). Reads no further: a process the run leaked may hold the pipe open."""
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            if done(line):
+                return line
+        return None
+
+    def wait(self) -> int:
+        returncode = self.child.wait()
+        self.errors.seek(0)
+        sys.stderr.write(self.errors.read())
+        self.errors.close()
+        return returncode
 
 
 def finish_run(args: argparse.Namespace, phase: str) -> tuple[dict[str, Any], list[str]]:
     """Run ``phase`` to its end: its result, and its problems."""
-    child, marker = start_run(args, phase)
-    out, _ = child.communicate()
+    run = Run(args, phase)
+    line = run.read_until(lambda line: line.startswith("RESULT "))
+    returncode = run.wait()
     problems = []
-    if child.returncode != 0:
-        problems.append(f"{phase}: the run exited with {child.returncode}")
-    results = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    result: dict[str, Any] = json.loads(results[-1][len("RESULT ") :]) if results else {}
-    left, _ = wait_gone(marker, args.kill_grace)
+    if line is None or returncode != 0:
+        problems.append(f"{phase}: the run exited with {returncode}, without its result")
+    result: dict[str, Any] = json.loads(line[len("RESULT ") :]) if line else {}
+    left, _ = wait_gone(run.marker, args.kill_grace)
     problems += [f"{phase}: left after the run's process exited: {p}" for p in left]
     problems += [f"{phase}: left after close: {p}" for p in result.get("left_after_close", [])]
     problems += [f"{phase}: {v}" for v in result.get("violations", [])[:20]]
@@ -453,21 +487,16 @@ def finish_run(args: argparse.Namespace, phase: str) -> tuple[dict[str, Any], li
 def killed_run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The chaos run, killed by SIGKILL once half its rollouts ended: what was running
     then, what was left after ``--kill-grace`` seconds, and how long it took to go."""
-    child, marker = start_run(args, "killed")
-    assert child.stdout is not None
-    ended = 0
-    for line in child.stdout:
-        if line.startswith("ended "):
-            ended = int(line.split()[1])
-            if ended >= args.rollouts // 2:
-                break
-    running = marked_processes(marker)
-    child.kill()
-    child.wait()
-    child.stdout.close()
-    left, took = wait_gone(marker, args.kill_grace)
+    run = Run(args, "killed")
+    half = args.rollouts // 2
+    line = run.read_until(lambda line: line.startswith("ended ") and int(line[6:]) >= half)
+    ended = int(line[6:]) if line else 0
+    running = marked_processes(run.marker)
+    run.child.kill()
+    run.wait()
+    left, took = wait_gone(run.marker, args.kill_grace)
     problems = [f"killed: left {args.kill_grace:g} s after the SIGKILL: {p}" for p in left]
-    if ended < args.rollouts // 2:
+    if ended < half:
         problems.append(f"killed: the run ended before half its rollouts ({ended})")
     helpers = sum(" sleep " in f" {p} " for p in running)
     if helpers < args.process_envs // 2:
@@ -535,6 +564,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--lateness", type=float, default=1.0, help="seconds a fault's answer may be late (1)")
     add("--tolerance", type=float, default=0.10, help="throughput against the model (0.10)")
     add("--kill-grace", type=float, default=10.0, help="seconds for the run's processes to go")
+    add("--run-timeout", type=float, default=1800.0, help="seconds a run may take (1800)")
     add("--seed", type=int, default=0)
     add("--phase", choices=("clean", "chaos", "killed"), help=argparse.SUPPRESS)
     add("--marker", help=argparse.SUPPRESS)
@@ -594,8 +624,8 @@ def main() -> int:
             ("chaos: start-up, run, close", _seconds(chaos, "startup_s", "elapsed_s", "close_s")),
             *[(f"chaos: {name}", n) for name, n in sorted(outcomes.items())],
             *[
-                (f"chaos: {fault}s injected and answered", counts.get(f"answered:{fault}", 0))
-                for fault in ("hang", "crash", "wedge")
+                (f"chaos: {faults} injected and answered", counts.get(f"answered:{fault}", 0))
+                for fault, faults in (("hang", "hangs"), ("crash", "crashes"), ("wedge", "wedges"))
             ],
             ("chaos: restarts", chaos["restarts"]),
             *[
