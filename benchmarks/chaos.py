@@ -105,6 +105,9 @@ import numpy as np
 import aioenv
 from aioenv.pool._options import POOL_OPTIONS
 
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests" / "faults")]
+from soak import LoopStalls  # noqa: E402  (the soak's watch on the event loop)
+
 #: The environment variable that marks every process of a run (inherited by each).
 MARK = "AIOENV_CHAOS_RUN"
 #: Step actions: what the driver asks of a step.
@@ -267,6 +270,7 @@ class Driver:
         self.window_start = 0.0
         finished = (1 - args.hang_rate - args.crash_rate) ** args.steps  # of rollouts
         self.wedge_rate_when_live = min(1.0, args.wedge_rate / finished)
+        self.latency_sum: dict[str, float] = {}  # by kind of request
         self.window_cpu = 0.0  # this process's CPU time when the window ended
         self.late_sum: dict[str, float] = {"hang": 0.0, "wedge": 0.0, "crash": 0.0}
         self.last_progress = 0.0
@@ -337,6 +341,9 @@ class Driver:
         in_window = self.window is None
         after_fault = worker_id in self.after_fault
         self.after_fault.discard(worker_id)
+        what = pending.fault or (pending.kind + (" after a fault" if after_fault else ""))
+        self.latency_sum[what] = self.latency_sum.get(what, 0.0) + latency
+        self.count(f"latency:{what}")
         if pending.fault is not None:
             self.after_fault.add(worker_id)
             # How late: past the deadline for a hang or wedge, past the send for a crash.
@@ -377,7 +384,8 @@ class Driver:
 
     async def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        async with self.pool() as pool:
+        stalls = LoopStalls()
+        async with self.pool() as pool, stalls.watching():
             pool.reset()
             await pool.get_batch(min_size=len(self.kinds))  # every env built and reset
             startup = time.monotonic() - started
@@ -409,6 +417,12 @@ class Driver:
         window = self.window or (self.window_start, time.monotonic())
         window_cpu = (self.window_cpu or time.process_time()) - cpu_started
         return {
+            "mean_latency": {
+                what: total / self.counts[f"latency:{what}"]
+                for what, total in sorted(self.latency_sum.items())
+            },
+            "longest_stall_s": stalls.longest,
+            "stalls_over_100ms": stalls.over_100ms,
             "cpu_share": window_cpu / (window[1] - window[0]),
             "mean_lateness": {
                 fault: total / max(self.counts.get(f"answered:{fault}", 0), 1)
@@ -694,6 +708,15 @@ def main() -> int:
                 for fault in ("hang", "wedge")
             ],
             ("chaos: the run's own CPU use in the window", f"{chaos['cpu_share']:.0%}"),
+            (
+                "chaos: the event loop's longest stall (stalls over 100 ms)",
+                f"{chaos['longest_stall_s'] * 1000:.0f} ms ({chaos['stalls_over_100ms']})",
+            ),
+            *[
+                (f"{phase}: mean latency of a {what}", f"{seconds * 1000:.0f} ms")
+                for phase, result in (("fault-free", clean), ("chaos", chaos))
+                for what, seconds in result["mean_latency"].items()
+            ],
             ("chaos: answers/s in the busy window", f"{measured:.0f}"),
             ("chaos: answers/s its faults allow (model)", f"{expected:.0f}"),
             ("chaos: measured / model", f"{measured / expected:.3f}"),
