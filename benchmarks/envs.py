@@ -30,6 +30,7 @@ __all__ = [
     "SleepyEnv",
     "cartpole",
     "cartpole_policy",
+    "first_wait",
     "half_cheetah",
     "large_obs",
     "noop",
@@ -84,24 +85,40 @@ class SleepyEnv(gymnasium.Env[npt.NDArray[np.float32], np.int64]):
 
 class AsyncSleepyEnv:
     """:class:`SleepyEnv`'s coroutine twin for ``mode="async"`` (an async gymnasium env):
-    its step awaits ``asyncio.sleep(mean_s)`` instead of blocking in ``time.sleep``."""
+    its step awaits ``asyncio.sleep(mean_s)`` instead of blocking in ``time.sleep``.
 
-    def __init__(self, mean_s: float = 1e-2) -> None:
+    ``spread``: the first step after a reset awaits a uniform fraction of ``mean_s`` drawn
+    from the reset's seed (:func:`first_wait`), so envs reset together step out of phase,
+    as a population started at different times does: states then arrive at a steady rate
+    rather than in one burst per step time, which a window a few step times long would
+    count whole or not at all."""
+
+    def __init__(self, mean_s: float = 1e-2, spread: bool = False) -> None:
         self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         self.action_space = spaces.Discrete(2)
         self.mean_s = mean_s
+        self.spread = spread
         self._observation = np.zeros(4, np.float32)
+        self._next_wait = mean_s
 
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
+        if self.spread:
+            self._next_wait = first_wait(self.mean_s, seed)
         return self._observation, {}
 
     async def step(
         self, action: Action
     ) -> tuple[npt.NDArray[np.float32], float, bool, bool, dict[str, Any]]:
-        await asyncio.sleep(self.mean_s)
+        await asyncio.sleep(self._next_wait)
+        self._next_wait = self.mean_s
         return self._observation, 0.0, False, False, {}
+
+
+def first_wait(mean_s: float, seed: int | None) -> float:
+    """A spread env's first wait after its reset with ``seed``: uniform in (0, mean_s]."""
+    return mean_s * (1.0 - float(np.random.default_rng(seed).random()))
 
 
 class LargeObsEnv(gymnasium.Env[npt.NDArray[np.uint8], np.int64]):
@@ -157,8 +174,8 @@ def sleepy(mean_s: float, sigma: float) -> EnvFactory:
     return functools.partial(SleepyEnv, mean_s, sigma)
 
 
-def sleepy_coroutine(mean_s: float) -> Callable[[], AsyncSleepyEnv]:
-    return functools.partial(AsyncSleepyEnv, mean_s)
+def sleepy_coroutine(mean_s: float, spread: bool = False) -> Callable[[], AsyncSleepyEnv]:
+    return functools.partial(AsyncSleepyEnv, mean_s, spread)
 
 
 def large_obs(shape: tuple[int, ...]) -> EnvFactory:

@@ -13,9 +13,10 @@ against process workers, W9 a policy run inside the workers (pool.rollout) again
 parent, W10 collect() against a hand-written get_batch loop, W11 Atari Pong and W12 MuJoCo
 HalfCheetah in a lockstep training script (with EnvPool where it is installed and the
 machine's computed limit), W13 a pipelined send/recv loop against lockstep ones (--quick
-leaves W11 to W13 out unless --only names them). Each figure is env steps per
-second (one env transition = one step) over a fixed wall-clock window after a warm-up;
-tables show the median and min-max over interleaved repetitions. Results go to
+leaves W11 to W13 out unless --only names them), W14 10,000 coroutine envs whose steps
+await 1 s on one loop (quick: 2,000 awaiting 0.2 s), in windows of their own. Each figure
+is env steps per second (one env transition = one step) over a fixed wall-clock window
+after a warm-up; tables show the median and min-max over interleaved repetitions. Results go to
 benchmarks/results/latest.json and, if matplotlib is installed, latest.png.
 """
 
@@ -43,6 +44,7 @@ from workloads import (
     WORKLOADS,
     Config,
     Row,
+    Workload,
     WorkloadResult,
     build_workloads,
     measurements_per_rep,
@@ -71,6 +73,14 @@ DEFAULTS: dict[str, Settings] = {
     "full": Settings("full", 3, Timing(warmup=0.25, budget=1.0), 0.25, 1.0),
     "quick": Settings("quick", 2, Timing(warmup=0.05, budget=0.15), 0.25, 0.3),
 }
+
+
+def _window(timing: Timing) -> float:
+    return timing.warmup + timing.budget
+
+
+def _overhead(workload: Workload) -> float:
+    return workload.overhead_s or OVERHEAD_S
 
 
 # Summaries ---------------------------------------------------------------------------------
@@ -491,10 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render_header(meta), file=sys.stderr, flush=True)
         workloads = build_workloads(settings.scale)
         planned = settings.reps * sum(measurements_per_rep(workloads[key], configs) for key in only)
-        window = settings.timing.warmup + settings.timing.budget
         estimate = settings.reps * sum(
             measurements_per_rep(workloads[key], configs)
-            * (window + (workloads[key].overhead_s or OVERHEAD_S))
+            * (_window(workloads[key].timing or settings.timing) + _overhead(workloads[key]))
             for key in only
         )
         progress(

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 import gymnasium
 import numpy as np
 import uvloop
-from envs import EnvFactory, Policy, SleepyEnv
+from envs import EnvFactory, Policy, SleepyEnv, first_wait
 from machine import CpuAccount, load_average
 
 import aioenv
@@ -31,6 +31,7 @@ __all__ = [
     "Timing",
     "calibrate_sleep",
     "run_aioenv",
+    "run_bare_tasks",
     "run_gym",
     "run_coroutine",
 ]
@@ -279,6 +280,70 @@ async def _drive_batches(pool: aioenv.WorkerPool[Any], policy: Policy, meter: Me
                 pool.send_action(reset, worker_id)
             else:
                 pool.send_action(actions[index], worker_id)
+
+
+# The bare asyncio reference ---------------------------------------------------------------
+def run_bare_tasks(
+    n: int,
+    mean_s: float,
+    *,
+    spread: bool,
+    policy: Policy,
+    seed: int,
+    timing: Timing,
+    account: CpuAccount,
+) -> Sample:
+    """The same waits without aioenv, on uvloop: ``n`` tasks, each waiting for its action
+    (an ``asyncio.Event``), awaiting ``asyncio.sleep(mean_s)`` and putting its id in one
+    ``asyncio.Queue``, which a loop takes from, acting first-ready as ``get_state`` does.
+    What the loop costs with asyncio's own primitives and nothing else: no supervision,
+    no episodes, no errors. ``spread``: first waits as :class:`~envs.AsyncSleepyEnv`'s,
+    from the seeds aioenv's workers would get."""
+    return run_coroutine(_measure_bare_tasks(n, mean_s, spread, policy, seed, timing, account))
+
+
+async def _measure_bare_tasks(
+    n: int,
+    mean_s: float,
+    spread: bool,
+    policy: Policy,
+    seed: int,
+    timing: Timing,
+    account: CpuAccount,
+) -> Sample:
+    started = time.perf_counter()
+    seeds = aioenv.worker_seeds(seed, n)
+    observation = np.zeros(4, np.float32)
+    ready: asyncio.Queue[int] = asyncio.Queue()
+    actions = [asyncio.Event() for _ in range(n)]
+
+    async def env(index: int) -> None:
+        wait = first_wait(mean_s, seeds[index]) if spread else mean_s
+        go = actions[index]
+        while True:
+            await go.wait()
+            go.clear()
+            await asyncio.sleep(wait)
+            wait = mean_s
+            ready.put_nowait(index)
+
+    tasks = [asyncio.create_task(env(index)) for index in range(n)]
+    try:
+        build_s = time.perf_counter() - started
+        for go in actions:
+            go.set()
+        act = policy.one
+        meter = Meter(timing, account)
+        while meter.running():
+            index = await ready.get()
+            act(observation)
+            meter.count += 1
+            actions[index].set()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return meter.sample(build_s)
 
 
 # gymnasium --------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from policies import (
     RandomDiscrete,
 )
 from rollouts import ROLLOUT_ROWS, run_rollout_row
-from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_gym
+from runners import Api, Sample, Timing, calibrate_sleep, run_aioenv, run_bare_tasks, run_gym
 
 __all__ = [
     "CONFIGS",
@@ -55,7 +55,15 @@ __all__ = [
 ]
 
 Runner = Literal[
-    "aioenv", "gym_sync", "gym_async", "bare", "lockstep", "rollout", "limit", "pipelined"
+    "aioenv",
+    "gym_sync",
+    "gym_async",
+    "bare",
+    "bare_tasks",
+    "lockstep",
+    "rollout",
+    "limit",
+    "pipelined",
 ]
 
 
@@ -75,6 +83,8 @@ _ALL = ("W1", "W2", "W3", "W4", "W5")  # W6 to W8 run only the rows that name th
 #: Ray actors reserve a quarter CPU each: eight of them fit on a 2-core machine (Ray
 #: counts reservations, not use; a whole CPU each would leave six of eight pending).
 _RAY = {"mode": "ray", "num_cpus": 0.25}
+#: The coroutine workloads' reference: the same waits on bare asyncio tasks.
+BARE_TASKS = "reference: bare asyncio tasks"
 #: Seconds after each Ray measurement for its actors to exit (measured: within 0.5 s).
 RAY_SETTLE_S = 1.0
 
@@ -154,20 +164,26 @@ CONFIGS: list[Config] = [
         "options": {"mode": "thread"},
         "workloads": ("W1", "W2", "W3", "W5", "W7"),
     },
-    # Coroutine envs (W7 only: the case's coroutine twin of its env), tasks on one loop.
+    # Coroutine envs (W7 and W14 only: the case's coroutine twin of its env), tasks on one
+    # loop, and the same waits on bare asyncio tasks without aioenv (see run_bare_tasks).
     {
         "label": "aioenv async / state",
         "runner": "aioenv",
         "api": "state",
         "options": {"mode": "async"},
-        "workloads": ("W7",),
+        "workloads": ("W7", "W14"),
     },
     {
         "label": "aioenv async / batch",
         "runner": "aioenv",
         "api": "batch",
         "options": {"mode": "async"},
-        "workloads": ("W7",),
+        "workloads": ("W7", "W14"),
+    },
+    {
+        "label": BARE_TASKS,
+        "runner": "bare_tasks",
+        "workloads": ("W7", "W14"),
     },
     {
         "label": "aioenv sync / state",
@@ -250,6 +266,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W5": [4, 16, 64, 256],
         "W6": [4, 16],
         "W7": [100, 1000],
+        "W14": [10_000],
         "W11 policies": ["random", "MLP"],
     },
     "quick": {
@@ -260,6 +277,7 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W5": [4, 64],
         "W6": [4, 16],
         "W7": [100, 1000],
+        "W14": [2_000],
         "W11 policies": ["MLP"],  # W11 and W12 alike
     },
 }
@@ -268,6 +286,12 @@ STRAGGLER = (1e-3, 1.0)  # W2: lognormal step time, mean 1 ms, sigma 1
 FIXED_SLEEP = (1e-3, 0.0)  # W5: every step sleeps 1 ms
 AWAITED_SLEEP = (1e-2, 0.0)  # W7: every step waits 10 ms (asyncio.sleep or time.sleep)
 REMOTE_SLEEP = (5e-3, 0.0)  # W8: every step sleeps 5 ms
+#: W14: the time every step awaits, by scale; both make N / wait = 10,000 steps/s, the
+#: quick one with shorter waits so that its windows fit a quick run.
+MANY_WAIT = {"full": 1.0, "quick": 0.2}
+#: W14's windows, in step times: a warm-up past every env's first (spread) step, then a
+#: window that counts each env several times.
+MANY_TIMING = Timing(warmup=2.5, budget=5.0)
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
 REAL_N = 8  # W11, W12: envs per vector env
 PONG_MLP = (4 * 84 * 84, 32, 32, 6)  # a few hundred µs per batch of 8 stacked frames
@@ -286,6 +310,10 @@ class Case:
     env: EnvFactory
     policy: Policy
     async_env: Callable[[], Any] | None = None  # the coroutine twin, for mode="async" rows
+    # What the twin awaits per step (and whether its first waits are spread, see
+    # envs.AsyncSleepyEnv): the bare asyncio reference waits the same.
+    awaited: float | None = None
+    spread: bool = False
     # The training-script rows' policy (seed -> batched policy; W6's MLP when None), and
     # for W13 the envs each recv() returns (lockstep rows run the policy on such slices).
     batch_policy: PolicyMaker | None = None
@@ -303,6 +331,10 @@ class Workload:
     floors: bool = False  # W4: also run the transport floors (round trips, not steps)
     prepare: Callable[[], str] | None = None  # once before the first repetition: a note
     overhead_s: float | None = None  # per measurement beyond its windows, for the estimate
+    # Windows of its own (scaled to its step time) in place of the run's, and the step
+    # time of its ideal, N / step time, when no SleepyEnv is calibrated for it.
+    timing: Timing | None = None
+    step_time: float | None = None
 
 
 def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
@@ -319,6 +351,7 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
         "MLP": functools.partial(Mlp, sizes=CHEETAH_MLP, continuous=True),
     }
     cartpole_mlp = CalibratedCartpolePolicy(envs.cartpole(), 8)
+    many_wait = MANY_WAIT[scale]
     return {
         "W1": Workload(
             "W1",
@@ -373,10 +406,30 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
                     envs.sleepy(*AWAITED_SLEEP),
                     envs.zero_policy,
                     envs.sleepy_coroutine(AWAITED_SLEEP[0]),
+                    awaited=AWAITED_SLEEP[0],
                 )
                 for n in sizes["W7"]
             ],
             sleep=AWAITED_SLEEP,
+        ),
+        "W14": Workload(
+            "W14",
+            f"many coroutine envs on one loop: every step awaits asyncio.sleep({many_wait:g} s), "
+            "first steps spread over one wait",
+            [
+                Case(
+                    f"N={n}",
+                    n,
+                    envs.sleepy(many_wait, 0.0),
+                    envs.zero_policy,
+                    envs.sleepy_coroutine(many_wait, spread=True),
+                    awaited=many_wait,
+                    spread=True,
+                )
+                for n in sizes["W14"]
+            ],
+            timing=Timing(MANY_TIMING.warmup * many_wait, MANY_TIMING.budget * many_wait),
+            step_time=many_wait,
         ),
         "W8": Workload(
             "W8",
@@ -457,10 +510,12 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
     }
 
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12", "W13")
+WORKLOADS = (
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12", "W13", "W14"
+)  # fmt: skip
 #: What --quick runs unless --only names others: the real envs' workloads (W11 to W13)
 #: start processes that load emulators and physics engines, too slow for a quick run.
-QUICK_DEFAULT = WORKLOADS[:10]
+QUICK_DEFAULT = (*WORKLOADS[:10], "W14")
 
 
 @dataclasses.dataclass
@@ -501,6 +556,7 @@ def run_workload(
     progress: Progress,
 ) -> WorkloadResult:
     started = time.monotonic()
+    timing = workload.timing or timing
     plan: list[list[tuple[Row, _Measure | None]]] = []  # per case: rows in base order
     for case in workload.cases:
         entries: list[tuple[Row, _Measure | None]] = []
@@ -539,6 +595,8 @@ def run_workload(
                 f"{workload.key} rep {rep + 1}/{reps}: mean step {step_time * 1e3:.3f} ms "
                 f"(nominal {mean_s * 1e3:g} ms)"
             )
+        elif workload.step_time is not None:
+            step_times.append(workload.step_time)
         for entries in plan:
             shift = rep % len(entries)
             for row, measure in entries[shift:] + entries[:shift]:
@@ -599,6 +657,9 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
+        if runner == "bare_tasks":
+            assert case.awaited is not None
+            return run_bare_tasks(case.n, case.awaited, spread=case.spread, **common)
         if runner == "rollout":
             return run_rollout_row(
                 config["label"], case.env, case.n, seed=seed, timing=timing, account=account
@@ -670,6 +731,8 @@ def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
         return f"needs N a multiple of {per_worker} with at least two workers"
     if config.get("options", {}).get("mode") == "async" and case.async_env is None:
         return "no coroutine twin of this env"
+    if config["runner"] == "bare_tasks" and case.awaited is None:
+        return "no awaited step time"
     limit = workload.max_processes
     processes = _processes(config, case.n)
     if limit is not None and processes > limit:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator
+from types import CoroutineType
 from typing import Any, TypeVar
 
 __all__ = ["Plan", "drive", "drive_async"]
@@ -38,7 +39,9 @@ async def drive_async(plan: Plan[T]) -> T:
     try:
         value = next(plan)
         while True:
-            if inspect.isawaitable(value):
+            # A coroutine env's call returns a coroutine: checked first, as a type test
+            # costs a fraction of isawaitable's call.
+            if type(value) is CoroutineType or inspect.isawaitable(value):
                 try:
                     value = await value
                 except Exception as exc:

@@ -155,8 +155,8 @@ class EnvRunner:
 
     def step_plan(self, action: Any) -> Plan[Any]:
         """:meth:`step`'s plan."""
-        env = self._built()
-        if env is None:
+        env = self.env
+        if env is None and (env := self._built()) is None:
             self.last = self.build_failure
             return self.build_failure
         try:
@@ -167,7 +167,10 @@ class EnvRunner:
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
-        return (yield from self._finish_plan(env, state))
+        state, reset_now = self._settle(env, state)
+        if reset_now:
+            return (yield from self._autoreset_plan(env, state))
+        return state
 
     def step_row(self, action: Any) -> Any:
         """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a
@@ -189,14 +192,28 @@ class EnvRunner:
             self.last = failure = Failure.from_exception(exc, "step")
             return failure
         assert self.env is not None
-        return drive(self._finish_plan(self.env, state))
+        state, reset_now = self._settle(self.env, state)
+        return drive(self._autoreset_plan(self.env, state)) if reset_now else state
 
-    def _finish_plan(self, env: Any, state: Any) -> Plan[Any]:
-        """The bookkeeping after a step (see :meth:`_end_of_step`), the state to answer."""
+    def _settle(self, env: Any, state: Any) -> tuple[Any, bool]:
+        """The bookkeeping after a step (see :meth:`_end_of_step`): the state to answer
+        and False, or the step and True where the env must be reset now
+        (:meth:`_autoreset_plan` then answers). A plain function, not a plan: most steps
+        make no call of the env here, and a plan per step costs a generator."""
         try:
             state, reset_now = self._end_of_step(env, state)
-            if reset_now:
-                state = with_reset(state, (yield self._reset(env, None, None)))
+        except Exception as exc:
+            self.last = failure = Failure.from_exception(exc, "autoreset")
+            return failure, False
+        if not reset_now:
+            self.last = state
+        return state, reset_now
+
+    def _autoreset_plan(self, env: Any, last: Any) -> Plan[Any]:
+        """Reset ``env`` after the step ``last`` that ended its episode (autoreset
+        "same_step"): the step carrying the new episode's first state."""
+        try:
+            state = with_reset(last, (yield self._reset(env, None, None)))
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "autoreset")
             return failure

@@ -3,6 +3,7 @@ ones, the ones given up on, where each one's envs start among all the pool's env
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -35,9 +36,9 @@ class Roster:
         self._inbox = inbox
         self._check_open = check_open
         #: Per worker, the index of its first env (workers may step several together).
-        self.first_env = [sum(m.num_envs for m in self.members[:i]) for i in range(len(members))]
+        self.first_env = [0, *itertools.accumulate(m.num_envs for m in self.members)]
         #: Envs over all workers.
-        self.lanes = self.first_env[-1] + self.members[-1].num_envs
+        self.lanes = self.first_env.pop()
         #: The workers given up on, by id: the last error of each (handed out once).
         self.removed: dict[int, WorkerError] = {}
 

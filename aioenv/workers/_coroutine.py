@@ -93,10 +93,6 @@ class AsyncEnvWorker(Worker[S]):
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         self._current.put(seq, request)
 
-    def _on_task_reply(self, env_task: _EnvTask, seq: int, result: Any) -> None:
-        if env_task is self._current:  # a discarded env's reply is never delivered
-            self._on_reply(seq, result)
-
     def _env_error(self, failure: Failure) -> EnvError:
         # An env that called the library of another event loop than its own: say why.
         if self._host is None:
@@ -213,7 +209,8 @@ class _EnvTask:
                     # done instead, as a process worker's would be.
                     worker._on_task_death(self, exc)
                     return
-                worker._on_task_reply(self, seq, result)
+                if self is worker._current:  # a discarded env's reply is never delivered
+                    worker._on_reply(seq, result)
         finally:
             # After a cancellation too: the env's close is awaited.
             await (runner.aclose() if host is None else host.run_env_call(runner.aclose))

@@ -290,7 +290,8 @@ class Supervisor:
     # Outcomes --------------------------------------------------------------------------
     def answered(self) -> bool:
         """The env answered; True if that is its first answer since it started."""
-        self.disarm()
+        if self._timer is not None:
+            self.disarm()
         first = self.starting
         self.starting = False
         return first
