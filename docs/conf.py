@@ -27,7 +27,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True}
 # aioenv.sb3's page builds without the sb3 extra (and torch) installed.
-autodoc_mock_imports = ["stable_baselines3"]
+autodoc_mock_imports = ["stable_baselines3", "starlette", "uvicorn"]
 # The docstrings name types that Sphinx cannot resolve into links (numpy arrays, private
 # helpers behind public names); a missing link is not an error in the text.
 nitpicky = False

@@ -470,3 +470,12 @@ def test_importing_aioenv_imports_nothing_of_the_serve_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert imported.stdout.strip() == "[]"
+
+
+def test_the_public_serve_module_names_its_own_names() -> None:
+    import aioenv.serve
+
+    for name in aioenv.serve.__all__:
+        assert getattr(aioenv.serve, name).__module__ == "aioenv.serve", name
+    app = aioenv.serve.build_app("CartPole-v1", aioenv.serve.ServeOptions(max_sessions=1))
+    assert {route.path for route in app.routes} >= {"/ws", "/reset", "/step", "/state"}
