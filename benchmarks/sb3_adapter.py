@@ -101,7 +101,9 @@ def main() -> None:
                 for name, (cls, kwargs) in candidates().items():
                     make = functools.partial(
                         make_vec_env,
-                        env_id,
+                        # "ale_py:" imports ale-py (registering its envs) in each process
+                        # that makes the env, workers and SB3's subprocesses alike.
+                        f"ale_py:{env_id}" if env_id == PONG else env_id,
                         n_envs=num_envs,
                         seed=0,
                         vec_env_cls=cls,
