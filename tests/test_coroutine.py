@@ -342,3 +342,76 @@ def test_example_runs_against_its_local_server() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "episodes finished:" in result.stdout
+
+
+class _Gated(AsyncCartPole):
+    """Steps once ``gate`` is set."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__()
+        self.gate = gate
+        self.entered = 0
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.entered += 1
+        await self.gate.wait()
+        return await super().step(action)
+
+
+async def test_an_async_gymnasium_envs_step_is_awaited_by_the_workers_task_itself() -> None:
+    """Nothing stands between the worker's task and the env's step coroutine: every
+    coroutine between them would be passed through on each resumption of the env."""
+    gate = asyncio.Event()
+    envs: list[_Gated] = []
+
+    def build() -> _Gated:
+        envs.append(_Gated(gate))
+        return envs[-1]
+
+    async with aioenv.make_pool(build, 2, mode="coroutine", seed=0) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        for worker_id in range(2):
+            pool.send_action(0, worker_id)
+        await wait_for(lambda: all(env.entered for env in envs))
+        awaited = [task.get_coro().cr_await for task in aioenv_tasks()]  # type: ignore[union-attr]
+        gate.set()
+        await pool.get_batch(min_size=2)
+    assert [getattr(coroutine, "cr_code", None) for coroutine in awaited] == [
+        _Gated.step.__code__
+    ] * 2
+
+
+class _Odd(AsyncCartPole):
+    """Steps as CartPole does, except as told: raise, or return the wrong shape."""
+
+    async def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if action == "raise":
+            raise ValueError("the step failed")
+        if action == "pair":
+            return (1, 2)  # type: ignore[return-value]
+        return await super().step(action)
+
+
+async def test_an_async_gymnasium_envs_step_answers_errors_truncation_and_autoreset() -> None:
+    """A step of an async gymnasium env: the env's exception and a result of the wrong
+    shape are the step's EnvError (the worker goes on), the time limit truncates, and
+    same-step autoreset carries the next episode's first observation."""
+    async with aioenv.make_pool(
+        _Odd, 1, mode="coroutine", seed=3, max_episode_steps=3, autoreset="same_step"
+    ) as pool:
+        pool.reset()
+        first, _ = await pool.get_state()  # type: ignore[misc]
+        for action, expected in (("raise", "the step failed"), ("pair", "a 2-tuple")):
+            pool.send_action(action, 0)
+            with pytest.raises(aioenv.EnvError) as caught:
+                await pool.get_state()
+            assert caught.value.during == "step" and expected in str(caught.value)
+        steps = []
+        for _ in range(3):
+            pool.send_action(0, 0)
+            steps.append((await pool.get_state())[0])  # type: ignore[index]
+    assert [step.truncated for step in steps] == [False, False, True]
+    assert steps[-1].final_observation is not None
+    assert not np.array_equal(steps[-1].observation, steps[-1].final_observation)
+    assert first.observation.shape == (4,)

@@ -165,12 +165,16 @@ class EnvRunner:
                 return state
             state = yield env.step(action)
         except Exception as exc:
-            self.last = failure = Failure.from_exception(exc, "step")
-            return failure
+            return self._step_failure(exc)
         state, reset_now = self._settle(env, state)
         if reset_now:
             return (yield from self._autoreset_plan(env, state))
         return state
+
+    def _step_failure(self, exc: Exception) -> Failure:
+        """What a step whose env raised ``exc`` answers."""
+        self.last = failure = Failure.from_exception(exc, "step")
+        return failure
 
     def step_row(self, action: Any) -> Any:
         """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a

@@ -200,6 +200,16 @@ class _EnvTask:
                         result = await host.run_env_call(
                             functools.partial(_answer, runner, request)
                         )
+                    elif (call := runner.step_call(request)) is not None:
+                        # The hot path: the env's own step, awaited right here.
+                        try:
+                            result = await call
+                        except Exception as exc:
+                            result = runner.step_raised(exc)
+                        else:
+                            result, autoreset = runner.stepped(result)
+                            if autoreset is not None:
+                                result = await autoreset
                     elif isinstance(request, ControlRequest):
                         result = await runner.acontrol(request)
                     else:
