@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from envs import AsyncCounter, Counter, Dying
 
@@ -128,7 +129,7 @@ async def test_a_worker_closed_while_its_child_starts_leaves_no_process(
     await starts.wait_holding()
     async with anyio.create_task_group() as group:
         group.start_soon(worker.aclose)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         starts.release.set()
     # The close waited for the child, which found the close in its socket once started.
     assert worker.exitcode == 0
