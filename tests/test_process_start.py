@@ -133,3 +133,20 @@ async def test_a_worker_closed_while_its_child_starts_leaves_no_process(
         starts.release.set()
     # The close waited for the child, which found the close in its socket once started.
     assert worker.exitcode == 0
+
+
+async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.contextmanager
+    def failing() -> Iterator[None]:
+        raise OSError("no more processes")
+        yield
+
+    monkeypatch.setattr(start_module, "_child_start", failing)
+    async with aioenv.ProcessWorker(Counter) as worker:
+        worker.send_action(RESET)
+        with anyio.fail_after(20), pytest.raises(aioenv.WorkerDied) as died:
+            await worker.get_state()
+    assert "its process could not be started (OSError: no more processes)" in str(died.value)
+    assert "process worker" in str(died.value)

@@ -386,7 +386,8 @@ class Host(Replaceable["Host"]):
             concurrent.futures.wait([self._started])
             if self._started.exception() is None:
                 self._process.join()
-            self.exitcode = self._process.exitcode
+            exitcode = self._process.exitcode
+            self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
             self._close_resources()
 
     def _on_sentinel(self) -> None:
