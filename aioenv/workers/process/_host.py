@@ -20,16 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
+import contextlib
 import dataclasses
+import functools
 import signal
+import threading
 from collections.abc import Callable, Sequence
 
 from ...core._messages import EpisodeOptions
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
+from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
-from ._start import Context, start_child
+from ._start import ChildStart, Context
 
 __all__ = ["TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -42,6 +47,10 @@ OnExit = Callable[["Host"], None]
 #: multiprocessing terminates the ones still running (only them: its SIGTERM reaches no
 #: process their envs started), each one's process group is killed.
 _running: set[int] = set()
+
+
+#: The process's starts made on an event loop, one at a time, off the loop.
+_STARTS = OffLoopCalls("aioenv-process-start")
 
 
 @atexit.register
@@ -103,15 +112,39 @@ class Host(Replaceable["Host"]):
             registry,
             thread_caps,
         )
-        process, self._socket, self._alive = start_child(
+        child = ChildStart(
             context,
             name,
             [list(payloads), list(seeds), episode, build, registry, thread_caps, idle_spin],
         )
+        self._socket, self._alive = child.socket, child.alive
         self.size = len(payloads)
-        assert process.pid is not None  # it has started
-        self.pid = process.pid
-        _running.add(self.pid)
+        #: The start is done (the child runs, or its start failed), and a signal asked for
+        #: before that: under the lock, which the start's thread takes too.
+        self._lock = threading.Lock()
+        self._launched = False
+        self._doomed = False
+        self._pid: int | None = None  # known once started (the process object may close)
+        #: Why the child could not be started (set once the start failed).
+        self.start_error: BaseException | None = None
+        self._sentinel_watched = False
+        self._process = child.process
+        # A forkserver start is a round trip to the server (tens of milliseconds, far
+        # more under load): made on a running event loop, it runs in a thread, and what
+        # is written to the child meanwhile waits in its socket. Other start methods run
+        # here, where SIGINT can be ignored while they start (see _start).
+        loop = on_event_loop() if context.get_start_method() == "forkserver" else None
+        if loop is None:
+            try:
+                self._launch(child)
+            except BaseException:
+                child.close()
+                raise
+            self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._started.set_result(None)
+        else:
+            self._started = _STARTS.submit(functools.partial(self._launch, child))
+            self._started.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_started))
         self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
@@ -124,8 +157,6 @@ class Host(Replaceable["Host"]):
         # Slots in use; a replacement gains them as their workers move over.
         self._open_slots = set(range(self.size)) if build else set()
         self._deliver = list(deliver)
-        self._process = process
-        self._sentinel: int = process.sentinel
         self._socket.setblocking(False)  # self._alive: held open, never written
         self._receive_buffer = bytearray(RECEIVE_SIZE)
         self._decoder = FrameDecoder()
@@ -134,6 +165,53 @@ class Host(Replaceable["Host"]):
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _launch(self, child: ChildStart) -> None:
+        """Start the child (in the start's thread, or here); one that was to be killed
+        before it started is killed now, whether or not an event loop still runs."""
+        child.start()
+        pid = child.process.pid
+        assert pid is not None  # it has started
+        _running.add(pid)
+        with self._lock:
+            self._pid = pid
+            self._launched = True
+            doomed = self._doomed
+        if doomed:
+            self._kill_process()
+
+    @property
+    def pid(self) -> int:
+        """The child's process id (waits for its start if that is under way)."""
+        concurrent.futures.wait([self._started])
+        if self._pid is None:
+            raise RuntimeError(f"the process could not be started ({self._started.exception()!r})")
+        return self._pid
+
+    @property
+    def label(self) -> str:
+        """The child, for messages, without waiting for its start: ``pid 123``."""
+        if self._pid is not None:
+            return f"pid {self._pid}"
+        return "process starting" if self.start_error is None else "process not started"
+
+    def _on_started(self) -> None:
+        """On the loop, once the start is done: watch the child's exit, or report that it
+        could not be started as its exit."""
+        if self.exitcode is not None:
+            return  # reaped without a loop meanwhile (kill_now)
+        error = self._started.exception()
+        if error is not None:
+            self.start_error = error
+            self._stop_reading()
+            self._exited(-1)
+        elif self._loop is not None and not self._loop.is_closed():
+            self._watch_sentinel()
+
+    def _watch_sentinel(self) -> None:
+        if not self._sentinel_watched and self._loop is not None and self.exitcode is None:
+            self._sentinel_watched = True
+            self._loop.add_reader(self._process.sentinel, self._on_sentinel)
 
     @property
     def alive(self) -> bool:
@@ -160,8 +238,10 @@ class Host(Replaceable["Host"]):
         self._loop = loop
         self.exited = asyncio.Event()
         loop.add_reader(self._socket.fileno(), self._on_readable)
-        loop.add_reader(self._sentinel, self._on_sentinel)
         self._reading = True
+        self._sentinel_watched = False
+        if self._started.done() and self._started.exception() is None:
+            self._watch_sentinel()
 
     # Writing -------------------------------------------------------------------------
     def send(self, frame: bytes) -> None:
@@ -274,11 +354,21 @@ class Host(Replaceable["Host"]):
     def _signal(self, sig: int) -> None:
         """``sig`` to the child's process group, and to the child itself (which may not
         lead its group yet, or ever)."""
-        signal_group(self.pid, sig)
+        with self._lock:
+            if not self._launched:
+                self._doomed = True  # killed as soon as it has started
+                return
+        assert self._pid is not None
+        signal_group(self._pid, sig)
         if sig == signal.SIGKILL:
             self._process.kill()
         else:
             self._process.terminate()
+
+    def _kill_process(self) -> None:
+        assert self._pid is not None
+        signal_group(self._pid, signal.SIGKILL)
+        self._process.kill()
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
@@ -292,14 +382,17 @@ class Host(Replaceable["Host"]):
     def kill_now(self) -> None:
         """Kill and reap without a loop (a pool that failed to be built)."""
         if self.exitcode is None and self._loop is None:
-            self._signal(signal.SIGKILL)
-            self._process.join()
-            self.exitcode = self._process.exitcode
+            self._signal(signal.SIGKILL)  # or, while it starts, once it has started
+            concurrent.futures.wait([self._started])
+            if self._started.exception() is None:
+                self._process.join()
+            exitcode = self._process.exitcode
+            self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
             self._close_resources()
 
     def _on_sentinel(self) -> None:
         assert self._loop is not None
-        self._loop.remove_reader(self._sentinel)
+        self._loop.remove_reader(self._process.sentinel)
         if self._reading:
             self._on_readable()  # replies the child wrote before it exited come first
         self._reap(attempt=0)
@@ -312,7 +405,10 @@ class Host(Replaceable["Host"]):
             assert self._loop is not None
             self._loop.call_later(0.001 * (attempt + 1), self._reap, attempt + 1)
             return
-        self.exitcode = exitcode if exitcode is not None else -1
+        self._exited(exitcode if exitcode is not None else -1)
+
+    def _exited(self, exitcode: int) -> None:
+        self.exitcode = exitcode
         self._close_resources()
         if self.exited is not None:
             self.exited.set()
@@ -321,8 +417,9 @@ class Host(Replaceable["Host"]):
 
     def _close_resources(self) -> None:
         # What the envs started and the child did not end (it was killed, or crashed).
-        signal_group(self.pid, signal.SIGKILL)
-        _running.discard(self.pid)
+        if self._pid is not None:
+            signal_group(self._pid, signal.SIGKILL)
+            _running.discard(self._pid)
         self._stop_reading()
         if self._force_timer is not None:
             self._force_timer.cancel()
@@ -332,7 +429,8 @@ class Host(Replaceable["Host"]):
         self._queued.clear()
         self._socket.close()
         self._alive.close()
-        self._process.close()
+        with contextlib.suppress(ValueError):  # a start that failed half-way
+            self._process.close()
 
 
 def describe_exit(exitcode: int | None) -> str:

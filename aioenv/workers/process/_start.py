@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["Context", "default_context", "resolve_context", "start_child"]
+__all__ = ["ChildStart", "Context", "default_context", "resolve_context", "start_child"]
 
 Context = multiprocessing.context.BaseContext
 
@@ -67,36 +67,64 @@ def start_child(
     arguments: Sequence[Any],
     target: Callable[..., None] | None = None,
 ) -> tuple[multiprocessing.process.BaseProcess, socket.socket, socket.socket]:
-    """Start a child process serving envs: :func:`aioenv.workers.process._child.serve`
-    (or ``target``, a module-level function that runs in the child) with its ends of two
-    socket pairs, then ``arguments``. Returns the process and the
-    parent's ends: the socket of requests and replies, and the child's parent-death alarm
-    (to be held open, never written; descriptors for shared memory travel over it). The
-    parent's copies of the child's ends are closed, so a child that dies shows up as
-    end-of-file, never as a hang."""
-    parent_end, child_end = socket.socketpair()
-    alive_parent, alive_child = socket.socketpair()
-    process = context.Process(  # type: ignore[attr-defined]
-        target=_child_main if target is None else target,
-        args=(child_end, alive_child, *arguments),
-        name=f"aioenv-process-worker ({name})",
-        daemon=True,
-    )
+    """Start a child process serving envs at once (see :class:`ChildStart`). Returns the
+    process and the parent's ends of its sockets."""
+    child = ChildStart(context, name, arguments, target)
     try:
-        with _child_start():
-            if context.get_start_method() == "forkserver":
-                process.start()  # the server's children start with SIGINT ignored
-            else:
-                with _sigint_ignored():
-                    process.start()
+        child.start()
     except BaseException:
-        parent_end.close()
-        alive_parent.close()
+        child.close()
         raise
-    finally:
-        child_end.close()
-        alive_child.close()
-    return process, parent_end, alive_parent
+    return child.process, child.socket, child.alive
+
+
+class ChildStart:
+    """A child process serving envs, made ready to start: :func:`aioenv.workers.process.
+    _child.serve` (or ``target``, a module-level function that runs in the child) with its
+    ends of two socket pairs, then ``arguments``. The parent's ends exist at once, before
+    the start (:meth:`start`, which blocks on the start method's round trip and may run in
+    another thread): ``socket``, of requests and replies (what is written before the start
+    waits in it for the child), and ``alive``, the child's parent-death alarm (to be held
+    open, never written; descriptors for shared memory travel over it). Once the start is
+    done, the parent's copies of the child's ends are closed, so a child that dies shows up
+    as end-of-file, never as a hang."""
+
+    def __init__(
+        self,
+        context: Context,
+        name: str,
+        arguments: Sequence[Any],
+        target: Callable[..., None] | None = None,
+    ) -> None:
+        self._context = context
+        self.socket, self._child_end = socket.socketpair()
+        self.alive, self._alive_child = socket.socketpair()
+        self.process: multiprocessing.process.BaseProcess = context.Process(  # type: ignore[attr-defined]
+            target=_child_main if target is None else target,
+            args=(self._child_end, self._alive_child, *arguments),
+            name=f"aioenv-process-worker ({name})",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        """Start the child (once); the parent's copies of its ends are closed either way."""
+        try:
+            with _child_start():
+                if self._context.get_start_method() == "forkserver":
+                    self.process.start()  # the server's children start with SIGINT ignored
+                else:
+                    with _sigint_ignored():
+                        self.process.start()
+        finally:
+            self._child_end.close()
+            self._alive_child.close()
+
+    def close(self) -> None:
+        """Close the parent's ends (a start that failed, or was never made)."""
+        self._child_end.close()
+        self._alive_child.close()
+        self.socket.close()
+        self.alive.close()
 
 
 def _child_main(*args: Any) -> None:

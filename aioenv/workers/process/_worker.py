@@ -185,7 +185,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         return cls._hosted(env, seeds, envs_per_process, **options)
 
     def _where(self, host: Host) -> str:
-        return f"pid {host.pid}"
+        return host.label
 
     def _joined(self, host: Host) -> None:
         self._shared = None  # a new process gets its own memory: a killed one cannot write it
@@ -334,10 +334,17 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if killed_for is not None and killed_for[0] == self._slot:
             return  # killed for this worker's own failure, which is already handled
         cause = "" if killed_for is None else f"; its process was killed because {killed_for[1]}"
+        if host.start_error is not None:
+            error = host.start_error
+            message = (
+                f"{self.name}: its process could not be started ({type(error).__name__}: {error})"
+            )
+        else:
+            exitcode = describe_exit(host.exitcode)
+            message = f"{self.name} died unexpectedly with exit code {exitcode}{cause}"
         self._on_death(
             WorkerDied(
-                f"{self.name} died unexpectedly with exit code "
-                f"{describe_exit(host.exitcode)}{cause}",
+                message,
                 worker_id=self.worker_id,
                 exitcode=host.exitcode,
             )
@@ -369,7 +376,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             for host in hosts:
                 host.force(how)
         warnings.warn(
-            f"{self.name}: pids {[host.pid for host in hosts]} did not exit even after "
+            f"{self.name}: {', '.join(host.label for host in hosts)} did not exit even after "
             "SIGKILL; they are left behind",
             RuntimeWarning,
             stacklevel=3,

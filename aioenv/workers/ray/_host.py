@@ -26,7 +26,6 @@ import dataclasses
 import functools
 import importlib
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from ...core._messages import EpisodeOptions, Failure
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._ray_messages import Message, Pickled
 from ...wire._requests import Request
+from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath", "import_ray", "init_ray"]
@@ -79,50 +79,9 @@ def init_ray(ray: Any) -> None:
         ray.init(**LOCAL_RAY_DEFAULTS)
 
 
-class _ControlCalls:
-    """Runs Ray's control calls (creating and killing actors) in the order they were
-    asked for, in a thread started when there is one to make and gone when there is none
-    left (so no thread outlives the work)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
-        self._queue = collections.deque()
-        self._running = False
-
-    def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            self._queue.append((future, call))
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="aioenv-ray-control", daemon=True).start()
-        return future
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
-                future, call = self._queue.popleft()
-            try:
-                future.set_result(call())
-            except BaseException as exc:  # handed to whoever waits for it
-                future.set_exception(exc)
-
-
 #: The process's one queue of control calls, so that an actor is killed only after its
 #: creation was asked for, whichever host asks.
-_CONTROL_CALLS = _ControlCalls()
-
-
-def _on_event_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+_CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,14 +142,14 @@ class ActorHost(Replaceable["ActorHost"]):
         self._actor: Any = None
         #: Its creation, asked of Ray off the event loop when made on one.
         self._created: concurrent.futures.Future[Any]
-        loop = _on_event_loop()
+        loop = on_event_loop()
         if loop is None:
             self._created = concurrent.futures.Future()
             self._created.set_result(create())
             self._actor = self._created.result()
         else:
             self._created = _CONTROL_CALLS.submit(create)
-            self._created.add_done_callback(lambda _: _call_soon_threadsafe(loop, self._on_created))
+            self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
         self.size = len(payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
@@ -389,7 +348,7 @@ class ActorHost(Replaceable["ActorHost"]):
             with contextlib.suppress(Exception):  # never created, or already gone
                 ray.kill(created.result(), no_restart=True)
 
-        if _on_event_loop() is None:
+        if on_event_loop() is None:
             kill()
         else:
             _CONTROL_CALLS.submit(kill)
@@ -403,11 +362,6 @@ def _actor_class(ray: Any) -> Any:
     from ._actor import EnvActor
 
     return ray.remote(EnvActor)
-
-
-def _call_soon_threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-        loop.call_soon_threadsafe(callback)
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,0 +1,152 @@
+"""A process worker's child starts off the event loop: the loop serves other workers
+meanwhile, and a worker closed while its child starts leaves no process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from envs import AsyncCounter, Counter, Dying
+
+import aioenv
+import aioenv.workers.process._start as start_module
+from aioenv import RESET
+
+#: How long a held start waits to be let go: far longer than the test needs when the loop
+#: is free, so a start that holds the loop up is told apart without timing anything.
+HOLD = 10.0
+
+
+class HeldStarts:
+    """Child starts held at a barrier (once ``armed``) until ``release`` is set, in
+    whichever thread makes them; ``released`` records, per held start, whether it was let
+    go before ``HOLD`` ran out."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, armed: bool = True) -> None:
+        self.armed = armed
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.released: list[bool] = []
+        original = start_module._child_start
+
+        @contextlib.contextmanager
+        def held() -> Iterator[None]:
+            if self.armed:
+                self.holding.set()
+                self.released.append(self.release.wait(HOLD))
+            with original():
+                yield
+
+        monkeypatch.setattr(start_module, "_child_start", held)
+
+    async def wait_holding(self) -> None:
+        assert await anyio.to_thread.run_sync(self.holding.wait, 2 * HOLD)
+
+
+async def _steps(worker: aioenv.Worker[Any], count: int) -> None:
+    for _ in range(count):
+        worker.send_action(1)
+        await worker.get_state()
+
+
+async def test_coroutine_workers_step_while_a_process_child_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts = HeldStarts(monkeypatch)
+    async with aioenv.AsyncEnvWorker(lambda: AsyncCounter(limit=1000)) as other:
+        other.send_action(RESET)
+        await other.get_state()
+        worker = aioenv.ProcessWorker(Counter)  # its child's start waits at the barrier
+        try:
+            await starts.wait_holding()
+            with anyio.fail_after(20):
+                await _steps(other, 20)  # the loop serves the coroutine worker meanwhile
+            starts.release.set()
+            worker.send_action(RESET)
+            with anyio.fail_after(20):
+                state = await worker.get_state()
+            assert state["t"] == 0
+        finally:
+            await worker.aclose()
+    assert starts.released == [True]
+
+
+async def test_a_restarted_child_starts_while_the_loop_serves_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts = HeldStarts(monkeypatch, armed=False)
+    async with (
+        aioenv.AsyncEnvWorker(lambda: AsyncCounter(limit=1000)) as other,
+        aioenv.make_pool(Dying, 1, mode="process", restart="on_failure") as pool,
+    ):
+        other.send_action(RESET)
+        await other.get_state()
+        pool.reset()
+        await pool.get_state()
+        starts.armed = True  # the replacement's start is held
+        pool.send_action("exit", 0)
+        await starts.wait_holding()
+        with anyio.fail_after(20):
+            await _steps(other, 20)
+        starts.release.set()
+        with anyio.fail_after(20):
+            state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["t"] == 0  # the restarted env's first state
+        pool.send_action(1, 0)
+        with anyio.fail_after(20):
+            state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["t"] == 1
+    assert starts.released == [True]
+
+
+async def test_a_child_that_starts_after_its_worker_was_closed_is_killed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts = HeldStarts(monkeypatch)
+    worker = aioenv.ProcessWorker(Counter, cleanup_time=0.01)
+    await starts.wait_holding()
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.aclose)
+        host = worker._current_host()
+        with anyio.fail_after(20):
+            while not host._doomed:  # the close gave up waiting and asked for a kill
+                await anyio.sleep(0.01)
+        starts.release.set()
+    assert worker.exitcode == -signal.SIGKILL
+
+
+async def test_a_worker_closed_while_its_child_starts_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts = HeldStarts(monkeypatch)
+    worker = aioenv.ProcessWorker(Counter)
+    await starts.wait_holding()
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.aclose)
+        await anyio.lowlevel.checkpoint()
+        starts.release.set()
+    # The close waited for the child, which found the close in its socket once started.
+    assert worker.exitcode == 0
+
+
+async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.contextmanager
+    def failing() -> Iterator[None]:
+        raise OSError("no more processes")
+        yield
+
+    monkeypatch.setattr(start_module, "_child_start", failing)
+    async with aioenv.ProcessWorker(Counter) as worker:
+        worker.send_action(RESET)
+        with anyio.fail_after(20), pytest.raises(aioenv.WorkerDied) as died:
+            await worker.get_state()
+    assert "its process could not be started (OSError: no more processes)" in str(died.value)
+    assert "process worker" in str(died.value)
