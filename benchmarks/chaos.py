@@ -20,10 +20,12 @@ started: ``--hang-rate`` of steps hang (5%: the env awaits, or sleeps, forever),
 ``--crash-rate`` crash (2%: a coroutine env raises; a process env's process kills
 itself), ``--wedge-rate`` of resets wedge (1%: the reset never returns; only the resets
 of live envs, those after a finished rollout, are picked, more often, since a reset after
-a fault starts a new env under the start-up deadline; the first rollout's reset always
+a fault starts a new env under the start-up deadline; the first live reset always
 wedges, so that every run has one). A step fault
 cuts its rollout short (the step comes back truncated, marked restarted); a wedged
-reset is answered by the new env's reset, and its rollout goes on.
+reset is answered by the new env's reset, and its rollout goes on. The new env is handed
+the wedged reset's options, as every restarted env is: a wedge is the live env's (an
+env wedges only a reset after its first), so the new one answers.
 
 Three runs, each in a child process whose environment carries a marker that every
 process of the run inherits (its process workers, their helpers, multiprocessing's
@@ -130,7 +132,8 @@ class ToolLatency:
 
 class AgentTask(gymnasium.Env[np.ndarray, int]):
     """A coroutine env whose resets and steps await a tool call; its step hangs or
-    crashes when the action says so, its reset wedges when its options say so."""
+    crashes when the action says so, its reset wedges when its options say so (any reset
+    but its first: a restarted env, handed the same options, answers)."""
 
     observation_space = gymnasium.spaces.Box(0.0, np.inf, (1,), np.float32)
     action_space = gymnasium.spaces.Discrete(3)
@@ -139,13 +142,15 @@ class AgentTask(gymnasium.Env[np.ndarray, int]):
         self.steps, self.mean_s, self.sigma = steps, mean_s, sigma
         self.latency = ToolLatency(None, mean_s, sigma)
         self.t = 0
+        self.resets = 0
 
     async def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         if seed is not None:
             self.latency = ToolLatency(seed, self.mean_s, self.sigma)
-        if options and options.get("wedge"):
+        self.resets += 1
+        if options and options.get("wedge") and self.resets > 1:
             await asyncio.sleep(FOREVER)
         await asyncio.sleep(self.latency.draw())
         self.t = 0
@@ -172,6 +177,7 @@ class SandboxTask(gymnasium.Env[np.ndarray, int]):
         self.steps, self.mean_s, self.sigma = steps, mean_s, sigma
         self.latency = ToolLatency(None, mean_s, sigma)
         self.t = 0
+        self.resets = 0
         self.helper = subprocess.Popen(["sleep", str(FOREVER)])
 
     def reset(
@@ -179,7 +185,9 @@ class SandboxTask(gymnasium.Env[np.ndarray, int]):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         if seed is not None:
             self.latency = ToolLatency(seed, self.mean_s, self.sigma)
-        time.sleep(FOREVER if options and options.get("wedge") else self.latency.draw())
+        self.resets += 1
+        wedge = options and options.get("wedge") and self.resets > 1
+        time.sleep(FOREVER if wedge else self.latency.draw())
         self.t = 0
         return np.zeros(1, np.float32), {}
 
@@ -262,6 +270,8 @@ class Driver:
         #: Workers whose last answer was a fault's: the new env's first answer is marked
         #: restarted too, and says why the old one was replaced.
         self.after_fault: set[int] = set()
+        self.played: set[int] = set()  # workers whose env has answered a reset
+        self.wedged = False
         #: The requests in flight when the busy window ended: (fault, seconds in flight).
         self.in_flight_at_end: list[tuple[str | None, float]] = []
         self.started = 0
@@ -316,9 +326,10 @@ class Driver:
             # the reset starts a new env, under the start-up deadline. So wedges go to
             # the resets after a finished rollout, often enough to make --wedge-rate of
             # all resets.
-            live = worker_id not in self.after_fault
+            live = worker_id not in self.after_fault and worker_id in self.played
             wedge = self.faults and live and self.rng.random() < self.wedge_rate_when_live
-            wedge = wedge or (self.faults and self.started == 1)  # every run has one
+            wedge = wedge or (self.faults and live and not self.wedged)  # every run has one
+            self.wedged = self.wedged or bool(wedge)
             self.pending[worker_id] = Pending("reset", "wedge" if wedge else None, now)
             reset = aioenv.Reset(options={"wedge": True}) if wedge else aioenv.RESET
             pool.send_action(reset, worker_id)
@@ -369,6 +380,7 @@ class Driver:
         elif in_window:
             self.count("window:healthy")
         if pending.kind == "reset":
+            self.played.add(worker_id)
             self.open.add(worker_id)
         elif "episode_timeout" in reason and state.truncated:
             self.end(worker_id, "truncated by its budget")
