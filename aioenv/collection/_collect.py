@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import inspect
 import math
-import operator
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Union
@@ -30,7 +29,7 @@ from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
-from ._rows import EpisodeRows, detach_rows, trajectories
+from ._rows import EpisodeRows, PolicyVersioned, detach_rows, trajectories
 
 __all__ = ["Collector", "Policy", "collect"]
 
@@ -53,7 +52,7 @@ class _Track:
     finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
 
 
-class Collector:
+class Collector(PolicyVersioned):
     """Drives ``pool`` with ``policy`` (see :meth:`collect`), keeping what a call does not
     return for the next call. The collector owns the pool's stepping: between calls, do not
     send actions to the pool yourself (``call``, ``get_attr``, ``set_attr`` and ``pause`` are
@@ -72,19 +71,6 @@ class Collector:
         self._started = False
         self._running = False
         self._finish_counter = 0
-
-    @property
-    def policy_version(self) -> int:
-        """An int you set when the policy changes (default 0; it may not decrease). Each
-        transition records the version in force when its action was chosen."""
-        return self._version
-
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        version = operator.index(version)
-        if version < self._version:
-            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
-        self._version = version
 
     async def collect(
         self,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -38,7 +37,7 @@ from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ..workers._supervision import describe_failure
 from ._collect import Policy, _action_rows
-from ._rows import EpisodeRows, trajectories
+from ._rows import EpisodeRows, PolicyVersioned, trajectories
 
 __all__ = ["Group", "GroupCollector", "collect_groups"]
 
@@ -107,7 +106,7 @@ class _Track:
     in_flight: Any = None
 
 
-class GroupCollector:
+class GroupCollector(PolicyVersioned):
     """An async iterator of :class:`Group`: ``group_size`` rollouts of each of ``tasks``
     on ``pool`` with ``policy`` (see :func:`collect_groups`). The collector owns the pool's
     stepping until it is exhausted or closed (:meth:`aclose`)."""
@@ -143,19 +142,6 @@ class GroupCollector:
         self._next_task_id = 0
         self._exhausted = False
         self._started = self._running = self._closed = False
-
-    @property
-    def policy_version(self) -> int:
-        """An int you set when the policy changes (default 0; it may not decrease). Each
-        transition records the version in force when its action was chosen."""
-        return self._version
-
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        version = operator.index(version)
-        if version < self._version:
-            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
-        self._version = version
 
     def __aiter__(self) -> GroupCollector:
         return self

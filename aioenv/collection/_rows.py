@@ -4,6 +4,7 @@ how the returned ones become :class:`~aioenv.Trajectories`."""
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 from ..core._environment import Step
 from ..pool._trajectories import Trajectories, stack
 
-__all__ = ["EpisodeRows", "detach_rows", "trajectories"]
+__all__ = ["EpisodeRows", "PolicyVersioned", "detach_rows", "trajectories"]
 
 _ROW_FIELDS = (
     "observations",
@@ -27,6 +28,25 @@ _ROW_FIELDS = (
 
 def _as_is(observation: Any) -> Any:
     return observation
+
+
+class PolicyVersioned:
+    """The collectors' ``policy_version`` (``collect`` and ``collect_groups``): one rule."""
+
+    _version: int = 0
+
+    @property
+    def policy_version(self) -> int:
+        """An int you set when the policy changes (default 0; it may not decrease). Each
+        transition records the version in force when its action was chosen."""
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = operator.index(version)
+        if version < self._version:
+            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
+        self._version = version
 
 
 @dataclasses.dataclass(eq=False)
