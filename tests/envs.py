@@ -141,6 +141,14 @@ class BigObservation(gymnasium.Env[np.ndarray, int]):
         return self._obs(), float(action), self.t >= 3, False, {"t": self.t}
 
 
+class EndlessBig(BigObservation):
+    """:class:`BigObservation` whose episodes never end."""
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        return self._obs(), float(action), False, False, {"t": self.t}
+
+
 def expected_big_observation(t: int, shape: tuple[int, ...] = (210, 160, 3, 4)) -> np.ndarray:
     base = np.arange(int(np.prod(shape)), dtype=np.int64)
     return ((base + t) % 251).astype(np.uint8).reshape(shape)

@@ -36,7 +36,10 @@ class VectorBatches:
     ``action_space`` is the vector env's (``single_action_space`` batched); ``add_info``
     is its ``_add_info`` (gymnasium's way of adding one env's info to the vector infos,
     masks and all). Rewards and flags are new arrays at every gathering, so those handed
-    out before stay as they were."""
+    out before stay as they were. Observations are copied once, from what the workers
+    gave into the arrays handed out: new arrays with ``copy`` (gymnasium's default),
+    else arrays reused from call to call (a worker's own view where one worker gives them
+    all), valid until the next call."""
 
     def __init__(
         self,
@@ -45,8 +48,11 @@ class VectorBatches:
         single_action_space: Any,
         action_space: Any,
         add_info: AddInfo,
+        *,
+        copy: bool = True,
     ) -> None:
         self._layout = layout
+        self._copy = copy
         self._single_observation_space = single_observation_space
         self._single_action_space = single_action_space
         self._action_space = action_space
@@ -54,7 +60,9 @@ class VectorBatches:
         self._all_workers = list(range(len(layout.sizes)))
         self._env_obs: list[Any] = [None] * layout.num_envs
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
-        self._arrays = VectorArrays(single_observation_space, layout.num_envs)
+        self._arrays = VectorArrays(single_observation_space, layout.num_envs, copy=copy)
+        self._parts = layout.slices()
+        self._out: Any = None  # with copy=False: the array per-env observations are joined into
 
     # Actions out --------------------------------------------------------------------------
     def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
@@ -104,7 +112,7 @@ class VectorBatches:
         infos["env_id"] = rows
         arrays = self._arrays
         return (
-            self.observations(rows),
+            self.observations(workers),
             arrays.rewards[rows],
             arrays.terminated[rows],
             arrays.truncated[rows],
@@ -137,13 +145,25 @@ class VectorBatches:
             infos = self._add_info(infos, step.info, i)
         return infos
 
-    def observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
-        """Every env's latest observation, batched, or those of the envs ``rows``."""
+    def observations(self, workers: list[int] | None = None) -> Any:
+        """Every env's latest observation, batched, or those of the envs of ``workers``
+        (in that order): one copy of what the workers gave."""
         arrays = self._arrays
-        if self._layout.batched and arrays.box:
-            return arrays.stacked.copy() if rows is None else arrays.stacked[rows]
-        per_env = arrays.per_env if self._layout.batched else self._env_obs
-        chosen = per_env if rows is None else [per_env[i] for i in rows]
+        batched = self._layout.batched
+        if batched and arrays.box:
+            parts = self._parts if workers is None else [self._parts[w] for w in workers]
+            return arrays.batch(parts)
+        per_env = arrays.per_env if batched else self._env_obs
+        if workers is None:
+            chosen = per_env
+        else:
+            parts = [self._parts[w] for w in workers]
+            chosen = [per_env[i] for part in parts for i in range(part.start, part.stop)]
         space = self._single_observation_space
-        out = create_empty_array(space, len(chosen))
+        if self._copy or workers is not None:
+            out = create_empty_array(space, len(chosen))
+        else:
+            if self._out is None:
+                self._out = create_empty_array(space, len(chosen))
+            out = self._out
         return concatenate(space, chosen, out)  # type: ignore[arg-type]

@@ -118,6 +118,9 @@ def place_envs(
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
         options.setdefault("envs_per_worker", choice.envs_per_worker)
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
+    # The vector env copies observations once, into what it returns (its own ``copy``):
+    # the pool hands them over as they arrive, views of shared memory included.
+    options["copy"] = False
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
     return Placement(Runtime(pool), sizes, probe, choice, batch_size)

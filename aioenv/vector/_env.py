@@ -68,7 +68,9 @@ class AioVectorEnv(VectorEnv):
     (``"NextStep"``) or aioenv's name (``"next_step"``, the default). ``observation_mode``
     is gymnasium's: ``"same"``, ``"different"`` or ``(batched, single)`` spaces. Spaces are
     checked at construction (``RuntimeError``); whatever was started is closed again when
-    the constructor fails. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
+    the constructor fails. ``copy`` is gymnasium's: True (the default), each call returns
+    observations of its own; False, arrays the vector env reuses, or views of a worker's
+    shared memory, valid until the next call. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
     env left open is closed when it is garbage collected or at interpreter exit.
 
     PettingZoo parallel envs (factories or instances) are taken as **agent lanes**: lane
@@ -97,12 +99,14 @@ class AioVectorEnv(VectorEnv):
         autoreset_mode: str | AutoresetMode | None = None,
         observation_mode: ObservationMode = "same",
         batch_size: int | None = None,
+        copy: bool = True,
         **pool_options: Any,
     ) -> None:
         if autoreset is not None and autoreset_mode is not None:
             raise TypeError("pass autoreset_mode= or autoreset=, not both")
         chosen = autoreset_mode if autoreset_mode is not None else autoreset
         name = autoreset_name(chosen if chosen is not None else "next_step")
+        self.copy = bool(copy)
         placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
         self.mode_choice = placed.choice
         self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, placed.batch_size)
@@ -124,6 +128,7 @@ class AioVectorEnv(VectorEnv):
                     "wrap it with AioVectorEnv.from_pool() before using it"
                 )
         venv = cls.__new__(cls)
+        venv.copy = pool.copy
         kinds = sorted({worker.kind for worker in pool.workers})
         venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
         sizes = [worker.num_envs for worker in pool.workers]
@@ -209,7 +214,9 @@ class AioVectorEnv(VectorEnv):
             self._env_spaces = (lanes.env_observation_space, lanes.env_action_space)
             env_actions = batch_space(lanes.env_action_space, count)
             add_info = add_info_of(count)
-        self._batches = VectorBatches(self._layout, *self._env_spaces, env_actions, add_info)
+        self._batches = VectorBatches(
+            self._layout, *self._env_spaces, env_actions, add_info, copy=self.copy
+        )
 
     @property
     def pool(self) -> WorkerPool[Any]:

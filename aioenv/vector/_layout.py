@@ -332,23 +332,34 @@ def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
 
 class VectorArrays:
     """The vector env's latest observations (kept between steps: a masked reset leaves
-    the other envs' as they were) and one step's rewards and flags."""
+    the other envs' as they were) and one step's rewards and flags.
 
-    def __init__(self, single_space: Any, num_envs: int) -> None:
+    A Box space's observations are kept as each worker last gave them, not copied: an
+    array of its own, or a view of its shared memory, which stays what the worker last
+    answered until the vector env sends it another step or reset (controls leave it
+    alone), and every call that sends one takes the answer before it returns, or drops
+    it; the view then shows the env's newest observation, as gymnasium's
+    ``AsyncVectorEnv`` with shared memory does. :meth:`batch` copies them once, into
+    the array the vector env returns: a new one each time with ``copy``, else one array
+    reused (or, for a single worker's rows, its view itself), valid until the next call.
+    """
+
+    def __init__(self, single_space: Any, num_envs: int, *, copy: bool = True) -> None:
         self.box = isinstance(single_space, Box)
+        self.copy = copy
         self.single_space = single_space
         self.per_env: list[Any] = [None] * num_envs  # for spaces other than Box
         self._batched: dict[int, Any] = {}  # the batched space of a group of each size
-        self.stacked: Any = (
-            np.empty((num_envs, *single_space.shape), single_space.dtype) if self.box else None
-        )
+        #: Box observations by first env: the rows of the worker that gave them.
+        self._latest: dict[int, tuple[slice, Any]] = {}
+        self._reused: Any = None  # with copy=False: the array batches are stacked into
         self.rewards = np.zeros(num_envs, np.float64)
         self.terminated = np.zeros(num_envs, np.bool_)
         self.truncated = np.zeros(num_envs, np.bool_)
 
     def observe(self, part: slice, observations: Any) -> None:
         if self.box:
-            self.stacked[part] = observations
+            self._latest[part.start] = (part, observations)
             return
         size = part.stop - part.start
         batched = self._batched.get(size)
@@ -356,6 +367,34 @@ class VectorArrays:
             batched = self._batched[size] = batch_space(self.single_space, size)
         for index, observation in enumerate(iterate(batched, observations), part.start):
             self.per_env[index] = observation
+
+    def batch(self, parts: list[slice]) -> Any:
+        """The Box observations of the envs ``parts`` (each a worker's rows), in that
+        order: one copy of what the workers gave (zeros for an env never observed)."""
+        space = self.single_space
+        count = sum(part.stop - part.start for part in parts)
+        chosen = [self._latest.get(part.start) for part in parts]
+        if not self.copy and len(chosen) == 1 and chosen[0] is not None:
+            given = chosen[0][1]
+            if (
+                type(given) is np.ndarray
+                and given.dtype == space.dtype
+                and given.shape == (count, *space.shape)
+            ):
+                return given  # zero copies: valid until the worker's next step
+        if self.copy:
+            out = np.empty((count, *space.shape), space.dtype)
+        else:
+            reused = self._reused
+            if reused is None or len(reused) < count:
+                reused = self._reused = np.empty((len(self.per_env), *space.shape), space.dtype)
+            out = reused[:count]
+        at = 0
+        for part, latest in zip(parts, chosen, strict=True):
+            size = part.stop - part.start
+            out[at : at + size] = 0 if latest is None else latest[1]
+            at += size
+        return out
 
     def new_step(self) -> None:
         self.rewards = np.zeros_like(self.rewards)
