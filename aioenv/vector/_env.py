@@ -70,8 +70,9 @@ class AioVectorEnv(VectorEnv):
     checked at construction (``RuntimeError``); whatever was started is closed again when
     the constructor fails. ``copy`` is gymnasium's: True (the default), each call returns
     observations of its own; False, arrays the vector env reuses, or views of a worker's
-    shared memory, valid until the next call. Use ``with AioVectorEnv(...) as envs:`` or call ``close()``; an
-    env left open is closed when it is garbage collected or at interpreter exit.
+    shared memory, valid until the next call. Use ``with AioVectorEnv(...) as envs:`` or
+    call ``close()``; an env left open is closed when it is garbage collected or at
+    interpreter exit.
 
     PettingZoo parallel envs (factories or instances) are taken as **agent lanes**: lane
     ``i * A + j`` is agent ``j`` (``possible_agents`` order) of env ``i``, ``num_envs`` is
