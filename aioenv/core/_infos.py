@@ -121,9 +121,10 @@ class FlatInfos(NamedTuple):
 def flat_columns(records: Any, keys: tuple[str, ...], size: int) -> dict[str, Any]:
     """The vector infos of ``size`` records: each key's column and its mask (all set)."""
     out: dict[str, Any] = {}
-    for key in keys:
+    masks = np.ones((len(keys), size), np.bool_)  # one allocation: a row per key
+    for index, key in enumerate(keys):
         out[key] = records[key].copy()  # contiguous and writable, as gymnasium's arrays
-        out[f"_{key}"] = np.ones(size, np.bool_)
+        out[f"_{key}"] = masks[index]
     return out
 
 

@@ -62,6 +62,7 @@ class VectorBatches:
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(single_observation_space, layout.num_envs, copy=copy)
         self._parts = layout.slices()
+        self._part_at = {part.start: part for part in self._parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
 
     # Actions out --------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class VectorBatches:
         infos["env_id"] = rows
         arrays = self._arrays
         return (
-            self.observations(workers),
+            self.observations(rows),
             arrays.rewards[rows],
             arrays.terminated[rows],
             arrays.truncated[rows],
@@ -145,25 +146,38 @@ class VectorBatches:
             infos = self._add_info(infos, step.info, i)
         return infos
 
-    def observations(self, workers: list[int] | None = None) -> Any:
-        """Every env's latest observation, batched, or those of the envs of ``workers``
-        (in that order): one copy of what the workers gave."""
+    def observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
+        """Every env's latest observation, batched, or those of the envs ``rows``: one copy
+        of what the workers gave (where ``rows`` are whole workers' envs in order, as a
+        ``recv``'s are; any other rows are picked from every env's)."""
         arrays = self._arrays
-        batched = self._layout.batched
-        if batched and arrays.box:
-            parts = self._parts if workers is None else [self._parts[w] for w in workers]
-            return arrays.batch(parts)
-        per_env = arrays.per_env if batched else self._env_obs
-        if workers is None:
-            chosen = per_env
-        else:
-            parts = [self._parts[w] for w in workers]
-            chosen = [per_env[i] for part in parts for i in range(part.start, part.stop)]
+        if self._layout.batched and arrays.box:
+            if rows is None:
+                return arrays.batch(self._parts)
+            parts = self._whole_parts(rows)
+            return arrays.batch(self._parts)[rows] if parts is None else arrays.batch(parts)
+        per_env = arrays.per_env if self._layout.batched else self._env_obs
+        chosen = per_env if rows is None else [per_env[i] for i in rows]
         space = self._single_observation_space
-        if self._copy or workers is not None:
+        if self._copy or rows is not None:
             out = create_empty_array(space, len(chosen))
         else:
             if self._out is None:
                 self._out = create_empty_array(space, len(chosen))
             out = self._out
         return concatenate(space, chosen, out)  # type: ignore[arg-type]
+
+    def _whole_parts(self, rows: npt.NDArray[np.int64]) -> list[slice] | None:
+        """The workers' rows that ``rows`` are, one worker after another; None if they
+        are not whole workers' envs in order."""
+        parts: list[slice] = []
+        at = 0
+        listed = rows.tolist()
+        while at < len(listed):
+            part = self._part_at.get(listed[at])
+            size = 0 if part is None else part.stop - part.start
+            if part is None or listed[at : at + size] != list(range(part.start, part.stop)):
+                return None
+            parts.append(part)
+            at += size
+        return parts

@@ -397,9 +397,10 @@ class VectorArrays:
         return out
 
     def new_step(self) -> None:
-        self.rewards = np.zeros_like(self.rewards)
-        self.terminated = np.zeros_like(self.terminated)
-        self.truncated = np.zeros_like(self.truncated)
+        size = len(self.rewards)
+        self.rewards = np.zeros(size, np.float64)
+        self.terminated = np.zeros(size, np.bool_)
+        self.truncated = np.zeros(size, np.bool_)
 
 
 class _OwnBatching(Exception):
