@@ -6,6 +6,7 @@ the next call."""
 from __future__ import annotations
 
 import mmap
+import os
 import tracemalloc
 from typing import Any
 
@@ -14,8 +15,13 @@ import pytest
 from envs import BigObservation, EndlessBig, expected_big_observation
 
 import aioenv
+from aioenv.core._environment import VectorSource
+from aioenv.env_side._vector_runner import VectorRunner
+from aioenv.wire._frames import HEADER, decode_batch_step, encode_batch_step
+from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
 
 N = 4
+HEADER_SIZE = HEADER.size
 SHAPE = (96, 96, 4)  # above shared memory's automatic threshold
 ZEROS = np.zeros(N, np.int64)
 
@@ -143,3 +149,55 @@ def test_recv_returns_the_rows_of_the_workers_that_finished(copy: bool) -> None:
                 assert not in_shared_memory(observations)
             envs.send(np.zeros(N // 2, np.int64))
         envs.recv()
+
+
+class _Rows(BigObservation):
+    """Observations of another dtype once ``t`` reaches 2 (they must not be converted)."""
+
+    def step(self, action: int) -> Any:
+        observation, *rest = super().step(action)
+        return (observation.astype(np.int16) if self.t >= 2 else observation, *rest)
+
+
+def rows() -> _Rows:
+    return _Rows(SHAPE)
+
+
+def test_a_child_stacks_its_envs_observations_straight_into_shared_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's envs' observations are stacked into its shared memory, and the reply
+    points there: no stack first, no copy of it (a row that does not fit the layout
+    exactly travels through the socket, unconverted)."""
+
+    runner = VectorRunner(VectorSource((big, rows)), 0, None)
+    runner.reset()
+    layout = Layout.of(runner.spaces[0])
+    assert layout is not None
+    fd = memory_file(layout.nbytes)
+    try:
+        shared = SharedObservations(layout, fd)
+    finally:
+        os.close(fd)
+    runner.stack_into = shared.views
+
+    def no_copy(*args: Any) -> bool:
+        raise AssertionError("the stacked observations were copied into shared memory")
+
+    monkeypatch.setattr(Layout, "write", no_copy)
+    batch = runner.step([0, 0])
+    assert batch.observations is shared.views
+    frame = encode_batch_step(1, batch, 0, shared)
+    decoded = decode_batch_step(memoryview(frame)[HEADER_SIZE:], shared)
+    assert decoded.observations is shared.views
+    np.testing.assert_array_equal(shared.views, np.stack([expected_big_observation(1, SHAPE)] * 2))
+
+    monkeypatch.undo()
+    batch = runner.step([0, 0])  # env 1's observation is int16 now
+    assert batch.observations is not shared.views
+    assert batch.observations.dtype == np.int16
+    decoded = decode_batch_step(
+        memoryview(encode_batch_step(2, batch, 0, shared))[HEADER_SIZE:], shared
+    )
+    assert decoded.observations.dtype == np.int16
+    np.testing.assert_array_equal(decoded.observations[1], expected_big_observation(2, SHAPE))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from ..core._messages import EpisodeOptions, Failure
 from ..core._registry import merge as merge_registry
@@ -20,7 +21,7 @@ from ..wire._requests import Request
 from ._runner import EnvRunner
 from ._segment import PolicyCache
 from ._thread_caps import ThreadCaps, cap_imported, cap_threads
-from ._vector_runner import Runner, make_runner
+from ._vector_runner import Runner, VectorRunner, make_runner
 
 __all__ = ["Slots"]
 
@@ -54,6 +55,7 @@ class Slots:
         self._policies = PolicyCache()  # this process's, shared by its slots' runners
         self._sources = [_unpickled(payload) for payload in payloads]
         self.runners = [self._runner(slot, seed, episode) for slot, seed in enumerate(seeds)]
+        self._stack_into: list[Any] = [None] * len(seeds)  # see :meth:`share`
 
     def serve(self, slot: int, request: int, payload: Any) -> Any:
         """Answer one ``request`` for ``slot``: a state or a Failure (STEP), a result or
@@ -70,9 +72,16 @@ class Slots:
             runner.close()
             seed, episode = payload
             runner = self.runners[slot] = self._runner(slot, seed, episode)
+            _stack_into(runner, self._stack_into[slot])
         runner.build()
         cap_imported(self._thread_caps)  # what the env imported while it was built
         return runner.spaces
+
+    def share(self, slot: int, views: Any) -> None:
+        """The slot's shared memory (its layout's views; None: none any more): a slot that
+        steps several envs of a Box space stacks their observations straight into it."""
+        self._stack_into[slot] = views
+        _stack_into(self.runners[slot], views)
 
     def close(self) -> None:
         """Close every slot's env."""
@@ -86,6 +95,11 @@ class Slots:
             failed.build_failure = source.failure  # reported by every request, as a build's
             return failed
         return make_runner(source, seed, episode, self._policies)
+
+
+def _stack_into(runner: Runner, views: Any) -> None:
+    if isinstance(runner, VectorRunner):
+        runner.stack_into = views if type(views) is np.ndarray else None
 
 
 class _Unpicklable:

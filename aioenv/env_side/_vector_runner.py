@@ -108,6 +108,9 @@ class VectorRunner:
         self._action_batch: Any = None  # env 0's action space batched: splits the actions
         self._observations: list[Any] = [None] * self.size
         self._built = False
+        #: Where a Box batch is stacked when every row fits it exactly: the worker's
+        #: shared memory, which the reply then points to instead of copying into it.
+        self.stack_into: np.ndarray[Any, Any] | None = None
 
     @property
     def built(self) -> bool:
@@ -313,6 +316,9 @@ class VectorRunner:
     def _stacked(self) -> Any:
         space = self._single_space
         if isinstance(space, Box):
+            into = self.stack_into
+            if into is not None and _fit(self._observations, into):
+                return np.stack(self._observations, out=into)
             try:
                 # np.array of same-shape arrays is np.stack, three times faster
                 return np.array(self._observations)
@@ -342,6 +348,15 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
+
+
+def _fit(rows: list[Any], out: np.ndarray[Any, Any]) -> bool:
+    """Whether ``rows`` are arrays of exactly ``out``'s row dtype and shape (one that is
+    not travels as it is, never converted)."""
+    dtype, shape = out.dtype, out.shape[1:]
+    return len(rows) == len(out) and all(
+        type(row) is np.ndarray and row.dtype == dtype and row.shape == shape for row in rows
+    )
 
 
 def _batched(spaces: list[Any]) -> Any:

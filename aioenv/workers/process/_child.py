@@ -91,10 +91,12 @@ def serve(
                 if kind == Kind.CLOSE:
                     return
                 if kind == Kind.SHARE:
-                    shared[slot] = _map_shared(frame, descriptors)
+                    mapped = shared[slot] = _map_shared(frame, descriptors)
+                    slots.share(slot, None if mapped is None else mapped.views)
                 elif kind == Kind.CLOSE_SLOT:
                     slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
+                    slots.share(slot, None)
                 elif kind == Kind.REBUILD:
                     slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
                 else:
