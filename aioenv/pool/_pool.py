@@ -417,6 +417,7 @@ class WorkerPool(abc.ABC, Generic[S]):
             return
         self._close_done = anyio.Event()
         self._closed = True
+        self._roster.close()
         with anyio.CancelScope(shield=True):
             self._inbox.close()
             try:

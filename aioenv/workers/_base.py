@@ -41,7 +41,7 @@ from ..core._restarts import (
 )
 from ..core._rollouts import Rollout
 from ..core._seeds import check_seed, seeded_reset
-from ..loops._here import check_loop_move, not_on_asyncio
+from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
 from ._hooks import KindHooks
 from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
@@ -161,6 +161,7 @@ class Worker(KindHooks, Generic[S]):
         self._closing = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the thread _loop was found running in
 
     # Users -----------------------------------------------------------------------------
     @property
@@ -194,20 +195,25 @@ class Worker(KindHooks, Generic[S]):
             return
         if self._failure is not None:
             raise self._failure
+        loop = self._loop
+        # still_here(loop, self._loop_thread) inlined (a call per action costs more); where
+        # it cannot tell, bind to the running loop, unless neither the worker nor this
+        # thread has one (a worker needs a loop to wait, not to send)
+        if (self._loop_thread != thread_id() or loop is None or not loop.is_running()) and (
+            loop is not None or running_loop() is not None
+        ):
+            self._ensure_loop()
         flight = self._flight
-        if flight.inbox.is_owed(self.worker_id):
+        if not flight.inbox.claim(self.worker_id):
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
             )
-        if self._loop is not asyncio._get_running_loop():
-            self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
         seq = flight.next_seq
         flight.next_seq = seq + 1
         flight.awaited = seq
-        flight.inbox.owe(self.worker_id)
         self._sent = action
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
@@ -388,11 +394,12 @@ class Worker(KindHooks, Generic[S]):
         """The running loop, which this worker is bound to from now on. A worker moves to a
         new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
         is in flight; ``closing``: whatever was in flight is dropped."""
-        loop = asyncio._get_running_loop()
+        loop = running_loop()
         if loop is None:
             raise not_on_asyncio(f"{self.name}: send_action()")
         old, flight = self._loop, self._flight
         if old is loop:
+            self._loop_thread = thread_id()
             return loop
         if old is not None:
             if not closing:
@@ -401,7 +408,7 @@ class Worker(KindHooks, Generic[S]):
             if flight.awaited:
                 flight.forget(self.worker_id)
             flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
-        self._loop = loop
+        self._loop, self._loop_thread = loop, thread_id()
         self._bind_loop(loop)
         return loop
 

@@ -172,8 +172,12 @@ class _EnvTask:
         """Queue request ``seq``; the task serves it after those before it."""
         self.requests.append((seq, request))
         wake_up = self._wake_up
-        if wake_up is not None and not wake_up.done():
-            wake_up.set_result(None)
+        if wake_up is not None:
+            # Dropped as it is woken: a future kept until the next wait would outlive the
+            # step, and each object that does makes the garbage collector run sooner.
+            self._wake_up = None
+            if not wake_up.done():  # else the task was cancelled while it waited
+                wake_up.set_result(None)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -190,8 +194,8 @@ class _EnvTask:
                 worker.observation_space, worker.action_space = runner.spaces
             while True:
                 while not requests:
-                    self._wake_up = loop.create_future()
-                    await self._wake_up
+                    self._wake_up = wake_up = loop.create_future()
+                    await wake_up
                 seq, request = requests.popleft()
                 if request is _STOP:
                     return
