@@ -148,6 +148,8 @@ class Receiver:
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
         raises at once (its reply is lost with that loop) rather than hang."""
+        if still_here(self._loop, self._loop_thread):
+            return
         loop = running_loop()
         if loop is None:
             raise not_on_asyncio("a pool's get_state()/get_batch()")
