@@ -195,6 +195,12 @@ class Worker(KindHooks, Generic[S]):
             return
         if self._failure is not None:
             raise self._failure
+        flight = self._flight
+        if flight.inbox.is_owed(self.worker_id):
+            raise StateNotTaken(
+                f"{self.name} already has an action in flight or a state not yet taken; "
+                "take it with get_state() before sending another action"
+            )
         loop = self._loop
         # still_here(loop, self._loop_thread) inlined (a call per action costs more); where
         # it cannot tell, bind to the running loop, unless neither the worker nor this
@@ -203,17 +209,12 @@ class Worker(KindHooks, Generic[S]):
             loop is not None or running_loop() is not None
         ):
             self._ensure_loop()
-        flight = self._flight
-        if not flight.inbox.claim(self.worker_id):
-            raise StateNotTaken(
-                f"{self.name} already has an action in flight or a state not yet taken; "
-                "take it with get_state() before sending another action"
-            )
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
         seq = flight.next_seq
         flight.next_seq = seq + 1
         flight.awaited = seq
+        flight.inbox.owe(self.worker_id)
         self._sent = action
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:

@@ -53,15 +53,6 @@ class Inbox:
         """An action was sent to ``worker_id``; its outcome is now owed."""
         self._owed[worker_id] = None
 
-    def claim(self, worker_id: int | None) -> bool:
-        """Owe ``worker_id``'s outcome (an action is being sent to it), unless it is owed
-        already: then False, and nothing changes."""
-        owed = self._owed
-        if worker_id in owed:
-            return False
-        owed[worker_id] = None
-        return True
-
     def is_owed(self, worker_id: int | None) -> bool:
         return worker_id in self._owed
 
