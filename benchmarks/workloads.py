@@ -23,7 +23,7 @@ from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
-from machine import CpuAccount, idle_probe
+from machine import CpuAccount, cpu_hog, idle_probe
 from pipelined import PIPELINED, run_pipelined
 from policies import (
     BatchPolicy,
@@ -265,9 +265,11 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
         "W6": [4, 16],
+        "W6 beside a CPU hog": [16],
         "W7": [100, 1000],
         "W14": [10_000],
         "W11 policies": ["random", "MLP"],
+        "W11 policies beside a CPU hog": ["random"],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -276,9 +278,11 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
         "W6": [4, 16],
+        "W6 beside a CPU hog": [16],
         "W7": [100, 1000],
         "W14": [2_000],
         "W11 policies": ["MLP"],  # W11 and W12 alike
+        "W11 policies beside a CPU hog": ["random"],
     },
 }
 
@@ -319,6 +323,10 @@ class Case:
     batch_policy: PolicyMaker | None = None
     batch_size: int | None = None
     requires: tuple[str, ...] = ()  # modules the env needs; its rows skip without them
+    # Each measurement runs beside a CPU hog (machine.cpu_hog: a busy loop on every core but
+    # one, started for the measurement and stopped after it), as another CPU-heavy job on
+    # the machine would be: every row of the case meets the same hog.
+    hog: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,7 +402,11 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
         "W6": Workload(
             "W6",
             "training script: lockstep CartPole, a numpy MLP policy between steps",
-            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]],
+            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]]
+            + [
+                Case(f"N={n} beside a CPU hog", n, envs.cartpole(), envs.cartpole_policy, hog=True)
+                for n in sizes["W6 beside a CPU hog"]
+            ],
         ),
         "W7": Workload(
             "W7",
@@ -462,6 +474,18 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
                     requires=("ale_py", "cv2"),
                 )
                 for name in policies
+            ]
+            + [
+                Case(
+                    f"N={REAL_N} {name} beside a CPU hog",
+                    REAL_N,
+                    envs.pong(),
+                    envs.zero_policy,
+                    batch_policy=pong_policies[name],
+                    requires=("ale_py", "cv2"),
+                    hog=True,
+                )
+                for name in sizes["W11 policies beside a CPU hog"]
             ],
             overhead_s=PROCESS_START_S,
         ),
@@ -650,6 +674,12 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
     runner = config["runner"]
 
     def measure(seed: int) -> Sample:
+        if case.hog:
+            with cpu_hog():
+                return run(seed)
+        return run(seed)
+
+    def run(seed: int) -> Sample:
         common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
             api = config.get("api", "state")

@@ -15,7 +15,6 @@ import queue
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 import cloudpickle
@@ -23,6 +22,7 @@ import cloudpickle
 from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
+from ...env_side._idle_spin import IdleSpin
 from ...env_side._process_group import end_own_group, lead_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
@@ -67,7 +67,8 @@ def serve(
     the parent's gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this
     process's before any env is built. ``thread_caps``: the caps of this process's native
     thread pools, applied before any env is built (:mod:`aioenv.env_side._thread_caps`).
-    ``idle_spin``: seconds to poll for the next request before blocking on it.
+    ``idle_spin``: seconds to poll for the next request before blocking on it, while
+    polling pays (:class:`~aioenv.env_side._idle_spin.IdleSpin`).
 
     What the envs start ends with this process: it leads a process group of its own, which
     it ends once its envs are closed (or the parent is gone); see
@@ -83,8 +84,9 @@ def serve(
         if build:
             sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
         decoder = FrameDecoder()
+        waiting = IdleSpin(idle_spin, RECEIVE_SIZE)
         while True:
-            data = _receive(sock, idle_spin)  # whatever has arrived is one batch
+            data = waiting.receive(sock)  # whatever has arrived is one batch
             if not data:
                 return  # the parent is gone
             for kind, seq, slot, frame in decoder.feed(data):
@@ -111,25 +113,6 @@ def serve(
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
-
-
-def _receive(sock: socket.socket, idle_spin: float) -> bytes:
-    """What has arrived, polling for up to ``idle_spin`` seconds before blocking: in a
-    lockstep loop the next request comes a moment after the answer, and a child that is
-    still awake takes it at once, where a sleeping one costs both sides a wake-up (see
-    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy, and
-    yielding between polls, so a child never holds a core that the script (or another
-    child) could run on."""
-    if idle_spin > 0:
-        deadline = time.perf_counter() + idle_spin
-        while True:
-            try:
-                return sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                if time.perf_counter() > deadline:
-                    break
-                os.sched_yield()
-    return sock.recv(RECEIVE_SIZE)
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:

@@ -88,7 +88,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
     :param idle_spin: seconds the child keeps polling for its next request after each
         answer before it sleeps (default 0: it sleeps at once). In a lockstep loop with a
         core to spare per child this saves both sides a wake-up per step; an idle pool
-        costs at most this much CPU per child after each answer. At most 0.01.
+        costs at most this much CPU per child after each answer. The child stops polling
+        for a while when polling does not pay (the request came after the spin, or the
+        child was off its CPU for most of it: the machine is busy). At most 0.01.
     :param threads_per_env: the threads each native thread pool of the child may use
         (OpenMP, OpenBLAS, MKL, BLIS, Accelerate, numexpr, torch, OpenCV); default 1, so
         that env processes do not fight over the cores. The child sets
