@@ -15,14 +15,21 @@ what share of the spin's wall time the spinning side spent on a CPU (``time.thre
 over wall time): near 1 on a quiet machine, far below it when a runnable process shares
 the core, which is what aioenv's children read to stop spinning on a busy machine.
 
-The second table is a socketpair round trip as a function of how long the child works
+The second table is a lockstep loop through aioenv's children's way of waiting
+(:class:`aioenv.env_side._idle_spin.IdleSpin`): a script that works between steps and one
+child per core that works per step, each step one request to every child, in steps/s:
+the children always spin before they block (a fixed spin), spin while it pays (aioenv's
+rule, :func:`~aioenv.env_side._idle_spin.next_hold`), or never spin; quiet and beside a
+hog.
+
+The third table is a socketpair round trip as a function of how long the child works
 before it answers: the part that is not the child's work is the cost of the two wake-ups.
 On the 2-core VM this project is developed on, a side that waits less than about 0.15 ms
 is woken for about 35 us; one that waits longer (its core goes to sleep) costs 150-250 us.
 This is why aioenv's process workers answer each request as soon as it is done instead of
 once per batch. Run::
 
-    python benchmarks/wake_latency.py [--seconds 1.0] [--floors-only]
+    python benchmarks/wake_latency.py [--seconds 1.0] [--tables floors,idle_spin,work]
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 
 from machine import cpu_hog, hog_count
 
+from aioenv.env_side._idle_spin import IdleSpin
 from aioenv.workers import default_context
 
 WORK_US = (0, 50, 100, 150, 200, 300, 500, 1000)
@@ -244,24 +252,109 @@ FLOORS: dict[str, Callable[[], _Channel]] = {
 }
 
 
+#: The idle-spin table's loops: (the script's work between steps, each child's per step), µs:
+#: Pong-sized steps (4 envs a child) and CartPole-sized ones.
+LOCKSTEP_US = ((300, 1200), (50, 100))
+_STOP = b"q" * len(_MESSAGE)
+
+
+class _AlwaysSpin(IdleSpin):
+    """Spins before every wait, whatever the rule says (a fixed spin)."""
+
+    def receive(self, sock: socket.socket) -> bytes:
+        self.spin_after = 0.0
+        return super().receive(sock)
+
+
+def _lockstep_child(sock: socket.socket, work_us: float, spin: float, always: bool) -> None:
+    waiting = (_AlwaysSpin if always else IdleSpin)(spin, len(_MESSAGE))
+    while True:
+        message = waiting.receive(sock)
+        if not message or message == _STOP:
+            return
+        until = time.perf_counter() + work_us / 1e6
+        while time.perf_counter() < until:
+            pass
+        sock.sendall(message)
+
+
+def lockstep_rate(script_us: float, work_us: float, spin: str, seconds: float) -> float:
+    """Steps/s of a lockstep loop over one child per core (``spin``: "always", "adaptive"
+    or "never")."""
+    ends, processes = [], []
+    for _ in range(len(os.sched_getaffinity(0))):
+        ours, theirs = socket.socketpair()
+        process = _FORK.Process(
+            target=_lockstep_child,
+            args=(theirs, work_us, 0.0 if spin == "never" else SPIN_S, spin == "always"),
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        ends.append(ours)
+        processes.append(process)
+    try:
+        steps = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            for end in ends:
+                end.sendall(_MESSAGE)
+            for end in ends:
+                end.recv(len(_MESSAGE))
+            until = time.perf_counter() + script_us / 1e6
+            while time.perf_counter() < until:  # the script's policy
+                pass
+            steps += 1
+        return steps / (time.perf_counter() - started)
+    finally:
+        for end in ends:
+            end.sendall(_STOP)  # each child holds the others' ends too: no end-of-file
+            end.close()
+        for process in processes:
+            process.join(5.0)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="per measurement")
-    parser.add_argument("--floors-only", action="store_true", help="leave the second table out")
+    parser.add_argument(
+        "--tables", default="floors,idle_spin,work", help="which tables, comma-separated"
+    )
     args = parser.parse_args()
+    tables = args.tables.split(",")
     hogs = hog_count()
-    print(f"| round trip parent -> child -> parent | quiet (us) | beside {hogs} hog(s) (us) |")
-    print("|---|---:|---:|")
-    for label, make in FLOORS.items():
-        quiet, quiet_note = floor_us(make, args.seconds)
-        with cpu_hog():
-            busy, busy_note = floor_us(make, args.seconds)
-        print(f"| {label} | {quiet:.1f} | {busy:.1f} |", flush=True)
-        if quiet_note:
-            print(f"|   its spins | {quiet_note} | {busy_note} |", flush=True)
-    if args.floors_only:
+    if "floors" in tables:
+        print(f"| round trip parent -> child -> parent | quiet (us) | beside {hogs} hog(s) (us) |")
+        print("|---|---:|---:|")
+        for label, make in FLOORS.items():
+            quiet, quiet_note = floor_us(make, args.seconds)
+            with cpu_hog():
+                busy, busy_note = floor_us(make, args.seconds)
+            print(f"| {label} | {quiet:.1f} | {busy:.1f} |", flush=True)
+            if quiet_note:
+                print(f"|   its spins | {quiet_note} | {busy_note} |", flush=True)
+        print()
+    if "idle_spin" in tables:
+        print(
+            f"| lockstep: script / each child per step (us) | children spin | quiet (steps/s) "
+            f"| beside {hogs} hog(s) (steps/s) |"
+        )
+        print("|---|---|---:|---:|")
+        for script_us, work_us in LOCKSTEP_US:
+            for spin in ("always", "adaptive", "never"):
+                quiet_rate = lockstep_rate(script_us, work_us, spin, args.seconds)
+                with cpu_hog():
+                    busy_rate = lockstep_rate(script_us, work_us, spin, args.seconds)
+                print(
+                    f"| {script_us} / {work_us} | {spin} | {quiet_rate:,.0f} | {busy_rate:,.0f} |",
+                    flush=True,
+                )
+        print()
+    if "work" not in tables:
         return
-    print()
     print("| child works (us) | round trip (us) | of which wake-ups (us) |")
     print("|---:|---:|---:|")
     for work in WORK_US:
