@@ -51,8 +51,8 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 #: How to get a module these rows need, where the ``bench`` extra does not bring it.
 INSTALL_HINTS: dict[str, str] = {
     "stable_baselines3": "pip install 'aioenv[sb3]' (make bench installs it, CPU torch first)",
-    "pufferlib": "not in aioenv[bench], as PufferLib 3.0 pins gymnasium<=0.29.1 and "
-    "numpy<2 (benchmarks/README.md says how to add it)",
+    "pufferlib": "in no extra, PufferLib 3.0 requires gymnasium<=0.29.1 "
+    "(benchmarks/README.md: Peers)",
 }
 
 #: Seconds to wait for each PufferLib worker to exit after its close (which signals them
