@@ -44,6 +44,9 @@ _PACKAGES = (
     "ale-py",
     "mujoco",
     "envpool",
+    "stable-baselines3",
+    "pufferlib",
+    "pufferlib-core",  # PufferLib's vector code as a wheel (see peers.py)
 )
 
 

@@ -24,6 +24,7 @@ from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
 from machine import CpuAccount, cpu_hog, idle_probe
+from peers import INSTALL_HINTS, PUFFER_PIPELINED, REQUIRES
 from pipelined import PIPELINED, run_pipelined
 from policies import (
     BatchPolicy,
@@ -229,18 +230,26 @@ CONFIGS: list[Config] = [
 ]
 
 # W6, W11 to W13: the same synchronous training loop over each vector env (see
-# lockstep.py); W13's pipelined loop (pipelined.py); the computed machine limit last.
+# lockstep.py, peers.py); W13's pipelined loops, aioenv's and PufferLib's (pipelined.py);
+# the computed machine limit last.
 CONFIGS += [
     {
         "label": label,
         "runner": "lockstep",
         "workloads": workloads,
         **({"requires": ("envpool",)} if label.startswith("EnvPool") else {}),
+        **({"requires": REQUIRES[label]} if label in REQUIRES else {}),
     }
     for label, (_, workloads) in VECTORS.items()
 ]
 CONFIGS += [
     {"label": PIPELINED, "runner": "pipelined", "workloads": ("W13",)},
+    {
+        "label": PUFFER_PIPELINED,
+        "runner": "pipelined",
+        "workloads": ("W13",),
+        "requires": REQUIRES[PUFFER_PIPELINED],
+    },
     {"label": LIMIT, "runner": "limit", "workloads": ("W6", "W11", "W12", "W13")},
 ]
 # W9 and W10: rollouts in the workers vs the policy in the parent; collect() vs a hand loop
@@ -707,6 +716,7 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             assert case.batch_policy is not None
             assert case.batch_size is not None
             return run_pipelined(
+                config["label"],
                 case.env,
                 case.n,
                 case.batch_size,
@@ -750,6 +760,9 @@ def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
         if importlib.util.find_spec(module) is None
     ]
     if missing:
+        hint = next((INSTALL_HINTS[module] for module in missing if module in INSTALL_HINTS), None)
+        if hint is not None:
+            return f"needs {', '.join(missing)}: {hint}"
         where = (
             " (installed on Linux with CPython 3.11 to 3.14, where EnvPool has wheels)"
             if "envpool" in missing

@@ -27,10 +27,7 @@ from ...env_side._process_group import end_own_group, lead_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
-    CONTROL,
     RECEIVE_SIZE,
-    RESET_REQUEST,
-    STEP_ARRAY,
     FrameDecoder,
     Kind,
     decode_array,
@@ -41,13 +38,12 @@ from ...wire._frames import (
     loads,
     receive_descriptors,
 )
-from ...wire._requests import Request
+from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
 from ...wire._shared_memory import SharedObservations
 
 __all__ = ["serve"]
 
 _DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
-_STEP, _CONTROL = int(Request.STEP), int(Request.CONTROL)  # the hot path's, as plain ints
 
 
 def serve(
@@ -59,7 +55,7 @@ def serve(
     build: bool,
     registry: bytes,
     thread_caps: ThreadCaps | None,
-    idle_spin: float = 0.0,
+    idle_spin: float,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
     ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
@@ -90,14 +86,14 @@ def serve(
             if not data:
                 return  # the parent is gone
             for kind, seq, slot, frame in decoder.feed(data):
-                if kind == Kind.CLOSE:
+                if kind == Request.CLOSE:
                     return
-                if kind == Kind.SHARE:
+                if kind == Request.SHARE:
                     shared[slot] = _map_shared(frame, descriptors)
-                elif kind == Kind.CLOSE_SLOT:
+                elif kind == Request.CLOSE_SLOT:
                     slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
-                elif kind == Kind.REBUILD:
+                elif kind == Request.REBUILD:
                     slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
@@ -155,16 +151,16 @@ def _answer_frame(
     """The reply frame to one request frame (``kind``, ``payload``) for ``slot``: a
     CONTROL, or a STEP of any encoding (an empty RESET is the RESET sentinel)."""
     if kind == RESET_REQUEST and not payload:
-        result = slots.serve(slot, _STEP, RESET)
+        result = slots.serve(slot, STEP, RESET)
     elif kind == STEP_ARRAY:
-        result = slots.serve(slot, _STEP, decode_array(payload))
+        result = slots.serve(slot, STEP, decode_array(payload))
     else:
         try:
             request = loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling the request")
         else:
-            result = slots.serve(slot, _CONTROL if kind == CONTROL else _STEP, request)
+            result = slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
     return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
 
 
