@@ -47,6 +47,7 @@ from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
 from ._supervision import (
+    SUPERVISION_DEFAULTS,
     Remedies,
     Supervision,
     Supervisor,
@@ -96,16 +97,21 @@ class Worker(KindHooks, Generic[S]):
         *,
         seed: int | None,
         cleanup_time: float,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         check_seed(seed)
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        options = Supervision(
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
+        )
         self.seed = seed
-        self.cleanup_time = float(cleanup_time)
+        self.cleanup_time = float(options.cleanup_time)
         self.env_name = describe_source(env)
         #: What the worker builds its env from (a gymnasium id becomes a factory over its
         #: spec, looked up in this process).
@@ -125,12 +131,6 @@ class Worker(KindHooks, Generic[S]):
             fail_controls=flight.controls.fail_all,
             awaiting=self._awaiting,
             time_out=self._timed_out,
-        )
-        options = Supervision(
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
         )
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, remedies)

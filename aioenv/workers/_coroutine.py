@@ -16,6 +16,7 @@ from ..env_side._async_runner import AsyncEnvRunner
 from ..loops._here import trio_env_on_asyncio
 from ..loops._host import CoroutineHost
 from ._base import Worker
+from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["AsyncEnvWorker"]
 
@@ -56,11 +57,11 @@ class AsyncEnvWorker(Worker[S]):
         env: EnvSource,
         *,
         seed: int | None = None,
-        cleanup_time: float = 5.0,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         super().__init__(
             env,
