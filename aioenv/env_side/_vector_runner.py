@@ -211,6 +211,31 @@ class VectorRunner:
             return _first_of(failures)
         return self._stepped(states)
 
+    def answer_envs(self, envs: list[int], requests: list[Any]) -> Any:
+        """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
+        env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
+        are those envs, in that order, or a Failure. Every env asked is answered, as in
+        :meth:`step_rows`; the envs not asked are untouched."""
+        states: list[Any] = []
+        failures: list[Failure] = []
+        runners = self.runners
+        for index, request in zip(envs, requests, strict=True):
+            runner = runners[index]
+            if isinstance(request, Reset):
+                state = runner.reset(request.seed, request.options)
+            elif request is RESET:
+                state = runner.reset()
+            else:
+                state = runner.step_row(request)
+            if type(state) is not tuple and not isinstance(state, Step):
+                if not isinstance(state, Failure):
+                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                failures.append(_in_env(state, index))
+            states.append(state)
+        if failures:
+            return _first_of(failures)
+        return self._stepped(states, envs)
+
     def split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
         spaces ``iterate`` is ``iter``: the same rows, without its dispatch)."""
@@ -222,9 +247,10 @@ class VectorRunner:
                 return list(actions)
         return list(iterate(space, actions))
 
-    def _stepped(self, states: list[Any]) -> BatchStep[Any]:
-        """The BatchStep of a step of every env: ``states[i]`` is env ``i``'s Step, or its
-        :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple."""
+    def _stepped(self, states: list[Any], envs: list[int] | None = None) -> BatchStep[Any]:
+        """The BatchStep of a step of every env (``states[i]`` is env ``i``'s Step, or its
+        :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple), or of the envs
+        ``envs`` alone (``states[k]`` is env ``envs[k]``'s), a row each in that order."""
         observations: list[Any] = []
         rewards: list[float] = []
         terminated: list[bool] = []
@@ -255,25 +281,31 @@ class VectorRunner:
             if info:
                 infos[index] = info
                 entries.append((index, info))
-        self._observations = observations
+        if envs is None:
+            self._observations = observations
+        else:  # the others' stay as they were (a masked reset hands them out)
+            for index, observation in zip(envs, observations, strict=True):
+                self._observations[index] = observation
+        size = len(states)
+        stacked = self._stacked(observations)
         rewards_array = np.array(rewards, np.float64)
         ended_array, cut_array = np.array(terminated, np.bool_), np.array(truncated, np.bool_)
-        if len(infos) == self.size and not finals:
+        if len(infos) == size and not finals:
             packed = flat_infos(list(infos.values()))
             if packed is not None:
                 return BatchStep(
-                    self._stacked(), rewards_array, ended_array, cut_array, infos, finals,
+                    stacked, rewards_array, ended_array, cut_array, infos, finals,
                     final_infos, packed_infos=packed,
                 )  # fmt: skip
         return BatchStep(
-            self._stacked(),
+            stacked,
             rewards_array,
             ended_array,
             cut_array,
             infos,
             finals,
             final_infos,
-            *batch_vector_infos(entries, infos, self.size),
+            *batch_vector_infos(entries, infos, size),
         )
 
     def _batch(
@@ -310,16 +342,18 @@ class VectorRunner:
             *batch_vector_infos(entries, infos, self.size),
         )
 
-    def _stacked(self) -> Any:
+    def _stacked(self, observations: list[Any] | None = None) -> Any:
+        """``observations`` (default: every env's last) as one batch."""
+        rows = self._observations if observations is None else observations
         space = self._single_space
         if isinstance(space, Box):
             try:
                 # np.array of same-shape arrays is np.stack, three times faster
-                return np.array(self._observations)
+                return np.array(rows)
             except ValueError:
-                return np.stack(self._observations)  # its error names the mismatch
-        out = create_empty_array(space, self.size)
-        return concatenate(space, self._observations, out)  # type: ignore[arg-type]
+                return np.stack(rows)  # its error names the mismatch
+        out = create_empty_array(space, len(rows))
+        return concatenate(space, rows, out)  # type: ignore[arg-type]
 
     def control(self, request: ControlRequest) -> Any:
         """``configure`` applies to every env, ``policy`` is loaded once for all; other

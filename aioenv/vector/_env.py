@@ -154,7 +154,9 @@ class AioVectorEnv(VectorEnv):
         try:
             self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
             self._define(envs, probe, observation_mode)
-            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
+            # Inline envs step when recv asks for them, any batch of them: one by one.
+            inline = isinstance(envs, InlineEnvs)
+            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset, by_env=inline)
             observations, actions = envs.start()
             layout = self._layout
             env_observation, env_action = self._env_spaces
@@ -291,11 +293,17 @@ class AioVectorEnv(VectorEnv):
             raise ValueError(
                 "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
             )
-        ids, requests = self._layout.reset_requests(seed, options, "async_reset()")
         pipeline = self._pipeline
+        ids, requests = self._layout.reset_requests(
+            seed, options, "async_reset()", by_env=pipeline.by_env
+        )
         pipeline.clear()
         pipeline.started()
-        self._envs.dispatch(ids, requests, True)
+        if self._inline is not None:
+            self._inline.drop_queued()
+            self._inline.queue(ids, requests)
+        else:
+            self._envs.dispatch(ids, requests, True)
 
     def send(
         self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
@@ -315,6 +323,15 @@ class AioVectorEnv(VectorEnv):
             env_id = None if env_id is None else lanes.env_ids(env_id)
             actions = lanes.env_actions(actions)
         env_ids = pipeline.targets(env_id)
+        inline = self._inline
+        if inline is not None:
+            rows = self._batches.action_rows(actions, env_ids)
+            pipeline.check_not_flying(inline, env_ids)
+            if not pipeline.active:  # what a recv left queued after an error: dropped
+                inline.drop_queued()
+            pipeline.started()
+            inline.queue(env_ids, rows)
+            return
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
@@ -334,6 +351,8 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         pipeline = self._pipeline
         pipeline.check_recv(self._envs)
+        if self._inline is not None:
+            return self._recv_inline(self._inline, pipeline)
         held = pipeline.held
         error = self._envs.receive(pipeline.workers_per_batch, held)
         if error is not None:
@@ -343,6 +362,21 @@ class AioVectorEnv(VectorEnv):
         states = [held.pop(worker_id) for worker_id in workers]
         env_ids = pipeline.last_env_ids = pipeline.envs(workers)
         return self._lane_result(self._batches.received(workers, states, env_ids))
+
+    def _recv_inline(self, inline: InlineEnvs, pipeline: Pipeline) -> Result:
+        """``recv`` of inline envs: the first ``batch_size`` envs sent to step now, in the
+        order they were sent."""
+        try:
+            env_ids, batch = inline.answer_queued(pipeline.batch_size)
+        except WorkerError as error:
+            failed: WorkerError | None = error
+        else:
+            failed = None
+        if failed is not None:
+            pipeline.last_env_ids = None
+            raise raised([failed], self._layout.env_of)
+        pipeline.last_env_ids = env_ids
+        return self._lane_result(self._batches.rows(batch, env_ids))
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what
