@@ -33,7 +33,7 @@ from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
 from ._segment import PolicyCache, joined, play
 
-__all__ = ["Runner", "VectorRunner", "make_runner"]
+__all__ = ["Runner", "VectorRunner", "make_runner", "split_rows"]
 
 _NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
 #: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
@@ -242,10 +242,7 @@ class VectorRunner:
         space = self._action_batch
         if space is None:
             return list(actions)
-        if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
-            with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
-                return list(actions)
-        return list(iterate(space, actions))
+        return split_rows(space, actions)
 
     def _stepped(self, states: list[Any], envs: list[int] | None = None) -> BatchStep[Any]:
         """The BatchStep of a step of every env (``states[i]`` is env ``i``'s Step, or its
@@ -376,6 +373,16 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
+
+
+def split_rows(space: Any, actions: Any) -> list[Any]:
+    """A batch of ``space`` split into one action per env, as gymnasium's ``iterate``
+    splits it (for the array spaces ``iterate`` is ``iter``: the same rows, without its
+    dispatch)."""
+    if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
+        with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
+            return list(actions)
+    return list(iterate(space, actions))
 
 
 def _batched(spaces: list[Any]) -> Any:

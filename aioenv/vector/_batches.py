@@ -16,6 +16,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 
 from ..core._environment import BatchStep
 from ..env_side._infos import add_info_of
+from ..env_side._vector_runner import split_rows
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
 from ._pipeline import info_rows
@@ -83,7 +84,7 @@ class VectorBatches:
     def action_rows(self, actions: Any, env_ids: list[int]) -> list[Any]:
         """A batch of ``len(env_ids)`` actions split into one per env, as gymnasium's
         ``iterate`` splits them."""
-        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
+        per_env = split_rows(self._batched_actions(len(env_ids)), actions)
         if len(per_env) != len(env_ids):
             raise ValueError(
                 f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
@@ -132,12 +133,17 @@ class VectorBatches:
         """What ``recv`` returns from a BatchStep whose rows are the envs ``env_ids`` (inline
         envs, stepped when asked): its arrays are new, so they are handed out as they are;
         infos over its rows, ``infos["env_id"]`` as :meth:`received` gives it."""
-        size = len(env_ids)
-        layout = self._row_layouts.get(size)
-        if layout is None:
-            layout = self._row_layouts[size] = (EnvLayout([size], batched=True), add_info_of(size))
-        infos = layout[0].infos_of(_ONLY_WORKER, [batch], layout[1])
-        infos["env_id"] = np.asarray(env_ids, dtype=np.int64)
+        infos: dict[str, Any] = {}
+        if batch.infos or batch.final_infos:
+            size = len(env_ids)
+            layout = self._row_layouts.get(size)
+            if layout is None:
+                layout = self._row_layouts[size] = (
+                    EnvLayout([size], batched=True),
+                    add_info_of(size),
+                )
+            infos = layout[0].infos_of(_ONLY_WORKER, [batch], layout[1])
+        infos["env_id"] = np.array(env_ids, dtype=np.int64)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     def gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:

@@ -326,9 +326,10 @@ class AioVectorEnv(VectorEnv):
         inline = self._inline
         if inline is not None:
             rows = self._batches.action_rows(actions, env_ids)
-            pipeline.check_not_flying(inline, env_ids)
             if not pipeline.active:  # what a recv left queued after an error: dropped
                 inline.drop_queued()
+            elif not inline.idle(env_ids):
+                pipeline.check_not_flying(inline, env_ids)
             pipeline.started()
             inline.queue(env_ids, rows)
             return

@@ -104,9 +104,7 @@ class InlineEnvs:
         """Queue ``requests[k]`` (an action, or a reset with env ``env_ids[k]``'s own seed)
         for env ``env_ids[k]``: it is answered by a later :meth:`answer_queued`, in the
         order queued."""
-        queued = self._queued
-        for env, request in zip(env_ids, requests, strict=True):
-            queued[env] = request
+        self._queued.update(zip(env_ids, requests, strict=True))
 
     def answer_queued(self, count: int) -> tuple[list[int], Any]:
         """Answer the first ``count`` requests queued (the envs sent to first are the first
@@ -120,6 +118,10 @@ class InlineEnvs:
         if isinstance(result, Failure):
             raise self._error(result)
         return envs, result
+
+    def idle(self, env_ids: list[int]) -> bool:
+        """None of these envs has a request queued."""
+        return self._queued.keys().isdisjoint(env_ids)
 
     def drop_queued(self) -> None:
         self._queued.clear()

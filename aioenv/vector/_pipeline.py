@@ -105,6 +105,15 @@ class Pipeline:
                 "step_wait() first",
                 "step",
             )
+        last = self.last_env_ids
+        if (
+            type(env_id) is np.ndarray
+            and env_id.ndim == 1
+            and env_id.dtype == np.int64
+            and last is not None
+            and env_id.tolist() == last
+        ):
+            return last  # the last recv's envs (its infos["env_id"]): checked by then
         num_envs = self.layout.num_envs
         if env_id is None:
             if self.last_env_ids is None:
@@ -127,7 +136,7 @@ class Pipeline:
         return env_ids
 
     def check_not_flying(self, envs: Envs, worker_ids: list[int]) -> None:
-        if not self.active:
+        if not self.active or not (self.held or envs.num_pending):
             return
         busy = [w for w in worker_ids if w in self.held or envs.has_pending(w)]
         if busy:
