@@ -9,6 +9,11 @@ about :data:`HAND_OFF` for the first child and :data:`PER_CHILD` more for each o
 builds anyway is stepped for ``t``; children are chosen when their estimate beats stepping
 in line by :data:`MARGIN`, with at most one child per core (a lockstep script waits while
 they step, so its own core is free for one of them).
+
+Pipelined use (``batch_size`` below ``N``) follows the same rule: a ``recv`` of ``B`` envs
+costs per env what a lockstep step does, in line or through children, so whichever wins
+one wins the other; children's groups then divide ``B``, so that a ``recv`` returns
+whole groups.
 """
 
 from __future__ import annotations

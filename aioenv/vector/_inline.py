@@ -34,8 +34,10 @@ class InlineEnvs:
 
     It takes the places of the pool and its event loop in the vector env (the same calls
     as :class:`~aioenv.vector._runtime.Runtime`): ``exchange`` answers a request at once;
-    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer (the
-    pipelined calls, whose work then happens when their results are asked for). A
+    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer
+    (``step_async``/``step_wait``). The pipelined calls go env by env: :meth:`queue`
+    holds each env's request, :meth:`answer_queued` steps the first ones queued when
+    ``recv`` asks for them. A
     :class:`Failure` becomes the :class:`EnvError` a grouped worker's would, named after
     this group."""
 
