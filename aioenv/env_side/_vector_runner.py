@@ -9,7 +9,6 @@ message per batch each way, and the parent does no work per env.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -21,11 +20,11 @@ from gymnasium.vector.utils import (
     batch_space,
     concatenate,
     create_empty_array,
-    iterate,
 )
 
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
+from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
@@ -33,11 +32,9 @@ from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
 from ._segment import PolicyCache, joined, play
 
-__all__ = ["Runner", "VectorRunner", "make_runner", "split_rows"]
+__all__ = ["Runner", "VectorRunner", "make_runner"]
 
 _NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
-#: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
-_ITERATED_AS_ROWS = iterate.dispatch(Box)
 
 
 class Runner(Protocol):
@@ -373,16 +370,6 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
-
-
-def split_rows(space: Any, actions: Any) -> list[Any]:
-    """A batch of ``space`` split into one action per env, as gymnasium's ``iterate``
-    splits it (for the array spaces ``iterate`` is ``iter``: the same rows, without its
-    dispatch)."""
-    if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
-        with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
-            return list(actions)
-    return list(iterate(space, actions))
 
 
 def _batched(spaces: list[Any]) -> Any:

@@ -15,8 +15,8 @@ import numpy.typing as npt
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ..core._environment import BatchStep
+from ..core._gymnasium import split_rows
 from ..env_side._infos import add_info_of
-from ..env_side._vector_runner import split_rows
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
 from ._pipeline import info_rows
