@@ -64,8 +64,11 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/async_loop.py
 
+# The bench extra, and the sb3 one for Stable-Baselines3's SubprocVecEnv rows (its torch
+# the CPU build, as for the integrations' tests).
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench,sb3]'
 	touch $(BENCH_STAMP)
 
 # The full run also redraws the docs' performance figure from its report and quotes the

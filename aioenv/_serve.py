@@ -39,6 +39,7 @@ from .core._errors import AioEnvError
 from .core._restarts import restart_note
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
+from .workers._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["ServeOptions", "build_app"]
 
@@ -67,9 +68,9 @@ class ServeOptions:
     mode: str = "process"
     max_sessions: int = 8
     idle_timeout: float | None = 300.0
-    step_timeout: float | None = None
-    reset_timeout: float | None = None
-    start_timeout: float | None = None
+    step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout
+    reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout
+    start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout
     name: str = "env"
 
     def __post_init__(self) -> None:

@@ -62,8 +62,9 @@ what its construction says, in place of that: a hang its step deadline ``Ds``; a
 ``c`` (it fails after its latency); a wedge its reset deadline ``Dr`` plus ``c`` (the new
 env's reset answers it); and each fault's restart the cost ``r`` of rebuilding an env of
 its kind, paid by the worker's next request. ``r`` is measured after the fault-free run's
-window, on an otherwise idle pool: the latency of a reset just after an env failed, less
-that of a reset just before (a process worker's is that of a new process and helper). So
+window, on an otherwise idle pool: the mean latency of a reset just after an env failed,
+less that of a reset just before, over many workers (a process worker's is that of a new
+process and helper), and never below 0. So
 a chaos run that answers ``H`` healthy requests, ``C`` crashes, and has ``h`` hangs,
 ``w`` wedges and ``R_k`` restarts of kind ``k`` in its window costs the workers::
 
@@ -116,6 +117,9 @@ MARK = "AIOENV_CHAOS_RUN"
 HEALTHY, HANG, CRASH = 0, 1, 2
 FOREVER = 10**6  # seconds: a hang, cut short by the deadline
 #: Python's own helpers, which live as long as the interpreter that started them.
+#: Process workers restarted, one after another, to measure a restart's cost (``r``).
+RESTART_SAMPLES_PROCESS = 8
+
 INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
@@ -460,18 +464,30 @@ class Driver:
             print(f"ended {self.ended}", flush=True)
 
     async def restart_costs(self, pool: aioenv.WorkerPool[Any]) -> dict[str, float]:
-        """Per kind: how much longer a reset takes just after a crash than just before,
-        the median of a few workers, one at a time on the otherwise idle pool."""
+        """Per kind: how much longer a reset takes just after a crash than just before, on
+        the otherwise idle pool, never below 0 (a restart saves no time). A reset's own
+        latency is a lognormal draw (its standard deviation about half its mean), so a few
+        one-off differences can come out tens of milliseconds off either way: coroutine
+        workers, cheap to restart, are measured all at once and their means compared;
+        process workers, whose new processes would compete for the cores if started
+        together, one after another."""
         costs: dict[str, float] = {}
-        for kind in ("process", "coroutine"):
-            samples = []
-            for worker_id in [i for i, k in enumerate(self.kinds) if k == kind][:5]:
-                before = await self.timed(pool, worker_id, aioenv.RESET)
-                await self.timed(pool, worker_id, CRASH)
-                after = await self.timed(pool, worker_id, aioenv.RESET)
-                samples.append(after - before)
-            costs[kind] = float(np.median(samples)) if samples else 0.0
+        for kind, together in (("process", False), ("coroutine", True)):
+            workers = [i for i, k in enumerate(self.kinds) if k == kind]
+            workers = workers if together else workers[:RESTART_SAMPLES_PROCESS]
+            before: list[float] = []
+            after: list[float] = []
+            for group in [workers] if together else [[w] for w in workers]:
+                before += await self.timed_together(pool, group, aioenv.RESET)
+                await self.timed_together(pool, group, CRASH)
+                after += await self.timed_together(pool, group, aioenv.RESET)
+            costs[kind] = max(0.0, float(np.mean(after) - np.mean(before))) if workers else 0.0
         return costs
+
+    async def timed_together(
+        self, pool: aioenv.WorkerPool[Any], workers: list[int], action: Any
+    ) -> list[float]:
+        return list(await asyncio.gather(*(self.timed(pool, w, action) for w in workers)))
 
     @staticmethod
     async def timed(pool: aioenv.WorkerPool[Any], worker_id: int, action: Any) -> float:

@@ -4,7 +4,8 @@ Where most RL users meet aioenv: ``envs.step(actions)`` in a plain loop, with th
 computed between steps (W6: a small numpy MLP, 4-64-64-2, so the envs sit idle while it
 runs, as they do in training). One figure is env steps per second over the window; the
 vector env is built by the row's ``vector`` factory, so gymnasium's SyncVectorEnv and
-AsyncVectorEnv, aioenv's AioVectorEnv and EnvPool run the identical loop.
+AsyncVectorEnv, aioenv's AioVectorEnv, EnvPool and the peers of peers.py (SB3's
+SubprocVecEnv, PufferLib's Multiprocessing) run the identical loop.
 
 The script's BLAS runs on one thread (threadpoolctl), as the envs need the other cores:
 the script is then one serial stream of work, which is what the machine limit assumes.
@@ -30,6 +31,7 @@ import gymnasium
 import numpy as np
 from envs import EnvFactory
 from machine import CpuAccount
+from peers import PUFFER_LOCKSTEP, SB3_SUBPROC, PufferVector, Sb3Vector
 from policies import BatchPolicy
 from runners import Meter, Sample, Timing
 from threadpoolctl import threadpool_limits
@@ -49,7 +51,7 @@ __all__ = [
 
 
 class Vector(Protocol):
-    """What the loop needs of a vector env (gymnasium's, aioenv's, or EnvPool's)."""
+    """What the loop needs of a vector env (gymnasium's, aioenv's, EnvPool's or a peer's)."""
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]: ...
 
@@ -159,6 +161,9 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
         lambda env, n, seed: EnvPoolVector("HalfCheetah-v5", n, seed),
         ("W12",),
     ),
+    # Peers that run gymnasium's envs in processes of their own design (see peers.py).
+    SB3_SUBPROC: (Sb3Vector, ("W6", *_REAL)),
+    PUFFER_LOCKSTEP: (PufferVector, ("W6", *_REAL)),
 }
 
 #: The computed row (see :func:`run_limit`).

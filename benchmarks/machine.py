@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "CpuAccount",
     "CpuSnapshot",
+    "cpu_hog",
     "git_state",
     "host_info",
     "idle_probe",
@@ -43,6 +44,9 @@ _PACKAGES = (
     "ale-py",
     "mujoco",
     "envpool",
+    "stable-baselines3",
+    "pufferlib",
+    "pufferlib-core",  # PufferLib's vector code as a wheel (see peers.py)
 )
 
 
@@ -179,6 +183,32 @@ def _tree_ticks(root: int) -> int:
         total += ticks.get(pid, 0)
         todo.extend(children.get(pid, ()))
     return total
+
+
+#: What a hog process runs: a busy loop, as another CPU-heavy job on the machine would.
+_HOG = "while True: pass"
+
+
+def hog_count() -> int:
+    """How many hog processes :func:`cpu_hog` starts: one per usable core but one, so one
+    core's worth of time is left to whatever is measured beside them."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+@contextlib.contextmanager
+def cpu_hog(processes: int | None = None) -> Iterator[int]:
+    """Run ``processes`` busy-loop processes (default :func:`hog_count`) for the body of
+    the ``with``, stopped after it; yields how many run."""
+    count = hog_count() if processes is None else processes
+    hogs = [subprocess.Popen([sys.executable, "-c", _HOG]) for _ in range(count)]
+    try:
+        time.sleep(0.05)  # each is past its start and busy before the measurement begins
+        yield count
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
 
 
 @contextlib.contextmanager

@@ -6,6 +6,9 @@ on one batch while the other envs step. The lockstep rows (lockstep.py) run the 
 policy on the same B envs at a time: B-sized slices of each lockstep step's batch
 (``policies.OnParts``), so every row pays for the same policy work per env step.
 
+PufferLib's own send/recv runs the same loop (``PIPELINERS``, see peers.py): its ``recv``
+returns the first worker ready, whose envs the next ``send`` goes to.
+
 Steps are env transitions: the replies to resets (the first of each env, and the reset
 observation after an episode ends, ``"next_step"`` autoreset) are not counted.
 """
@@ -13,24 +16,48 @@ observation after an episode ends, ``"next_step"`` autoreset) are not counted.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 from envs import EnvFactory
 from machine import CpuAccount
+from peers import PUFFER_PIPELINED, PufferPipelined
 from policies import BatchPolicy
 from runners import Meter, Sample, Timing
 from threadpoolctl import threadpool_limits
 
 import aioenv
 
-__all__ = ["PIPELINED", "run_pipelined"]
+__all__ = ["PIPELINED", "PIPELINERS", "Pipelined", "run_pipelined"]
 
 #: The pipelined row (the lockstep rows of W13 are lockstep.py's).
 PIPELINED = "AioVectorEnv pipelined: send/recv"
 
 
+class Pipelined(Protocol):
+    """What the pipelined loop needs of a vector env (aioenv's or PufferLib's)."""
+
+    def async_reset(self, *, seed: int) -> None: ...
+
+    def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]: ...
+
+    def send(self, actions: Any, env_ids: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: The pipelined rows: label -> how to build the vector env (env factory, n, batch size).
+PIPELINERS: dict[str, Callable[[EnvFactory, int, int], Pipelined]] = {
+    # Process workers, grouped by default to fit the batch.
+    PIPELINED: lambda env, n, batch_size: aioenv.AioVectorEnv(env, n, batch_size=batch_size),
+    PUFFER_PIPELINED: PufferPipelined,
+}
+
+
 @threadpool_limits.wrap(limits=1, user_api="blas")
 def run_pipelined(
+    label: str,
     env: EnvFactory,
     n: int,
     batch_size: int,
@@ -40,10 +67,9 @@ def run_pipelined(
     timing: Timing,
     account: CpuAccount,
 ) -> Sample:
-    """Measure the send/recv loop over ``AioVectorEnv(env, n, batch_size=batch_size)``
-    (process workers, grouped by default to fit the batch)."""
+    """Measure the send/recv loop over the vector env of row ``label`` (``PIPELINERS``)."""
     started = time.perf_counter()
-    vector = aioenv.AioVectorEnv(env, n, batch_size=batch_size)
+    vector = PIPELINERS[label](env, n, batch_size)
     try:
         vector.async_reset(seed=seed)
         build_s = time.perf_counter() - started

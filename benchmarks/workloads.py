@@ -23,7 +23,8 @@ from bare import run_bare
 from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
-from machine import CpuAccount, idle_probe
+from machine import CpuAccount, cpu_hog, idle_probe
+from peers import INSTALL_HINTS, PUFFER_PIPELINED, REQUIRES
 from pipelined import PIPELINED, run_pipelined
 from policies import (
     BatchPolicy,
@@ -229,18 +230,26 @@ CONFIGS: list[Config] = [
 ]
 
 # W6, W11 to W13: the same synchronous training loop over each vector env (see
-# lockstep.py); W13's pipelined loop (pipelined.py); the computed machine limit last.
+# lockstep.py, peers.py); W13's pipelined loops, aioenv's and PufferLib's (pipelined.py);
+# the computed machine limit last.
 CONFIGS += [
     {
         "label": label,
         "runner": "lockstep",
         "workloads": workloads,
         **({"requires": ("envpool",)} if label.startswith("EnvPool") else {}),
+        **({"requires": REQUIRES[label]} if label in REQUIRES else {}),
     }
     for label, (_, workloads) in VECTORS.items()
 ]
 CONFIGS += [
     {"label": PIPELINED, "runner": "pipelined", "workloads": ("W13",)},
+    {
+        "label": PUFFER_PIPELINED,
+        "runner": "pipelined",
+        "workloads": ("W13",),
+        "requires": REQUIRES[PUFFER_PIPELINED],
+    },
     {"label": LIMIT, "runner": "limit", "workloads": ("W6", "W11", "W12", "W13")},
 ]
 # W9 and W10: rollouts in the workers vs the policy in the parent; collect() vs a hand loop
@@ -265,9 +274,11 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 16, 64, 256],
         "W6": [4, 16],
+        "W6 beside a CPU hog": [16],
         "W7": [100, 1000],
         "W14": [10_000],
         "W11 policies": ["random", "MLP"],
+        "W11 policies beside a CPU hog": ["random"],
     },
     "quick": {
         "W1": [1, 4, 16],
@@ -276,9 +287,11 @@ SIZES: dict[str, dict[str, list[Any]]] = {
         "W3 shapes": [(84, 84, 4), (210, 160, 3)],
         "W5": [4, 64],
         "W6": [4, 16],
+        "W6 beside a CPU hog": [16],
         "W7": [100, 1000],
         "W14": [2_000],
         "W11 policies": ["MLP"],  # W11 and W12 alike
+        "W11 policies beside a CPU hog": ["random"],
     },
 }
 
@@ -319,6 +332,10 @@ class Case:
     batch_policy: PolicyMaker | None = None
     batch_size: int | None = None
     requires: tuple[str, ...] = ()  # modules the env needs; its rows skip without them
+    # Each measurement runs beside a CPU hog (machine.cpu_hog: a busy loop on every core but
+    # one, started for the measurement and stopped after it), as another CPU-heavy job on
+    # the machine would be: every row of the case meets the same hog.
+    hog: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,7 +411,11 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
         "W6": Workload(
             "W6",
             "training script: lockstep CartPole, a numpy MLP policy between steps",
-            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]],
+            [Case(f"N={n}", n, envs.cartpole(), envs.cartpole_policy) for n in sizes["W6"]]
+            + [
+                Case(f"N={n} beside a CPU hog", n, envs.cartpole(), envs.cartpole_policy, hog=True)
+                for n in sizes["W6 beside a CPU hog"]
+            ],
         ),
         "W7": Workload(
             "W7",
@@ -462,6 +483,18 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
                     requires=("ale_py", "cv2"),
                 )
                 for name in policies
+            ]
+            + [
+                Case(
+                    f"N={REAL_N} {name} beside a CPU hog",
+                    REAL_N,
+                    envs.pong(),
+                    envs.zero_policy,
+                    batch_policy=pong_policies[name],
+                    requires=("ale_py", "cv2"),
+                    hog=True,
+                )
+                for name in sizes["W11 policies beside a CPU hog"]
             ],
             overhead_s=PROCESS_START_S,
         ),
@@ -650,6 +683,12 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
     runner = config["runner"]
 
     def measure(seed: int) -> Sample:
+        if case.hog:
+            with cpu_hog():
+                return run(seed)
+        return run(seed)
+
+    def run(seed: int) -> Sample:
         common = {"policy": case.policy, "seed": seed, "timing": timing, "account": account}
         if runner == "aioenv":
             api = config.get("api", "state")
@@ -677,6 +716,7 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             assert case.batch_policy is not None
             assert case.batch_size is not None
             return run_pipelined(
+                config["label"],
                 case.env,
                 case.n,
                 case.batch_size,
@@ -720,6 +760,9 @@ def _skip_reason(workload: Workload, case: Case, config: Config) -> str | None:
         if importlib.util.find_spec(module) is None
     ]
     if missing:
+        hint = next((INSTALL_HINTS[module] for module in missing if module in INSTALL_HINTS), None)
+        if hint is not None:
+            return f"needs {', '.join(missing)}: {hint}"
         where = (
             " (installed on Linux with CPython 3.11 to 3.14, where EnvPool has wheels)"
             if "envpool" in missing

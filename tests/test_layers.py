@@ -176,6 +176,34 @@ def test_only_the_bridge_imports_trio_and_only_when_trio_runs() -> None:
         assert TRIO_BRIDGE not in imported, f"{module} imports the trio bridge when imported"
 
 
+def private_asyncio_names(source: str) -> set[str]:
+    """The private names of asyncio (``_name``, at any depth: ``asyncio.events._x``)
+    that ``source`` uses or imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("asyncio"):
+            names |= {
+                f"{node.module}.{alias.name}" for alias in node.names if alias.name.startswith("_")
+            }
+        elif isinstance(node, ast.Attribute):
+            chain, value = [node.attr], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            private = any(part.startswith("_") for part in chain)
+            if isinstance(value, ast.Name) and value.id == "asyncio" and private:
+                names.add(".".join(["asyncio", *reversed(chain)]))
+    return names
+
+
+def test_no_module_uses_a_private_name_of_asyncio() -> None:
+    # Private names change between Python versions without notice (and other event
+    # loops, uvloop's, need not keep them working).
+    for path in PACKAGE.rglob("*.py"):
+        used = private_asyncio_names(path.read_text())
+        assert not used, f"{module_name(path)} uses asyncio's private {sorted(used)}"
+
+
 def test_the_checks_see_real_edges() -> None:
     """The graph is read correctly: known imports show up (so the tests above can fail)."""
     edges = graph()
@@ -186,6 +214,15 @@ def test_the_checks_see_real_edges() -> None:
     assert "aioenv.core._messages" in edges["aioenv.env_side._runner"]
     assert LOOP_CHOICE in edges["aioenv.loops._inline"]
     assert "uvloop" in third_party_imports(PACKAGE / "loops" / "_choice.py")
+    assert private_asyncio_names(
+        "import asyncio\nfrom asyncio.events import _get_running_loop\n"
+        "asyncio._get_running_loop()\nasyncio.events._set_running_loop(None)\n"
+        "asyncio.get_running_loop()\n"
+    ) == {
+        "asyncio.events._get_running_loop",
+        "asyncio._get_running_loop",
+        "asyncio.events._set_running_loop",
+    }
 
 
 def print_the_house() -> None:

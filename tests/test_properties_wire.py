@@ -22,7 +22,6 @@ from aioenv import Step
 from aioenv.core._environment import BatchStep
 from aioenv.wire._frames import (
     HEADER,
-    STEP_ARRAY,
     FrameDecoder,
     decode_array,
     decode_batch_step,
@@ -34,6 +33,7 @@ from aioenv.wire._frames import (
     encode_step,
     raw_dtype,
 )
+from aioenv.wire._requests import STEP_ARRAY
 from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
 
 # Every dtype an array can have, both byte orders where there are two; structured dtypes

@@ -91,7 +91,8 @@ def test_frames_survive_any_chunking() -> None:
     ],
 )
 def test_array_actions_travel_raw_with_dtype_and_shape(action: np.ndarray) -> None:
-    from aioenv.wire._frames import STEP_ARRAY, decode_array, encode_array_action
+    from aioenv.wire._frames import decode_array, encode_array_action
+    from aioenv.wire._requests import STEP_ARRAY
 
     [(kind, seq, slot, payload)] = FrameDecoder().feed(encode_array_action(5, action, 2))
     assert (kind, seq, slot) == (STEP_ARRAY, 5, 2)

@@ -239,9 +239,10 @@ class EnvRunner:
                 )
             self._needs_reset = done and self.episode.autoreset == "next_step"
             return state, False
-        if limit is not None and self._length >= limit and not state.done:
-            state = dataclasses.replace(state, truncated=True)
-        if not state.done:
+        ended = state.terminated or state.truncated  # Step.done, without a call per step
+        if limit is not None and self._length >= limit and not ended:
+            state, ended = dataclasses.replace(state, truncated=True), True
+        if not ended:
             return state, False
         if self.episode.autoreset == "next_step":
             self._needs_reset = True

@@ -16,21 +16,13 @@ import cloudpickle
 
 from ..core._messages import EpisodeOptions, Failure
 from ..core._registry import merge as merge_registry
-from ..wire._requests import Request
+from ..wire._requests import CONTROL, STEP, Request
 from ._runner import EnvRunner
 from ._segment import PolicyCache
 from ._thread_caps import ThreadCaps, cap_imported, cap_threads
 from ._vector_runner import Runner, make_runner
 
 __all__ = ["Slots"]
-
-# The requests as plain ints, tested in this order: steps are the hot path.
-_STEP, _CONTROL, _CLOSE_SLOT, _REBUILD = (
-    int(Request.STEP),
-    int(Request.CONTROL),
-    int(Request.CLOSE_SLOT),
-    int(Request.REBUILD),
-)
 
 
 class Slots:
@@ -59,17 +51,19 @@ class Slots:
         """Answer one ``request`` for ``slot``: a state or a Failure (STEP), a result or
         a Failure (CONTROL), the env's spaces (BUILD, REBUILD), None (CLOSE_SLOT)."""
         runner = self.runners[slot]
-        if request == _STEP:
+        if request == STEP:  # steps first: the hot path
             return runner.handle(payload)
-        if request == _CONTROL:
+        if request == CONTROL:
             return runner.control(payload)
-        if request == _CLOSE_SLOT:
+        if request == Request.CLOSE_SLOT:
             runner.close()
             return None
-        if request == _REBUILD:
+        if request == Request.REBUILD:
             runner.close()
             seed, episode = payload
             runner = self.runners[slot] = self._runner(slot, seed, episode)
+        elif request != Request.BUILD:
+            raise ValueError(f"a slot serves no {Request(request).name} request")
         runner.build()
         cap_imported(self._thread_caps)  # what the env imported while it was built
         return runner.spaces

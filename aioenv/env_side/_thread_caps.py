@@ -32,7 +32,19 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "ThreadCaps", "cap_threads", "cap_imported", "check_threads"]
+__all__ = [
+    "DEFAULT_THREADS_PER_ENV",
+    "THREAD_VARIABLES",
+    "ThreadCaps",
+    "cap_threads",
+    "cap_imported",
+    "check_threads",
+]
+
+#: The threads each native thread pool of an env process may use, unless told otherwise
+#: (the process and Ray workers' ``threads_per_env``): one, so env processes do not
+#: fight over the cores.
+DEFAULT_THREADS_PER_ENV = 1
 
 #: The variables thread pools read when their library loads, each with the threadpoolctl
 #: API that caps its library once loaded (None: threadpoolctl does not know it).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import traceback
 from typing import TypeVar
 
@@ -15,18 +16,44 @@ __all__ = [
     "loop_running_here",
     "not_on_asyncio",
     "raised_in",
+    "running_loop",
+    "still_here",
+    "thread_id",
     "trio_env_on_asyncio",
     "trio_running_here",
 ]
 
 T = TypeVar("T")
 
+#: The calling thread's id (no system call), for :func:`still_here`.
+thread_id = threading.get_ident
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop running in this thread, or None. It asks the system for the
+    process id on every call (asyncio's check for a forked child): per-request paths
+    use :func:`still_here` instead."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def still_here(loop: asyncio.AbstractEventLoop | None, thread: int | None) -> bool:
+    """``loop``, found running in thread ``thread`` (by :func:`running_loop`), is still
+    the loop running in the calling thread: it runs, and this is its thread (a thread runs
+    one loop at a time). The per-request form of ``running_loop() is loop``, with no
+    system call; False sends the caller to :func:`running_loop`. (A loop that stopped and
+    now runs in another thread would pass for this one: objects bound to a loop are used
+    from its thread only.)"""
+    return thread == thread_id() and loop is not None and loop.is_running()
+
 
 def trio_running_here() -> bool:
     """This thread runs trio and no asyncio loop: an aioenv pool must be bridged here (see
     :mod:`aioenv.loops._trio_bridge`). Free when trio was never imported; called off the
     hot path."""
-    if asyncio._get_running_loop() is not None:
+    if running_loop() is not None:
         return False
     trio = sys.modules.get("trio")
     return trio is not None and bool(trio.lowlevel.in_trio_run())
@@ -35,7 +62,7 @@ def trio_running_here() -> bool:
 def loop_running_here() -> bool:
     """An event loop runs in this thread right now (asyncio's, or a trio run: a loop run
     inside it would break it)."""
-    return asyncio._get_running_loop() is not None or trio_running_here()
+    return running_loop() is not None or trio_running_here()
 
 
 def for_this_loop(pool: T) -> T:

@@ -1,22 +1,25 @@
 """A pool's options, documented and checked in one place: the pool classes, ``make_pool``
-and ``AioVectorEnv`` all take them by these names."""
+and ``AioVectorEnv`` all take them by these names. They are the workers' supervision and
+the episode options (each defined, with its default, in its own class) and the pool's
+own; the pools' signatures read the defaults from :data:`POOL_DEFAULTS`."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Literal
+from typing import Any
 
 from ..core._errors import WorkerError
-from ..core._messages import Autoreset, EpisodeOptions
-from ..workers._supervision import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW, Supervision
+from ..core._messages import EpisodeOptions
+from ..workers._supervision import Supervision
 
-__all__ = ["POOL_OPTIONS", "PoolOptions"]
+__all__ = ["POOL_DEFAULTS", "POOL_OPTIONS", "PoolOptions"]
 
 
 @dataclasses.dataclass(frozen=True)
-class PoolOptions:
-    """What a pool does besides handing out states.
+class PoolOptions(EpisodeOptions, Supervision):
+    """What a pool does besides handing out states: its workers' :class:`Supervision`,
+    the :class:`EpisodeOptions`, and the pool's own options below them.
 
     :param cleanup_time: seconds each worker gets to close before it is terminated, then
         killed (default 5).
@@ -59,45 +62,28 @@ class PoolOptions:
         ``get_batch`` reuses its stacked array.
     """
 
-    cleanup_time: float = 5.0
-    step_timeout: float | None = None
-    start_timeout: float | None = None
-    reset_timeout: float | None = None
-    restart: Literal["never", "on_failure"] = "never"
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    restart_window: float | None = DEFAULT_RESTART_WINDOW
-    restart_backoff: float = 0.0
-    on_failure: Callable[[WorkerError], None] | None = None
-    episode_timeout: float | None = None
-    autoreset: Autoreset = "disabled"
-    max_episode_steps: int | None = None
     check_actions: bool = False
     copy: bool = True
 
     def __post_init__(self) -> None:
-        cleanup_time = self.cleanup_time
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
-        self.supervision(None)  # checks the supervision options
-        self.episode()  # checks the episode options
+        Supervision.__post_init__(self)
+        EpisodeOptions.__post_init__(self)
 
     def supervision(self, on_failure: Callable[[WorkerError], None] | None) -> Supervision:
         """The workers' supervision, reporting failures to ``on_failure``."""
-        return Supervision(
-            step_timeout=self.step_timeout,
-            start_timeout=self.start_timeout,
-            reset_timeout=self.reset_timeout,
-            restart=self.restart,
-            max_restarts=self.max_restarts,
-            restart_window=self.restart_window,
-            restart_backoff=self.restart_backoff,
-            on_failure=on_failure,
-            episode_timeout=self.episode_timeout,
-        )
+        return Supervision(**{**_values(self, Supervision), "on_failure": on_failure})
 
     def episode(self) -> EpisodeOptions:
-        return EpisodeOptions(autoreset=self.autoreset, max_episode_steps=self.max_episode_steps)
+        return EpisodeOptions(**_values(self, EpisodeOptions))
 
+
+def _values(options: PoolOptions, part: type[Any]) -> dict[str, Any]:
+    """The options of ``part`` (one of the classes PoolOptions is made of), by name."""
+    return {field.name: getattr(options, field.name) for field in dataclasses.fields(part)}
+
+
+#: Every pool option at its default: what the pools' signatures read their defaults from.
+POOL_DEFAULTS = PoolOptions()
 
 #: The names of the pool options.
 POOL_OPTIONS = frozenset(field.name for field in dataclasses.fields(PoolOptions))

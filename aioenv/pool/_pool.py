@@ -25,10 +25,9 @@ from ..core._messages import Autoreset
 from ..loops._here import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
-from ..workers._supervision import DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW
 from ._batch import Batch
 from ._episodes import EpisodeCounter, EpisodeStats
-from ._options import PoolOptions
+from ._options import POOL_DEFAULTS, PoolOptions
 from ._receiving import Receiver
 from ._remote_control import Controls, WorkerResults
 from ._rollout import Rollouts
@@ -67,20 +66,20 @@ class WorkerPool(abc.ABC, Generic[S]):
         self,
         workers: Sequence[Worker[S]],
         *,
-        cleanup_time: float = 5.0,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        restart: Literal["never", "on_failure"] = "never",
-        max_restarts: int = DEFAULT_MAX_RESTARTS,
-        restart_window: float | None = DEFAULT_RESTART_WINDOW,
-        restart_backoff: float = 0.0,
-        on_failure: Callable[[WorkerError], None] | None = None,
-        episode_timeout: float | None = None,
-        autoreset: Autoreset = "disabled",
-        max_episode_steps: int | None = None,
-        check_actions: bool = False,
-        copy: bool = True,
+        cleanup_time: float = POOL_DEFAULTS.cleanup_time,
+        step_timeout: float | None = POOL_DEFAULTS.step_timeout,
+        start_timeout: float | None = POOL_DEFAULTS.start_timeout,
+        reset_timeout: float | None = POOL_DEFAULTS.reset_timeout,
+        restart: Literal["never", "on_failure"] = POOL_DEFAULTS.restart,
+        max_restarts: int = POOL_DEFAULTS.max_restarts,
+        restart_window: float | None = POOL_DEFAULTS.restart_window,
+        restart_backoff: float = POOL_DEFAULTS.restart_backoff,
+        on_failure: Callable[[WorkerError], None] | None = POOL_DEFAULTS.on_failure,
+        episode_timeout: float | None = POOL_DEFAULTS.episode_timeout,
+        autoreset: Autoreset = POOL_DEFAULTS.autoreset,
+        max_episode_steps: int | None = POOL_DEFAULTS.max_episode_steps,
+        check_actions: bool = POOL_DEFAULTS.check_actions,
+        copy: bool = POOL_DEFAULTS.copy,
     ) -> None:
         if not hasattr(self, "_ordered"):
             raise TypeError(
@@ -417,6 +416,7 @@ class WorkerPool(abc.ABC, Generic[S]):
             return
         self._close_done = anyio.Event()
         self._closed = True
+        self._roster.close()
         with anyio.CancelScope(shield=True):
             self._inbox.close()
             try:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..core._errors import NoActionInFlight, WorkerPaused
-from ..loops._here import not_on_asyncio
+from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._batch import Batch, ReusedRows
@@ -47,6 +47,7 @@ class Receiver:
         self._copy = copy
         self._reused_rows = ReusedRows(len(roster))  # with copy=False
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
+        self._loop_thread: int | None = None  # the thread _loop was found running in
 
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
@@ -78,7 +79,9 @@ class Receiver:
         if max_size is not None and (not isinstance(max_size, int) or max_size < min_size):
             raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
         inbox = self._inbox
-        if self._loop is not asyncio._get_running_loop():
+        if not still_here(self._loop, self._loop_thread) and (
+            self._loop is not None or running_loop() is not None
+        ):
             self._check_loop()
         deadline = self._deadline(timeout)
         while inbox.num_ready() < min_size:
@@ -145,15 +148,17 @@ class Receiver:
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
         raises at once (its reply is lost with that loop) rather than hang."""
-        loop = asyncio._get_running_loop()
+        if still_here(self._loop, self._loop_thread):
+            return
+        loop = running_loop()
         if loop is None:
             raise not_on_asyncio("a pool's get_state()/get_batch()")
-        if loop is self._loop:
-            return
-        for worker in self._roster.members:
-            if self._inbox.is_owed(worker.worker_id):
-                worker.enter_loop()
-        self._loop = loop
+        if loop is not self._loop:
+            for worker in self._roster.members:
+                if self._inbox.is_owed(worker.worker_id):
+                    worker.enter_loop()
+            self._loop = loop
+        self._loop_thread = thread_id()
 
     async def _wait_next(self, timeout: float | None) -> Outcome | None:
         inbox = self._inbox

@@ -41,6 +41,11 @@ class Roster:
         self.lanes = self.first_env.pop()
         #: The workers given up on, by id: the last error of each (handed out once).
         self.removed: dict[int, WorkerError] = {}
+        #: Per worker, False once an action to it must be refused (the pool closed, the
+        #: worker paused or given up on), kept up to date as those change: the sending
+        #: path reads one flag per action and makes the checks that say why only when
+        #: it is False.
+        self.accepting = [True] * len(self.members)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -85,6 +90,7 @@ class Roster:
             return
         if isinstance(error, WorkerError) and self.members[worker_id].failure is error:
             self.removed[worker_id] = error
+            self.accepting[worker_id] = False
 
     def gone(self, worker_id: int) -> WorkerRemoved:
         """The error of a call naming worker ``worker_id``, which was given up on."""
@@ -125,14 +131,21 @@ class Roster:
     def pause(self, worker_id: int) -> None:
         """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
         self._check_open()
-        self._inbox.pause(self.live(worker_id).worker_id)
+        index = self.live_index(worker_id)
+        self._inbox.pause(index)
+        self.accepting[index] = False
 
     def resume(self, worker_id: int | None) -> None:
         """Resume the worker, or every paused worker where ``worker_id`` is None."""
         self._check_open()
-        targets = self.members if worker_id is None else [self.live(worker_id)]
-        for member in targets:
-            self._inbox.resume(member.worker_id)
+        targets = range(len(self.members)) if worker_id is None else [self.live_index(worker_id)]
+        for index in targets:
+            self._inbox.resume(index)
+            self.accepting[index] = index not in self.removed
+
+    def close(self) -> None:
+        """The pool is closing: no worker takes another action."""
+        self.accepting = [False] * len(self.members)
 
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""

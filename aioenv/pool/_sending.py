@@ -39,17 +39,12 @@ class Sender:
         self._check_actions = check_actions
 
     def send_action(self, action: Any, worker_id: int) -> None:
-        self._check_open()
         roster = self._roster
-        workers = roster.members
-        if type(worker_id) is int and 0 <= worker_id < len(workers):
-            worker = workers[worker_id]  # the common case, checked first
+        accepting = roster.accepting
+        if type(worker_id) is int and 0 <= worker_id < len(accepting) and accepting[worker_id]:
+            worker = roster.members[worker_id]  # the common case, checked first
         else:
-            worker = workers[roster.index(worker_id)]
-        if worker.worker_id in roster.removed:
-            raise roster.gone(worker.worker_id)
-        if self._inbox.is_paused(worker.worker_id):
-            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
+            worker = self._addressee(worker_id)
         if self._check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space
             if space is not None and not space.contains(action):
@@ -62,6 +57,19 @@ class Sender:
             raise
         if action is RESET or isinstance(action, Reset):
             self._episodes.expect_reset(worker_id)
+
+    def _addressee(self, worker_id: int) -> Member:
+        """The worker an action to ``worker_id`` goes to, or the error that says why none
+        does (the pool is closed, the id names no worker, the worker was given up on or
+        is paused)."""
+        self._check_open()
+        roster = self._roster
+        worker = roster.members[roster.index(worker_id)]
+        if worker.worker_id in roster.removed:
+            raise roster.gone(worker.worker_id)
+        if self._inbox.is_paused(worker.worker_id):
+            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
+        return worker
 
     def _hand_out_failure(self, worker: Member) -> None:
         """An action to a worker that failed for good raised its error, which hands it out

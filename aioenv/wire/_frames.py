@@ -7,7 +7,9 @@ The parent's end is :mod:`aioenv.workers.process._host`, the child's
 
     payload length (u64) | sequence number (u64) | kind (u8) | slot (u16) | payload
 
-``slot`` says which of the child's envs the message is for (a child can host several).
+``kind`` is a :class:`~aioenv.wire._requests.Request` on the way to the child (the
+vocabulary a Ray actor's messages share) and a :class:`Kind` on the way back. ``slot``
+says which of the child's envs the message is for (a child can host several).
 Requests carry a sequence number and the reply repeats it, so the parent can tell the
 reply to the current request from a late reply to an abandoned one (sequence number 0:
 no reply expected). The parent reads without ever blocking (``FrameDecoder`` is fed
@@ -37,17 +39,15 @@ import numpy as np
 
 from ..core._environment import BatchStep, Step
 from ..core._infos import FlatInfos
+from ._requests import STEP, STEP_ARRAY, Request
 from ._shared_memory import SharedObservations
 
 __all__ = [
     "BATCH_STATE",
-    "CONTROL",
-    "STEP_ARRAY",
     "FAILURE",
     "HEADER",
     "READY",
     "RECEIVE_SIZE",
-    "RESET_REQUEST",
     "STATE",
     "STEP_STATE",
     "FrameDecoder",
@@ -73,16 +73,9 @@ HEADER = struct.Struct("<QQBH")
 
 
 class Kind(enum.IntEnum):
-    # parent -> child
-    STEP = 1
-    RESET = 2  # payload: empty, or a pickled Reset(seed, options)
-    CLOSE = 3
-    CONTROL = 4  # payload: a pickled ControlRequest; answered with STATE or FAILURE
-    REBUILD = 5  # payload: (seed, EpisodeOptions), pickled; build the slot's env afresh
-    CLOSE_SLOT = 6  # close the slot's env; the child goes on serving its other slots
-    SHARE = 7  # payload: a pickled Layout; the memory file's descriptor rides along
-    STEP_ARRAY = 8  # a STEP whose action is a numeric array: raw bytes, no pickling
-    # child -> parent
+    """What a frame from the child carries. A frame to the child carries a request, and
+    its kind is that :class:`~aioenv.wire._requests.Request`'s number."""
+
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
     STATE = 17  # payload: the state, pickled
     FAILURE = 18  # payload: a Failure
@@ -90,11 +83,8 @@ class Kind(enum.IntEnum):
     BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
 
 
-# The kinds the hot paths test, as plain ints: a frame's kind arrives as an int, and
-# comparing two ints is cheaper than looking up and comparing an enum member. (A reset
-# request's is RESET_REQUEST: ``RESET`` is the user's sentinel, aioenv.RESET.)
-RESET_REQUEST, CONTROL = int(Kind.RESET), int(Kind.CONTROL)
-STEP_ARRAY = int(Kind.STEP_ARRAY)
+# The kinds the parent's hot path tests, as plain ints: a frame's kind arrives as an int,
+# and comparing two ints is cheaper than looking up and comparing an enum member.
 READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
     int(Kind.READY),
     int(Kind.STATE),
@@ -102,7 +92,6 @@ READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
     int(Kind.STEP_STATE),
     int(Kind.BATCH_STATE),
 )
-_STEP = int(Kind.STEP)
 
 #: Bytes either side reads from the message socket at once.
 RECEIVE_SIZE = 1 << 16
@@ -155,13 +144,13 @@ _dtype = functools.cache(np.dtype)
 _ARRAYS_AS_BYTES = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
 
 
-def encode(kind: Kind, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
+def encode(kind: Kind | Request, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
     return HEADER.pack(len(payload), seq, kind, slot) + payload
 
 
 def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
     """A STEP message (the hot path's :func:`encode`)."""
-    return HEADER.pack(len(payload), seq, _STEP, slot) + payload
+    return HEADER.pack(len(payload), seq, STEP, slot) + payload
 
 
 def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> bytes:

@@ -1,19 +1,35 @@
-"""What a request asks of an env slot of a serving process (a process worker's child, a
-Ray actor): one vocabulary for both, whose meaning :class:`aioenv.env_side._serving.Slots`
-writes once. A leaf module: the parent's side sends these, the env's side answers them."""
+"""What a request asks of a serving process (a process worker's child, a Ray actor): the
+one vocabulary of request kinds, their names and numbers, whose meaning
+:class:`aioenv.env_side._serving.Slots` writes once. A process child's frames carry these
+numbers as their kind (:mod:`aioenv.wire._frames`), a Ray actor's messages these members
+(:mod:`aioenv.wire._ray_messages`). A leaf module: the parent's side sends these, the
+env's side answers them."""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["Request"]
+__all__ = ["CONTROL", "RESET_REQUEST", "STEP", "STEP_ARRAY", "Request"]
 
 
 class Request(enum.IntEnum):
-    """What a request asks of a slot, and what its payload is."""
+    """What a request asks, and what its payload is."""
 
+    # What a slot serves (Slots.serve), asked by a child's frame or an actor's message.
     BUILD = 0  # build the env (seeded as given at start-up); answered with its spaces
-    REBUILD = 1  # close the env and build a fresh one: payload (seed, episode options)
-    STEP = 2  # RESET, Reset(...), a Rollout or an action: payload that request
-    CONTROL = 3  # payload a ControlRequest
-    CLOSE_SLOT = 4  # close the env of this slot; no answer
+    STEP = 1  # RESET, Reset(...), a Rollout or an action: payload that request
+    CONTROL = 2  # payload a ControlRequest; answered with its result
+    REBUILD = 3  # close the env and build a fresh one: payload (seed, episode options)
+    CLOSE_SLOT = 4  # close the env of this slot; no answer (a child serves its others on)
+    # Only on a process child's socket: a STEP in another encoding, and the child's own.
+    RESET = 5  # a STEP whose request is a reset: payload empty (RESET) or a Reset(...)
+    STEP_ARRAY = 6  # a STEP whose action is a numeric array: raw bytes, no pickling
+    SHARE = 7  # payload: a Layout; the memory file's descriptor rides along
+    CLOSE = 8  # close every slot and end the child
+
+
+# The requests the hot paths test, as plain ints: a frame's kind arrives as an int, and
+# comparing two ints is cheaper than looking up and comparing an enum member. (A reset
+# request's is RESET_REQUEST: ``RESET`` is the user's sentinel, aioenv.RESET.)
+STEP, CONTROL = int(Request.STEP), int(Request.CONTROL)
+RESET_REQUEST, STEP_ARRAY = int(Request.RESET), int(Request.STEP_ARRAY)

@@ -41,12 +41,13 @@ from ..core._restarts import (
 )
 from ..core._rollouts import Rollout
 from ..core._seeds import check_seed, seeded_reset
-from ..loops._here import check_loop_move, not_on_asyncio
+from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
 from ._hooks import KindHooks
 from ._in_flight import InFlight
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck
 from ._supervision import (
+    SUPERVISION_DEFAULTS,
     Remedies,
     Supervision,
     Supervisor,
@@ -96,16 +97,21 @@ class Worker(KindHooks, Generic[S]):
         *,
         seed: int | None,
         cleanup_time: float,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         check_seed(seed)
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        options = Supervision(
+            cleanup_time=cleanup_time,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            reset_timeout=reset_timeout,
+            episode_timeout=episode_timeout,
+        )
         self.seed = seed
-        self.cleanup_time = float(cleanup_time)
+        self.cleanup_time = float(options.cleanup_time)
         self.env_name = describe_source(env)
         #: What the worker builds its env from (a gymnasium id becomes a factory over its
         #: spec, looked up in this process).
@@ -125,12 +131,6 @@ class Worker(KindHooks, Generic[S]):
             fail_controls=flight.controls.fail_all,
             awaiting=self._awaiting,
             time_out=self._timed_out,
-        )
-        options = Supervision(
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
         )
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, remedies)
@@ -161,6 +161,7 @@ class Worker(KindHooks, Generic[S]):
         self._closing = False
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None  # the thread _loop was found running in
 
     # Users -----------------------------------------------------------------------------
     @property
@@ -200,7 +201,13 @@ class Worker(KindHooks, Generic[S]):
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
             )
-        if self._loop is not asyncio._get_running_loop():
+        loop = self._loop
+        # still_here(loop, self._loop_thread) inlined (a call per action costs more); where
+        # it cannot tell, bind to the running loop, unless neither the worker nor this
+        # thread has one (a worker needs a loop to wait, not to send)
+        if (self._loop_thread != thread_id() or loop is None or not loop.is_running()) and (
+            loop is not None or running_loop() is not None
+        ):
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
@@ -388,11 +395,12 @@ class Worker(KindHooks, Generic[S]):
         """The running loop, which this worker is bound to from now on. A worker moves to a
         new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
         is in flight; ``closing``: whatever was in flight is dropped."""
-        loop = asyncio._get_running_loop()
+        loop = running_loop()
         if loop is None:
             raise not_on_asyncio(f"{self.name}: send_action()")
         old, flight = self._loop, self._flight
         if old is loop:
+            self._loop_thread = thread_id()
             return loop
         if old is not None:
             if not closing:
@@ -401,7 +409,7 @@ class Worker(KindHooks, Generic[S]):
             if flight.awaited:
                 flight.forget(self.worker_id)
             flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
-        self._loop = loop
+        self._loop, self._loop_thread = loop, thread_id()
         self._bind_loop(loop)
         return loop
 

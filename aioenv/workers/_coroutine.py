@@ -16,6 +16,7 @@ from ..env_side._async_runner import AsyncEnvRunner
 from ..loops._here import trio_env_on_asyncio
 from ..loops._host import CoroutineHost
 from ._base import Worker
+from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["AsyncEnvWorker"]
 
@@ -56,11 +57,11 @@ class AsyncEnvWorker(Worker[S]):
         env: EnvSource,
         *,
         seed: int | None = None,
-        cleanup_time: float = 5.0,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         super().__init__(
             env,
@@ -172,8 +173,12 @@ class _EnvTask:
         """Queue request ``seq``; the task serves it after those before it."""
         self.requests.append((seq, request))
         wake_up = self._wake_up
-        if wake_up is not None and not wake_up.done():
-            wake_up.set_result(None)
+        if wake_up is not None:
+            # Dropped as it is woken: a future kept until the next wait would outlive the
+            # step, and each object that does makes the garbage collector run sooner.
+            self._wake_up = None
+            if not wake_up.done():  # else the task was cancelled while it waited
+                wake_up.set_result(None)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -190,8 +195,8 @@ class _EnvTask:
                 worker.observation_space, worker.action_space = runner.spaces
             while True:
                 while not requests:
-                    self._wake_up = loop.create_future()
-                    await self._wake_up
+                    self._wake_up = wake_up = loop.create_future()
+                    await wake_up
                 seq, request = requests.popleft()
                 if request is _STOP:
                     return

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_RESTARTS",
     "DEFAULT_RESTART_WINDOW",
     "DEFAULT_START_TIMEOUT",
+    "SUPERVISION_DEFAULTS",
     "Clock",
     "Phase",
     "Remedies",
@@ -58,8 +59,12 @@ _MAX_BACKOFF = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class Supervision:
-    """What to do about slow and failing workers.
+    """What to do about slow and failing workers: the one definition of these options
+    and their defaults. The worker kinds, the pools and ``make_pool`` take them by these
+    names, and their signatures read the defaults from :data:`SUPERVISION_DEFAULTS`.
 
+    :param cleanup_time: seconds a worker's env gets to close before it is forced
+        (terminated, then killed, where its kind can); default 5.
     :param step_timeout: seconds a step may take; None (the default): no deadline.
     :param start_timeout: the same for construction plus the first reset after a
         (re)start; None (the default) means ``max(step_timeout, reset_timeout, 60)`` when
@@ -83,6 +88,7 @@ class Supervision:
         is no failure, so it spends no restart.
     """
 
+    cleanup_time: float = 5.0
     step_timeout: float | None = None
     start_timeout: float | None = None
     reset_timeout: float | None = None
@@ -94,6 +100,9 @@ class Supervision:
     episode_timeout: float | None = None
 
     def __post_init__(self) -> None:
+        cleanup_time = self.cleanup_time
+        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
         names = (
             "step_timeout",
             "start_timeout",
@@ -160,6 +169,11 @@ class Supervision:
         return float(
             min(self.restart_backoff * 2 ** max(consecutive_failures - 1, 0), _MAX_BACKOFF)
         )
+
+
+#: Every supervision option at its default: what the signatures that take these options
+#: (the worker kinds', the pools') read their defaults from.
+SUPERVISION_DEFAULTS = Supervision()
 
 
 class Clock(Protocol):

@@ -10,6 +10,7 @@ from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
 from ..env_side._vector_runner import make_runner
 from ._base import Worker
+from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["SyncWorker"]
 
@@ -33,11 +34,11 @@ class SyncWorker(Worker[S]):
         env: EnvSource,
         *,
         seed: int | None = None,
-        cleanup_time: float = 5.0,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         super().__init__(
             env,

@@ -15,7 +15,6 @@ import queue
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 import cloudpickle
@@ -23,14 +22,12 @@ import cloudpickle
 from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
+from ...env_side._idle_spin import IdleSpin
 from ...env_side._process_group import end_own_group, lead_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
-    CONTROL,
     RECEIVE_SIZE,
-    RESET_REQUEST,
-    STEP_ARRAY,
     FrameDecoder,
     Kind,
     decode_array,
@@ -41,13 +38,12 @@ from ...wire._frames import (
     loads,
     receive_descriptors,
 )
-from ...wire._requests import Request
+from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
 from ...wire._shared_memory import SharedObservations
 
 __all__ = ["serve"]
 
 _DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
-_STEP, _CONTROL = int(Request.STEP), int(Request.CONTROL)  # the hot path's, as plain ints
 
 
 def serve(
@@ -59,7 +55,7 @@ def serve(
     build: bool,
     registry: bytes,
     thread_caps: ThreadCaps | None,
-    idle_spin: float = 0.0,
+    idle_spin: float,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
     ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
@@ -67,7 +63,8 @@ def serve(
     the parent's gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this
     process's before any env is built. ``thread_caps``: the caps of this process's native
     thread pools, applied before any env is built (:mod:`aioenv.env_side._thread_caps`).
-    ``idle_spin``: seconds to poll for the next request before blocking on it.
+    ``idle_spin``: seconds to poll for the next request before blocking on it, while
+    polling pays (:class:`~aioenv.env_side._idle_spin.IdleSpin`).
 
     What the envs start ends with this process: it leads a process group of its own, which
     it ends once its envs are closed (or the parent is gone); see
@@ -83,19 +80,20 @@ def serve(
         if build:
             sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
         decoder = FrameDecoder()
+        waiting = IdleSpin(idle_spin, RECEIVE_SIZE)
         while True:
-            data = _receive(sock, idle_spin)  # whatever has arrived is one batch
+            data = waiting.receive(sock)  # whatever has arrived is one batch
             if not data:
                 return  # the parent is gone
             for kind, seq, slot, frame in decoder.feed(data):
-                if kind == Kind.CLOSE:
+                if kind == Request.CLOSE:
                     return
-                if kind == Kind.SHARE:
+                if kind == Request.SHARE:
                     shared[slot] = _map_shared(frame, descriptors)
-                elif kind == Kind.CLOSE_SLOT:
+                elif kind == Request.CLOSE_SLOT:
                     slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
-                elif kind == Kind.REBUILD:
+                elif kind == Request.REBUILD:
                     slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
@@ -111,25 +109,6 @@ def serve(
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
-
-
-def _receive(sock: socket.socket, idle_spin: float) -> bytes:
-    """What has arrived, polling for up to ``idle_spin`` seconds before blocking: in a
-    lockstep loop the next request comes a moment after the answer, and a child that is
-    still awake takes it at once, where a sleeping one costs both sides a wake-up (see
-    benchmarks/wake_latency.py). Bounded, so an idle pool does not keep a core busy, and
-    yielding between polls, so a child never holds a core that the script (or another
-    child) could run on."""
-    if idle_spin > 0:
-        deadline = time.perf_counter() + idle_spin
-        while True:
-            try:
-                return sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                if time.perf_counter() > deadline:
-                    break
-                os.sched_yield()
-    return sock.recv(RECEIVE_SIZE)
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
@@ -172,16 +151,16 @@ def _answer_frame(
     """The reply frame to one request frame (``kind``, ``payload``) for ``slot``: a
     CONTROL, or a STEP of any encoding (an empty RESET is the RESET sentinel)."""
     if kind == RESET_REQUEST and not payload:
-        result = slots.serve(slot, _STEP, RESET)
+        result = slots.serve(slot, STEP, RESET)
     elif kind == STEP_ARRAY:
-        result = slots.serve(slot, _STEP, decode_array(payload))
+        result = slots.serve(slot, STEP, decode_array(payload))
     else:
         try:
             request = loads(payload)
         except Exception as exc:
             result = Failure.from_exception(exc, "unpickling the request")
         else:
-            result = slots.serve(slot, _CONTROL if kind == CONTROL else _STEP, request)
+            result = slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
     return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
 
 

@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 from ...core._messages import EpisodeOptions
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
-from ...wire._frames import RECEIVE_SIZE, FrameDecoder, Kind, encode, send_descriptor
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode, send_descriptor
+from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
 from ._start import ChildStart, Context
@@ -98,7 +99,7 @@ class Host(Replaceable["Host"]):
         registry: bytes,
         thread_caps: ThreadCaps | None,
         build: bool = True,
-        idle_spin: float = 0.0,
+        idle_spin: float,
     ) -> None:
         self._recipe = _Recipe(
             context,
@@ -330,12 +331,12 @@ class Host(Replaceable["Host"]):
         forced out if it does not exit within ``cleanup_time`` seconds."""
         self._open_slots.discard(slot)
         if self._open_slots:
-            self.send(encode(Kind.CLOSE_SLOT, 0, b"", slot))
+            self.send(encode(Request.CLOSE_SLOT, 0, b"", slot))
             return
         if self._queued:
             self._flush()
         if self.alive:
-            self._write(encode(Kind.CLOSE, 0))
+            self._write(encode(Request.CLOSE, 0))
         if self.exitcode is None and self._loop is not None:
             self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 

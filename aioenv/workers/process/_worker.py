@@ -34,10 +34,9 @@ from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
-from ...env_side._thread_caps import ThreadCaps
+from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._frames import (
     READY,
-    Kind,
     decode_reply,
     dumps,
     encode,
@@ -46,6 +45,7 @@ from ...wire._frames import (
     loads,
     raw_dtype,
 )
+from ...wire._requests import Request
 from ...wire._shared_memory import (
     AUTO_THRESHOLD,
     Layout,
@@ -55,6 +55,7 @@ from ...wire._shared_memory import (
 )
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
+from .._supervision import SUPERVISION_DEFAULTS
 from ._host import TERMINATE_GRACE, Host, describe_exit
 from ._start import Context, resolve_context
 
@@ -88,7 +89,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
     :param idle_spin: seconds the child keeps polling for its next request after each
         answer before it sleeps (default 0: it sleeps at once). In a lockstep loop with a
         core to spare per child this saves both sides a wake-up per step; an idle pool
-        costs at most this much CPU per child after each answer. At most 0.01.
+        costs at most this much CPU per child after each answer. The child stops polling
+        for a while when polling does not pay (the request came after the spin, or the
+        child was off its CPU for most of it: the machine is busy). At most 0.01.
     :param threads_per_env: the threads each native thread pool of the child may use
         (OpenMP, OpenBLAS, MKL, BLIS, Accelerate, numexpr, torch, OpenCV); default 1, so
         that env processes do not fight over the cores. The child sets
@@ -111,15 +114,15 @@ class ProcessWorker(SlottedWorker[S, Host]):
         env: EnvSource,
         *,
         seed: int | None = None,
-        cleanup_time: float = 5.0,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
         context: Context | str | None = None,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
         shared_memory: bool | Literal["auto"] = "auto",
         idle_spin: float = 0.0,
-        threads_per_env: int | None = 1,
+        threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         _start: bool = True,
     ) -> None:
         self._host: Host | None = None  # the child serving this worker's env now
@@ -217,7 +220,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         fd = memory_file(self._layout.nbytes)
         try:
             shared = SharedObservations(self._layout, fd)
-            frame = encode(Kind.SHARE, 0, dumps(self._layout), self._slot)
+            frame = encode(Request.SHARE, 0, dumps(self._layout), self._slot)
             if self._current_host().send_with_fd(frame, fd):
                 self._shared = shared
         finally:
@@ -234,13 +237,13 @@ class ProcessWorker(SlottedWorker[S, Host]):
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
         host = self._host_for_restart()
-        host.send(encode(Kind.REBUILD, 0, dumps((seed, self._episode)), self._slot))
+        host.send(encode(Request.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
         if action is RESET:
-            frame = encode(Kind.RESET, seq, b"", self._slot)
+            frame = encode(Request.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
-            frame = encode(Kind.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+            frame = encode(Request.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
         elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
@@ -259,7 +262,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         host = self._current_host()
         request, shipped = without_shipped(host, request)
         payload = self._pickle(request, "request")
-        kind = Kind.CONTROL if type(request) is ControlRequest else Kind.STEP
+        kind = Request.CONTROL if type(request) is ControlRequest else Request.STEP
         host.send(encode(kind, seq, payload, self._slot))
         mark_shipped(host, shipped)
 

@@ -30,11 +30,12 @@ from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
-from ...env_side._thread_caps import ThreadCaps
+from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._policy_shipping import through_object_store
 from .._slotted import SlottedWorker
+from .._supervision import SUPERVISION_DEFAULTS
 from ._capacity import Shortage, shortage
 from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._values import shared_request
@@ -95,12 +96,12 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         resources: Mapping[str, float] | None = None,
         runtime_env: Mapping[str, Any] | None = None,
         actor_options: Mapping[str, Any] | None = None,
-        cleanup_time: float = 5.0,
-        step_timeout: float | None = None,
-        start_timeout: float | None = None,
-        reset_timeout: float | None = None,
-        episode_timeout: float | None = None,
-        threads_per_env: int | None = 1,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
+        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
+        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
+        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
+        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
+        threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         _start: bool = True,
     ) -> None:
         import_ray()  # a clear error now if Ray is missing

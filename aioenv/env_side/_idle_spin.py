@@ -1,0 +1,93 @@
+"""How a child process waits for its next request: polling for a moment, or asleep.
+
+In a lockstep loop the next request comes a moment after the answer, and a child that is
+still awake takes it at once, where a sleeping one costs both sides a wake-up (see
+benchmarks/wake_latency.py). But polling only pays while the child has a core to itself:
+beside another busy process, a poller that yields its core waits out that process's time
+slice before it sees the request (a round trip through a spin that yields took 1.4 ms
+beside a hog on the 2-core machine this was measured on, against 7-13 µs through a
+semaphore, an eventfd or a socket, each of which wakes the sleeper at once). So a child
+spins, bounded, only while spinning keeps paying, and blocks while the machine is busy:
+:func:`next_hold` is that rule, :class:`IdleSpin` applies it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+__all__ = ["CROWDED_SHARE", "MAX_HOLD", "MIN_HOLD", "IdleSpin", "next_hold"]
+
+#: A spin that spent less than this share of its wall time on a CPU shared its core with
+#: another runnable process: the machine is busy. A spinner with a core of its own is on
+#: a CPU nearly all the time (99% measured), one beside a busy loop about a third of it.
+CROWDED_SHARE = 0.5
+#: How long a child waits asleep before it tries spinning again after a spin that did not
+#: pay (seconds): the first hold, and the longest one. Each unpaid spin doubles the hold,
+#: each paid one halves it (to none below the first): on a busy machine the child tries
+#: once a second, at the cost of one spin; on a quiet one it is back to spinning after
+#: a few paid spins.
+MIN_HOLD = 0.001
+MAX_HOLD = 1.0
+
+
+def next_hold(hold: float, caught: bool, on_cpu: float) -> float:
+    """The hold (seconds of waiting asleep before the next spin) after a spin that held
+    ``hold`` before it; ``caught``: the request came during the spin; ``on_cpu``: the share
+    of the spin's wall time the child spent on a CPU. A spin paid if it caught the request
+    while the child had a core to itself."""
+    if caught and on_cpu >= CROWDED_SHARE:
+        return 0.0 if hold / 2 < MIN_HOLD else hold / 2
+    return min(MAX_HOLD, max(MIN_HOLD, 2 * hold))
+
+
+class IdleSpin:
+    """Receives a child's requests: polling for up to ``seconds`` before it blocks, while
+    :func:`next_hold` says spinning pays. Bounded, so an idle pool does not keep a core
+    busy, and yielding between polls, so a child never holds a core that the script (or
+    another child) could run on. ``clock`` and ``cpu_clock``: the wall clock and this
+    thread's CPU clock, in seconds."""
+
+    def __init__(
+        self,
+        seconds: float,
+        receive_size: int,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.thread_time,
+    ) -> None:
+        self.seconds = seconds
+        self.receive_size = receive_size
+        self.clock, self.cpu_clock = clock, cpu_clock
+        self.hold = 0.0  # seconds to wait asleep after a spin before spinning again
+        self.spin_after = 0.0  # the clock's time from which the next wait spins again
+
+    def receive(self, sock: socket.socket) -> bytes:
+        """What has arrived on ``sock`` (blocking), empty once the other side is gone."""
+        if self.seconds > 0:
+            started = self.clock()
+            if started >= self.spin_after:
+                data = self._spin(sock, started)
+                if data is not None:
+                    return data
+        return sock.recv(self.receive_size)
+
+    def _spin(self, sock: socket.socket, started: float) -> bytes | None:
+        cpu = self.cpu_clock()
+        deadline = started + self.seconds
+        data: bytes | None = None
+        while True:
+            try:
+                data = sock.recv(self.receive_size, socket.MSG_DONTWAIT)
+                break
+            except BlockingIOError:
+                if self.clock() > deadline:
+                    break
+                os.sched_yield()
+        ended = self.clock()
+        on_cpu = (self.cpu_clock() - cpu) / max(ended - started, 1e-9)
+        self.hold = next_hold(self.hold, data is not None, on_cpu)
+        self.spin_after = ended + self.hold
+        return data

@@ -1,0 +1,179 @@
+"""One definition of each thing: each option's default is written in one place, which
+every signature reads; each request kind has one name and one number, which the process
+child's frames, the serving slots and Ray's messages share.
+
+Read partly from the source, as ``tests/test_layers.py`` reads the floors: a default
+written again as a literal would agree today and drift tomorrow, so it is the writing
+that is checked, besides the values.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import inspect
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from envs import Counter
+
+import aioenv
+from aioenv.core._messages import ControlRequest, EpisodeOptions
+from aioenv.core._registry import snapshot
+from aioenv.env_side._serving import Slots
+from aioenv.pool._options import PoolOptions
+from aioenv.wire._frames import FrameDecoder, dumps, encode, encode_action, loads
+from aioenv.wire._requests import Request
+from aioenv.workers._supervision import Supervision
+from aioenv.workers.ray._worker import RayWorker
+
+PACKAGE = Path(aioenv.__file__).parent
+SUPERVISION_OPTIONS = frozenset(field.name for field in dataclasses.fields(Supervision))
+#: Worker options that are no supervision option but stand in more than one signature.
+WORKER_OPTIONS = frozenset({"idle_spin", "threads_per_env"})
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (str(path.relative_to(PACKAGE.parent)), ast.parse(path.read_text(), str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def _defaults(tree: ast.Module) -> list[tuple[str, str, ast.expr]]:
+    """``(where, option, default expression)`` wherever options are taken: every
+    parameter with a default of a constructor, every field with a default of an options
+    class (``*Options``, ``Supervision``). (A method's parameter of an option's name, as
+    ``aclose(cleanup_time=None)``, overrides the option for one call: no default of it.)"""
+    found: list[tuple[str, str, ast.expr]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                args = item.args
+                positional = [*args.posonlyargs, *args.args]
+                given = positional[len(positional) - len(args.defaults) :]
+                pairs = list(zip(given, args.defaults, strict=True))
+                pairs += [
+                    (arg, default)
+                    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                    if default is not None
+                ]
+                found += [(node.name, arg.arg, default) for arg, default in pairs]
+            elif (
+                (node.name.endswith("Options") or node.name == "Supervision")
+                and isinstance(item, ast.AnnAssign)
+                and isinstance(item.target, ast.Name)
+                and item.value is not None
+            ):
+                found.append((node.name, item.target.id, item.value))
+    return found
+
+
+def _literal(expression: ast.expr) -> bool:
+    if isinstance(expression, ast.UnaryOp):
+        expression = expression.operand
+    return isinstance(expression, ast.Constant)
+
+
+def test_each_option_default_is_written_once() -> None:
+    written: dict[str, list[str]] = {}
+    for path, tree in _modules():
+        for where, option, default in _defaults(tree):
+            if option in SUPERVISION_OPTIONS | WORKER_OPTIONS and _literal(default):
+                written.setdefault(option, []).append(f"{path}:{where}")
+    again = {option: places for option, places in written.items() if len(places) > 1}
+    assert not again, f"option defaults written in more than one place: {again}"
+    assert written["cleanup_time"] == ["aioenv/workers/_supervision.py:Supervision"]
+
+
+def test_signatures_read_supervision_defaults_from_the_one_definition() -> None:
+    """Outside :class:`Supervision`, a supervision option's default reads that same
+    option of a defaults object (``SUPERVISION_DEFAULTS.step_timeout``), never a value."""
+    astray: list[str] = []
+    for path, tree in _modules():
+        for where, option, default in _defaults(tree):
+            if option not in SUPERVISION_OPTIONS or where == "Supervision":
+                continue
+            reads_it = (
+                isinstance(default, ast.Attribute)
+                and default.attr == option
+                and isinstance(default.value, ast.Name)
+                and default.value.id in {"SUPERVISION_DEFAULTS", "POOL_DEFAULTS"}
+            )
+            if not reads_it:
+                astray.append(f"{path}:{where}: {option} = {ast.unparse(default)}")
+    assert not astray, astray
+
+
+def test_every_signature_shows_the_one_default() -> None:
+    """What ``help()`` and the docs show: each kind's and each pool's default for each
+    supervision option is the value :class:`Supervision` defines, and the pools' other
+    options are :class:`PoolOptions`'s, which is made of Supervision, not a copy."""
+    from aioenv.pool._options import POOL_DEFAULTS
+    from aioenv.workers._supervision import SUPERVISION_DEFAULTS
+
+    assert issubclass(PoolOptions, Supervision) and issubclass(PoolOptions, EpisodeOptions)
+    kinds = [
+        aioenv.Worker,
+        aioenv.SyncWorker,
+        aioenv.ThreadWorker,
+        aioenv.AsyncEnvWorker,
+        aioenv.ProcessWorker,
+        RayWorker,
+    ]
+    for kind in kinds:
+        parameters = inspect.signature(kind).parameters
+        shown = {name: parameters[name].default for name in SUPERVISION_OPTIONS & parameters.keys()}
+        assert {"step_timeout", "episode_timeout"} <= shown.keys(), kind
+        for name, default in shown.items():
+            if default is not inspect.Parameter.empty:
+                assert default == getattr(SUPERVISION_DEFAULTS, name), (kind, name)
+    for pool in (aioenv.AsyncWorkerPool, aioenv.SyncWorkerPool):
+        parameters = inspect.signature(pool).parameters
+        for field in dataclasses.fields(PoolOptions):
+            assert parameters[field.name].default == getattr(POOL_DEFAULTS, field.name)
+    for name in SUPERVISION_OPTIONS:
+        assert getattr(POOL_DEFAULTS, name) == getattr(SUPERVISION_DEFAULTS, name)
+    assert SUPERVISION_DEFAULTS.cleanup_time == 5.0  # the documented default
+
+
+def test_request_kinds_have_one_name_and_number() -> None:
+    """No two enums of the package name the same kind: a request is called and numbered
+    by :class:`Request` alone."""
+    members: dict[str, list[str]] = {}
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(base).endswith("IntEnum") for base in node.bases
+            ):
+                for item in node.body:
+                    if isinstance(item, ast.Assign):
+                        for target in item.targets:
+                            if isinstance(target, ast.Name):
+                                members.setdefault(target.id, []).append(f"{path}:{node.name}")
+    again = {name: places for name, places in members.items() if len(places) > 1}
+    assert not again, f"kinds named by more than one enum: {again}"
+    assert issubclass(Request, enum.IntEnum)
+
+
+def test_a_frames_kind_is_the_request_a_slot_serves() -> None:
+    """The parent's frames carry the request's own number: the child hands a step or a
+    control frame's kind to its slots as it came, and a Ray actor sends the same
+    members."""
+    slots = Slots([cloudpickle.dumps(Counter)], [3], EpisodeOptions(), snapshot(), None)
+    try:
+        slots.serve(0, Request.BUILD, None)
+        frames = encode_action(1, dumps(aioenv.RESET), 0)
+        frames += encode(Request.CONTROL, 2, dumps(ControlRequest("get", "limit")), 0)
+        answers: list[Any] = [
+            slots.serve(slot, kind, loads(payload))
+            for kind, _, slot, payload in FrameDecoder().feed(frames)
+        ]
+        assert answers[0]["seed"] == 3 and answers[0]["t"] == 0  # the reset's state
+        assert answers[1] == 5  # the env's attribute
+    finally:
+        slots.close()
