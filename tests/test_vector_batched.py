@@ -184,22 +184,3 @@ def test_a_masked_reset_leaves_the_last_steps_arrays_as_they_were() -> None:
         venv.reset(options={"reset_mask": np.array([True, False, False, False])})
         np.testing.assert_array_equal(rewards, handed_out[0])
         np.testing.assert_array_equal(terminations, handed_out[1])
-
-
-@pytest.mark.parametrize(
-    ("cores", "batch_size", "spin"),
-    [
-        (2, 8, None),  # two children of 8 and a script that computes while they step
-        (3, 8, 0.002),  # two children, each with a core beside the script's
-        (2, 16, 0.002),  # batch_size=num_envs is lockstep: the script waits
-    ],
-)
-def test_children_of_a_pipelined_script_leave_it_a_core(
-    monkeypatch: pytest.MonkeyPatch, cores: int, batch_size: int, spin: float | None
-) -> None:
-    from aioenv.vector import _layout
-
-    monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
-    options: dict[str, Any] = {"envs_per_worker": 8}
-    _layout.grouped("CartPole-v1", 16, "process", options, batch_size)
-    assert options.get("idle_spin") == spin

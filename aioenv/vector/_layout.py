@@ -65,8 +65,7 @@ def grouped(
     script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
     cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
     and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given); with
-    ``batch_size`` below the envs (pipelined use) the script keeps a core of its own.
+    poll for the next step a moment before they sleep (``idle_spin``, unless given).
     The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
@@ -85,10 +84,7 @@ def grouped(
     per_process = options.get("envs_per_process", 1)
     if mode == "process" and "idle_spin" not in options and isinstance(per_process, int):
         processes = -(-len(sources) // per_worker // max(1, per_process))
-        # A pipelined script computes while the children step: its core is not free for a
-        # child that polls.
-        pipelined = isinstance(batch_size, int) and 0 < batch_size < len(sources)
-        cores = usable_cores() - (1 if pipelined else 0)
+        cores = usable_cores()
         if cores > 1 and processes <= cores:
             options["idle_spin"] = LOCKSTEP_IDLE_SPIN
     if per_worker == 1:
