@@ -65,13 +65,35 @@ def test_the_choice_names_its_figures() -> None:
 
 def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
     choose = _choice.choose_mode
-    assert choose("auto", _probe(1e-6), 8, 4, {}, 2).mode == "process"  # pipelined
     assert _choose(1e-6, 8, step_timeout=1.0).mode == "process"
     assert "step_timeout" in _choose(1e-6, 8, step_timeout=1.0).reason
     assert _choose(1e-6, 8, seed=3, max_episode_steps=5).mode == "inline"
     assert _choose(None, 8).mode == "process"  # the probe could not be timed
     assert choose("auto", _probe(None, is_async=True), 8, None, {}, 2).mode == "coroutine"
     assert choose("thread", _probe(None), 8, None, {}, 2).mode == "thread"  # given: kept
+
+
+def test_pipelined_use_is_placed_by_the_lockstep_rule_in_groups_that_fit_the_batch() -> None:
+    choose = _choice.choose_mode
+    cheap = choose("auto", _probe(12e-6), 16, 8, {}, 2)  # CartPole: recv steps in line
+    assert (cheap.mode, cheap.envs_per_worker) == ("inline", 16)
+    assert "each recv() of batch_size=8 steps its envs in line" in cheap.reason
+    costly = choose("auto", _probe(600e-6), 8, 4, {}, 2)  # Atari: as in lockstep
+    assert (costly.mode, costly.envs_per_worker) == ("process", 4)
+    assert "in the children while the script computes" in costly.reason
+    odd = choose("auto", _probe(600e-6), 8, 2, {}, 2)  # a recv returns whole groups
+    assert odd.mode == "process" and not 2 % odd.envs_per_worker
+    for bad in (0, 2.0, True, 9):  # refused by the vector env, not chosen for
+        assert choose("auto", _probe(12e-6), 8, bad, {}, 2).reason == _choose(12e-6, 8).reason
+
+
+def test_the_default_pipelines_cheap_envs_in_line() -> None:
+    with aioenv.AioVectorEnv("CartPole-v1", 4, batch_size=2) as envs:
+        assert envs.mode == "inline"
+        envs.async_reset(seed=0)
+        assert envs.recv()[4]["env_id"].tolist() == [0, 1]
+        envs.send(np.zeros(2, np.int64))
+        assert envs.recv()[4]["env_id"].tolist() == [2, 3]  # the envs sent to first
 
 
 def test_the_default_steps_one_env_in_line_and_says_so() -> None:
@@ -110,8 +132,6 @@ def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.Monk
 def test_inline_refuses_what_needs_workers() -> None:
     with pytest.raises(TypeError, match="step_timeout configure workers"):
         aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", step_timeout=1.0)
-    with pytest.raises(ValueError, match="batch_size=1 needs envs that step"):
-        aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", batch_size=1)
 
 
 def test_inline_pipelined_calls_give_what_lockstep_gives() -> None:

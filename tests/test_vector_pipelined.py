@@ -25,6 +25,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "process": {"mode": "process", "envs_per_worker": 1},
     "process_grouped": {"mode": "process", "envs_per_worker": 2},
     "coroutine": {"mode": "coroutine"},
+    "inline": {"mode": "inline"},
 }
 AUTORESET = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
 
@@ -228,11 +229,12 @@ def cycle(venv: aioenv.AioVectorEnv, rounds: int) -> None:
         venv.send(np.zeros(venv.batch_size, np.int64))
 
 
-@pytest.mark.parametrize("mode", ["thread", "process"])
+@pytest.mark.parametrize("mode", ["thread", "process", "inline"])
 def test_an_env_error_in_recv_is_raised_and_the_other_envs_go_on(mode: str) -> None:
     exploding = functools.partial(envs.Walk, explode_at=2)  # env 1's second step raises
     factories = [envs.Walk, exploding, envs.Walk, envs.Walk]
-    with aioenv.AioVectorEnv(factories, mode=mode, envs_per_worker=1, batch_size=1) as venv:
+    ungrouped = {} if mode == "inline" else {"envs_per_worker": 1}
+    with aioenv.AioVectorEnv(factories, mode=mode, batch_size=1, **ungrouped) as venv:
         venv.async_reset(seed=0)
         for _ in range(N):
             venv.recv()
@@ -263,7 +265,7 @@ def test_no_state_is_lost_when_an_env_error_stops_a_recv() -> None:
             venv.recv()
 
 
-@pytest.mark.parametrize("kind", ["thread", "process", "process_grouped", "coroutine"])
+@pytest.mark.parametrize("kind", ["thread", "process", "process_grouped", "coroutine", "inline"])
 def test_close_with_envs_in_flight_leaves_nothing_behind(kind: str) -> None:
     venv = aioenv.AioVectorEnv(envs.Walk, N, batch_size=2, **KINDS[kind])
     venv.async_reset(seed=0)

@@ -6,6 +6,7 @@ why."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
@@ -13,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium
 from gymnasium.envs.registration import EnvSpec, load_env_creator
+from gymnasium.spaces import Box
+from gymnasium.vector.utils import iterate
 
 from ._agents import AEC_PROBLEM, ParallelEnvironment, is_aec_env, is_parallel_env
 from ._environment import Environment, EnvSource, Step, describe_source, is_environment
@@ -28,6 +31,7 @@ __all__ = [
     "is_coroutine_env",
     "resolve_source",
     "resolve_spec",
+    "split_rows",
 ]
 
 O = TypeVar("O")
@@ -250,3 +254,17 @@ def resolve_source(source: EnvSource) -> EnvSource:
     if isinstance(source, str):
         return GymnasiumFactory(resolve_spec(source), {})
     return source
+
+
+#: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
+_ITERATED_AS_ROWS = iterate.dispatch(Box)
+
+
+def split_rows(space: Any, actions: Any) -> list[Any]:
+    """A batch of ``space`` split into one action per env, as gymnasium's ``iterate``
+    splits it (for the array spaces ``iterate`` is ``iter``: the same rows, without its
+    dispatch)."""
+    if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
+        with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
+            return list(actions)
+    return list(iterate(space, actions))

@@ -9,7 +9,6 @@ message per batch each way, and the parent does no work per env.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -21,11 +20,11 @@ from gymnasium.vector.utils import (
     batch_space,
     concatenate,
     create_empty_array,
-    iterate,
 )
 
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
+from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
@@ -36,8 +35,6 @@ from ._segment import PolicyCache, joined, play
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
 _NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
-#: How gymnasium's ``iterate`` splits the batched array spaces: a plain ``iter``.
-_ITERATED_AS_ROWS = iterate.dispatch(Box)
 
 
 class Runner(Protocol):
@@ -214,20 +211,43 @@ class VectorRunner:
             return _first_of(failures)
         return self._stepped(states)
 
+    def answer_envs(self, envs: list[int], requests: list[Any]) -> Any:
+        """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
+        env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
+        are those envs, in that order, or a Failure. Every env asked is answered, as in
+        :meth:`step_rows`; the envs not asked are untouched."""
+        states: list[Any] = []
+        failures: list[Failure] = []
+        runners = self.runners
+        for index, request in zip(envs, requests, strict=True):
+            runner = runners[index]
+            if isinstance(request, Reset):
+                state = runner.reset(request.seed, request.options)
+            elif request is RESET:
+                state = runner.reset()
+            else:
+                state = runner.step_row(request)
+            if type(state) is not tuple and not isinstance(state, Step):
+                if not isinstance(state, Failure):
+                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                failures.append(_in_env(state, index))
+            states.append(state)
+        if failures:
+            return _first_of(failures)
+        return self._stepped(states, envs)
+
     def split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
         spaces ``iterate`` is ``iter``: the same rows, without its dispatch)."""
         space = self._action_batch
         if space is None:
             return list(actions)
-        if iterate.dispatch(type(space)) is _ITERATED_AS_ROWS:
-            with contextlib.suppress(TypeError):  # not iterable: iterate's error says so
-                return list(actions)
-        return list(iterate(space, actions))
+        return split_rows(space, actions)
 
-    def _stepped(self, states: list[Any]) -> BatchStep[Any]:
-        """The BatchStep of a step of every env: ``states[i]`` is env ``i``'s Step, or its
-        :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple."""
+    def _stepped(self, states: list[Any], envs: list[int] | None = None) -> BatchStep[Any]:
+        """The BatchStep of a step of every env (``states[i]`` is env ``i``'s Step, or its
+        :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple), or of the envs
+        ``envs`` alone (``states[k]`` is env ``envs[k]``'s), a row each in that order."""
         observations: list[Any] = []
         rewards: list[float] = []
         terminated: list[bool] = []
@@ -258,25 +278,31 @@ class VectorRunner:
             if info:
                 infos[index] = info
                 entries.append((index, info))
-        self._observations = observations
+        if envs is None:
+            self._observations = observations
+        else:  # the others' stay as they were (a masked reset hands them out)
+            for index, observation in zip(envs, observations, strict=True):
+                self._observations[index] = observation
+        size = len(states)
+        stacked = self._stacked(observations)
         rewards_array = np.array(rewards, np.float64)
         ended_array, cut_array = np.array(terminated, np.bool_), np.array(truncated, np.bool_)
-        if len(infos) == self.size and not finals:
+        if len(infos) == size and not finals:
             packed = flat_infos(list(infos.values()))
             if packed is not None:
                 return BatchStep(
-                    self._stacked(), rewards_array, ended_array, cut_array, infos, finals,
+                    stacked, rewards_array, ended_array, cut_array, infos, finals,
                     final_infos, packed_infos=packed,
                 )  # fmt: skip
         return BatchStep(
-            self._stacked(),
+            stacked,
             rewards_array,
             ended_array,
             cut_array,
             infos,
             finals,
             final_infos,
-            *batch_vector_infos(entries, infos, self.size),
+            *batch_vector_infos(entries, infos, size),
         )
 
     def _batch(
@@ -313,7 +339,9 @@ class VectorRunner:
             *batch_vector_infos(entries, infos, self.size),
         )
 
-    def _stacked(self) -> Any:
+    def _stacked(self, observations: list[Any] | None = None) -> Any:
+        """``observations`` (default: every env's last) as one batch."""
+        rows = self._observations if observations is None else observations
         space = self._single_space
         if isinstance(space, Box):
             into = self.stack_into
@@ -321,11 +349,11 @@ class VectorRunner:
                 return np.stack(self._observations, out=into)
             try:
                 # np.array of same-shape arrays is np.stack, three times faster
-                return np.array(self._observations)
+                return np.array(rows)
             except ValueError:
-                return np.stack(self._observations)  # its error names the mismatch
-        out = create_empty_array(space, self.size)
-        return concatenate(space, self._observations, out)  # type: ignore[arg-type]
+                return np.stack(rows)  # its error names the mismatch
+        out = create_empty_array(space, len(rows))
+        return concatenate(space, rows, out)  # type: ignore[arg-type]
 
     def control(self, request: ControlRequest) -> Any:
         """``configure`` applies to every env, ``policy`` is loaded once for all; other

@@ -15,6 +15,8 @@ import numpy.typing as npt
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ..core._environment import BatchStep
+from ..core._gymnasium import split_rows
+from ..env_side._infos import add_info_of
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
 from ._pipeline import info_rows
@@ -64,6 +66,9 @@ class VectorBatches:
         self._parts = layout.slices()
         self._part_at = {part.start: part for part in self._parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
+        #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
+        #: group of them and gymnasium's ``_add_info`` over them.
+        self._row_layouts: dict[int, tuple[EnvLayout, AddInfo]] = {}
 
     # Actions out --------------------------------------------------------------------------
     def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
@@ -82,13 +87,19 @@ class VectorBatches:
     def send_requests(self, actions: Any, env_ids: list[int]) -> tuple[list[int], list[Any]]:
         """The workers that step the envs ``env_ids`` and their requests, from a batch of
         ``len(env_ids)`` actions (``actions[k]`` for env ``env_ids[k]``)."""
-        per_env = list(iterate(self._batched_actions(len(env_ids)), actions))
+        per_env = self.action_rows(actions, env_ids)
+        return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
+
+    def action_rows(self, actions: Any, env_ids: list[int]) -> list[Any]:
+        """A batch of ``len(env_ids)`` actions split into one per env, as gymnasium's
+        ``iterate`` splits them."""
+        per_env = split_rows(self._batched_actions(len(env_ids)), actions)
         if len(per_env) != len(env_ids):
             raise ValueError(
                 f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
                 "nothing was sent"
             )
-        return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
+        return per_env
 
     def _batched_actions(self, size: int) -> Any:
         space = self._action_batches.get(size)
@@ -125,6 +136,23 @@ class VectorBatches:
         and whole (the runner keeps every env's last observation), so they are handed out
         as they are."""
         infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
+        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
+
+    def rows(self, batch: BatchStep[Any], env_ids: list[int]) -> Result:
+        """What ``recv`` returns from a BatchStep whose rows are the envs ``env_ids`` (inline
+        envs, stepped when asked): its arrays are new, so they are handed out as they are;
+        infos over its rows, ``infos["env_id"]`` as :meth:`received` gives it."""
+        infos: dict[str, Any] = {}
+        if batch.infos or batch.final_infos:
+            size = len(env_ids)
+            layout = self._row_layouts.get(size)
+            if layout is None:
+                layout = self._row_layouts[size] = (
+                    EnvLayout([size], batched=True),
+                    add_info_of(size),
+                )
+            infos = layout[0].infos_of(_ONLY_WORKER, [batch], layout[1])
+        infos["env_id"] = np.array(env_ids, dtype=np.int64)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     def gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:

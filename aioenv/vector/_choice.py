@@ -9,11 +9,18 @@ about :data:`HAND_OFF` for the first child and :data:`PER_CHILD` more for each o
 builds anyway is stepped for ``t``; children are chosen when their estimate beats stepping
 in line by :data:`MARGIN`, with at most one child per core (a lockstep script waits while
 they step, so its own core is free for one of them).
+
+Pipelined use (``batch_size`` below ``N``) follows the same rule: a ``recv`` of ``B`` envs
+costs per env what a lockstep step does, in line or through children, so whichever wins
+one wins the other; children's groups then divide ``B``, so that a ``recv`` returns
+whole groups.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,22 +164,35 @@ def choose_mode(
         return ModeChoice(mode, 0, "given")
     if probe.is_async:
         return ModeChoice("coroutine", 0, "auto: the env's reset and step are async def")
-    if batch_size is not None and batch_size < num_envs:
-        pipelined = f"auto: batch_size={batch_size} < num_envs, envs step while the script computes"
-        return ModeChoice("process", 0, pipelined)
     pool_only = sorted(set(options) - INLINE_OPTIONS)
     if pool_only:
         return ModeChoice("process", 0, f"auto: {', '.join(pool_only)} configure child processes")
     step = probe.step_seconds
     if step is None:
         return ModeChoice("process", 0, "auto: the probe env could not be stepped to time it")
-    return _by_cost(step, num_envs, usable_cores() if cores is None else cores)
+    return _by_cost(
+        step, num_envs, usable_cores() if cores is None else cores, _below(batch_size, num_envs)
+    )
 
 
-def _by_cost(step: float, num_envs: int, cores: int) -> ModeChoice:
+def _below(batch_size: object, num_envs: int) -> int | None:
+    """``batch_size`` where it is a whole number of envs below ``num_envs`` (pipelined use
+    to choose for); None otherwise (the vector env refuses a batch size that cannot work)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        return None
+    size = int(batch_size)
+    return size if 1 <= size < num_envs else None
+
+
+def _by_cost(step: float, num_envs: int, cores: int, batch_size: int | None = None) -> ModeChoice:
+    """The lockstep rule, for pipelined use too: a ``recv`` of ``batch_size`` envs pays
+    what a lockstep step pays per env, in line or through children, so what wins one
+    wins the other; the children's groups then divide ``batch_size`` (a ``recv``
+    returns whole groups)."""
     inline = num_envs * step
+    fits = num_envs if batch_size is None else math.gcd(num_envs, batch_size)
     per_worker, children = min(
-        ((k, num_envs // k) for k in range(1, num_envs + 1) if not num_envs % k),
+        ((k, num_envs // k) for k in range(1, fits + 1) if not fits % k),
         key=lambda group: _children_cost(step, *group) if group[1] <= cores else float("inf"),
     )
     estimate = _children_cost(step, per_worker, children)
@@ -181,8 +201,14 @@ def _by_cost(step: float, num_envs: int, cores: int) -> ModeChoice:
         f"{children} child process{'es' if children > 1 else ''} of {per_worker} "
         f"~{estimate * 1e3:.2f} ms"
     )
+    if batch_size is not None:
+        figures += f"; each recv() of batch_size={batch_size} steps "
     if estimate * MARGIN < inline:
+        if batch_size is not None:
+            figures += "in the children while the script computes"
         return ModeChoice("process", per_worker, f"auto (process): {figures}")
+    if batch_size is not None:
+        figures += "its envs in line, when asked"
     return ModeChoice("inline", num_envs, f"auto (inline): {figures}")
 
 
@@ -199,10 +225,5 @@ def _inline(
         raise TypeError(
             f"mode='inline' steps the envs in the calling thread, with no pool: "
             f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
-        )
-    if batch_size is not None and batch_size != len(sources):
-        raise ValueError(
-            f"mode='inline' steps every env at once: batch_size={batch_size} needs envs that "
-            "step while the script computes; pass mode='process' (or leave mode to choose)"
         )
     return InlineEnvs(sources, autoreset, **options)

@@ -54,8 +54,9 @@ class AioVectorEnv(VectorEnv):
     calling thread, at about ``SyncVectorEnv``'s cost) when handing them to other
     processes would cost more than it saves, else in ``"process"`` workers, a child per
     core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
-    Pool options (``step_timeout=``, ``restart=``, ...), ``batch_size`` below
-    ``num_envs`` and async envs choose workers. Other modes are those of
+    Pool options (``step_timeout=``, ``restart=``, ...) and async envs choose workers;
+    ``batch_size`` below ``num_envs`` is placed by the same rule (inline envs step when
+    ``recv`` asks for them). Other modes are those of
     :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
     ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
     ``reset``/``step`` are ``async def``, as well as plain ones. ``.pool`` is the pool
@@ -160,7 +161,9 @@ class AioVectorEnv(VectorEnv):
         try:
             self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
             self._define(envs, probe, observation_mode)
-            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
+            # Inline envs step when recv asks for them, any batch of them: one by one.
+            inline = isinstance(envs, InlineEnvs)
+            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset, by_env=inline)
             observations, actions = envs.start()
             layout = self._layout
             env_observation, env_action = self._env_spaces
@@ -299,11 +302,17 @@ class AioVectorEnv(VectorEnv):
             raise ValueError(
                 "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
             )
-        ids, requests = self._layout.reset_requests(seed, options, "async_reset()")
         pipeline = self._pipeline
+        ids, requests = self._layout.reset_requests(
+            seed, options, "async_reset()", by_env=pipeline.by_env
+        )
         pipeline.clear()
         pipeline.started()
-        self._envs.dispatch(ids, requests, True)
+        if self._inline is not None:
+            self._inline.drop_queued()
+            self._inline.queue(ids, requests)
+        else:
+            self._envs.dispatch(ids, requests, True)
 
     def send(
         self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
@@ -323,6 +332,16 @@ class AioVectorEnv(VectorEnv):
             env_id = None if env_id is None else lanes.env_ids(env_id)
             actions = lanes.env_actions(actions)
         env_ids = pipeline.targets(env_id)
+        inline = self._inline
+        if inline is not None:
+            rows = self._batches.action_rows(actions, env_ids)
+            if not pipeline.active:  # what a recv left queued after an error: dropped
+                inline.drop_queued()
+            elif not inline.idle(env_ids):
+                pipeline.check_not_flying(inline, env_ids)
+            pipeline.started()
+            inline.queue(env_ids, rows)
+            return
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
@@ -342,6 +361,8 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         pipeline = self._pipeline
         pipeline.check_recv(self._envs)
+        if self._inline is not None:
+            return self._recv_inline(self._inline, pipeline)
         held = pipeline.held
         error = self._envs.receive(pipeline.workers_per_batch, held)
         if error is not None:
@@ -351,6 +372,21 @@ class AioVectorEnv(VectorEnv):
         states = [held.pop(worker_id) for worker_id in workers]
         env_ids = pipeline.last_env_ids = pipeline.envs(workers)
         return self._lane_result(self._batches.received(workers, states, env_ids))
+
+    def _recv_inline(self, inline: InlineEnvs, pipeline: Pipeline) -> Result:
+        """``recv`` of inline envs: the first ``batch_size`` envs sent to step now, in the
+        order they were sent."""
+        try:
+            env_ids, batch = inline.answer_queued(pipeline.batch_size)
+        except WorkerError as error:
+            failed: WorkerError | None = error
+        else:
+            failed = None
+        if failed is not None:
+            pipeline.last_env_ids = None
+            raise raised([failed], self._layout.env_of)
+        pipeline.last_env_ids = env_ids
+        return self._lane_result(self._batches.rows(batch, env_ids))
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what

@@ -12,6 +12,7 @@ costs. What needs a pool (step timeouts, restarts, other worker kinds) needs ano
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ..core._environment import EnvSource, VectorSource
@@ -33,8 +34,10 @@ class InlineEnvs:
 
     It takes the places of the pool and its event loop in the vector env (the same calls
     as :class:`~aioenv.vector._runtime.Runtime`): ``exchange`` answers a request at once;
-    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer (the
-    pipelined calls, whose work then happens when their results are asked for). A
+    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer
+    (``step_async``/``step_wait``). The pipelined calls go env by env: :meth:`queue`
+    holds each env's request, :meth:`answer_queued` steps the first ones queued when
+    ``recv`` asks for them. A
     :class:`Failure` becomes the :class:`EnvError` a grouped worker's would, named after
     this group."""
 
@@ -52,6 +55,8 @@ class InlineEnvs:
         self.closed = False
         self._runner = VectorRunner(VectorSource(tuple(sources)), seed, episode)
         self._pending: list[Any] = []  # a request sent and not yet taken (at most one)
+        #: The pipelined calls' requests not yet answered, by env, in the order sent.
+        self._queued: dict[int, Any] = {}
 
     def start(self) -> tuple[list[Any], list[Any]]:
         """Build the envs; their observation and action spaces, one per env."""
@@ -96,6 +101,33 @@ class InlineEnvs:
         held[_WORKER_ID] = states[0]
         return None
 
+    # The pipelined calls, env by env: ``send`` queues, ``recv`` steps ---------------------
+    def queue(self, env_ids: list[int], requests: list[Any]) -> None:
+        """Queue ``requests[k]`` (an action, or a reset with env ``env_ids[k]``'s own seed)
+        for env ``env_ids[k]``: it is answered by a later :meth:`answer_queued`, in the
+        order queued."""
+        self._queued.update(zip(env_ids, requests, strict=True))
+
+    def answer_queued(self, count: int) -> tuple[list[int], Any]:
+        """Answer the first ``count`` requests queued (the envs sent to first are the first
+        ready, as they would be if they had stepped meanwhile): those envs and their
+        BatchStep, a row each in that order. They are no longer queued, whatever happens;
+        an env's failure is raised (a WorkerError), as a group's would be."""
+        queued = self._queued
+        envs = list(itertools.islice(queued, count))
+        requests = [queued.pop(env) for env in envs]
+        result = self._runner.answer_envs(envs, requests)
+        if isinstance(result, Failure):
+            raise self._error(result)
+        return envs, result
+
+    def idle(self, env_ids: list[int]) -> bool:
+        """None of these envs has a request queued."""
+        return self._queued.keys().isdisjoint(env_ids)
+
+    def drop_queued(self) -> None:
+        self._queued.clear()
+
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The answers of the one "worker": a list with an answer per env."""
         return [self._control(ControlRequest("call", name, args, kwargs))]
@@ -117,12 +149,15 @@ class InlineEnvs:
     def __len__(self) -> int:
         return 1  # one group of every env, as a vector env's bookkeeping counts workers
 
-    def has_pending(self, worker_id: int) -> bool:
-        return bool(self._pending)
+    def has_pending(self, env: int) -> bool:
+        """Whether env ``env`` has a pipelined request queued (the pipelined calls count
+        inline envs one by one, not as one group)."""
+        return env in self._queued
 
     @property
     def num_pending(self) -> int:
-        return len(self._pending)
+        """The envs with a pipelined request queued."""
+        return len(self._queued)
 
     def close(self) -> None:
         """Close every env (an error closing one is the env's to report: not raised, as a
@@ -131,6 +166,7 @@ class InlineEnvs:
             return
         self.closed = True
         self._pending.clear()
+        self._queued.clear()
         self._runner.close()
 
     def _answer(self, request: Any) -> tuple[list[Any], list[WorkerError]]:

@@ -137,7 +137,7 @@ class EnvLayout:
             return None, "an env"
         lo, size = self.starts[worker_id], self.sizes[worker_id]
         env = lo + (in_batch or 0)
-        if size == 1:
+        if size == 1 or self._lists:  # inline envs have no worker to name
             return env, f"env {env}"
         return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
 
@@ -195,15 +195,20 @@ class EnvLayout:
         return worker_ids, requests
 
     def reset_requests(
-        self, seed: int | list[int | None] | None, options: dict[str, Any] | None, call: str
+        self,
+        seed: int | list[int | None] | None,
+        options: dict[str, Any] | None,
+        call: str,
+        by_env: bool = False,
     ) -> tuple[list[int], list[Any]]:
         """The workers a vector env's reset goes to and their requests: gymnasium's seeds
-        (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``."""
+        (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``;
+        ``by_env``: the envs and a request each, whatever the layout."""
         seeds = per_env_seeds(seed, self.num_envs, call)
         mask, options = reset_mask(options, self.num_envs)
         if mask is None:
             mask = np.ones(self.num_envs, dtype=np.bool_)
-        if self.batched:
+        if self.batched and not by_env:
             return self.resets(seeds, mask, options)
         ids = np.flatnonzero(mask).tolist()
         return ids, [

@@ -26,9 +26,13 @@ class Pipeline:
     """What the pipelined calls of one vector env have under way.
 
     ``batch_size`` envs come back from each ``recv``; a worker's envs are sent and come
-    back together, so ``batch_size`` is a whole number of workers."""
+    back together, so ``batch_size`` is a whole number of workers. ``by_env``: the envs
+    are sent and come back one by one, whatever the layout (inline envs, which step when
+    ``recv`` asks for them); the pipeline's units are then envs, not workers."""
 
-    def __init__(self, layout: EnvLayout, batch_size: int | None, autoreset: str) -> None:
+    def __init__(
+        self, layout: EnvLayout, batch_size: int | None, autoreset: str, by_env: bool = False
+    ) -> None:
         num_envs = layout.num_envs
         size = num_envs if batch_size is None else batch_size
         if isinstance(size, np.integer):
@@ -37,7 +41,8 @@ class Pipeline:
             raise ValueError(
                 f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}"
             )
-        per_worker = layout.sizes[0]  # every worker steps as many (see ``grouped``)
+        # every worker steps as many (see ``grouped``)
+        per_worker = 1 if by_env else layout.sizes[0]
         if size % per_worker:
             raise ValueError(
                 f"batch_size={size} is not a multiple of envs_per_worker={per_worker}: a "
@@ -52,6 +57,9 @@ class Pipeline:
                 "convention) or 'same_step'"
             )
         self.layout = layout
+        self.by_env = by_env
+        #: What is sent and comes back together, counted: workers, or envs (``by_env``).
+        self.units = num_envs if by_env else len(layout.sizes)
         self.batch_size = size
         self.workers_per_batch = size // per_worker
         #: The envs in flight were sent by async_reset/send/step_async.
@@ -67,7 +75,7 @@ class Pipeline:
         when there are none, the pool's pending states are no longer theirs."""
         if not self.active:
             return []
-        flying = [w for w in range(len(envs)) if w in self.held or envs.has_pending(w)]
+        flying = [w for w in range(self.units) if w in self.held or envs.has_pending(w)]
         if not flying:
             self.active = False
         return flying
@@ -97,6 +105,15 @@ class Pipeline:
                 "step_wait() first",
                 "step",
             )
+        last = self.last_env_ids
+        if (
+            type(env_id) is np.ndarray
+            and env_id.ndim == 1
+            and env_id.dtype == np.int64
+            and last is not None
+            and env_id.tolist() == last
+        ):
+            return last  # the last recv's envs (its infos["env_id"]): checked by then
         num_envs = self.layout.num_envs
         if env_id is None:
             if self.last_env_ids is None:
@@ -119,7 +136,7 @@ class Pipeline:
         return env_ids
 
     def check_not_flying(self, envs: Envs, worker_ids: list[int]) -> None:
-        if not self.active:
+        if not self.active or not (self.held or envs.num_pending):
             return
         busy = [w for w in worker_ids if w in self.held or envs.has_pending(w)]
         if busy:
@@ -147,7 +164,9 @@ class Pipeline:
             )
 
     def envs(self, worker_ids: list[int]) -> list[int]:
-        """The env ids stepped by these workers."""
+        """The env ids stepped by these workers (these envs, ``by_env``)."""
+        if self.by_env:
+            return list(worker_ids)
         layout = self.layout
         return [
             env
