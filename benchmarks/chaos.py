@@ -117,8 +117,10 @@ MARK = "AIOENV_CHAOS_RUN"
 HEALTHY, HANG, CRASH = 0, 1, 2
 FOREVER = 10**6  # seconds: a hang, cut short by the deadline
 #: Python's own helpers, which live as long as the interpreter that started them.
-#: Process workers restarted, one after another, to measure a restart's cost (``r``).
+#: Workers restarted to measure a restart's cost (``r``): process workers one after
+#: another, coroutine workers in small groups.
 RESTART_SAMPLES_PROCESS = 8
+RESTART_SAMPLES_COROUTINE, RESTART_GROUP_COROUTINE = 200, 20
 
 INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
@@ -467,17 +469,20 @@ class Driver:
         """Per kind: how much longer a reset takes just after a crash than just before, on
         the otherwise idle pool, never below 0 (a restart saves no time). A reset's own
         latency is a lognormal draw (its standard deviation about half its mean), so a few
-        one-off differences can come out tens of milliseconds off either way: coroutine
-        workers, cheap to restart, are measured all at once and their means compared;
-        process workers, whose new processes would compete for the cores if started
-        together, one after another."""
+        one-off differences can come out tens of milliseconds off either way: the cost is
+        the difference of two means over many workers, taken a few at a time (restarts
+        come one here, one there in the run; hundreds at once would queue on the loop).
+        Process workers, whose new processes compete for the cores, one at a time."""
         costs: dict[str, float] = {}
-        for kind, together in (("process", False), ("coroutine", True)):
-            workers = [i for i, k in enumerate(self.kinds) if k == kind]
-            workers = workers if together else workers[:RESTART_SAMPLES_PROCESS]
+        for kind, most, together in (
+            ("process", RESTART_SAMPLES_PROCESS, 1),
+            ("coroutine", RESTART_SAMPLES_COROUTINE, RESTART_GROUP_COROUTINE),
+        ):
+            workers = [i for i, k in enumerate(self.kinds) if k == kind][:most]
             before: list[float] = []
             after: list[float] = []
-            for group in [workers] if together else [[w] for w in workers]:
+            for start in range(0, len(workers), together):
+                group = workers[start : start + together]
                 before += await self.timed_together(pool, group, aioenv.RESET)
                 await self.timed_together(pool, group, CRASH)
                 after += await self.timed_together(pool, group, aioenv.RESET)
