@@ -37,15 +37,20 @@ PER_ENV = 5  # helper pids per env, grandchildren included
 class StartsHelpers(gymnasium.Env[np.ndarray, int]):
     """Starts the :data:`HELPERS` when built and never stops them; its observations are
     their pids (the grandchild's too). ``hang_on``: a step with this action never returns.
-    ``close_hangs``: ``close`` never returns either."""
+    ``close_hangs``: ``close`` never returns either. ``step_s``: how long a step takes."""
 
     observation_space = gymnasium.spaces.Box(0, 2**31, (PER_ENV,), np.int64)
     action_space = gymnasium.spaces.Discrete(20)
 
     def __init__(
-        self, hang_on: int | None = None, close_hangs: bool = False, record: str | None = None
+        self,
+        hang_on: int | None = None,
+        close_hangs: bool = False,
+        record: str | None = None,
+        step_s: float = 0.0,
     ) -> None:
         self.hang_on = hang_on
+        self.step_s = step_s
         self.close_hangs = close_hangs
         self.helpers = [
             subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in HELPERS
@@ -64,6 +69,7 @@ class StartsHelpers(gymnasium.Env[np.ndarray, int]):
     def step(self, action: int) -> Any:
         if action == self.hang_on:
             time.sleep(600)
+        time.sleep(self.step_s)
         return np.array(self.pids), 0.0, False, False, {}
 
     def close(self) -> None:
@@ -272,9 +278,10 @@ def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
     tmp_path: Path, helpers: list[int], how: Any
 ) -> None:
     """The env a vector env builds for its spaces (and to time a step, ``mode="auto"``,
-    which chooses child processes for ``batch_size=1``) is built in a child process too."""
+    which chooses child processes for an env whose step takes far longer than a hand-off
+    to a child) is built in a child process too."""
     record = tmp_path / "pids"
-    source = functools.partial(StartsHelpers, record=str(record))
+    source = functools.partial(StartsHelpers, record=str(record), step_s=0.01)
     if how == "from_pool":
         envs = aioenv.AioVectorEnv.from_pool(aioenv.make_pool(source, 2, mode="process"))
     else:
@@ -283,6 +290,7 @@ def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
         envs.reset(seed=0)
         helpers.extend(int(pid) for pid in record.read_text().split())
         assert len(helpers) == 3 * PER_ENV  # the probe env's, then each worker's
+        assert envs.mode_choice.mode == "process", envs.mode_choice
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
 
 
