@@ -10,7 +10,7 @@ message per batch each way, and the parent does no work per env.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -198,35 +198,37 @@ class VectorRunner:
 
     def step_rows(self, rows: list[Any]) -> Any:
         """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
-        states: list[Any] = []
-        failures: list[Failure] = []
-        for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True)):
-            state = runner.step_row(action)
-            if type(state) is not tuple and not isinstance(state, Step):
-                if not isinstance(state, Failure):
-                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
-                failures.append(_in_env(state, index))
-            states.append(state)
-        if failures:
-            return _first_of(failures)
-        return self._stepped(states)
+        answers = (
+            (index, runner.step_row(action))
+            for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True))
+        )
+        return self._gathered(answers)
 
     def answer_envs(self, envs: list[int], requests: list[Any]) -> Any:
         """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
         env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
         are those envs, in that order, or a Failure. Every env asked is answered, as in
         :meth:`step_rows`; the envs not asked are untouched."""
-        states: list[Any] = []
-        failures: list[Failure] = []
         runners = self.runners
-        for index, request in zip(envs, requests, strict=True):
+
+        def answer(index: int, request: Any) -> Any:
             runner = runners[index]
             if isinstance(request, Reset):
-                state = runner.reset(request.seed, request.options)
-            elif request is RESET:
-                state = runner.reset()
-            else:
-                state = runner.step_row(request)
+                return runner.reset(request.seed, request.options)
+            if request is RESET:
+                return runner.reset()
+            return runner.step_row(request)
+
+        answers = ((i, answer(i, r)) for i, r in zip(envs, requests, strict=True))
+        return self._gathered(answers, envs)
+
+    def _gathered(self, answers: Iterable[tuple[int, Any]], envs: list[int] | None = None) -> Any:
+        """The BatchStep of ``answers`` (env index, its answer), taken in order (lazily: an
+        answer that is no state stops the rest from being asked), or the first failure of
+        an env after every env asked has answered."""
+        states: list[Any] = []
+        failures: list[Failure] = []
+        for index, state in answers:
             if type(state) is not tuple and not isinstance(state, Step):
                 if not isinstance(state, Failure):
                     return Failure.from_exception(TypeError(_NOT_STEPS), "step")
