@@ -475,26 +475,19 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             "Atari Pong (84x84 grey, 4 frames a step, 4 stacked), lockstep training script",
             [
                 Case(
-                    f"N={REAL_N} {name}",
+                    f"N={REAL_N} {name}" + (" beside a CPU hog" if hog else ""),
                     REAL_N,
                     envs.pong(),
                     envs.zero_policy,
                     batch_policy=pong_policies[name],
                     requires=("ale_py", "cv2"),
+                    hog=hog,
                 )
-                for name in policies
-            ]
-            + [
-                Case(
-                    f"N={REAL_N} {name} beside a CPU hog",
-                    REAL_N,
-                    envs.pong(),
-                    envs.zero_policy,
-                    batch_policy=pong_policies[name],
-                    requires=("ale_py", "cv2"),
-                    hog=True,
+                for hog, names in (
+                    (False, policies),
+                    (True, sizes["W11 policies beside a CPU hog"]),
                 )
-                for name in sizes["W11 policies beside a CPU hog"]
+                for name in names
             ],
             overhead_s=PROCESS_START_S,
         ),
