@@ -150,3 +150,40 @@ async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
             await worker.get_state()
     assert "its process could not be started (OSError: no more processes)" in str(died.value)
     assert "process worker" in str(died.value)
+
+
+class RacedProcess:
+    """A process whose ``start()`` raises AttributeError ``raced`` times, as Python 3.10's
+    does when another thread closes a process meanwhile (before starting anything); with
+    ``started_anyway``, after it had started."""
+
+    def __init__(self, raced: int, started_anyway: bool = False) -> None:
+        self.raced = raced
+        self.started_anyway = started_anyway
+        self.starts = 0
+        self.pid: int | None = None
+
+    def start(self) -> None:
+        self.starts += 1
+        if self.starts <= self.raced:
+            if self.started_anyway:
+                self.pid = 4321
+            raise AttributeError("'NoneType' object has no attribute 'poll'")
+        self.pid = 1234
+
+
+def test_a_start_that_raced_before_starting_anything_is_made_again() -> None:
+    process = RacedProcess(raced=2)
+    start_module._start_process(process)  # type: ignore[arg-type]
+    assert (process.starts, process.pid) == (3, 1234)
+
+
+def test_a_start_that_raced_after_starting_or_every_time_raises() -> None:
+    started = RacedProcess(raced=1, started_anyway=True)
+    with pytest.raises(AttributeError):
+        start_module._start_process(started)  # type: ignore[arg-type]
+    assert started.starts == 1  # never a second child
+    always = RacedProcess(raced=100)
+    with pytest.raises(AttributeError):
+        start_module._start_process(always)  # type: ignore[arg-type]
+    assert always.starts == start_module._START_ATTEMPTS

@@ -276,13 +276,14 @@ async def test_a_failed_segment_is_dropped_whole_and_the_restarted_env_plays_it_
 ) -> None:
     mode = ["process", "thread", "sync"] if kind == "mixed" else kind
     factory = envs_factory(explode_at=10)
+    failures: list[aioenv.WorkerError] = []
     async with aioenv.make_pool(
-        factory, N, mode=modes(mode, N), seed=SEED, restart="on_failure"
+        factory, N, mode=modes(mode, N), seed=SEED, restart="on_failure", on_failure=failures.append
     ) as pool:
         await pool.set_policy(choose_walk)
         first = await pool.rollout(8)  # steps 1..8 of each env
         second = await pool.rollout(8)  # step 10 explodes: the rebuilt env plays all 8
-        assert pool.restarts == N
+        assert pool.restarts == N, [f"{type(error).__name__}: {error}" for error in failures]
         counted = sum(stats.episodes for stats in pool.episode_stats())
         third = await pool.rollout(2)
     assert len(first) == len(second) == N * 8 and len(third) == N * 2

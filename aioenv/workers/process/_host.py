@@ -145,7 +145,7 @@ class Host(Replaceable["Host"]):
             self._started.set_result(None)
         else:
             self._started = _STARTS.submit(functools.partial(self._launch, child))
-            self._started.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_started))
+            self._started.add_done_callback(self._start_done)
         self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
@@ -196,11 +196,22 @@ class Host(Replaceable["Host"]):
             return f"pid {self._pid}"
         return "process starting" if self.start_error is None else "process not started"
 
+    def _start_done(self, _: object) -> None:
+        """In the start's thread, once it is done: tell the loop that watches this host.
+        Not the loop the host was made on: a vector env made in a running loop builds its
+        workers there and drives them from a loop of its own, in another thread, and the
+        loop it was made on may not run again before the child is closed. None watches
+        yet: :meth:`watch` finds the start done."""
+        loop = self._loop
+        if loop is not None:
+            call_soon_threadsafe(loop, self._on_started)
+
     def _on_started(self) -> None:
-        """On the loop, once the start is done: watch the child's exit, or report that it
-        could not be started as its exit."""
+        """On the loop that watches this host, once the start is done: watch the child's
+        exit, or report that it could not be started as its exit. Called once or twice
+        (the start's callback and :meth:`watch` may both see it done)."""
         if self.exitcode is not None:
-            return  # reaped without a loop meanwhile (kill_now)
+            return  # reaped without a loop meanwhile (kill_now), or reported already
         error = self._started.exception()
         if error is not None:
             self.start_error = error
@@ -241,8 +252,8 @@ class Host(Replaceable["Host"]):
         loop.add_reader(self._socket.fileno(), self._on_readable)
         self._reading = True
         self._sentinel_watched = False
-        if self._started.done() and self._started.exception() is None:
-            self._watch_sentinel()
+        if self._started.done():
+            loop.call_soon(self._on_started)  # a failed start is reported as a death is
 
     # Writing -------------------------------------------------------------------------
     def send(self, frame: bytes) -> None:

@@ -111,10 +111,10 @@ class ChildStart:
         try:
             with _child_start():
                 if self._context.get_start_method() == "forkserver":
-                    self.process.start()  # the server's children start with SIGINT ignored
+                    _start_process(self.process)  # the server's children start with SIGINT ignored
                 else:
                     with _sigint_ignored():
-                        self.process.start()
+                        _start_process(self.process)
         finally:
             self._child_end.close()
             self._alive_child.close()
@@ -125,6 +125,28 @@ class ChildStart:
         self._alive_child.close()
         self.socket.close()
         self.alive.close()
+
+
+#: How many times a start is made again after Python 3.10's race (see _start_process).
+_START_ATTEMPTS = 5
+
+
+def _start_process(process: multiprocessing.process.BaseProcess) -> None:
+    """``process.start()``, made again where Python 3.10's multiprocessing raced.
+
+    Before it starts anything, ``start()`` drops the finished processes from
+    multiprocessing's table of children, asking each for its exit status. In 3.10, a
+    process being closed in another thread meanwhile (the event loop closes a reaped child
+    while a start runs off the loop) is still in the table without its handle, and that
+    raises AttributeError (3.11 skips it). Nothing was started then (no pid): the start
+    is made again."""
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            process.start()
+            return
+        except AttributeError:
+            if process.pid is not None or attempt == _START_ATTEMPTS:
+                raise
 
 
 def _child_main(*args: Any) -> None:
