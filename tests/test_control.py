@@ -174,6 +174,51 @@ async def test_workers_must_share_spaces() -> None:
         assert errors[0].worker_id in (0, 1)
 
 
+class Regrown(gymnasium.Env[np.ndarray, int]):
+    """Counts its builds in ``log`` (one line each); its observations have as many entries
+    as ``sizes`` says for that build (the last size for later ones). Any step raises."""
+
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, log: str, sizes: tuple[int, ...]) -> None:
+        with open(log, "a+") as file:
+            file.write("built\n")
+            file.seek(0)
+            builds = len(file.readlines())
+        size = sizes[min(builds, len(sizes)) - 1]
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (size,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        raise ValueError("Regrown fails every step")
+
+
+async def test_a_restarted_env_is_held_to_the_pools_spaces(tmp_path: Any) -> None:
+    # Same spaces after a restart: the worker keeps the same objects (checked at once).
+    # Other spaces: the restart's reset is refused, as a new worker's would be.
+    same = functools.partial(Regrown, str(tmp_path / "same"), (2,))
+    grown = functools.partial(Regrown, str(tmp_path / "grown"), (2, 3))
+    async with aioenv.make_pool([same, grown], mode="process", restart="on_failure") as pool:
+        await pool.reset_all()
+        spaces = [(worker.observation_space, worker.action_space) for worker in pool.workers]
+        for worker_id in (0, 1):
+            pool.send_action(1, worker_id)  # fails: the episode comes back cut short
+            cut, _ = await pool.get_state(worker_id=worker_id)  # type: ignore[misc]
+            assert cut.truncated
+        assert pool.restarts == 2
+        pool.send_action(RESET, 0)
+        await pool.get_state(worker_id=0)  # the new env answers the reset
+        same_worker = pool.workers[0]
+        assert same_worker.observation_space is spaces[0][0]
+        assert same_worker.action_space is spaces[0][1]
+        pool.send_action(RESET, 1)
+        with pytest.raises(aioenv.SpaceMismatch, match=r"worker 1 .*observation space .*\(3,\)"):
+            await pool.get_state(worker_id=1)
+
+
 async def test_check_actions_rejects_invalid_actions_before_sending(mode: Any) -> None:
     async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2), check_actions=True) as pool:
         await pool.reset_all()

@@ -12,11 +12,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import support
 from envs import AsyncCounter, Counter, Dying
 
 import aioenv
 import aioenv.workers.process._start as start_module
 from aioenv import RESET
+from aioenv.workers._off_loop import OffLoopCalls
 
 #: How long a held start waits to be let go: far longer than the test needs when the loop
 #: is free, so a start that holds the loop up is told apart without timing anything.
@@ -187,3 +189,38 @@ def test_a_start_that_raced_after_starting_or_every_time_raises() -> None:
     with pytest.raises(AttributeError):
         start_module._start_process(always)  # type: ignore[arg-type]
     assert always.starts == start_module._START_ATTEMPTS
+
+
+def off_loop_threads(name: str) -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
+def test_the_start_thread_waits_for_more_while_kept_and_ends_when_woken() -> None:
+    # Starts in a burst share one thread: Thread.start() holds the caller (an event loop)
+    # until the new thread runs, which takes milliseconds on a busy machine.
+    name = "aioenv-test-off-loop"
+    keep = threading.Event()
+    keep.set()
+    calls = OffLoopCalls(name, keep=keep.is_set, linger=60.0)
+    first = calls.submit(lambda: threading.current_thread())
+    thread = first.result(timeout=10)
+    assert support.wait_until(lambda: calls.idle)  # its queue is empty: it waits for more
+    assert thread.is_alive()
+    assert calls.submit(lambda: threading.current_thread()).result(timeout=10) is thread
+    keep.clear()
+    calls.wake()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and not off_loop_threads(name)
+    # A later call starts a thread again.
+    later = calls.submit(lambda: threading.current_thread()).result(timeout=10)
+    assert later is not thread
+    later.join(timeout=10)  # keep() is false: it ended once its queue was empty
+    assert not later.is_alive()
+
+
+def test_a_kept_start_thread_ends_after_lingering_with_nothing_to_do() -> None:
+    name = "aioenv-test-off-loop-linger"
+    calls = OffLoopCalls(name, keep=lambda: True, linger=0.05)
+    thread = calls.submit(lambda: threading.current_thread()).result(timeout=10)
+    thread.join(timeout=10)  # never woken: it ends once it lingered 50 ms
+    assert not thread.is_alive() and not off_loop_threads(name)

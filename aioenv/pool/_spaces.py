@@ -19,6 +19,10 @@ class SpaceCheck:
     def __init__(self) -> None:
         #: The spaces of the first worker of each size that reported them.
         self._spaces: dict[int, tuple[Any, Any]] = {}
+        #: The spaces each worker last passed with: a restarted env that reports the same
+        #: objects (a process worker keeps them when its new child's are the same bytes)
+        #: passes without comparing them again (Box compares its bounds with allclose).
+        self._passed: dict[int | None, tuple[Any, Any]] = {}
         self._observation_spaces_may_differ = False
 
     def allow_differing_observations(self) -> None:
@@ -30,9 +34,12 @@ class SpaceCheck:
         spaces = (worker.observation_space, worker.action_space)
         if spaces == (None, None):
             return None
+        passed = self._passed.get(worker.worker_id)
+        if passed is not None and passed[0] is spaces[0] and passed[1] is spaces[1]:
+            return None
         reference = self._reference_spaces(worker.num_envs)
         if reference is None:
-            self._spaces[worker.num_envs] = spaces
+            self._spaces[worker.num_envs] = self._passed[worker.worker_id] = spaces
             return None
         for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
             if what == "observation" and self._observation_spaces_may_differ:
@@ -43,6 +50,7 @@ class SpaceCheck:
                     "every worker of a pool must share its spaces",
                     worker_id=worker.worker_id,
                 )
+        self._passed[worker.worker_id] = spaces
         return None
 
     def _reference_spaces(self, size: int) -> tuple[Any, Any] | None:

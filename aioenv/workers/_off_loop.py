@@ -9,6 +9,7 @@ import collections
 import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,31 +18,61 @@ __all__ = ["OffLoopCalls", "call_soon_threadsafe", "on_event_loop"]
 
 class OffLoopCalls:
     """Runs blocking calls in the order they were asked for, in a thread named
-    ``thread_name`` started when there is one to make and gone when there is none left
-    (so no thread outlives the work)."""
+    ``thread_name``, started when there is one to make. Once its calls are made, the thread
+    waits for more while ``keep()`` says more may come, at most ``linger`` seconds after its
+    last call, then ends (so no thread outlives the work); :meth:`wake` ends an idle one at
+    once where ``keep()`` turned false. Why wait: ``Thread.start`` returns only once the new
+    thread runs, milliseconds on a busy machine, during which the event loop that asked for
+    the call stands still; calls that come in a burst (the restarts after a fault that hit
+    several workers) or as a run's steady trickle share one thread instead."""
 
-    def __init__(self, thread_name: str) -> None:
+    def __init__(
+        self, thread_name: str, keep: Callable[[], bool] = lambda: False, linger: float = 1.0
+    ) -> None:
         self._thread_name = thread_name
-        self._lock = threading.Lock()
+        self._keep = keep
+        self._linger = linger
+        self._lock = threading.Condition()
         self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
         self._queue = collections.deque()
         self._running = False
+        self._waiting = False  # the thread runs, waiting for a call
+
+    @property
+    def idle(self) -> bool:
+        """A thread runs and waits for a call (none is queued or being made)."""
+        return self._waiting
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             self._queue.append((future, call))
-            if not self._running:
+            if self._running:
+                self._lock.notify()  # the thread may be waiting for more
+            else:
                 self._running = True
                 threading.Thread(target=self._run, name=self._thread_name, daemon=True).start()
         return future
 
+    def wake(self) -> None:
+        """``keep()`` may have turned false: a thread waiting for more calls checks again."""
+        with self._lock:
+            self._lock.notify_all()
+
     def _run(self) -> None:
         while True:
             with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
+                idle_until: float | None = None
+                while not self._queue:
+                    now = time.monotonic()
+                    if idle_until is None:
+                        idle_until = now + self._linger
+                    if now >= idle_until or not self._keep():
+                        self._running = False
+                        return
+                    self._waiting = True
+                    self._lock.wait(idle_until - now)
+                    self._waiting = False
                 future, call = self._queue.popleft()
             try:
                 future.set_result(call())

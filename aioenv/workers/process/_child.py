@@ -95,8 +95,8 @@ def serve(
                     slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
                     slots.share(slot, None)
-                elif kind == Request.REBUILD:
-                    slots.serve(slot, Request.REBUILD, loads(frame))  # answered by none
+                elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
+                    sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
                 else:
                     # Each answer goes at once, not with the batch: the parent works on it
                     # while this child steps the next env, and neither side idles long
@@ -134,8 +134,9 @@ def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObserv
         os.close(fd)
 
 
-def _ready(slot: int, slots: Slots) -> bytes:
-    spaces = slots.serve(slot, Request.BUILD, None)
+def _ready(slot: int, slots: Slots, request: int = Request.BUILD, payload: Any = None) -> bytes:
+    """Build (or rebuild) the slot's env, and the READY frame with its spaces."""
+    spaces = slots.serve(slot, request, payload)
     try:
         return encode(Kind.READY, 0, dumps(spaces), slot)
     except Exception:

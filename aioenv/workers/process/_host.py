@@ -50,8 +50,9 @@ OnExit = Callable[["Host"], None]
 _running: set[int] = set()
 
 
-#: The process's starts made on an event loop, one at a time, off the loop.
-_STARTS = OffLoopCalls("aioenv-process-start")
+#: The process's starts made on an event loop, one at a time, off the loop; the thread
+#: waits for the next while some child runs (a child that runs may be restarted).
+_STARTS = OffLoopCalls("aioenv-process-start", keep=lambda: bool(_running))
 
 
 @atexit.register
@@ -130,22 +131,6 @@ class Host(Replaceable["Host"]):
         self.start_error: BaseException | None = None
         self._sentinel_watched = False
         self._process = child.process
-        # A forkserver start is a round trip to the server (tens of milliseconds, far
-        # more under load): made on a running event loop, it runs in a thread, and what
-        # is written to the child meanwhile waits in its socket. Other start methods run
-        # here, where SIGINT can be ignored while they start (see _start).
-        loop = on_event_loop() if context.get_start_method() == "forkserver" else None
-        if loop is None:
-            try:
-                self._launch(child)
-            except BaseException:
-                child.close()
-                raise
-            self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._started.set_result(None)
-        else:
-            self._started = _STARTS.submit(functools.partial(self._launch, child))
-            self._started.add_done_callback(self._start_done)
         self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
@@ -166,6 +151,23 @@ class Host(Replaceable["Host"]):
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Last, once every attribute is set: the start's callback may run at once.
+        # A forkserver start is a round trip to the server (tens of milliseconds, far
+        # more under load): made on a running event loop, it runs in a thread, and what
+        # is written to the child meanwhile waits in its socket. Other start methods run
+        # here, where SIGINT can be ignored while they start (see _start).
+        loop = on_event_loop() if context.get_start_method() == "forkserver" else None
+        if loop is None:
+            try:
+                self._launch(child)
+            except BaseException:
+                child.close()
+                raise
+            self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._started.set_result(None)
+        else:
+            self._started = _STARTS.submit(functools.partial(self._launch, child))
+            self._started.add_done_callback(self._start_done)
 
     def _launch(self, child: ChildStart) -> None:
         """Start the child (in the start's thread, or here); one that was to be killed
@@ -432,6 +434,8 @@ class Host(Replaceable["Host"]):
         if self._pid is not None:
             signal_group(self._pid, signal.SIGKILL)
             _running.discard(self._pid)
+            if not _running:
+                _STARTS.wake()  # no child left to restart: the start thread ends now
         self._stop_reading()
         if self._force_timer is not None:
             self._force_timer.cancel()

@@ -158,6 +158,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._idle_spin = float(idle_spin)
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._layout: Layout | None = None  # known once the env reports its space
+        self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
         self._shared: SharedObservations | None = None  # mapped for the current host
         self._context = resolve_context(context)
         self._slot = 0
@@ -298,16 +299,29 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._on_reply(seq, result, borrowed)
 
     def _on_ready(self, payload: Any) -> None:
-        """The env reports its spaces: map shared memory for its observations. Neither is
-        needed to go on, so a failure here is a warning, and observations travel through
-        the socket."""
+        """The env reports its spaces (once built, and again after each rebuild): map
+        shared memory for its observations, unless the child has it already (the
+        replacement of a restart gets it as it is joined). A restarted env that reports
+        the same bytes keeps the same space objects, so its pool checks them at once; one
+        that reports other spaces shows them, for its pool to refuse. Neither is needed to
+        go on, so a failure here is a warning, and observations travel through the
+        socket."""
         try:
-            self.observation_space, self.action_space = loads(payload)
-            self._layout = self._layout_for(self.observation_space)
-            if self._layout is not None:
+            if self._spaces_reported is None or payload != self._spaces_reported:
+                spaces = loads(payload)
+                if spaces == (None, None) and self._spaces_reported is not None:
+                    return  # a rebuild that failed: its reset says so; the spaces stay
+                self.observation_space, self.action_space = spaces
+                self._spaces_reported = bytes(payload)
+                layout = self._layout_for(self.observation_space)
+                if layout != self._layout:
+                    # The child writes nothing that does not fit the memory it has, so
+                    # what it sends before it maps the new memory travels in the socket.
+                    self._layout, self._shared = layout, None
+            if self._layout is not None and self._shared is None:
                 self._share()
         except Exception as exc:
-            self._layout = self._shared = None
+            self._layout = self._shared = self._spaces_reported = None
             warnings.warn(
                 f"{self.name}: aioenv could not set up shared memory for its observations "
                 f"({type(exc).__name__}: {exc}); they travel through the socket instead",
