@@ -154,6 +154,34 @@ async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
     assert "process worker" in str(died.value)
 
 
+async def test_restarts_after_a_quiet_spell_start_in_the_same_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A new thread for each restart would hold the loop in Thread.start() each time.
+    threads: list[threading.Thread] = []
+    original = start_module._child_start
+
+    @contextlib.contextmanager
+    def recorded() -> Iterator[None]:
+        threads.append(threading.current_thread())
+        with original():
+            yield
+
+    monkeypatch.setattr(start_module, "_child_start", recorded)
+    async with aioenv.make_pool(Dying, 1, mode="process", restart="on_failure") as pool:
+        pool.reset()
+        await pool.get_state()
+        for _ in range(3):
+            pool.send_action("exit", 0)
+            with anyio.fail_after(20):
+                await pool.get_state()  # the death, answered by the restarted env
+            await anyio.sleep(0.05)  # a quiet spell: the start thread has nothing to do
+        assert pool.restarts == 3
+    restart_threads = threads[-3:]
+    assert all(thread is restart_threads[0] for thread in restart_threads), restart_threads
+    assert restart_threads[0] is not threading.current_thread()  # off the loop
+
+
 class RacedProcess:
     """A process whose ``start()`` raises AttributeError ``raced`` times, as Python 3.10's
     does when another thread closes a process meanwhile (before starting anything); with
@@ -195,32 +223,33 @@ def off_loop_threads(name: str) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == name]
 
 
-def test_the_start_thread_waits_for_more_while_kept_and_ends_when_woken() -> None:
+def test_the_start_thread_waits_for_more_while_held_and_ends_when_released() -> None:
     # Starts in a burst share one thread: Thread.start() holds the caller (an event loop)
     # until the new thread runs, which takes milliseconds on a busy machine.
     name = "aioenv-test-off-loop"
-    keep = threading.Event()
-    keep.set()
-    calls = OffLoopCalls(name, keep=keep.is_set, linger=60.0)
-    first = calls.submit(lambda: threading.current_thread())
-    thread = first.result(timeout=10)
+    calls = OffLoopCalls(name, linger=60.0)
+    calls.hold()
+    calls.hold()
+    thread = calls.submit(lambda: threading.current_thread()).result(timeout=10)
     assert support.wait_until(lambda: calls.idle)  # its queue is empty: it waits for more
     assert thread.is_alive()
     assert calls.submit(lambda: threading.current_thread()).result(timeout=10) is thread
-    keep.clear()
-    calls.wake()
+    calls.release()
+    assert support.wait_until(lambda: calls.idle) and thread.is_alive()  # one holder left
+    calls.release()
     thread.join(timeout=10)
     assert not thread.is_alive() and not off_loop_threads(name)
-    # A later call starts a thread again.
+    # A later call starts a thread again, which ends once its queue is empty (no holder).
     later = calls.submit(lambda: threading.current_thread()).result(timeout=10)
     assert later is not thread
-    later.join(timeout=10)  # keep() is false: it ended once its queue was empty
+    later.join(timeout=10)
     assert not later.is_alive()
 
 
-def test_a_kept_start_thread_ends_after_lingering_with_nothing_to_do() -> None:
+def test_a_held_start_thread_ends_after_lingering_with_nothing_to_do() -> None:
     name = "aioenv-test-off-loop-linger"
-    calls = OffLoopCalls(name, keep=lambda: True, linger=0.05)
+    calls = OffLoopCalls(name, linger=0.05)
+    calls.hold()
     thread = calls.submit(lambda: threading.current_thread()).result(timeout=10)
-    thread.join(timeout=10)  # never woken: it ends once it lingered 50 ms
+    thread.join(timeout=10)  # never released: it ends once it lingered 50 ms
     assert not thread.is_alive() and not off_loop_threads(name)

@@ -19,29 +19,40 @@ __all__ = ["OffLoopCalls", "call_soon_threadsafe", "on_event_loop"]
 class OffLoopCalls:
     """Runs blocking calls in the order they were asked for, in a thread named
     ``thread_name``, started when there is one to make. Once its calls are made, the thread
-    waits for more while ``keep()`` says more may come, at most ``linger`` seconds after its
-    last call, then ends (so no thread outlives the work); :meth:`wake` ends an idle one at
-    once where ``keep()`` turned false. Why wait: ``Thread.start`` returns only once the new
-    thread runs, milliseconds on a busy machine, during which the event loop that asked for
-    the call stands still; calls that come in a burst (the restarts after a fault that hit
-    several workers) or as a run's steady trickle share one thread instead."""
+    waits for more while someone holds it (:meth:`hold`: a user that may ask again, such as
+    an open worker that may be restarted), at most ``linger`` seconds after its last call,
+    then ends (so no thread outlives the work); the last :meth:`release` ends an idle one at
+    once. Why wait: ``Thread.start`` returns only once the new thread runs, milliseconds on
+    a busy machine, during which the event loop that asked for the call stands still; calls
+    that come in a burst (the restarts after a fault that hit several workers) or as a
+    run's steady trickle share one thread instead."""
 
-    def __init__(
-        self, thread_name: str, keep: Callable[[], bool] = lambda: False, linger: float = 1.0
-    ) -> None:
+    def __init__(self, thread_name: str, linger: float = 1.0) -> None:
         self._thread_name = thread_name
-        self._keep = keep
         self._linger = linger
         self._lock = threading.Condition()
         self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
         self._queue = collections.deque()
         self._running = False
         self._waiting = False  # the thread runs, waiting for a call
+        self._holders = 0
 
     @property
     def idle(self) -> bool:
         """A thread runs and waits for a call (none is queued or being made)."""
         return self._waiting
+
+    def hold(self) -> None:
+        """One more user may ask for calls: an idle thread waits for them (see above)."""
+        with self._lock:
+            self._holders += 1
+
+    def release(self) -> None:
+        """A user of :meth:`hold` will ask for no more: with none left, an idle thread ends."""
+        with self._lock:
+            self._holders -= 1
+            if self._holders <= 0:
+                self._lock.notify_all()
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -54,11 +65,6 @@ class OffLoopCalls:
                 threading.Thread(target=self._run, name=self._thread_name, daemon=True).start()
         return future
 
-    def wake(self) -> None:
-        """``keep()`` may have turned false: a thread waiting for more calls checks again."""
-        with self._lock:
-            self._lock.notify_all()
-
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -67,7 +73,7 @@ class OffLoopCalls:
                     now = time.monotonic()
                     if idle_until is None:
                         idle_until = now + self._linger
-                    if now >= idle_until or not self._keep():
+                    if now >= idle_until or self._holders <= 0:
                         self._running = False
                         return
                     self._waiting = True

@@ -37,7 +37,7 @@ from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
 from ._start import ChildStart, Context
 
-__all__ = ["TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
+__all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
 #: ``deliver(host, kind, seq, payload)``: a message the child wrote for one slot.
 Deliver = Callable[["Host", int, int, "bytes | memoryview"], None]
@@ -51,8 +51,8 @@ _running: set[int] = set()
 
 
 #: The process's starts made on an event loop, one at a time, off the loop; the thread
-#: waits for the next while some child runs (a child that runs may be restarted).
-_STARTS = OffLoopCalls("aioenv-process-start", keep=lambda: bool(_running))
+#: waits for the next while a process worker is open (it may be restarted).
+CHILD_STARTS = OffLoopCalls("aioenv-process-start")
 
 
 @atexit.register
@@ -166,7 +166,7 @@ class Host(Replaceable["Host"]):
             self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
             self._started.set_result(None)
         else:
-            self._started = _STARTS.submit(functools.partial(self._launch, child))
+            self._started = CHILD_STARTS.submit(functools.partial(self._launch, child))
             self._started.add_done_callback(self._start_done)
 
     def _launch(self, child: ChildStart) -> None:
@@ -434,8 +434,6 @@ class Host(Replaceable["Host"]):
         if self._pid is not None:
             signal_group(self._pid, signal.SIGKILL)
             _running.discard(self._pid)
-            if not _running:
-                _STARTS.wake()  # no child left to restart: the start thread ends now
         self._stop_reading()
         if self._force_timer is not None:
             self._force_timer.cancel()

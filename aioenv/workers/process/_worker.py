@@ -56,7 +56,7 @@ from ...wire._shared_memory import (
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
-from ._host import TERMINATE_GRACE, Host, describe_exit
+from ._host import CHILD_STARTS, TERMINATE_GRACE, Host, describe_exit
 from ._start import Context, resolve_context
 
 __all__ = ["ProcessWorker"]
@@ -163,8 +163,15 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._context = resolve_context(context)
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
+        # Open, it may be restarted: the thread that starts children waits for that.
+        CHILD_STARTS.hold()
+        self._holds_starts = True
         if _start:
-            self._launch([self], per_host=1)
+            try:
+                self._launch([self], per_host=1)
+            except BaseException:
+                self._release_starts()
+                raise
 
     @property
     def pid(self) -> int:
@@ -276,7 +283,13 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 f"process ({type(exc).__name__}: {exc})"
             ) from exc
 
+    def _release_starts(self) -> None:
+        if self._holds_starts:
+            self._holds_starts = False
+            CHILD_STARTS.release()
+
     def _abandon(self) -> None:
+        self._release_starts()
         self._shared = None
         for host in self._hosts:
             host.kill_now()
@@ -369,6 +382,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
+        self._release_starts()  # closing: no restart comes any more
         self._ensure_loop()
         self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
         self._current_host().release(self._slot, self.cleanup_time)
