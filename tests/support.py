@@ -35,6 +35,16 @@ def modes(mode: Any, n: int) -> Any:
     return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
+def process_running(pid: int) -> bool:
+    """Process ``pid`` runs: a zombie has ended, and a process reaped while ``/proc`` is
+    read (ESRCH then, on a file that was open) has too."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # FileNotFoundError, or ProcessLookupError: gone
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

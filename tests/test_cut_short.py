@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from envs import AsyncBreakable, Breakable
-from support import wait_until
+from support import process_running, wait_until
 
 import aioenv
 from aioenv.core._environment import BatchStep, Step
@@ -35,14 +35,6 @@ CASES = [
 ]
 REASONS = {RAISE: "EnvError", DIE: "WorkerDied", HANG: "WorkerTimeout"}
 STEP_TIMEOUT = 1.0  # a hang lasts 4 s: past it, and short enough to end
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def env_for(kind: str) -> Any:
@@ -133,7 +125,7 @@ async def test_an_env_that_died_while_idle_ends_its_episode_at_the_next_step(
         pool.send_action(0, 0)
         step, _ = await pool.get_state()  # type: ignore[misc]
         os.kill(pool.workers[0].pid, signal.SIGKILL)  # type: ignore[attr-defined]
-        assert wait_until(lambda: not running(pool.workers[0].pid))  # type: ignore[attr-defined]
+        assert wait_until(lambda: not process_running(pool.workers[0].pid))  # type: ignore[attr-defined]
         pool.send_action(0, 0)
         cut, _ = await pool.get_state()  # type: ignore[misc]
         assert_cut_short(cut, step.observation, DIE, autoreset)

@@ -20,6 +20,7 @@ import envs
 import gymnasium
 import numpy as np
 import pytest
+from support import process_running
 
 pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
@@ -66,18 +67,9 @@ def aioenv_app(**options: Any) -> Any:
     return build_app(breakable, ServeOptions(**{"mode": "process", **options}))
 
 
-def alive(pid: int) -> bool:
-    """``pid`` runs (a zombie, ended but not yet reaped by whoever adopted it, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 async def gone(pid: int, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
-    while alive(pid):
+    while process_running(pid):
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.02)
@@ -161,7 +153,7 @@ async def test_a_client_that_leaves_takes_its_worker_and_what_its_env_started_wi
     async with serving(build_app(factory, ServeOptions(mode="process"))) as url:
         env = client(url)
         info = (await env.reset()).observation["info"]
-        assert alive(info["pid"]) and alive(info["helper"])
+        assert process_running(info["pid"]) and process_running(info["helper"])
         await env.close()
         assert await gone(info["pid"])
         assert await gone(info["helper"])
@@ -330,7 +322,7 @@ async def test_a_stopped_or_killed_server_leaves_no_worker_and_no_helper(
     try:
         env = client(url)
         info = (await env.reset()).observation["info"]
-        assert alive(info["pid"]) and alive(info["helper"])
+        assert process_running(info["pid"]) and process_running(info["helper"])
     finally:
         stop_server(server, how)
     with contextlib.suppress(Exception):
