@@ -942,3 +942,17 @@ class Spawning(Tattling):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         observation, info = super().reset(seed=seed, options=options)
         return observation, {**info, "helper": self.helper.pid}
+
+
+class SecondBuildFails(RaisesOnTwo):
+    """:class:`RaisesOnTwo` whose second build raises (builds are counted in the file
+    ``log``, one line each, across processes): a restart after action 2 fails to build."""
+
+    def __init__(self, log: str) -> None:
+        with open(log, "a+") as file:
+            file.write("built\n")
+            file.seek(0)
+            builds = len(file.readlines())
+        if builds == 2:
+            raise RuntimeError("SecondBuildFails: the second build fails")
+        super().__init__()

@@ -129,3 +129,21 @@ async def states_or_errors(
         except error as raised:
             results[raised.worker_id] = raised  # type: ignore[attr-defined]
     return results
+
+
+async def a_failed_rebuild_keeps_spaces(
+    pool: aioenv.WorkerPool[Any], spaces: tuple[Any, Any], seen: list[tuple[str, Any, Any]]
+) -> None:
+    """Action 2 fails the env; the restart's build fails; the next one answers a reset.
+    Every failure (recorded in ``seen`` by ``on_failure``) saw the worker with the spaces it had."""
+    pool.send_action(2, 0)
+    cut, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+    assert cut.truncated
+    pool.send_action(aioenv.RESET, 0)
+    state, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+    assert not state.terminated and not state.truncated
+    assert pool.restarts == 2, seen
+    assert [name for name, _, _ in seen] == ["EnvError", "EnvError"], seen
+    assert all(observed == spaces[0] and acted == spaces[1] for _, observed, acted in seen), seen
+    worker = pool.workers[0]
+    assert (worker.observation_space, worker.action_space) == spaces

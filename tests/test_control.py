@@ -10,8 +10,8 @@ import anyio
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter, Gated, Painted, open_gate
-from support import WORKERS, modes
+from envs import Counter, Gated, Painted, SecondBuildFails, open_gate
+from support import WORKERS, a_failed_rebuild_keeps_spaces, modes
 
 import aioenv
 from aioenv import RESET
@@ -217,6 +217,29 @@ async def test_a_restarted_env_is_held_to_the_pools_spaces(tmp_path: Any) -> Non
         pool.send_action(RESET, 1)
         with pytest.raises(aioenv.SpaceMismatch, match=r"worker 1 .*observation space .*\(3,\)"):
             await pool.get_state(worker_id=1)
+
+
+async def test_a_restart_whose_build_fails_keeps_the_workers_spaces(tmp_path: Any) -> None:
+    # The env's second build raises: the restart after the step's failure builds nothing
+    # (its reset fails, and the worker restarts again). Meanwhile the worker keeps the
+    # spaces its env reported; the third build's env answers with the same ones.
+    seen: list[tuple[str, Any, Any]] = []
+
+    def on_failure(error: aioenv.WorkerError) -> None:
+        worker = pool.workers[0]
+        seen.append((type(error).__name__, worker.observation_space, worker.action_space))
+
+    env = functools.partial(SecondBuildFails, str(tmp_path / "builds"))
+    async with aioenv.make_pool(
+        env, 1, mode="process", restart="on_failure", max_restarts=3, on_failure=on_failure
+    ) as pool:
+        await pool.reset_all()
+        worker = pool.workers[0]
+        spaces = (worker.observation_space, worker.action_space)
+        assert spaces[0] is not None and spaces[1] is not None
+        await a_failed_rebuild_keeps_spaces(pool, spaces, seen)
+        assert worker.observation_space is spaces[0]  # the same bytes: the same objects
+        assert worker.action_space is spaces[1]
 
 
 async def test_check_actions_rejects_invalid_actions_before_sending(mode: Any) -> None:

@@ -135,6 +135,21 @@ def test_pool_as_vector_env() -> None:
         venv.close()
 
 
+def test_a_pool_of_groups_as_vector_env() -> None:
+    pool = aioenv.make_pool("CartPole-v1", 2, mode="process", envs_per_worker=2)
+    venv = aioenv.AioVectorEnv.from_pool(pool)
+    try:
+        assert venv.num_envs == 4
+        obs, _ = venv.reset(seed=9)
+        expected = np.stack([gymnasium.make("CartPole-v1").reset(seed=9 + i)[0] for i in range(4)])
+        np.testing.assert_array_equal(obs, expected)
+        obs, rewards, *_ = venv.step(np.array([0, 1, 1, 0]))
+        assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
+        assert venv.get_attr("gravity") == (9.8,) * 4
+    finally:
+        venv.close()
+
+
 async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
     async with aioenv.make_pool("CartPole-v1", 1, mode="thread") as pool:
         await pool.reset_all()

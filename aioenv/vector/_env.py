@@ -19,7 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..core._environment import EnvSource
+from ..core._environment import EnvSource, VectorSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
@@ -134,7 +134,10 @@ class AioVectorEnv(VectorEnv):
         kinds = sorted({worker.kind for worker in pool.workers})
         venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
         sizes = [worker.num_envs for worker in pool.workers]
-        probe = probe_env(pool.workers[0].source, in_child=not in_parent(kinds))
+        first = pool.workers[0].source
+        if isinstance(first, VectorSource):
+            first = first.sources[0]  # the group's envs are alike: its first tells
+        probe = probe_env(first, in_child=not in_parent(kinds))
         if probe.agents is not None:
             raise TypeError(
                 "AioVectorEnv.from_pool() takes a pool of gymnasium envs; for PettingZoo "

@@ -209,8 +209,10 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         if host is not self._host:
             return  # a replaced actor's words are never delivered
         if isinstance(result, Ready):
-            self.observation_space = result.observation_space
-            self.action_space = result.action_space
+            reported = (result.observation_space, result.action_space)
+            if reported == (None, None) and self.observation_space is not None:
+                return  # a rebuild that failed (its reset says so): the spaces stay
+            self.observation_space, self.action_space = reported
             return
         # Ray hands arrays back as read-only views of its buffers: a pool that owns its
         # states (copy=True) copies them, as for shared memory.
