@@ -3,6 +3,7 @@ collecting states and errors."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -132,18 +133,37 @@ async def states_or_errors(
 
 
 async def a_failed_rebuild_keeps_spaces(
-    pool: aioenv.WorkerPool[Any], spaces: tuple[Any, Any], seen: list[tuple[str, Any, Any]]
-) -> None:
-    """Action 2 fails the env; the restart's build fails; the next one answers a reset.
-    Every failure (recorded in ``seen`` by ``on_failure``) saw the worker with the spaces it had."""
-    pool.send_action(2, 0)
-    cut, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
-    assert cut.truncated
-    pool.send_action(aioenv.RESET, 0)
-    state, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
-    assert not state.terminated and not state.truncated
-    assert pool.restarts == 2, seen
+    builds: Path, mode: str, **options: Any
+) -> tuple[Any, tuple[Any, Any]]:
+    """One worker of :class:`envs.SecondBuildFails` (its builds counted in ``builds``):
+    action 2 fails the env, the restart's build fails (its reset fails, and the worker
+    restarts again), and the third build's env answers a reset. Every failure saw the
+    worker with the spaces its env reported first, and it ends with equal ones. Returns
+    the worker and those first spaces."""
+    from envs import SecondBuildFails
+
+    seen: list[tuple[str, Any, Any]] = []
+
+    def on_failure(error: aioenv.WorkerError) -> None:
+        worker = pool.workers[0]
+        seen.append((type(error).__name__, worker.observation_space, worker.action_space))
+
+    env = functools.partial(SecondBuildFails, str(builds))
+    async with aioenv.make_pool(
+        env, 1, mode=mode, restart="on_failure", max_restarts=3, on_failure=on_failure, **options
+    ) as pool:
+        await pool.reset_all()
+        worker = pool.workers[0]
+        spaces = (worker.observation_space, worker.action_space)
+        assert spaces[0] is not None and spaces[1] is not None
+        pool.send_action(2, 0)
+        cut, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+        assert cut.truncated
+        pool.send_action(aioenv.RESET, 0)
+        state, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+        assert not state.terminated and not state.truncated
+        assert pool.restarts == 2, seen
     assert [name for name, _, _ in seen] == ["EnvError", "EnvError"], seen
     assert all(observed == spaces[0] and acted == spaces[1] for _, observed, acted in seen), seen
-    worker = pool.workers[0]
     assert (worker.observation_space, worker.action_space) == spaces
+    return worker, spaces

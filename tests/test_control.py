@@ -10,7 +10,7 @@ import anyio
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter, Gated, Painted, SecondBuildFails, open_gate
+from envs import Counter, Gated, Painted, open_gate
 from support import WORKERS, a_failed_rebuild_keeps_spaces, modes
 
 import aioenv
@@ -220,26 +220,9 @@ async def test_a_restarted_env_is_held_to_the_pools_spaces(tmp_path: Any) -> Non
 
 
 async def test_a_restart_whose_build_fails_keeps_the_workers_spaces(tmp_path: Any) -> None:
-    # The env's second build raises: the restart after the step's failure builds nothing
-    # (its reset fails, and the worker restarts again). Meanwhile the worker keeps the
-    # spaces its env reported; the third build's env answers with the same ones.
-    seen: list[tuple[str, Any, Any]] = []
-
-    def on_failure(error: aioenv.WorkerError) -> None:
-        worker = pool.workers[0]
-        seen.append((type(error).__name__, worker.observation_space, worker.action_space))
-
-    env = functools.partial(SecondBuildFails, str(tmp_path / "builds"))
-    async with aioenv.make_pool(
-        env, 1, mode="process", restart="on_failure", max_restarts=3, on_failure=on_failure
-    ) as pool:
-        await pool.reset_all()
-        worker = pool.workers[0]
-        spaces = (worker.observation_space, worker.action_space)
-        assert spaces[0] is not None and spaces[1] is not None
-        await a_failed_rebuild_keeps_spaces(pool, spaces, seen)
-        assert worker.observation_space is spaces[0]  # the same bytes: the same objects
-        assert worker.action_space is spaces[1]
+    worker, spaces = await a_failed_rebuild_keeps_spaces(tmp_path / "builds", "process")
+    assert worker.observation_space is spaces[0]  # the same bytes: the same objects
+    assert worker.action_space is spaces[1]
 
 
 async def test_check_actions_rejects_invalid_actions_before_sending(mode: Any) -> None:

@@ -4,7 +4,6 @@ as every other kind, mixable with them, failing the same way, leaving nothing be
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from envs import (
     Failing,
     Gated,
     LockedState,
-    SecondBuildFails,
     expected_big_observation,
 )
 from ray_support import actor_state
@@ -267,23 +265,9 @@ async def test_an_env_exception_with_restarts_rebuilds_that_env_in_the_same_acto
 
 @ray_test
 async def test_a_restart_whose_build_fails_keeps_the_workers_spaces(tmp_path: Any) -> None:
-    # As a process worker does (test_control): the failed rebuild reports no spaces, and
-    # the worker keeps those its env reported before.
-    seen: list[tuple[str, Any, Any]] = []
-
-    def on_failure(error: aioenv.WorkerError) -> None:
-        worker = pool.workers[0]
-        seen.append((type(error).__name__, worker.observation_space, worker.action_space))
-
-    env = functools.partial(SecondBuildFails, str(tmp_path / "builds"))
-    async with aioenv.make_pool(
-        env, 1, mode="ray", restart="on_failure", max_restarts=3, on_failure=on_failure, **OFF_CPU
-    ) as pool:
-        await pool.reset_all()
-        worker = pool.workers[0]
-        spaces = (worker.observation_space, worker.action_space)
-        assert spaces[0] is not None and spaces[1] is not None
-        await a_failed_rebuild_keeps_spaces(pool, spaces, seen)
+    # As a process worker does (test_control): a rebuild that failed reports no spaces,
+    # and the worker keeps those its env reported before.
+    await a_failed_rebuild_keeps_spaces(tmp_path / "builds", "ray", **OFF_CPU)
 
 
 @ray_test

@@ -122,30 +122,21 @@ def test_call_get_attr_set_attr_through_the_vector_env() -> None:
         venv.close()  # idempotent
 
 
-def test_pool_as_vector_env() -> None:
-    pool = aioenv.make_pool("CartPole-v1", 2, mode="process", autoreset="next_step")
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+def test_pool_as_vector_env(envs_per_worker: int) -> None:
+    pool = aioenv.make_pool(
+        "CartPole-v1", 2, mode="process", autoreset="next_step", envs_per_worker=envs_per_worker
+    )
     venv = aioenv.AioVectorEnv.from_pool(pool)
+    n = 2 * envs_per_worker
     try:
-        assert venv.num_envs == 2
+        assert venv.num_envs == n
         obs, _ = venv.reset(seed=9)
-        expected = np.stack([gymnasium.make("CartPole-v1").reset(seed=9 + i)[0] for i in range(2)])
+        expected = np.stack([gymnasium.make("CartPole-v1").reset(seed=9 + i)[0] for i in range(n)])
         np.testing.assert_array_equal(obs, expected)
-        venv.step(np.array([0, 1]))
-    finally:
-        venv.close()
-
-
-def test_a_pool_of_groups_as_vector_env() -> None:
-    pool = aioenv.make_pool("CartPole-v1", 2, mode="process", envs_per_worker=2)
-    venv = aioenv.AioVectorEnv.from_pool(pool)
-    try:
-        assert venv.num_envs == 4
-        obs, _ = venv.reset(seed=9)
-        expected = np.stack([gymnasium.make("CartPole-v1").reset(seed=9 + i)[0] for i in range(4)])
-        np.testing.assert_array_equal(obs, expected)
-        obs, rewards, *_ = venv.step(np.array([0, 1, 1, 0]))
-        assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4
-        assert venv.get_attr("gravity") == (9.8,) * 4
+        obs, rewards, *_ = venv.step(np.arange(n) % 2)
+        assert obs.shape == (n, 4) and rewards.tolist() == [1.0] * n
+        assert venv.get_attr("gravity") == (9.8,) * n
     finally:
         venv.close()
 
