@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -469,3 +470,42 @@ async def test_mixed_pool_runs_every_kind_together() -> None:
                 pool.send_action(pool.workers[worker_id].action_space.sample(), worker_id)
         assert episodes >= 8
     assert not worker_threads()
+
+
+@pytest.mark.parametrize("take", ["get_state", "get_batch"])
+async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(take: str) -> None:
+    """A sync worker's state is in the pool as soon as its action is sent, so a loop that
+    keeps taking it and sending it the next action never has to wait: the pool still
+    lets the event loop run, so the thread and process workers' states come in and the
+    loop's timers fire."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.005)
+            ticks += 1
+
+    seen = [0, 0, 0]
+    async with (
+        aioenv.make_pool("CartPole-v1", 3, mode=["sync", "thread", "process"], seed=1) as pool,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(ticker)
+        pool.reset()
+        # Bounded by the clock, not by the loop's timers: without its turns the loop
+        # could not fire a cancel scope's deadline.
+        give_up = time.monotonic() + 60
+        while (min(seen) < 50 or ticks < 3) and time.monotonic() < give_up:
+            if take == "get_state":
+                taken = [await pool.get_state()]
+            else:
+                batch = await pool.get_batch()
+                taken = list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
+            for step, worker_id in taken:  # type: ignore[misc]
+                seen[worker_id] += 1
+                pool.send_action(RESET if step.done else 0, worker_id)
+        group.cancel_scope.cancel()
+        await drain(pool)
+    assert min(seen) >= 50, f"states taken per worker (sync, thread, process): {seen}"
+    assert ticks >= 3, f"the event loop's timer fired {ticks} times"

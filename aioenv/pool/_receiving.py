@@ -48,11 +48,24 @@ class Receiver:
         self._reused_rows = ReusedRows(len(roster))  # with copy=False
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
         self._loop_thread: int | None = None  # the thread _loop was found running in
+        #: Which workers answer in line (sync workers: their state is in the inbox as soon
+        #: as their action is sent), where the pool also has workers whose states come in
+        #: through the event loop, in arrival order; else None. A loop that keeps taking
+        #: in-line states and sending them actions would never wait, so the loop would
+        #: never run and the others' states (and every deadline) would never come in.
+        in_line = [member.answers_in_line for member in roster.members]
+        mixed = any(in_line) and not all(in_line) and not inbox.ordered
+        self._in_line: list[bool] | None = in_line if mixed else None
+        #: The last state handed out was answered in line: the next call gives the event
+        #: loop a turn before it takes anything (so a cancelled call loses nothing).
+        self._owes_loop_a_turn = False
 
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
     ) -> tuple[Any, int] | None:
         self._check_open()
+        if self._owes_loop_a_turn:
+            await self._give_loop_a_turn()
         if worker_id is not None:
             outcome = await self._wait_for(self._roster.live(worker_id), timeout)
         else:
@@ -61,6 +74,8 @@ class Receiver:
                 outcome = await self._wait_next(timeout)
         if outcome is None:
             return None
+        if self._in_line is not None:
+            self._owes_loop_a_turn = self._in_line[outcome.worker_id]  # type: ignore[index]
         if outcome.error is not None:
             self._roster.hand_out(outcome.worker_id, outcome.error)
             raise outcome.error
@@ -84,6 +99,8 @@ class Receiver:
         ):
             self._check_loop()
         deadline = self._deadline(timeout)
+        if self._owes_loop_a_turn:
+            await self._give_loop_a_turn()
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -105,6 +122,9 @@ class Receiver:
         record = self._episodes.record
         for outcome in outcomes:
             record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
+        if self._in_line is not None:
+            in_line = self._in_line
+            self._owes_loop_a_turn = any(in_line[o.worker_id] for o in outcomes)  # type: ignore[index]
         space = self._roster.members[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
         rows = None if self._copy else self._reused_rows
         return Batch.of_outcomes(outcomes, space, rows)
@@ -135,6 +155,13 @@ class Receiver:
             self._episodes.record(worker_id, state)
             taken.append((state, worker_id))
         return sorted(taken, key=operator.itemgetter(1))
+
+    async def _give_loop_a_turn(self) -> None:
+        """Let the event loop run once (its ready I/O and timers) before taking a state:
+        after an in-line state, whose taker never waited (see ``_in_line``)."""
+        self._owes_loop_a_turn = False
+        await asyncio.sleep(0)
+        self._check_open()
 
     def episode_stats(self) -> list[EpisodeStats]:
         if self._episodes.saw_custom_state:

@@ -89,6 +89,9 @@ class Worker(KindHooks, Generic[S]):
     """
 
     kind: ClassVar[str]
+    #: Its states are delivered inside ``send_action``, not by the event loop (see
+    #: :attr:`~aioenv.workers._seam.Member.answers_in_line`).
+    answers_in_line: ClassVar[bool] = False
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
 
     def __init__(

@@ -38,6 +38,12 @@ class Member(Protocol):
         """The worker's kind (``"thread"``, ``"process"``, ...), for the pool's repr."""
 
     @property
+    def answers_in_line(self) -> bool:
+        """Its states are delivered inside ``send_action`` (it steps its env there), not
+        later by the event loop: a consumer that takes them never has to wait, so it must
+        give the loop a turn now and then or the other workers' states never come in."""
+
+    @property
     def worker_id(self) -> int | None:
         """Its id in the pool (None before it joins one)."""
 

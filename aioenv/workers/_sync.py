@@ -28,6 +28,7 @@ class SyncWorker(Worker[S]):
     """
 
     kind = "sync"
+    answers_in_line = True
 
     def __init__(
         self,
