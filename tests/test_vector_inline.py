@@ -7,6 +7,7 @@ do beside lockstep stepping (the pipelined calls, errors, closing, what needs a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from gymnasium.vector import SyncVectorEnv
 
 import aioenv
 from aioenv.vector import _choice
+from aioenv.vector._layout import busy_cores
 from aioenv.vector._probe import Probe
 
 
@@ -122,6 +124,7 @@ class _Slow(gymnasium.Env[np.ndarray, int]):
 
 def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_choice, "busy_cores", lambda: 0.0)  # a quiet machine
     with aioenv.AioVectorEnv([_Slow] * 4) as envs:
         assert envs.mode == "process"
         assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
@@ -211,3 +214,67 @@ open({str(marks)!r}, "w").write("")  # the probe env's close is not counted
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     assert marks.read_text() == "xxx"  # every env, once, though close() was never called
+
+
+#: A reading just under what takes a core.
+BUSY_BELOW = _choice.BUSY_SHARE - 0.01
+
+
+def _choose_on(
+    monkeypatch: pytest.MonkeyPatch, cores: int, busy: float, step: float, n: int
+) -> Any:
+    """The default's choice on ``cores`` cores of which other work keeps ``busy`` busy."""
+    watched: list[bool] = []
+
+    def busy_cores() -> float:
+        watched.append(True)
+        return busy
+
+    monkeypatch.setattr(_choice, "usable_cores", lambda: cores)
+    monkeypatch.setattr(_choice, "busy_cores", busy_cores)
+    choice = _choice.choose_mode("auto", _probe(step), n, None, {})
+    return choice, bool(watched)
+
+
+def test_cores_that_other_work_keeps_busy_are_left_out_of_the_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Atari beside a CPU-heavy job on 2 cores: one core left, so the envs step in line.
+    beside, watched = _choose_on(monkeypatch, 2, 1.0, 600e-6, 8)
+    assert watched and (beside.mode, beside.envs_per_worker) == ("inline", 8)
+    assert beside.reason.endswith("; 1 of 2 cores busy with other work when it was made")
+    # A quiet machine's daemons do not take a core.
+    quiet, _ = _choose_on(monkeypatch, 2, BUSY_BELOW, 600e-6, 8)
+    assert (quiet.mode, quiet.envs_per_worker) == ("process", 4)
+    assert "busy" not in quiet.reason
+    # 16 cores, 4 of them busy: no more children than the 12 left.
+    many, _ = _choose_on(monkeypatch, 16, 4.0, 600e-6, 32)
+    assert many.mode == "process" and 32 // many.envs_per_worker <= 12
+    assert "4 of 16 cores busy" in many.reason
+    # Every core busy: still placed (one core's worth), never zero cores.
+    crowded, _ = _choose_on(monkeypatch, 2, 2.0, 600e-6, 8)
+    assert crowded.mode == "inline" and "2 of 2 cores busy" in crowded.reason
+    # Envs that step in line anyway do not wait to watch the machine.
+    cheap, watched = _choose_on(monkeypatch, 2, 1.0, 12e-6, 16)
+    assert cheap.mode == "inline" and not watched
+    # Nor does a choice for cores given by the caller.
+    given = _choice.choose_mode("auto", _probe(600e-6), 8, None, {}, 2)
+    assert given.mode == "process"
+
+
+def test_a_cpu_heavy_job_reads_as_a_busy_core() -> None:
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while _cpu_seconds(hog.pid) < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it runs
+        readings = [busy_cores(0.1) for _ in range(3)]
+    finally:
+        hog.kill()
+        hog.wait()
+    assert max(readings) >= _choice.BUSY_SHARE, readings
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -10,6 +10,12 @@ builds anyway is stepped for ``t``; children are chosen when their estimate beat
 in line by :data:`MARGIN`, with at most one child per core (a lockstep script waits while
 they step, so its own core is free for one of them).
 
+Cores that other work keeps busy when the vector env is made are not counted (see
+:func:`~aioenv.vector._layout.busy_cores`): beside a CPU-heavy job, children wait for its
+time slices at every hand-off, and the envs step faster in line. The choice is made once;
+while the envs run, a child only adapts how it waits (see
+:mod:`aioenv.env_side._idle_spin`), since an env's state cannot move between processes.
+
 Pipelined use (``batch_size`` below ``N``) follows the same rule: a ``recv`` of ``B`` envs
 costs per env what a lockstep step does, in line or through children, so whichever wins
 one wins the other; children's groups then divide ``B``, so that a ``recv`` returns
@@ -29,12 +35,13 @@ from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import make_pool
 from ._inline import INLINE_OPTIONS, InlineEnvs
-from ._layout import grouped, usable_cores
+from ._layout import busy_cores, grouped, usable_cores
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime
 
 __all__ = [
     "AUTO",
+    "BUSY_SHARE",
     "HAND_OFF",
     "MARGIN",
     "PER_CHILD",
@@ -59,6 +66,9 @@ PER_CHILD = 100e-6
 #: Children must be estimated this much faster than stepping in line to be chosen: in
 #: line there is nothing to start and nothing to lose.
 MARGIN = 1.1
+#: A core counts as taken when other work kept it busy this share of the time the choice
+#: watched it (a CPU-heavy job: all of it; a quiet machine's daemons: a few percent).
+BUSY_SHARE = 0.6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +169,9 @@ def choose_mode(
     options: dict[str, Any],
     cores: int | None = None,
 ) -> ModeChoice:
-    """The mode ``mode`` stands for: itself, unless it is ``"auto"``."""
+    """The mode ``mode`` stands for: itself, unless it is ``"auto"``. ``cores``: the
+    cores to place children on; None: those this process may run on, less those other
+    work keeps busy (watched only when children would be chosen)."""
     if mode != AUTO:
         return ModeChoice(mode, 0, "given")
     if probe.is_async:
@@ -170,9 +182,18 @@ def choose_mode(
     step = probe.step_seconds
     if step is None:
         return ModeChoice("process", 0, "auto: the probe env could not be stepped to time it")
-    return _by_cost(
-        step, num_envs, usable_cores() if cores is None else cores, _below(batch_size, num_envs)
-    )
+    batch = _below(batch_size, num_envs)
+    if cores is not None:
+        return _by_cost(step, num_envs, cores, batch)
+    cores = usable_cores()
+    choice = _by_cost(step, num_envs, cores, batch)
+    if choice.mode != "process":
+        return choice
+    taken = int(busy_cores() + 1 - BUSY_SHARE)
+    if not taken:
+        return choice
+    note = f"; {min(taken, cores)} of {cores} cores busy with other work when it was made"
+    return _by_cost(step, num_envs, max(1, cores - taken), batch, note)
 
 
 def _below(batch_size: object, num_envs: int) -> int | None:
@@ -184,7 +205,9 @@ def _below(batch_size: object, num_envs: int) -> int | None:
     return size if 1 <= size < num_envs else None
 
 
-def _by_cost(step: float, num_envs: int, cores: int, batch_size: int | None = None) -> ModeChoice:
+def _by_cost(
+    step: float, num_envs: int, cores: int, batch_size: int | None = None, note: str = ""
+) -> ModeChoice:
     """The lockstep rule, for pipelined use too: a ``recv`` of ``batch_size`` envs pays
     what a lockstep step pays per env, in line or through children, so what wins one
     wins the other; the children's groups then divide ``batch_size`` (a ``recv``
@@ -206,10 +229,10 @@ def _by_cost(step: float, num_envs: int, cores: int, batch_size: int | None = No
     if estimate * MARGIN < inline:
         if batch_size is not None:
             figures += "in the children while the script computes"
-        return ModeChoice("process", per_worker, f"auto (process): {figures}")
+        return ModeChoice("process", per_worker, f"auto (process): {figures}{note}")
     if batch_size is not None:
         figures += "its envs in line, when asked"
-    return ModeChoice("inline", num_envs, f"auto (inline): {figures}")
+    return ModeChoice("inline", num_envs, f"auto (inline): {figures}{note}")
 
 
 def _children_cost(step: float, per_worker: int, children: int) -> float:

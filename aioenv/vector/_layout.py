@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from ._infos import AddInfo, joined_flat, joined_infos, merge_infos
 __all__ = [
     "EnvLayout",
     "VectorArrays",
+    "busy_cores",
     "envs_per_worker",
     "grouped",
     "usable_cores",
@@ -111,6 +113,49 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+#: How long :func:`busy_cores` watches the machine (seconds): 5 ticks of the kernel's
+#: CPU accounting at its usual 100 Hz.
+LOAD_WINDOW = 0.05
+
+
+def busy_cores(window: float = LOAD_WINDOW) -> float:
+    """How much of the cores this process may run on other work kept busy over the next
+    ``window`` seconds, while this thread sleeps: the sum of each core's busy share (1.0
+    for a core that a CPU-heavy job holds), read from ``/proc/stat``; 0.0 where that
+    cannot be read (not on Linux)."""
+    try:
+        cores = os.sched_getaffinity(0)
+        before = _core_times(cores)
+        time.sleep(window)
+        after = _core_times(cores)
+    except (OSError, AttributeError, ValueError):
+        return 0.0
+    busy = 0.0
+    for core, (busy_then, total_then) in before.items():
+        busy_now, total_now = after.get(core, (busy_then, total_then))
+        if total_now > total_then:
+            busy += (busy_now - busy_then) / (total_now - total_then)
+    return busy
+
+
+def _core_times(cores: set[int]) -> dict[int, tuple[int, int]]:
+    """Each core's busy and total time so far (clock ticks), for the ``cores`` given."""
+    times: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat") as stat:
+        for line in stat:
+            if not line.startswith("cpu"):
+                break  # the per-core lines come first
+            name, *fields = line.split()
+            if name == "cpu" or int(name[3:]) not in cores:
+                continue
+            # user nice system idle iowait irq softirq steal: idle and iowait are idle;
+            # steal (another virtual machine ran on the core) is not free for this one.
+            ticks = [int(field) for field in fields[:8]]
+            total = sum(ticks)
+            times[int(name[3:])] = (total - ticks[3] - ticks[4], total)
+    return times
 
 
 #: ``flatten``'s default: every worker was asked.
