@@ -23,7 +23,7 @@ from envs import (
     expected_big_observation,
     open_gate,
 )
-from support import states_or_errors, worker_processes
+from support import cpu_seconds, states_or_errors, worker_processes
 
 import aioenv
 from aioenv import RESET
@@ -288,12 +288,6 @@ def test_children_do_not_rerun_the_users_main_module(tmp_path: Any, context: str
     assert len(mark.read_text().split()) == 1  # the parent's import only
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None:
     """A child that polls before it sleeps steps the same; once the pool is idle it stops
     polling: over a second of idling it uses a fraction of a core (at most one spin of
@@ -318,9 +312,9 @@ async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None
             assert got[0] == got[1]
         pid = spinning.workers[0].pid
         await asyncio.sleep(0.1)  # past the last spin
-        before = _cpu_seconds(pid)
+        before = cpu_seconds(pid)
         await asyncio.sleep(1.0)
-        assert _cpu_seconds(pid) - before < 0.25
+        assert cpu_seconds(pid) - before < 0.25
 
 
 @pytest.mark.parametrize("idle_spin", [-1e-3, 0.5, "fast"])

@@ -7,7 +7,6 @@ do beside lockstep stepping (the pipelined calls, errors, closing, what needs a 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 from envs import RaisesOnTwo
 from gymnasium.vector import SyncVectorEnv
+from support import cpu_seconds
 
 import aioenv
 from aioenv.vector import _choice
@@ -266,15 +266,10 @@ def test_a_cpu_heavy_job_reads_as_a_busy_core() -> None:
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         deadline = time.monotonic() + 30
-        while _cpu_seconds(hog.pid) < 0.2 and time.monotonic() < deadline:
+        while cpu_seconds(hog.pid) < 0.2 and time.monotonic() < deadline:
             time.sleep(0.05)  # until it runs
         readings = [busy_cores(0.1) for _ in range(3)]
     finally:
         hog.kill()
         hog.wait()
     assert max(readings) >= _choice.BUSY_SHARE, readings
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

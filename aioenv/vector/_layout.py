@@ -148,13 +148,14 @@ def _core_times(cores: set[int]) -> dict[int, tuple[int, int]]:
             if not line.startswith("cpu"):
                 break  # the per-core lines come first
             name, *fields = line.split()
-            if name == "cpu" or int(name[3:]) not in cores:
+            core = int(name[3:] or -1)  # -1: the "cpu" line, all cores summed
+            if core not in cores:
                 continue
             # user nice system idle iowait irq softirq steal: idle and iowait are idle;
             # steal (another virtual machine ran on the core) is not free for this one.
             ticks = [int(field) for field in fields[:8]]
             total = sum(ticks)
-            times[int(name[3:])] = (total - ticks[3] - ticks[4], total)
+            times[core] = (total - ticks[3] - ticks[4], total)
     return times
 
 
