@@ -96,6 +96,45 @@ def open_gate(gate: str) -> None:
     Path(gate).touch()
 
 
+class Rendezvous(gymnasium.Env[np.ndarray, int]):
+    """Two envs that meet at every reset and step. The ``"first"`` marks that it has begun
+    the call (a file in ``folder``, named after the call's number); the other waits for
+    that mark, 10 s at most, and says in ``info["met"]`` and its reward (1.0 or 0.0)
+    whether it came. Whatever starts the first env's call before the other's lets them
+    meet, with no timing assumptions."""
+
+    observation_space = gymnasium.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, folder: str, role: str) -> None:
+        self.folder = folder
+        self.role = role
+        self.calls = 0
+
+    def _meet(self) -> dict[str, Any]:
+        self.calls += 1
+        mark = Path(self.folder, f"call-{self.calls}")
+        if self.role == "first":
+            mark.touch()
+            return {"met": True}
+        deadline = time.monotonic() + 10
+        while not mark.exists():
+            if time.monotonic() > deadline:
+                return {"met": False}
+            time.sleep(0.002)
+        return {"met": True}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), self._meet()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        info = self._meet()
+        return np.zeros(1, np.float32), float(info["met"]), False, False, info
+
+
 class Dying(Counter):
     """``step`` with action ``"exit"`` calls ``os._exit(3)``; ``"kill"`` SIGKILLs itself."""
 

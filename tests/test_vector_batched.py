@@ -4,13 +4,15 @@ default grouping of process workers): array by array what SyncVectorEnv gives.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from envs import Structured, Walk
+from envs import Rendezvous, Structured, Walk
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
@@ -172,6 +174,64 @@ def test_grouped_process_workers_spin_only_with_a_core_each(
     options = {}
     _layout.grouped("CartPole-v1", 16, "thread", options)
     assert "idle_spin" not in options
+
+
+@pytest.mark.parametrize(
+    ("cores", "mode", "spin"),
+    [
+        (2, ["process", "sync"], 0.002),  # the script's core steps the sync worker's envs
+        (2, ["process", "process", "sync"], None),  # 2 children, 1 core left for them
+        (4, ["process", "process", "sync"], 0.002),
+        (1, ["process", "sync"], None),
+        (2, ["process", "process"], 0.002),  # children only, as mode="process"
+        (2, ["sync", "thread"], None),  # no child to spin
+    ],
+)
+def test_process_workers_in_a_list_of_modes_spin_only_with_a_core_each(
+    monkeypatch: pytest.MonkeyPatch, cores: int, mode: list[str], spin: float | None
+) -> None:
+    """Workers that run in the parent (sync, thread) keep its core busy while they step,
+    so children spin only where they have a core each besides that one."""
+    from aioenv.vector import _layout
+
+    monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
+    options: dict[str, Any] = {"envs_per_worker": 4}
+    _layout.grouped("CartPole-v1", 4 * len(mode), mode, options)
+    assert options.get("idle_spin") == spin
+
+
+@pytest.mark.parametrize("kinds", [["sync", "process"], ["sync", "thread"]])
+def test_a_sync_worker_steps_while_the_others_do(tmp_path: Path, kinds: list[str]) -> None:
+    """A sync worker steps its envs inside the send, so the vector env sends it its action
+    last: listed first, it would step before the other worker is sent anything. Env 0
+    (the sync worker's) waits at each reset and step for env 1 to have begun its own."""
+    meeting = functools.partial(Rendezvous, str(tmp_path))
+    envs = [functools.partial(meeting, "second"), functools.partial(meeting, "first")]
+    with aioenv.AioVectorEnv(envs, mode=kinds) as venv:
+        _, infos = venv.reset(seed=0)
+        assert infos["met"].tolist() == [True, True]
+        for _ in range(3):
+            *_, infos = venv.step(np.zeros(2, np.int64))
+            assert infos["met"].tolist() == [True, True]
+        # step_async sends as step does
+        venv.step_async(np.zeros(2, np.int64))
+        *_, infos = venv.step_wait()
+        assert infos["met"].tolist() == [True, True]
+
+
+async def test_a_pool_resets_and_rolls_out_its_sync_workers_last(tmp_path: Path) -> None:
+    """The pool's own resets and rollouts send as the vector env does (env 0 is the sync
+    worker's, and waits for env 1 to have begun each call: see the test above)."""
+    meeting = functools.partial(Rendezvous, str(tmp_path))
+    envs = [functools.partial(meeting, "second"), functools.partial(meeting, "first")]
+    async with aioenv.make_pool(envs, mode=["sync", "process"]) as pool:
+        batch = await pool.reset_all(seed=0)
+        assert [state.info["met"] for state in batch.states] == [True, True]
+        await pool.set_policy(lambda observation: 0)
+        rows = await pool.rollout(3)
+        assert rows.rewards.tolist() == [1.0] * 6  # every step of both envs met
+        assert pool.send_order([0, 1]) == [1, 0]
+        assert pool.send_order([1]) == [1]
 
 
 def test_a_masked_reset_leaves_the_last_steps_arrays_as_they_were() -> None:

@@ -172,6 +172,16 @@ class WorkerPool(abc.ABC, Generic[S]):
         """
         self._sender.send_action(action, worker_id)
 
+    def send_order(self, worker_ids: Sequence[int]) -> list[int]:
+        """``worker_ids`` in the order to send each of them an action when they step
+        together (a lockstep step): sync workers last. A sync worker steps its env inside
+        ``send_action``, so a worker sent an action after it waits for that step before
+        starting its own; sent last, sync workers step while the others do. Pools that
+        have no sync workers, or only sync workers, keep the order given. ``reset()`` and
+        ``rollout()`` send in this order."""
+        roster = self._roster
+        return roster.send_order([roster.index(worker_id) for worker_id in worker_ids])
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Send ``RESET`` to every open, unpaused worker not given up on; the replies come
         back through ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env

@@ -134,8 +134,8 @@ class Rollouts:
         results: dict[int, Segment | WorkerError] = {}
         pending: list[int] = []
         try:
-            for worker_id, request in requests.items():
-                self._roster.members[worker_id].send_action(request)
+            for worker_id in self._roster.send_order(list(requests)):
+                self._roster.members[worker_id].send_action(requests[worker_id])
                 pending.append(worker_id)
             while pending:
                 for worker_id in list(pending):

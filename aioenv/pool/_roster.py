@@ -46,6 +46,10 @@ class Roster:
         #: path reads one flag per action and makes the checks that say why only when
         #: it is False.
         self.accepting = [True] * len(self.members)
+        #: Where some workers answer in line (sync workers step during their send) and
+        #: others do not: which do (see :meth:`send_order`); else None.
+        in_line = [member.answers_in_line for member in self.members]
+        self._in_line = in_line if any(in_line) and not all(in_line) else None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -150,6 +154,16 @@ class Roster:
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
         return tuple(i for i in range(len(self.members)) if self._inbox.is_paused(i))
+
+    def send_order(self, worker_ids: Sequence[int]) -> list[int]:
+        """``worker_ids`` in the order to send each of them an action: the workers that
+        answer in line last. A sync worker steps its env inside the send, so any worker
+        sent an action after it would wait for that step before starting its own; sent
+        last, it steps while the others do."""
+        in_line = self._in_line
+        if in_line is None:
+            return list(worker_ids)
+        return sorted(worker_ids, key=lambda worker_id: in_line[worker_id])
 
     def ids(self, worker_ids: Sequence[int] | None) -> list[int]:
         """Worker ids to address: ``worker_ids`` checked (none given up on), or the ids of

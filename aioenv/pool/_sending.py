@@ -93,20 +93,22 @@ class Sender:
                     "take every pending state before resetting (nothing was sent)"
                 )
         first_env = self._roster.first_env
-        for worker in targets:
-            assert worker.worker_id is not None
+        members = self._roster.members
+        ids = [worker.worker_id for worker in targets if worker.worker_id is not None]
+        for worker_id in self._roster.send_order(ids):
+            worker = members[worker_id]
             if worker.failure is not None:
                 # It failed for good while idle: its error answers this reset in place of
                 # its state, raised once like any failure, and then it leaves the pool.
-                self._inbox.owe(worker.worker_id)
-                self._inbox.deliver(Outcome(worker.worker_id, None, worker.failure))
+                self._inbox.owe(worker_id)
+                self._inbox.deliver(Outcome(worker_id, None, worker.failure))
                 continue
             if seed is None and options is None:
                 worker.send_action(RESET)
             else:
-                worker_seed = None if seed is None else seed + first_env[worker.worker_id]
+                worker_seed = None if seed is None else seed + first_env[worker_id]
                 worker.send_action(Reset(seed=worker_seed, options=options))
-            self._episodes.expect_reset(worker.worker_id)
+            self._episodes.expect_reset(worker_id)
 
     def set_seeds(self, seeds: Sequence[int | None]) -> None:
         workers = self._roster.members

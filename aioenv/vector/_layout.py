@@ -67,7 +67,8 @@ def grouped(
     script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
     cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
     and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given).
+    poll for the next step a moment before they sleep (``idle_spin``, unless given; in a
+    list of modes too).
     The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
@@ -82,13 +83,8 @@ def grouped(
         timed = options.get("episode_timeout") is not None
         per_worker = 1 if timed else envs_per_worker(len(sources), usable_cores(), batch_size)
     else:
-        return env, num_envs
-    per_process = options.get("envs_per_process", 1)
-    if mode == "process" and "idle_spin" not in options and isinstance(per_process, int):
-        processes = -(-len(sources) // per_worker // max(1, per_process))
-        cores = usable_cores()
-        if cores > 1 and processes <= cores:
-            options["idle_spin"] = LOCKSTEP_IDLE_SPIN
+        per_worker = 1
+    _spin_where_children_have_cores(mode, len(sources) // per_worker, options)
     if per_worker == 1:
         return env, num_envs
     groups = [
@@ -96,6 +92,28 @@ def grouped(
         for first in range(0, len(sources), per_worker)
     ]
     return list(groups), len(groups)
+
+
+def _spin_where_children_have_cores(
+    mode: str | Sequence[str], workers: int, options: dict[str, Any]
+) -> None:
+    """Give process workers ``idle_spin`` (unless given) where each child has a core of
+    its own: the script's core is free for one while a lockstep script waits, but not
+    while the parent steps envs itself (workers of a kind that runs in the parent, in a
+    list of modes), and a child of several (``envs_per_process``) counts once."""
+    per_process = options.get("envs_per_process", 1)
+    if "idle_spin" in options or not isinstance(per_process, int):
+        return
+    kinds = [mode] * workers if isinstance(mode, str) else list(mode)
+    process_workers = kinds.count("process")
+    if not process_workers:
+        return
+    processes = -(-process_workers // max(1, per_process))
+    cores = usable_cores()
+    parent_steps = process_workers < len(kinds)
+    room = cores - 1 if parent_steps else (cores if cores > 1 else 0)
+    if processes <= room:
+        options["idle_spin"] = LOCKSTEP_IDLE_SPIN
 
 
 def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:

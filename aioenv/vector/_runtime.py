@@ -203,15 +203,16 @@ async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:
 async def exchange(
     pool: WorkerPool[Any], ids: list[int], actions: list[Any]
 ) -> tuple[list[Any], list[WorkerError]]:
-    """Send ``actions[k]`` to worker ``ids[k]`` and take every reply: the states in ``ids``
-    order, or every worker error. Every state sent for is taken, whatever fails, so the
-    next call starts clean."""
+    """Send ``actions[k]`` to worker ``ids[k]`` (in the pool's send order: sync workers
+    last) and take every reply: the states in ``ids`` order, or every worker error. Every
+    state sent for is taken, whatever fails, so the next call starts clean."""
     if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
         await _take(pool, pool.num_pending)
     sent = 0
+    by_worker = dict(zip(ids, actions, strict=True))
     try:
-        for worker_id, action in zip(ids, actions, strict=True):
-            pool.send_action(action, worker_id)
+        for worker_id in pool.send_order(ids):
+            pool.send_action(by_worker[worker_id], worker_id)
             sent += 1
     finally:
         if sent < len(ids):  # a send failed: take what was sent, then let its error go on
@@ -248,8 +249,9 @@ async def dispatch(
     state in flight and drop it (an env error among them too), so the sends start clean."""
     if drop and pool.num_pending:
         await pool.drain()
-    for worker_id, request in zip(worker_ids, requests, strict=True):
-        pool.send_action(request, worker_id)
+    by_worker = dict(zip(worker_ids, requests, strict=True))
+    for worker_id in pool.send_order(worker_ids):
+        pool.send_action(by_worker[worker_id], worker_id)
 
 
 async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
