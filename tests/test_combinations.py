@@ -7,8 +7,8 @@ and final infos, through resets, masked resets and episode ends. The envs observ
 action they were given (``space_envs.Echo``), so an action that reaches an env in another
 form shows at once.
 
-The full product is 7 x 11 x 3 vector envs; every pair of dimensions is covered by the
-77 kind x space cases, each in the autoreset mode ``(kind + space) % 3``: for a kind the
+The full product is 8 x 11 x 3 vector envs; every pair of dimensions is covered by the
+88 kind x space cases, each in the autoreset mode ``(kind + space) % 3``: for a kind the
 spaces run through all three modes, and for a space the kinds do.
 """
 
@@ -47,6 +47,9 @@ KINDS: dict[str, dict[str, Any]] = {
     "process-grouped": {"mode": "process", "envs_per_worker": 2},
     "coroutine": {"mode": "coroutine"},
     "ray": {"mode": "ray", "num_cpus": 0},
+    # One vector env over kinds that send and answer differently: a sync worker listed
+    # first is sent its action last (it steps inside the send).
+    "mixed": {"mode": ["sync", "process", "thread", "process"]},
 }
 
 

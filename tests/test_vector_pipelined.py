@@ -26,6 +26,7 @@ KINDS: dict[str, dict[str, Any]] = {
     "process_grouped": {"mode": "process", "envs_per_worker": 2},
     "coroutine": {"mode": "coroutine"},
     "inline": {"mode": "inline"},
+    "mixed": {"mode": ["sync", "process", "thread", "process"]},
 }
 AUTORESET = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP}
 
