@@ -200,13 +200,18 @@ def test_process_workers_in_a_list_of_modes_spin_only_with_a_core_each(
     assert options.get("idle_spin") == spin
 
 
+def _meeting(folder: Path) -> list[Any]:
+    """Env 0 waits at each call for env 1 to have begun its own (see Rendezvous)."""
+    meeting = functools.partial(Rendezvous, str(folder))
+    return [functools.partial(meeting, "second"), functools.partial(meeting, "first")]
+
+
 @pytest.mark.parametrize("kinds", [["sync", "process"], ["sync", "thread"]])
 def test_a_sync_worker_steps_while_the_others_do(tmp_path: Path, kinds: list[str]) -> None:
     """A sync worker steps its envs inside the send, so the vector env sends it its action
     last: listed first, it would step before the other worker is sent anything. Env 0
     (the sync worker's) waits at each reset and step for env 1 to have begun its own."""
-    meeting = functools.partial(Rendezvous, str(tmp_path))
-    envs = [functools.partial(meeting, "second"), functools.partial(meeting, "first")]
+    envs = _meeting(tmp_path)
     with aioenv.AioVectorEnv(envs, mode=kinds) as venv:
         _, infos = venv.reset(seed=0)
         assert infos["met"].tolist() == [True, True]
@@ -222,8 +227,7 @@ def test_a_sync_worker_steps_while_the_others_do(tmp_path: Path, kinds: list[str
 async def test_a_pool_resets_and_rolls_out_its_sync_workers_last(tmp_path: Path) -> None:
     """The pool's own resets and rollouts send as the vector env does (env 0 is the sync
     worker's, and waits for env 1 to have begun each call: see the test above)."""
-    meeting = functools.partial(Rendezvous, str(tmp_path))
-    envs = [functools.partial(meeting, "second"), functools.partial(meeting, "first")]
+    envs = _meeting(tmp_path)
     async with aioenv.make_pool(envs, mode=["sync", "process"]) as pool:
         batch = await pool.reset_all(seed=0)
         assert [state.info["met"] for state in batch.states] == [True, True]

@@ -111,8 +111,7 @@ def _spin_where_children_have_cores(
     processes = -(-process_workers // max(1, per_process))
     cores = usable_cores()
     parent_steps = process_workers < len(kinds)
-    room = cores - 1 if parent_steps else (cores if cores > 1 else 0)
-    if processes <= room:
+    if cores > 1 and processes <= cores - parent_steps:
         options["idle_spin"] = LOCKSTEP_IDLE_SPIN
 
 

@@ -209,10 +209,9 @@ async def exchange(
     if pool.num_pending:  # left by a call that was interrupted (Ctrl-C): drop them
         await _take(pool, pool.num_pending)
     sent = 0
-    by_worker = dict(zip(ids, actions, strict=True))
     try:
-        for worker_id in pool.send_order(ids):
-            pool.send_action(by_worker[worker_id], worker_id)
+        for worker_id, action in _in_send_order(pool, ids, actions):
+            pool.send_action(action, worker_id)
             sent += 1
     finally:
         if sent < len(ids):  # a send failed: take what was sent, then let its error go on
@@ -249,9 +248,16 @@ async def dispatch(
     state in flight and drop it (an env error among them too), so the sends start clean."""
     if drop and pool.num_pending:
         await pool.drain()
+    for worker_id, request in _in_send_order(pool, worker_ids, requests):
+        pool.send_action(request, worker_id)
+
+
+def _in_send_order(
+    pool: WorkerPool[Any], worker_ids: list[int], requests: list[Any]
+) -> list[tuple[int, Any]]:
+    """Each worker with its request, in the pool's send order (sync workers last)."""
     by_worker = dict(zip(worker_ids, requests, strict=True))
-    for worker_id in pool.send_order(worker_ids):
-        pool.send_action(by_worker[worker_id], worker_id)
+    return [(worker_id, by_worker[worker_id]) for worker_id in pool.send_order(worker_ids)]
 
 
 async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
