@@ -10,12 +10,18 @@ deadlines, restarts, pausing or episode statistics, no Python object per state. 
 to aioenv's batch rows, it shows how much of the gap to ``SyncVectorEnv`` is the pool's
 per-state work and how much is the process design itself. (With a single child it is
 lockstep, parent and child taking turns, so it is no bound for small N.)
+
+:class:`BareLockstep` is the same child behind a lockstep vector env's ``step``, for the
+lockstep workloads: a child per core, the parent blocking on each child's socket in turn,
+with no event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -29,7 +35,7 @@ from runners import Meter, Sample, Timing, run_coroutine
 import aioenv
 from aioenv.workers import default_context
 
-__all__ = ["run_bare"]
+__all__ = ["BareLockstep", "run_bare"]
 
 _JOIN_TIMEOUT = 5.0
 
@@ -45,6 +51,14 @@ def _layout(env: EnvFactory, k: int) -> tuple[tuple[int, ...], np.dtype[Any], in
     return shape, dtype, k * (observation_bytes + 8 + 1)
 
 
+def _action_layout(env: EnvFactory) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """One action's shape and dtype (a Discrete action travels as an int64)."""
+    probe = env()
+    space = probe.action_space
+    probe.close()
+    return tuple(space.shape or ()), np.dtype(space.dtype or np.int64)
+
+
 def _child(sock: socket.socket, env: EnvFactory, seeds: list[int]) -> None:
     sock.setblocking(True)
     envs = [env() for _ in seeds]
@@ -55,13 +69,15 @@ def _child(sock: socket.socket, env: EnvFactory, seeds: list[int]) -> None:
     dones = np.zeros(k, np.bool_)
     for row, (instance, seed) in enumerate(zip(envs, seeds, strict=True)):
         observations[row] = instance.reset(seed=seed)[0]
-    actions = bytearray(8 * k)
+    action_shape, action_dtype = _action_layout(env)
+    actions = bytearray(k * action_dtype.itemsize * int(np.prod(action_shape, dtype=np.int64)))
     with sock, contextlib.suppress(ConnectionError):  # the parent closed its end
         while True:
             sock.sendall(observations.tobytes() + rewards.tobytes() + dones.tobytes())
             if sock.recv_into(actions, len(actions), socket.MSG_WAITALL) < len(actions):
                 return
-            for row, action in enumerate(np.frombuffer(actions, np.int64).tolist()):
+            rows = np.frombuffer(actions, action_dtype).reshape(k, *action_shape)
+            for row, action in enumerate(rows.tolist() if not action_shape else rows):
                 instance = envs[row]
                 observation, reward, terminated, truncated, _ = instance.step(action)
                 if terminated or truncated:
@@ -204,3 +220,80 @@ async def _measure(
                 process.kill()
                 process.join()
     return meter.sample(build_s)
+
+
+class BareLockstep:
+    """The leanest lockstep vector env over child processes: the envs split evenly over a
+    child per core (fewer where ``n`` is smaller), each child the one above, the parent
+    sending every child its actions and then blocking on each child's socket in turn.
+    Episodes reset inside the step; ``reset`` hands out the observations of the children's
+    first reset (their seeds are the workers' seeds of ``seed``), once. It owes nothing
+    else a vector env does (infos, terminated apart from truncated, errors, deadlines), so
+    beside AioVectorEnv it shows how much of a lockstep step the process design itself
+    costs on this machine and how much is aioenv's own work."""
+
+    def __init__(self, env: EnvFactory, n: int, seed: int) -> None:
+        children = min(n, len(os.sched_getaffinity(0)))
+        bounds = [n * index // children for index in range(children + 1)]
+        seeds = aioenv.worker_seeds(seed, n)
+        self._shape, self._dtype, _ = _layout(env, 1)
+        _, self._action_dtype = _action_layout(env)
+        self._rows = list(itertools.pairwise(bounds))
+        self._sockets: list[socket.socket] = []
+        self._processes: list[Any] = []
+        context: Any = default_context()  # typeshed lacks Process on BaseContext
+        try:
+            for first, last in self._rows:
+                parent_end, child_end = socket.socketpair()
+                self._sockets.append(parent_end)
+                process = context.Process(
+                    target=_child, args=(child_end, env, seeds[first:last]), daemon=True
+                )
+                process.start()
+                child_end.close()
+                self._processes.append(process)
+            self._buffers = [bytearray(_layout(env, last - first)[2]) for first, last in self._rows]
+            self._first = self._answers()
+        except BaseException:
+            self.close()
+            raise
+
+    def _answers(self) -> tuple[Any, Any, Any]:
+        """Every child's answer: the observations, rewards and done flags of all envs."""
+        n = self._rows[-1][1]
+        observations = np.empty((n, *self._shape), self._dtype)
+        rewards = np.empty(n, np.float64)
+        dones = np.empty(n, np.bool_)
+        for sock, buffer, (first, last) in zip(
+            self._sockets, self._buffers, self._rows, strict=True
+        ):
+            if sock.recv_into(buffer, len(buffer), socket.MSG_WAITALL) < len(buffer):
+                raise ConnectionError("a bare child closed its socket")
+            k = last - first
+            size = observations[0].nbytes * k
+            observations[first:last] = np.frombuffer(
+                buffer, self._dtype, k * observations[0].size
+            ).reshape(k, *self._shape)
+            rewards[first:last] = np.frombuffer(buffer, np.float64, k, size)
+            dones[first:last] = np.frombuffer(buffer, np.bool_, k, size + 8 * k)
+        return observations, rewards, dones
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        observations, _, _ = self._first
+        return observations, {}
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        actions = np.asarray(actions, self._action_dtype)
+        for sock, (first, last) in zip(self._sockets, self._rows, strict=True):
+            sock.sendall(actions[first:last].tobytes())
+        observations, rewards, dones = self._answers()
+        return observations, rewards, dones, np.zeros_like(dones), {}
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()  # the child reads end-of-file and exits
+        for process in self._processes:
+            process.join(_JOIN_TIMEOUT)
+            if process.exitcode is None:
+                process.kill()
+                process.join()

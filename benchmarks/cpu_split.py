@@ -17,9 +17,19 @@ Two measurements behind the README's account of the lockstep loop:
   (2.5 µs per env step), interleaved over rounds. The side whose extra work costs the
   most throughput is the serial stage.
 
+- ``loop``: what the parent's event loop costs a lockstep step: ``AioVectorEnv`` over 8
+  envs in 2 children of 4 (``mode="process"``), stepped as usual, and the same vector
+  env with its exchange replaced by a blocking one that writes each child its actions and
+  reads the replies straight from the children's sockets (no event loop, and none of the
+  pool's supervision: no deadlines, deaths or sequence checks). The children and the
+  batching are aioenv's own in both, so the difference is the most a lockstep path
+  without the event loop could save. ``SyncVectorEnv`` runs in the same rounds; random
+  actions; ``--env`` picks the env (``pong`` needs the ``bench`` extra).
+
 Run::
 
-    python benchmarks/cpu_split.py [lockstep|parent|child|stages] [--seconds 3]
+    python benchmarks/cpu_split.py [lockstep|parent|child|stages|loop] [--seconds 3]
+        [--env pong|half_cheetah|cartpole]
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ import argparse
 import asyncio
 import functools
 import os
+import select
 import socket
+import statistics
 import time
 from typing import Any
 
@@ -314,13 +326,118 @@ def stages(seconds: float, extra: float = 20e-6, rounds: int = 3) -> None:
         )
 
 
+class _LoopFree:
+    """The exchange of a vector env's ``Runtime`` (a process pool), done without its event
+    loop: each worker's action frame written to its child, then every reply read from the
+    children's sockets with a blocking ``poll`` and decoded as the worker would. For
+    measurement only: the pool sees none of these steps, so ``restore`` must run before
+    the vector env is used as usual again (or closed)."""
+
+    def __init__(self, vector: aioenv.AioVectorEnv) -> None:
+        from aioenv.wire._frames import FrameDecoder
+
+        runtime: Any = vector._envs
+        self._runtime = runtime
+        self._loop = runtime.loop._loop
+        self._workers = runtime.pool.workers
+        self._hosts = [worker._host for worker in self._workers]
+        self._poll = select.poll()
+        self._by_fd: dict[int, int] = {}
+        for index, host in enumerate(self._hosts):
+            fd = host._socket.fileno()
+            self._loop.remove_reader(fd)
+            self._poll.register(fd, select.POLLIN)
+            self._by_fd[fd] = index
+        self._decoders = [FrameDecoder() for _ in self._hosts]
+        self._buffer = bytearray(1 << 20)
+        self._seq = 1 << 30  # above any the workers use: their replies, if late, are stale
+        runtime.exchange = self.exchange
+
+    def exchange(self, ids: list[int], actions: list[Any]) -> tuple[list[Any], list[Any]]:
+        from aioenv.wire._frames import decode_reply, encode_array_action
+
+        self._seq += 1
+        for worker_id, action in zip(ids, actions, strict=True):
+            frame = encode_array_action(
+                self._seq, np.asarray(action), self._workers[worker_id]._slot
+            )
+            self._hosts[worker_id]._socket.send(frame)
+        view = memoryview(self._buffer)
+        states: dict[int, Any] = {}
+        while len(states) < len(ids):
+            for fd, _ in self._poll.poll():
+                index = self._by_fd[fd]
+                count = self._hosts[index]._socket.recv_into(self._buffer)
+                for kind, _, _, payload in self._decoders[index].feed(view[:count]):
+                    states[index] = decode_reply(kind, payload, self._workers[index]._shared)[0]
+        return [states[worker_id] for worker_id in ids], []
+
+    def restore(self) -> None:
+        del self._runtime.exchange  # the class's own again
+        for host in self._hosts:
+            self._loop.add_reader(host._socket.fileno(), host._on_readable)
+
+
+def _step_time(vector: Any, seconds: float) -> float:
+    """Seconds per vector step with seeded random actions, after 100 steps of warm-up."""
+    vector.action_space.seed(0)
+    actions = [vector.action_space.sample() for _ in range(64)]
+    for step in range(100):
+        vector.step(actions[step % 64])
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        vector.step(actions[steps % 64])
+        steps += 1
+    return (time.perf_counter() - started) / steps
+
+
+def loop(env_name: str, seconds: float, rounds: int = 4) -> None:
+    import envs
+
+    env = {"pong": envs.pong, "half_cheetah": envs.half_cheetah, "cartpole": envs.cartpole}[
+        env_name
+    ]()
+    n = 8
+    times: dict[str, list[float]] = {"SyncVectorEnv": [], "as is": [], "without the loop": []}
+    for _ in range(rounds):
+        sync = gymnasium.vector.SyncVectorEnv([env] * n)
+        sync.reset(seed=0)
+        times["SyncVectorEnv"].append(_step_time(sync, seconds))
+        sync.close()
+        for label in ("as is", "without the loop"):
+            vector = aioenv.AioVectorEnv(env, n, mode="process", envs_per_worker=n // 2)
+            vector.reset(seed=0)
+            direct = _LoopFree(vector) if label == "without the loop" else None
+            try:
+                times[label].append(_step_time(vector, seconds))
+            finally:
+                if direct is not None:
+                    direct.restore()
+                vector.close()
+    sync_s = statistics.median(times["SyncVectorEnv"])
+    for label, values in times.items():
+        median = statistics.median(values)
+        spread = ", ".join(f"{sync_s / value:.2f}x" for value in values)
+        print(
+            f"{env_name} N={n}, 2 children of 4 unless Sync, {label}: {1e6 * median:6,.0f} µs a "
+            f"step (median of {rounds}), {sync_s / median:.2f}x SyncVectorEnv (rounds: {spread})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", default="lockstep", choices=("lockstep", "parent", "child", "stages")
+        "what",
+        nargs="?",
+        default="lockstep",
+        choices=("lockstep", "parent", "child", "stages", "loop"),
     )
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--env", default="pong", choices=("pong", "half_cheetah", "cartpole"))
     args = parser.parse_args()
+    if args.what == "loop":
+        loop(args.env, args.seconds)
+        return
     if args.what == "lockstep":
         for n in (4, 16):
             lockstep(n, args.seconds, sync=True)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import gymnasium
 import numpy as np
+from bare import BareLockstep
 from envs import EnvFactory
 from machine import CpuAccount
 from peers import PUFFER_LOCKSTEP, SB3_SUBPROC, PufferVector, Sb3Vector
@@ -39,6 +40,7 @@ from threadpoolctl import threadpool_limits
 import aioenv
 
 __all__ = [
+    "BARE_LOCKSTEP",
     "LIMIT",
     "VECTORS",
     "EnvPoolVector",
@@ -122,6 +124,9 @@ def _gym_async(env: EnvFactory, n: int, seed: int) -> Vector:
     return gymnasium.vector.AsyncVectorEnv([env] * n, shared_memory=True)
 
 
+#: The reference row (see :class:`bare.BareLockstep`).
+BARE_LOCKSTEP = "reference: bare lockstep, a child per core"
+
 _ALL = ("W6", "W11", "W12", "W13")
 _REAL = ("W11", "W12")
 
@@ -164,6 +169,8 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
     # Peers that run gymnasium's envs in processes of their own design (see peers.py).
     SB3_SUBPROC: (Sb3Vector, ("W6", *_REAL)),
     PUFFER_LOCKSTEP: (PufferVector, ("W6", *_REAL)),
+    # Not a vector env: the leanest lockstep design over processes (see bare.py).
+    BARE_LOCKSTEP: (BareLockstep, _REAL),
 }
 
 #: The computed row (see :func:`run_limit`).
