@@ -45,6 +45,8 @@ DEFAULT = "AioVectorEnv default (auto)"
 LIMIT = "machine limit (computed)"  # lockstep.LIMIT
 ENVPOOL_PONG = "EnvPool Pong-v5 (EnvPool's own preprocessing)"
 ENVPOOL_CHEETAH = "EnvPool HalfCheetah-v5 (EnvPool's own env)"
+BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LOCKSTEP
+SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
 WIDTH = 90  # the pages' prose is wrapped at about this width; tables stay one row a line
 BUSY_MARK = "*"  # run.py's mark for a figure taken while other programs were busy
 
@@ -342,7 +344,7 @@ def guide_modes(f: Figures) -> str:
 
 def guide_figure(f: Figures) -> str:
     mlp = "N=8 MLP"
-    split = "AioVectorEnv process, envs_per_worker=N/cores"
+    split = SPLIT
     grouped = "aioenv process, 8 envs/worker"
     gym = "`AsyncVectorEnv` / `SyncVectorEnv`"
     rows = [
@@ -421,8 +423,9 @@ def guide_figure(f: Figures) -> str:
 
 
 def guide_costs(f: Figures) -> str:
-    """Where the time goes: Pong's lockstep step against the limit (W11), what shared memory
-    and coroutine envs cost (W3, W7)."""
+    """Where the time goes: Pong's lockstep step against the limit (W11) and against the
+    leanest lockstep design over processes (W11, W12), what shared memory and coroutine
+    envs cost (W3, W7)."""
     mlp, coroutine = "N=8 MLP", "aioenv async / state"
     default, limit = f.row("W11", mlp, DEFAULT), f.row("W11", mlp, LIMIT)
     step_ms, limit_ms = (1e3 * row["n"] / row["median"] for row in (default, limit))
@@ -437,7 +440,16 @@ def guide_costs(f: Figures) -> str:
         "observations and their infos, then the policy runs; the limit spreads the envs' and "
         f"the script's CPU time over the cores. W11 (MLP): a lockstep step took {step_ms:.2f} ms "
         f"where the limit allows {limit_ms:.2f} ms; `python benchmarks/cpu_split.py lockstep` "
-        "shows where the rest goes.\n"
+        "shows where the rest goes. A bare lockstep design over processes (`bare.py`'s "
+        "reference: a child per core, one message each way per step; no event loop, infos or "
+        "supervision, and no shared memory or `idle_spin` either) reached "
+        f"{f.ratio('W11', mlp, BARE_LOCKSTEP, 'sync')} `SyncVectorEnv` in the same run, "
+        f"against {f.ratio('W11', mlp, DEFAULT, 'sync')} for the default; on HalfCheetah "
+        f"(W12, MLP) {f.ratio('W12', mlp, BARE_LOCKSTEP, 'sync')}, against "
+        f"{f.ratio('W12', mlp, SPLIT, 'sync')} for 2 children of 4 and "
+        f"{f.ratio('W12', mlp, DEFAULT, 'sync')} for the default. "
+        "`python benchmarks/cpu_split.py loop` measures the most a step could gain without "
+        "the script's event loop.\n"
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "
