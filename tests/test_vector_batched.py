@@ -238,6 +238,34 @@ async def test_a_pool_resets_and_rolls_out_its_sync_workers_last(tmp_path: Path)
         assert pool.send_order([1]) == [1]
 
 
+class _SawResets(Exception):
+    """Raised by the policy below at its first call."""
+
+
+@pytest.mark.parametrize("collector", ["collect", "collect_groups"])
+async def test_the_collectors_reset_their_sync_workers_last(tmp_path: Path, collector: str) -> None:
+    """``collect()`` and ``collect_groups()`` send each batch of resets and of actions in the
+    pool's send order (env 0 is the sync worker's, and waits for env 1 to have begun each
+    call). Every worker starts with a reset, all sent together; the policy then sees the
+    reset states and raises, so that no step is sent (which states a later batch holds
+    depends on timing)."""
+    seen: dict[int, bool] = {}
+
+    def policy(batch: aioenv.Batch[Any]) -> Any:
+        seen.update((worker_id, state.info["met"]) for state, worker_id in batch)
+        raise _SawResets
+
+    envs = _meeting(tmp_path)
+    async with aioenv.make_pool(envs, mode=["sync", "process"], autoreset="disabled") as pool:
+        if collector == "collect":
+            collecting = aioenv.collect(pool, policy, num_steps=1)
+        else:
+            collecting = aioenv.collect_groups(pool, policy, [{}], group_size=2).__anext__()
+        with pytest.raises(_SawResets):
+            await collecting
+        assert seen.get(0) is True  # the sync worker's reset state is ready at once
+
+
 def test_a_masked_reset_leaves_the_last_steps_arrays_as_they_were() -> None:
     with aioenv.AioVectorEnv(
         Walk, N, mode="thread", envs_per_worker=2, autoreset="disabled"

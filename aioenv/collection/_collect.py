@@ -24,7 +24,7 @@ from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import is_restart_reset
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
-from ..pool._pool import WorkerPool
+from ..pool._pool import WorkerPool, in_send_order
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
@@ -153,17 +153,19 @@ class Collector(PolicyVersioned):
         raise ValueError(f"collect() has no open, unpaused worker to step{note}")
 
     async def _act(self, quota: Quota, active: list[int]) -> None:
-        """Send RESET or a policy action to every active worker that waits and may go on."""
+        """Send RESET or a policy action to every active worker that waits and may go on,
+        each batch in the pool's send order (sync workers last: they step in the send)."""
+        resets: list[int] = []
         rows: list[int] = []
         for worker_id in active:
             track = self._tracks[worker_id]
             if track.waiting is None or not quota.wants_more(track):
                 continue
-            if track.waiting is _NEEDS_RESET:
-                self.pool.send_action(RESET, worker_id)
-                track.waiting, track.in_flight = None, RESET
-            else:
-                rows.append(worker_id)
+            (resets if track.waiting is _NEEDS_RESET else rows).append(worker_id)
+        for worker_id in self.pool.send_order(resets):
+            self.pool.send_action(RESET, worker_id)
+            track = self._tracks[worker_id]
+            track.waiting, track.in_flight = None, RESET
         if not rows:
             return
         states = [self._tracks[w].waiting for w in rows]
@@ -172,8 +174,8 @@ class Collector(PolicyVersioned):
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        actions = _action_rows(actions, len(rows))
-        for worker_id, state, action in zip(rows, states, actions, strict=True):
+        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
+        for worker_id, (state, action) in in_send_order(self.pool, rows, sends):
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
             track.waiting, track.in_flight = None, (state.observation, action, version)

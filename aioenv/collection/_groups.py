@@ -32,7 +32,7 @@ from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
 from ..pool._episodes import EpisodeLedger
-from ..pool._pool import WorkerPool
+from ..pool._pool import WorkerPool, in_send_order
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ..workers._supervision import describe_failure
@@ -199,10 +199,11 @@ class GroupCollector(PolicyVersioned):
         self._started = True
 
     def _start_members(self) -> bool:
-        """Every free worker takes the next member (a retry first, else the next task's);
-        True if some worker plays one."""
+        """Every free worker takes the next member (a retry first, else the next task's), in
+        the pool's send order (sync workers last: they reset in the send); True if some
+        worker plays one."""
         active = self.pool.active_ids
-        for worker_id in active:
+        for worker_id in self.pool.send_order(active):
             track = self._tracks[worker_id]
             if track.member is not None:
                 continue
@@ -249,9 +250,9 @@ class GroupCollector(PolicyVersioned):
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        for worker_id, state, action in zip(
-            rows, states, _action_rows(actions, len(rows)), strict=True
-        ):
+        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
+        # Sync workers last: they step in the send.
+        for worker_id, (state, action) in in_send_order(self.pool, rows, sends):
             assert state is not None
             track = self._tracks[worker_id]
             try:

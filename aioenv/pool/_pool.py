@@ -36,7 +36,7 @@ from ._sending import Sender
 from ._spaces import SpaceCheck
 from ._trajectories import Trajectories
 
-__all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool"]
+__all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 
 S = TypeVar("S")
 
@@ -177,8 +177,8 @@ class WorkerPool(abc.ABC, Generic[S]):
         together (a lockstep step): sync workers last. A sync worker steps its env inside
         ``send_action``, so a worker sent an action after it waits for that step before
         starting its own; sent last, sync workers step while the others do. Pools that
-        have no sync workers, or only sync workers, keep the order given. ``reset()`` and
-        ``rollout()`` send in this order."""
+        have no sync workers, or only sync workers, keep the order given. ``reset()``,
+        ``rollout()``, ``collect()`` and ``collect_groups()`` send in this order."""
         roster = self._roster
         return roster.send_order([roster.index(worker_id) for worker_id in worker_ids])
 
@@ -469,3 +469,15 @@ class SyncWorkerPool(WorkerPool[S]):
     async def __aenter__(self) -> SyncWorkerPool[S]:
         self._check_open()
         return for_this_loop(self)
+
+
+T = TypeVar("T")
+
+
+def in_send_order(
+    pool: WorkerPool[Any], worker_ids: Sequence[int], items: Sequence[T]
+) -> list[tuple[int, T]]:
+    """Each worker of ``worker_ids`` with its item (``items[k]`` is ``worker_ids[k]``'s), in
+    the pool's send order (:meth:`WorkerPool.send_order`: sync workers last)."""
+    by_worker = dict(zip(worker_ids, items, strict=True))
+    return [(worker_id, by_worker[worker_id]) for worker_id in pool.send_order(worker_ids)]

@@ -15,7 +15,7 @@ from ..core._environment import describe_source
 from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved
 from ..loops._background import close_at_exit
 from ..loops._host import LoopHost, host_for_sync_calls
-from ..pool._pool import WorkerPool
+from ..pool._pool import WorkerPool, in_send_order
 from ..pool._remote_control import PerWorker
 from ..workers._supervision import describe_failure
 
@@ -210,7 +210,7 @@ async def exchange(
         await _take(pool, pool.num_pending)
     sent = 0
     try:
-        for worker_id, action in _in_send_order(pool, ids, actions):
+        for worker_id, action in in_send_order(pool, ids, actions):
             pool.send_action(action, worker_id)
             sent += 1
     finally:
@@ -248,16 +248,8 @@ async def dispatch(
     state in flight and drop it (an env error among them too), so the sends start clean."""
     if drop and pool.num_pending:
         await pool.drain()
-    for worker_id, request in _in_send_order(pool, worker_ids, requests):
+    for worker_id, request in in_send_order(pool, worker_ids, requests):
         pool.send_action(request, worker_id)
-
-
-def _in_send_order(
-    pool: WorkerPool[Any], worker_ids: list[int], requests: list[Any]
-) -> list[tuple[int, Any]]:
-    """Each worker with its request, in the pool's send order (sync workers last)."""
-    by_worker = dict(zip(worker_ids, requests, strict=True))
-    return [(worker_id, by_worker[worker_id]) for worker_id in pool.send_order(worker_ids)]
 
 
 async def receive(pool: WorkerPool[Any], count: int, held: dict[int, Any]) -> WorkerError | None:
