@@ -40,22 +40,24 @@ __all__ = ["BareLockstep", "run_bare"]
 _JOIN_TIMEOUT = 5.0
 
 
-def _layout(env: EnvFactory, k: int) -> tuple[tuple[int, ...], np.dtype[Any], int]:
-    """Observation shape and dtype, and the size of one answer for ``k`` envs."""
+def _spaces(env: EnvFactory) -> tuple[Any, Any]:
+    """The observation and action spaces of one env built for the purpose."""
     probe = env()
-    space = probe.observation_space
+    spaces = probe.observation_space, probe.action_space
     probe.close()
+    return spaces
+
+
+def _layout(space: Any, k: int) -> tuple[tuple[int, ...], np.dtype[Any], int]:
+    """Observation shape and dtype, and the size of one answer for ``k`` envs."""
     shape = tuple(space.shape or ())
     dtype = np.dtype(space.dtype)
     observation_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return shape, dtype, k * (observation_bytes + 8 + 1)
 
 
-def _action_layout(env: EnvFactory) -> tuple[tuple[int, ...], np.dtype[Any]]:
+def _action_layout(space: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """One action's shape and dtype (a Discrete action travels as an int64)."""
-    probe = env()
-    space = probe.action_space
-    probe.close()
     return tuple(space.shape or ()), np.dtype(space.dtype or np.int64)
 
 
@@ -63,13 +65,13 @@ def _child(sock: socket.socket, env: EnvFactory, seeds: list[int]) -> None:
     sock.setblocking(True)
     envs = [env() for _ in seeds]
     k = len(envs)
-    shape, dtype, _ = _layout(env, k)
+    shape, dtype, _ = _layout(envs[0].observation_space, k)
     observations = np.empty((k, *shape), dtype)
     rewards = np.zeros(k, np.float64)
     dones = np.zeros(k, np.bool_)
     for row, (instance, seed) in enumerate(zip(envs, seeds, strict=True)):
         observations[row] = instance.reset(seed=seed)[0]
-    action_shape, action_dtype = _action_layout(env)
+    action_shape, action_dtype = _action_layout(envs[0].action_space)
     actions = bytearray(k * action_dtype.itemsize * int(np.prod(action_shape, dtype=np.int64)))
     with sock, contextlib.suppress(ConnectionError):  # the parent closed its end
         while True:
@@ -188,9 +190,10 @@ async def _measure(
         child.act(policy.many(observations))
 
     try:
+        observation_space, _ = _spaces(env)
         for first in range(0, n, per_process):
             group = seeds[first : first + per_process]
-            shape, dtype, size = _layout(env, len(group))
+            shape, dtype, size = _layout(observation_space, len(group))
             parent_end, child_end = socket.socketpair()
             process = context.Process(target=_child, args=(child_end, env, group), daemon=True)
             process.start()
@@ -236,8 +239,9 @@ class BareLockstep:
         children = min(n, len(os.sched_getaffinity(0)))
         bounds = [n * index // children for index in range(children + 1)]
         seeds = aioenv.worker_seeds(seed, n)
-        self._shape, self._dtype, _ = _layout(env, 1)
-        _, self._action_dtype = _action_layout(env)
+        observation_space, action_space = _spaces(env)
+        self._shape, self._dtype, _ = _layout(observation_space, 1)
+        _, self._action_dtype = _action_layout(action_space)
         self._rows = list(itertools.pairwise(bounds))
         self._sockets: list[socket.socket] = []
         self._processes: list[Any] = []
@@ -252,7 +256,9 @@ class BareLockstep:
                 process.start()
                 child_end.close()
                 self._processes.append(process)
-            self._buffers = [bytearray(_layout(env, last - first)[2]) for first, last in self._rows]
+            self._buffers = [
+                bytearray(_layout(observation_space, last - first)[2]) for first, last in self._rows
+            ]
             self._first = self._answers()
         except BaseException:
             self.close()

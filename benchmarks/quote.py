@@ -344,7 +344,6 @@ def guide_modes(f: Figures) -> str:
 
 def guide_figure(f: Figures) -> str:
     mlp = "N=8 MLP"
-    split = SPLIT
     grouped = "aioenv process, 8 envs/worker"
     gym = "`AsyncVectorEnv` / `SyncVectorEnv`"
     rows = [
@@ -370,8 +369,8 @@ def guide_figure(f: Figures) -> str:
         (
             "W12 HalfCheetah N=8, MLP policy",
             "`AioVectorEnv` default (inline) / 2 children of 4",
-            f"{f.rate('W12', mlp, DEFAULT)} / {f.rate('W12', mlp, split)}",
-            f"{f.ratio('W12', mlp, DEFAULT, 'sync')} / {f.ratio('W12', mlp, split, 'sync')} Sync",
+            f"{f.rate('W12', mlp, DEFAULT)} / {f.rate('W12', mlp, SPLIT)}",
+            f"{f.ratio('W12', mlp, DEFAULT, 'sync')} / {f.ratio('W12', mlp, SPLIT, 'sync')} Sync",
         ),
         (
             "W12 HalfCheetah N=8, MLP policy",
