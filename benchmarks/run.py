@@ -39,6 +39,7 @@ from runners import Timing
 from workloads import (
     CONFIGS,
     QUICK_DEFAULT,
+    REAL_N,
     REFERENCE,
     REFERENCE_SYNC,
     WORKLOADS,
@@ -67,6 +68,8 @@ class Settings:
     timing: Timing
     busy_threshold: float
     probe_s: float
+    real_n: int = REAL_N  # W11 and W12's envs per vector env
+    cases: tuple[str, ...] = ()  # only the cases of these labels (all when empty)
 
 
 DEFAULTS: dict[str, Settings] = {
@@ -427,6 +430,18 @@ def parse_args(
         help="run only the configurations whose label contains one of these comma-separated "
         "strings, e.g. 'ray,aioenv process / state' (default: all)",
     )
+    parser.add_argument(
+        "--envs",
+        type=int,
+        default=REAL_N,
+        help=f"W11 and W12's envs per vector env (default {REAL_N}; on a machine of many "
+        "cores, e.g. 2 per core)",
+    )
+    parser.add_argument(
+        "--cases",
+        help="run only the cases of these comma-separated labels, e.g. 'N=32 random,N=32 MLP' "
+        "(default: all)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where latest.json/png go")
     parser.add_argument("--no-chart", action="store_true", help="do not draw latest.png")
     args = parser.parse_args(argv)
@@ -440,6 +455,8 @@ def parse_args(
         ),
         args.busy_threshold if args.busy_threshold is not None else base.busy_threshold,
         base.probe_s,
+        args.envs,
+        tuple(part.strip() for part in (args.cases or "").split(",") if part.strip()),
     )
     if args.only is None:
         only = list(QUICK_DEFAULT if args.quick else WORKLOADS)
@@ -450,6 +467,8 @@ def parse_args(
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {WORKLOADS}")
     if settings.reps < 1 or settings.timing.budget <= 0 or settings.timing.warmup < 0:
         parser.error("--reps must be >= 1, --budget > 0, --warmup >= 0")
+    if settings.real_n < 1:
+        parser.error("--envs must be >= 1")
     configs = CONFIGS
     if args.rows:
         wanted = [part.strip() for part in args.rows.split(",") if part.strip()]
@@ -457,6 +476,22 @@ def parse_args(
         if not configs:
             parser.error(f"no configuration label contains any of {wanted}")
     return settings, only, args.out, not args.no_chart, configs
+
+
+def select_cases(workloads: dict[str, Workload], labels: tuple[str, ...]) -> dict[str, Workload]:
+    """The workloads with only the cases named in ``labels`` (all of them when it is empty)."""
+    if not labels:
+        return workloads
+    known = {case.key for workload in workloads.values() for case in workload.cases}
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; choose from {sorted(known)}")
+    return {
+        key: dataclasses.replace(
+            workload, cases=[case for case in workload.cases if case.key in labels]
+        )
+        for key, workload in workloads.items()
+    }
 
 
 def busy_at_start(meta: dict[str, Any], threshold: float) -> list[str]:
@@ -499,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["idle_probe_foreign_cores"] = probe
         meta["busy_at_start"] = busy_at_start(meta, settings.busy_threshold)
         print(render_header(meta), file=sys.stderr, flush=True)
-        workloads = build_workloads(settings.scale)
+        workloads = select_cases(build_workloads(settings.scale, settings.real_n), settings.cases)
         planned = settings.reps * sum(measurements_per_rep(workloads[key], configs) for key in only)
         estimate = settings.reps * sum(
             measurements_per_rep(workloads[key], configs)

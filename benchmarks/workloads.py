@@ -42,6 +42,7 @@ __all__ = [
     "CONFIGS",
     "QUICK_DEFAULT",
     "REFERENCE",
+    "REAL_N",
     "REFERENCE_SYNC",
     "SIZES",
     "WORKLOADS",
@@ -306,7 +307,7 @@ MANY_WAIT = {"full": 1.0, "quick": 0.2}
 #: window that counts each env several times.
 MANY_TIMING = Timing(warmup=2.5, budget=5.0)
 W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for process rows
-REAL_N = 8  # W11, W12: envs per vector env
+REAL_N = 8  # W11, W12: envs per vector env (run.py --envs sets another)
 PONG_MLP = (4 * 84 * 84, 32, 32, 6)  # a few hundred µs per batch of 8 stacked frames
 CHEETAH_MLP = (17, 64, 64, 6)
 #: W11 to W13's measurements start processes that import ALE or MuJoCo: about this long
@@ -354,7 +355,8 @@ class Workload:
     step_time: float | None = None
 
 
-def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
+def build_workloads(scale: Literal["full", "quick"], real_n: int = REAL_N) -> dict[str, Workload]:
+    """The workloads at ``scale``; W11 and W12 step ``real_n`` envs per vector env."""
     sizes = SIZES[scale]
     shapes: list[tuple[int, ...]] = sizes["W3 shapes"]
     policies: list[str] = sizes["W11 policies"]
@@ -475,8 +477,8 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             "Atari Pong (84x84 grey, 4 frames a step, 4 stacked), lockstep training script",
             [
                 Case(
-                    f"N={REAL_N} {name}" + (" beside a CPU hog" if hog else ""),
-                    REAL_N,
+                    f"N={real_n} {name}" + (" beside a CPU hog" if hog else ""),
+                    real_n,
                     envs.pong(),
                     envs.zero_policy,
                     batch_policy=pong_policies[name],
@@ -496,8 +498,8 @@ def build_workloads(scale: Literal["full", "quick"]) -> dict[str, Workload]:
             "MuJoCo HalfCheetah-v5, lockstep training script",
             [
                 Case(
-                    f"N={REAL_N} {name}",
-                    REAL_N,
+                    f"N={real_n} {name}",
+                    real_n,
                     envs.half_cheetah(),
                     envs.zero_policy,
                     batch_policy=cheetah_policies[name],
