@@ -1,0 +1,138 @@
+"""How far this machine's cores scale env steps, with nothing between the processes.
+
+``k`` processes (k = 1, 2, 4, ... up to the cores this process may use) each step their
+own ``--per-child`` copies of an env with seeded random actions, for the same window after
+a common start, and time every step of their envs. No process talks to another while it
+steps: the figures bound any vector env over ``k`` processes on this machine, whatever its
+transport. For each ``k`` it prints
+
+- **free**: all processes' env steps per second, and its ratio to one process's (a
+  pipelined vector env could at best reach it);
+- **lockstep**: ``k * per_child`` env steps over the mean time of the slowest process's
+  step, drawn from the recorded times (every process's time drawn on its own): what a
+  lockstep loop whose hand-offs cost nothing could reach, since every step waits for the
+  slowest process.
+
+The ratio to one process shows what the cores give together (shared caches, memory
+bandwidth, SMT siblings and clock limits included), against the ``cores`` a computed
+machine limit assumes.
+
+Run::
+
+    python benchmarks/cores.py [--env pong|half_cheetah|cartpole] [--per-child 2] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+
+import envs
+import numpy as np
+from machine import git_state, host_info
+
+from aioenv.workers import default_context
+
+WARMUP_S = 0.5
+LOCKSTEP_DRAWS = 20_000
+
+
+def _step_times(
+    env_name: str, per_child: int, seconds: float, seed: int, start: Barrier, out: Queue[bytes]
+) -> None:
+    """One process: step its envs for ``seconds`` after ``start``; puts each step's time (s)."""
+    factory = getattr(envs, env_name)()
+    batch = [factory() for _ in range(per_child)]
+    for index, env in enumerate(batch):
+        env.reset(seed=seed * 1_000 + index)
+        env.action_space.seed(seed * 1_000 + index)
+    times: list[float] = []
+    start.wait()
+    began = time.perf_counter()
+    counting = began + WARMUP_S
+    ends = counting + seconds
+    now = began
+    while now < ends:
+        for env in batch:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        done = time.perf_counter()
+        if now >= counting:
+            times.append(done - now)
+        now = done
+    for env in batch:
+        env.close()
+    out.put(np.asarray(times, np.float64).tobytes())
+
+
+def measure(env_name: str, k: int, per_child: int, seconds: float) -> list[np.ndarray]:
+    """Each of ``k`` processes' step times (one array per process)."""
+    context = default_context()
+    start = context.Barrier(k)
+    out: Queue[bytes] = context.Queue()
+    children = [
+        context.Process(target=_step_times, args=(env_name, per_child, seconds, seed, start, out))
+        for seed in range(k)
+    ]
+    for child in children:
+        child.start()
+    try:
+        return [np.frombuffer(out.get(timeout=120 + 4 * seconds)) for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
+def lockstep_time(times: list[np.ndarray], rng: np.random.Generator) -> float:
+    """The mean, over draws, of the slowest process's step time."""
+    draws = np.stack([rng.choice(sample, LOCKSTEP_DRAWS) for sample in times])
+    return float(draws.max(axis=0).mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="pong", choices=("pong", "half_cheetah", "cartpole"))
+    parser.add_argument("--per-child", type=int, default=2, help="envs each process steps")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--counts", help="comma-separated k (default 1, 2, 4, ... cores)")
+    args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    if args.counts:
+        counts = [int(part) for part in args.counts.split(",")]
+    else:
+        counts = [1 << power for power in range(cores.bit_length()) if 1 << power <= cores]
+        counts += [] if counts[-1] == cores else [cores]
+    info = host_info()
+    print(
+        f"{info['cpus_usable']} cores ({info['cpu_model']}), {info['platform']}, Python "
+        f"{info['python']}; aioenv at {git_state(os.path.dirname(__file__) + '/..')['commit']}; "
+        f"env {args.env}, {args.per_child} per process, {args.seconds:g} s windows"
+    )
+    rng = np.random.default_rng(0)
+    base: float | None = None
+    print(
+        f"{'k':>3} {'N':>4}  {'free steps/s':>12} {'x one':>6}  "
+        f"{'lockstep steps/s':>16} {'x one':>6}"
+    )
+    for k in counts:
+        times = measure(args.env, k, args.per_child, args.seconds)
+        free = sum(len(sample) * args.per_child / sample.sum() for sample in times)
+        lockstep = k * args.per_child / lockstep_time(times, rng)
+        base = base or free
+        print(
+            f"{k:>3} {k * args.per_child:>4}  {free:>12,.0f} {free / base:>6.2f}  "
+            f"{lockstep:>16,.0f} {lockstep / base:>6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    multiprocessing.freeze_support()
+    main()
