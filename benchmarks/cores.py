@@ -2,20 +2,12 @@
 
 ``k`` processes (k = 1, 2, 4, ... up to the cores this process may use) each step their
 own ``--per-child`` copies of an env with seeded random actions, for the same window after
-a common start, and time every step of their envs. No process talks to another while it
-steps: the figures bound any vector env over ``k`` processes on this machine, whatever its
-transport. For each ``k`` it prints
-
-- **free**: all processes' env steps per second, and its ratio to one process's (a
-  pipelined vector env could at best reach it);
-- **lockstep**: ``k * per_child`` env steps over the mean time of the slowest process's
-  step, drawn from the recorded times (every process's time drawn on its own): what a
-  lockstep loop whose hand-offs cost nothing could reach, since every step waits for the
-  slowest process.
-
-The ratio to one process shows what the cores give together (shared caches, memory
-bandwidth, SMT siblings and clock limits included), against the ``cores`` a computed
-machine limit assumes.
+a common start, and count their steps. No process talks to another while it steps, so for
+each ``k`` the rate of all of them together bounds any vector env over ``k`` processes on
+this machine, whatever its transport (a lockstep one also waits for the slowest process
+at every step). Its ratio to one process's rate shows what the cores give together
+(shared caches, memory bandwidth, cores that share a physical one, clock limits), against
+the ``cores`` that the computed machine limit of ``run.py`` assumes.
 
 Run::
 
@@ -38,13 +30,13 @@ from machine import git_state, host_info
 from aioenv.workers import default_context
 
 WARMUP_S = 0.5
-LOCKSTEP_DRAWS = 20_000
 
 
 def _step_times(
     env_name: str, per_child: int, seconds: float, seed: int, start: Barrier, out: Queue[bytes]
 ) -> None:
-    """One process: step its envs for ``seconds`` after ``start``; puts each step's time (s)."""
+    """One process: step its envs for ``seconds`` after ``start``; puts each step's time (s),
+    a step being one of each of its envs."""
     factory = getattr(envs, env_name)()
     batch = [factory() for _ in range(per_child)]
     for index, env in enumerate(batch):
@@ -91,22 +83,18 @@ def measure(env_name: str, k: int, per_child: int, seconds: float) -> list[np.nd
                 child.join()
 
 
-def lockstep_time(times: list[np.ndarray], rng: np.random.Generator) -> float:
-    """The mean, over draws, of the slowest process's step time."""
-    draws = np.stack([rng.choice(sample, LOCKSTEP_DRAWS) for sample in times])
-    return float(draws.max(axis=0).mean())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="pong", choices=("pong", "half_cheetah", "cartpole"))
     parser.add_argument("--per-child", type=int, default=2, help="envs each process steps")
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--counts", help="comma-separated k (default 1, 2, 4, ... cores)")
+    parser.add_argument(
+        "--counts", help="comma-separated k (default 1, 2, 4, ... cores; 1 is always measured)"
+    )
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     if args.counts:
-        counts = [int(part) for part in args.counts.split(",")]
+        counts = sorted({1, *(int(part) for part in args.counts.split(","))})
     else:
         counts = [1 << power for power in range(cores.bit_length()) if 1 << power <= cores]
         counts += [] if counts[-1] == cores else [cores]
@@ -116,21 +104,13 @@ def main() -> None:
         f"{info['python']}; aioenv at {git_state(os.path.dirname(__file__) + '/..')['commit']}; "
         f"env {args.env}, {args.per_child} per process, {args.seconds:g} s windows"
     )
-    rng = np.random.default_rng(0)
-    base: float | None = None
-    print(
-        f"{'k':>3} {'N':>4}  {'free steps/s':>12} {'x one':>6}  "
-        f"{'lockstep steps/s':>16} {'x one':>6}"
-    )
+    one: float | None = None
+    print(f"{'k':>3} {'N':>4}  {'env steps/s':>12} {'x one':>6}")
     for k in counts:
         times = measure(args.env, k, args.per_child, args.seconds)
-        free = sum(len(sample) * args.per_child / sample.sum() for sample in times)
-        lockstep = k * args.per_child / lockstep_time(times, rng)
-        base = base or free
-        print(
-            f"{k:>3} {k * args.per_child:>4}  {free:>12,.0f} {free / base:>6.2f}  "
-            f"{lockstep:>16,.0f} {lockstep / base:>6.2f}"
-        )
+        rate = sum(len(sample) * args.per_child / sample.sum() for sample in times)
+        one = one or rate
+        print(f"{k:>3} {k * args.per_child:>4}  {rate:>12,.0f} {rate / one:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -149,6 +149,14 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
         ),
         _REAL,
     ),
+    # The same children, asleep between steps: what idle_spin (on by default where each
+    # child has a core) gains or costs on this machine.
+    "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0": (
+        lambda env, n, seed: aioenv.AioVectorEnv(
+            env, n, mode="process", envs_per_worker=_one_worker_per_core(n), idle_spin=0.0
+        ),
+        _REAL,
+    ),
     "AioVectorEnv process, 1 env/worker": (
         lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="process", envs_per_worker=1),
         ("W6", *_REAL),
