@@ -47,6 +47,7 @@ ENVPOOL_PONG = "EnvPool Pong-v5 (EnvPool's own preprocessing)"
 ENVPOOL_CHEETAH = "EnvPool HalfCheetah-v5 (EnvPool's own env)"
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LOCKSTEP
 SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
+SPLIT_ASLEEP = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0"
 WIDTH = 90  # the pages' prose is wrapped at about this width; tables stay one row a line
 BUSY_MARK = "*"  # run.py's mark for a figure taken while other programs were busy
 
@@ -423,8 +424,8 @@ def guide_figure(f: Figures) -> str:
 
 def guide_costs(f: Figures) -> str:
     """Where the time goes: Pong's lockstep step against the limit (W11) and against the
-    leanest lockstep design over processes (W11, W12), what shared memory and coroutine
-    envs cost (W3, W7)."""
+    leanest lockstep design over processes (W11, W12), what spinning children gain (W11,
+    W12), what shared memory and coroutine envs cost (W3, W7)."""
     mlp, coroutine = "N=8 MLP", "aioenv async / state"
     default, limit = f.row("W11", mlp, DEFAULT), f.row("W11", mlp, LIMIT)
     step_ms, limit_ms = (1e3 * row["n"] / row["median"] for row in (default, limit))
@@ -449,6 +450,12 @@ def guide_costs(f: Figures) -> str:
         f"{f.ratio('W12', mlp, DEFAULT, 'sync')} for the default. "
         "`python benchmarks/cpu_split.py loop` measures the most a step could gain without "
         "the script's event loop.\n"
+        "- **`idle_spin`**, 2 children of 4 spinning between lockstep steps against the same "
+        f"children asleep (`idle_spin=0`): W11 Pong {f.rate('W11', 'N=8 random', SPLIT)} "
+        f"against {f.rate('W11', 'N=8 random', SPLIT_ASLEEP)} steps/s (random actions), "
+        f"{f.rate('W11', mlp, SPLIT)} against {f.rate('W11', mlp, SPLIT_ASLEEP)} (MLP); W12 "
+        f"HalfCheetah {f.rate('W12', mlp, SPLIT)} against {f.rate('W12', mlp, SPLIT_ASLEEP)} "
+        "(MLP).\n"
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "
