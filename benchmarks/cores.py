@@ -24,7 +24,6 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 
 import envs
-import numpy as np
 from machine import git_state, host_info
 
 from aioenv.workers import default_context
@@ -32,55 +31,60 @@ from aioenv.workers import default_context
 WARMUP_S = 0.5
 
 
-def _step_times(
-    env_name: str, per_child: int, seconds: float, seed: int, start: Barrier, out: Queue[bytes]
+def _count_steps(
+    env_name: str,
+    per_child: int,
+    seconds: float,
+    seed: int,
+    start: Barrier,
+    out: Queue[tuple[int, float]],
 ) -> None:
-    """One process: step its envs for ``seconds`` after ``start``; puts each step's time (s),
-    a step being one of each of its envs."""
+    """One process: step one of each of its envs at a time, from ``start`` for a warm-up
+    and ``seconds`` more; puts the env steps of the rounds begun after the warm-up, and
+    the time those rounds took (s)."""
     factory = getattr(envs, env_name)()
     batch = [factory() for _ in range(per_child)]
     for index, env in enumerate(batch):
         env.reset(seed=seed * 1_000 + index)
         env.action_space.seed(seed * 1_000 + index)
-    times: list[float] = []
     start.wait()
-    began = time.perf_counter()
-    counting = began + WARMUP_S
-    ends = counting + seconds
-    now = began
-    while now < ends:
+    counting = time.perf_counter() + WARMUP_S
+    steps, counted_s, now = 0, 0.0, time.perf_counter()
+    while now < counting + seconds:
+        begun = now
         for env in batch:
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 env.reset()
-        done = time.perf_counter()
-        if now >= counting:
-            times.append(done - now)
-        now = done
+        now = time.perf_counter()
+        if begun >= counting:
+            steps += per_child
+            counted_s += now - begun
     for env in batch:
         env.close()
-    out.put(np.asarray(times, np.float64).tobytes())
+    out.put((steps, counted_s))
 
 
-def measure(env_name: str, k: int, per_child: int, seconds: float) -> list[np.ndarray]:
-    """Each of ``k`` processes' step times (one array per process)."""
+def measure(env_name: str, k: int, per_child: int, seconds: float) -> float:
+    """The env steps per second of ``k`` processes together."""
     context = default_context()
     start = context.Barrier(k)
-    out: Queue[bytes] = context.Queue()
+    out: Queue[tuple[int, float]] = context.Queue()
     children = [
-        context.Process(target=_step_times, args=(env_name, per_child, seconds, seed, start, out))
+        context.Process(target=_count_steps, args=(env_name, per_child, seconds, seed, start, out))
         for seed in range(k)
     ]
     for child in children:
         child.start()
     try:
-        return [np.frombuffer(out.get(timeout=120 + 4 * seconds)) for _ in children]
+        counted = [out.get(timeout=120 + 4 * seconds) for _ in children]
     finally:
         for child in children:
             child.join(timeout=10)
             if child.is_alive():
                 child.kill()
                 child.join()
+    return sum(steps / elapsed for steps, elapsed in counted)
 
 
 def main() -> None:
@@ -107,8 +111,7 @@ def main() -> None:
     one: float | None = None
     print(f"{'k':>3} {'N':>4}  {'env steps/s':>12} {'x one':>6}")
     for k in counts:
-        times = measure(args.env, k, args.per_child, args.seconds)
-        rate = sum(len(sample) * args.per_child / sample.sum() for sample in times)
+        rate = measure(args.env, k, args.per_child, args.seconds)
         one = one or rate
         print(f"{k:>3} {k * args.per_child:>4}  {rate:>12,.0f} {rate / one:>6.2f}")
 
