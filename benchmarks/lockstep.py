@@ -149,6 +149,14 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
         ),
         _REAL,
     ),
+    # The same children polling between steps, always (asked, so never tried asleep):
+    # what the default's trials of the children asleep cost or gain on this machine.
+    "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0.002": (
+        lambda env, n, seed: aioenv.AioVectorEnv(
+            env, n, mode="process", envs_per_worker=_one_worker_per_core(n), idle_spin=0.002
+        ),
+        _REAL,
+    ),
     # The same children, asleep between steps: what idle_spin (on by default where each
     # child has a core) gains or costs on this machine.
     "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0": (

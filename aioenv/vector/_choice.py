@@ -91,6 +91,9 @@ class Placement:
     choice: ModeChoice
     #: ``batch_size`` in envs (a parallel env's lanes counted as one env).
     batch_size: int | None = None
+    #: Whether the children poll between steps by the rule, not as asked (``idle_spin``):
+    #: the vector env then tries them asleep now and then (:mod:`._spin_trial`).
+    spin_by_rule: bool = False
 
 
 def place_envs(
@@ -134,13 +137,15 @@ def place_envs(
     if choice.envs_per_worker and options.get("episode_timeout") is None:
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
         options.setdefault("envs_per_worker", choice.envs_per_worker)
+    asked_spin = "idle_spin" in options
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
+    spin_by_rule = not asked_spin and "idle_spin" in options
     # The vector env copies observations once, into what it returns (its own ``copy``):
     # the pool hands them over as they arrive, views of shared memory included.
     options["copy"] = False
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
-    return Placement(Runtime(pool), sizes, probe, choice, batch_size)
+    return Placement(Runtime(pool), sizes, probe, choice, batch_size, spin_by_rule)
 
 
 def _envs_of_lanes(batch_size: int | None, lanes: int) -> int | None:

@@ -9,6 +9,7 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,15 +26,17 @@ from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
 from ..pool._pool import WorkerPool
+from ..workers.process._worker import ProcessWorker
 from ._batches import Result, VectorBatches
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
 from ._inline import InlineEnvs
 from ._lanes import LaneView
-from ._layout import EnvLayout
+from ._layout import LOCKSTEP_IDLE_SPIN, EnvLayout
 from ._pipeline import Pipeline
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
+from ._spin_trial import SpinTrial
 
 __all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
@@ -111,7 +114,14 @@ class AioVectorEnv(VectorEnv):
         self.copy = bool(copy)
         placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
         self.mode_choice = placed.choice
-        self._setup(placed.envs, placed.sizes, placed.probe, observation_mode, placed.batch_size)
+        self._setup(
+            placed.envs,
+            placed.sizes,
+            placed.probe,
+            observation_mode,
+            placed.batch_size,
+            spin_trial=placed.spin_by_rule,
+        )
 
     @classmethod
     def from_pool(
@@ -153,9 +163,17 @@ class AioVectorEnv(VectorEnv):
         probe: Probe,
         observation_mode: ObservationMode,
         batch_size: int | None,
+        *,
+        spin_trial: bool = False,
     ) -> None:
         self._envs = envs
         self._inline = envs if isinstance(envs, InlineEnvs) else None
+        # Children that poll between steps by the rule are tried asleep now and then.
+        self._spin_trial = (
+            SpinTrial(functools.partial(_spin_children, envs))
+            if spin_trial and isinstance(envs, Runtime)
+            else None
+        )
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
         # A pool's runtime has an exit hook of its own (it must close before the loop's
@@ -236,6 +254,16 @@ class AioVectorEnv(VectorEnv):
         )
 
     @property
+    def idle_spin(self) -> float | None:
+        """Seconds the children poll for their next step before they sleep (None without
+        children). Where the rule chose it (not ``idle_spin=`` given), the vector env tries
+        them asleep now and then while it steps, and keeps whichever was faster."""
+        if not isinstance(self._envs, Runtime):
+            return None
+        spins = [w.idle_spin for w in self._envs.pool.workers if isinstance(w, ProcessWorker)]
+        return spins[0] if spins else None
+
+    @property
     def mode(self) -> str | Sequence[str]:
         """Where the envs step: the ``mode`` given, or what ``"auto"`` chose
         (``mode_choice.reason`` says why)."""
@@ -263,6 +291,8 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         self._pipeline.check_idle(self._envs, "reset()")
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
+        if self._spin_trial is not None:
+            self._spin_trial.interrupted()
         infos = self._batches.gather(ids, self._exchange(ids, requests))
         if self._lanes is not None:
             zeros = np.zeros(self._layout.num_envs)
@@ -283,6 +313,8 @@ class AioVectorEnv(VectorEnv):
         if self._inline is not None:
             return self._step_inline(self._inline, actions)
         workers, requests = self._batches.step_requests(actions)
+        if self._spin_trial is not None:
+            self._spin_trial.step_started()
         return self._batches.stepped(workers, self._exchange(workers, requests))
 
     # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
@@ -406,6 +438,8 @@ class AioVectorEnv(VectorEnv):
         if self._lanes is not None:
             actions = self._lanes.env_actions(actions)
         workers, requests = self._batches.step_requests(actions)
+        if self._spin_trial is not None:
+            self._spin_trial.step_started()
         self._envs.dispatch(workers, requests, True)
         pipeline.step_pending = True
 
@@ -520,3 +554,7 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
+
+
+def _spin_children(envs: Runtime, spinning: bool) -> None:
+    envs.set_idle_spin(LOCKSTEP_IDLE_SPIN if spinning else 0.0)

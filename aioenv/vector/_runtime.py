@@ -18,6 +18,7 @@ from ..loops._host import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._remote_control import PerWorker
 from ..workers._supervision import describe_failure
+from ..workers.process._worker import ProcessWorker
 
 __all__ = [
     "Envs",
@@ -110,6 +111,10 @@ class Runtime:
     def autoreset(self) -> str:
         return self.pool.autoreset
 
+    def set_idle_spin(self, seconds: float) -> None:
+        """Make every process worker's child poll ``seconds`` for its next request."""
+        self.call(_set_idle_spin, self.pool, seconds)
+
     # The calls of :class:`Envs`, each run on the loop ----------------------------------
     def start(self) -> tuple[list[Any], list[Any]]:
         return self.call(start, self.pool)  # type: ignore[no-any-return]
@@ -192,6 +197,12 @@ def cannot_go_on(pool: WorkerPool[Any]) -> WorkerRemoved:
     )
     error.__cause__ = removed[worker_id]
     return error
+
+
+async def _set_idle_spin(pool: WorkerPool[Any], seconds: float) -> None:
+    for worker in pool.workers:
+        if isinstance(worker, ProcessWorker):
+            worker.set_idle_spin(seconds)
 
 
 async def start(pool: WorkerPool[Any]) -> tuple[list[Any], list[Any]]:

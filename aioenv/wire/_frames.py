@@ -55,12 +55,14 @@ __all__ = [
     "decode_array",
     "decode_batch_step",
     "decode_reply",
+    "decode_spin",
     "decode_step",
     "dumps",
     "encode",
     "encode_action",
     "encode_array_action",
     "encode_batch_step",
+    "encode_spin",
     "encode_step",
     "loads",
     "Frame",
@@ -159,6 +161,21 @@ def encode_array_action(seq: int, action: np.ndarray[Any, Any], slot: int) -> by
     an array whose dtype is :func:`raw_dtype`."""
     payload = _array_header(action.dtype, action.shape) + action.tobytes()
     return HEADER.pack(len(payload), seq, STEP_ARRAY, slot) + payload
+
+
+_SECONDS = struct.Struct("<d")
+
+
+def encode_spin(seconds: float, slot: int) -> bytes:
+    """A SPIN message: from now on the child polls ``seconds`` for each next request
+    before it blocks (no answer)."""
+    return encode(Request.SPIN, 0, _SECONDS.pack(seconds), slot)
+
+
+def decode_spin(payload: bytes | memoryview) -> float:
+    """The seconds a SPIN message carries."""
+    seconds: float = _SECONDS.unpack(payload)[0]
+    return seconds
 
 
 def decode_array(payload: bytes | memoryview) -> np.ndarray[Any, Any]:

@@ -26,6 +26,7 @@ class Request(enum.IntEnum):
     STEP_ARRAY = 6  # a STEP whose action is a numeric array: raw bytes, no pickling
     SHARE = 7  # payload: a Layout; the memory file's descriptor rides along
     CLOSE = 8  # close every slot and end the child
+    SPIN = 9  # payload: the seconds to poll for the next request before blocking (f64)
 
 
 # The requests the hot paths test, as plain ints: a frame's kind arrives as an int, and

@@ -31,6 +31,7 @@ from ...wire._frames import (
     FrameDecoder,
     Kind,
     decode_array,
+    decode_spin,
     dumps,
     encode,
     encode_batch_step,
@@ -95,6 +96,8 @@ def serve(
                     slots.serve(slot, Request.CLOSE_SLOT, None)
                     shared[slot] = None
                     slots.share(slot, None)
+                elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
+                    waiting.seconds = decode_spin(frame)
                 elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
                     sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
                 else:

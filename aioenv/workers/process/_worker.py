@@ -42,6 +42,7 @@ from ...wire._frames import (
     encode,
     encode_action,
     encode_array_action,
+    encode_spin,
     loads,
     raw_dtype,
 )
@@ -150,12 +151,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 "shared_memory=True needs os.memfd_create (Linux); use shared_memory='auto'"
             )
         self._shared_memory = shared_memory
-        if not (isinstance(idle_spin, (int, float)) and 0 <= idle_spin <= MAX_IDLE_SPIN):
-            raise ValueError(
-                f"idle_spin must be a number of seconds from 0 to {MAX_IDLE_SPIN}, got "
-                f"{idle_spin!r}"
-            )
-        self._idle_spin = float(idle_spin)
+        self._idle_spin = _checked_idle_spin(idle_spin)
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._layout: Layout | None = None  # known once the env reports its space
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
@@ -182,6 +178,20 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def exitcode(self) -> int | None:
         """That child's exit code; None while it runs."""
         return self._current_host().exitcode
+
+    @property
+    def idle_spin(self) -> float:
+        """Seconds the child polls for its next request before it blocks on it."""
+        return self._idle_spin
+
+    def set_idle_spin(self, seconds: float) -> None:
+        """Make the child poll ``seconds`` (0: not at all) for each next request before
+        it blocks, from its next wait on; a restarted child starts with it. A child that
+        hosts several workers' envs waits one way for all of them: the last call for any
+        of them sets it. Call it from the event loop the worker runs on."""
+        self._idle_spin = _checked_idle_spin(seconds)
+        if self._host is not None:
+            self._host.send(encode_spin(self._idle_spin, self._slot))
 
     @classmethod
     def hosted(
@@ -412,3 +422,15 @@ class ProcessWorker(SlottedWorker[S, Host]):
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+def _checked_idle_spin(seconds: object) -> float:
+    if not (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and 0 <= seconds <= MAX_IDLE_SPIN
+    ):
+        raise ValueError(
+            f"idle_spin must be a number of seconds from 0 to {MAX_IDLE_SPIN}, got {seconds!r}"
+        )
+    return float(seconds)
