@@ -271,20 +271,27 @@ class _FourTuple(gymnasium.Env[np.ndarray, int]):
 @pytest.mark.parametrize("autoreset", ["next_step", "same_step", "disabled"])
 @pytest.mark.parametrize("env", [Walk, _FourTuple])
 def test_a_batch_row_is_the_step_of_one_env(env: Any, autoreset: str, limit: int | None) -> None:
-    # A worker of several envs takes each env's step as a plain tuple while its episode goes
-    # on (no Step per env): the same answer, bookkeeping and errors as a one-env step.
+    # A worker of several envs takes each env's step as a plain tuple (no Step per env)
+    # while its episode goes on, and under autoreset "next_step" also for the step that
+    # ends it and for the reset after: the same answer, bookkeeping and errors as a
+    # one-env step.
     episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=limit)
     by_step, by_row = EnvRunner(env, 5, episode), EnvRunner(env, 5, episode)
     by_step.reset()
     by_row.reset()
+    plain_ends = plain_resets = 0
     for action in [0, 1, 2, 0, 1, 1, 0, 2, 1, 0, 0, 1, 2, 2, 0]:
+        resetting = by_row.needs_reset
         expected, got = by_step.step(action), by_row.step_row(action)
         if isinstance(expected, Failure):
             assert isinstance(got, Failure)
             assert (got.during, got.message) == (expected.during, expected.message)
             return
-        if type(got) is tuple:  # only for a step whose episode goes on
-            assert type(got[1]) is float and got[2:4] == (False, False)
+        if type(got) is tuple:
+            assert type(got[1]) is float and all(type(flag) is bool for flag in got[2:4])
+            assert autoreset == "next_step" or got[2:4] == (False, False)
+            plain_ends += got[2] or got[3]
+            plain_resets += resetting
             got = Step(*got)
         for field in ("reward", "terminated", "truncated", "info", "final_info"):
             assert getattr(got, field) == getattr(expected, field)
@@ -294,3 +301,5 @@ def test_a_batch_row_is_the_step_of_one_env(env: Any, autoreset: str, limit: int
             by_step.needs_reset,
         )
     assert env is Walk  # _FourTuple fails by its third step
+    if autoreset == "next_step" and limit is None:  # aioenv's own limit takes the long way
+        assert plain_ends > 0 and plain_resets > 0

@@ -177,20 +177,38 @@ class EnvRunner:
         return failure
 
     def step_row(self, action: Any) -> Any:
-        """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker``): a
-        gymnasium env's step whose episode goes on is answered as its plain 5-tuple
-        ``(observation, reward, terminated, truncated, info)``, reward a float and both
-        flags False, with no Step made; any other answer is :meth:`step`'s."""
+        """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker`` and of
+        inline envs): a gymnasium env's step is answered as a plain 5-tuple
+        ``(observation, reward, terminated, truncated, info)`` (reward a float, the flags
+        bools), with no Step made, where its episode goes on, where it ends under
+        autoreset "next_step", and where that autoreset resets the env (reward 0.0, both
+        flags False); any other answer is :meth:`step`'s. With a gymnasium env, no
+        ``max_episode_steps`` of aioenv's own: the cases :meth:`_end_of_step` settles
+        without a call."""
         gym = self._gym
-        if gym is None or self._needs_reset or self.episode.max_episode_steps is not None:
+        if gym is None or self.episode.max_episode_steps is not None:
             return self.step(action)
+        if self._needs_reset:  # autoreset "next_step" (as step_plan): the action is ignored
+            try:
+                first = self._reset(self.env, None, None)
+            except Exception as exc:
+                return self._step_failure(exc)
+            self.last = row = (first.observation, 0.0, False, False, first.info)
+            return row
         try:
             result = gym.step(action)
-            if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
-                row = (result[0], float(result[1]), False, False, result[4])
-                self._length += 1
-                self.last = row  # a rollout goes on from here (see _segment._resume)
-                return row
+            if type(result) is tuple and len(result) == 5:
+                if not (result[2] or result[3]):
+                    row = (result[0], float(result[1]), False, False, result[4])
+                    self._length += 1
+                    self.last = row  # a rollout goes on from here (see _segment._resume)
+                    return row
+                if self.episode.autoreset == "next_step":  # as _end_of_step
+                    row = (result[0], float(result[1]), bool(result[2]), bool(result[3]), result[4])
+                    self._length += 1
+                    self._needs_reset = True
+                    self.last = row
+                    return row
             state = gymnasium_step(gym, result)
         except Exception as exc:
             self.last = failure = Failure.from_exception(exc, "step")

@@ -198,45 +198,46 @@ class VectorRunner:
 
     def step_rows(self, rows: list[Any]) -> Any:
         """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
-        answers = (
-            (index, runner.step_row(action))
-            for index, (runner, action) in enumerate(zip(self.runners, rows, strict=True))
-        )
-        return self._gathered(answers)
+        return self._gathered(range(self.size), rows, None)
 
     def answer_envs(self, envs: list[int], requests: list[Any]) -> Any:
         """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
         env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
         are those envs, in that order, or a Failure. Every env asked is answered, as in
         :meth:`step_rows`; the envs not asked are untouched."""
+        return self._gathered(envs, requests, envs)
+
+    def _gathered(self, order: Iterable[int], requests: list[Any], envs: list[int] | None) -> Any:
+        """Answer ``requests[k]`` for env ``order[k]``, in order: the BatchStep of every env
+        (``envs`` None: ``order`` is every env) or of the envs ``envs`` (``order``), or
+        the first failure of an env after every env asked has answered. An answer that
+        is no state stops the rest from being asked. A request is an action unless
+        ``envs`` is given: then it may be ``RESET`` or a ``Reset(...)`` too."""
         runners = self.runners
-
-        def answer(index: int, request: Any) -> Any:
-            runner = runners[index]
-            if isinstance(request, Reset):
-                return runner.reset(request.seed, request.options)
-            if request is RESET:
-                return runner.reset()
-            return runner.step_row(request)
-
-        answers = ((i, answer(i, r)) for i, r in zip(envs, requests, strict=True))
-        return self._gathered(answers, envs)
-
-    def _gathered(self, answers: Iterable[tuple[int, Any]], envs: list[int] | None = None) -> Any:
-        """The BatchStep of ``answers`` (env index, its answer), taken in order (lazily: an
-        answer that is no state stops the rest from being asked), or the first failure of
-        an env after every env asked has answered."""
         states: list[Any] = []
         failures: list[Failure] = []
-        for index, state in answers:
-            if type(state) is not tuple and not isinstance(state, Step):
-                if not isinstance(state, Failure):
-                    return Failure.from_exception(TypeError(_NOT_STEPS), "step")
-                failures.append(_in_env(state, index))
+        rows_only = True  # every answer a step_row tuple
+        # One loop over the envs, no call per env beyond the env's own: on inline envs
+        # this is the whole of a step's cost besides the envs'.
+        for index, request in zip(order, requests, strict=True):
+            runner = runners[index]
+            if envs is not None and isinstance(request, (Reset, Command)):
+                if isinstance(request, Reset):
+                    state = runner.reset(request.seed, request.options)
+                else:
+                    state = runner.reset() if request is RESET else runner.step_row(request)
+            else:
+                state = runner.step_row(request)
+            if type(state) is not tuple:
+                rows_only = False
+                if not isinstance(state, Step):
+                    if not isinstance(state, Failure):
+                        return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                    failures.append(_in_env(state, index))
             states.append(state)
         if failures:
             return _first_of(failures)
-        return self._stepped(states, envs)
+        return self._stepped(states, envs, rows_only)
 
     def split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
@@ -246,40 +247,55 @@ class VectorRunner:
             return list(actions)
         return split_rows(space, actions)
 
-    def _stepped(self, states: list[Any], envs: list[int] | None = None) -> BatchStep[Any]:
+    def _stepped(
+        self, states: list[Any], envs: list[int] | None = None, rows_only: bool = False
+    ) -> BatchStep[Any]:
         """The BatchStep of a step of every env (``states[i]`` is env ``i``'s Step, or its
         :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple), or of the envs
-        ``envs`` alone (``states[k]`` is env ``envs[k]``'s), a row each in that order."""
-        observations: list[Any] = []
-        rewards: list[float] = []
-        terminated: list[bool] = []
-        truncated: list[bool] = []
+        ``envs`` alone (``states[k]`` is env ``envs[k]``'s), a row each in that order.
+        ``rows_only``: every state is such a tuple (no final observations then)."""
         infos: dict[int, dict[str, Any]] = {}
         finals: dict[int, Any] = {}
         final_infos: dict[int, dict[str, Any]] = {}
         entries: list[tuple[int, dict[str, Any]]] = []
-        for index, state in enumerate(states):
-            if type(state) is tuple:
-                observation, reward, ended, cut, info = state
-            else:
-                observation, reward, ended, cut, info = (
-                    state.observation,
-                    state.reward,
-                    state.terminated,
-                    state.truncated,
-                    state.info,
-                )
-                if state.final_info is not None:
-                    finals[index] = state.final_observation
-                    final_infos[index] = state.final_info
-                    entries.append((index, final_entry(state)))
-            observations.append(observation)
-            rewards.append(reward)
-            terminated.append(ended)
-            truncated.append(cut)
-            if info:
-                infos[index] = info
-                entries.append((index, info))
+        observations: list[Any]
+        rewards: Sequence[float]
+        terminated: Sequence[bool]
+        truncated: Sequence[bool]
+        if rows_only and states:  # the columns at once, not a row at a time
+            columns, rewards, terminated, truncated, info_rows = zip(*states, strict=True)
+            observations = list(columns)
+            if any(info_rows):
+                infos = {index: info for index, info in enumerate(info_rows) if info}
+                entries = list(infos.items())
+        else:
+            observations = []
+            reward_list: list[float] = []
+            ended_list: list[bool] = []
+            cut_list: list[bool] = []
+            rewards, terminated, truncated = reward_list, ended_list, cut_list
+            for index, state in enumerate(states):
+                if type(state) is tuple:
+                    observation, reward, ended, cut, info = state
+                else:
+                    observation, reward, ended, cut, info = (
+                        state.observation,
+                        state.reward,
+                        state.terminated,
+                        state.truncated,
+                        state.info,
+                    )
+                    if state.final_info is not None:
+                        finals[index] = state.final_observation
+                        final_infos[index] = state.final_info
+                        entries.append((index, final_entry(state)))
+                observations.append(observation)
+                reward_list.append(reward)
+                ended_list.append(ended)
+                cut_list.append(cut)
+                if info:
+                    infos[index] = info
+                    entries.append((index, info))
         if envs is None:
             self._observations = observations
         else:  # the others' stay as they were (a masked reset hands them out)
@@ -288,7 +304,7 @@ class VectorRunner:
         size = len(states)
         stacked = self._stacked(observations)
         rewards_array = np.array(rewards, np.float64)
-        ended_array, cut_array = np.array(terminated, np.bool_), np.array(truncated, np.bool_)
+        ended_array, cut_array = _flags(terminated, size), _flags(truncated, size)
         if len(infos) == size and not finals:
             packed = flat_infos(list(infos.values()))
             if packed is not None:
@@ -378,6 +394,11 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
+
+
+def _flags(flags: Sequence[bool], size: int) -> np.ndarray[Any, Any]:
+    """``flags`` as a bool array (most steps end no episode: zeros are made faster)."""
+    return np.array(flags, np.bool_) if any(flags) else np.zeros(size, np.bool_)
 
 
 def _fit(rows: list[Any], out: np.ndarray[Any, Any]) -> bool:
