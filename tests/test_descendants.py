@@ -89,6 +89,17 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z" and command.split(b"\0")[0] in (b"sleep", b"sh")
 
 
+def all_running(pids: list[int], timeout: float = 20.0) -> bool:
+    """Every one of ``pids`` runs, or does within ``timeout``: a helper its shell just
+    started may still be in ``exec``, whose command line reads empty for a moment."""
+    deadline = time.monotonic() + timeout
+    while not all(running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def all_ended(pids: list[int], timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + timeout
     while any(running(pid) for pid in pids):
@@ -124,10 +135,12 @@ async def test_aclose_ends_what_the_envs_started(
     helpers: list[int], grouping: dict[str, int]
 ) -> None:
     pool = aioenv.make_pool(StartsHelpers, 4, mode="process", **grouping)
-    helpers.extend(await _helper_pids(pool))
-    assert len(helpers) == 4 * PER_ENV * grouping.get("envs_per_worker", 1)
-    assert all(running(pid) for pid in helpers)
-    await pool.aclose()
+    try:
+        helpers.extend(await _helper_pids(pool))
+        assert len(helpers) == 4 * PER_ENV * grouping.get("envs_per_worker", 1)
+        assert all_running(helpers), [pid for pid in helpers if not running(pid)]
+    finally:
+        await pool.aclose()
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
 
 
@@ -153,7 +166,7 @@ async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
         helpers.extend(again)
         stuck, other = first[:PER_ENV], first[PER_ENV:]
         assert all_ended(stuck), [pid for pid in stuck if running(pid)]
-        assert all(running(pid) for pid in other + again)  # the others' helpers run on
+        assert all_running(other + again)  # the others' helpers run on
     assert all_ended(helpers)
 
 
