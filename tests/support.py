@@ -173,3 +173,12 @@ async def a_failed_rebuild_keeps_spaces(
     assert all(observed == spaces[0] and acted == spaces[1] for _, observed, acted in seen), seen
     assert (worker.observation_space, worker.action_space) == spaces
     return worker, spaces
+
+
+async def totals_after(pool: Any, action: Any) -> list[tuple[int, Any]]:
+    """Send ``action`` to each of the pool's workers and take every answer: the
+    (worker id, ``state["total"]``) pairs, sorted (a Counter env's running total)."""
+    for worker_id in range(len(pool)):
+        pool.send_action(action, worker_id)
+    batch = await pool.get_batch(min_size=len(pool))
+    return sorted((w, s["total"]) for w, s in zip(batch.worker_ids, batch.states, strict=True))

@@ -23,7 +23,7 @@ from envs import (
     expected_big_observation,
     open_gate,
 )
-from support import cpu_seconds, states_or_errors, worker_processes
+from support import cpu_seconds, states_or_errors, totals_after, worker_processes
 
 import aioenv
 from aioenv import RESET
@@ -299,17 +299,7 @@ async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None
         for pool in (spinning, sleeping):
             await pool.reset_all()
         for t in range(20):
-            got = []
-            for pool in (spinning, sleeping):
-                for worker_id in range(2):
-                    pool.send_action(t, worker_id)
-                batch = await pool.get_batch(min_size=2)
-                got.append(
-                    sorted(
-                        (w, s["total"]) for w, s in zip(batch.worker_ids, batch.states, strict=True)
-                    )
-                )
-            assert got[0] == got[1]
+            assert await totals_after(spinning, t) == await totals_after(sleeping, t)
         pid = spinning.workers[0].pid
         await asyncio.sleep(0.1)  # past the last spin
         before = cpu_seconds(pid)

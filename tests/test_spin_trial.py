@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from envs import Counter
 from gymnasium.vector import SyncVectorEnv
-from support import cpu_seconds
+from support import cpu_seconds, totals_after
 
 import aioenv
 from aioenv.vector._spin_trial import SpinTrial
@@ -165,17 +165,7 @@ async def test_a_child_told_to_sleep_steps_the_same_and_stops_polling() -> None:
         for t in range(40):
             for worker in workers:
                 worker.set_idle_spin(0.0 if t % 3 else 0.01)
-            got = []
-            for pool in (told, sleeping):
-                for worker_id in range(2):
-                    pool.send_action(t, worker_id)
-                batch = await pool.get_batch(min_size=2)
-                got.append(
-                    sorted(
-                        (w, s["total"]) for w, s in zip(batch.worker_ids, batch.states, strict=True)
-                    )
-                )
-            assert got[0] == got[1]
+            assert await totals_after(told, t) == await totals_after(sleeping, t)
         for worker in workers:
             worker.set_idle_spin(0.0)
             assert worker.idle_spin == 0.0
