@@ -127,6 +127,9 @@ def _gym_async(env: EnvFactory, n: int, seed: int) -> Vector:
 #: The reference row (see :class:`bare.BareLockstep`).
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"
 
+#: The default's row with a long run's pool options.
+RESTARTING = "AioVectorEnv default with restart='on_failure' and step_timeout=60"
+
 _ALL = ("W6", "W11", "W12", "W13")
 _REAL = ("W11", "W12")
 
@@ -135,6 +138,11 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
     "gym SyncVectorEnv": (_gym_sync, _ALL),
     "gym AsyncVectorEnv": (_gym_async, _ALL),
     "AioVectorEnv default (auto)": (lambda env, n, seed: aioenv.AioVectorEnv(env, n), _ALL),
+    # A long run's options: they rule out stepping in line, not the default's children.
+    RESTARTING: (
+        lambda env, n, seed: aioenv.AioVectorEnv(env, n, restart="on_failure", step_timeout=60.0),
+        ("W6", *_REAL),
+    ),
     "AioVectorEnv inline": (
         lambda env, n, seed: aioenv.AioVectorEnv(env, n, mode="inline"),
         ("W6", *_REAL),

@@ -75,6 +75,49 @@ def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
     assert choose("thread", _probe(None), 8, None, {}, 2).mode == "thread"  # given: kept
 
 
+def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
+    """restart=, step_timeout= and the like need workers: the envs get the children the
+    rule places without them (as many, as full), or its best children where stepping in
+    line would have won; the reason names the options and the figures."""
+    asked = {"restart": "on_failure", "step_timeout": 5.0}
+    for step, n, cores in ((600e-6, 8, 2), (600e-6, 32, 16), (300e-6, 16, 8), (100e-6, 16, 4)):
+        plain = _choose(step, n, cores)
+        assert plain.mode == "process"
+        choice = _choose(step, n, cores, **asked)
+        assert (choice.mode, choice.envs_per_worker) == ("process", plain.envs_per_worker)
+        assert choice.reason.startswith("auto (process): restart, step_timeout configure")
+        assert plain.reason.split("): ")[1] in choice.reason  # the same figures
+    cheap = _choose(12e-6, 16, 2, **asked)  # in line would win: one child of all 16 is best
+    assert (cheap.mode, cheap.envs_per_worker) == ("process", 16)
+    assert "1 child process of 16" in cheap.reason
+    for grouping in ({"envs_per_worker": 2}, {"envs_per_process": 2}, {"episode_timeout": 9.0}):
+        given = _choose(600e-6, 8, 2, restart="on_failure", **grouping)
+        assert (given.mode, given.envs_per_worker) == ("process", 0)  # the pool groups them
+    untimed = _choose(None, 8, 2, **asked)
+    assert (untimed.mode, untimed.envs_per_worker) == ("process", 0)
+
+
+def test_pool_options_leave_busy_cores_out_as_the_rule_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_choice, "busy_cores", lambda: 1.0)  # a CPU hog on one core
+    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"restart": "on_failure"})
+    assert (choice.mode, choice.envs_per_worker) == ("process", 8)  # one child, one core
+    assert "1 of 2 cores busy" in choice.reason
+
+
+def test_a_restartable_vector_env_gets_a_child_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_choice, "busy_cores", lambda: 0.0)  # a quiet machine
+    with aioenv.AioVectorEnv([_Slow] * 4, restart="on_failure", step_timeout=30.0) as envs:
+        assert envs.mode == "process"
+        assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
+        envs.reset(seed=0)
+        observations, *_ = envs.step(np.zeros(4, np.int64))
+        assert observations.shape == (4, 1)
+
+
 def test_pipelined_use_is_placed_by_the_lockstep_rule_in_groups_that_fit_the_batch() -> None:
     choose = _choice.choose_mode
     cheap = choose("auto", _probe(12e-6), 16, 8, {}, 2)  # CartPole: recv steps in line

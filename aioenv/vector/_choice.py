@@ -16,6 +16,12 @@ time slices at every hand-off, and the envs step faster in line. The choice is m
 while the envs run, a child only adapts how it waits (see
 :mod:`aioenv.env_side._idle_spin`), since an env's state cannot move between processes.
 
+Pool options (``restart=``, ``step_timeout=``, ...) need workers, so the envs cannot step
+in line; they still step in the children the rule would place, not in one child per
+core but the script's: a long run that asks for restarts steps as fast as one that does
+not. An option that groups the envs itself (:data:`LAYOUT_OPTIONS`) leaves the grouping
+to the pool.
+
 Pipelined use (``batch_size`` below ``N``) follows the same rule: a ``recv`` of ``B`` envs
 costs per env what a lockstep step does, in line or through children, so whichever wins
 one wins the other; children's groups then divide ``B``, so that a ``recv`` returns
@@ -43,6 +49,7 @@ __all__ = [
     "AUTO",
     "BUSY_SHARE",
     "HAND_OFF",
+    "LAYOUT_OPTIONS",
     "MARGIN",
     "PER_CHILD",
     "ModeChoice",
@@ -63,6 +70,9 @@ IN_PARENT = frozenset({"inline", "sync", "thread", "coroutine", "async"})
 #: be smaller, so the rule may choose fewer children there than would pay.
 HAND_OFF = 190e-6
 PER_CHILD = 100e-6
+#: Pool options that decide how envs are grouped into workers themselves: given one, the
+#: pool's own grouping applies (see :func:`~aioenv.vector._layout.grouped`).
+LAYOUT_OPTIONS = frozenset({"envs_per_worker", "envs_per_process", "episode_timeout"})
 #: Children must be estimated this much faster than stepping in line to be chosen: in
 #: line there is nothing to start and nothing to lose.
 MARGIN = 1.1
@@ -182,23 +192,24 @@ def choose_mode(
     if probe.is_async:
         return ModeChoice("coroutine", 0, "auto: the env's reset and step are async def")
     pool_only = sorted(set(options) - INLINE_OPTIONS)
-    if pool_only:
-        return ModeChoice("process", 0, f"auto: {', '.join(pool_only)} configure child processes")
     step = probe.step_seconds
+    workers_asked = f"{', '.join(pool_only)} configure child processes" if pool_only else None
+    if workers_asked is not None and (step is None or not LAYOUT_OPTIONS.isdisjoint(pool_only)):
+        return ModeChoice("process", 0, f"auto: {workers_asked}")
     if step is None:
         return ModeChoice("process", 0, "auto: the probe env could not be stepped to time it")
     batch = _below(batch_size, num_envs)
     if cores is not None:
-        return _by_cost(step, num_envs, cores, batch)
+        return _by_cost(step, num_envs, cores, batch, workers_asked=workers_asked)
     cores = usable_cores()
-    choice = _by_cost(step, num_envs, cores, batch)
+    choice = _by_cost(step, num_envs, cores, batch, workers_asked=workers_asked)
     if choice.mode != "process":
         return choice
     taken = int(busy_cores() + 1 - BUSY_SHARE)
     if not taken:
         return choice
     note = f"; {min(taken, cores)} of {cores} cores busy with other work when it was made"
-    return _by_cost(step, num_envs, max(1, cores - taken), batch, note)
+    return _by_cost(step, num_envs, max(1, cores - taken), batch, note, workers_asked)
 
 
 def _below(batch_size: object, num_envs: int) -> int | None:
@@ -211,12 +222,19 @@ def _below(batch_size: object, num_envs: int) -> int | None:
 
 
 def _by_cost(
-    step: float, num_envs: int, cores: int, batch_size: int | None = None, note: str = ""
+    step: float,
+    num_envs: int,
+    cores: int,
+    batch_size: int | None = None,
+    note: str = "",
+    workers_asked: str | None = None,
 ) -> ModeChoice:
     """The lockstep rule, for pipelined use too: a ``recv`` of ``batch_size`` envs pays
     what a lockstep step pays per env, in line or through children, so what wins one
     wins the other; the children's groups then divide ``batch_size`` (a ``recv``
-    returns whole groups)."""
+    returns whole groups). ``workers_asked``: why the envs cannot step in line (pool
+    options given): the children the rule would place, whatever stepping in line would
+    cost."""
     inline = num_envs * step
     fits = num_envs if batch_size is None else math.gcd(num_envs, batch_size)
     per_worker, children = min(
@@ -231,10 +249,11 @@ def _by_cost(
     )
     if batch_size is not None:
         figures += f"; each recv() of batch_size={batch_size} steps "
-    if estimate * MARGIN < inline:
+    if workers_asked is not None or estimate * MARGIN < inline:
         if batch_size is not None:
             figures += "in the children while the script computes"
-        return ModeChoice("process", per_worker, f"auto (process): {figures}{note}")
+        why = "" if workers_asked is None else f"{workers_asked}; "
+        return ModeChoice("process", per_worker, f"auto (process): {why}{figures}{note}")
     if batch_size is not None:
         figures += "its envs in line, when asked"
     return ModeChoice("inline", num_envs, f"auto (inline): {figures}{note}")

@@ -57,9 +57,12 @@ class AioVectorEnv(VectorEnv):
     calling thread, at about ``SyncVectorEnv``'s cost) when handing them to other
     processes would cost more than it saves, else in ``"process"`` workers, a child per
     core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
-    Pool options (``step_timeout=``, ``restart=``, ...) and async envs choose workers;
-    ``batch_size`` below ``num_envs`` is placed by the same rule (inline envs step when
-    ``recv`` asks for them). Other modes are those of
+    Pool options (``step_timeout=``, ``restart=``, ...) rule out stepping in line: the
+    envs then step in the children the rule would place, however cheap a step (unless
+    an option groups them itself: ``envs_per_worker``, ``envs_per_process``,
+    ``episode_timeout``); async envs step as coroutines. ``batch_size`` below
+    ``num_envs`` is placed by the same rule (inline envs step when ``recv`` asks for
+    them). Other modes are those of
     :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
     ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
     ``reset``/``step`` are ``async def``, as well as plain ones. ``.pool`` is the pool
