@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from envs import InfoZoo
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 import aioenv
 from aioenv.core._environment import BatchStep, VectorSource
@@ -248,3 +248,111 @@ def test_packed_infos_expand_to_the_vector_form() -> None:
     assert grouped is not None
     assert_identical(vector, grouped[0])
     assert kinds == grouped[1] == {("a",): float, ("b",): np.float32, ("c",): int, ("d",): bool}
+
+
+class _Vector:
+    """What gymnasium's ``VectorEnv._add_info`` reads of its vector env (itself, for
+    nested dicts)."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+class _EnvModel:
+    """One InfoZoo env stepped as a vector env's autoreset steps it: what it gives next
+    (its info, and the final observation and info where same-step autoreset ended an
+    episode)."""
+
+    def __init__(self, index: int, style: str, autoreset: str) -> None:
+        self.env, self.autoreset, self.pending = InfoZoo(index, style), autoreset, False
+        self.first: dict[str, Any] | None = self.env.reset(seed=index)[1]
+
+    def next(self) -> tuple[dict[str, Any], Any]:
+        if self.first is not None:
+            info, self.first = self.first, None
+            return info, None
+        if self.pending:
+            self.pending = False
+            return self.env.reset()[1], None
+        observation, _, terminated, _, info = self.env.step(0)
+        if terminated and self.autoreset == "same_step":
+            return self.env.reset()[1], {"final_obs": observation, "final_info": info}
+        self.pending = terminated and self.autoreset == "next_step"
+        return info, None
+
+
+def _rows_of(infos: dict[Any, Any], rows: list[int]) -> dict[Any, Any]:
+    """Vector infos cut down to ``rows``: each array's rows; what is no array (gymnasium
+    sets an env's number into a dict another env made of the key) as it is."""
+    return {
+        key: _rows_of(value, rows)
+        if type(value) is dict
+        else value[rows]
+        if isinstance(value, np.ndarray)
+        else value
+        for key, value in infos.items()
+    }
+
+
+@pytest.mark.parametrize("infos_style", ["varied", "quirks", "uniform", "flat"])
+@pytest.mark.parametrize("autoreset", list(AUTORESET))
+@pytest.mark.parametrize(
+    ("mode", "per_worker", "batch_size"),
+    [("process", 2, 2), ("process", 2, 4), ("process", 1, 2), ("thread", 2, 2), ("thread", 1, 3)],
+)
+def test_a_recv_gives_gymnasiums_infos_of_its_envs(
+    mode: str,
+    per_worker: int,
+    batch_size: int,
+    autoreset: str,
+    infos_style: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A recv's infos are what gymnasium's ``_add_info`` makes of its envs' own infos
+    (each env at its own step: the pipelined envs need not keep in step), over the
+    vector env's indices, cut down to the recv's rows; also where the workers' forms
+    are joined as they are (whole workers, one kind per key)."""
+    from aioenv.vector._layout import EnvLayout
+
+    joined: list[bool] = []
+    joined_rows = EnvLayout.joined_rows
+
+    def spied(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
+        infos = joined_rows(batches)
+        joined.append(infos is not None)
+        return infos
+
+    monkeypatch.setattr(EnvLayout, "joined_rows", staticmethod(spied))
+    rounds = 14
+    models = [_EnvModel(i, infos_style, autoreset) for i in range(N)]
+    taken = [0] * N  # how many results of each env were taken
+    add_info = _Vector(N)._add_info
+    ours = aioenv.AioVectorEnv(
+        zoo(infos_style),
+        mode=mode,
+        envs_per_worker=per_worker,
+        autoreset_mode=autoreset,
+        batch_size=batch_size,
+    )
+    try:
+        ours.async_reset(seed=0)
+        call = 0
+        while min(taken) <= rounds:  # every env's reset and 14 steps at least
+            *_, infos = ours.recv()
+            rows = infos.pop("env_id").tolist()
+            reference: dict[str, Any] = {}
+            for row in rows:
+                info, final = models[row].next()
+                if final is not None:
+                    reference = add_info(reference, final, row)
+                reference = add_info(reference, info, row)
+                taken[row] += 1
+            assert_identical(infos, _rows_of(reference, rows), f"recv {call}, envs {rows}")
+            ours.send(np.zeros(len(rows), np.int64), rows)
+            call += 1
+    finally:
+        ours.close()
+    if mode == "process" and per_worker > 1 and infos_style in ("uniform", "flat"):
+        assert any(joined)  # the joined path was taken

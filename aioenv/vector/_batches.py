@@ -118,9 +118,15 @@ class VectorBatches:
         """What ``recv`` returns, from these workers' states: a row per env of
         ``env_ids``, in that order, which ``infos["env_id"]`` gives (replacing an
         ``"env_id"`` info of the envs' own)."""
-        infos = self.gather(workers, states)
         rows = np.asarray(env_ids, dtype=np.int64)
-        infos = info_rows(infos, rows)
+        joined = None
+        if self._layout.batched:  # the rows are these workers' envs, one worker after another
+            self._arrays.new_step()
+            self._layout.write(workers, states, self._arrays)
+            joined = self._layout.joined_rows(states)
+            if joined is None:
+                joined = info_rows(self._layout.infos_of(workers, states, self._add_info), rows)
+        infos = info_rows(self.gather(workers, states), rows) if joined is None else joined
         infos["env_id"] = rows
         arrays = self._arrays
         return (

@@ -349,6 +349,13 @@ class EnvLayout:
         :func:`~aioenv.vector._infos.joined_infos`), else merged worker by worker with a
         slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
         with ``add_info`` for a worker that sent its infos per row."""
+        self.write(worker_ids, batches, into)
+        return self.infos_of(worker_ids, batches, add_info)
+
+    def write(
+        self, worker_ids: list[int], batches: list[BatchStep[Any]], into: VectorArrays
+    ) -> None:
+        """Write each worker's BatchStep into its envs' rows of the vector env's arrays."""
         for worker_id, batch in zip(worker_ids, batches, strict=True):
             lo = self.starts[worker_id]
             part = slice(lo, lo + self.sizes[worker_id])
@@ -356,7 +363,14 @@ class EnvLayout:
             into.rewards[part] = batch.rewards
             into.terminated[part] = batch.terminated
             into.truncated[part] = batch.truncated
-        return self.infos_of(worker_ids, batches, add_info)
+
+    @staticmethod
+    def joined_rows(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
+        """The infos of these workers' batches over their own rows alone, one worker's
+        after another (a ``recv``'s rows): their vector forms joined, which is what
+        merging them into the vector env's infos and taking those rows gives; None where
+        they do not join (then merge, and take the rows)."""
+        return _joined(batches)
 
     def infos_of(
         self, worker_ids: list[int], batches: list[BatchStep[Any]], add_info: AddInfo

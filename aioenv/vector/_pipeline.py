@@ -187,8 +187,14 @@ class Pipeline:
 
 def info_rows(infos: dict[str, Any], rows: npt.NDArray[np.int64]) -> dict[str, Any]:
     """Infos indexed by env (gymnasium's vector form) cut down to the envs ``rows``, in
-    that order."""
+    that order. What is no array is kept as it is: gymnasium sets an env's value into a
+    dict that another env made of the same key (under the env's index), and that value
+    has no rows to cut."""
     return {
-        key: info_rows(value, rows) if isinstance(value, dict) else value[rows]
+        key: info_rows(value, rows)
+        if type(value) is dict
+        else value[rows]
+        if isinstance(value, np.ndarray)
+        else value
         for key, value in infos.items()
     }
