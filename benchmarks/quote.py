@@ -49,6 +49,7 @@ BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LO
 SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
 SPLIT_ASLEEP = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0"
 SPLIT_POLLING = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0.002"
+RESTARTING = "AioVectorEnv default with restart='on_failure' and step_timeout=60"  # lockstep.py
 WIDTH = 90  # the pages' prose is wrapped at about this width; tables stay one row a line
 BUSY_MARK = "*"  # run.py's mark for a figure taken while other programs were busy
 
@@ -461,6 +462,15 @@ def guide_costs(f: Figures) -> str:
         "now and then), the same children made "
         f"{f.rate('W11', 'N=8 random', SPLIT)}, {f.rate('W11', mlp, SPLIT)} and "
         f"{f.rate('W12', mlp, SPLIT)}.\n"
+        '- **A long run\'s options** (`restart="on_failure", step_timeout=60`) rule out '
+        "stepping in line, not the default's children: W11 Pong (MLP) "
+        f"{f.ratio('W11', mlp, RESTARTING, 'sync')} `SyncVectorEnv` with them, "
+        f"{f.ratio('W11', mlp, DEFAULT, 'sync')} without; W12 HalfCheetah (MLP) "
+        f"{f.ratio('W12', mlp, RESTARTING, 'sync')} against "
+        f"{f.ratio('W12', mlp, DEFAULT, 'sync')}, and W6 CartPole N=16 "
+        f"{f.ratio('W6', 'N=16', RESTARTING, 'sync')} against "
+        f"{f.ratio('W6', 'N=16', DEFAULT, 'sync')}: envs whose step costs less than a "
+        "hand-off pay for the children the options need.\n"
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "
