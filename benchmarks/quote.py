@@ -465,12 +465,8 @@ def guide_costs(f: Figures) -> str:
         '- **A long run\'s options** (`restart="on_failure", step_timeout=60`) rule out '
         "stepping in line, not the default's children: W11 Pong (MLP) "
         f"{f.ratio('W11', mlp, RESTARTING, 'sync')} `SyncVectorEnv` with them, "
-        f"{f.ratio('W11', mlp, DEFAULT, 'sync')} without; W12 HalfCheetah (MLP) "
-        f"{f.ratio('W12', mlp, RESTARTING, 'sync')} against "
-        f"{f.ratio('W12', mlp, DEFAULT, 'sync')}, and W6 CartPole N=16 "
-        f"{f.ratio('W6', 'N=16', RESTARTING, 'sync')} against "
-        f"{f.ratio('W6', 'N=16', DEFAULT, 'sync')}: envs whose step costs less than a "
-        "hand-off pay for the children the options need.\n"
+        f"{f.ratio('W11', mlp, DEFAULT, 'sync')} without. Envs the default steps in line "
+        'are grouped as `mode="process"` groups them, and pay for the hand-off.\n'
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "

@@ -77,8 +77,8 @@ def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
 
 def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
     """restart=, step_timeout= and the like need workers: the envs get the children the
-    rule places without them (as many, as full), or its best children where stepping in
-    line would have won; the reason names the options and the figures."""
+    rule places without them (as many, as full); where it would step them in line, the
+    pool groups them as mode="process" does. The reason names the options and figures."""
     asked = {"restart": "on_failure", "step_timeout": 5.0}
     for step, n, cores in ((600e-6, 8, 2), (600e-6, 32, 16), (300e-6, 16, 8), (100e-6, 16, 4)):
         plain = _choose(step, n, cores)
@@ -87,9 +87,11 @@ def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
         assert (choice.mode, choice.envs_per_worker) == ("process", plain.envs_per_worker)
         assert choice.reason.startswith("auto (process): restart, step_timeout configure")
         assert plain.reason.split("): ")[1] in choice.reason  # the same figures
-    cheap = _choose(12e-6, 16, 2, **asked)  # in line would win: one child of all 16 is best
-    assert (cheap.mode, cheap.envs_per_worker) == ("process", 16)
-    assert "1 child process of 16" in cheap.reason
+    for step, n in ((12e-6, 16), (32e-6, 8)):  # CartPole, HalfCheetah: in line would win
+        cheap = _choose(step, n, 2, **asked)
+        assert (cheap.mode, cheap.envs_per_worker) == ("process", 0)  # the pool's grouping
+        assert "grouped as mode='process' groups them; in line would be faster" in cheap.reason
+        assert f"{n} in line ~" in cheap.reason
     for grouping in ({"envs_per_worker": 2}, {"envs_per_process": 2}, {"episode_timeout": 9.0}):
         given = _choose(600e-6, 8, 2, restart="on_failure", **grouping)
         assert (given.mode, given.envs_per_worker) == ("process", 0)  # the pool groups them
@@ -103,8 +105,13 @@ def test_pool_options_leave_busy_cores_out_as_the_rule_does(
     monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
     monkeypatch.setattr(_choice, "busy_cores", lambda: 1.0)  # a CPU hog on one core
     choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"restart": "on_failure"})
-    assert (choice.mode, choice.envs_per_worker) == ("process", 8)  # one child, one core
-    assert "1 of 2 cores busy" in choice.reason
+    # one core left: one child would not beat stepping in line, so the pool groups them
+    assert (choice.mode, choice.envs_per_worker) == ("process", 0)
+    assert "1 child process of 8" in choice.reason and "1 of 2 cores busy" in choice.reason
+    monkeypatch.setattr(_choice, "usable_cores", lambda: 4)
+    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"restart": "on_failure"})
+    assert (choice.mode, choice.envs_per_worker) == ("process", 4)  # 3 cores left: 2 of 4
+    assert "1 of 4 cores busy" in choice.reason
 
 
 def test_a_restartable_vector_env_gets_a_child_per_core(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,10 +17,11 @@ while the envs run, a child only adapts how it waits (see
 :mod:`aioenv.env_side._idle_spin`), since an env's state cannot move between processes.
 
 Pool options (``restart=``, ``step_timeout=``, ...) need workers, so the envs cannot step
-in line; they still step in the children the rule would place, not in one child per
-core but the script's: a long run that asks for restarts steps as fast as one that does
-not. An option that groups the envs itself (:data:`LAYOUT_OPTIONS`) leaves the grouping
-to the pool.
+in line; where the rule places children, they still step in those children: a long run
+that asks for restarts steps as fast as one that does not. Where it would step them in
+line, they are grouped as ``mode="process"`` groups them (on 2 cores, one child of all
+of them: such cheap envs pay for each further child more than it saves). An option that
+groups the envs itself (:data:`LAYOUT_OPTIONS`) leaves the grouping to the pool.
 
 Pipelined use (``batch_size`` below ``N``) follows the same rule: a ``recv`` of ``B`` envs
 costs per env what a lockstep step does, in line or through children, so whichever wins
@@ -233,8 +234,8 @@ def _by_cost(
     what a lockstep step pays per env, in line or through children, so what wins one
     wins the other; the children's groups then divide ``batch_size`` (a ``recv``
     returns whole groups). ``workers_asked``: why the envs cannot step in line (pool
-    options given): the children the rule would place, whatever stepping in line would
-    cost."""
+    options given): the children the rule places where it places children, else the
+    pool's own grouping (see :func:`~aioenv.vector._layout.grouped`)."""
     inline = num_envs * step
     fits = num_envs if batch_size is None else math.gcd(num_envs, batch_size)
     per_worker, children = min(
@@ -249,13 +250,22 @@ def _by_cost(
     )
     if batch_size is not None:
         figures += f"; each recv() of batch_size={batch_size} steps "
-    if workers_asked is not None or estimate * MARGIN < inline:
+    if estimate * MARGIN < inline:
         if batch_size is not None:
             figures += "in the children while the script computes"
         why = "" if workers_asked is None else f"{workers_asked}; "
         return ModeChoice("process", per_worker, f"auto (process): {why}{figures}{note}")
     if batch_size is not None:
         figures += "its envs in line, when asked"
+    if workers_asked is not None:
+        # Envs this cheap pay a hand-off per child: the pool's grouping, as few children
+        # as its rule allows (one on 2 cores), beats the rule's estimate for them.
+        return ModeChoice(
+            "process",
+            0,
+            f"auto: {workers_asked}, grouped as mode='process' groups them; in line "
+            f"would be faster ({figures}){note}",
+        )
     return ModeChoice("inline", num_envs, f"auto (inline): {figures}{note}")
 
 

@@ -58,9 +58,10 @@ class AioVectorEnv(VectorEnv):
     processes would cost more than it saves, else in ``"process"`` workers, a child per
     core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
     Pool options (``step_timeout=``, ``restart=``, ...) rule out stepping in line: the
-    envs then step in the children the rule would place, however cheap a step (unless
-    an option groups them itself: ``envs_per_worker``, ``envs_per_process``,
-    ``episode_timeout``); async envs step as coroutines. ``batch_size`` below
+    envs then step in the children the rule places, or, where it would step them in
+    line, are grouped as ``mode="process"`` groups them (an option that groups them
+    itself decides: ``envs_per_worker``, ``envs_per_process``, ``episode_timeout``);
+    async envs step as coroutines. ``batch_size`` below
     ``num_envs`` is placed by the same rule (inline envs step when ``recv`` asks for
     them). Other modes are those of
     :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
