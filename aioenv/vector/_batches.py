@@ -119,14 +119,15 @@ class VectorBatches:
         ``env_ids``, in that order, which ``infos["env_id"]`` gives (replacing an
         ``"env_id"`` info of the envs' own)."""
         rows = np.asarray(env_ids, dtype=np.int64)
-        joined = None
-        if self._layout.batched:  # the rows are these workers' envs, one worker after another
+        # Grouped workers: the rows are these workers' envs, one worker after another, so
+        # their own infos joined are the rows' (where they join).
+        joined = self._layout.joined_rows(states) if self._layout.batched else None
+        if joined is None:
+            infos = info_rows(self.gather(workers, states), rows)
+        else:
             self._arrays.new_step()
             self._layout.write(workers, states, self._arrays)
-            joined = self._layout.joined_rows(states)
-            if joined is None:
-                joined = info_rows(self._layout.infos_of(workers, states, self._add_info), rows)
-        infos = info_rows(self.gather(workers, states), rows) if joined is None else joined
+            infos = joined
         infos["env_id"] = rows
         arrays = self._arrays
         return (

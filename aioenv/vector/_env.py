@@ -61,9 +61,8 @@ class AioVectorEnv(VectorEnv):
     envs then step in the children the rule places, or, where it would step them in
     line, are grouped as ``mode="process"`` groups them (an option that groups them
     itself decides: ``envs_per_worker``, ``envs_per_process``, ``episode_timeout``);
-    async envs step as coroutines. ``batch_size`` below
-    ``num_envs`` is placed by the same rule (inline envs step when ``recv`` asks for
-    them). Other modes are those of
+    async envs step as coroutines. ``batch_size`` below ``num_envs`` is placed by the
+    same rule (inline envs step when ``recv`` asks for them). Other modes are those of
     :func:`aioenv.make_pool` (``"process"``, ``"thread"``, ``"sync"``, a list of modes);
     ``mode="coroutine"`` (old spelling ``"async"``) takes async gymnasium envs, whose
     ``reset``/``step`` are ``async def``, as well as plain ones. ``.pool`` is the pool
