@@ -13,7 +13,8 @@ lockstep, parent and child taking turns, so it is no bound for small N.)
 
 :class:`BareLockstep` is the same child behind a lockstep vector env's ``step``, for the
 lockstep workloads: a child per core, the parent blocking on each child's socket in turn,
-with no event loop.
+with no event loop. :class:`BarePipelined` is the same children behind the pipelined
+loop's ``recv``/``send``: W13's reference.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import select
 import socket
 import time
 from collections.abc import Callable
@@ -35,7 +37,7 @@ from runners import Meter, Sample, Timing, run_coroutine
 import aioenv
 from aioenv.workers import default_context
 
-__all__ = ["BareLockstep", "run_bare"]
+__all__ = ["BareLockstep", "BarePipelined", "run_bare"]
 
 _JOIN_TIMEOUT = 5.0
 
@@ -294,6 +296,83 @@ class BareLockstep:
             sock.sendall(actions[first:last].tobytes())
         observations, rewards, dones = self._answers()
         return observations, rewards, dones, np.zeros_like(dones), {}
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()  # the child reads end-of-file and exits
+        for process in self._processes:
+            process.join(_JOIN_TIMEOUT)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+
+
+class BarePipelined:
+    """The leanest pipelined vector env over child processes: a child per ``batch_size``
+    envs (the child above), ``recv`` blocking in ``select`` until a child has answered and
+    returning its envs' whole answer, ``send`` writing that child its actions. No event
+    loop, no shared memory, no infos, errors or deadlines: beside AioVectorEnv's
+    pipelined row it shows what the process design itself reaches when the script acts
+    on whichever envs are ready. Episodes reset inside the step, so no answer after a
+    child's first is a reset's: ``recv`` flags none as an episode end, which counts every
+    later answer as a transition (the pipelined loop counts an ended env's next answer as
+    its reset)."""
+
+    def __init__(self, env: EnvFactory, n: int, batch_size: int) -> None:
+        if n % batch_size:
+            raise ValueError(f"{n} envs do not split into children of {batch_size}")
+        self._env, self._n, self._k = env, n, batch_size
+        observation_space, action_space = _spaces(env)
+        self._shape, self._dtype, size = _layout(observation_space, batch_size)
+        _, self._action_dtype = _action_layout(action_space)
+        self._buffer = bytearray(size)
+        self._sockets: list[socket.socket] = []
+        self._processes: list[Any] = []
+        self._ready: list[socket.socket] = []  # answered, in the order select saw them
+        self._first_env: dict[socket.socket, int] = {}  # each child's first env
+        self._never_ended = np.zeros(batch_size, np.bool_)
+
+    def async_reset(self, *, seed: int) -> None:
+        """Start the children: each answers its envs' first reset unasked."""
+        seeds = aioenv.worker_seeds(seed, self._n)
+        context: Any = default_context()  # typeshed lacks Process on BaseContext
+        try:
+            for first in range(0, self._n, self._k):
+                parent_end, child_end = socket.socketpair()
+                self._sockets.append(parent_end)
+                self._first_env[parent_end] = first
+                group = seeds[first : first + self._k]
+                process = context.Process(
+                    target=_child, args=(child_end, self._env, group), daemon=True
+                )
+                process.start()
+                child_end.close()
+                self._processes.append(process)
+        except BaseException:
+            self.close()
+            raise
+
+    def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """The whole answer of the first child ready."""
+        if not self._ready:
+            self._ready, _, _ = select.select(self._sockets, [], [])
+        sock = self._ready.pop(0)
+        buffer, k = self._buffer, self._k
+        if sock.recv_into(buffer, len(buffer), socket.MSG_WAITALL) < len(buffer):
+            raise ConnectionError("a bare child closed its socket")
+        count = k * int(np.prod(self._shape, dtype=np.int64))
+        observations = np.frombuffer(buffer, self._dtype, count).reshape(k, *self._shape)
+        size = observations.nbytes
+        rewards = np.frombuffer(buffer, np.float64, k, size).copy()
+        first = self._first_env[sock]
+        env_ids = np.arange(first, first + k)
+        never = self._never_ended
+        return observations.copy(), rewards, never, never, {"env_id": env_ids}
+
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Write the child of ``env_ids`` (one child's envs, in order) their actions."""
+        sock = self._sockets[int(env_ids[0]) // self._k]
+        sock.sendall(np.asarray(actions, self._action_dtype).tobytes())
 
     def close(self) -> None:
         for sock in self._sockets:

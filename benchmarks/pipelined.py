@@ -7,7 +7,8 @@ policy on the same B envs at a time: B-sized slices of each lockstep step's batc
 (``policies.OnParts``), so every row pays for the same policy work per env step.
 
 PufferLib's own send/recv runs the same loop (``PIPELINERS``, see peers.py): its ``recv``
-returns the first worker ready, whose envs the next ``send`` goes to.
+returns the first worker ready, whose envs the next ``send`` goes to. So does the bare
+reference (``bare.BarePipelined``): a child per B envs, the script blocking in ``select``.
 
 Steps are env transitions: the replies to resets (the first of each env, and the reset
 observation after an episode ends, ``"next_step"`` autoreset) are not counted.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+from bare import BarePipelined
 from envs import EnvFactory
 from machine import CpuAccount
 from peers import PUFFER_PIPELINED, PufferPipelined
@@ -29,10 +31,12 @@ from threadpoolctl import threadpool_limits
 
 import aioenv
 
-__all__ = ["PIPELINED", "PIPELINERS", "Pipelined", "run_pipelined"]
+__all__ = ["BARE_PIPELINED", "PIPELINED", "PIPELINERS", "Pipelined", "run_pipelined"]
 
 #: The pipelined row (the lockstep rows of W13 are lockstep.py's).
 PIPELINED = "AioVectorEnv pipelined: send/recv"
+#: The reference row (see :class:`bare.BarePipelined`).
+BARE_PIPELINED = "reference: bare pipelined (a child per B envs)"
 
 
 class Pipelined(Protocol):
@@ -52,6 +56,7 @@ PIPELINERS: dict[str, Callable[[EnvFactory, int, int], Pipelined]] = {
     # Process workers, grouped by default to fit the batch.
     PIPELINED: lambda env, n, batch_size: aioenv.AioVectorEnv(env, n, batch_size=batch_size),
     PUFFER_PIPELINED: PufferPipelined,
+    BARE_PIPELINED: BarePipelined,
 }
 
 

@@ -46,6 +46,7 @@ LIMIT = "machine limit (computed)"  # lockstep.LIMIT
 ENVPOOL_PONG = "EnvPool Pong-v5 (EnvPool's own preprocessing)"
 ENVPOOL_CHEETAH = "EnvPool HalfCheetah-v5 (EnvPool's own env)"
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LOCKSTEP
+BARE_PIPELINED = "reference: bare pipelined (a child per B envs)"  # pipelined.BARE_PIPELINED
 SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
 SPLIT_ASLEEP = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0"
 SPLIT_POLLING = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0.002"
@@ -452,6 +453,15 @@ def guide_costs(f: Figures) -> str:
         f"{f.ratio('W12', mlp, DEFAULT, 'sync')} for the default. "
         "`python benchmarks/cpu_split.py loop` measures the most a step could gain without "
         "the script's event loop.\n"
+        "- **What bounds pipelining**: a bare pipelined design over processes (`bare.py`'s "
+        "`BarePipelined`: a child per B envs, the script blocking in `select` on their "
+        "sockets; no event loop, infos or supervision) reached "
+        f"{f.ratio('W13', _PONG_B4, BARE_PIPELINED, 'sync')} `SyncVectorEnv` on W13 Pong "
+        f"(N=8, B=4), against {f.ratio('W13', _PONG_B4, _PIPED, 'sync')} for "
+        "`recv`/`send`; on CartPole (N=16, B=8) "
+        f"{f.ratio('W13', _CARTPOLE_B8, BARE_PIPELINED, 'sync')}, against "
+        f"{f.ratio('W13', _CARTPOLE_B8, _PIPED, 'sync')} for `recv`/`send`, which steps "
+        "envs this cheap in line: the rest is aioenv's own cost per hand-off.\n"
         "- **`idle_spin`**, 2 children of 4 always polling between lockstep steps "
         "(`idle_spin=0.002` given) against the same children asleep (`idle_spin=0`): W11 "
         f"Pong {f.rate('W11', 'N=8 random', SPLIT_POLLING)} against "

@@ -25,7 +25,7 @@ from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
 from machine import CpuAccount, cpu_hog, idle_probe
 from peers import INSTALL_HINTS, PUFFER_PIPELINED, REQUIRES
-from pipelined import PIPELINED, run_pipelined
+from pipelined import BARE_PIPELINED, PIPELINED, run_pipelined
 from policies import (
     BatchPolicy,
     CalibratedCartpolePolicy,
@@ -251,6 +251,7 @@ CONFIGS += [
         "workloads": ("W13",),
         "requires": REQUIRES[PUFFER_PIPELINED],
     },
+    {"label": BARE_PIPELINED, "runner": "pipelined", "workloads": ("W13",)},
     {"label": LIMIT, "runner": "limit", "workloads": ("W6", "W11", "W12", "W13")},
 ]
 # W9 and W10: rollouts in the workers vs the policy in the parent; collect() vs a hand loop
