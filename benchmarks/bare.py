@@ -63,7 +63,12 @@ def _action_layout(space: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return tuple(space.shape or ()), np.dtype(space.dtype or np.int64)
 
 
-def _child(sock: socket.socket, env: EnvFactory, seeds: list[int]) -> None:
+def _child(sock: socket.socket, env: EnvFactory, seeds: list[int], next_step: bool = False) -> None:
+    """Step ``seeds``' envs on each message of actions and answer with one message.
+    Episodes reset inside the step, or, with ``next_step`` (gymnasium's default autoreset,
+    as the vector envs measured beside this reference run), on the env's next action,
+    which is ignored: an answer whose done flag is set is then followed by its env's
+    reset."""
     sock.setblocking(True)
     envs = [env() for _ in seeds]
     k = len(envs)
@@ -83,8 +88,12 @@ def _child(sock: socket.socket, env: EnvFactory, seeds: list[int]) -> None:
             rows = np.frombuffer(actions, action_dtype).reshape(k, *action_shape)
             for row, action in enumerate(rows.tolist() if not action_shape else rows):
                 instance = envs[row]
+                if next_step and dones[row]:  # the ended episode's env resets instead
+                    observations[row], _ = instance.reset()
+                    rewards[row], dones[row] = 0.0, False
+                    continue
                 observation, reward, terminated, truncated, _ = instance.step(action)
-                if terminated or truncated:
+                if (terminated or truncated) and not next_step:
                     observation, _ = instance.reset()
                 observations[row] = observation
                 rewards[row] = reward
@@ -313,10 +322,9 @@ class BarePipelined:
     returning its envs' whole answer, ``send`` writing that child its actions. No event
     loop, no shared memory, no infos, errors or deadlines: beside AioVectorEnv's
     pipelined row it shows what the process design itself reaches when the script acts
-    on whichever envs are ready. Episodes reset inside the step, so no answer after a
-    child's first is a reset's: ``recv`` flags none as an episode end, which counts every
-    later answer as a transition (the pipelined loop counts an ended env's next answer as
-    its reset)."""
+    on whichever envs are ready. Its envs reset as the rows beside it do (autoreset
+    "next_step": an ended env's next action brings its reset, which the pipelined loop
+    does not count as a transition); ``recv`` reports an episode's end as terminated."""
 
     def __init__(self, env: EnvFactory, n: int, batch_size: int) -> None:
         if n % batch_size:
@@ -330,7 +338,7 @@ class BarePipelined:
         self._processes: list[Any] = []
         self._ready: list[socket.socket] = []  # answered, in the order select saw them
         self._first_env: dict[socket.socket, int] = {}  # each child's first env
-        self._never_ended = np.zeros(batch_size, np.bool_)
+        self._never_cut = np.zeros(batch_size, np.bool_)  # an end is reported as terminated
 
     def async_reset(self, *, seed: int) -> None:
         """Start the children: each answers its envs' first reset unasked."""
@@ -343,7 +351,7 @@ class BarePipelined:
                 self._first_env[parent_end] = first
                 group = seeds[first : first + self._k]
                 process = context.Process(
-                    target=_child, args=(child_end, self._env, group), daemon=True
+                    target=_child, args=(child_end, self._env, group, True), daemon=True
                 )
                 process.start()
                 child_end.close()
@@ -364,10 +372,10 @@ class BarePipelined:
         observations = np.frombuffer(buffer, self._dtype, count).reshape(k, *self._shape)
         size = observations.nbytes
         rewards = np.frombuffer(buffer, np.float64, k, size).copy()
+        dones = np.frombuffer(buffer, np.bool_, k, size + 8 * k).copy()
         first = self._first_env[sock]
         env_ids = np.arange(first, first + k)
-        never = self._never_ended
-        return observations.copy(), rewards, never, never, {"env_id": env_ids}
+        return observations.copy(), rewards, dones, self._never_cut, {"env_id": env_ids}
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """Write the child of ``env_ids`` (one child's envs, in order) their actions."""

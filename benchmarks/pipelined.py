@@ -8,7 +8,9 @@ policy on the same B envs at a time: B-sized slices of each lockstep step's batc
 
 PufferLib's own send/recv runs the same loop (``PIPELINERS``, see peers.py): its ``recv``
 returns the first worker ready, whose envs the next ``send`` goes to. So does the bare
-reference (``bare.BarePipelined``): a child per B envs, the script blocking in ``select``.
+reference (``bare.BarePipelined``): a child per B envs, the script blocking in ``select``;
+AioVectorEnv in that same layout (process workers of B envs) is a row of its own, since
+the default steps cheap envs in line.
 
 Steps are env transitions: the replies to resets (the first of each env, and the reset
 observation after an episode ends, ``"next_step"`` autoreset) are not counted.
@@ -31,10 +33,19 @@ from threadpoolctl import threadpool_limits
 
 import aioenv
 
-__all__ = ["BARE_PIPELINED", "PIPELINED", "PIPELINERS", "Pipelined", "run_pipelined"]
+__all__ = [
+    "BARE_PIPELINED",
+    "PIPELINED",
+    "PIPELINED_CHILDREN",
+    "PIPELINERS",
+    "Pipelined",
+    "run_pipelined",
+]
 
 #: The pipelined row (the lockstep rows of W13 are lockstep.py's).
 PIPELINED = "AioVectorEnv pipelined: send/recv"
+#: The same in the reference's layout: process workers of B envs, a child each.
+PIPELINED_CHILDREN = "AioVectorEnv pipelined: a child per B envs"
 #: The reference row (see :class:`bare.BarePipelined`).
 BARE_PIPELINED = "reference: bare pipelined (a child per B envs)"
 
@@ -55,6 +66,9 @@ class Pipelined(Protocol):
 PIPELINERS: dict[str, Callable[[EnvFactory, int, int], Pipelined]] = {
     # Process workers, grouped by default to fit the batch.
     PIPELINED: lambda env, n, batch_size: aioenv.AioVectorEnv(env, n, batch_size=batch_size),
+    PIPELINED_CHILDREN: lambda env, n, batch_size: aioenv.AioVectorEnv(
+        env, n, batch_size=batch_size, mode="process", envs_per_worker=batch_size
+    ),
     PUFFER_PIPELINED: PufferPipelined,
     BARE_PIPELINED: BarePipelined,
 }

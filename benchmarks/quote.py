@@ -280,6 +280,7 @@ def _ray(f: Figures) -> str:
 
 _PONG_B4, _CARTPOLE_B8 = "Pong N=8 B=4", "CartPole N=16 B=8"
 _PIPED = "AioVectorEnv pipelined: send/recv"
+_PIPED_CHILDREN = "AioVectorEnv pipelined: a child per B envs"  # pipelined.PIPELINED_CHILDREN
 
 
 def _pipelined_use(f: Figures) -> str:
@@ -461,7 +462,9 @@ def guide_costs(f: Figures) -> str:
         "`recv`/`send`; on CartPole (N=16, B=8) "
         f"{f.ratio('W13', _CARTPOLE_B8, BARE_PIPELINED, 'sync')}, against "
         f"{f.ratio('W13', _CARTPOLE_B8, _PIPED, 'sync')} for `recv`/`send`, which steps "
-        "envs this cheap in line: the rest is aioenv's own cost per hand-off.\n"
+        "envs this cheap in line: in the bare design's layout (a process worker of 8 envs "
+        f"each) aioenv made {f.ratio('W13', _CARTPOLE_B8, _PIPED_CHILDREN, 'sync')}. The gap "
+        "is aioenv's own cost per hand-off, on both sides of the process boundary.\n"
         "- **`idle_spin`**, 2 children of 4 always polling between lockstep steps "
         "(`idle_spin=0.002` given) against the same children asleep (`idle_spin=0`): W11 "
         f"Pong {f.rate('W11', 'N=8 random', SPLIT_POLLING)} against "

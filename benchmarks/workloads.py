@@ -25,7 +25,7 @@ from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
 from machine import CpuAccount, cpu_hog, idle_probe
 from peers import INSTALL_HINTS, PUFFER_PIPELINED, REQUIRES
-from pipelined import BARE_PIPELINED, PIPELINED, run_pipelined
+from pipelined import BARE_PIPELINED, PIPELINED, PIPELINED_CHILDREN, run_pipelined
 from policies import (
     BatchPolicy,
     CalibratedCartpolePolicy,
@@ -245,6 +245,7 @@ CONFIGS += [
 ]
 CONFIGS += [
     {"label": PIPELINED, "runner": "pipelined", "workloads": ("W13",)},
+    {"label": PIPELINED_CHILDREN, "runner": "pipelined", "workloads": ("W13",)},
     {
         "label": PUFFER_PIPELINED,
         "runner": "pipelined",
