@@ -63,7 +63,9 @@ def _action_layout(space: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return tuple(space.shape or ()), np.dtype(space.dtype or np.int64)
 
 
-def _child(sock: socket.socket, env: EnvFactory, seeds: list[int], next_step: bool = False) -> None:
+def _child(
+    sock: socket.socket, env: EnvFactory, seeds: list[int | None], next_step: bool = False
+) -> None:
     """Step ``seeds``' envs on each message of actions and answer with one message.
     Episodes reset inside the step, or, with ``next_step`` (gymnasium's default autoreset,
     as the vector envs measured beside this reference run), on the env's next action,
@@ -98,6 +100,51 @@ def _child(sock: socket.socket, env: EnvFactory, seeds: list[int], next_step: bo
                 observations[row] = observation
                 rewards[row] = reward
                 dones[row] = terminated or truncated
+
+
+def _start_child(
+    context: Any, env: EnvFactory, seeds: list[int | None], next_step: bool = False
+) -> tuple[socket.socket, Any]:
+    """Start a child (:func:`_child`) for ``seeds``' envs: the parent's end of its socket,
+    and its process."""
+    parent_end, child_end = socket.socketpair()
+    with child_end:
+        try:
+            process = context.Process(
+                target=_child, args=(child_end, env, seeds, next_step), daemon=True
+            )
+            process.start()
+        except BaseException:
+            parent_end.close()
+            raise
+    return parent_end, process
+
+
+def _stop(sockets: list[socket.socket], processes: list[Any]) -> None:
+    """Close the parent's ends (each child reads end-of-file and exits), then wait for the
+    children, killing any that do not exit in time."""
+    for sock in sockets:
+        sock.close()
+    for process in processes:
+        process.join(_JOIN_TIMEOUT)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+
+
+def _receive(
+    sock: socket.socket, buffer: bytearray, shape: tuple[int, ...], dtype: np.dtype[Any], k: int
+) -> tuple[Any, Any, Any]:
+    """A child's whole answer for its ``k`` envs, read into ``buffer``: views of its
+    observations, rewards and done flags."""
+    if sock.recv_into(buffer, len(buffer), socket.MSG_WAITALL) < len(buffer):
+        raise ConnectionError("a bare child closed its socket")
+    count = k * int(np.prod(shape, dtype=np.int64))
+    observations = np.frombuffer(buffer, dtype, count).reshape(k, *shape)
+    size = observations.nbytes
+    rewards = np.frombuffer(buffer, np.float64, k, size)
+    dones = np.frombuffer(buffer, np.bool_, k, size + 8 * k)
+    return observations, rewards, dones
 
 
 Answer = Callable[["_Child", "np.ndarray[Any, Any]"], None]
@@ -205,10 +252,7 @@ async def _measure(
         for first in range(0, n, per_process):
             group = seeds[first : first + per_process]
             shape, dtype, size = _layout(observation_space, len(group))
-            parent_end, child_end = socket.socketpair()
-            process = context.Process(target=_child, args=(child_end, env, group), daemon=True)
-            process.start()
-            child_end.close()
+            parent_end, process = _start_child(context, env, group)
             processes.append(process)
             children.append(_Child(loop, parent_end, shape, dtype, len(group), size, finished))
             children[-1].on_answer = on_reset
@@ -227,12 +271,7 @@ async def _measure(
     finally:
         for child in children:
             child.close()
-            child.sock.close()  # the child reads end-of-file and exits
-        for process in processes:
-            process.join(_JOIN_TIMEOUT)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
+        _stop([child.sock for child in children], processes)
     return meter.sample(build_s)
 
 
@@ -259,13 +298,8 @@ class BareLockstep:
         context: Any = default_context()  # typeshed lacks Process on BaseContext
         try:
             for first, last in self._rows:
-                parent_end, child_end = socket.socketpair()
+                parent_end, process = _start_child(context, env, seeds[first:last])
                 self._sockets.append(parent_end)
-                process = context.Process(
-                    target=_child, args=(child_end, env, seeds[first:last]), daemon=True
-                )
-                process.start()
-                child_end.close()
                 self._processes.append(process)
             self._buffers = [
                 bytearray(_layout(observation_space, last - first)[2]) for first, last in self._rows
@@ -284,15 +318,8 @@ class BareLockstep:
         for sock, buffer, (first, last) in zip(
             self._sockets, self._buffers, self._rows, strict=True
         ):
-            if sock.recv_into(buffer, len(buffer), socket.MSG_WAITALL) < len(buffer):
-                raise ConnectionError("a bare child closed its socket")
-            k = last - first
-            size = observations[0].nbytes * k
-            observations[first:last] = np.frombuffer(
-                buffer, self._dtype, k * observations[0].size
-            ).reshape(k, *self._shape)
-            rewards[first:last] = np.frombuffer(buffer, np.float64, k, size)
-            dones[first:last] = np.frombuffer(buffer, np.bool_, k, size + 8 * k)
+            answer = _receive(sock, buffer, self._shape, self._dtype, last - first)
+            observations[first:last], rewards[first:last], dones[first:last] = answer
         return observations, rewards, dones
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
@@ -307,13 +334,7 @@ class BareLockstep:
         return observations, rewards, dones, np.zeros_like(dones), {}
 
     def close(self) -> None:
-        for sock in self._sockets:
-            sock.close()  # the child reads end-of-file and exits
-        for process in self._processes:
-            process.join(_JOIN_TIMEOUT)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
+        _stop(self._sockets, self._processes)
 
 
 class BarePipelined:
@@ -346,15 +367,10 @@ class BarePipelined:
         context: Any = default_context()  # typeshed lacks Process on BaseContext
         try:
             for first in range(0, self._n, self._k):
-                parent_end, child_end = socket.socketpair()
+                group = seeds[first : first + self._k]
+                parent_end, process = _start_child(context, self._env, group, next_step=True)
                 self._sockets.append(parent_end)
                 self._first_env[parent_end] = first
-                group = seeds[first : first + self._k]
-                process = context.Process(
-                    target=_child, args=(child_end, self._env, group, True), daemon=True
-                )
-                process.start()
-                child_end.close()
                 self._processes.append(process)
         except BaseException:
             self.close()
@@ -365,17 +381,17 @@ class BarePipelined:
         if not self._ready:
             self._ready, _, _ = select.select(self._sockets, [], [])
         sock = self._ready.pop(0)
-        buffer, k = self._buffer, self._k
-        if sock.recv_into(buffer, len(buffer), socket.MSG_WAITALL) < len(buffer):
-            raise ConnectionError("a bare child closed its socket")
-        count = k * int(np.prod(self._shape, dtype=np.int64))
-        observations = np.frombuffer(buffer, self._dtype, count).reshape(k, *self._shape)
-        size = observations.nbytes
-        rewards = np.frombuffer(buffer, np.float64, k, size).copy()
-        dones = np.frombuffer(buffer, np.bool_, k, size + 8 * k).copy()
+        k = self._k
+        observations, rewards, dones = _receive(sock, self._buffer, self._shape, self._dtype, k)
         first = self._first_env[sock]
         env_ids = np.arange(first, first + k)
-        return observations.copy(), rewards, dones, self._never_cut, {"env_id": env_ids}
+        return (
+            observations.copy(),
+            rewards.copy(),
+            dones.copy(),
+            self._never_cut,
+            {"env_id": env_ids},
+        )
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """Write the child of ``env_ids`` (one child's envs, in order) their actions."""
@@ -383,10 +399,4 @@ class BarePipelined:
         sock.sendall(np.asarray(actions, self._action_dtype).tobytes())
 
     def close(self) -> None:
-        for sock in self._sockets:
-            sock.close()  # the child reads end-of-file and exits
-        for process in self._processes:
-            process.join(_JOIN_TIMEOUT)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
+        _stop(self._sockets, self._processes)
