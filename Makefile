@@ -56,7 +56,9 @@ test-extras: $(EXTRAS_STAMP)
 	AIOENV_EXTRAS_REQUIRED=1 $(BIN)/python -m pytest $(INTEGRATION_TESTS) $(PYTEST_ARGS)
 	SB3_SUITE_PYTHON=$(abspath $(BIN))/python ../shared/sb3_vec_suite/run.sh -k aio
 
-lint: $(STAMP)
+# mypy --strict checks the integration modules against the typed packages they import
+# (Starlette, uvicorn, websockets, Stable-Baselines3), so lint installs the extras first.
+lint: $(EXTRAS_STAMP)
 	$(BIN)/ruff check aioenv tests examples benchmarks
 	$(BIN)/ruff format --check aioenv tests examples benchmarks
 	$(BIN)/mypy --strict aioenv
