@@ -24,12 +24,13 @@ Two measurements behind the README's account of the lockstep loop:
   pool's supervision: no deadlines, deaths or sequence checks). The children and the
   batching are aioenv's own in both, so the difference is the most a lockstep path
   without the event loop could save. ``SyncVectorEnv`` runs in the same rounds; random
-  actions; ``--env`` picks the env (``pong`` needs the ``bench`` extra).
+  actions, or with ``--policy mlp`` W11's and W12's MLP between steps; ``--env`` picks the
+  env (``pong`` needs the ``bench`` extra).
 
 Run::
 
     python benchmarks/cpu_split.py [lockstep|parent|child|stages|loop] [--seconds 3]
-        [--env pong|half_cheetah|cartpole]
+        [--env pong|half_cheetah|cartpole] [--policy random|mlp]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import gymnasium
 import numpy as np
 from envs import cartpole_policy
 from policies import Mlp
+from threadpoolctl import threadpool_limits
 
 import aioenv
 
@@ -378,38 +380,51 @@ class _LoopFree:
             self._loop.add_reader(host._socket.fileno(), host._on_readable)
 
 
-def _step_time(vector: Any, seconds: float) -> float:
-    """Seconds per vector step with seeded random actions, after 100 steps of warm-up."""
+def _step_time(vector: Any, seconds: float, policy: Any = None) -> float:
+    """Seconds per vector step after 100 steps of warm-up: seeded random actions, or
+    ``policy(observations)`` (W11's and W12's MLP) computed between steps."""
     vector.action_space.seed(0)
     actions = [vector.action_space.sample() for _ in range(64)]
+    observations = vector.step(actions[0])[0]  # reset by the caller
     for step in range(100):
-        vector.step(actions[step % 64])
+        action = actions[step % 64] if policy is None else policy(observations)
+        observations = vector.step(action)[0]
     steps, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        vector.step(actions[steps % 64])
+        action = actions[steps % 64] if policy is None else policy(observations)
+        observations = vector.step(action)[0]
         steps += 1
     return (time.perf_counter() - started) / steps
 
 
-def loop(env_name: str, seconds: float, rounds: int = 4) -> None:
+@threadpool_limits.wrap(limits=1, user_api="blas")  # as W11 and W12 run their policy
+def loop(env_name: str, seconds: float, policy_name: str, rounds: int = 4) -> None:
     import envs
+    from workloads import CHEETAH_MLP, PONG_MLP
 
     env = {"pong": envs.pong, "half_cheetah": envs.half_cheetah, "cartpole": envs.cartpole}[
         env_name
     ]()
+    policy = None
+    if policy_name == "mlp":
+        policy = {
+            "pong": Mlp(0, PONG_MLP, input_scale=1 / 255),
+            "half_cheetah": Mlp(0, CHEETAH_MLP, continuous=True),
+            "cartpole": Mlp(0),
+        }[env_name]
     n = 8
     times: dict[str, list[float]] = {"SyncVectorEnv": [], "as is": [], "without the loop": []}
     for _ in range(rounds):
         sync = gymnasium.vector.SyncVectorEnv([env] * n)
         sync.reset(seed=0)
-        times["SyncVectorEnv"].append(_step_time(sync, seconds))
+        times["SyncVectorEnv"].append(_step_time(sync, seconds, policy))
         sync.close()
         for label in ("as is", "without the loop"):
             vector = aioenv.AioVectorEnv(env, n, mode="process", envs_per_worker=n // 2)
             vector.reset(seed=0)
             direct = _LoopFree(vector) if label == "without the loop" else None
             try:
-                times[label].append(_step_time(vector, seconds))
+                times[label].append(_step_time(vector, seconds, policy))
             finally:
                 if direct is not None:
                     direct.restore()
@@ -419,7 +434,8 @@ def loop(env_name: str, seconds: float, rounds: int = 4) -> None:
         median = statistics.median(values)
         spread = ", ".join(f"{sync_s / value:.2f}x" for value in values)
         print(
-            f"{env_name} N={n}, 2 children of 4 unless Sync, {label}: {1e6 * median:6,.0f} µs a "
+            f"{env_name} N={n}, {policy_name} actions, 2 children of 4 unless Sync, {label}: "
+            f"{1e6 * median:6,.0f} µs a "
             f"step (median of {rounds}), {sync_s / median:.2f}x SyncVectorEnv (rounds: {spread})"
         )
 
@@ -434,9 +450,15 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--env", default="pong", choices=("pong", "half_cheetah", "cartpole"))
+    parser.add_argument(
+        "--policy",
+        default="random",
+        choices=("random", "mlp"),
+        help="loop: random actions, or W11's and W12's MLP between steps",
+    )
     args = parser.parse_args()
     if args.what == "loop":
-        loop(args.env, args.seconds)
+        loop(args.env, args.seconds, args.policy)
         return
     if args.what == "lockstep":
         for n in (4, 16):

@@ -278,7 +278,7 @@ def _ray(f: Figures) -> str:
     )
 
 
-_PONG_B4, _CARTPOLE_B8 = "Pong N=8 B=4", "CartPole N=16 B=8"
+_PONG_B4, _CARTPOLE_B8, _CHEETAH_B4 = "Pong N=8 B=4", "CartPole N=16 B=8", "HalfCheetah N=8 B=4"
 _PIPED = "AioVectorEnv pipelined: send/recv"
 _PIPED_CHILDREN = "AioVectorEnv pipelined: a child per B envs"  # pipelined.PIPELINED_CHILDREN
 
@@ -463,7 +463,10 @@ def guide_costs(f: Figures) -> str:
         f"{f.ratio('W13', _CARTPOLE_B8, BARE_PIPELINED, 'sync')}, against "
         f"{f.ratio('W13', _CARTPOLE_B8, _PIPED, 'sync')} for `recv`/`send`, which steps "
         "envs this cheap in line: in the bare design's layout (a process worker of 8 envs "
-        f"each) aioenv made {f.ratio('W13', _CARTPOLE_B8, _PIPED_CHILDREN, 'sync')}. The gap "
+        f"each) aioenv made {f.ratio('W13', _CARTPOLE_B8, _PIPED_CHILDREN, 'sync')}; on "
+        f"HalfCheetah (N=8, B=4, W12's MLP) {f.ratio('W13', _CHEETAH_B4, BARE_PIPELINED, 'sync')}"
+        f", against {f.ratio('W13', _CHEETAH_B4, _PIPED, 'sync')} in line and "
+        f"{f.ratio('W13', _CHEETAH_B4, _PIPED_CHILDREN, 'sync')} in that layout. The gap "
         "is aioenv's own cost per hand-off, on both sides of the process boundary.\n"
         "- **`idle_spin`**, 2 children of 4 always polling between lockstep steps "
         "(`idle_spin=0.002` given) against the same children asleep (`idle_spin=0`): W11 "
