@@ -47,6 +47,7 @@ ENVPOOL_PONG = "EnvPool Pong-v5 (EnvPool's own preprocessing)"
 ENVPOOL_CHEETAH = "EnvPool HalfCheetah-v5 (EnvPool's own env)"
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LOCKSTEP
 BARE_PIPELINED = "reference: bare pipelined (a child per B envs)"  # pipelined.BARE_PIPELINED
+BARE_PER_STATE = "reference: bare per-state (a child per env)"  # W1's, workloads.py
 SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
 SPLIT_ASLEEP = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0"
 SPLIT_POLLING = "AioVectorEnv process, envs_per_worker=N/cores, idle_spin=0.002"
@@ -468,6 +469,15 @@ def guide_costs(f: Figures) -> str:
         f", against {f.ratio('W13', _CHEETAH_B4, _PIPED, 'sync')} in line and "
         f"{f.ratio('W13', _CHEETAH_B4, _PIPED_CHILDREN, 'sync')} in that layout. The gap "
         "is aioenv's own cost per hand-off, on both sides of the process boundary.\n"
+        "- **What a per-state hand-off costs**: W1 CartPole N=8, 8 process workers acting on "
+        f"whichever state is ready first: {f.rate('W1', 'N=8', _SHARED)} steps/s "
+        f"({f.ratio('W1', 'N=8', _SHARED, 'async')} `AsyncVectorEnv`). A bare per-state design "
+        "(`bare.py` with a child per env: the script on uvloop acting on whichever child "
+        "answers first, one message each way, episodes reset inside the step; no pool, infos "
+        f"or supervision) made {f.rate('W1', 'N=8', BARE_PER_STATE)} "
+        f"({f.ratio('W1', 'N=8', BARE_PER_STATE, 'async')}) in the same run: at a few µs of "
+        "env per step, the pool's work per message on both sides of the process boundary "
+        "is most of the difference.\n"
         "- **`idle_spin`**, 2 children of 4 always polling between lockstep steps "
         "(`idle_spin=0.002` given) against the same children asleep (`idle_spin=0`): W11 "
         f"Pong {f.rate('W11', 'N=8 random', SPLIT_POLLING)} against "

@@ -210,11 +210,18 @@ CONFIGS: list[Config] = [
         "options": {**_RAY, "envs_per_actor": 8},
         "workloads": ("W1",),
     },
-    # Not a pool: the leanest batch-per-hand-off process design (see bare.py), for scale.
+    # Not a pool: the leanest batch-per-hand-off process design (see bare.py), for scale;
+    # with a child per env, the same design behind the per-state rows' loop.
     {
         "label": "reference: bare vectorized x8",
         "runner": "bare",
         "options": {"envs_per_process": 8},
+        "workloads": ("W1",),
+    },
+    {
+        "label": "reference: bare per-state (a child per env)",
+        "runner": "bare",
+        "options": {"envs_per_process": 1},
         "workloads": ("W1",),
     },
     {
