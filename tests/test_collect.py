@@ -203,6 +203,13 @@ async def test_fraction_needs_per_worker_quotas() -> None:
 
 
 # Versions --------------------------------------------------------------------------------
+#: The most rows whose actions one ``num_steps`` call chose that the next call can return:
+#: each worker's open episode (a Walk episode is at most 6 steps), the action in flight
+#: included. A later call of more rows than this returns some chosen at its own version,
+#: however the workers' replies were timed.
+_MOST_CARRIED = N * 6
+
+
 async def test_each_transition_carries_the_version_that_chose_its_action(mode: Any) -> None:
     chosen: dict[tuple[int, tuple[float, ...]], int] = {}
 
@@ -214,9 +221,11 @@ async def test_each_transition_carries_the_version_that_chose_its_action(mode: A
     async with walk_pool(mode) as pool:
         collector = aioenv.Collector(pool, recording)
         parts = []
-        for version in (0, 3, 4):
+        # The last call is longer than what the one before can leave it (see _MOST_CARRIED),
+        # so some of its actions are chosen at its own version however the timing goes.
+        for version, steps in ((0, 20), (3, 20), (4, _MOST_CARRIED + 6)):
             collector.policy_version = version
-            parts.append(await collector.collect(num_steps=20))
+            parts.append(await collector.collect(num_steps=steps))
         with pytest.raises(ValueError, match="decrease"):
             collector.policy_version = 2
     for part in parts:
@@ -231,7 +240,7 @@ async def test_each_transition_carries_the_version_that_chose_its_action(mode: A
 async def test_the_function_form_keeps_the_pool_s_collector() -> None:
     async with walk_pool("thread") as pool:
         first = await aioenv.collect(pool, policy, num_steps=10, policy_version=1)
-        second = await aioenv.collect(pool, policy, num_steps=10, policy_version=2)
+        second = await aioenv.collect(pool, policy, num_steps=_MOST_CARRIED + 6, policy_version=2)
     assert set(first.policy_version.tolist()) == {1}
     assert 2 in second.policy_version.tolist()
     assert_replay_prefix([first, second])
