@@ -400,7 +400,7 @@ def _step_time(vector: Any, seconds: float, policy: Any = None) -> float:
 @threadpool_limits.wrap(limits=1, user_api="blas")  # as W11 and W12 run their policy
 def loop(env_name: str, seconds: float, policy_name: str, rounds: int = 4) -> None:
     import envs
-    from workloads import CHEETAH_MLP, PONG_MLP
+    from workloads import CHEETAH_POLICY, PONG_POLICY
 
     env = {"pong": envs.pong, "half_cheetah": envs.half_cheetah, "cartpole": envs.cartpole}[
         env_name
@@ -408,8 +408,8 @@ def loop(env_name: str, seconds: float, policy_name: str, rounds: int = 4) -> No
     policy = None
     if policy_name == "mlp":
         policy = {
-            "pong": Mlp(0, PONG_MLP, input_scale=1 / 255),
-            "half_cheetah": Mlp(0, CHEETAH_MLP, continuous=True),
+            "pong": PONG_POLICY(0),
+            "half_cheetah": CHEETAH_POLICY(0),
             "cartpole": Mlp(0),
         }[env_name]
     n = 8
@@ -435,8 +435,8 @@ def loop(env_name: str, seconds: float, policy_name: str, rounds: int = 4) -> No
         spread = ", ".join(f"{sync_s / value:.2f}x" for value in values)
         print(
             f"{env_name} N={n}, {policy_name} actions, 2 children of 4 unless Sync, {label}: "
-            f"{1e6 * median:6,.0f} µs a "
-            f"step (median of {rounds}), {sync_s / median:.2f}x SyncVectorEnv (rounds: {spread})"
+            f"{1e6 * median:6,.0f} µs a step (median of {rounds}), {sync_s / median:.2f}x "
+            f"SyncVectorEnv (rounds: {spread})"
         )
 
 

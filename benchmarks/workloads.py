@@ -319,6 +319,9 @@ W5_MAX_PROCESSES = 64  # W5 at N=256 would start 256 processes: skipped for proc
 REAL_N = 8  # W11, W12: envs per vector env (run.py --envs sets another)
 PONG_MLP = (4 * 84 * 84, 32, 32, 6)  # a few hundred µs per batch of 8 stacked frames
 CHEETAH_MLP = (17, 64, 64, 6)
+#: W11's and W12's MLP policies (W13's per B envs), by seed.
+PONG_POLICY: PolicyMaker = functools.partial(Mlp, sizes=PONG_MLP, input_scale=1 / 255)
+CHEETAH_POLICY: PolicyMaker = functools.partial(Mlp, sizes=CHEETAH_MLP, continuous=True)
 #: W11 to W13's measurements start processes that import ALE or MuJoCo: about this long
 #: each beyond the windows (for the estimate printed at the start).
 PROCESS_START_S = 1.5
@@ -369,14 +372,13 @@ def build_workloads(scale: Literal["full", "quick"], real_n: int = REAL_N) -> di
     sizes = SIZES[scale]
     shapes: list[tuple[int, ...]] = sizes["W3 shapes"]
     policies: list[str] = sizes["W11 policies"]
-    pong_mlp = functools.partial(Mlp, sizes=PONG_MLP, input_scale=1 / 255)
     pong_policies: dict[str, PolicyMaker] = {
         "random": functools.partial(RandomDiscrete, n=6),
-        "MLP": pong_mlp,
+        "MLP": PONG_POLICY,
     }
     cheetah_policies: dict[str, PolicyMaker] = {
         "random": functools.partial(RandomBox, dims=6),
-        "MLP": functools.partial(Mlp, sizes=CHEETAH_MLP, continuous=True),
+        "MLP": CHEETAH_POLICY,
     }
     cartpole_mlp = CalibratedCartpolePolicy(envs.cartpole(), 8)
     many_wait = MANY_WAIT[scale]
@@ -536,7 +538,7 @@ def build_workloads(scale: Literal["full", "quick"], real_n: int = REAL_N) -> di
                     8,
                     envs.pong(),
                     envs.zero_policy,
-                    batch_policy=pong_mlp,
+                    batch_policy=PONG_POLICY,
                     batch_size=4,
                     requires=("ale_py", "cv2"),
                 ),
@@ -545,7 +547,7 @@ def build_workloads(scale: Literal["full", "quick"], real_n: int = REAL_N) -> di
                     8,
                     envs.half_cheetah(),
                     envs.zero_policy,
-                    batch_policy=cheetah_policies["MLP"],
+                    batch_policy=CHEETAH_POLICY,
                     batch_size=4,
                     requires=("mujoco",),
                 ),
