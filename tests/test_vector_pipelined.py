@@ -106,6 +106,22 @@ def test_send_recv_gives_each_env_the_transitions_of_lockstep_step(
         assert got[env] == expected[env], f"env {env}"
 
 
+@pytest.mark.parametrize("autoreset", list(AUTORESET))
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "process_grouped"])
+def test_a_recv_of_reset_and_stepped_envs_together_gives_the_transitions_of_lockstep(
+    kind: str, autoreset: str
+) -> None:
+    # batch_size=N-1: the second recv takes the last env's reset (async_reset's) with
+    # the first envs' steps, and so on round the envs
+    expected = lockstep_transitions(autoreset)
+    with aioenv.AioVectorEnv(
+        envs.Walk, N, batch_size=N - 1, autoreset_mode=autoreset, **KINDS[kind]
+    ) as venv:
+        got = pipelined_transitions(venv)
+    for env in range(N):
+        assert got[env] == expected[env], f"env {env}"
+
+
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_recv_returns_the_envs_that_are_ready_first(mode: str, gate: str) -> None:
     slow = functools.partial(envs.Walk, gate=gate)  # env 0 steps once the gate opens

@@ -200,19 +200,26 @@ class VectorRunner:
         """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
         return self._gathered(range(self.size), rows, None)
 
-    def answer_envs(self, envs: list[int], requests: list[Any]) -> Any:
+    def answer_envs(self, envs: list[int], requests: list[Any], resets: bool = True) -> Any:
         """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
         env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
         are those envs, in that order, or a Failure. Every env asked is answered, as in
-        :meth:`step_rows`; the envs not asked are untouched."""
-        return self._gathered(envs, requests, envs)
+        :meth:`step_rows`; the envs not asked are untouched. ``resets=False``: every
+        request is an action (the caller knows; no request is looked at)."""
+        return self._gathered(envs, requests, envs, resets)
 
-    def _gathered(self, order: Iterable[int], requests: list[Any], envs: list[int] | None) -> Any:
+    def _gathered(
+        self,
+        order: Iterable[int],
+        requests: list[Any],
+        envs: list[int] | None,
+        resets: bool = False,
+    ) -> Any:
         """Answer ``requests[k]`` for env ``order[k]``, in order: the BatchStep of every env
         (``envs`` None: ``order`` is every env) or of the envs ``envs`` (``order``), or
         the first failure of an env after every env asked has answered. An answer that
         is no state stops the rest from being asked. A request is an action unless
-        ``envs`` is given: then it may be ``RESET`` or a ``Reset(...)`` too."""
+        ``resets``: then it may be ``RESET`` or a ``Reset(...)`` too."""
         runners = self.runners
         states: list[Any] = []
         failures: list[Failure] = []
@@ -221,7 +228,7 @@ class VectorRunner:
         # this is the whole of a step's cost besides the envs'.
         for index, request in zip(order, requests, strict=True):
             runner = runners[index]
-            if envs is not None and isinstance(request, (Reset, Command)):
+            if resets and isinstance(request, (Reset, Command)):
                 if isinstance(request, Reset):
                     state = runner.reset(request.seed, request.options)
                 else:
@@ -263,7 +270,8 @@ class VectorRunner:
         terminated: Sequence[bool]
         truncated: Sequence[bool]
         if rows_only and states:  # the columns at once, not a row at a time
-            columns, rewards, terminated, truncated, info_rows = zip(*states, strict=True)
+            # (step_row's tuples all have 5 items: no strict zip to pay for)
+            columns, rewards, terminated, truncated, info_rows = zip(*states)  # noqa: B905
             observations = list(columns)
             if any(info_rows):
                 infos = {index: info for index, info in enumerate(info_rows) if info}
@@ -305,6 +313,8 @@ class VectorRunner:
         stacked = self._stacked(observations)
         rewards_array = np.array(rewards, np.float64)
         ended_array, cut_array = _flags(terminated, size), _flags(truncated, size)
+        if not entries:  # most steps of envs that give no infos
+            return BatchStep(stacked, rewards_array, ended_array, cut_array, {}, {}, {}, {}, {})
         if len(infos) == size and not finals:
             packed = flat_infos(list(infos.values()))
             if packed is not None:

@@ -348,7 +348,7 @@ class AioVectorEnv(VectorEnv):
         pipeline.started()
         if self._inline is not None:
             self._inline.drop_queued()
-            self._inline.queue(ids, requests)
+            self._inline.queue(ids, requests, resets=True)
         else:
             self._envs.dispatch(ids, requests, True)
 

@@ -57,6 +57,8 @@ class InlineEnvs:
         self._pending: list[Any] = []  # a request sent and not yet taken (at most one)
         #: The pipelined calls' requests not yet answered, by env, in the order sent.
         self._queued: dict[int, Any] = {}
+        #: The envs among them whose request is a reset (async_reset's), not an action.
+        self._resets: set[int] = set()
 
     def start(self) -> tuple[list[Any], list[Any]]:
         """Build the envs; their observation and action spaces, one per env."""
@@ -102,11 +104,13 @@ class InlineEnvs:
         return None
 
     # The pipelined calls, env by env: ``send`` queues, ``recv`` steps ---------------------
-    def queue(self, env_ids: list[int], requests: list[Any]) -> None:
-        """Queue ``requests[k]`` (an action, or a reset with env ``env_ids[k]``'s own seed)
-        for env ``env_ids[k]``: it is answered by a later :meth:`answer_queued`, in the
-        order queued."""
+    def queue(self, env_ids: list[int], requests: list[Any], resets: bool = False) -> None:
+        """Queue ``requests[k]`` for env ``env_ids[k]``: an action, or with ``resets`` a
+        reset with that env's own seed. It is answered by a later :meth:`answer_queued`,
+        in the order queued."""
         self._queued.update(zip(env_ids, requests, strict=True))
+        if resets:
+            self._resets.update(env_ids)
 
     def answer_queued(self, count: int) -> tuple[list[int], Any]:
         """Answer the first ``count`` requests queued (the envs sent to first are the first
@@ -116,7 +120,12 @@ class InlineEnvs:
         queued = self._queued
         envs = list(itertools.islice(queued, count))
         requests = [queued.pop(env) for env in envs]
-        result = self._runner.answer_envs(envs, requests)
+        resets = self._resets
+        if resets:  # some are async_reset's: each request is looked at
+            resets.difference_update(envs)
+            result = self._runner.answer_envs(envs, requests)
+        else:
+            result = self._runner.answer_envs(envs, requests, resets=False)
         if isinstance(result, Failure):
             raise self._error(result)
         return envs, result
@@ -127,6 +136,7 @@ class InlineEnvs:
 
     def drop_queued(self) -> None:
         self._queued.clear()
+        self._resets.clear()
 
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The answers of the one "worker": a list with an answer per env."""
@@ -166,7 +176,7 @@ class InlineEnvs:
             return
         self.closed = True
         self._pending.clear()
-        self._queued.clear()
+        self.drop_queued()
         self._runner.close()
 
     def _answer(self, request: Any) -> tuple[list[Any], list[WorkerError]]:
