@@ -200,12 +200,12 @@ class VectorRunner:
         """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
         return self._gathered(range(self.size), rows, None)
 
-    def answer_envs(self, envs: list[int], requests: list[Any], resets: bool = True) -> Any:
-        """Answer ``requests[k]`` (an action, ``RESET`` or ``Reset(seed, options)`` with one
-        env's seed) for env ``envs[k]`` alone (the envs are built): a BatchStep whose rows
-        are those envs, in that order, or a Failure. Every env asked is answered, as in
-        :meth:`step_rows`; the envs not asked are untouched. ``resets=False``: every
-        request is an action (the caller knows; no request is looked at)."""
+    def answer_envs(self, envs: list[int], requests: list[Any], resets: bool) -> Any:
+        """Answer ``requests[k]`` for env ``envs[k]`` alone (the envs are built): a
+        BatchStep whose rows are those envs, in that order, or a Failure. A request is an
+        action, or with ``resets`` also ``RESET`` or ``Reset(seed, options)`` with one
+        env's seed (without, no request is looked at). Every env asked is answered, as in
+        :meth:`step_rows`; the envs not asked are untouched."""
         return self._gathered(envs, requests, envs, resets)
 
     def _gathered(

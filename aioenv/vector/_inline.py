@@ -120,12 +120,10 @@ class InlineEnvs:
         queued = self._queued
         envs = list(itertools.islice(queued, count))
         requests = [queued.pop(env) for env in envs]
-        resets = self._resets
-        if resets:  # some are async_reset's: each request is looked at
-            resets.difference_update(envs)
-            result = self._runner.answer_envs(envs, requests)
-        else:
-            result = self._runner.answer_envs(envs, requests, resets=False)
+        resets = bool(self._resets)  # some are async_reset's: each request is looked at
+        if resets:
+            self._resets.difference_update(envs)
+        result = self._runner.answer_envs(envs, requests, resets)
         if isinstance(result, Failure):
             raise self._error(result)
         return envs, result
