@@ -10,7 +10,7 @@ FLOORS_STAMP := $(FLOORS_VENV)/.installed
 
 EXTRAS_STAMP := $(VENV)/.installed-extras
 
-.PHONY: install test test-floors test-extras lint demo soak bench bench-quick docs clean
+.PHONY: install test test-full test-floors coverage test-extras lint demo soak bench bench-quick docs clean
 
 SOAK_SECONDS ?= 180
 
@@ -22,8 +22,37 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The suite in two parts: the tests that may share the machine, on TEST_WORKERS pytest-xdist
+# workers, then those marked `serial` (they time things, or count a child's CPU or threads)
+# alone. `make test` runs the matrix's cover (tests/matrix.py); `make test-full` every case
+# of it. A part that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
+TEST_WORKERS ?= 4
+define run_suite
+	$(1) -m pytest --matrix=$(2) -m 'not serial' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(1) -m pytest --matrix=$(2) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+endef
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(call run_suite,$(BIN)/python,cover)
+
+test-full: $(STAMP)
+	$(call run_suite,$(BIN)/python,full)
+
+# Branch coverage of aioenv/, child processes included (pyproject.toml's [tool.coverage]),
+# of make test's cover of the matrix and of the whole matrix: the totals are printed, the
+# reports left in coverage-cover.txt and coverage-full.txt.
+define coverage_of
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m 'not serial' -n $(TEST_WORKERS) -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m serial -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report > coverage-$(1).txt
+	@echo "branch coverage of aioenv/ under --matrix=$(1): $$(tail -1 coverage-$(1).txt)"
+endef
+
+coverage: $(STAMP)
+	$(call coverage_of,cover)
+	$(call coverage_of,full)
 
 # The suite against the lowest release pyproject.toml allows of each direct dependency
 # (uv's lowest-direct resolution; what those depend on comes newest), on $(PYTHON).
@@ -35,7 +64,7 @@ $(FLOORS_STAMP): pyproject.toml
 	touch $(FLOORS_STAMP)
 
 test-floors: $(FLOORS_STAMP)
-	$(FLOORS_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(call run_suite,$(FLOORS_VENV)/bin/python,cover)
 
 # The integrations (optional extras) and their tests, in one venv on one Python: SB3 brings
 # torch, which is large (the CPU build, named so that pip never takes a CUDA one). Every

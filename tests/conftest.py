@@ -15,6 +15,7 @@ import pytest
 import trio
 import uvloop
 from hypothesis import settings
+from matrix import cover
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
 try:
@@ -93,13 +94,34 @@ def no_leaks() -> Iterator[None]:
     assert wait_until(lambda: not worker_threads()), f"leaked threads: {worker_threads()}"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--matrix",
+        choices=("cover", "full"),
+        default=os.environ.get("AIOENV_TEST_MATRIX", "cover"),
+        help="cover (make test): each test once, each of its parameters' values and each "
+        "pair of values in its file at least once, tests marked `loops` on every event loop "
+        "(see tests/matrix.py); full (make test-full): every case of every parametrization",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` picks the serial or the parallel part
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
-    """Tests marked ``ray`` are skipped where ray cannot be imported, and only there."""
-    if RAY_MISSING is None:
-        return
+    """``--matrix=cover`` deselects the cases :func:`matrix.cover` leaves out; tests marked
+    ``ray`` are serial (the shared local Ray instance is one per process, and its daemons
+    keep both cores of a small machine busy while they start), and are skipped where ray
+    cannot be imported, and only there."""
+    if config.getoption("matrix") == "cover":
+        kept = cover(items, lambda item: item.get_closest_marker("loops") is not None)
+        if len(kept) < len(items):
+            chosen = {id(item) for item in kept}
+            config.hook.pytest_deselected(items=[i for i in items if id(i) not in chosen])
+            items[:] = kept
     for item in items:
         if "ray" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
+            item.add_marker(pytest.mark.serial)
+            if RAY_MISSING is not None:
+                item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
 
 
 #: Tests marked ``ray`` that were skipped in this session: (test id, reason).

@@ -504,13 +504,17 @@ class ChildOnlyReplies(Counter):
 
 
 class GatedTouchy(Touchy):
-    """``step`` blocks until the file ``gate`` exists (or 30 s pass)."""
+    """``step`` blocks until the file ``gate`` exists (or 30 s pass); with ``began`` (a file
+    path), it creates that file first, so a test can tell that a step is under way."""
 
-    def __init__(self, gate: str) -> None:
+    def __init__(self, gate: str, began: str | None = None) -> None:
         super().__init__()
         self.gate = gate
+        self.began = began
 
     def step(self, action: int) -> Any:
+        if self.began is not None:
+            Path(self.began).touch()
         deadline = time.monotonic() + 30
         while not os.path.exists(self.gate) and time.monotonic() < deadline:
             time.sleep(0.002)

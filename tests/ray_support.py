@@ -52,9 +52,9 @@ def stop() -> None:
 
 
 def _all_children() -> set[int]:
-    from support import _children
+    from support import children_of
 
-    return set(_children().get(os.getpid(), []))
+    return set(children_of(os.getpid()))
 
 
 def live_actors() -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 import aioenv
 
 KINDS = ["sync", "thread", "process", "async"]
@@ -36,14 +38,24 @@ def modes(mode: Any, n: int) -> Any:
     return mode if isinstance(mode, str) else (list(mode) * n)[:n]
 
 
+def _read(path: str) -> bytes:
+    """A small file of ``/proc``, read with two system calls (a third of ``Path.read_text``'s
+    cost: the leak check after every test reads a few of them)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
 def process_running(pid: int) -> bool:
     """Process ``pid`` runs: a zombie has ended, and a process reaped while ``/proc`` is
     read (ESRCH then, on a file that was open) has too."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = _read(f"/proc/{pid}/stat")
     except OSError:  # FileNotFoundError, or ProcessLookupError: gone
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -52,26 +64,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def children_of(pid: int) -> list[int]:
+    """The children of process ``pid``, zombies included (as negative pids): read from
+    ``/proc/PID/task/TID/children`` of each of its threads, a few small files, so that the
+    leak check after every test costs microseconds, not a walk of ``/proc``."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # gone
+        return []
+    found: list[int] = []
+    for thread in threads:
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
+            listed = _read(f"/proc/{pid}/task/{thread}/children").split()
+        except OSError:  # the thread ended meanwhile
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            children.setdefault(int(fields[1]), []).append(-int(entry))  # zombie: negative
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    return children
+        found.extend(int(child) if process_running(int(child)) else -int(child) for child in listed)
+    return found
 
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode()
     except OSError:
         return ""
 
@@ -83,19 +96,18 @@ SESSION_HELPERS: set[int] = set()
 
 
 def direct_children() -> set[int]:
-    return {child for child in _children().get(os.getpid(), []) if child > 0}
+    return {child for child in children_of(os.getpid()) if child > 0}
 
 
 def worker_processes() -> list[int]:
     """Descendants of this process other than multiprocessing's forkserver and resource
     tracker and the :data:`SESSION_HELPERS`, which live for the whole session (zombies
     included, as negative pids)."""
-    tree = _children()
     found: list[int] = []
     stack = [os.getpid()]
     while stack:
         parent = stack.pop()
-        for child in tree.get(parent, []):
+        for child in children_of(parent):
             if parent == os.getpid() and abs(child) in SESSION_HELPERS:
                 continue
             if child > 0 and parent == os.getpid():
@@ -122,6 +134,26 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """:func:`wait_until` for an async test: polls ``condition`` every 10 ms without
+    blocking the event loop (asyncio, uvloop or trio); False if ``timeout`` passed first."""
+    with anyio.move_on_after(timeout):
+        while not condition():
+            await anyio.sleep(0.01)
+        return True
+    return condition()
+
+
+def process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter in ``/proc`` (``R`` running or runnable, ``S`` asleep
+    in a wait, ``Z`` a zombie, ...); None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 async def states_or_errors(

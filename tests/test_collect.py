@@ -264,6 +264,7 @@ async def test_force_sync_gives_the_same_arrays_as_the_async_pool(
 
 
 # Cancellation and back-pressure ----------------------------------------------------------
+@pytest.mark.loops
 async def test_a_cancelled_collect_loses_nothing(mode: Any) -> None:
     calls = 0
     blocked = anyio.Event()
@@ -325,7 +326,11 @@ async def test_a_slow_policy_holds_every_worker_at_one_step(mode: Any) -> None:
             group.start_soon(collect)
             await blocked.wait()
             before = await pool.get_attr("steps_taken")  # answered once any step in flight ends
-            await anyio.sleep(0.2)  # room for a worker to run ahead, if it could
+            # That no worker runs ahead is watched for a bounded time, 0.2 s: one that
+            # could would need only the loop's turns and a round trip (a Walk step takes
+            # microseconds, a process's round trip a millisecond or so), which fit in
+            # 0.2 s many times over; the get_attr below waits behind any step sent meanwhile.
+            await anyio.sleep(0.2)
             assert await pool.get_attr("steps_taken") == before
             release.set()
         (part,) = parts
@@ -448,6 +453,7 @@ async def test_drain_leaves_paused_workers_alone(mode: Any) -> None:
         assert [w for _, w in await pool.drain()] == [2]
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process"])
 async def test_a_cancelled_drain_takes_nothing(kind: str, gate: str) -> None:
     workers = [WORKERS[kind](envs.Gated(gate)), WORKERS[kind](envs.Counter())]

@@ -65,6 +65,9 @@ async def test_call_waits_for_the_step_in_flight_and_never_steals_its_state(
                 results.append(await pool.get_attr("total"))
 
             group.start_soon(ask)
+            # That the call is not answered is watched for a bounded time, 0.1 s: one that
+            # did not wait behind the step would be answered in a round trip (microseconds
+            # for a thread, a millisecond or so for a process), many times over in 0.1 s.
             await anyio.sleep(0.1)
             assert results == []  # the call waits behind the step
             open_gate(gate)

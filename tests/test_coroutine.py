@@ -149,6 +149,7 @@ async def test_env_exception_is_an_env_error_with_traceback(where: str) -> None:
             assert (await worker.get_state())["t"] == 1
 
 
+@pytest.mark.loops
 async def test_step_timeout_cancels_the_step_and_closes_the_env() -> None:
     built = Built(gate=asyncio.Event())  # never set: every step hangs
     async with aioenv.make_pool(built, 2, mode="async", step_timeout=0.2) as pool:
@@ -197,6 +198,7 @@ async def test_env_that_raised_is_closed_and_rebuilt_on_restart() -> None:
         assert (await pool.get_state())[0]["total"] == 2  # type: ignore[index]
 
 
+@pytest.mark.loops
 async def test_a_close_that_hangs_is_cancelled_after_cleanup_time() -> None:
     closing = asyncio.Event()
 
@@ -213,6 +215,7 @@ async def test_a_close_that_hangs_is_cancelled_after_cleanup_time() -> None:
     assert closing.is_set() and aioenv_tasks() == []
 
 
+@pytest.mark.loops
 async def test_closing_the_pool_cancels_steps_in_flight_and_leaves_no_task() -> None:
     loop = asyncio.get_running_loop()
     reported: list[dict[str, Any]] = []

@@ -95,6 +95,7 @@ def test_old_spelling_async_runs_coroutine_envs_behind_the_vector_face(
     assert all(env.closed for env in chatty_envs)
 
 
+@pytest.mark.loops
 async def test_coroutine_envs_behind_the_vector_face_from_inside_a_running_loop(
     chatty_envs: list[AsyncChatty],
 ) -> None:

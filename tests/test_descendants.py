@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
+from support import process_running
 
 import aioenv
 from aioenv import RESET
@@ -144,6 +145,7 @@ async def test_aclose_ends_what_the_envs_started(
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
 
 
+@pytest.mark.loops
 async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
     helpers: list[int],
 ) -> None:
@@ -170,6 +172,7 @@ async def test_a_step_past_its_deadline_ends_what_the_killed_env_started(
     assert all_ended(helpers)
 
 
+@pytest.mark.loops
 async def test_a_close_that_hangs_ends_what_the_env_started_with_the_child(
     helpers: list[int],
 ) -> None:
@@ -283,6 +286,11 @@ async def test_a_helper_that_leaves_the_group_is_outside_the_promise(
 
     async with aioenv.make_pool(Detaches, 1, mode="process") as pool:
         helpers.extend(await _helper_pids(pool))
+        child = pool.workers[0].pid
+    # The close waited for the child to exit, so every signal the child or the parent
+    # sends its group has been sent. That none reached the helpers is watched for a bounded
+    # time, 0.5 s: a `sleep` that got SIGTERM or SIGKILL ends within milliseconds.
+    assert not process_running(child)
     await asyncio.sleep(0.5)
     assert all(running(pid) for pid in helpers)
 

@@ -23,6 +23,11 @@ from aioenv.core._environment import Step
 
 AUTORESETS = ["disabled", "next_step", "same_step"]
 BUDGET = 0.5
+#: A budget is wall time, so a test of a budget's end lets that time pass. The budget runs
+#: from the answer that opened the episode, handed out before the wait begins, so the
+#: budget itself is the wait the rule needs; the 10 ms cover the loop clock's granularity
+#: (uvloop's counts whole milliseconds, and its timers may fire up to one early).
+SLACK = 0.01
 REASON = {"restarted": True, "reason": "episode_timeout"}
 GO, HANG, SLOW = 0, 3, 4
 
@@ -158,7 +163,7 @@ async def test_the_wait_for_the_policy_counts_and_the_next_action_is_not_sent(
         episode_timeout=BUDGET,
     ) as pool:
         first = await step(pool, aioenv.RESET)  # type: ignore[arg-type]
-        await asyncio.sleep(2 * BUDGET)  # the policy thinks
+        await asyncio.sleep(BUDGET + SLACK)  # the policy thinks past the budget
         # Action 1 would make the env raise: it is not sent.
         cut = await step(pool, 1 if kind != "coroutine" else GO)
         assert_cut_short(cut, first.observation, autoreset)
@@ -211,12 +216,13 @@ async def test_an_inline_sync_worker_checks_its_budget_between_steps() -> None:
 async def test_each_episode_gets_its_own_budget() -> None:
     """The budget runs from each episode's reset: steps that take half of it, then a
     reset, then more of them never run out."""
-    async with aioenv.make_pool(Waiting, 1, mode="coroutine", episode_timeout=2.0) as pool:
+    budget = 2.0
+    async with aioenv.make_pool(Waiting, 1, mode="coroutine", episode_timeout=budget) as pool:
         for _ in range(3):
             await step(pool, aioenv.RESET)  # type: ignore[arg-type]
             state = await step(pool, GO)
             assert not state.done
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(budget + SLACK)  # the last episode's budget passes
         assert (await step(pool, GO)).truncated
 
 
@@ -241,8 +247,9 @@ def test_the_vector_env_ends_an_episode_past_its_budget_truncated(autoreset: str
             np.testing.assert_array_equal(observations[0], last[0])
         assert marker_infos["aioenv"]["reason"][0] == "episode_timeout"
         # Env 1's budget, which began with env 0's, runs out too; so does, under same-step
-        # autoreset, that of env 0's new episode, which began with the step just taken.
-        time.sleep(BUDGET)
+        # autoreset, that of env 0's new episode, which began with the step just taken:
+        # both began before this wait, and time.sleep never returns early.
+        time.sleep(BUDGET + SLACK)
         if autoreset == "disabled":
             envs.reset(options={"reset_mask": np.array([True, False])})
         observations, rewards, terminated, truncated, infos = envs.step(np.array([GO, GO]))
@@ -304,7 +311,7 @@ def test_a_vector_env_with_a_budget_gives_each_env_a_worker_of_its_own() -> None
     try:
         assert [worker.num_envs for worker in envs.pool.workers] == [1, 1, 1, 1]
         envs.reset(seed=0)
-        time.sleep(2 * BUDGET)
+        time.sleep(BUDGET + SLACK)  # each env's budget runs from its reset's answer
         _, _, terminated, truncated, infos = envs.step(np.zeros(4, np.int64))
         assert truncated.all() and not terminated.any()
         assert list(infos["aioenv"]["reason"]) == ["episode_timeout"] * 4
@@ -351,11 +358,12 @@ async def test_a_segment_after_a_budgets_end_starts_a_new_episode(kind: str) -> 
     """An episode stepped by hand ran out of its budget while idle (its env kept): the
     next segment starts from a reset, not where that env stood."""
     env = Waiting if kind == "coroutine" else Breakable
-    async with aioenv.make_pool(env, 1, mode=kind, episode_timeout=1.0) as pool:
+    budget = 1.0
+    async with aioenv.make_pool(env, 1, mode=kind, episode_timeout=budget) as pool:
         await pool.set_policy(_go_policy)
         await step(pool, aioenv.RESET)  # type: ignore[arg-type]
         await step(pool, GO)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(budget + SLACK)  # idle past the budget
         assert (await step(pool, GO)).truncated
         parts = await pool.rollout(2)
     assert list(parts.step) == [0, 1]

@@ -27,6 +27,9 @@ from envs import Walk, choose_walk, open_gate
 
 import aioenv
 
+# Each test here is about what an event loop can change: it runs on every loop in make test.
+pytestmark = pytest.mark.loops
+
 SEED = 21  # env i is reset with seed SEED + i
 ROLLOUT_SEED = 500
 STEPS = 3

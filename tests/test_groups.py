@@ -12,6 +12,7 @@ from typing import Any
 import envs
 import numpy as np
 import pytest
+from support import eventually, process_running
 
 import aioenv
 from aioenv.core._restarts import failure_note
@@ -221,14 +222,19 @@ async def test_process_workers_play_groups_and_leave_nothing_behind() -> None:
 async def test_a_worker_that_died_idle_gives_its_member_to_another(tmp_path: Path) -> None:
     # Restarts off: the death is raised when the member's next action is sent; that
     # worker is given up on and its member played again on the other.
-    tasks = [{"task": 0, "exit_once": str(tmp_path / "died")}]
+    died = tmp_path / "died"
+    tasks = [{"task": 0, "exit_once": str(died)}]
+    pids: set[int] = set()  # the processes of the workers whose states the policy saw
 
-    async def slow_policy(batch: aioenv.Batch[Any]) -> list[int]:
-        await asyncio.sleep(0.5)  # the process is gone by the time the actions are sent
+    async def policy_once_it_died(batch: aioenv.Batch[Any]) -> list[int]:
+        pids.update(pool.workers[worker_id].pid for worker_id in batch.worker_ids)
+        if died.exists():  # the task's first step ran: its process ends 50 ms after it
+            # The actions go out once that process is gone: to a worker that died idle.
+            assert await eventually(lambda: not all(process_running(pid) for pid in pids))
         return [0] * len(batch)
 
     async with aioenv.make_pool(envs.TaskEnv, 2, mode="process") as pool:
-        collector = aioenv.collect_groups(pool, slow_policy, tasks, group_size=1)
+        collector = aioenv.collect_groups(pool, policy_once_it_died, tasks, group_size=1)
         [group] = [g async for g in collector]
         assert list(pool.removed) == [0] and pool.active_ids == [1]
     assert group.complete and group.members == (0,)

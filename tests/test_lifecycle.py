@@ -66,6 +66,7 @@ def test_a_vector_env_never_closed_does_not_hold_up_exit(tmp_path: Path) -> None
     assert not process_running(child)
 
 
+@pytest.mark.loops
 def test_ctrl_c_in_a_step_loop_exits_with_only_the_keyboard_interrupt(tmp_path: Path) -> None:
     script = _script(
         tmp_path,
@@ -108,6 +109,7 @@ def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> N
     assert asyncio.run(second()) == [1, 1]
 
 
+@pytest.mark.loops
 def test_a_reply_lost_with_its_loop_raises_at_once_and_aclose_works_later(gate: str) -> None:
     from envs import Gated
 

@@ -11,6 +11,9 @@ from envs import AsyncPaced, Paced
 
 import aioenv
 
+# Each test here is about what an event loop can change: it runs on every loop in make test.
+pytestmark = pytest.mark.loops
+
 KINDS = ["coroutine", "thread", "process"]
 
 

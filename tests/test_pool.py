@@ -206,6 +206,7 @@ async def test_batch_fields_need_gymnasium_states() -> None:
             _ = batch.observations
 
 
+@pytest.mark.loops
 async def test_get_batch_timeout_returns_what_is_ready(gate: str) -> None:
     workers = [aioenv.ThreadWorker(lambda: Gated(gate)), aioenv.SyncWorker(Counter)]
     async with aioenv.AsyncWorkerPool(workers) as pool:
@@ -246,6 +247,7 @@ async def test_get_batch_returns_good_states_before_raising_an_error() -> None:
         assert caught.value.worker_id == 1
 
 
+@pytest.mark.loops
 async def test_get_state_timeout_returns_none(gate: str) -> None:
     async with aioenv.AsyncWorkerPool([aioenv.ProcessWorker(lambda: Gated(gate))]) as pool:
         pool.reset()
@@ -378,6 +380,7 @@ async def test_async_iteration_yields_until_nothing_is_in_flight(mode: Any) -> N
         assert steps == 3 * 4
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("ending", ["raise", "cancel"])
 async def test_context_exit_cleans_up_after_errors_and_cancellation(
     mode: Any, ending: str, gate: str
@@ -415,6 +418,7 @@ async def test_context_exit_cleans_up_after_errors_and_cancellation(
         pool.send_action(1, 0)
 
 
+@pytest.mark.loops
 async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
     async with aioenv.make_pool(Counter, 4, mode=modes(mode, 4)) as pool:
         pool.reset()
@@ -448,7 +452,7 @@ async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
 
         async with anyio.create_task_group() as group:
             group.start_soon(waiter)
-            await anyio.sleep(0.05)
+            await anyio.wait_all_tasks_blocked()  # the waiter waits in get_state
             await pool.aclose()
         assert len(errors) == 1
 
@@ -472,6 +476,8 @@ async def test_mixed_pool_runs_every_kind_together() -> None:
     assert not worker_threads()
 
 
+@pytest.mark.serial  # it counts states per worker over a time window
+@pytest.mark.loops
 @pytest.mark.parametrize("take", ["get_state", "get_batch"])
 async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(take: str) -> None:
     """A sync worker's state is in the pool as soon as its action is sent, so a loop that

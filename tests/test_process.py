@@ -23,7 +23,14 @@ from envs import (
     expected_big_observation,
     open_gate,
 )
-from support import cpu_seconds, states_or_errors, totals_after, worker_processes
+from support import (
+    cpu_seconds,
+    eventually,
+    process_state,
+    states_or_errors,
+    totals_after,
+    worker_processes,
+)
 
 import aioenv
 from aioenv import RESET
@@ -93,6 +100,7 @@ async def test_killed_from_outside_while_blocked_is_seen_promptly(gate: str) -> 
         assert caught.value.exitcode == -signal.SIGKILL
 
 
+@pytest.mark.loops
 async def test_large_state_survives_the_wire_on_any_loop() -> None:
     shape = (210, 160, 3, 4)  # ~400 KB per observation
     async with aioenv.ProcessWorker(BigObservation) as worker:
@@ -106,6 +114,7 @@ async def test_large_state_survives_the_wire_on_any_loop() -> None:
             assert step.reward == 2.0
 
 
+@pytest.mark.loops
 async def test_large_action_is_written_without_blocking_the_loop() -> None:
     async with aioenv.ProcessWorker(Counter) as worker:
         await _reset(worker)
@@ -176,6 +185,7 @@ async def test_aclose_terminates_then_kills_a_worker_that_will_not_close(
     assert elapsed < 30  # bounded: not the 60 s the env's close() would take
 
 
+@pytest.mark.loops
 async def test_aclose_is_shielded_from_cancellation() -> None:
     worker = aioenv.ProcessWorker(lambda: SlowClose(), cleanup_time=0.3)
     await _reset(worker)
@@ -208,6 +218,7 @@ async def test_no_thread_per_process_worker() -> None:
         assert added in ([], ["aioenv-process-start"])
 
 
+@pytest.mark.loops
 async def test_loop_is_free_while_a_process_worker_steps(gate: str) -> None:
     async with aioenv.ProcessWorker(lambda: Gated(gate)) as worker:
         await _reset(worker)
@@ -288,6 +299,7 @@ def test_children_do_not_rerun_the_users_main_module(tmp_path: Any, context: str
     assert len(mark.read_text().split()) == 1  # the parent's import only
 
 
+@pytest.mark.serial  # it measures a child's CPU time
 async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None:
     """A child that polls before it sleeps steps the same; once the pool is idle it stops
     polling: over a second of idling it uses a fraction of a core (at most one spin of
@@ -301,8 +313,13 @@ async def test_idle_spin_answers_like_a_sleeping_child_and_then_sleeps() -> None
         for t in range(20):
             assert await totals_after(spinning, t) == await totals_after(sleeping, t)
         pid = spinning.workers[0].pid
-        await asyncio.sleep(0.1)  # past the last spin
+        # Past the last spin: the child blocks in its socket's recv (asleep, "S"); while it
+        # spins it polls and yields, never asleep ("R").
+        assert await eventually(lambda: process_state(pid) == "S"), process_state(pid)
         before = cpu_seconds(pid)
+        # Idling is what is measured, so it takes the time it measures: over 1 s, a child
+        # that kept polling would be on a CPU for most of it (a third even beside a busy
+        # loop: past 0.25 s), one asleep for none of it.
         await asyncio.sleep(1.0)
         assert cpu_seconds(pid) - before < 0.25
 

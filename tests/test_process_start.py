@@ -19,6 +19,7 @@ import aioenv
 import aioenv.workers.process._start as start_module
 from aioenv import RESET
 from aioenv.workers._off_loop import OffLoopCalls
+from aioenv.workers.process._host import CHILD_STARTS
 
 #: How long a held start waits to be let go: far longer than the test needs when the loop
 #: is free, so a start that holds the loop up is told apart without timing anything.
@@ -79,6 +80,7 @@ async def test_coroutine_workers_step_while_a_process_child_starts(
     assert starts.released == [True]
 
 
+@pytest.mark.loops
 async def test_a_restarted_child_starts_while_the_loop_serves_others(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -137,6 +139,7 @@ async def test_a_worker_closed_while_its_child_starts_leaves_no_process(
     assert worker.exitcode == 0
 
 
+@pytest.mark.loops
 async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -152,6 +155,11 @@ async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
             await worker.get_state()
     assert "its process could not be started (OSError: no more processes)" in str(died.value)
     assert "process worker" in str(died.value)
+
+
+def start_threads() -> list[threading.Thread]:
+    """The threads that start child processes off the loop (one, while it has work)."""
+    return [thread for thread in threading.enumerate() if thread.name == "aioenv-process-start"]
 
 
 async def test_restarts_after_a_quiet_spell_start_in_the_same_thread(
@@ -175,7 +183,9 @@ async def test_restarts_after_a_quiet_spell_start_in_the_same_thread(
             pool.send_action("exit", 0)
             with anyio.fail_after(20):
                 await pool.get_state()  # the death, answered by the restarted env
-            await anyio.sleep(0.05)  # a quiet spell: the start thread has nothing to do
+            # A quiet spell: the start thread has nothing to do (it waits for a call, or
+            # it has ended, as a thread per start would) before the next restart asks.
+            assert await support.eventually(lambda: CHILD_STARTS.idle or not start_threads())
         assert pool.restarts == 3
     restart_threads = threads[-3:]
     assert all(thread is restart_threads[0] for thread in restart_threads), restart_threads

@@ -152,6 +152,7 @@ async def test_an_env_exception_is_an_env_error_with_the_actors_traceback() -> N
         assert worker_id == 0 and state["t"] == 1
 
 
+@pytest.mark.loops
 @ray_test
 async def test_a_step_past_its_deadline_is_a_timeout_and_the_actor_is_killed(gate: str) -> None:
     worker: aioenv.RayWorker[Any] = aioenv.RayWorker(

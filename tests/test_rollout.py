@@ -321,6 +321,7 @@ async def test_a_worker_that_fails_for_good_raises_and_the_others_segments_are_k
         assert len(again) == 3 * 2
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
 async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_segments(
     kind: str, gate: str
@@ -343,6 +344,7 @@ async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_seg
         assert_rows(got, REPLAYS[worker_id][5:8], f"worker {worker_id}")
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process"])
 async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it_later(
     kind: str,
@@ -369,6 +371,7 @@ async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it
         assert pool.restarts == 1
 
 
+@pytest.mark.loops
 async def test_a_segment_past_its_deadline_times_out(gate: str) -> None:
     """The deadline is the whole segment's (here 3 x 2 s), not each transition's."""
     factory = envs_factory(gate=gate)
@@ -503,6 +506,7 @@ async def test_ray_actors_serve_the_same_rollouts_with_the_policy_put_once(
     assert called[str(os.getpid())] == 1  # the thread workers share the object
 
 
+@pytest.mark.loops
 async def test_a_segment_may_take_step_timeout_per_transition() -> None:
     """With ``step_timeout=0.5`` a segment of 2 envs x 40 steps of 20 ms each takes at
     least 1.6 s, far past one step's deadline, and well within its own (40 s)."""

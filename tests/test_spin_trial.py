@@ -20,6 +20,9 @@ from aioenv.vector._spin_trial import SpinTrial
 from aioenv.wire._frames import FrameDecoder, decode_spin, encode_spin
 from aioenv.wire._requests import Request
 
+# Serial (alone, after the parallel part of make test): it measures CPU time and times probes.
+pytestmark = pytest.mark.serial
+
 
 class Cycles:
     """A clock for :class:`SpinTrial` whose step cycles last what ``cost(spinning)`` says

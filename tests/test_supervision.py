@@ -89,6 +89,7 @@ def error(message: str = "boom") -> aioenv.WorkerError:
     return aioenv.WorkerError(message, worker_id=0)
 
 
+@pytest.mark.loops
 def test_a_deadline_fires_only_for_the_request_still_awaited() -> None:
     sup, worker, clock = supervisor(step_timeout=1.0)
     sup.answered()  # the env has started: step deadlines apply
@@ -110,6 +111,7 @@ def test_a_deadline_fires_only_for_the_request_still_awaited() -> None:
     assert worker.calls == []
 
 
+@pytest.mark.loops
 def test_start_up_gets_the_longer_deadline_until_the_env_answers() -> None:
     sup, _, _ = supervisor(step_timeout=2.0)
     assert sup.timeout() == 60.0  # max(step_timeout, 60) while starting
@@ -274,6 +276,7 @@ def test_new_options_are_checked(options: dict[str, Any], message: str) -> None:
         aioenv.pool._options.PoolOptions(**options)
 
 
+@pytest.mark.loops
 def test_each_phase_gets_its_own_deadline() -> None:
     options = Supervision(step_timeout=1.0, reset_timeout=30.0)
     assert options.deadline("step") == 1.0
@@ -289,6 +292,7 @@ def test_each_phase_gets_its_own_deadline() -> None:
     assert Supervision(step_timeout=2.0, start_timeout=5.0).deadline("start-up") == 5.0
 
 
+@pytest.mark.loops
 def test_the_supervisor_arms_the_deadline_of_the_phase_and_names_it() -> None:
     sup, worker, clock = supervisor(step_timeout=1.0, reset_timeout=30.0)
     assert sup.phase == "start-up"
@@ -324,6 +328,7 @@ def test_a_step_that_may_reset_is_told_from_a_plain_step() -> None:
     assert episode_ended({"custom": "state"})  # unreadable: it may have
 
 
+@pytest.mark.loops
 def test_a_workers_own_deadlines_win_over_the_pools() -> None:
     pool = Supervision(step_timeout=1.0, reset_timeout=5.0, restart="on_failure")
     merged = pool.under(Supervision(reset_timeout=30.0))

@@ -17,6 +17,9 @@ from threadpoolctl import threadpool_info
 
 import aioenv
 
+# Serial (alone, after the parallel part of make test): it counts the threads each child starts.
+pytestmark = pytest.mark.serial
+
 FAKES = str(Path(__file__).parent / "fake_threaded")
 TEST_PID = os.getpid()
 #: How envs are placed in processes: one each, grouped in one worker, several per process.

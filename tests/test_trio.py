@@ -18,9 +18,13 @@ import numpy as np
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 from envs import AsyncCounter, Counter, Gated
 
 import aioenv
+
+# Each test here is about what an event loop can change: it runs on every loop in make test.
+pytestmark = pytest.mark.loops
 
 BRIDGE_THREAD = "aioenv-trio-bridge"  # the thread running a pool's asyncio loop under trio
 
@@ -51,7 +55,7 @@ def test_process_pool_in_a_trio_run_that_fails_mid_call_leaves_nothing(gate: str
             seen["first call cancelled"] = scope.cancelled_caught
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(wait_for_the_gated_step, pool)
-                await trio.sleep(0.1)
+                await trio.testing.wait_all_tasks_blocked()  # it waits in get_state
                 raise ValueError("the trio run fails")
 
     with pytest.raises(Exception) as caught:  # noqa: PT011 (an ExceptionGroup: 3.11+ only)

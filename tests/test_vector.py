@@ -141,6 +141,7 @@ def test_pool_as_vector_env(envs_per_worker: int) -> None:
         venv.close()
 
 
+@pytest.mark.loops
 async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
     async with aioenv.make_pool("CartPole-v1", 1, mode="thread") as pool:
         await pool.reset_all()
@@ -148,6 +149,7 @@ async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
             aioenv.AioVectorEnv.from_pool(pool)
 
 
+@pytest.mark.loops
 async def test_vector_env_works_when_called_from_inside_a_running_loop() -> None:
     venv = aioenv.AioVectorEnv("CartPole-v1", 2, mode="thread")
     try:
@@ -168,7 +170,8 @@ def test_a_constructor_that_raised_leaves_nothing_for_the_collector_to_trip_on()
     previous, sys.unraisablehook = sys.unraisablehook, unraisable.append
     try:
         try:
-            aioenv.AioVectorEnv(lambda: 42, num_envs=2)
+            # mode="process": the probe env is built in a child, as the default does
+            aioenv.AioVectorEnv(lambda: 42, num_envs=2, mode="process")
         except TypeError as error:  # not pytest.raises: its record would keep the env alive
             assert "neither a gymnasium.Env" in str(error)
         else:

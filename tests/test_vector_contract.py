@@ -76,6 +76,7 @@ def test_a_wrong_number_of_actions_sends_nothing_and_leaves_the_env_usable() -> 
         envs.reset()
 
 
+@pytest.mark.loops
 def test_a_step_interrupted_by_ctrl_c_leaves_the_env_usable(gate: str) -> None:
     # Even where SIGINT was inherited ignored (a test run started in the background).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -86,13 +87,19 @@ def test_a_step_interrupted_by_ctrl_c_leaves_the_env_usable(gate: str) -> None:
 
 
 def _interrupt_a_step(gate: str) -> None:
-    with aioenv.AioVectorEnv([lambda: GatedTouchy(gate)] * 2, mode="thread") as envs:
+    began = f"{gate}-began"  # made by the envs as their steps begin
+
+    def press_ctrl_c_once_a_step_began() -> None:
+        if wait_until(lambda: os.path.exists(began), timeout=30):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with aioenv.AioVectorEnv([lambda: GatedTouchy(gate, began)] * 2, mode="thread") as envs:
         envs.reset(seed=0)
-        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        presser = threading.Thread(target=press_ctrl_c_once_a_step_began)
+        presser.start()
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.array([0, 0]))  # blocked until the gate opens
-        timer.join()
+        presser.join()
         open_gate(gate)
         _, rewards, *_ = envs.step(np.array([0, 0]))
         np.testing.assert_array_equal(rewards, [1.0, 1.0])

@@ -19,12 +19,16 @@ import numpy as np
 import pytest
 from envs import RaisesOnTwo
 from gymnasium.vector import SyncVectorEnv
-from support import cpu_seconds
+from support import cpu_seconds, wait_until
 
 import aioenv
 from aioenv.vector import _choice
 from aioenv.vector._layout import busy_cores
 from aioenv.vector._probe import Probe
+
+# Serial (alone, after the parallel part of make test): the default's choice times a
+# probe env, and one test measures a hog's CPU time.
+pytestmark = pytest.mark.serial
 
 
 def _probe(step_seconds: float | None, *, is_async: bool = False) -> Probe:
@@ -315,9 +319,7 @@ def test_cores_that_other_work_keeps_busy_are_left_out_of_the_choice(
 def test_a_cpu_heavy_job_reads_as_a_busy_core() -> None:
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        deadline = time.monotonic() + 30
-        while cpu_seconds(hog.pid) < 0.2 and time.monotonic() < deadline:
-            time.sleep(0.05)  # until it runs
+        assert wait_until(lambda: cpu_seconds(hog.pid) >= 0.2, timeout=30), "it never ran"
         readings = [busy_cores(0.1) for _ in range(3)]
     finally:
         hog.kill()

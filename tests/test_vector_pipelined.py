@@ -293,6 +293,7 @@ def test_close_with_envs_in_flight_leaves_nothing_behind(kind: str) -> None:
         venv.recv()
 
 
+@pytest.mark.loops
 async def test_send_and_recv_from_inside_a_running_loop() -> None:
     with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=2) as venv:
         venv.async_reset(seed=0)

@@ -3,7 +3,9 @@
 Faults come from the constructor (``init_fault``, ``reset_fault``, ``step_fault`` at step
 ``fault_at``) or ride on the action itself (``{"id": n, "fault": "raise"}``), so a driver
 knows exactly which request should fail. With ``once`` (a file path) a constructor fault
-fires only the first time, so a restarted env comes back healthy.
+fires only the first time, so a restarted env comes back healthy. An action's ``"began"``
+(a file path) is created as its step begins, before any fault: a driver can wait for a
+step to be under way.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class FaultyEnv(gymnasium.Env[np.ndarray, Any]):
         action_id = -1
         if isinstance(action, dict):
             action_id = action.get("id", -1)
+            if action.get("began"):
+                Path(action["began"]).touch()
             if action.get("arm_reset_fault"):
                 self.armed_reset_fault = action["arm_reset_fault"]
             if action.get("fault"):

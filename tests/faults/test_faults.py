@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from faulty_env import PROCESS_ONLY, FaultyEnv
 from leaks import memory_files, new_fds, open_fds
-from support import WORKERS, wait_until, worker_threads
+from support import WORKERS, eventually, wait_until, worker_threads
 
 import aioenv
 from aioenv import RESET
@@ -263,6 +263,17 @@ async def test_restart_backoff_and_deterministic_reseeding() -> None:
 
 async def test_late_reply_of_an_abandoned_thread_is_never_taken(release: str) -> None:
     worker = aioenv.ThreadWorker(env_factory(gate=release))
+    # The worker's hook for every reply of an env thread, watched: ``late`` gets the
+    # request number of each reply that comes from a thread the worker abandoned.
+    late: list[int] = []
+    on_thread_reply = worker._on_thread_reply
+
+    def watched(env_thread: Any, seq: int, result: Any) -> None:
+        if env_thread is not worker._current:
+            late.append(seq)
+        on_thread_reply(env_thread, seq, result)
+
+    worker._on_thread_reply = watched  # type: ignore[method-assign]
     async with aioenv.AsyncWorkerPool([worker], step_timeout=0.3, restart="on_failure") as pool:
         driver = Driver(pool, faulty=-1)
         await driver.reset()
@@ -274,14 +285,15 @@ async def test_late_reply_of_an_abandoned_thread_is_never_taken(release: str) ->
         results = await driver.round({0: {"id": 6}})
         assert results[0].observation[1] == 6
         Path(release).touch()  # the abandoned thread finishes its step and replies late
-        assert wait_until(lambda: len(worker_threads()) == 1)
-        await anyio.sleep(0.05)  # let the late reply reach the loop
+        assert await eventually(lambda: len(late) == 1), "the late reply never reached the loop"
+        assert await eventually(lambda: len(worker_threads()) == 1)
         with pytest.raises(aioenv.NoActionInFlight):
             await pool.get_state(timeout=0)  # it was dropped, not delivered
         results = await driver.round({0: {"id": 7}})
         assert results[0].observation[1] == 7
 
 
+@pytest.mark.loops
 async def test_worker_step_timeout_overrides_the_pool(release: str) -> None:
     slow = aioenv.ThreadWorker(env_factory(gate=release), step_timeout=0.3)
     async with aioenv.AsyncWorkerPool([slow, aioenv.ThreadWorker(FaultyEnv)]) as pool:
@@ -295,6 +307,7 @@ async def test_worker_step_timeout_overrides_the_pool(release: str) -> None:
         Path(release).touch()
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process"])
 async def test_start_timeout_applies_to_construction_and_first_reset(kind: str) -> None:
     slow_start = env_factory(init_fault="sleep")  # sleeps 0 s: fine
@@ -318,6 +331,7 @@ async def test_start_timeout_applies_to_construction_and_first_reset(kind: str) 
     del slow_start
 
 
+@pytest.mark.loops
 async def test_sync_workers_report_a_step_past_its_deadline() -> None:
     worker = aioenv.SyncWorker(FaultyEnv)
     async with aioenv.SyncWorkerPool([worker], step_timeout=0.1) as pool:
@@ -328,6 +342,7 @@ async def test_sync_workers_report_a_step_past_its_deadline() -> None:
 
 
 # Cancellation ------------------------------------------------------------------------------
+@pytest.mark.loops
 @pytest.mark.parametrize("pool_kind", POOLS)
 async def test_cancelling_get_state_and_get_batch_anywhere_loses_nothing(pool_kind: str) -> None:
     kinds = [*kinds_for(pool_kind, "raise"), "thread"]

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,7 +110,8 @@ def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, contex
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
-def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> None:
+def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str, tmp_path: Path) -> None:
+    began = tmp_path / "began"  # worker 0's env creates it as the hung step begins
     with script_running(
         f"""
         import asyncio, time
@@ -123,7 +123,7 @@ def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> N
             pool = aioenv.AsyncWorkerPool(workers)
             pool.reset()
             await pool.get_batch(min_size=2)
-            pool.send_action({{"fault": "hang"}}, 0)  # worker 0 hangs in a step
+            pool.send_action({{"fault": "hang", "began": {str(began)!r}}}, 0)  # worker 0 hangs
             print("pids", *[w.pid for w in workers], flush=True)
             await asyncio.sleep(3600)
 
@@ -131,7 +131,7 @@ def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str) -> N
         """
     ) as script:
         pids = read_pids(script)
-        time.sleep(0.2)  # let the hung step begin
+        assert wait_until(began.exists, timeout=30), "the hung step never began"
         assert not any(gone(pid) for pid in pids)
         os.killpg(script.pid, signal.SIGKILL)  # the parent and its forkserver die at once
         script.wait(timeout=30)
