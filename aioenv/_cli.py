@@ -1,10 +1,12 @@
 """The ``aioenv`` command line (also ``python -m aioenv``).
 
 ``aioenv info``: versions, the event loop ``aioenv.run`` uses, the worker kinds, the process
-start method and shared-memory support. ``aioenv bench ENV_ID``: steps/s per worker mode
-next to gymnasium's vector envs on the same env (see :mod:`aioenv._bench`). With no
-command it prints its help and exits 0, as pip does; a bad argument or an unknown env id
-is one line on stderr and exit status 2, argparse's convention.
+start method and shared-memory support; ``aioenv info ENV_ID``: the env's spaces, its step
+time and the mode ``AioVectorEnv``'s default would choose for it. ``aioenv bench ENV_ID``:
+steps/s per worker mode next to gymnasium's vector envs on the same env (see
+:mod:`aioenv._bench`). With no command it prints its help and exits 0, as pip does; a bad
+argument or an unknown env id is one line on stderr and exit status 2, argparse's
+convention.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -36,6 +39,7 @@ from ._bench import (
 from .core._gymnasium import resolve_spec
 from .loops import run
 from .pool._factory import canonical_mode, worker_modes
+from .vector._choice import AUTO, auto_choice
 from .wire import _shared_memory
 from .workers import default_context
 
@@ -69,30 +73,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     if arguments.command == "info":
-        print("\n".join(info_lines()))
+        if arguments.env_id is None:
+            if arguments.num_envs is not None:
+                _fail("aioenv info", "--num-envs needs an ENV_ID")
+            print("\n".join(info_lines()))
+            return 0
+        _check_env_id("aioenv info", arguments.env_id)
+        num_envs = arguments.num_envs or os.cpu_count() or 1
+        print("\n".join(env_info_lines(arguments.env_id, num_envs)))
         return 0
     if arguments.command == "serve":
         return _serve(arguments)
+    _check_env_id("aioenv bench", arguments.env_id)
+    return _bench(arguments)
+
+
+def _check_env_id(prog: str, env_id: str) -> None:
+    """A one-line error and exit status 2 for an env id that cannot be looked up."""
     try:
-        resolve_spec(arguments.env_id)
+        resolve_spec(env_id)
     except (gymnasium.error.Error, ImportError) as exc:
         _fail(
-            "aioenv bench",
-            f"unknown env id {arguments.env_id!r} ({exc}): register it first, or pass "
+            prog,
+            f"unknown env id {env_id!r} ({exc}): register it first, or pass "
             "MODULE:ID to import the module that registers it",
         )
-    return _bench(arguments)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="aioenv", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"aioenv {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser(
+    info = commands.add_parser(
         "info",
-        help="versions, event loop, worker kinds, start method",
+        help="versions, event loop, worker kinds, start method; an env's spaces and mode",
         description="Versions, the event loop aioenv.run uses, the worker kinds, the "
-        "process start method and shared-memory support.",
+        "process start method and shared-memory support. With ENV_ID: the env's "
+        "observation and action spaces, its measured step time, and the mode "
+        "AioVectorEnv's default (mode='auto') would choose for N envs, with its reason.",
+    )
+    info.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        nargs="?",
+        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
+    )
+    info.add_argument(
+        "--num-envs",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="envs to choose the mode for (default: the number of CPUs, os.cpu_count())",
     )
     bench = commands.add_parser(
         "bench",
@@ -294,6 +325,32 @@ def info_lines() -> list[str]:
     lines.append(f"process start method: {default_context().get_start_method()}")
     shared = "yes (memfd)" if _shared_memory.available() else "no (needs memfd_create, Linux)"
     lines.append(f"shared-memory observations: {shared}")
+    return lines
+
+
+def env_info_lines(env_id: str, num_envs: int) -> list[str]:
+    """What ``aioenv info ENV_ID --num-envs N`` prints: the env's spaces, its step time
+    and the mode ``AioVectorEnv(ENV_ID, N)`` would choose, as the vector env finds them
+    (its probe env, built and timed in a child process, and the same rule)."""
+    probe, choice = auto_choice(env_id, num_envs)
+    step = probe.step_seconds
+    if step is not None:
+        timed = f"{step * 1e6:.0f} µs (median of the probe env's steps)"
+    elif probe.is_async:
+        timed = "not measured (the env's reset and step are async def)"
+    else:
+        timed = "not measured (the probe env could not be stepped)"
+    lines = [f"env: {env_id}"]
+    if probe.agents is not None:
+        lines.append(f"agents: {', '.join(map(str, probe.agents))} (spaces below: one agent's)")
+    mode = choice.mode if isinstance(choice.mode, str) else ", ".join(choice.mode)
+    lines += [
+        f"observation space: {probe.observation_space}",
+        f"action space: {probe.action_space}",
+        f"step time: {timed}",
+        f"mode={AUTO!r} for {num_envs} env{'s' if num_envs != 1 else ''}: {mode}",
+        f"reason: {choice.reason}",
+    ]
     return lines
 
 

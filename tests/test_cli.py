@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy
 import pytest
 
 import aioenv
+from aioenv import _bench, _cli
 
 SCRIPT = Path(sys.executable).parent / "aioenv"  # the console script pyproject.toml installs
 
@@ -202,3 +204,45 @@ def test_console_script_is_installed() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"aioenv {aioenv.__version__}\n")
+
+
+def test_info_of_an_env_prints_its_spaces_step_time_and_the_default_mode() -> None:
+    result = run_cli("info", "CartPole-v1", "--num-envs", "3")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [
+        "env: CartPole-v1",
+        f"observation space: {gymnasium.make('CartPole-v1').observation_space}",
+        "action space: Discrete(2)",
+    ]
+    assert re.fullmatch(r"step time: \d+ µs \(median of the probe env's steps\)", lines[3])
+    assert re.fullmatch(r"mode='auto' for 3 envs: (inline|process)", lines[4])
+    assert lines[5].startswith("reason: auto (") and "3 in line ~" in lines[5]
+    # N defaults to the number of CPUs
+    default = run_cli("info", "CartPole-v1")
+    assert default.returncode == 0, default.stderr
+    assert f"mode='auto' for {os.cpu_count()} env" in default.stdout
+
+
+def test_info_of_an_unknown_env_is_a_one_line_error() -> None:
+    result = run_cli("info", "NoSuchEnv-v0")
+    assert_one_line_error(result, "aioenv info: error: unknown env id 'NoSuchEnv-v0'", "MODULE:ID")
+    assert_one_line_error(run_cli("info", "--num-envs", "2"), "--num-envs needs an ENV_ID")
+
+
+def test_the_cli_guide_shows_the_commands_options_and_rows_the_cli_has() -> None:
+    guide = (Path(__file__).parents[1] / "docs" / "guides" / "cli.md").read_text()
+    synopses = re.findall(r"`(aioenv (info|bench|serve) [^`]*)`", guide)
+    assert {command for _, command in synopses} == {"info", "bench", "serve"}
+    assert "`aioenv info ENV_ID [--num-envs N]`" in guide
+    for synopsis, command in synopses:
+        usage = run_cli(command, "--help").stdout
+        for option in re.findall(r"--[a-z-]+", synopsis):
+            assert option in usage, (command, option)
+    bench = _cli._parser().parse_args(["bench", "CartPole-v1"])
+    assert f"[--modes {','.join(bench.modes)}]" in " ".join(guide.split())
+    table = guide[guide.index("```text\naioenv bench CartPole-v1") :]
+    table = table[: table.index("```", 3)]
+    labels = [line[:34].rstrip() for line in table.splitlines()[3:-1]]
+    rows = [*bench.modes, _bench.GROUPED_ROW, _bench.VECTOR_ROW, *_bench.GYMNASIUM_ROWS]
+    assert labels == [_bench.row_label(row, bench.workers) for row in rows]

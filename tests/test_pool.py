@@ -343,7 +343,7 @@ def test_make_pool_rejects_bad_options() -> None:
         aioenv.make_pool(Counter, 2, mode=["thread"])
     with pytest.raises(TypeError, match="context.*process"):
         aioenv.make_pool(Counter, 2, mode="thread", context="spawn")
-    with pytest.raises(TypeError, match="unknown worker option 'colour'"):
+    with pytest.raises(TypeError, match="unknown option 'colour'"):
         aioenv.make_pool(Counter, 2, colour="red")
     with pytest.raises(TypeError, match="factory"):
         aioenv.make_pool(Counter(), 2, mode="thread")

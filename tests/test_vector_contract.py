@@ -337,3 +337,142 @@ def _rollout_matches(ours: Any, reference: Any, steps: int) -> None:
             assert_same_infos(a[4], b[4])
         else:
             assert len(a[4]) == len(b[4])
+
+
+# Errors that name the problem and the fix ---------------------------------------------------
+class _TakesRestart(gymnasium.Env[np.ndarray, int]):
+    """An env whose own constructor takes ``restart``: make_vec passes it on, as gymnasium's
+    make_vec would."""
+
+    observation_space = gymnasium.spaces.Box(0, 1, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, restart: str = "no") -> None:
+        self.restart = restart
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> Any:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def test_make_vec_says_pool_options_go_in_vector_kwargs_and_the_mode_in_vectorization_mode() -> (
+    None
+):
+    with pytest.raises(
+        TypeError,
+        match=r"passes its keyword arguments to the env, as gymnasium.make_vec does, and "
+        r"CartPole-v1 does not take restart=: .*pass vector_kwargs=\{'restart': 'on_failure'\}",
+    ):
+        aioenv.make_vec("CartPole-v1", 2, vectorization_mode="sync", restart="on_failure")
+    with pytest.raises(
+        TypeError,
+        match=r"make_vec\(\) takes vectorization_mode= itself, and vector_kwargs gave "
+        r"mode='inline' too: pass vectorization_mode='inline' to make_vec and leave 'mode' out",
+    ):
+        aioenv.make_vec("CartPole-v1", 2, vector_kwargs={"mode": "inline"})
+    with pytest.raises(ValueError, match=r"vectorization_mode='bogus'; choose one of 'auto', 'in"):
+        aioenv.make_vec("CartPole-v1", 2, vectorization_mode="bogus")
+    with pytest.raises(
+        TypeError,
+        match=r"make_vec\(\)'s vector_kwargs got an unknown option 'stepp_timeout'.*did you "
+        r"mean step_timeout=\?",
+    ):
+        aioenv.make_vec(
+            "CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"stepp_timeout": 1}
+        )
+    assert not worker_processes()
+    assert not worker_threads()
+    # The fix works, and an env that takes the keyword itself still gets it.
+    kwargs = {"restart": "on_failure"}
+    with aioenv.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs=kwargs) as envs:
+        assert envs.pool.options.restart == "on_failure"
+    gymnasium.register("AioenvTakesRestart-v0", entry_point=_TakesRestart)
+    try:
+        with aioenv.make_vec(
+            "AioenvTakesRestart-v0", 2, vectorization_mode="inline", restart="yes"
+        ) as envs:
+            assert envs.get_attr("restart") == ("yes", "yes")
+    finally:
+        del gymnasium.registry["AioenvTakesRestart-v0"]
+
+
+@pytest.mark.parametrize("num_envs", [0, -2])
+def test_num_envs_below_one_says_it_must_be_at_least_one(num_envs: int) -> None:
+    with pytest.raises(ValueError, match=rf"got num_envs={num_envs}: .* must be an int >= 1"):
+        aioenv.AioVectorEnv("CartPole-v1", num_envs, mode="sync")
+
+
+@pytest.mark.parametrize("mode", ["inline", "sync"])
+def test_seeds_and_actions_of_the_wrong_kind_say_what_is_taken(mode: str) -> None:
+    takes = r"seed must be None, an int \(env i gets seed \+ i\) or a sequence of 4 ints or Nones"
+    with aioenv.AioVectorEnv("CartPole-v1", 4, mode=mode) as envs:
+        with pytest.raises(
+            TypeError, match=rf"reset\(\)'s {takes}, one per env; got the float 1.5"
+        ):
+            envs.reset(seed=1.5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"reset\(\)'s {takes}.*; got the str 'abc'"):
+            envs.reset(seed="abc")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=rf"{takes}.*; got 3 seeds for 4 envs"):
+            envs.reset(seed=[0, 1, 2])
+        with pytest.raises(TypeError, match=r"got seed\[2\]=2.5, a float"):
+            envs.reset(seed=[0, 1, 2.5, None])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match=rf"async_reset\(\)'s {takes}"):
+            envs.async_reset(seed=1.5)  # type: ignore[arg-type]
+        envs.reset(seed=[0, None, 2, 3])
+        batch = (
+            r"takes a batch of 4 actions, one per env .*got the str 'left': a str is not a batch"
+        )
+        with pytest.raises(TypeError, match=rf"step\(\) {batch}"):
+            envs.step("left")
+        with pytest.raises(TypeError, match=rf"step_async\(\) {batch}"):
+            envs.step_async("left")
+        observations, *_ = envs.step(np.zeros(4, np.int64))  # nothing was sent
+        assert observations.shape == (4, 4)
+        envs.async_reset(seed=0)
+        envs.recv()
+        with pytest.raises(TypeError, match=r"send\(\) takes a batch of actions, one per env"):
+            envs.send("left")
+        envs.send(np.zeros(4, np.int64))
+        assert envs.recv()[0].shape == (4, 4)
+
+
+def test_an_unknown_mode_lists_the_modes_of_the_function_called() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^AioVectorEnv\(\) got mode='bogus'; choose one of 'auto', 'inline', 'sync', "
+        r"'thread', 'process', 'coroutine', 'ray' \(old spellings taken: 'async' for 'coroutine'\)",
+    ):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="bogus")
+    with pytest.raises(ValueError, match=r"mode\[1\]='inline'; a list of modes takes worker modes"):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode=["sync", "inline"])
+    with pytest.raises(
+        ValueError, match=r"^make_pool\(\) got mode='bogus'; choose one of 'sync',"
+    ) as raised:
+        aioenv.make_pool("CartPole-v1", 2, mode="bogus")
+    assert "'auto'" not in str(raised.value) and "'inline'" not in str(raised.value)
+    assert not worker_processes()
+    assert not worker_threads()
+
+
+def test_a_misspelt_option_names_the_function_called_and_the_close_match() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^AioVectorEnv\(\) got an unknown option 'stepp_timeout': it is no pool or worker "
+        r"option; did you mean step_timeout=\?$",
+    ):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="sync", stepp_timeout=1)
+    with pytest.raises(TypeError, match=r"'batchsize'.*did you mean batch_size=\?"):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="sync", batchsize=1)
+    with pytest.raises(
+        TypeError, match=r"^AioVectorEnv\(\) got an unknown option 'colour'.*'Pool opt"
+    ):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", colour="red")
+    with pytest.raises(
+        TypeError, match=r"^make_pool\(\) got an unknown option 'stepp_timeout'.*step_timeout="
+    ):
+        aioenv.make_pool(Counter, 2, mode="sync", stepp_timeout=1)
+    assert not worker_processes()
+    assert not worker_threads()

@@ -89,18 +89,47 @@ def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
         assert plain.mode == "process"
         choice = _choose(step, n, cores, **asked)
         assert (choice.mode, choice.envs_per_worker) == ("process", plain.envs_per_worker)
-        assert choice.reason.startswith("auto (process): restart, step_timeout configure")
+        assert choice.reason.startswith(
+            "auto (process): restart= and step_timeout= are pool options, which only a pool "
+            "of workers applies, so the envs cannot step in line"
+        )
+        assert "they step in the child processes the rule places without them" in choice.reason
         assert plain.reason.split("): ")[1] in choice.reason  # the same figures
     for step, n in ((12e-6, 16), (32e-6, 8)):  # CartPole, HalfCheetah: in line would win
         cheap = _choose(step, n, 2, **asked)
         assert (cheap.mode, cheap.envs_per_worker) == ("process", 0)  # the pool's grouping
-        assert "grouped as mode='process' groups them; in line would be faster" in cheap.reason
+        assert "grouped as mode='process' groups them, though in line would be faster" in (
+            cheap.reason
+        )
         assert f"{n} in line ~" in cheap.reason
     for grouping in ({"envs_per_worker": 2}, {"envs_per_process": 2}, {"episode_timeout": 9.0}):
         given = _choose(600e-6, 8, 2, restart="on_failure", **grouping)
         assert (given.mode, given.envs_per_worker) == ("process", 0)  # the pool groups them
+        assert f"grouped as {next(iter(grouping))}= says" in given.reason
     untimed = _choose(None, 8, 2, **asked)
     assert (untimed.mode, untimed.envs_per_worker) == ("process", 0)
+
+
+def test_the_reason_says_which_options_moved_the_envs_to_children_and_why() -> None:
+    needs = (
+        "restart= is a pool option, which only a pool of workers applies, so the envs cannot "
+        "step in line (mode='inline' has no pool); "
+    )
+    cheap = _choose(12e-6, 16, 2, restart="on_failure").reason
+    assert cheap.startswith(f"auto (process): {needs}they step in child processes, grouped as ")
+    costly = _choose(600e-6, 8, 2, restart="on_failure").reason
+    assert costly.startswith(f"auto (process): {needs}they step in the child processes the rule")
+    untimed = _choose(None, 8, 2, restart="on_failure").reason
+    assert untimed == (
+        f"auto (process): {needs}the probe env could not be stepped to time it, so they step "
+        "in child processes, grouped as mode='process' groups them."
+    )
+    grouped = _choose(600e-6, 8, 2, restart="on_failure", envs_per_worker=2).reason
+    assert grouped == (
+        "auto (process): envs_per_worker= and restart= are pool options, which only a pool of "
+        "workers applies, so the envs cannot step in line (mode='inline' has no pool); they "
+        "step in child processes, grouped as envs_per_worker= says."
+    )
 
 
 def test_pool_options_leave_busy_cores_out_as_the_rule_does(
@@ -187,7 +216,7 @@ def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.Monk
 
 
 def test_inline_refuses_what_needs_workers() -> None:
-    with pytest.raises(TypeError, match="step_timeout configure workers"):
+    with pytest.raises(TypeError, match="step_timeout= is a pool option.*pass mode="):
         aioenv.AioVectorEnv("CartPole-v1", 2, mode="inline", step_timeout=1.0)
 
 

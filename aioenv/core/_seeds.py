@@ -6,6 +6,7 @@ parent's side (a vector env's reset) and the env's side (a worker of several env
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -61,9 +62,18 @@ def per_env_seeds(seed: Any, num_envs: int, call: str) -> list[int | None]:
         return [None] * num_envs
     if isinstance(seed, (int, np.integer)):
         return [int(seed) + i for i in range(num_envs)]
+    takes = (
+        f"{call}'s seed must be None, an int (env i gets seed + i) or a sequence of "
+        f"{num_envs} ints or Nones, one per env"
+    )
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
+        raise TypeError(f"{takes}; got the {type(seed).__name__} {seed!r}")
     seeds: list[int | None] = list(seed)
     if len(seeds) != num_envs:
-        raise ValueError(f"{call} needs {num_envs} seeds, got {len(seeds)}")
+        raise ValueError(f"{takes}; got {len(seeds)} seeds for {num_envs} envs")
+    for index, one in enumerate(seeds):
+        if one is not None and not isinstance(one, (int, np.integer)):
+            raise TypeError(f"{takes}; got seed[{index}]={one!r}, a {type(one).__name__}")
     return seeds
 
 

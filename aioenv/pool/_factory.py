@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import difflib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..core._environment import EnvSource, VectorSource
@@ -12,7 +13,15 @@ from ..workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, W
 from ._options import POOL_OPTIONS, PoolOptions
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
 
-__all__ = ["canonical_mode", "get_worker_pool", "make_pool", "worker_modes"]
+__all__ = [
+    "canonical_mode",
+    "check_option_names",
+    "get_worker_pool",
+    "make_pool",
+    "old_spellings",
+    "option_names",
+    "worker_modes",
+]
 
 _KINDS: dict[str, type[Worker[Any]]] = {
     "sync": SyncWorker,
@@ -61,6 +70,35 @@ def worker_modes() -> tuple[str, ...]:
     """The worker kinds ``make_pool``'s ``mode`` names (``"async"``, the old spelling of
     ``"coroutine"``, is taken too but not listed)."""
     return tuple(_WORKER_OPTIONS)
+
+
+def option_names() -> frozenset[str]:
+    """Every option ``make_pool`` takes by keyword but ``mode``: its own ``seed`` and
+    ``force_sync``, the pool options and the worker options of every kind."""
+    return POOL_OPTIONS.union({"seed", "force_sync"}, *_WORKER_OPTIONS.values())
+
+
+def old_spellings() -> str:
+    """The old spellings of modes still taken, for error messages."""
+    return ", ".join(f"{k!r} for {v!r}" for k, v in _OLD_SPELLINGS.items())
+
+
+def check_option_names(options: Iterable[str], caller: str, also: Iterable[str] = ()) -> None:
+    """TypeError naming ``caller`` (the function the user called) for an option that is
+    none of :func:`option_names` (nor one of ``also``, the caller's own keywords), with
+    the closest known name where one is close."""
+    known = option_names().union(also)
+    for option in options:
+        if option not in known:
+            close = difflib.get_close_matches(option, sorted(known), n=1)
+            hint = (
+                f"; did you mean {close[0]}=?"
+                if close
+                else "; the options are listed under 'Pool options' in the docs"
+            )
+            raise TypeError(
+                f"{caller} got an unknown option {option!r}: it is no pool or worker option{hint}"
+            )
 
 
 def canonical_mode(mode: str) -> str:
@@ -221,10 +259,9 @@ def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
+    check_option_names(options, "make_pool()")
     for option in options:
         kinds = [kind for kind, names in _WORKER_OPTIONS.items() if option in names]
-        if not kinds:
-            raise TypeError(f"make_pool() got an unknown worker option {option!r}")
         if not any(kind in kinds for kind in modes):
             raise TypeError(
                 f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
@@ -239,9 +276,9 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
     modes = [canonical_mode(kind) if isinstance(kind, str) else kind for kind in modes]
     for index, kind in enumerate(modes):
         if kind not in _WORKER_OPTIONS:
-            old = ", ".join(f"{k!r} for {v!r}" for k, v in _OLD_SPELLINGS.items())
+            given = f"mode={kind!r}" if isinstance(mode, str) else f"mode[{index}]={kind!r}"
             raise ValueError(
-                f"mode[{index}] is {kind!r}; choose one of "
-                f"{', '.join(map(repr, worker_modes()))} (old spellings taken: {old})"
+                f"make_pool() got {given}; choose one of "
+                f"{', '.join(map(repr, worker_modes()))} (old spellings taken: {old_spellings()})"
             )
     return modes

@@ -40,7 +40,7 @@ from typing import Any
 from ..core._agents import LaneSource
 from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
-from ..pool._factory import make_pool
+from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._layout import busy_cores, grouped, usable_cores
 from ._probe import Probe, probe_env
@@ -55,9 +55,13 @@ __all__ = [
     "PER_CHILD",
     "ModeChoice",
     "Placement",
+    "auto_choice",
+    "check_mode",
+    "check_num_envs",
     "choose_mode",
     "in_parent",
     "place_envs",
+    "vector_modes",
 ]
 
 AUTO = "auto"
@@ -118,6 +122,7 @@ def place_envs(
     """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
     is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
     pool options left (grouping takes its own out)."""
+    check_mode(mode)
     if isinstance(env, (list, tuple)):
         sources = [resolve_source(source) for source in env]
         if not sources:
@@ -128,6 +133,7 @@ def place_envs(
     else:
         if num_envs is None:
             raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
+        check_num_envs(num_envs, "AioVectorEnv(env, num_envs)")
         one = resolve_source(env)  # an unknown id fails here
         sources = [one] * num_envs
     probe = probe_env(
@@ -157,6 +163,50 @@ def place_envs(
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
     return Placement(Runtime(pool), sizes, probe, choice, batch_size, spin_by_rule)
+
+
+def vector_modes() -> tuple[str, ...]:
+    """The modes :class:`~aioenv.AioVectorEnv` takes as one string: ``"auto"``,
+    ``"inline"`` and the worker modes (a list of modes takes worker modes only)."""
+    return (AUTO, "inline", *worker_modes())
+
+
+def check_mode(mode: str | Sequence[str]) -> None:
+    """ValueError for a ``mode`` that :class:`~aioenv.AioVectorEnv` does not take, listing
+    those it does: as one string, :func:`vector_modes`; in a list, worker modes."""
+    old = f"old spellings taken: {old_spellings()}"
+    if isinstance(mode, str):
+        if mode not in vector_modes() and canonical_mode(mode) == mode:
+            raise ValueError(
+                f"AioVectorEnv() got mode={mode!r}; choose one of "
+                f"{', '.join(map(repr, vector_modes()))} ({old}), or a list of worker "
+                "modes, one per env"
+            )
+        return
+    for index, kind in enumerate(mode):
+        if canonical_mode(kind) not in worker_modes():
+            raise ValueError(
+                f"AioVectorEnv() got mode[{index}]={kind!r}; a list of modes takes worker "
+                f"modes, one of {', '.join(map(repr, worker_modes()))} ({old})"
+            )
+
+
+def check_num_envs(num_envs: object, call: str) -> None:
+    """ValueError, naming ``call``, unless ``num_envs`` is an int >= 1."""
+    if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(
+            f"{call} got num_envs={num_envs!r}: num_envs is how many envs to step, "
+            "and must be an int >= 1"
+        )
+
+
+def auto_choice(env: EnvSource, num_envs: int) -> tuple[Probe, ModeChoice]:
+    """What ``AioVectorEnv(env, num_envs)`` (``mode="auto"``, no options) would find and
+    choose: its probe env, timed, and the mode with its reason; no worker is started."""
+    check_num_envs(num_envs, "auto_choice(env, num_envs)")
+    source = resolve_source(env)
+    probe = probe_env(source, timed=True, in_child=not in_parent(AUTO))
+    return probe, choose_mode(AUTO, probe, num_envs, None, {})
 
 
 def _envs_of_lanes(batch_size: int | None, lanes: int) -> int | None:
@@ -194,11 +244,24 @@ def choose_mode(
         return ModeChoice("coroutine", 0, "auto: the env's reset and step are async def")
     pool_only = sorted(set(options) - INLINE_OPTIONS)
     step = probe.step_seconds
-    workers_asked = f"{', '.join(pool_only)} configure child processes" if pool_only else None
-    if workers_asked is not None and (step is None or not LAYOUT_OPTIONS.isdisjoint(pool_only)):
-        return ModeChoice("process", 0, f"auto: {workers_asked}")
+    workers_asked = _needs_workers(pool_only) if pool_only else None
+    layout = sorted(LAYOUT_OPTIONS.intersection(pool_only))
+    if workers_asked is not None and layout:
+        grouping = f"{_listed(layout)} {'say' if len(layout) > 1 else 'says'}"
+        return ModeChoice(
+            "process",
+            0,
+            f"auto (process): {workers_asked}; they step in child processes, grouped as "
+            f"{grouping}.",
+        )
     if step is None:
-        return ModeChoice("process", 0, "auto: the probe env could not be stepped to time it")
+        why, envs = ("", "the envs") if workers_asked is None else (f"{workers_asked}; ", "they")
+        return ModeChoice(
+            "process",
+            0,
+            f"auto (process): {why}the probe env could not be stepped to time it, so {envs} "
+            "step in child processes, grouped as mode='process' groups them.",
+        )
     batch = _below(batch_size, num_envs)
     if cores is not None:
         return _by_cost(step, num_envs, cores, batch, workers_asked=workers_asked)
@@ -253,8 +316,14 @@ def _by_cost(
     if estimate * MARGIN < inline:
         if batch_size is not None:
             figures += "in the children while the script computes"
-        why = "" if workers_asked is None else f"{workers_asked}; "
-        return ModeChoice("process", per_worker, f"auto (process): {why}{figures}{note}")
+        if workers_asked is None:
+            return ModeChoice("process", per_worker, f"auto (process): {figures}{note}")
+        return ModeChoice(
+            "process",
+            per_worker,
+            f"auto (process): {workers_asked}; they step in the child processes the rule "
+            f"places without them, which are faster anyway ({figures}{note}).",
+        )
     if batch_size is not None:
         figures += "its envs in line, when asked"
     if workers_asked is not None:
@@ -263,10 +332,25 @@ def _by_cost(
         return ModeChoice(
             "process",
             0,
-            f"auto: {workers_asked}, grouped as mode='process' groups them; in line "
-            f"would be faster ({figures}){note}",
+            f"auto (process): {workers_asked}; they step in child processes, grouped as "
+            f"mode='process' groups them, though in line would be faster ({figures}{note}).",
         )
     return ModeChoice("inline", num_envs, f"auto (inline): {figures}{note}")
+
+
+def _listed(options: list[str]) -> str:
+    """``["a", "b", "c"]`` as ``"a=, b= and c="``."""
+    names = [f"{option}=" for option in options]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _needs_workers(options: list[str]) -> str:
+    """Why pool options keep the envs out of line, as a clause of a reason."""
+    what = "is a pool option" if len(options) == 1 else "are pool options"
+    return (
+        f"{_listed(options)} {what}, which only a pool of workers applies, so the envs "
+        "cannot step in line (mode='inline' has no pool)"
+    )
 
 
 def _children_cost(step: float, per_worker: int, children: int) -> float:
@@ -279,8 +363,10 @@ def _inline(
     """The envs of ``mode="inline"``, or why the options need another mode."""
     unknown = sorted(set(options) - INLINE_OPTIONS)
     if unknown:
+        what = "is a pool option" if len(unknown) == 1 else "are pool options"
         raise TypeError(
-            f"mode='inline' steps the envs in the calling thread, with no pool: "
-            f"{', '.join(unknown)} configure workers; pass mode='sync', 'thread' or 'process'"
+            f"mode='inline' steps the envs in the calling thread, with no pool, and "
+            f"{_listed(unknown)} {what}, which only a pool of workers applies; pass "
+            "mode='sync', 'thread' or 'process' (or leave mode='auto' to choose)"
         )
     return InlineEnvs(sources, autoreset, **options)

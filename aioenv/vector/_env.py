@@ -10,6 +10,7 @@ masks, the three autoreset modes, ``reset(seed=s)`` seeding env ``i`` with ``s +
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
+from ..pool._factory import check_option_names
 from ..pool._pool import WorkerPool
 from ..workers.process._worker import ProcessWorker
 from ._batches import Result, VectorBatches
@@ -38,7 +40,7 @@ from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
 from ._spin_trial import SpinTrial
 
-__all__ = ["AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
+__all__ = ["VECTOR_KEYWORDS", "AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
 _MODES = {
     "next_step": AutoresetMode.NEXT_STEP,
@@ -114,6 +116,7 @@ class AioVectorEnv(VectorEnv):
             raise TypeError("pass autoreset_mode= or autoreset=, not both")
         chosen = autoreset_mode if autoreset_mode is not None else autoreset
         name = autoreset_name(chosen if chosen is not None else "next_step")
+        check_option_names(pool_options, "AioVectorEnv()", VECTOR_KEYWORDS)
         self.copy = bool(copy)
         placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
         self.mode_choice = placed.choice
@@ -306,6 +309,7 @@ class AioVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> Result:
         self._check_open()
+        _check_batch(actions, "step()", self.num_envs)
         self._pipeline.check_idle(self._envs, "step()")
         lanes = self._lanes
         if lanes is not None:
@@ -364,6 +368,7 @@ class AioVectorEnv(VectorEnv):
         observation (reward 0, both flags False), as EnvPool does; ``"same_step"`` has
         already returned it, with the final observation in ``info["final_obs"]``."""
         self._check_open()
+        _check_batch(actions, "send()", None)
         pipeline = self._pipeline
         lanes = self._lanes
         if lanes is not None:
@@ -438,6 +443,7 @@ class AioVectorEnv(VectorEnv):
                 "step",
             )
         pipeline.check_idle(self._envs, "step_async()")
+        _check_batch(actions, "step_async()", self.num_envs)
         if self._lanes is not None:
             actions = self._lanes.env_actions(actions)
         workers, requests = self._batches.step_requests(actions)
@@ -557,6 +563,26 @@ class AioVectorEnv(VectorEnv):
             raise VectorEnvClosed(
                 "this AioVectorEnv is closed (close() was called); make a new one to go on"
             )
+
+
+#: The keywords of :class:`AioVectorEnv` itself (the others are pool and worker options).
+VECTOR_KEYWORDS = frozenset(
+    name
+    for name, parameter in inspect.signature(AioVectorEnv.__init__).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
+
+def _check_batch(actions: Any, call: str, count: int | None) -> None:
+    """TypeError for a str (or bytes) given as a batch of actions: it is iterable, so it
+    would be split into one action per character."""
+    if isinstance(actions, (str, bytes)):
+        many = "" if count is None else f"{count} "
+        raise TypeError(
+            f"{call} takes a batch of {many}actions, one per env (an array such as "
+            f"envs.action_space.sample()), got the {type(actions).__name__} {actions!r}: a "
+            f"{type(actions).__name__} is not a batch of actions; nothing was sent"
+        )
 
 
 def _spin_children(envs: Runtime, spinning: bool) -> None:

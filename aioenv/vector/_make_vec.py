@@ -4,15 +4,18 @@ rebuilds the same vector env (``make_vec(envs.spec)``)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
-from gymnasium.envs.registration import EnvSpec
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from ..core._gymnasium import GymnasiumFactory, resolve_spec
 from ..core._registry import shippable
-from ._env import AioVectorEnv
+from ..pool._factory import check_option_names, option_names, worker_modes
+from ._choice import vector_modes
+from ._env import VECTOR_KEYWORDS, AioVectorEnv
 
 __all__ = ["make_vec"]
 
@@ -20,6 +23,8 @@ Wrapper = Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]
 #: gymnasium's own vectorization modes, for specs written by gymnasium.make_vec: here
 #: "async" keeps gymnasium's meaning (processes), never the coroutine mode's old spelling.
 _GYMNASIUM_MODES = {"async": "process", "sync": "sync"}
+#: What make_vec takes itself, by the name vector_kwargs might give it under instead.
+_OWN_PARAMETERS = {"mode": "vectorization_mode", "num_envs": "num_envs"}
 
 
 def make_vec(
@@ -41,7 +46,10 @@ def make_vec(
     registered at run time in this process builds in worker processes too. The result's
     ``spec`` records ``num_envs`` and the vector options: ``make_vec(envs.spec)`` rebuilds
     the same vector env."""
+    _check_vector_kwargs(vector_kwargs)
+    _check_vectorization_mode(vectorization_mode)
     spec = _resolved(id)
+    _check_env_kwargs(spec, kwargs)
     spec_kwargs = dict(spec.kwargs)
     spec.kwargs = {}
     num_envs = spec_kwargs.pop("num_envs", num_envs)
@@ -75,3 +83,74 @@ def _resolved(id: str | EnvSpec) -> EnvSpec:
     if not isinstance(id, EnvSpec):
         raise TypeError(f"make_vec() takes an env id or an EnvSpec, got {type(id).__name__}")
     return shippable(copy.deepcopy(id))
+
+
+def _check_vector_kwargs(vector_kwargs: Mapping[str, Any] | None) -> None:
+    """A clear error for what vector_kwargs cannot take: make_vec's own parameters (which
+    it passes to AioVectorEnv itself) and unknown options."""
+    for name, parameter in _OWN_PARAMETERS.items():
+        if vector_kwargs is not None and name in vector_kwargs:
+            raise TypeError(
+                f"make_vec() takes {parameter}= itself, and vector_kwargs gave {name}="
+                f"{vector_kwargs[name]!r} too: pass {parameter}={vector_kwargs[name]!r} to "
+                f"make_vec and leave {name!r} out of vector_kwargs"
+            )
+    check_option_names(vector_kwargs or (), "make_vec()'s vector_kwargs", VECTOR_KEYWORDS)
+
+
+def _check_vectorization_mode(mode: str | Sequence[str]) -> None:
+    """The modes make_vec takes: as one string, AioVectorEnv's and gymnasium's "async"
+    (processes); in a list, one per env, worker modes and "async"."""
+    if isinstance(mode, str):
+        if mode not in (*vector_modes(), *_GYMNASIUM_MODES):
+            raise ValueError(
+                f"make_vec() got vectorization_mode={mode!r}; choose one of "
+                f"{', '.join(map(repr, vector_modes()))}, 'async' (gymnasium's name for "
+                "'process'), or a list of worker modes, one per env"
+            )
+        return
+    for index, one in enumerate(mode):
+        if one not in (*worker_modes(), *_GYMNASIUM_MODES):
+            raise ValueError(
+                f"make_vec() got vectorization_mode[{index}]={one!r}; a list of modes takes "
+                f"worker modes, one of {', '.join(map(repr, worker_modes()))} or 'async' "
+                "(gymnasium's name for 'process')"
+            )
+
+
+def _check_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any]) -> None:
+    """make_vec's ``kwargs`` go to the env, as gymnasium's do; an aioenv option among them
+    that the env does not take was meant for vector_kwargs: say so, before any env is
+    built."""
+    for_make = set(inspect.signature(gymnasium.make).parameters)  # max_episode_steps, ...
+    meant = {
+        name: value
+        for name, value in kwargs.items()
+        if name in option_names().union(VECTOR_KEYWORDS)
+        and name not in for_make
+        and not _env_takes(spec, name)
+    }
+    if meant:
+        names = ", ".join(f"{name}=" for name in meant)
+        raise TypeError(
+            f"make_vec() passes its keyword arguments to the env, as gymnasium.make_vec "
+            f"does, and {spec.id} does not take {names}: "
+            f"{'that is an aioenv option' if len(meant) == 1 else 'those are aioenv options'}"
+            f" of the vector env; pass vector_kwargs={meant!r} instead"
+        )
+
+
+def _env_takes(spec: EnvSpec, name: str) -> bool:
+    """Whether the env's constructor (its spec's entry point) takes keyword ``name``;
+    True where that cannot be told (the env then says what it takes when built)."""
+    entry_point = spec.entry_point
+    try:
+        creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        parameters = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
+    except Exception:  # nothing to look at: the env is built as gymnasium builds it
+        return True
+    return any(
+        parameter.kind is inspect.Parameter.VAR_KEYWORD
+        or (parameter.name == name and parameter.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for parameter in parameters
+    )
