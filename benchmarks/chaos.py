@@ -6,11 +6,13 @@ process workers whose env starts a helper process at construction, as a sandbox 
 (a ``sleep`` child), and the rest coroutine envs; every env's tool latency (each reset
 and step) is lognormal with mean ``--latency-ms`` (50) and ``--sigma`` (0.5: its tail
 stays far below the step deadline, so no healthy step ever meets it). Deadlines: steps
-``--step-timeout`` (2 s), resets ``--reset-timeout`` (5 s); ``restart="on_failure"`` with
-``max_restarts=10`` within a ``--restart-window`` of 2 s. An env here fails about once
-per 14 requests, far more often than a real one: a 2 s window holds about one failure
-of a worker, so the budget keeps every worker (a run fails if one is given up), while a
-crash loop would still use it up at once.
+``--step-timeout`` (2 s), resets ``--reset-timeout`` (5 s); ``restart="on_failure"`` under
+the default restart budget: a worker is given up only in a crash loop (the 11th failure
+in a row with no progress between, under ``max_restarts=10``). An env here fails about
+once per 14 requests, far more often than a real one, yet makes progress between its
+faults, so the budget keeps every worker however long the run (a run fails if one is
+given up), while a crash loop would use it up at once. ``--restart-window`` asks for the
+rate rule instead (``max_restarts`` restarts within that many seconds).
 
 The driver plays ``--rollouts`` rollouts (10,000) of ``--steps`` steps (20) through the
 pool's public ``get_batch``/``send_action`` loop: each rollout starts with an explicit
@@ -35,7 +37,8 @@ script exits non-zero when one fails):
 
 1. every rollout ends, counted: finished, truncated by its budget (``--episode-timeout``,
    where the pool takes that option), or failed (cut short by a fault); no worker is
-   given up, and no restart comes without an injected fault;
+   given up (none is in a crash loop: the default budget must keep them all, see
+   ``pool.removed`` at the end), and no restart comes without an injected fault;
 2. every hang and wedge is answered at most ``--lateness`` (1 s) after its deadline,
    measured from the request's sending (the fault's start) to the pool's answer (a
    wedge's answer carries the new env's start-up and reset);
@@ -301,9 +304,11 @@ class Driver:
             (lambda: SandboxTask(*env)) if kind == "process" else (lambda: AgentTask(*env))
             for kind in self.kinds
         ]
-        budget = {}
+        budget: dict[str, float] = {}
         if args.episode_timeout is not None:
             budget["episode_timeout"] = args.episode_timeout
+        if args.restart_window is not None:  # the rate rule, else the default's crash loops
+            budget["restart_window"] = args.restart_window
         return aioenv.make_pool(
             sources,
             mode=self.kinds,
@@ -312,8 +317,6 @@ class Driver:
             step_timeout=args.step_timeout,
             reset_timeout=args.reset_timeout,
             restart="on_failure",
-            max_restarts=10,
-            restart_window=args.restart_window,
             **budget,
         )
 
@@ -431,6 +434,8 @@ class Driver:
             elapsed = time.monotonic() - self.window_start
             restart_costs = await self.restart_costs(pool) if not self.faults else {}
             restarts = pool.restarts
+            for worker_id, error in getattr(pool, "removed", {}).items():  # no crash loop here
+                self.violations.append(f"worker {worker_id} left the pool: {error}")
         closed_in = time.monotonic() - started - startup - elapsed
         window = self.window or (self.window_start, time.monotonic())
         window_cpu = (self.window_cpu or time.process_time()) - cpu_started
@@ -637,7 +642,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--sigma", type=float, default=0.5, help="the latency's lognormal sigma (0.5)")
     add("--step-timeout", type=float, default=2.0)
     add("--reset-timeout", type=float, default=5.0)
-    add("--restart-window", type=float, default=2.0, help="max_restarts=10 within it (2 s)")
+    add(
+        "--restart-window",
+        type=float,
+        default=None,
+        help="the rate rule: max_restarts=10 within it (default: none, the crash-loop rule)",
+    )
     add("--episode-timeout", type=float, default=None, help="a rollout's budget, if supported")
     add("--hang-rate", type=float, default=0.05)
     add("--crash-rate", type=float, default=0.02)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,7 @@ async def play(kind: str, autoreset: str, ops: list[str]) -> None:
         mode=kind,
         restart="on_failure",
         max_restarts=len(ops) + 1,
-        restart_window=None,
+        restart_window=math.inf,  # a lifetime count, past the failures ops can make
         autoreset=autoreset,
     ) as pool:
         await pool.reset_all()

@@ -125,8 +125,10 @@ def test_start_up_gets_the_longer_deadline_until_the_env_answers() -> None:
 def test_without_restarts_a_failure_is_raised_and_a_dead_env_is_dropped_for_good() -> None:
     sup, worker, clock = supervisor()
     worker.awaited = 4
-    sup.failed(failure := error(), env_gone=False, in_flight=4, clock=clock)
-    assert worker.calls == [("fail", failure, False)]  # the env raised: it stays usable
+    for _ in range(3 * Supervision().max_restarts):  # no budget applies with restarts off
+        worker.calls.clear()
+        sup.failed(failure := error(), env_gone=False, in_flight=4, clock=clock)
+        assert worker.calls == [("fail", failure, False)]  # the env raised: it stays usable
     worker.calls.clear()
     sup.failed(death := error("died"), env_gone=True, in_flight=4, clock=clock)
     assert worker.calls == [
@@ -199,13 +201,31 @@ def test_restart_seeds_are_deterministic_and_differ_per_restart() -> None:
     assert restart_seed(None, 1) is None
 
 
-def fail_and_restart(sup: Supervisor, worker: FakeWorker, clock: FakeClock) -> bool:
+def fail_and_restart(
+    sup: Supervisor, worker: FakeWorker, clock: FakeClock, *, env_gone: bool = True
+) -> bool:
     """One failure of the request in flight; True if the worker restarted its env."""
     worker.awaited = 1
     worker.calls.clear()
-    sup.failed(error(f"at {clock.now}"), env_gone=True, in_flight=1, clock=clock)
+    sup.failed(error(f"at {clock.now}"), env_gone=env_gone, in_flight=1, clock=clock)
     clock.advance(0)  # no backoff: the restart starts now
     return any(call[0] == "start" for call in worker.calls)
+
+
+def answer(sup: Supervisor) -> None:
+    """The env answers the request in flight with a state (the worker's _on_reply)."""
+    sup.answered()
+    sup.succeeded()
+
+
+def given_up(worker: FakeWorker, *, env_gone: bool) -> bool:
+    """The last failure gave the worker up: its env dropped, the error raised for good."""
+    failure = worker.calls[-1][1]
+    return worker.calls == [
+        ("fail_controls", failure),
+        ("discard", env_gone),
+        ("fail", failure, True),
+    ]
 
 
 def test_failures_spread_out_never_use_up_the_restart_budget() -> None:
@@ -237,25 +257,60 @@ def test_a_failure_just_past_the_window_restarts() -> None:
     assert not fail_and_restart(sup, worker, clock)  # 1 s and 0 s ago: two in the window
 
 
-def test_restart_window_none_counts_restarts_over_the_lifetime() -> None:
-    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3, restart_window=None)
+def test_an_infinite_restart_window_counts_restarts_over_the_lifetime() -> None:
+    sup, worker, clock = supervisor(
+        restart="on_failure", max_restarts=3, restart_window=float("inf")
+    )
     for _ in range(3):
         assert fail_and_restart(sup, worker, clock)
+        answer(sup)  # the new env's start
+        answer(sup)  # progress: the rate rule does not count it
         clock.advance(3600.0)  # an hour apart
     assert not fail_and_restart(sup, worker, clock)
     assert sup.restarts == 3
 
 
-def test_the_default_budget_keeps_a_worker_failing_every_second_and_stops_a_crash_loop() -> None:
+def test_the_default_budget_keeps_a_worker_that_makes_progress_between_failures() -> None:
+    assert Supervision().restart_window is None  # the default: the crash-loop rule
     sup, worker, clock = supervisor(restart="on_failure")
-    for _ in range(100):  # a hang every second, each caught by a short step_timeout
-        assert fail_and_restart(sup, worker, clock)
-        clock.advance(1.0)
+    for _ in range(1000):  # far more than max_restarts, within a few seconds
+        assert fail_and_restart(sup, worker, clock, env_gone=False)
+        answer(sup)  # the new env's start: no progress yet
+        answer(sup)  # a successful step: progress
+        clock.advance(0.005)
+    assert sup.restarts == 1000
+
+
+def test_the_default_budget_gives_up_after_max_restarts_failures_in_a_row() -> None:
     sup, worker, clock = supervisor(restart="on_failure")
-    for _ in range(Supervision().max_restarts):  # an env that fails at every start
+    for _ in range(Supervision().max_restarts):
         assert fail_and_restart(sup, worker, clock)
-        clock.advance(0.05)
+        answer(sup)  # each new env starts (a restart, a reconnect): that is no progress
+        clock.advance(60.0)  # however slowly the loop goes round
     assert not fail_and_restart(sup, worker, clock)
+    assert given_up(worker, env_gone=True)
+    assert sup.restarts == Supervision().max_restarts
+
+
+def test_an_env_that_raises_at_every_request_is_given_up_for_good_by_the_default() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3)
+    assert fail_and_restart(sup, worker, clock, env_gone=False)  # a step raised
+    for _ in range(2):  # each new env's reset raises too: no answer at all
+        assert fail_and_restart(sup, worker, clock, env_gone=False)
+    assert not fail_and_restart(sup, worker, clock, env_gone=False)
+    assert given_up(worker, env_gone=False)  # not kept to raise again: it is given up
+
+
+def test_the_rate_rule_gives_up_within_its_window_whatever_progress_came_between() -> None:
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=3, restart_window=10.0)
+    for _ in range(3):
+        assert fail_and_restart(sup, worker, clock, env_gone=False)
+        answer(sup)
+        answer(sup)  # progress, which the crash-loop rule would count and this one does not
+        clock.advance(3.0)
+    assert not fail_and_restart(sup, worker, clock, env_gone=False)
+    assert given_up(worker, env_gone=False)
+    assert sup.restarts == 3
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,9 @@ class WorkerRemoved(AioEnvError):
     """A call named a worker its pool gave up on, or a pool-wide call found none left.
 
     A worker is given up on when it fails for good: its env died or hung (or could not be
-    restarted) with restarts off or their budget spent. Its last error is raised once, in
+    restarted) with restarts off, or its restart budget is spent (by default, a crash
+    loop: ``max_restarts + 1`` failures in a row with no progress between, an env that
+    raises at every request included). Its last error is raised once, in
     place of its state; from then on it is out of ``pool.active_ids`` and in
     ``pool.removed``, and every call naming it raises this error. ``worker_id`` says which
     (None when the pool has no worker left), and ``__cause__`` is that last error.

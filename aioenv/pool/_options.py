@@ -34,14 +34,20 @@ class PoolOptions(EpisodeOptions, Supervision):
         ``step_timeout`` per transition it plays.
     :param restart: ``"never"`` (default) or ``"on_failure"``: rebuild a worker's env after
         an env exception, a death or a timeout; the state in flight is replaced by the new
-        env's reset state, marked in ``info["aioenv"]``.
-    :param max_restarts: restarts allowed per worker within ``restart_window`` (default
-        10); the failure that would make one more within the window is raised instead,
-        and the worker is given up.
-    :param restart_window: seconds over which ``max_restarts`` counts a worker's restarts
-        (default 10): a sliding window over the times of its failures, so rare failures
-        never use up the budget while a crash loop does within seconds. None: restarts
-        are counted over the worker's lifetime.
+        env's reset state, marked in ``info["aioenv"]``. With ``"never"`` no restart budget
+        applies: an env that raised is kept (``EnvError`` for that request), one that
+        died or hung gives its worker up.
+    :param max_restarts: a worker's restart budget (default 10). By default (no
+        ``restart_window``) it is given up only in a crash loop: its env fails
+        ``max_restarts + 1`` times in a row with no progress between (a successful step,
+        reset or rollout segment; a new env's starting reset, a reconnect, is none), so a
+        flaky env that keeps making progress is restarted for as long as it runs, while one
+        that fails at every start or raises at every request is given up. The failure
+        that finds the budget spent is raised instead, and the worker is given up.
+    :param restart_window: None (default): the crash-loop rule above. Seconds: the rate
+        rule instead, at most ``max_restarts`` restarts within any window that long (a
+        sliding window over the times of the failures; progress does not count);
+        ``math.inf``: ``max_restarts`` restarts over the worker's lifetime.
     :param restart_backoff: seconds before a restart (default 0), doubling for back-to-back
         failures, at most 10.
     :param on_failure: called with every failure (a :class:`~aioenv.WorkerError`),

@@ -43,12 +43,14 @@ __all__ = [
 #: set: simulators can take far longer to start than to step.
 DEFAULT_START_TIMEOUT = 60.0
 
-#: The default restart budget: at most this many restarts of a worker within
-#: :data:`DEFAULT_RESTART_WINDOW` seconds. A worker whose env hangs now and then (even
-#: one hang every 10 s, each costing a short ``step_timeout``) keeps its restarts for
-#: days; an env failing at every start uses them up within seconds.
+#: The default restart budget: a worker is given up once its env fails
+#: ``DEFAULT_MAX_RESTARTS + 1`` times in a row with no progress between the failures (a
+#: crash loop; see :class:`Supervisor`). An env that makes progress between its failures
+#: is restarted for as long as it does, however often it fails and however long the run.
 DEFAULT_MAX_RESTARTS = 10
-DEFAULT_RESTART_WINDOW = 10.0
+#: No window: the crash-loop rule above. A number of seconds asks for the rate rule
+#: instead (at most ``max_restarts`` restarts within any window that long).
+DEFAULT_RESTART_WINDOW: float | None = None
 
 #: Which deadline a request gets: building an env plus its first reset, a reset, a step,
 #: a step that may also reset an env (autoreset), or a rollout segment.
@@ -73,12 +75,19 @@ class Supervision:
         step that may also reset (autoreset ``"same_step"``, or ``"next_step"`` after an
         episode ended) gets ``step_timeout + reset_timeout``.
     :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild the env after an
-        env exception, a death or a timeout.
-    :param max_restarts: at most this many restarts per worker within ``restart_window``
-        (default 10); the failure that would make one more gives the worker up.
-    :param restart_window: seconds over which restarts are counted (default 10): a
-        sliding window over the times of the worker's failures. None: restarts are
-        counted over the worker's lifetime.
+        env exception, a death or a timeout. With ``"never"`` no restart budget applies:
+        an env that raised is kept (the request raises :class:`~aioenv.EnvError`), one
+        that died or hung gives its worker up.
+    :param max_restarts: the restart budget of a worker (default 10). Without a
+        ``restart_window`` (the default): restarts in a row with no progress between
+        them; the failure after ``max_restarts`` such restarts (the ``max_restarts + 1``-th
+        failure in a row) gives the worker up. Progress is a state the env answered to a
+        request after its start: a successful step, reset or rollout segment, not the
+        reset that starts a new env (a restart, a reconnect). With a window: at most this
+        many restarts within it.
+    :param restart_window: None (the default): the crash-loop rule above. Seconds: the
+        rate rule instead, a sliding window over the times of the worker's failures (its
+        successes do not count); ``math.inf`` counts restarts over the worker's lifetime.
     :param restart_backoff: seconds to wait before the first restart (default 0), doubling
         for back-to-back failures, capped at 10 s.
     :param on_failure: called with every failure, restarted or not (default None).
@@ -217,9 +226,18 @@ class Supervisor:
     (and when), back-to-back failures, and what to do about the next failure: restart the
     env (after a backoff, with a deterministic seed) or raise the error.
 
-    The restart budget is a rate: a restart is allowed while fewer than ``max_restarts``
-    restarts fall within the last ``restart_window`` seconds (all of them when the window
-    is None), counted at the times of the failures that caused them.
+    The restart budget (:meth:`_take_restart`, the one implementation of it, for every
+    worker kind) is one of two rules. Without a ``restart_window`` (the default), the
+    crash-loop rule: a restart is allowed while the env has failed at most
+    ``max_restarts`` times since its last progress (a state answered after its start:
+    the reset that starts a new env is no progress); so an env that keeps making progress
+    between failures is restarted for as long as it runs, and one that never does (it
+    fails at every start, or raises at every request) is given up after ``max_restarts``
+    restarts. With a ``restart_window``, the rate rule: a restart is allowed while fewer
+    than ``max_restarts`` restarts fall within the last ``restart_window`` seconds,
+    counted at the times of the failures that caused them. Either way, the failure that
+    finds the budget spent gives the worker up for good (the env is dropped, whether it
+    died or merely raised).
 
     The worker owns it and drives it: it arms a deadline for each request, reports each
     answer and failure, and gives it :class:`Remedies` to act through. Timers run on a
@@ -241,7 +259,12 @@ class Supervisor:
         #: The env failed while no request was in flight: the next request restarts it.
         self.pending_restart: str | None = None
         self._remedies = remedies
+        #: Failures with no answer of any kind between them (the backoff doubles on them).
         self._consecutive_failures = 0
+        #: Failures since the env last made progress (the crash-loop rule counts them).
+        self._failures_since_progress = 0
+        #: The answer being handled is the first of a new env (its start: no progress).
+        self._answer_starts = False
         self._restart_reason: str | None = None
         #: What the request in flight is (see :func:`request_phase`), and how many
         #: transitions it plays (a rollout segment: its deadline is that many step
@@ -308,32 +331,43 @@ class Supervisor:
             self.disarm()
         first = self.starting
         self.starting = False
+        self._answer_starts = first
         return first
 
     def succeeded(self) -> str | None:
-        """The answer was a state: the failure streak ends. Returns the reason of the
-        restart this completes (the worker annotates the state with it), or None."""
+        """The answer was a state: the failure streak ends, and unless the answer was a
+        new env's first (its start, a reconnect), the env made progress. Returns the
+        reason of the restart this completes (the worker annotates the state with it), or
+        None."""
         self._consecutive_failures = 0
+        if not self._answer_starts:
+            self._failures_since_progress = 0
         reason, self._restart_reason = self._restart_reason, None
         return reason
 
     def failed(self, error: WorkerError, *, env_gone: bool, in_flight: int, clock: Clock) -> None:
         """Act on a failure of request ``in_flight`` (0: none was in flight): report it to
         ``on_failure``, then restart the env if the policy and budget allow, else raise it.
-        ``env_gone``: the env died or hung, so it cannot serve another request."""
+        ``env_gone``: the env died or hung, so it cannot serve another request. The error
+        is for good (the worker is given up) when the env is gone and no restart follows,
+        or when restarts are on and the budget is spent; with restarts off, an env that
+        merely raised is kept."""
         self.disarm()
         options, remedies = self.options, self._remedies
         self._restart_reason = None
         self._consecutive_failures += 1
-        restarting = options.restart == "on_failure" and self._take_restart(clock.time())
+        self._failures_since_progress += 1
+        restarts_on = options.restart == "on_failure"
+        restarting = restarts_on and self._take_restart(clock.time())
         if options.on_failure is not None:
             options.on_failure(error)
-        if restarting or env_gone:
+        for_good = not restarting and (env_gone or restarts_on)
+        if restarting or for_good:
             remedies.fail_controls(error)
         if not restarting:
-            if env_gone:
-                remedies.discard_env(True)
-            remedies.fail(error, env_gone)
+            if for_good:
+                remedies.discard_env(env_gone)
+            remedies.fail(error, for_good)
             return
         remedies.discard_env(env_gone)
         reason = describe_failure(error)
@@ -344,14 +378,19 @@ class Supervisor:
         self._scheduled = (clock.call_later(delay, self.restart, in_flight, reason), reason)
 
     def _take_restart(self, now: float) -> bool:
-        """Spend one restart on a failure at ``now``; False: the budget is used up."""
-        window, times = self.options.restart_window, self._restart_times
-        if window is not None:
+        """Spend one restart on a failure at ``now``; False: the budget is used up (see
+        the class's docstring for the two rules)."""
+        window, max_restarts = self.options.restart_window, self.options.max_restarts
+        if window is None:  # the crash-loop rule: failures since the last progress
+            if self._failures_since_progress > max_restarts:
+                return False
+        else:  # the rate rule: restarts within the last ``window`` seconds
+            times = self._restart_times
             while times and times[0] <= now - window:
                 times.popleft()
-        if len(times) >= self.options.max_restarts:
-            return False
-        times.append(now)
+            if len(times) >= max_restarts:
+                return False
+            times.append(now)
         self.restarts += 1
         return True
 

@@ -12,7 +12,9 @@ garbage, failing resets, deaths by exit/SIGKILL/SIGSEGV, hangs, steps past the d
 slow steps that are no fault), one every ``--interval`` seconds or so, in a shuffled
 order, beside env exceptions at random (``--fault-rate`` per step). The invariants,
 checked continuously: every healthy step answered exactly once by its own state; every
-fault answered by a restart (the vector env: by the error the fault stands for); nothing
+fault answered by a restart (the vector env: by the error the fault stands for); no
+worker of the pool given up (it runs the default restart budget, which gives a worker up
+only in a crash loop, while every worker here makes progress between its faults); nothing
 hangs; and afterwards no process, thread, file descriptor, shared-memory file or Ray actor
 is left. The run must also prove itself: each fault of each worker kind that can suffer
 it, restarts and checked states at least a number that grows with ``--seconds``, else it
@@ -162,6 +164,11 @@ class Soak:
         self.cycle: dict[int, list[str]] = {}
         self.due: dict[int, float] = {}
         self.pending: set[int] = set()  # workers whose scheduled fault is not answered yet
+        #: Workers whose env was restarted and has answered no healthy step since: their
+        #: next scheduled fault waits for one, so that every env makes progress between
+        #: its faults, as a flaky env does (back-to-back faults with none between are a
+        #: crash loop, which the default restart budget gives up).
+        self.fresh: set[int] = set()
         self.arrangements = arrangements
         self.stalls = LoopStalls()
 
@@ -217,9 +224,10 @@ class Soak:
 
     def _scheduled(self, worker_id: int, now: float) -> str | None:
         """The worker's next fault in its shuffled cycle through its kind's faults, once
-        its time has come (measured from its last recovery)."""
+        its time has come (measured from its last recovery) and its env made progress
+        since its last restart."""
         due = self.due.setdefault(worker_id, now + self._gap())
-        if now < due:
+        if now < due or worker_id in self.fresh:
             return None
         if not self.cycle.get(worker_id):
             faults = list(FAULTS_OF_KIND[kind_of(self.arrangement[worker_id])])
@@ -323,6 +331,10 @@ class Soak:
                 f"reason ({reason})"
             )
             self.counts["wrong"] += 1
+        if restarted:
+            self.fresh.add(worker_id)
+        else:
+            self.fresh.discard(worker_id)  # a healthy step or reset: progress
         if restarted and not due:  # a cut-short step, or a reset answering a failed reset
             self.counts["restarts seen"] += 1
             self.counts[f"restarts:{arrangement}"] += 1
@@ -358,8 +370,7 @@ class Soak:
             self.workers(),
             step_timeout=STEP_TIMEOUT,
             start_timeout=60.0,
-            restart="on_failure",
-            max_restarts=10**9,
+            restart="on_failure",  # under the default restart budget: see the docstring
             cleanup_time=2.0,
         )
         async with pool, self.stalls.watching():
@@ -369,7 +380,15 @@ class Soak:
             deadline = time.monotonic() + seconds
             last_report = time.monotonic()
             while self.expect:
-                result = await pool.get_state(timeout=1.0)
+                try:
+                    result = await pool.get_state(timeout=1.0)
+                except aioenv.WorkerError as error:  # a worker given up: its error, once
+                    self.violations.append(
+                        f"worker {error.worker_id} given up by the default restart budget "
+                        f"(no crash loop here): {error!r}"
+                    )
+                    self.expect.pop(error.worker_id, None)  # type: ignore[arg-type]
+                    continue
                 now = time.monotonic()
                 for worker_id, (_, fault, sent) in self.expect.items():
                     if now - sent > HANG_LIMIT:
