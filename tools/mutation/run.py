@@ -22,6 +22,11 @@ Outputs (``--out``): ``results.json`` (every mutant: its id, function, change, s
 ``summary.txt`` (per function: mutants, killed, survived) and ``survivors.diff``.
 ``run.py compare A/results.json B/results.json`` lists the mutants A kills and B does not
 (say A the old suite, ``--pytest-args=--matrix=full``, and B ``make test``'s default).
+
+Why not mutmut: mutmut 3.8.1 (its trampolines, its per-test selection, pytest run inside
+forks of its own process) reported every mutant of ``episode_open`` killed within a
+second, among them ``return False`` made ``return True``, which the same tests pass in a
+plain pytest run: its forked runs fail here for reasons of their own.
 """
 
 from __future__ import annotations
