@@ -9,8 +9,9 @@ FLOORS_VENV ?= .venv-floors
 FLOORS_STAMP := $(FLOORS_VENV)/.installed
 
 EXTRAS_STAMP := $(VENV)/.installed-extras
+MUTATION_STAMP := $(VENV)/.installed-mutation
 
-.PHONY: install test test-full test-floors coverage test-extras lint demo soak bench bench-quick docs clean
+.PHONY: install test test-full test-floors coverage test-extras lint demo soak bench bench-quick docs mutation clean
 
 SOAK_SECONDS ?= 180
 
@@ -88,9 +89,9 @@ test-extras: $(EXTRAS_STAMP)
 # mypy --strict checks the integration modules against the typed packages they import
 # (Starlette, uvicorn, websockets, Stable-Baselines3), so lint installs the extras first.
 lint: $(EXTRAS_STAMP)
-	$(BIN)/ruff check aioenv tests examples benchmarks
-	$(BIN)/ruff format --check aioenv tests examples benchmarks
-	$(BIN)/mypy --strict aioenv
+	$(BIN)/ruff check aioenv tests examples benchmarks tools
+	$(BIN)/ruff format --check aioenv tests examples benchmarks tools
+	$(BIN)/mypy --strict aioenv tools/mutation
 
 demo: $(STAMP)
 	$(BIN)/python examples/async_loop.py
@@ -121,8 +122,20 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 docs: $(DOCS_STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
+# The mutation check of the rules users depend on (tools/mutation/functions.toml names the
+# functions, by rule): each function's mutants run against the tests that reach it (a
+# coverage run of the suite maps them, cached in .mutation/); reports in mutation-report/.
+# MUTATION_ARGS passes options, say --rules seeding, --jobs 2, or --pytest-args
+# "--matrix=full" (then tools/mutation/run.py compare A/results.json B/results.json).
+$(MUTATION_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,mutation]'
+	touch $(MUTATION_STAMP)
+
+mutation: $(MUTATION_STAMP)
+	$(BIN)/python tools/mutation/run.py $(MUTATION_ARGS)
+
 soak: $(STAMP)
 	$(BIN)/python tests/faults/soak.py --seconds $(SOAK_SECONDS)
 
 clean:
-	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache .ruff_cache docs/_build
+	rm -rf $(VENV) .venv-* .pytest_cache .mypy_cache .ruff_cache docs/_build .mutation mutation-report
