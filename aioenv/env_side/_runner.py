@@ -64,6 +64,9 @@ class EnvRunner:
         #: stopped, or the state last answered by hand (one store per step on the hot
         #: path; a :meth:`step_row` tuple in a batch), or None (a reset).
         self.last: Any = None
+        #: What :attr:`last` was before the request that failed last (a failure's only
+        #: bookkeeping: envs restarted in line cut short the episode it left open).
+        self.previous: Any = None
 
     @property
     def needs_reset(self) -> bool:
@@ -157,8 +160,8 @@ class EnvRunner:
         """:meth:`step`'s plan."""
         env = self.env
         if env is None and (env := self._built()) is None:
-            self.last = self.build_failure
-            return self.build_failure
+            assert self.build_failure is not None
+            return self._failed(self.build_failure)
         try:
             if self._needs_reset:  # autoreset "next_step": this action is ignored
                 self.last = state = yield self._reset(env, None, None)
@@ -173,7 +176,12 @@ class EnvRunner:
 
     def _step_failure(self, exc: Exception) -> Failure:
         """What a step whose env raised ``exc`` answers."""
-        self.last = failure = Failure.from_exception(exc, "step")
+        return self._failed(Failure.from_exception(exc, "step"))
+
+    def _failed(self, failure: Failure) -> Failure:
+        """``failure`` answers the request: kept as :attr:`last`, what was there as
+        :attr:`previous`."""
+        self.previous, self.last = self.last, failure
         return failure
 
     def step_row(self, action: Any) -> Any:
@@ -211,8 +219,7 @@ class EnvRunner:
                     return row
             state = gymnasium_step(gym, result)
         except Exception as exc:
-            self.last = failure = Failure.from_exception(exc, "step")
-            return failure
+            return self._failed(Failure.from_exception(exc, "step"))
         assert self.env is not None
         state, reset_now = self._settle(self.env, state)
         return drive(self._autoreset_plan(self.env, state)) if reset_now else state
@@ -225,8 +232,7 @@ class EnvRunner:
         try:
             state, reset_now = self._end_of_step(env, state)
         except Exception as exc:
-            self.last = failure = Failure.from_exception(exc, "autoreset")
-            return failure, False
+            return self._failed(Failure.from_exception(exc, "autoreset")), False
         if not reset_now:
             self.last = state
         return state, reset_now
@@ -237,8 +243,7 @@ class EnvRunner:
         try:
             state = with_reset(last, (yield self._reset(env, None, None)))
         except Exception as exc:
-            self.last = failure = Failure.from_exception(exc, "autoreset")
-            return failure
+            return self._failed(Failure.from_exception(exc, "autoreset"))
         self.last = state
         return state
 

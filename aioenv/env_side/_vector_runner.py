@@ -10,7 +10,7 @@ message per batch each way, and the parent does no work per env.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -108,6 +108,10 @@ class VectorRunner:
         #: Where a Box batch is stacked when every row fits it exactly: the worker's
         #: shared memory, which the reply then points to instead of copying into it.
         self.stack_into: np.ndarray[Any, Any] | None = None
+        #: What answers in place of an env's failure (envs restarted in line, see
+        #: :mod:`aioenv.vector._inline_restarts`): ``recover(env, request, failure)``, the
+        #: env's state or the failure to report. None: the failure is reported.
+        self.recover: Callable[[int, Any, Failure], Any] | None = None
 
     @property
     def built(self) -> bool:
@@ -176,6 +180,8 @@ class VectorRunner:
             if not mask[index]:
                 continue
             state = runner.reset(seeds[index], options)
+            if isinstance(state, Failure) and self.recover is not None:
+                state = self.recover(index, Reset(seeds[index], options), state)
             if isinstance(state, Failure):
                 failures.append(_in_env(state, index))
             states.append((index, state))
@@ -240,7 +246,10 @@ class VectorRunner:
                 if not isinstance(state, Step):
                     if not isinstance(state, Failure):
                         return Failure.from_exception(TypeError(_NOT_STEPS), "step")
-                    failures.append(_in_env(state, index))
+                    if self.recover is not None:
+                        state = self.recover(index, request, state)
+                    if isinstance(state, Failure):
+                        failures.append(_in_env(state, index))
             states.append(state)
         if failures:
             return _first_of(failures)

@@ -16,9 +16,13 @@ time slices at every hand-off, and the envs step faster in line. The choice is m
 while the envs run, a child only adapts how it waits (see
 :mod:`aioenv.env_side._idle_spin`), since an env's state cannot move between processes.
 
-Pool options (``restart=``, ``step_timeout=``, ...) need workers, so the envs cannot step
-in line; where the rule places children, they still step in those children: a long run
-that asks for restarts steps as fast as one that does not. Where it would step them in
+Restarts (``restart="on_failure"``, its budget, ``on_failure``) do not move the envs: envs
+in line are restarted env by env, as a process worker of one env is (see
+:mod:`._inline_restarts`), so a cheap env that asks for restarts steps as fast as one
+that does not. Deadlines (``step_timeout=`` and the like, ``episode_timeout=``: a step in
+the calling thread cannot be abandoned) and the other pool options need workers, so the
+envs cannot step in line; where the rule places children, they still step in those
+children. Where it would step them in
 line, they are grouped as ``mode="process"`` groups them (on 2 cores, one child of all
 of them: such cheap envs pay for each further child more than it saves). An option that
 groups the envs itself (:data:`LAYOUT_OPTIONS`) leaves the grouping to the pool.
@@ -78,6 +82,9 @@ PER_CHILD = 100e-6
 #: Pool options that decide how envs are grouped into workers themselves: given one, the
 #: pool's own grouping applies (see :func:`~aioenv.vector._layout.grouped`).
 LAYOUT_OPTIONS = frozenset({"envs_per_worker", "envs_per_process", "episode_timeout"})
+#: Pool options that hold a step to a deadline (an episode to its budget): a step in the
+#: calling thread cannot be abandoned, so they need the envs in workers.
+DEADLINE_OPTIONS = frozenset({"step_timeout", "reset_timeout", "start_timeout", "episode_timeout"})
 #: Children must be estimated this much faster than stepping in line to be chosen: in
 #: line there is nothing to start and nothing to lose.
 MARGIN = 1.1
@@ -345,12 +352,28 @@ def _listed(options: list[str]) -> str:
 
 
 def _needs_workers(options: list[str]) -> str:
-    """Why pool options keep the envs out of line, as a clause of a reason."""
-    what = "is a pool option" if len(options) == 1 else "are pool options"
-    return (
-        f"{_listed(options)} {what}, which only a pool of workers applies, so the envs "
-        "cannot step in line (mode='inline' has no pool)"
-    )
+    """Why pool options keep the envs out of line, as a clause of a reason (restarts do
+    not: envs in line are restarted too)."""
+    no_pool = " (mode='inline' has no pool)" if set(options) - DEADLINE_OPTIONS else ""
+    return f"{_why_not_inline(options)}, so the envs cannot step in line{no_pool}"
+
+
+def _why_not_inline(options: list[str]) -> str:
+    """What ``options`` are that envs in line cannot have: deadlines (a step in the
+    calling thread cannot be abandoned) and the options of a pool."""
+    deadlines = [option for option in options if option in DEADLINE_OPTIONS]
+    others = [option for option in options if option not in DEADLINE_OPTIONS]
+    clauses = []
+    if deadlines:
+        what = "sets a deadline" if len(deadlines) == 1 else "set deadlines"
+        clauses.append(
+            f"{_listed(deadlines)} {what}, which a step in the calling thread cannot be held "
+            "to (it cannot be abandoned; a worker's can)"
+        )
+    if others:
+        what = "is a pool option" if len(others) == 1 else "are pool options"
+        clauses.append(f"{_listed(others)} {what}, which only a pool of workers applies")
+    return ", and ".join(reversed(clauses))
 
 
 def _children_cost(step: float, per_worker: int, children: int) -> float:
@@ -363,10 +386,9 @@ def _inline(
     """The envs of ``mode="inline"``, or why the options need another mode."""
     unknown = sorted(set(options) - INLINE_OPTIONS)
     if unknown:
-        what = "is a pool option" if len(unknown) == 1 else "are pool options"
         raise TypeError(
             f"mode='inline' steps the envs in the calling thread, with no pool, and "
-            f"{_listed(unknown)} {what}, which only a pool of workers applies; pass "
-            "mode='sync', 'thread' or 'process' (or leave mode='auto' to choose)"
+            f"{_why_not_inline(unknown)}; pass mode='sync', 'thread' or 'process' (or leave "
+            "mode='auto' to choose)"
         )
     return InlineEnvs(sources, autoreset, **options)

@@ -7,7 +7,10 @@ worker runs in its child, so autoreset modes, seeds, reset masks, time limits, i
 failures mean exactly what they mean there; only the pool around it is missing, and with it
 its cost (an event loop run and the pool's bookkeeping per call, tens of microseconds: more
 than a CartPole step of several envs). A step here costs about what ``SyncVectorEnv``'s
-costs. What needs a pool (step timeouts, restarts, other worker kinds) needs another mode.
+costs. Restarts (``restart="on_failure"`` and its budget) work in line too, env by env, as
+a process worker of one env restarts its env (:mod:`._inline_restarts`); what needs a
+worker to abandon a step (deadlines: ``step_timeout`` and the like, ``episode_timeout``)
+or another worker kind needs another mode.
 """
 
 from __future__ import annotations
@@ -15,15 +18,22 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
+
+from ..core._commands import Reset
 from ..core._environment import EnvSource, VectorSource
 from ..core._errors import EnvError, WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..core._seeds import reset_mask
 from ..env_side._vector_runner import VectorRunner
+from ..workers._supervision import Supervision
+from ._inline_restarts import RESTART_OPTIONS, InlineRestarts
+from ._runtime import env_given_up
 
 __all__ = ["INLINE_OPTIONS", "InlineEnvs"]
 
 #: The pool options an inline vector env takes; the others configure a pool.
-INLINE_OPTIONS = frozenset({"seed", "max_episode_steps"})
+INLINE_OPTIONS = frozenset({"seed", "max_episode_steps"}) | RESTART_OPTIONS
 
 #: Requests are numbered as a worker's are; there is only one "worker" here.
 _WORKER_ID = 0
@@ -47,13 +57,20 @@ class InlineEnvs:
         autoreset: object,
         seed: int | None = None,
         max_episode_steps: int | None = None,
+        **supervision: Any,
     ) -> None:
         episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
+        options = Supervision(**supervision)
         self.autoreset: str = episode.autoreset
         self.num_envs = len(sources)
         self.name = f"inline envs 0-{self.num_envs - 1}"
         self.closed = False
         self._runner = VectorRunner(VectorSource(tuple(sources)), seed, episode)
+        #: Each env's supervision (restarts, ``on_failure``); None: an env's error is the
+        #: request's, and nothing else happens.
+        self.restarts: InlineRestarts | None = None
+        if options.restart == "on_failure" or options.on_failure is not None:
+            self.restarts = InlineRestarts(self._runner, sources, seed, episode, options)
         self._pending: list[Any] = []  # a request sent and not yet taken (at most one)
         #: The pipelined calls' requests not yet answered, by env, in the order sent.
         self._queued: dict[int, Any] = {}
@@ -72,7 +89,9 @@ class InlineEnvs:
         """Step every env with its action of the batch ``actions``: their BatchStep (a
         WorkerError for an env's failure). The lockstep hot path: nothing but the runner's
         own work, the batch split once, by the runner."""
-        runner = self._runner
+        runner, restarts = self._runner, self.restarts
+        if restarts is not None:
+            self._check_usable()
         rows = runner.split(actions)
         if len(rows) != self.num_envs:
             raise ValueError(
@@ -80,17 +99,21 @@ class InlineEnvs:
             )
         result = runner.step_rows(rows)
         if isinstance(result, Failure):
-            raise self._error(result)
+            raise self._failed(result)
+        if restarts is not None and restarts.unsettled:
+            restarts.progress(range(self.num_envs))
         return result
 
     # What the vector env asks of its envs (see ``_vector_runtime.Envs``) -----------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
         """Answer the request (a batch of actions, or a reset): the envs' BatchStep, or
         the error."""
+        self._check_usable()
         return self._answer(requests[0])
 
     def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
         """Hold the request: the pipelined calls' work happens when its result is taken."""
+        self._check_usable()
         self._pending[:] = [requests[0]]
 
     def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
@@ -108,6 +131,7 @@ class InlineEnvs:
         """Queue ``requests[k]`` for env ``env_ids[k]``: an action, or with ``resets`` a
         reset with that env's own seed. It is answered by a later :meth:`answer_queued`,
         in the order queued."""
+        self._check_usable()
         self._queued.update(zip(env_ids, requests, strict=True))
         if resets:
             self._resets.update(env_ids)
@@ -123,9 +147,13 @@ class InlineEnvs:
         resets = bool(self._resets)  # some are async_reset's: each request is looked at
         if resets:
             self._resets.difference_update(envs)
+        self._check_usable()
         result = self._runner.answer_envs(envs, requests, resets)
         if isinstance(result, Failure):
-            raise self._error(result)
+            raise self._failed(result)
+        restarts = self.restarts
+        if restarts is not None and restarts.unsettled:
+            restarts.progress(envs)
         return envs, result
 
     def idle(self, env_ids: list[int]) -> bool:
@@ -180,10 +208,38 @@ class InlineEnvs:
     def _answer(self, request: Any) -> tuple[list[Any], list[WorkerError]]:
         result = self._runner.handle(request)
         if isinstance(result, Failure):
-            return [], [self._error(result)]
+            return [], [self._failed(result)]
+        restarts = self.restarts
+        if restarts is not None and restarts.unsettled:
+            restarts.progress(self._answered(request))
         return [result], []
 
+    def _answered(self, request: Any) -> range | list[int]:
+        """The envs that answered ``request`` (a reset's mask leaves some out)."""
+        options = request.options if isinstance(request, Reset) else None
+        mask, _ = reset_mask(options, self.num_envs)
+        return range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
+
+    def _failed(self, failure: Failure) -> WorkerError:
+        """The error a request whose answer is ``failure`` raises: an env given up on
+        (restarts on, its budget spent) raises the error that gave it up, as a pool's
+        worker does; else the env's error, named after this group."""
+        if self.restarts is not None:
+            given_up = self.restarts.take_given_up()
+            if given_up is not None:
+                return given_up
+        return self._error(failure)
+
+    def _check_usable(self) -> None:
+        """WorkerRemoved once an env was given up on: the vector env cannot go on."""
+        restarts = self.restarts
+        if restarts is not None and restarts.removed:
+            index = min(restarts.removed)
+            error = restarts.removed[index]
+            raise env_given_up(f"env {index}", restarts.envs[index].name, error, _WORKER_ID)
+
     def _control(self, request: ControlRequest) -> Any:
+        self._check_usable()
         result = self._runner.control(request)
         if isinstance(result, Failure):
             raise self._error(result)

@@ -24,6 +24,7 @@ __all__ = [
     "Envs",
     "Runtime",
     "as_raised",
+    "env_given_up",
     "collect",
     "dispatch",
     "exchange",
@@ -188,15 +189,22 @@ def cannot_go_on(pool: WorkerPool[Any]) -> WorkerRemoved:
     first = sum(worker.num_envs for worker in pool.workers[:worker_id])
     size = pool.workers[worker_id].num_envs
     envs = f"env {first}" if size == 1 else f"envs {first}-{first + size - 1}"
-    error = WorkerRemoved(
-        f"{envs} of the AioVectorEnv ({pool.workers[worker_id].name}) failed for good and "
-        f"was given up on ({describe_failure(removed[worker_id])}); an AioVectorEnv has a "
-        "fixed number of envs and cannot go on without it: close it and make a new one "
-        "(restart='on_failure' rebuilds a failed env instead of giving it up)",
+    return env_given_up(envs, pool.workers[worker_id].name, removed[worker_id], worker_id)
+
+
+def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> WorkerRemoved:
+    """The error of every call on a vector env that gave up on ``envs`` (``name``'s, given
+    up for ``error``): its pool's worker, or an env stepped in line whose restart budget
+    was spent."""
+    removed = WorkerRemoved(
+        f"{envs} of the AioVectorEnv ({name}) failed for good and was given up on "
+        f"({describe_failure(error)}); an AioVectorEnv has a fixed number of envs and cannot "
+        "go on without it: close it and make a new one (restart='on_failure' rebuilds a "
+        "failed env instead of giving it up, within its restart budget: max_restarts)",
         worker_id,
     )
-    error.__cause__ = removed[worker_id]
-    return error
+    removed.__cause__ = error
+    return removed
 
 
 async def _set_idle_spin(pool: WorkerPool[Any], seconds: float) -> None:

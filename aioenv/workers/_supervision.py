@@ -284,6 +284,18 @@ class Supervisor:
         self.has_deadlines = options.has_deadlines
         self.episode_timeout = options.episode_timeout
 
+    @property
+    def settled(self) -> bool:
+        """The env answered since it started and no failure is counted against it: an
+        answer now would change nothing here (a caller that reports answers only where
+        they count, envs stepped in line, skips it)."""
+        return (
+            not self.starting
+            and not self._consecutive_failures
+            and not self._failures_since_progress
+            and self._restart_reason is None
+        )
+
     # Deadlines -------------------------------------------------------------------------
     @property
     def phase(self) -> Phase:

@@ -1,0 +1,355 @@
+"""Restarts of envs stepped in line (``mode="inline"`` with ``restart="on_failure"``).
+
+Each env is supervised as a process worker of one env (``envs_per_worker=1``) is: by a
+:class:`~aioenv.workers._supervision.Supervisor` of its own, the one implementation of
+the restart budget (the crash-loop rule, or the rate rule with a ``restart_window``),
+the backoff, the deterministic restart seeds and ``on_failure``; here it runs on
+:class:`InlineClock`, which calls what the supervisor schedules in the calling thread.
+An env that raises is rebuilt and its episode ends by the cut-short rule of
+:mod:`aioenv.core._restarts`, as :class:`~aioenv.workers._base.Worker` ends it: the
+same transitions and infos as the process path, env by env; the other envs are
+untouched. An env whose budget is spent is given up, as a pool gives up its worker: the
+request raises its error, and the vector env cannot go on
+(:func:`~aioenv.vector._runtime.env_given_up`).
+
+Nothing of this runs while no env fails: the runner calls :meth:`InlineRestarts.recover`
+in place of reporting a failure, an env waiting for its restart answers through a
+stand-in runner (:class:`_Pending`), and answers are reported to the supervisors only of
+the envs with a failure counted against them (:meth:`InlineRestarts.progress`).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..core._commands import RESET, Reset, is_reset
+from ..core._environment import EnvSource, Step, describe_source
+from ..core._errors import EnvError, WorkerError
+from ..core._messages import EpisodeOptions, Failure
+from ..core._restarts import cut_short, episode_open, mark_restarted, restart_marker
+from ..core._seeds import worker_seeds
+from ..env_side._runner import EnvRunner
+from ..env_side._vector_runner import VectorRunner
+from ..workers._supervision import Remedies, Supervision, Supervisor
+
+__all__ = ["RESTART_OPTIONS", "InlineClock", "InlineRestarts"]
+
+#: The supervision options envs stepped in line take (deadlines need a worker to abandon).
+RESTART_OPTIONS = frozenset(
+    {"restart", "max_restarts", "restart_window", "restart_backoff", "on_failure"}
+)
+
+#: The request in flight, as a supervisor numbers it: an env in line has one at a time.
+_IN_FLIGHT = 1
+
+
+class _Call:
+    """A call :class:`InlineClock` was asked to make later (cancellable)."""
+
+    __slots__ = ("args", "callback", "cancelled", "delay")
+
+    def __init__(self, delay: float, callback: Callable[..., object], args: tuple[Any, ...]):
+        self.delay, self.callback, self.args = delay, callback, args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class InlineClock:
+    """A :class:`~aioenv.workers._supervision.Clock` for supervisors in the calling thread:
+    its time is the monotonic clock; a call asked for later is queued, and :meth:`run`
+    makes the queued calls in order, each after sleeping its delay (a restart's backoff
+    holds the caller up, as everything in line does). A call may queue more (a restart
+    whose new env fails again): they run in the same loop, not nested."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[_Call] = collections.deque()
+
+    def time(self) -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> _Call:
+        call = _Call(delay, callback, args)
+        self._queue.append(call)
+        return call
+
+    def run(self) -> None:
+        queue = self._queue
+        while queue:
+            call = queue.popleft()
+            if call.cancelled:
+                continue
+            if call.delay > 0:
+                time.sleep(call.delay)
+            call.callback(*call.args)
+
+
+class InlineRestarts:
+    """The supervision of every env of an :class:`~aioenv.env_side._vector_runner.VectorRunner`
+    stepped in line: installed as its ``recover``, it answers an env's failure with what a
+    process worker of that env would have answered."""
+
+    def __init__(
+        self,
+        runner: VectorRunner,
+        sources: list[EnvSource],
+        seed: int | None,
+        episode: EpisodeOptions,
+        options: Supervision,
+    ) -> None:
+        self.runner = runner
+        self.episode = episode
+        self.clock = InlineClock()
+        self.failures = 0
+        callback = options.on_failure
+        options = Supervision(
+            restart=options.restart,
+            max_restarts=options.max_restarts,
+            restart_window=options.restart_window,
+            restart_backoff=options.restart_backoff,
+            on_failure=lambda error: self._report(callback, error),
+        )
+        # The seeds the runner gave its envs: a restart's seed is drawn from its env's, as
+        # a worker's is from the worker's (a process worker of one env has that seed).
+        seeds = worker_seeds(seed, len(sources))
+        self.envs = [
+            _EnvRestarts(self, index, source, env_seed, options)
+            for index, (source, env_seed) in enumerate(zip(sources, seeds, strict=True))
+        ]
+        #: The envs whose supervisor an answer would change (every env, until it answered).
+        self.unsettled: set[int] = set(range(len(sources)))
+        #: The envs given up on, with the error that did it.
+        self.removed: dict[int, WorkerError] = {}
+        #: Envs answered by a restart in the request being answered (no progress of theirs).
+        self._restarted: set[int] = set()
+        #: The error of the env given up on in the request being answered.
+        self._given_up: WorkerError | None = None
+        runner.recover = self.recover
+
+    @property
+    def restarts(self) -> int:
+        """Restarts so far, over all envs."""
+        return sum(env.supervisor.restarts for env in self.envs)
+
+    def recover(self, index: int, request: Any, failure: Failure) -> Any:
+        """What env ``index`` answers to ``request`` in place of ``failure``: the step
+        that cuts its episode short, or its new env's first state; ``failure`` (or the
+        last of the new envs') where none answers (restarts off, or the budget spent)."""
+        if index in self.removed:
+            return failure
+        self.unsettled.add(index)
+        self._restarted.add(index)
+        return self.envs[index].failed(request, failure)
+
+    def progress(self, envs: Iterable[int]) -> None:
+        """The envs ``envs`` answered the request (a state each): where a failure is
+        counted against one (or it had not answered yet), its supervisor hears of it,
+        unless a restart answered for it."""
+        restarted, unsettled = self._restarted, self.unsettled
+        for index in envs:
+            if index in unsettled and index not in restarted:
+                supervisor = self.envs[index].supervisor
+                supervisor.answered()
+                supervisor.succeeded()
+                if supervisor.settled:
+                    unsettled.discard(index)
+        restarted.clear()
+
+    def take_given_up(self) -> WorkerError | None:
+        """The error of the env the request just answered gave up on (then None)."""
+        error, self._given_up = self._given_up, None
+        self._restarted.clear()
+        return error
+
+    def give_up(self, index: int, error: WorkerError) -> None:
+        self.removed.setdefault(index, error)
+        if self._given_up is None:
+            self._given_up = error
+
+    def _report(self, callback: Callable[[WorkerError], None] | None, error: WorkerError) -> None:
+        """A failure, restarted or not, as a pool reports it: counted, and passed to
+        ``on_failure`` (whose own error is a warning, not the caller's)."""
+        self.failures += 1
+        if callback is None:
+            return
+        try:
+            callback(error)
+        except Exception as exc:
+            warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
+
+
+class _EnvRestarts:
+    """One env's supervision: what :class:`~aioenv.workers._base.Worker` does about a
+    failure, for a worker of that one env, answered in line."""
+
+    def __init__(
+        self,
+        owner: InlineRestarts,
+        index: int,
+        source: EnvSource,
+        seed: int | None,
+        options: Supervision,
+    ) -> None:
+        self.owner, self.index, self.source = owner, index, source
+        self.name = f"inline env {index} ({describe_source(source)})"
+        remedies = Remedies(
+            discard_env=self._discard_env,
+            start_env=self._start_env,
+            fail=self._fail,
+            fail_controls=_nothing,
+            awaiting=_always,
+            time_out=_never,
+        )
+        self.supervisor = Supervisor(options, seed, remedies)
+        self._sent: Any = None  # the request being answered
+        self._last: Any = None  # the state last handed out before it (a Step or a row)
+        self._cut_from: Any = None  # the state whose episode the restart in flight cuts
+        self._failure: Failure | None = None  # the failure being handled
+        self._answer: Any = None  # what answers the request, once known
+
+    @property
+    def _runners(self) -> list[Any]:
+        return self.owner.runner.runners
+
+    # What the vector runner asks -------------------------------------------------------
+    def failed(self, request: Any, failure: Failure) -> Any:
+        """Env's answer to ``request`` was ``failure``: what answers in its place."""
+        runner = self._runners[self.index]
+        self._sent, self._answer = request, None
+        self._last = runner.previous if isinstance(runner, EnvRunner) else self._last
+        self._on_reply(failure)
+        self.owner.clock.run()
+        return failure if self._answer is None else self._answer
+
+    def restart_for(self, request: Any) -> Any:
+        """``request`` comes to the env while it waits for its restart (its failure
+        ended its episode cut short): the new env's reset answers it (a reset the user
+        seeded seeds the new env)."""
+        supervisor = self.supervisor
+        reason = supervisor.pending_restart
+        assert reason is not None
+        self._sent, self._answer = request, None
+        self._cut_from = self._open_episode(request)
+        seed = request.seed if isinstance(request, Reset) else None
+        supervisor.restart_later(_IN_FLIGHT, reason, self.owner.clock, seed)
+        self.owner.clock.run()
+        self.owner.unsettled.add(self.index)
+        self.owner._restarted.add(self.index)
+        return self._failure if self._answer is None else self._answer
+
+    # As Worker._on_reply and Worker._on_failure --------------------------------------
+    def _on_reply(self, result: Any) -> None:
+        supervisor = self.supervisor
+        supervisor.answered()
+        if isinstance(result, Failure):
+            self._failure = result
+            self._on_failure(self._error(result))
+            return
+        reason = supervisor.succeeded()
+        if reason is not None:
+            result = self._restarted(result, reason)
+        self._deliver(result)
+
+    def _on_failure(self, error: EnvError) -> None:
+        supervisor, clock = self.supervisor, self.owner.clock
+        last = self._open_episode(self._sent)
+        self._cut_from = None
+        if last is None or self.owner.episode.autoreset == "same_step":
+            # Restarted now: the new env's reset answers the request (the cut-short step
+            # carries it, under same-step autoreset).
+            self._cut_from = last
+            supervisor.failed(error, env_gone=False, in_flight=_IN_FLIGHT, clock=clock)
+            return
+        # The episode ends here, truncated: the new env starts with the env's next request.
+        supervisor.failed(error, env_gone=False, in_flight=0, clock=clock)
+        reason = supervisor.pending_restart
+        if reason is not None:
+            self._deliver(cut_short(last.observation, restart_marker(reason)))
+            self._runners[self.index] = _Pending(self, self._runners[self.index])
+
+    def _open_episode(self, request: Any) -> Step[Any] | None:
+        """The state last handed out (as a Step) if ``request`` steps an episode it left
+        open, else None."""
+        last = self._last
+        if last is None or is_reset(request):
+            return None
+        if type(last) is tuple:  # a runner's row: (observation, reward, flags, info)
+            last = Step(*last)
+        return last if episode_open(last, self.owner.episode.autoreset) else None
+
+    def _restarted(self, first: Any, reason: str) -> Any:
+        last, self._cut_from = self._cut_from, None
+        if last is None or type(first) is not Step:
+            return mark_restarted(first, reason)
+        return cut_short(last.observation, restart_marker(reason), first)
+
+    def _deliver(self, state: Any) -> None:
+        self._answer = self._last = state
+
+    def _error(self, failure: Failure) -> EnvError:
+        error = EnvError.from_failure(failure, self.name, 0)
+        error.env = self.index  # which env of the vector env's one "worker"
+        return error
+
+    # Remedies --------------------------------------------------------------------------
+    def _discard_env(self, env_gone: bool) -> None:
+        self._runners[self.index].close()
+
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
+        """A new env, seeded ``seed``, whose reset answers the request (with the options
+        of a reset it answers, a task say, as a worker's restart reset does)."""
+        owner = self.owner
+        runner = EnvRunner(self.source, seed, owner.episode, owner.runner.policies)
+        self._runners[self.index] = runner
+        sent = self._sent
+        request = (
+            Reset(options=sent.options)
+            if isinstance(sent, Reset) and sent.options is not None
+            else RESET
+        )
+        self._on_reply(runner.handle(request))
+
+    def _fail(self, error: WorkerError, for_good: bool) -> None:
+        self._answer = None
+        if for_good:
+            self.owner.give_up(self.index, error)
+
+
+class _Pending:
+    """The runner of an env waiting for its restart: a request it is asked starts the
+    new env, whose reset answers it; whatever else goes to the old one (closed)."""
+
+    def __init__(self, env: _EnvRestarts, old: Any) -> None:
+        self._env, self._old = env, old
+        self.previous = None
+
+    def step_row(self, action: Any) -> Any:
+        return self._env.restart_for(action)
+
+    step = step_row
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self._env.restart_for(Reset(seed, options))
+
+    def handle(self, request: Any) -> Any:
+        return self._env.restart_for(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._old, name)
+
+
+def _nothing(error: WorkerError) -> None:
+    """No control request is ever in flight in line."""
+
+
+def _always(seq: int) -> bool:
+    return True  # the request in line is awaited until it is answered
+
+
+def _never(seq: int, timeout: float, elapsed: float) -> None:
+    raise AssertionError("envs in line have no deadlines")  # pragma: no cover
