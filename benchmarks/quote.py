@@ -309,7 +309,9 @@ def readme_modes(f: Figures) -> str:
             "| any gymnasium env, synchronous training script | `AioVectorEnv`, default mode | "
             f"{_training_script(f)} |",
             f'| cheap, async loop | `mode="process"`, `envs_per_worker=8` | {_grouped(f)} |',
-            '| step times that vary (~1 ms, heavy tail) | `mode="thread"` or `"process"` | '
+            '| step times that vary (~1 ms, heavy tail) | `mode="process"`; `mode="thread"` '
+            "where the env is safe in threads (not for envs that draw with pygame, such as "
+            "CarRacing: refused, see [thread workers](docs/guides/concepts.md#workers)) | "
             f"{_stragglers(f)} |",
             f"| large observations (images) | {_images_use(f)} | {_images(f)} |",
             f'| waits on I/O (server, web API, LLM tool) | `mode="coroutine"` | {_waiting(f)} |',
@@ -333,8 +335,10 @@ def guide_modes(f: Figures) -> str:
             f"| the policy on some envs while others step | {_pipelined_use(f)} | "
             f"{_pipelined(f)} |",
             f'| cheap, an async loop | `mode="process"` with `envs_per_worker=8` | {_grouped(f)} |',
-            '| step times that vary (about 1 ms, heavy tail) | `mode="thread"` (GIL released) '
-            f'or `"process"` | {_stragglers(f)} |',
+            '| step times that vary (about 1 ms, heavy tail) | `mode="process"`, or '
+            '`mode="thread"` where the env is safe in threads (GIL released; envs that draw '
+            "with pygame are refused: see [thread workers](concepts.md#workers)) | "
+            f"{_stragglers(f)} |",
             f"| large observations (images) | {_images_use(f, why=True)} | {_images(f)} |",
             f'| waits on I/O (a server, a web API) | `mode="coroutine"` | {_waiting(f)} |',
             "| cheap env, cheap policy, many steps | `pool.rollout` (policy in the workers) | "

@@ -14,10 +14,12 @@ import anyio
 
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
-from ..core._messages import ControlRequest
+from ..core._gymnasium import GymnasiumEnvironment
+from ..core._messages import ControlRequest, Failure
 from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
 from ._supervision import SUPERVISION_DEFAULTS
+from ._thread_safety import refusal, thread_unsafe_reason
 
 __all__ = ["ThreadWorker"]
 
@@ -30,6 +32,11 @@ class ThreadWorker(Worker[S]):
     """Runs the env in its own thread. Good for envs that release the GIL (simulators in
     C/C++, I/O) and for envs that cannot be pickled. Results are handed to the event loop
     with ``call_soon_threadsafe``: nothing polls and the loop never blocks.
+
+    An env that is not safe in a thread (one that draws with pygame while it steps, such
+    as ``CarRacing-v3``; see "Thread workers" in the concepts guide) is refused: its
+    worker fails at start with a ``ValueError`` that names ``mode="process"``. An env's
+    ``metadata["thread_safe"]`` (True or False) decides instead.
 
     A thread cannot be killed. A step past its deadline abandons the thread (its late
     reply is ignored; a restart gets a new thread), and an env that does not close within
@@ -143,6 +150,7 @@ class _EnvThread:
     def _serve(self) -> None:
         worker, runner = self._worker, self._runner
         runner.build()
+        _refuse_if_unsafe(runner, worker.env_name)
         if worker.observation_space is None:
             worker.observation_space, worker.action_space = runner.spaces
         try:
@@ -179,6 +187,27 @@ class _EnvThread:
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
                 loop.call_soon_threadsafe(self._worker._on_thread_death, self, exc)
+
+
+def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
+    """Close the envs ``runner`` built and fail it as a construction failure (what every
+    request is then answered) where one is not safe in a thread."""
+    for env in _built_envs(runner):
+        reason = thread_unsafe_reason(env)
+        if reason is not None:
+            runner.close()
+            runner.build_failure = Failure.from_exception(
+                refusal(env_name, reason), "construction (thread workers' check)"
+            )
+            return
+
+
+def _built_envs(runner: Runner) -> list[Any]:
+    """The envs ``runner`` built, as their sources made them (a gymnasium env is checked
+    itself, not through aioenv's adapter)."""
+    leaves = getattr(runner, "runners", None) or [runner]
+    envs = [getattr(leaf, "env", None) for leaf in leaves]
+    return [env.env if isinstance(env, GymnasiumEnvironment) else env for env in envs if env]
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
