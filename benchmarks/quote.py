@@ -492,11 +492,13 @@ def guide_costs(f: Figures) -> str:
         "now and then), the same children made "
         f"{f.rate('W11', 'N=8 random', SPLIT)}, {f.rate('W11', mlp, SPLIT)} and "
         f"{f.rate('W12', mlp, SPLIT)}.\n"
-        '- **A long run\'s options** (`restart="on_failure", step_timeout=60`) rule out '
-        "stepping in line, not the default's children: W11 Pong (MLP) "
+        '- **A long run\'s options** (`restart="on_failure", step_timeout=60`): the step '
+        "deadline rules out stepping in line (a step in the calling thread cannot be "
+        "abandoned), not the default's children: W11 Pong (MLP) "
         f"{f.ratio('W11', mlp, RESTARTING, 'sync')} `SyncVectorEnv` with them, "
         f"{f.ratio('W11', mlp, DEFAULT, 'sync')} without. Envs the default steps in line "
-        'are grouped as `mode="process"` groups them, and pay for the hand-off.\n'
+        'are grouped as `mode="process"` groups them, and pay for the hand-off; '
+        "`mode_choice.reason` names the deadline. Restarts alone keep them in line (below).\n"
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "
