@@ -64,3 +64,22 @@ def test_outcomes_only_ever_taken_by_worker_leave_nothing_behind() -> None:
     assert len(inbox._arrivals) < 100
     _deliver(inbox, range(3))
     assert _drain(inbox) == [0, 1, 2]
+
+
+def test_serving_fairly_takes_the_worker_served_longest_ago_first() -> None:
+    """A pool that mixes in-line workers with others: an outcome handed in again at once
+    (worker 0's) goes behind outcomes that came in after it from workers served before."""
+    inbox = Inbox(ordered=False)
+    inbox.serve_fairly()
+    _deliver(inbox, range(3))
+    assert _drain(inbox) == [0, 1, 2]  # never served: arrival order
+    _deliver(inbox, range(1))  # worker 0, served first, hands in again at once
+    _deliver(inbox, range(2, 3))
+    _deliver(inbox, range(1, 2))
+    assert [outcome.worker_id for outcome in inbox.take(10)] == [0, 1, 2]
+    _deliver(inbox, range(2, 3))
+    _deliver(inbox, range(1))
+    assert inbox.oldest_on_its_way() is None
+    inbox.owe(1)
+    assert inbox.oldest_on_its_way() == inbox.last_served(1) == 4
+    assert _drain(inbox) == [0, 2]  # 0 was served before 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from typing import Any
@@ -515,3 +516,55 @@ async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(t
         await drain(pool)
     assert min(seen) >= 50, f"states taken per worker (sync, thread, process): {seen}"
     assert ticks >= 3, f"the event loop's timer fired {ticks} times"
+
+
+MIXED_WITH_SYNC = [["sync", "thread", "thread", "thread"], ["sync", "thread", "process", "process"]]
+
+
+async def _serve_mixed(mode: list[str], take: str, count: int) -> list[int]:
+    """The worker ids a loop over ``take`` is served, in order, for ``count`` states of a
+    pool of ``mode`` (after every worker's reset state: all of them started), sending
+    each worker its next action as soon as its state is taken."""
+    served: list[int] = []
+    random = np.random.default_rng(0)
+    async with aioenv.make_pool("CartPole-v1", len(mode), mode=mode, seed=1) as pool:
+        with anyio.fail_after(120):
+            pool.reset()
+            for _, worker_id in await pool.drain():
+                pool.send_action(0, worker_id)
+            if take == "async for":
+                async for step, worker_id in pool:
+                    served.append(worker_id)
+                    if len(served) == count:
+                        break
+                    pool.send_action(RESET if step.done else int(random.integers(2)), worker_id)
+            while len(served) < count:
+                if take == "get_state":
+                    taken = [await pool.get_state()]
+                else:
+                    batch = await pool.get_batch()
+                    taken = list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
+                for step, worker_id in taken:  # type: ignore[misc]
+                    served.append(worker_id)
+                    pool.send_action(RESET if step.done else int(random.integers(2)), worker_id)
+            await pool.drain()
+    return served[:count]
+
+
+@pytest.mark.parametrize("take", ["async for", "get_state", "get_batch"])
+@pytest.mark.parametrize("mode", MIXED_WITH_SYNC, ids="-".join)
+async def test_a_sync_worker_waits_its_turn_behind_the_others_answers(
+    mode: list[str], take: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fair first-ready (the issue a user hit: a sync worker took 98.7% of the states of a
+    pool of one sync and three thread workers): a sync worker's state is in the pool as soon as its action is
+    sent, yet it is not served again before every other worker served before it, whose
+    answer is in the pool or on its way (the pool waits for those, at most IN_LINE_WAIT:
+    made long here, so that a loaded machine changes nothing)."""
+    monkeypatch.setattr("aioenv.pool._receiving.IN_LINE_WAIT", 30.0, raising=False)
+    served = await _serve_mixed(mode, take, 400)
+    turns = [i for i, worker_id in enumerate(served) if worker_id == 0]
+    assert len(turns) >= 400 // len(mode) - 1, f"served: {served}"
+    for start, end in itertools.pairwise(turns):
+        between = set(served[start + 1 : end])
+        assert between == set(range(1, len(mode))), f"served between two syncs: {served}"

@@ -218,6 +218,12 @@ class WorkerPool(abc.ABC, Generic[S]):
         seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
         others' states stay in the pool for later calls.
 
+        Fair first-ready: no worker is served twice while another's state waits in the
+        pool. A sync worker's state is in the pool as soon as its action is sent; in a pool
+        that mixes it with other kinds, the states ready go to the worker served longest
+        ago first, and a sync worker's state waits (at most 1 ms) for the answers on their
+        way from workers served before it, so it never crowds them out.
+
         :raises WorkerRemoved: worker ``worker_id`` was given up on; or, with no
             ``worker_id``, every worker was.
         """
@@ -229,12 +235,13 @@ class WorkerPool(abc.ABC, Generic[S]):
         """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
         to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
         may be nothing. An env error is raised when it is next in line; states ready
-        before it are returned first, so nothing is lost."""
+        before it are returned first, so nothing is lost. Fair first-ready, as
+        :meth:`get_state`: a sync worker's state waits its turn behind the others'."""
         return await self._receiver.get_batch(min_size, max_size, timeout)
 
     def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
         """``async for state, worker_id in pool``: states as they arrive, until no worker
-        has an action in flight."""
+        has an action in flight (fair first-ready, as :meth:`get_state`)."""
         return self._receiver.iterate()
 
     async def drain(self) -> list[tuple[S | WorkerError, int]]:

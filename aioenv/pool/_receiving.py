@@ -22,7 +22,11 @@ from ._batch import Batch, ReusedRows
 from ._episodes import EpisodeCounter, EpisodeStats
 from ._roster import Roster
 
-__all__ = ["Receiver"]
+__all__ = ["IN_LINE_WAIT", "Receiver"]
+
+#: Seconds the pool waits, at most, for another worker's answer on its way before it hands
+#: out an in-line state again (see ``Receiver._let_the_others_in``).
+IN_LINE_WAIT = 0.001
 
 
 class Receiver:
@@ -50,28 +54,36 @@ class Receiver:
         self._loop_thread: int | None = None  # the thread _loop was found running in
         #: Which workers answer in line (sync workers: their state is in the inbox as soon
         #: as their action is sent), where the pool also has workers whose states come in
-        #: through the event loop, in arrival order; else None. A loop that keeps taking
-        #: in-line states and sending them actions would never wait, so the loop would
-        #: never run and the others' states (and every deadline) would never come in.
+        #: through the event loop; else None. A loop that keeps taking in-line states and
+        #: sending them actions would never wait: the event loop would never run, the
+        #: others' states (and every deadline) would never come in, and a thread worker
+        #: would not even get the GIL to finish its step. Such a pool serves fairly (the
+        #: inbox takes the worker served longest ago first) and lets the others in (see
+        #: _let_the_others_in).
         in_line = [member.answers_in_line for member in roster.members]
         mixed = any(in_line) and not all(in_line) and not inbox.ordered
         self._in_line: list[bool] | None = in_line if mixed else None
-        #: The last state handed out was answered in line: the next call gives the event
-        #: loop a turn before it takes anything (so a cancelled call loses nothing).
+        if mixed:
+            inbox.serve_fairly()
+        #: The last state handed out was answered in line: the next call lets the others
+        #: in before it takes anything (so a cancelled call loses nothing).
         self._owes_loop_a_turn = False
 
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
     ) -> tuple[Any, int] | None:
         self._check_open()
-        if self._owes_loop_a_turn:
-            await self._give_loop_a_turn()
         if worker_id is not None:
+            if self._owes_loop_a_turn:  # that worker's state, whoever else has one
+                await self._give_loop_a_turn()
             outcome = await self._wait_for(self._roster.live(worker_id), timeout)
+        elif self._in_line is not None:
+            outcome = await self._take_fairly(timeout)
         else:
             outcome = self._inbox.pop_next()
             if outcome is None:
-                outcome = await self._wait_next(timeout)
+                self._check_loop()
+                outcome = await self._wait_next(self._deadline(timeout))
         if outcome is None:
             return None
         if self._in_line is not None:
@@ -99,8 +111,8 @@ class Receiver:
         ):
             self._check_loop()
         deadline = self._deadline(timeout)
-        if self._owes_loop_a_turn:
-            await self._give_loop_a_turn()
+        if self._in_line is not None:
+            await self._let_the_others_in(deadline, whole_batch=True)
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -156,6 +168,57 @@ class Receiver:
             taken.append((state, worker_id))
         return sorted(taken, key=operator.itemgetter(1))
 
+    async def _take_fairly(self, timeout: float | None) -> Outcome | None:
+        """``get_state()``'s next outcome in a pool that mixes in-line workers with others
+        (see ``_in_line``)."""
+        self._check_loop()
+        deadline = self._deadline(timeout)
+        await self._let_the_others_in(deadline, whole_batch=False)
+        outcome = self._inbox.pop_next()
+        if outcome is None:
+            outcome = await self._wait_next(deadline)
+        return outcome
+
+    async def _let_the_others_in(self, deadline: float | None, *, whole_batch: bool) -> None:
+        """Before taking states in a pool that mixes in-line workers with others (see
+        ``_in_line``): while the next state (``whole_batch``: any state ready) is an
+        in-line worker's, served after some other worker whose answer is still on its
+        way, wait for answers, at most ``IN_LINE_WAIT`` in all and never past
+        ``deadline``: that worker is served first (it was served longer ago). So among the
+        workers whose answers are in or on their way, an in-line worker is not served
+        twice before each of the others once, unless they take longer than that; the
+        others are never held back. The wait releases the GIL and the CPU, which a thread
+        worker needs to finish its step and a process worker may need to run. With no
+        wait, the event loop still gets a turn after an in-line state, so its ready I/O
+        and timers run."""
+        inbox, in_line = self._inbox, self._in_line
+        assert in_line is not None
+        loop = asyncio.get_running_loop()
+        until: float | None = None
+        while inbox.num_owed > inbox.num_ready():  # answers on their way
+            oldest = inbox.oldest_on_its_way()
+            if oldest is None:
+                break  # only paused workers' answers
+            if whole_batch:
+                held = [i for i in inbox.ready_ids() if in_line[i]]  # type: ignore[index]
+            else:
+                upcoming = inbox.peek_next()
+                held = [upcoming.worker_id] if upcoming is not None else []
+                held = [i for i in held if in_line[i]]  # type: ignore[index]
+            if not any(inbox.last_served(i) > oldest for i in held):
+                break
+            if until is None:
+                until = loop.time() + IN_LINE_WAIT
+                if deadline is not None:
+                    until = min(until, deadline)
+            elif loop.time() >= until:
+                break
+            self._owes_loop_a_turn = False  # the wait is the loop's turn
+            await inbox.wait(until)
+            self._check_open()
+        if self._owes_loop_a_turn:
+            await self._give_loop_a_turn()
+
     async def _give_loop_a_turn(self) -> None:
         """Let the event loop run once (its ready I/O and timers) before taking a state:
         after an in-line state, whose taker never waited (see ``_in_line``)."""
@@ -187,10 +250,9 @@ class Receiver:
             self._loop = loop
         self._loop_thread = thread_id()
 
-    async def _wait_next(self, timeout: float | None) -> Outcome | None:
+    async def _wait_next(self, deadline: float | None) -> Outcome | None:
+        """Wait for the next outcome (after ``_check_loop``), until ``deadline``."""
         inbox = self._inbox
-        self._check_loop()
-        deadline = self._deadline(timeout)
         while True:
             if not inbox.num_owed:
                 self._roster.check_some_left("get_state()")

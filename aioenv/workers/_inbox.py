@@ -34,6 +34,13 @@ class Inbox:
     ``ordered=False`` (the async pool): outcomes are taken in arrival order, whichever
     worker finished first. ``ordered=True`` (the forced-sync pool): outcomes are taken in
     the order the actions were sent, whatever order they finish in.
+
+    After :meth:`serve_fairly` (an async pool that mixes workers answering in line with
+    others): of the outcomes ready, the one of the worker served longest ago is taken
+    first (ties in arrival order), so an outcome that came in after one a worker handed in
+    again at once still goes first. Arrival order already serves no worker twice while
+    another's outcome waits (a worker's next outcome arrives only after it was served),
+    except for outcomes delivered inside the send, before the others'.
     """
 
     def __init__(self, *, ordered: bool) -> None:
@@ -47,6 +54,19 @@ class Inbox:
         self._arrivals: collections.deque[Outcome] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
         self._paused: set[int | None] = set()  # their outcomes wait until they are resumed
+        #: Outcomes are taken in arrival order (the async pool's hot path, ``_arrivals``).
+        self._by_arrival = not ordered
+        #: After serve_fairly(): per worker, the turn (a count) its last outcome was taken.
+        self._served: dict[int | None, int] | None = None
+        self._turn = 0
+
+    def serve_fairly(self) -> None:
+        """Take outcomes least recently served worker first from now on (see the class)."""
+        if self.ordered:
+            raise ValueError("an ordered inbox takes outcomes in the order they were owed")
+        self._by_arrival = False
+        self._served = {}
+        self._arrivals.clear()
 
     # Producer side -------------------------------------------------------------------
     def owe(self, worker_id: int | None) -> None:
@@ -62,7 +82,7 @@ class Inbox:
             return  # forgiven (the worker was closed); nobody waits for it
         ready = self._ready
         ready[worker_id] = outcome
-        if not self.ordered:
+        if self._by_arrival:
             self._arrivals.append(outcome)
         if self._waiters:
             self._wake()
@@ -119,6 +139,16 @@ class Inbox:
                 if worker_id not in paused:
                     return worker_id if worker_id in self._ready else False
             return False
+        served = self._served
+        if served is not None:
+            chosen: int | bool | None = False
+            oldest = 0
+            for worker_id in self._ready:
+                if worker_id not in paused:
+                    turn = served.get(worker_id, -1)
+                    if chosen is False or turn < oldest:
+                        chosen, oldest = worker_id, turn
+            return chosen
         for worker_id in self._ready:
             if worker_id not in paused:
                 return worker_id
@@ -126,7 +156,7 @@ class Inbox:
 
     def pop_next(self) -> Outcome | None:
         """The next outcome to take, or None if it has not arrived yet."""
-        if not self._paused and not self.ordered:  # the hot path: arrival order
+        if self._by_arrival and not self._paused:  # the hot path: arrival order
             arrivals, ready = self._arrivals, self._ready
             while arrivals:
                 outcome = arrivals.popleft()
@@ -141,13 +171,14 @@ class Inbox:
         del self._owed[worker_id]
         outcome = self._ready.pop(worker_id)
         self._left_out_of_order()
+        self._record_service(worker_id)
         return outcome
 
     def take(self, limit: int) -> list[Outcome]:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
         before an error unless it comes first (so states ready before it are not lost)."""
         taken: list[Outcome] = []
-        if not self._paused and not self.ordered:  # the hot path: arrival order
+        if self._by_arrival and not self._paused:  # the hot path: arrival order
             arrivals, ready, owed = self._arrivals, self._ready, self._owed
             while arrivals and len(taken) < limit:
                 outcome = arrivals[0]
@@ -182,13 +213,42 @@ class Inbox:
         if outcome is not None:
             del self._owed[worker_id]
             self._left_out_of_order()
+            self._record_service(worker_id)
         return outcome
+
+    def last_served(self, worker_id: int | None) -> int:
+        """After serve_fairly(): the turn ``worker_id``'s last outcome was taken (-1: never)."""
+        assert self._served is not None
+        return self._served.get(worker_id, -1)
+
+    def oldest_on_its_way(self) -> int | None:
+        """After serve_fairly(): of the workers whose outcome is owed but not ready (not
+        paused), the earliest turn one was last served (-1: never); None if there is none."""
+        served, ready, paused = self._served, self._ready, self._paused
+        assert served is not None
+        oldest: int | None = None
+        for worker_id in self._owed:
+            if worker_id not in ready and worker_id not in paused:
+                turn = served.get(worker_id, -1)
+                if oldest is None or turn < oldest:
+                    oldest = turn
+        return oldest
+
+    def ready_ids(self) -> list[int | None]:
+        """The workers whose outcomes are ready (not paused)."""
+        paused = self._paused
+        return [worker_id for worker_id in self._ready if worker_id not in paused]
+
+    def _record_service(self, worker_id: int | None) -> None:
+        if self._served is not None:
+            self._served[worker_id] = self._turn
+            self._turn += 1
 
     def _left_out_of_order(self) -> None:
         """An outcome left the ready set other than from the front of the arrivals, which
         keep it, stale: once they are mostly stale, keep only the ready ones (in arrival
         order: the ready set's insertion order)."""
-        if not self.ordered and len(self._arrivals) > 2 * len(self._ready) + 64:
+        if self._by_arrival and len(self._arrivals) > 2 * len(self._ready) + 64:
             self._arrivals = collections.deque(self._ready.values())
 
     async def wait(self, deadline: float | None) -> None:
