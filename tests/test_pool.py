@@ -477,6 +477,14 @@ async def test_mixed_pool_runs_every_kind_together() -> None:
     assert not worker_threads()
 
 
+async def _take(pool: aioenv.WorkerPool[Any], take: str) -> list[tuple[Any, int]]:
+    """The next states a loop over ``take`` gets: one from ``get_state``, or a batch's."""
+    if take == "get_state":
+        return [await pool.get_state()]  # type: ignore[list-item]
+    batch = await pool.get_batch()
+    return list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
+
+
 @pytest.mark.serial  # it counts states per worker over a time window
 @pytest.mark.loops
 @pytest.mark.parametrize("take", ["get_state", "get_batch"])
@@ -504,12 +512,7 @@ async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(t
         # could not fire a cancel scope's deadline.
         give_up = time.monotonic() + 60
         while (min(seen) < 50 or ticks < 3) and time.monotonic() < give_up:
-            if take == "get_state":
-                taken = [await pool.get_state()]
-            else:
-                batch = await pool.get_batch()
-                taken = list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
-            for step, worker_id in taken:  # type: ignore[misc]
+            for step, worker_id in await _take(pool, take):
                 seen[worker_id] += 1
                 pool.send_action(RESET if step.done else 0, worker_id)
         group.cancel_scope.cancel()
@@ -539,12 +542,7 @@ async def _serve_mixed(mode: list[str], take: str, count: int) -> list[int]:
                         break
                     pool.send_action(RESET if step.done else int(random.integers(2)), worker_id)
             while len(served) < count:
-                if take == "get_state":
-                    taken = [await pool.get_state()]
-                else:
-                    batch = await pool.get_batch()
-                    taken = list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
-                for step, worker_id in taken:  # type: ignore[misc]
+                for step, worker_id in await _take(pool, take):
                     served.append(worker_id)
                     pool.send_action(RESET if step.done else int(random.integers(2)), worker_id)
             await pool.drain()
