@@ -26,9 +26,12 @@ compares thread workers with ``SyncVectorEnv``):
 - **ALE is safe**: each env owns its emulator (``ALE/Pong-v5``, ``ALE/Breakout-v5`` match).
 
 So the rule refuses an env that draws with pygame while it steps: one whose class uses
-pygame (in its methods or its module) and that renders (``render_mode`` set), or whose
-observations are images (it draws them in every step, as CarRacing does). Any other env
-is allowed. An env's ``metadata["thread_safe"]`` decides instead of the rule: ``False``
+pygame (in its methods or its module) and whose observations are images (it draws them in
+every step, as CarRacing does). Any other env is allowed, rendering envs included: they
+draw only when ``render()`` is called, which gymnasium's vector envs (and their own tests)
+expect thread workers to serve; two such envs rendered at the same moment can still mix
+their frames, so render them from ``mode="process"`` where frames must be exact.
+An env's ``metadata["thread_safe"]`` decides instead of the rule: ``False``
 refuses it (an env that knows its library shares state), ``True`` allows it (an env
 whose drawing the user made safe, e.g. with its own lock).
 """
@@ -65,14 +68,6 @@ def thread_unsafe_reason(env: Any) -> str | None:
     drawer = _pygame_user(type(inner))
     if drawer is None:
         return None
-    render_mode = getattr(env, "render_mode", None)
-    if render_mode is not None:
-        return (
-            f"{drawer} draws with pygame to render (render_mode={render_mode!r}), and "
-            "pygame's drawing shares state between the envs of a process (SDL_gfx's "
-            "polygon buffer, the one display): envs rendering at once in threads draw "
-            "into each other's frames"
-        )
     if _is_image(getattr(env, "observation_space", None)):
         return (
             f"{drawer} draws its image observations with pygame in every step and reset, "
