@@ -24,12 +24,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The suite in two parts: the tests that may share the machine, on TEST_WORKERS pytest-xdist
-# workers, then those marked `serial` (they time things, or count a child's CPU or threads)
-# alone. `make test` runs the matrix's cover (tests/matrix.py); `make test-full` every case
+# workers (Ray's tests in two groups, each on one worker with its own local Ray instance:
+# tests/conftest.py), then those marked `serial` (they time things, or count a child's CPU
+# or threads) alone. `make test` runs the matrix's cover (tests/matrix.py); `make test-full` every case
 # of it. A part that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
 TEST_WORKERS ?= 4
 define run_suite
-	$(1) -m pytest --matrix=$(2) -m 'not serial' -n $(TEST_WORKERS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(1) -m pytest --matrix=$(2) -m 'not serial' -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(1) -m pytest --matrix=$(2) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 endef
 
@@ -44,7 +45,7 @@ test-full: $(STAMP)
 # reports left in coverage-cover.txt and coverage-full.txt.
 define coverage_of
 	rm -f .coverage .coverage.*
-	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m 'not serial' -n $(TEST_WORKERS) -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m 'not serial' -n $(TEST_WORKERS) --dist loadgroup -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m serial -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report > coverage-$(1).txt

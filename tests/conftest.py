@@ -15,7 +15,7 @@ import pytest
 import trio
 import uvloop
 from hypothesis import settings
-from matrix import cover
+from matrix import cover, file_of
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
 try:
@@ -107,10 +107,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` picks the serial or the parallel part
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
-    """``--matrix=cover`` deselects the cases :func:`matrix.cover` leaves out; tests marked
-    ``ray`` are serial (the shared local Ray instance is one per process, and its daemons
-    keep both cores of a small machine busy while they start), and are skipped where ray
-    cannot be imported, and only there."""
+    """``--matrix=cover`` deselects the cases :func:`matrix.cover` leaves out.
+
+    Tests marked ``ray`` run beside the others, in two groups of ``--dist loadgroup`` (each
+    on one pytest-xdist worker, which starts one local Ray instance for it): the Ray test
+    files, and the Ray cases of the other files. They spend most of their time waiting on
+    Ray's daemons, which the other workers' tests fill; on a busy machine a Ray actor can
+    take tens of seconds to start, so a Ray test without a timeout of its own gets
+    :data:`RAY_TEST_TIMEOUT`. A Ray test also marked ``serial`` stays serial. Ray tests are
+    skipped where ray cannot be imported, and only there."""
     if config.getoption("matrix") == "cover":
         kept = cover(items, lambda item: item.get_closest_marker("loops") is not None)
         if len(kept) < len(items):
@@ -119,10 +124,17 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
             items[:] = kept
     for item in items:
         if "ray" in item.keywords:
-            item.add_marker(pytest.mark.serial)
+            if item.get_closest_marker("serial") is None:
+                own_file = Path(file_of(item)).name.startswith("test_ray")
+                item.add_marker(pytest.mark.xdist_group("ray-files" if own_file else "ray-cases"))
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT))
             if RAY_MISSING is not None:
                 item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
 
+
+#: Seconds a Ray test may take (pytest-timeout) unless it says otherwise.
+RAY_TEST_TIMEOUT = 180
 
 #: Tests marked ``ray`` that were skipped in this session: (test id, reason).
 _SKIPPED_RAY_TESTS: list[tuple[str, str]] = []
