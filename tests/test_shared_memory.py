@@ -54,6 +54,10 @@ def open_memory_files() -> int:
 
 @pytest.fixture(autouse=True)
 def nothing_mapped_after() -> Any:
+    # A test here counts the memory files this process has open: what an earlier test in
+    # the same pytest-xdist worker left for the garbage collector must not count.
+    gc.collect()
+    assert open_memory_files() == 0, "an earlier test left a memory file descriptor open"
     yield
     gc.collect()
     assert mapped_in(os.getpid()) == 0, "a memory file is still mapped after the test"
