@@ -26,8 +26,8 @@ $(STAMP): pyproject.toml
 # The suite in two parts: the tests that may share the machine, on TEST_WORKERS pytest-xdist
 # workers (Ray's tests in two groups, each on one worker with its own local Ray instance:
 # tests/conftest.py), then those marked `serial` (they time things, or count a child's CPU
-# or threads) alone. `make test` runs the matrix's cover (tests/matrix.py); `make test-full` every case
-# of it. A part that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
+# or threads) alone. `make test` runs the matrix's cover (tests/matrix.py); `make
+# test-full` every case of it. A part that PYTEST_ARGS leaves empty (pytest's exit code 5) is not a failure.
 TEST_WORKERS ?= 4
 define run_suite
 	$(1) -m pytest --matrix=$(2) -m 'not serial' -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
