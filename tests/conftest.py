@@ -12,10 +12,11 @@ from typing import Any
 import cloudpickle
 import envs
 import pytest
+import ray_groups
 import trio
 import uvloop
 from hypothesis import settings
-from matrix import cover, file_of
+from matrix import cover
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
 try:
@@ -109,13 +110,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
     """``--matrix=cover`` deselects the cases :func:`matrix.cover` leaves out.
 
-    Tests marked ``ray`` run beside the others, in two groups of ``--dist loadgroup`` (each
-    on one pytest-xdist worker, which starts one local Ray instance for it): the Ray test
-    files, and the Ray cases of the other files. They spend most of their time waiting on
-    Ray's daemons, which the other workers' tests fill; on a busy machine a Ray actor can
-    take tens of seconds to start, so a Ray test without a timeout of its own gets
-    :data:`RAY_TEST_TIMEOUT`. A Ray test also marked ``serial`` stays serial. Ray tests are
-    skipped where ray cannot be imported, and only there."""
+    Tests marked ``ray`` run beside the others, in the groups of :mod:`ray_groups` (each on
+    one pytest-xdist worker, which starts one local Ray instance for it), collected first so
+    that the scheduler hands each group to a worker of its own. They spend much of their
+    time waiting on Ray's daemons, which the other workers' tests fill; on a busy machine a
+    Ray actor can take tens of seconds to start, so a Ray test without a timeout of its own
+    gets :data:`RAY_TEST_TIMEOUT`. Ray tests are skipped where ray cannot be imported, and
+    only there."""
     if config.getoption("matrix") == "cover":
         kept = cover(items, lambda item: item.get_closest_marker("loops") is not None)
         if len(kept) < len(items):
@@ -124,13 +125,20 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
             items[:] = kept
     for item in items:
         if "ray" in item.keywords:
-            if item.get_closest_marker("serial") is None:
-                own_file = Path(file_of(item)).name.startswith("test_ray")
-                item.add_marker(pytest.mark.xdist_group("ray-files" if own_file else "ray-cases"))
+            ray_groups.check_named(item)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(RAY_TEST_TIMEOUT))
             if RAY_MISSING is not None:
                 item.add_marker(pytest.mark.skip(reason=RAY_MISSING))
+    items.sort(key=lambda item: ray_groups.group_of(item.nodeid) is None)  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """``--dist loadgroup`` (the Makefile's) schedules by :mod:`ray_groups`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return ray_groups.make_scheduler(config, log)
 
 
 #: Seconds a Ray test may take (pytest-timeout) unless it says otherwise.

@@ -10,9 +10,11 @@ test`` (``--matrix=cover``, the default) runs the cases :func:`cover` keeps:
   cases;
 - every value of the event loop in each of a test's cases where the test is marked
   ``loops`` (cancellation, timeouts, trio, uvloop's own paths: what a loop can change);
-- in each test file, every pair of parameter values that its cases pair (worker kind and
-  autoreset mode, worker kind and event loop, ...) in at least one of its kept cases: a
-  pairwise cover of the file's matrix.
+- in each test file, every pair of the matrix's values that its cases pair (worker kind and
+  autoreset mode, worker kind and event loop, event loop and autoreset mode) in at least
+  one of its kept cases: a pairwise cover of the file's matrix. A value outside the matrix
+  is not paired with each of the matrix's: ``make test-full`` runs every space in every
+  worker kind, ``make test`` each space once.
 
 The choice is greedy and depends only on the collected items and their order, so every
 pytest-xdist worker keeps the same cases. Among cases that cover as much, the one whose
@@ -75,7 +77,10 @@ class _Case:
         self.required = frozenset(
             s for s in self.singles if s[0] not in MATRIX or (every_loop and s[0] == LOOP)
         )
-        self.pairs = frozenset(combinations(sorted(self.singles, key=repr), 2))
+        # Pairs of the matrix's own values only: a value outside it (an env, a space) runs
+        # at least once, in whichever worker kind, loop and autoreset mode cover the rest.
+        matrix = sorted((s for s in self.singles if s[0] in MATRIX), key=repr)
+        self.pairs = frozenset(combinations(matrix, 2))
 
 
 def cover(items: Sequence[Any], every_loop: Callable[[Any], bool]) -> list[Any]:

@@ -9,7 +9,8 @@ form shows at once.
 
 The full product is 8 x 11 x 3 vector envs; every pair of dimensions is covered by the
 88 kind x space cases, each in the autoreset mode ``(kind + space) % 3``: for a kind the
-spaces run through all three modes, and for a space the kinds do.
+spaces run through all three modes, and for a space the kinds do. ``make test`` runs 24 of
+them (tests/matrix.py): each space once, and each kind in each autoreset mode.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The cover of the test matrix that ``make test`` runs (tests/matrix.py): every test at least
-once, every value of a non-matrix parameter in each test, every pair of values in each file,
-and every loop for a test marked ``loops``."""
+once, every value of a non-matrix parameter in each test, every pair of the matrix's values
+in each file, and every loop for a test marked ``loops``; and the groups Ray's tests run in
+(tests/ray_groups.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from matrix import LOOP, cover
+from ray_groups import CASES, CLUSTER, FILES, check_named, group_of
 
 LOOPS = ["asyncio", "uvloop", "trio"]
 MODES = ["sync", "thread", "process", "async", "mixed", "mixed_async"]
@@ -98,6 +101,20 @@ def test_every_value_of_a_parameter_outside_the_matrix_runs_in_its_test() -> Non
     assert {item.callspec.params["env"] for item in kept if item.callspec} == set(envs)
 
 
+def test_a_value_outside_the_matrix_is_not_paired_with_each_of_the_matrixs_values() -> None:
+    envs = ["CartPole-v1", "Pendulum-v1", "Walk", "Counter"]
+    items = cases("tests/test_d.py", "test_env", **{LOOP: LOOPS, "env": envs, "mode": MODES})
+    kept = cover(items, lambda item: False)
+    loop_and_mode = {
+        (i.callspec.params[LOOP], i.callspec.params["mode"]) for i in items if i.callspec
+    }
+    assert {(i.callspec.params[LOOP], i.callspec.params["mode"]) for i in kept if i.callspec} == (
+        loop_and_mode
+    )
+    # Pairing each env with each mode would take 24 cases; the loop x mode pairs take 18.
+    assert len(kept) == len(loop_and_mode) < len(envs) * len(MODES)
+
+
 def test_unparametrized_tests_and_unhashable_values_are_kept() -> None:
     plain = [Item("tests/test_e.py::test_plain")]
     arrays = [[1, 2], [3, 4]]
@@ -112,3 +129,26 @@ def test_the_choice_depends_only_on_the_items_and_their_order() -> None:
     again = [item.nodeid for item in cover(list(items), lambda item: False)]
     assert first == again
     assert first == [item.nodeid for item in items if item.nodeid in set(first)]  # in order
+
+
+def test_ray_tests_are_grouped_by_their_ids() -> None:
+    assert group_of("tests/test_ray_cluster.py::test_losing_a_node") == CLUSTER
+    assert group_of("tests/test_ray.py::test_a_mixed_pool[asyncio]") == FILES
+    assert group_of("tests/faults/test_ray_control.py::test_control[uvloop]") == FILES
+    assert group_of("tests/test_combinations.py::test_answers[ray-Dict-same_step]") == CASES
+    assert group_of("tests/test_registry.py::test_a_module_id_builds_in_ray_actors") == CASES
+    assert group_of("tests/test_protocol.py::test_array_actions_travel_raw[uvloop]") is None
+    assert group_of("tests/test_pool.py::test_step[asyncio-thread]") is None
+
+
+@dataclass
+class Marked:
+    nodeid: str
+    keywords: set[str] = field(default_factory=lambda: {"ray"})
+
+
+def test_a_ray_test_whose_id_does_not_say_ray_is_refused_saying_what_to_do() -> None:
+    check_named(Marked("tests/test_pool.py::test_actors[ray]"))
+    check_named(Marked("tests/test_pool.py::test_step", keywords=set()))
+    with pytest.raises(pytest.UsageError, match="put the word in its name"):
+        check_named(Marked("tests/test_pool.py::test_remote_actors"))

@@ -41,6 +41,11 @@ def ray_test(function: F) -> F:
 
 OFF_CPU = {"num_cpus": 0}
 ACTOR_NAME = "aioenv-test-actor"  # the test instance has 2 CPUs; these actors reserve none
+# Tests of a short step deadline keep the start-up deadline long: starting an actor beside
+# the rest of the suite, on two busy cores and the oldest Ray allowed, has taken over 30 s.
+START_TIMEOUT = 120.0
+# Seconds Ray's state API may take to report a killed actor DEAD, on the same busy machine.
+DEATH_REPORT = 60.0
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -156,7 +161,7 @@ async def test_an_env_exception_is_an_env_error_with_the_actors_traceback() -> N
 @ray_test
 async def test_a_step_past_its_deadline_is_a_timeout_and_the_actor_is_killed(gate: str) -> None:
     worker: aioenv.RayWorker[Any] = aioenv.RayWorker(
-        lambda: Gated(gate), step_timeout=1.0, start_timeout=30.0, **OFF_CPU
+        lambda: Gated(gate), step_timeout=1.0, start_timeout=START_TIMEOUT, **OFF_CPU
     )
     async with worker:
         worker.send_action(aioenv.RESET)
@@ -165,7 +170,7 @@ async def test_a_step_past_its_deadline_is_a_timeout_and_the_actor_is_killed(gat
         worker.send_action(1)
         with pytest.raises(aioenv.WorkerTimeout, match="killed"):
             await worker.get_state()
-        assert wait_until(lambda: actor_state(actor) == "DEAD")
+        assert wait_until(lambda: actor_state(actor) == "DEAD", DEATH_REPORT)
         with pytest.raises(aioenv.WorkerTimeout):
             worker.send_action(1)  # without restarts it failed for good
 
@@ -276,7 +281,7 @@ async def test_a_timeout_with_restarts_replaces_the_actor_and_drops_its_late_rep
     gate: str,
 ) -> None:
     worker: aioenv.RayWorker[Any] = aioenv.RayWorker(
-        lambda: Gated(gate), seed=3, step_timeout=1.0, start_timeout=30.0, **OFF_CPU
+        lambda: Gated(gate), seed=3, step_timeout=1.0, start_timeout=START_TIMEOUT, **OFF_CPU
     )
     async with aioenv.get_worker_pool([worker], restart="on_failure") as pool:
         pool.send_action(aioenv.RESET, 0)
@@ -286,7 +291,7 @@ async def test_a_timeout_with_restarts_replaces_the_actor_and_drops_its_late_rep
         state, _ = await pool.get_state()  # the new actor's reset, in place of the step
         assert state["t"] == 0 and state["seed"] == restart_seed(3, 1)
         assert worker.actor_id != first
-        assert wait_until(lambda: actor_state(first) == "DEAD")
+        assert wait_until(lambda: actor_state(first) == "DEAD", DEATH_REPORT)
         envs.open_gate(gate)
         pool.send_action(1, 0)
         state, _ = await pool.get_state()
@@ -303,7 +308,7 @@ async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_acti
         await pool.get_state()
         ray.kill(ray.get_actor(ACTOR_NAME))  # as an operator or an autoscaler might
         # The kill lands asynchronously: an action sent at once may still be answered.
-        assert wait_until(lambda: actor_state(pool.workers[0].actor_id) == "DEAD")
+        assert wait_until(lambda: actor_state(pool.workers[0].actor_id) == "DEAD", DEATH_REPORT)
         pool.send_action(1, 0)
         with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
             await pool.get_state()
