@@ -49,7 +49,7 @@ define coverage_of
 	$(BIN)/python -m coverage run -m pytest --matrix=$(1) -m serial -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report > coverage-$(1).txt
-	@echo "branch coverage of aioenv/ under --matrix=$(1): $$(tail -1 coverage-$(1).txt)"
+	@echo "branch coverage of aioenv/ under --matrix=$(1): $$(grep ^TOTAL coverage-$(1).txt)"
 endef
 
 coverage: $(STAMP)
