@@ -23,13 +23,13 @@ CLUSTER = "ray-cluster"
 FILES = "ray-files"
 CASES = "ray-cases"
 
-_WORDS = re.compile(r"[A-Za-z0-9]+")
+_WORDS = re.compile(r"[A-Za-z0-9]+")  # "_", "-", "[" and "." separate words
 
 
 def says_ray(text: str) -> bool:
     """Whether ``ray`` is a word of ``text`` (``test_ray_control``, ``[ray-Dict]``; not
     ``array``)."""
-    return any(word.lower() == "ray" for word in _WORDS.findall(text.replace("_", " ")))
+    return any(word.lower() == "ray" for word in _WORDS.findall(text))
 
 
 def group_of(nodeid: str) -> str | None:
