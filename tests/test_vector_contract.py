@@ -71,6 +71,8 @@ def test_a_wrong_number_of_actions_sends_nothing_and_leaves_the_env_usable() -> 
         envs.reset(seed=0)
         with pytest.raises(ValueError, match="2 actions for 3 envs"):
             envs.step(np.array([0, 1]))
+        with pytest.raises(ValueError, match="4 actions for 3 envs"):
+            envs.step(np.array([0, 1, 0, 1]))
         observations, *_ = envs.step(np.array([0, 1, 0]))
         assert observations.shape == (3, 4)
         envs.reset()

@@ -43,12 +43,14 @@ import hashlib
 import json
 import os
 import queue
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -445,6 +447,15 @@ def tree_hash(pytest_args: list[str], tests: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+
+
+def needs_ray(nodeid: str) -> bool:
+    """A test that needs Ray says ``ray`` in its id (the suite's own rule, which its
+    collection enforces: tests/ray_groups.py)."""
+    return "ray" in (word.lower() for word in _WORDS.findall(nodeid))
+
+
 @dataclasses.dataclass
 class TestMap:
     """Per file (relative to the root), per line, the tests that reached it; and each
@@ -455,14 +466,16 @@ class TestMap:
 
     def tests_of(self, target: Target) -> list[str]:
         """The tests that reach ``target`` (else its rule's ``fallback_tests``), the
-        quickest first (so a mutant they kill is killed soon)."""
+        quickest first (so a mutant they kill is killed soon), Ray's last: the coverage
+        run started one Ray instance for all of them, but each mutant's fresh pytest
+        starts its own, which costs more than most tests take."""
         lines = self.lines.get(str(target.path.relative_to(ROOT)), {})
         reached: set[str] = set()
         for line in target.body_lines:
             reached.update(lines.get(line, ()))
         if not reached:
             return target.fallback_tests
-        return sorted(reached, key=lambda t: (self.durations.get(t, 0.0), t))
+        return sorted(reached, key=lambda t: (needs_ray(t), self.durations.get(t, 0.0), t))
 
     def seconds(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
@@ -582,6 +595,8 @@ def run_pytest(where: Path, pytest_args: list[str], tests: list[str], timeout: f
     ]
     env = dict(os.environ, PYTHONPATH=str(where))
     started = time.monotonic()
+    if _STOPPING.is_set():
+        raise KeyboardInterrupt
     process = subprocess.Popen(
         command,
         cwd=where,
@@ -590,6 +605,7 @@ def run_pytest(where: Path, pytest_args: list[str], tests: list[str], timeout: f
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    _RUNNING.add(process.pid)
     try:
         output, _ = process.communicate(timeout=timeout)
         status = {0: "survived", 1: "killed", 2: "killed", 3: "killed"}.get(
@@ -601,6 +617,7 @@ def run_pytest(where: Path, pytest_args: list[str], tests: list[str], timeout: f
         status = "timeout"
     finally:
         _kill_group(process.pid)
+        _RUNNING.discard(process.pid)
     tail = output.decode(errors="replace")[-3000:]
     return Outcome(status, time.monotonic() - started, process.returncode, tail)
 
@@ -608,6 +625,21 @@ def run_pytest(where: Path, pytest_args: list[str], tests: list[str], timeout: f
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+#: The process groups of the pytest runs going on (one per job).
+_RUNNING: set[int] = set()
+#: Set by a stop: no new run starts.
+_STOPPING = threading.Event()
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM or Ctrl-C: the runs going on are killed (their threads then return) and
+    the main thread unwinds, removing the workspaces."""
+    _STOPPING.set()
+    for pgid in list(_RUNNING):
+        _kill_group(pgid)
+    raise KeyboardInterrupt
 
 
 # The run ---------------------------------------------------------------------------------------
@@ -649,6 +681,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
     parser.add_argument("--max-mutants", type=int, help="at most this many per function")
     parser.add_argument(
+        "--mutants",
+        help="comma-separated mutant ids (say the survivors of a run with --max-tests, "
+        "again with every test that reaches them); their functions only",
+    )
+    parser.add_argument(
         "--timeout-factor",
         type=float,
         default=2.0,
@@ -660,6 +697,18 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="run at most this many of a function's tests (the quickest): a budget knob, "
         "which weakens the check; the report says where it cut",
+    )
+    parser.add_argument(
+        "--every-case",
+        action="store_true",
+        help="run every case of each test that reaches a function (its id without its "
+        "parameters), not only the cases the map saw reach it: with --pytest-args="
+        "--matrix=full and the cover's map (--map-args=--matrix=cover), the whole "
+        "matrix's cases of those tests",
+    )
+    parser.add_argument(
+        "--map-args",
+        help="pytest options of the coverage run that maps tests (default: --pytest-args)",
     )
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
     parser.add_argument(
@@ -682,6 +731,14 @@ def main(argv: list[str] | None = None) -> int:
     mutants = {t.name: mutants_of(t) for t in targets}
     if args.max_mutants is not None:
         mutants = {name: ms[: args.max_mutants] for name, ms in mutants.items()}
+    if args.mutants:
+        wanted = set(args.mutants.split(","))
+        mutants = {name: [m for m in ms if m.id in wanted] for name, ms in mutants.items()}
+        unknown = wanted - {m.id for ms in mutants.values() for m in ms}
+        if unknown:
+            parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
+        mutants = {name: ms for name, ms in mutants.items() if ms}
+        targets = [t for t in targets if t.name in mutants]
     if args.list:
         for name, ms in mutants.items():
             print(f"{name}: {len(ms)} mutants")
@@ -690,10 +747,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     pytest_args, tests = shlex.split(args.pytest_args), shlex.split(args.tests)
-    test_map = coverage_map(pytest_args, tests)
+    arguments = shlex.join(sys.argv[1:] if argv is None else argv)
+    map_args = pytest_args if args.map_args is None else shlex.split(args.map_args)
+    test_map = coverage_map(map_args, tests)
     if args.estimate:
         return estimate(targets, mutants, test_map, args.max_tests)
     args.out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     reports: list[FunctionReport] = []
     workspaces: queue.Queue[Workspace] = queue.Queue()
     for _ in range(max(1, args.jobs)):
@@ -705,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
                 target, mutants[target.name], test_map, pytest_args, args, workspaces
             )
             reports.append(report)
-            write_reports(args.out, reports, args.pytest_args, time.monotonic() - started)
+            write_reports(args.out, reports, arguments, time.monotonic() - started)
     finally:
         while not workspaces.empty():
             workspaces.get().remove()
@@ -722,6 +783,8 @@ def run_function(
     workspaces: queue.Queue[Workspace],
 ) -> FunctionReport:
     reaching = test_map.tests_of(target)
+    if args.every_case:
+        reaching = list(dict.fromkeys(test.partition("[")[0] for test in reaching))
     tests = reaching[: args.max_tests] if args.max_tests else reaching
     report = FunctionReport(target.rule, target.name, len(tests), len(reaching))
     print(
@@ -770,8 +833,11 @@ def run_function(
             entry["output"] = result.tail
         return entry
 
-    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, args.jobs))
+    try:
         report.mutants = list(pool.map(one, mutants))
+    finally:
+        pool.shutdown(cancel_futures=True)
     return report
 
 
@@ -793,11 +859,9 @@ def estimate(
     return 0
 
 
-def write_reports(
-    out: Path, reports: list[FunctionReport], pytest_args: str, seconds: float
-) -> None:
+def write_reports(out: Path, reports: list[FunctionReport], arguments: str, seconds: float) -> None:
     results = {
-        "pytest_args": pytest_args,
+        "arguments": arguments,
         "seconds": round(seconds),
         "functions": [dataclasses.asdict(r) for r in reports],
     }
@@ -818,7 +882,7 @@ def write_reports(
         f"\n{len(total)} mutants, {sum(m['status'] in ('killed', 'timeout') for m in total)} "
         f"killed, {sum(m['status'] == 'survived' for m in total)} survived; "
         f"{seconds:.0f}s in all, {run / max(1, len(total)):.1f}s per mutant"
-        f" (pytest args: {pytest_args or '(none)'})"
+        f" (run.py {arguments})"
     )
     (out / "summary.txt").write_text("\n".join(rows) + "\n")
     survivors = [m["diff"] for m in total if m["status"] == "survived"]
