@@ -93,6 +93,23 @@ async def test_a_failed_step_ends_the_episode_truncated_and_the_reset_follows(
         assert (stats.episodes, stats.last_length, stats.last_return) == (1, 3, 2.0)
 
 
+async def test_a_failure_right_after_a_same_step_autoreset_cuts_the_new_episode_short() -> None:
+    # Under "same_step" the step that ends an episode already holds the next one's reset:
+    # that episode is open, so a failure at the very next step cuts it short.
+    async with aioenv.make_pool(
+        env_for("sync"), 1, mode="sync", max_episode_steps=2, **options(RAISE, "same_step")
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(0, 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert ended.truncated and ended.final_observation is not None  # the reset carried
+        pool.send_action(RAISE, 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert_cut_short(cut, ended.observation, RAISE, "same_step")
+        assert pool.restarts == 1
+
+
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize("autoreset", AUTORESETS)

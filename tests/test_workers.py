@@ -199,10 +199,18 @@ async def test_exception_cause_is_the_original_for_in_process_kinds() -> None:
 
 
 def test_bad_arguments_are_rejected() -> None:
-    with pytest.raises(ValueError, match="seed"):
-        aioenv.SyncWorker(Counter, seed=-1)
+    for seed in (-1, True, 1.5, "3"):
+        with pytest.raises(ValueError, match="seed must be a non-negative int or None"):
+            aioenv.SyncWorker(Counter, seed=seed)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cleanup_time"):
         aioenv.SyncWorker(Counter, cleanup_time=-2)
+
+
+async def test_seed_zero_is_a_seed_like_any_other() -> None:
+    async with aioenv.SyncWorker(Counter, seed=0) as worker:
+        worker.send_action(RESET)
+        state = await worker.get_state()
+        assert state["seed"] == 0
 
 
 async def test_thread_worker_thread_is_gone_after_aclose() -> None:

@@ -9,7 +9,8 @@ killed when they fail (or time out), and survives when they pass.
 Tests are selected per function by coverage: one run of the suite (with ``--pytest-args``)
 under ``coverage`` records, per test (its pytest node id, parameters included), the lines
 it reaches in the parent process; a function's tests are those that reached any of its
-lines. Code that runs only in a child process is not measured (see ``fallback_tests``).
+lines. Code that runs in a child process is not measured there: a rule's ``child_tests``
+(which step its code in child processes) run after the mapped tests.
 The map is cached under ``.mutation/`` by the pytest arguments and the sources' contents.
 
 Every mutant runs in a copy of the working tree (one per job), with only the mutated file
@@ -78,7 +79,7 @@ class Target:
     path: Path
     source: str
     node: Function
-    fallback_tests: list[str]
+    child_tests: list[str]
 
     @property
     def start(self) -> int:
@@ -105,7 +106,7 @@ def module_path(module: str) -> Path:
     raise LookupError(f"no module {module} under {ROOT}")
 
 
-def find_target(rule: str, name: str, fallback_tests: list[str]) -> Target:
+def find_target(rule: str, name: str, child_tests: list[str]) -> Target:
     """The function ``name``: the longest prefix that is a module, then classes and the
     function inside it."""
     parts = name.split(".")
@@ -131,7 +132,7 @@ def find_target(rule: str, name: str, fallback_tests: list[str]) -> Target:
                 break
             scope = node.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return Target(rule, name, path, source, node, fallback_tests)
+            return Target(rule, name, path, source, node, child_tests)
         raise LookupError(f"{name} (rule {rule}): no such function in {path}")
     raise LookupError(f"{name} (rule {rule}): no module of that name")
 
@@ -142,11 +143,11 @@ def load_targets(config: Path, rules: list[str] | None, patterns: list[str] | No
     for rule, entry in data["rules"].items():
         if rules and rule not in rules:
             continue
-        fallback = list(entry.get("fallback_tests", []))
+        child_tests = list(entry.get("child_tests", []))
         for name in entry["functions"]:
             if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
                 continue
-            targets.append(find_target(rule, name, fallback))
+            targets.append(find_target(rule, name, child_tests))
     return targets
 
 
@@ -465,16 +466,14 @@ class TestMap:
     durations: dict[str, float]
 
     def tests_of(self, target: Target) -> list[str]:
-        """The tests that reach ``target`` (else its rule's ``fallback_tests``), the
-        quickest first (so a mutant they kill is killed soon), Ray's last: the coverage
-        run started one Ray instance for all of them, but each mutant's fresh pytest
-        starts its own, which costs more than most tests take."""
+        """The tests that reach ``target`` in the pytest process, the quickest first (so
+        a mutant they kill is killed soon), Ray's last: the coverage run started one Ray
+        instance for all of them, but each mutant's fresh pytest starts its own, which
+        costs more than most tests take."""
         lines = self.lines.get(str(target.path.relative_to(ROOT)), {})
         reached: set[str] = set()
         for line in target.body_lines:
             reached.update(lines.get(line, ()))
-        if not reached:
-            return target.fallback_tests
         return sorted(reached, key=lambda t: (needs_ray(t), self.durations.get(t, 0.0), t))
 
     def seconds(self, tests: list[str]) -> float:
@@ -786,6 +785,8 @@ def run_function(
     if args.every_case:
         reaching = list(dict.fromkeys(test.partition("[")[0] for test in reaching))
     tests = reaching[: args.max_tests] if args.max_tests else reaching
+    # Never cut by --max-tests: the map cannot see what they reach.
+    tests += [test for test in target.child_tests if test not in tests]
     report = FunctionReport(target.rule, target.name, len(tests), len(reaching))
     print(
         f"\n{target.name}: {len(mutants)} mutants, {len(reaching)} tests reach it"
