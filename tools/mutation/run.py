@@ -44,7 +44,6 @@ import hashlib
 import json
 import os
 import queue
-import re
 import shlex
 import shutil
 import signal
@@ -64,6 +63,11 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+
+# A test that needs Ray says "ray" in its id: the suite's own rule (its collection checks it).
+sys.path.insert(0, str(ROOT / "tests"))
+from ray_groups import says_ray  # type: ignore[import-not-found]  # noqa: E402
+
 CACHE = ROOT / ".mutation"
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -448,15 +452,6 @@ def tree_hash(pytest_args: list[str], tests: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-_WORDS = re.compile(r"[A-Za-z0-9]+")
-
-
-def needs_ray(nodeid: str) -> bool:
-    """A test that needs Ray says ``ray`` in its id (the suite's own rule, which its
-    collection enforces: tests/ray_groups.py)."""
-    return "ray" in (word.lower() for word in _WORDS.findall(nodeid))
-
-
 @dataclasses.dataclass
 class TestMap:
     """Per file (relative to the root), per line, the tests that reached it; and each
@@ -474,7 +469,7 @@ class TestMap:
         reached: set[str] = set()
         for line in target.body_lines:
             reached.update(lines.get(line, ()))
-        return sorted(reached, key=lambda t: (needs_ray(t), self.durations.get(t, 0.0), t))
+        return sorted(reached, key=lambda t: (says_ray(t), self.durations.get(t, 0.0), t))
 
     def seconds(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
