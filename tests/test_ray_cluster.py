@@ -23,7 +23,9 @@ from support import SESSION_HELPERS, direct_children, wait_until
 import aioenv
 from aioenv.workers._supervision import restart_seed
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(90)]
+# A scenario takes about 20 s on an idle 2-core machine, most of it Ray starting worker
+# processes, and up to 125 s beside three CPU-bound processes (as beside the rest of the suite).
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 MiB = 1024**2
 #: Nodes notice a lost peer within about a second (Ray's default takes tens of seconds).
@@ -64,10 +66,13 @@ class LocalCluster:
         return result
 
     def add_node(self, name: str, resource: str) -> str:
-        """A worker node offering ``resource`` (and ``name``); returns its node id."""
+        """A worker node offering ``resource`` (and ``name``); returns its node id. The
+        actors reserve no CPU; the node's two CPUs let its raylet start two actor processes
+        at once (Ray starts as many at a time as a node has CPUs), so the replacements for a
+        lost node's actors start together."""
         node = self._started(
             lambda: self.cluster.add_node(
-                num_cpus=1, resources={resource: 100, name: 100}, object_store_memory=80 * MiB
+                num_cpus=2, resources={resource: 100, name: 100}, object_store_memory=80 * MiB
             )
         )
         self.cluster.wait_for_nodes()
