@@ -226,6 +226,7 @@ def test_what_the_envs_started_ends_with_the_parent(
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        "TMPDIR": str(tmp_path),  # where a killed parent leaves multiprocessing's folder
     }
     parent = subprocess.Popen(
         [sys.executable, str(script), "never" if end == "left open" else "kill"],

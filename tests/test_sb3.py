@@ -214,8 +214,11 @@ def test_the_probe_env_writes_nothing_into_monitor_files(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
-def test_ppo_trains_bit_for_bit_as_through_dummy_vec_env(options: dict[str, Any]) -> None:
+def test_ppo_trains_bit_for_bit_as_through_dummy_vec_env(
+    options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch.set_num_threads(1)
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # else each learn() leaves a folder in /tmp
 
     def trained(vec_env_cls: type[VecEnv], **kwargs: Any) -> list[torch.Tensor]:
         venv = make_vec_env(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,17 +34,24 @@ PROLOGUE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handl
 
 @contextlib.contextmanager
 def script_running(code: str) -> Iterator[subprocess.Popen[str]]:
-    """Run ``code`` in its own process group; whatever happens, kill the group after."""
-    script = start_script(code)
+    """Run ``code`` in its own process group; whatever happens, kill the group after.
+
+    The script's temporary folder is one of its own, removed after: a program killed with
+    SIGKILL leaves multiprocessing's (the forkserver's socket) behind."""
+    scratch = tempfile.mkdtemp(prefix="aioenv-shutdown-")
     try:
-        yield script
+        script = start_script(code, scratch)
+        try:
+            yield script
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(script.pid, signal.SIGKILL)
+            script.wait(timeout=30)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(script.pid, signal.SIGKILL)
-        script.wait(timeout=30)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def start_script(code: str) -> subprocess.Popen[str]:
+def start_script(code: str, scratch: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", PROLOGUE + textwrap.dedent(code)],
         cwd=ROOT / "tests" / "faults",
@@ -50,7 +59,11 @@ def start_script(code: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, like a terminal job
-        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'faults'}"},
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'faults'}",
+            "TMPDIR": scratch,
+        },
     )
 
 
