@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,25 +31,20 @@ PROLOGUE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handl
 
 
 @contextlib.contextmanager
-def script_running(code: str) -> Iterator[subprocess.Popen[str]]:
+def script_running(code: str, scratch: Path) -> Iterator[subprocess.Popen[str]]:
     """Run ``code`` in its own process group; whatever happens, kill the group after.
-
-    The script's temporary folder is one of its own, removed after: a program killed with
+    ``scratch`` (the test's ``tmp_path``) is its temporary folder: a program killed with
     SIGKILL leaves multiprocessing's (the forkserver's socket) behind."""
-    scratch = tempfile.mkdtemp(prefix="aioenv-shutdown-")
+    script = start_script(code, scratch)
     try:
-        script = start_script(code, scratch)
-        try:
-            yield script
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(script.pid, signal.SIGKILL)
-            script.wait(timeout=30)
+        yield script
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+        script.wait(timeout=30)
 
 
-def start_script(code: str, scratch: str) -> subprocess.Popen[str]:
+def start_script(code: str, scratch: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", PROLOGUE + textwrap.dedent(code)],
         cwd=ROOT / "tests" / "faults",
@@ -62,7 +55,7 @@ def start_script(code: str, scratch: str) -> subprocess.Popen[str]:
         env={
             **os.environ,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'faults'}",
-            "TMPDIR": scratch,
+            "TMPDIR": str(scratch),
         },
     )
 
@@ -79,7 +72,9 @@ def read_pids(script: subprocess.Popen[str]) -> list[int]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("when", [0, 1, 30])  # during start-up, at the first state, later
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
-def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, context: str) -> None:
+def test_ctrl_c_closes_every_worker_and_children_print_nothing(
+    when: int, context: str, tmp_path: Path
+) -> None:
     with script_running(
         f"""
         import asyncio, os, signal
@@ -110,7 +105,8 @@ def test_ctrl_c_closes_every_worker_and_children_print_nothing(when: int, contex
                     pool.send_action(aioenv.RESET if step.done else 0, worker_id)
 
         asyncio.run(main())
-        """
+        """,
+        tmp_path,
     ) as script:
         pids = read_pids(script)
         _, stderr = script.communicate(timeout=60)
@@ -141,7 +137,8 @@ def test_workers_exit_by_themselves_when_the_parent_is_killed(context: str, tmp_
             await asyncio.sleep(3600)
 
         asyncio.run(main())
-        """
+        """,
+        tmp_path,
     ) as script:
         pids = read_pids(script)
         assert wait_until(began.exists, timeout=30), "the hung step never began"
