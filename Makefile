@@ -17,10 +17,17 @@ SOAK_SECONDS ?= 180
 
 install: $(STAMP)
 
+# uv installs the project and its extras (a few times faster than pip's resolver and
+# installer; bytecode compiled at install, as pip does), itself installed first where a
+# venv made before it lacks it; pip stays in the venv for torch's CPU build, which pip's
+# own configuration may point at a local wheel.
+UV_INSTALL = $(BIN)/python -m pip install --quiet uv && \
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(UV_INSTALL) -e '.[dev]'
 	touch $(STAMP)
 
 # The suite in two parts: the tests that may share the machine, on TEST_WORKERS pytest-xdist
@@ -118,7 +125,7 @@ bench-quick: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py --quick $(BENCH_ARGS)
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(UV_INSTALL) -e '.[dev,docs]'
 	touch $(DOCS_STAMP)
 
 # Warnings are errors; --keep-going reports all of them before failing.
@@ -131,7 +138,7 @@ docs: $(DOCS_STAMP)
 # MUTATION_ARGS passes options, say --rules seeding, --jobs 2, or --pytest-args
 # "--matrix=full" (then tools/mutation/run.py compare A/results.json B/results.json).
 $(MUTATION_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev,mutation]'
+	$(UV_INSTALL) -e '.[dev,mutation]'
 	touch $(MUTATION_STAMP)
 
 mutation: $(MUTATION_STAMP)

@@ -6,6 +6,7 @@ it first (:func:`stop`), and the next test that needs it starts it again."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -42,12 +43,22 @@ def start() -> None:
 
 
 def stop() -> None:
-    """Shut Ray down and wait for the shared instance's daemons to exit."""
+    """Shut Ray down and wait for the shared instance's daemons to exit. A daemon that
+    exited without being waited for (Ray 2.50's shutdown leaves one a zombie: it never
+    leaves the process table by itself) is reaped here."""
     import ray
 
     ray.shutdown()
     helpers = set(SESSION_HELPERS)
-    wait_until(lambda: not (helpers & {abs(pid) for pid in _all_children()}), timeout=20)
+
+    def gone() -> bool:
+        for pid in _all_children():
+            if -pid in helpers:  # a zombie of ours
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(-pid, os.WNOHANG)
+        return not (helpers & {abs(pid) for pid in _all_children()})
+
+    assert wait_until(gone, timeout=60), f"Ray's daemons outlived ray.shutdown(): {helpers}"
     SESSION_HELPERS.difference_update(helpers)
 
 
