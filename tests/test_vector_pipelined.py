@@ -300,8 +300,8 @@ async def test_send_and_recv_from_inside_a_running_loop() -> None:
         venv.async_reset(seed=0)
         seen: set[int] = set()
         # Every env comes back, but not within a fixed number of rounds: on a loaded machine
-        # one env's thread may not run while the others go round many times (seen in a CI
-        # run: env 0 missing after 8 rounds). 30 s is far more than any scheduling delay.
+        # one env's thread may not run while the others go round many times. 30 s is far
+        # more than any scheduling delay.
         deadline = time.monotonic() + 30
         while seen != set(range(N)) and time.monotonic() < deadline:
             observations, *_, infos = venv.recv()
