@@ -201,6 +201,13 @@ def _add_serve(commands: Any) -> None:
         default=300.0,
         help="seconds a session may stay silent before it is closed (default 300)",
     )
+    serve.add_argument(
+        "--keepalive",
+        type=_positive_seconds,
+        default=argparse.SUPPRESS,  # ServeOptions' default
+        help="seconds between pings of each client, and the most a pong may take: a client "
+        "whose link is cut is dropped within twice this (default 20)",
+    )
     for phase in ("step", "reset", "start"):
         serve.add_argument(
             f"--{phase}-timeout",
@@ -208,6 +215,12 @@ def _add_serve(commands: Any) -> None:
             default=None,
             help=f"the pool's {phase}_timeout: seconds a {phase} may take (default none)",
         )
+    serve.add_argument(
+        "--cleanup-time",
+        type=_positive_seconds,
+        default=argparse.SUPPRESS,  # ServeOptions' default
+        help="seconds a session's env gets to close when its client leaves (default 5)",
+    )
 
 
 def _port(text: str) -> int:
@@ -291,6 +304,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         reset_timeout=arguments.reset_timeout,
         start_timeout=arguments.start_timeout,
         name=name,
+        **{key: vars(arguments)[key] for key in ("keepalive", "cleanup_time") if key in arguments},
     )
     serve(source, options, arguments.host, arguments.port)
     return 0

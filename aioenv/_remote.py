@@ -1,14 +1,12 @@
-"""Envs served over OpenEnv's protocol, seen from both ends.
+"""Envs served over OpenEnv's protocol, seen from the client's end.
 
 :class:`RemoteEnv` is a coroutine env (an async gymnasium env) that plays one session of a
 server speaking OpenEnv's WebSocket protocol (``/ws``: ``reset``, ``step``, ``state``,
-``close``), ``aioenv serve``'s or OpenEnv's own. A pool of them drives many servers with
-aioenv's deadlines, restarts and first-ready batches: a lost connection or an error frame
-is a failure of that env, and the restart that follows connects a new session.
-
-The helpers below also give ``aioenv serve`` its wire format: JSON values for observations
-and infos (numpy arrays as lists), and gymnasium spaces written into the JSON schema the
-server publishes at ``/schema`` (under ``x-aioenv-space``), so a client rebuilds them.
+``close``), ``aioenv serve``'s or OpenEnv's own, or of one of a fleet of such servers. A
+pool of them drives many servers with aioenv's deadlines, restarts and first-ready
+batches: a lost connection or an error frame is a failure of that env, and the restart
+that follows connects a new session. The JSON both ends exchange is
+:mod:`aioenv.wire._openenv_json`'s.
 
 ``websockets`` (the ``serve`` extra) is imported when a session connects, never when
 ``aioenv`` is.
@@ -16,137 +14,83 @@ server publishes at ``/schema`` (under ``x-aioenv-space``), so a client rebuilds
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
-import math
+import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
 import numpy as np
 
 from .core._restarts import RESTART_KEY
+from .wire._openenv_json import jsonable, space_from_schema
 
-__all__ = ["RemoteEnv", "jsonable", "space_from_schema", "space_schema"]
+__all__ = ["RemoteEnv"]
 
-#: The schema key that carries a gymnasium space's description.
-SPACE_KEY = "x-aioenv-space"
 #: Where a remote env's info carries the note of a restart on the server's side.
 SERVER_RESTART_KEY = "aioenv_server"
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON can carry it: numpy arrays as (nested) lists, numpy scalars as
-    Python numbers, tuples as lists, mapping keys as strings; anything else JSON cannot
-    hold as its ``repr``."""
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, np.generic):
-        return jsonable(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)  # JSON has no nan or infinity
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(key): jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(item) for item in value]
-    return repr(value)
+class _Servers:
+    """What this process knows of the env servers its :class:`RemoteEnv` sessions reach,
+    by base URL: how many sessions are open (or opening) at each, and when each last
+    failed (a session refused or lost).
+
+    A fleet's env opens its session at the server with the fewest sessions among those
+    that have not failed, and tries one that failed within :data:`PASS_OVER` seconds only
+    after the others, the one that failed longest ago first: a server that went away costs
+    new sessions nothing while another is up, and one brought back takes sessions again
+    once its failure is that old (a session opened there forgets it at once). It is the
+    process's, not one env's, because a restart builds a new env from its factory and a
+    server's failure is news to all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # coroutine envs may live on several threads' loops
+        self._sessions: collections.Counter[str] = collections.Counter()
+        self._failed: dict[str, float] = {}
+
+    def order(self, urls: tuple[str, ...]) -> list[str]:
+        """``urls`` in the order a new session tries them."""
+        with self._lock:
+            recent = time.monotonic() - PASS_OVER
+            failed = {url: at for url, at in self._failed.items() if at > recent}
+
+            def rank(url: str) -> tuple[bool, float, int]:
+                return url in failed, failed.get(url, 0.0), self._sessions[url]
+
+            return sorted(urls, key=rank)  # stable: ties keep the given order
+
+    def claim(self, url: str) -> None:
+        with self._lock:
+            self._sessions[url] += 1
+
+    def opened(self, url: str) -> None:
+        with self._lock:
+            self._failed.pop(url, None)
+
+    def release(self, url: str, *, failed: bool) -> None:
+        with self._lock:
+            self._sessions[url] -= 1
+            if self._sessions[url] <= 0:
+                del self._sessions[url]
+            if failed:
+                self._failed[url] = time.monotonic()
 
 
-def space_schema(space: Any) -> dict[str, Any]:
-    """A JSON schema for values of gymnasium ``space``, with the space itself under
-    :data:`SPACE_KEY` where it is one :func:`space_from_schema` rebuilds (Box, Discrete,
-    MultiDiscrete, MultiBinary, and Dict/Tuple of those); ``{}`` (any value) otherwise."""
-    described = _describe_space(space)
-    if described is None:
-        return {}
-    return {**_value_schema(described), SPACE_KEY: described}
-
-
-def space_from_schema(schema: Any) -> gymnasium.Space[Any] | None:
-    """The gymnasium space ``schema`` describes under :data:`SPACE_KEY`, else None."""
-    if not isinstance(schema, dict) or not isinstance(schema.get(SPACE_KEY), dict):
-        return None
-    return _build_space(schema[SPACE_KEY])
-
-
-def _describe_space(space: Any) -> dict[str, Any] | None:
-    spaces = gymnasium.spaces
-    if isinstance(space, spaces.Discrete):
-        return {"kind": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.Box):
-        return {
-            "kind": "Box",
-            "shape": list(space.shape),
-            "dtype": str(space.dtype),
-            "low": jsonable(space.low),
-            "high": jsonable(space.high),
-        }
-    if isinstance(space, spaces.MultiDiscrete):
-        return {"kind": "MultiDiscrete", "nvec": jsonable(space.nvec), "dtype": str(space.dtype)}
-    if isinstance(space, spaces.MultiBinary):
-        return {"kind": "MultiBinary", "n": jsonable(space.n)}
-    if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space)
-        parts = {str(key): _describe_space(sub) for key, sub in items}
-        if any(part is None for part in parts.values()):
-            return None
-        kind = "Dict" if isinstance(space, spaces.Dict) else "Tuple"
-        return {"kind": kind, "spaces": parts}
-    return None
-
-
-def _value_schema(described: dict[str, Any]) -> dict[str, Any]:
-    kind = described["kind"]
-    if kind == "Discrete":
-        first = described["start"]
-        return {"type": "integer", "minimum": first, "maximum": first + described["n"] - 1}
-    if kind == "Dict":
-        properties = {k: _value_schema(v) for k, v in described["spaces"].items()}
-        return {"type": "object", "properties": properties}
-    if kind == "Tuple":
-        return {
-            "type": "array",
-            "prefixItems": [_value_schema(v) for v in described["spaces"].values()],
-        }
-    return {"type": "array"}  # Box, MultiDiscrete, MultiBinary: (nested) lists of numbers
-
-
-def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
-    spaces = gymnasium.spaces
-    kind = described.get("kind")
-    if kind == "Discrete":
-        return spaces.Discrete(described["n"], start=described.get("start", 0))
-    if kind == "Box":
-        dtype = np.dtype(described["dtype"])
-        low = np.asarray(_finite_or_inf(described["low"]), dtype=np.float64)
-        high = np.asarray(_finite_or_inf(described["high"]), dtype=np.float64)
-        return spaces.Box(low.astype(dtype), high.astype(dtype), tuple(described["shape"]), dtype)
-    if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(np.asarray(described["nvec"]), dtype=described["dtype"])
-    if kind == "MultiBinary":
-        return spaces.MultiBinary(described["n"])
-    if kind in ("Dict", "Tuple"):
-        parts = {key: _build_space(part) for key, part in described["spaces"].items()}
-        if any(part is None for part in parts.values()):
-            return None
-        if kind == "Dict":
-            return spaces.Dict(parts)  # type: ignore[arg-type]
-        return spaces.Tuple(list(parts.values()))  # type: ignore[arg-type]
-    return None
-
-
-def _finite_or_inf(value: Any) -> Any:
-    # jsonable() writes infinite bounds as their repr ('inf', '-inf').
-    if isinstance(value, list):
-        return [_finite_or_inf(item) for item in value]
-    return float(value) if isinstance(value, str) else value
+#: Seconds a server that refused or lost a session is tried only after the others.
+PASS_OVER = 30.0
+#: The servers this process's remote envs reach.
+SERVERS = _Servers()
 
 
 class RemoteEnv:
     """An env served over OpenEnv's WebSocket protocol, as a coroutine env: one session
-    of the server at ``base_url`` (``http://``, ``https://``, ``ws://`` or ``wss://``; the
-    session is at ``/ws`` under it). Run it with ``mode="coroutine"``::
+    of a server at ``base_url`` (``http://``, ``https://``, ``ws://`` or ``wss://``; the
+    session is at ``/ws`` under it), or of one of a fleet's servers (a list of such URLs).
+    Run it with ``mode="coroutine"``::
 
         pool = aioenv.make_pool(lambda: aioenv.RemoteEnv("http://host:8000"), 64,
                                 mode="coroutine", step_timeout=30, restart="on_failure")
@@ -163,18 +107,30 @@ class RemoteEnv:
     closed session raises :class:`ConnectionError` (a failure of this env, so the pool's
     deadlines and restarts apply; a restart connects a new session).
 
+    A fleet (several URLs, serving the same env): the session opens at the server with the
+    fewest of this process's sessions; a server that refused or lost a session is tried
+    only after the others for the next 30 s (the one that failed longest ago first), and
+    opening a session tries each server in that order, so it fails only when every server
+    does. A
+    session lost with its server fails the env as above: the episode in flight is cut
+    short (a server's episode cannot move), and the restart's session opens at another
+    server, so a failover is a restart and counts toward the pool's restart budget; once
+    no server is left, every restart fails and the budget gives the worker up.
+
     Spaces come from the server's ``/schema`` where it describes them (``aioenv serve``
-    does, for the usual gymnasium spaces), read once when the env is built; else from
-    ``observation_space``/``action_space`` (given spaces win over the schema's).
+    does, for the usual gymnasium spaces), read once when the env is built, from the first
+    server that answers; else from ``observation_space``/``action_space`` (given spaces
+    win over the schema's).
 
     :param headers: extra HTTP headers for the handshake (``Authorization``, say).
-    :param connect_timeout: seconds to open the session (the schema request included).
+    :param connect_timeout: seconds to open the session at one server (the schema request
+        included).
     :param max_message_size: the largest frame accepted, in bytes.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         observation_space: gymnasium.Space[Any] | None = None,
         action_space: gymnasium.Space[Any] | None = None,
@@ -183,16 +139,13 @@ class RemoteEnv:
         connect_timeout: float = 10.0,
         max_message_size: int = 100 * 2**20,
     ) -> None:
-        url = base_url.rstrip("/")
-        scheme, separator, rest = url.partition("://")
-        if not separator or scheme not in ("http", "https", "ws", "wss"):
-            raise ValueError(
-                f"RemoteEnv needs an http(s):// or ws(s):// base URL, got {base_url!r}"
-            )
-        secure = scheme in ("https", "wss")
-        self.base_url = url
-        self.ws_url = f"{'wss' if secure else 'ws'}://{rest}/ws"
-        self.http_url = f"{'https' if secure else 'http'}://{rest}"
+        given = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not given:
+            raise ValueError("RemoteEnv needs at least one server URL, got none")
+        #: The servers' base URLs (``http(s)://host:port``, the session is at ``/ws``).
+        self.urls = tuple(dict.fromkeys(_http_url(url) for url in given))
+        #: The base URL of the server whose session is open, else None.
+        self.url: str | None = None
         self.wrap_action = wrap_action
         self.headers = dict(headers or {})
         self.connect_timeout = connect_timeout
@@ -206,18 +159,22 @@ class RemoteEnv:
             self.action_space = action_space or acted
 
     def _schema_spaces(self) -> tuple[gymnasium.Space[Any] | None, gymnasium.Space[Any] | None]:
-        """The spaces ``/schema`` describes (None where it says nothing of one, or there is
-        no such endpoint): ``aioenv serve``'s action schema is ``{"action": space}``, its
-        observation schema ``{"observation": space, ...}``."""
+        """The spaces ``/schema`` describes, from the first server that answers (None where
+        it says nothing of one, or no server has such an endpoint): ``aioenv serve``'s
+        action schema is ``{"action": space}``, its observation schema ``{"observation":
+        space, ...}``."""
         import urllib.error
         import urllib.request
 
-        request = urllib.request.Request(f"{self.http_url}/schema", headers=self.headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.connect_timeout) as response:
-                schema = json.loads(response.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return None, None
+        schema = None
+        for url in SERVERS.order(self.urls):
+            request = urllib.request.Request(f"{url}/schema", headers=self.headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.connect_timeout) as response:
+                    schema = json.loads(response.read())
+                break
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
         if not isinstance(schema, dict):
             return None, None
 
@@ -228,19 +185,31 @@ class RemoteEnv:
         return inner("observation", "observation"), inner("action", "action")
 
     async def _connect(self) -> Any:
-        if self._connection is None:
-            from websockets.asyncio.client import connect
+        if self._connection is not None:
+            return self._connection
+        from websockets.asyncio.client import connect
 
+        refused = []
+        for url in SERVERS.order(self.urls):
+            SERVERS.claim(url)
             try:
                 self._connection = await connect(
-                    self.ws_url,
+                    _ws_url(url),
                     open_timeout=self.connect_timeout,
                     max_size=self.max_message_size,
                     additional_headers=self.headers or None,
                 )
             except Exception as exc:
-                raise ConnectionError(f"cannot open a session at {self.ws_url}: {exc}") from exc
-        return self._connection
+                SERVERS.release(url, failed=True)
+                refused.append(f"{_ws_url(url)}: {exc}")
+                continue
+            except BaseException:  # cancelled (a deadline): no session, nothing learned
+                SERVERS.release(url, failed=False)
+                raise
+            SERVERS.opened(url)
+            self.url = url
+            return self._connection
+        raise ConnectionError(f"cannot open a session at {'; nor at '.join(refused)}")
 
     async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         connection = await self._connect()
@@ -248,20 +217,30 @@ class RemoteEnv:
             await connection.send(json.dumps(message))
             reply = json.loads(await connection.recv())
         except Exception as exc:
-            await self._drop()
-            raise ConnectionError(f"the session at {self.ws_url} was lost: {exc}") from exc
+            where = self._where()
+            await self._drop(server_failed=True)
+            raise ConnectionError(f"the session at {where} was lost: {exc}") from exc
         if reply.get("type") == "error":
             data = reply.get("data") or {}
-            await self._drop()
+            where = self._where()
+            # A full server is passed over as a failed one is; an env's error is no news
+            # of its server.
+            await self._drop(server_failed=data.get("code") == "CAPACITY_REACHED")
             raise ConnectionError(
-                f"the server at {self.ws_url} answered {message['type']} with an error: "
+                f"the server at {where} answered {message['type']} with an error: "
                 f"{data.get('message', 'no message')} (code {data.get('code', 'unknown')})"
             )
         data = reply.get("data")
         return data if isinstance(data, dict) else {}
 
-    async def _drop(self) -> None:
+    def _where(self) -> str:
+        return _ws_url(self.url) if self.url is not None else "(no server)"
+
+    async def _drop(self, *, server_failed: bool = False) -> None:
         connection, self._connection = self._connection, None
+        url, self.url = self.url, None
+        if url is not None:
+            SERVERS.release(url, failed=server_failed)
         if connection is not None:
             with contextlib.suppress(Exception):  # the session is gone either way
                 await connection.close()
@@ -294,10 +273,12 @@ class RemoteEnv:
         return await self._request({"type": "state"})
 
     async def close(self) -> None:
-        if self._connection is not None:
-            with contextlib.suppress(Exception):  # already gone: no goodbye to say
-                await self._connection.send(json.dumps({"type": "close"}))
-        await self._drop()
+        try:
+            if self._connection is not None:
+                with contextlib.suppress(Exception):  # already gone: no goodbye to say
+                    await self._connection.send(json.dumps({"type": "close"}))
+        finally:
+            await self._drop()
 
     def _result(self, data: dict[str, Any]) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         observation = data.get("observation")
@@ -330,3 +311,16 @@ class RemoteEnv:
         if isinstance(space, gymnasium.spaces.MultiBinary):
             return np.asarray(value, dtype=np.int8)
         return value
+
+
+def _http_url(base_url: str) -> str:
+    """``base_url`` as the server's ``http(s)://`` base (the scheme checked)."""
+    scheme, separator, rest = base_url.rstrip("/").partition("://")
+    if not separator or scheme not in ("http", "https", "ws", "wss") or not rest:
+        raise ValueError(f"RemoteEnv needs http(s):// or ws(s):// base URLs, got {base_url!r}")
+    return f"{'https' if scheme in ('https', 'wss') else 'http'}://{rest}"
+
+
+def _ws_url(http_url: str) -> str:
+    """The session endpoint of the server at ``http_url``."""
+    return f"ws{http_url.removeprefix('http')}/ws"

@@ -32,13 +32,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ._remote import jsonable, space_schema
 from .core._commands import Reset
 from .core._environment import EnvSource, Step
 from .core._errors import AioEnvError
 from .core._restarts import restart_note
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
+from .wire._openenv_json import jsonable, space_schema
 from .workers._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["ServeOptions", "build_app"]
@@ -61,25 +61,45 @@ class ServeOptions:
         served at once; one more is refused with ``CAPACITY_REACHED``.
     :param idle_timeout: seconds a session may wait for its client's next message before
         it is closed (its worker with it); None: never.
+    :param keepalive: seconds between the server's pings of each WebSocket client, and the
+        most it waits for the pong: a client whose link is cut (no close, no reset; its
+        machine gone, say) is dropped, its worker with it, within twice this. None: no
+        pings. :func:`serve` gives it to uvicorn; an ASGI server of your own has its own
+        setting (uvicorn's ``ws_ping_interval`` and ``ws_ping_timeout``).
     :param step_timeout: the pools' ``step_timeout``, ``reset_timeout``, ``start_timeout``.
+    :param cleanup_time: seconds a session's env gets to close when its client leaves
+        between requests (the pools' ``cleanup_time``); a client that leaves mid-request
+        leaves a busy env, whose worker is ended at once.
     :param name: what ``/metadata`` calls the env.
     """
 
     mode: str = "process"
     max_sessions: int = 8
     idle_timeout: float | None = 300.0
+    keepalive: float | None = 20.0
     step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout
     reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout
     start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout
+    cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time
     name: str = "env"
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
-        for field in ("idle_timeout", "step_timeout", "reset_timeout", "start_timeout"):
+        for field in (
+            "idle_timeout",
+            "keepalive",
+            "step_timeout",
+            "reset_timeout",
+            "start_timeout",
+        ):
             value = getattr(self, field)
             if value is not None and not value > 0:
                 raise ValueError(f"{field} must be a number of seconds > 0 or None, got {value}")
+        if not self.cleanup_time >= 0:
+            raise ValueError(
+                f"cleanup_time must be a number of seconds >= 0, got {self.cleanup_time}"
+            )
 
 
 class SessionError(Exception):
@@ -97,6 +117,9 @@ class _Session:
     def __init__(self, server: _Server) -> None:
         self.server = server
         self.pool: WorkerPool[Any] | None = None
+        #: The client left while its env was busy: the env is not asked to close (it
+        #: would answer only after the request it is busy with), its worker is ended.
+        self.abandoned = False
         self.needs_reset = True
         self.episode_id: str | None = None
         self.step_count = 0
@@ -119,7 +142,14 @@ class _Session:
         if "action" not in data:
             raise SessionError('a step\'s data is {"action": value}', VALIDATION_ERROR)
         if self.needs_reset:
-            raise SessionError("no episode is going on: reset first")
+            if self.episode_id is None:
+                raise SessionError(
+                    "this session has no episode yet: reset first (a client that reconnected, "
+                    "its session closed as idle or its link dropped, is in a new session)"
+                )
+            raise SessionError(
+                "no episode is going on (the last one ended, or its env failed): reset first"
+            )
         state = await self._request(self.server.action(data["action"]))
         note = restart_note(state) if isinstance(state, Step) else None
         if note is not None:
@@ -150,6 +180,8 @@ class _Session:
     async def aclose(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
+            if self.abandoned:
+                pool.cleanup_time = 0.0
             await pool.aclose()
 
 
@@ -190,6 +222,7 @@ class _Server:
             step_timeout=options.step_timeout,
             reset_timeout=options.reset_timeout,
             start_timeout=options.start_timeout,
+            cleanup_time=options.cleanup_time,
             restart="on_failure",
             autoreset="disabled",
         )
@@ -246,7 +279,8 @@ class _Server:
 
     async def _serve_session(self, websocket: WebSocket, session: _Session) -> None:
         # The client is read all along, so one that leaves while its env is busy (a step
-        # hung, with no deadline) takes its worker with it at once.
+        # hung, with no deadline) takes its worker with it at once: the worker is ended
+        # without waiting for the env (see _Session.abandoned).
         messages: asyncio.Queue[str | None] = asyncio.Queue()
         reader = asyncio.ensure_future(_read(websocket, messages))
         try:
@@ -287,6 +321,7 @@ class _Server:
             racing: set[asyncio.Future[Any]] = {answer, reader}
             await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():  # the client left mid-request
+                session.abandoned = True
                 answer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, SessionError):
                     await answer
@@ -476,5 +511,12 @@ def serve(
     """Serve ``source`` until interrupted (SIGINT or SIGTERM), then close every worker."""
     import uvicorn
 
-    config = uvicorn.Config(build_app(source, options), host=host, port=port, log_level="info")
+    config = uvicorn.Config(
+        build_app(source, options),
+        host=host,
+        port=port,
+        log_level="info",
+        ws_ping_interval=options.keepalive,
+        ws_ping_timeout=options.keepalive,
+    )
     uvicorn.Server(config).run()

@@ -352,6 +352,14 @@ def test_make_pool_rejects_bad_options() -> None:
         aioenv.make_pool(Counter, 0)
 
 
+async def test_make_pools_cleanup_time_is_its_workers_own_too() -> None:
+    # A worker closes within the least of its own cleanup time and its pool's: a pool's
+    # longer one than the default reaches its workers (a slow env's close is waited for).
+    async with aioenv.make_pool(Counter, 2, mode="sync", cleanup_time=42.0) as pool:
+        assert pool.cleanup_time == 42.0
+        assert [worker.cleanup_time for worker in pool.workers] == [42.0, 42.0]
+
+
 async def test_close_sentinel_closes_just_that_worker(mode: Any) -> None:
     async with aioenv.make_pool(Counter, 3, mode=modes(mode, 3)) as pool:
         pool.reset()

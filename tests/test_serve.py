@@ -35,6 +35,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 import aioenv  # noqa: E402
 from aioenv._serve import ServeOptions, build_app  # noqa: E402
+from aioenv.wire._openenv_json import space_from_schema  # noqa: E402
 
 HANG = 20.0  # a hanging step outlives every deadline below, and ends with its worker
 # A factory of the test envs' module, which travels to worker processes by value (a
@@ -45,9 +46,15 @@ DEADLINES = {"step_timeout": 1.0, "reset_timeout": 30.0, "start_timeout": 30.0}
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """``app`` served by uvicorn on this loop at a free port; its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+async def serving(app: Any, keepalive: float | None = None) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on this loop at a free port, pinging its WebSocket
+    clients every ``keepalive`` seconds (uvicorn's default when None); its base URL."""
+    pings = (
+        {} if keepalive is None else {"ws_ping_interval": keepalive, "ws_ping_timeout": keepalive}
+    )
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", **pings
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
@@ -144,7 +151,7 @@ async def test_an_idle_session_is_closed_with_its_worker() -> None:
         assert await gone(pid)
         # The client reads the frame saying so, or, if it saw the socket closed first,
         # reconnects: a new session, whose env has no episode going on.
-        with pytest.raises(RuntimeError, match="session idle for 0.5 s|reset first"):
+        with pytest.raises(RuntimeError, match="session idle for 0.5 s|in a new session"):
             await env.step({"action": 0})
 
 
@@ -186,7 +193,7 @@ async def test_http_endpoints_serve_a_fresh_env_per_request() -> None:
         failed = await http.post("/step", json={"action": {"action": 1}})
         assert failed.status_code == 500 and "lost its state" in failed.json()["detail"]
         schema = (await http.get("/schema")).json()
-        action = aioenv._remote.space_from_schema(schema["action"]["properties"]["action"])
+        action = space_from_schema(schema["action"]["properties"]["action"])
         assert action == gymnasium.spaces.Discrete(4)
 
 
@@ -395,6 +402,7 @@ async def test_a_remote_env_that_fails_reconnects_as_its_restart() -> None:
         (["serve", "NoSuchEnv-v0"], "unknown env id"),
         (["serve", "CartPole-v1", "--mode", "fast"], "unknown mode"),
         (["serve", "CartPole-v1", "--port", "70000"], "port number"),
+        (["serve", "CartPole-v1", "--keepalive", "0"], "seconds > 0"),
     ],
 )
 def test_serve_refuses_bad_arguments_in_one_line(
@@ -409,8 +417,27 @@ def test_serve_refuses_bad_arguments_in_one_line(
     assert says in error and error.count("\n") == 1
 
 
+def test_serve_gives_uvicorn_its_keepalive_and_its_pools_the_cleanup_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aioenv._cli import main
+
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, *_: served.append(server.config))
+    main(["serve", "CartPole-v1", "--keepalive", "3", "--cleanup-time", "7"])
+    (config,) = served
+    assert (config.ws_ping_interval, config.ws_ping_timeout) == (3.0, 3.0)
+    pool = config.app.state.aioenv_server.new_pool()
+    try:
+        assert pool.cleanup_time == 7.0 and pool.workers[0].cleanup_time == 7.0
+    finally:
+        pool.workers[0].abandon()
+
+
 async def test_a_client_that_leaves_mid_step_takes_its_hung_worker_with_it() -> None:
-    async with serving(aioenv_app()) as url:  # no step deadline: only the leaving ends it
+    # No step deadline: only the leaving ends the step. The env, busy, cannot close: its
+    # worker is ended at once, not after the cleanup time (longer than the wait below).
+    async with serving(aioenv_app(cleanup_time=HANG * 3)) as url:
         env = client(url)
         pid = (await env.reset()).observation["info"]["pid"]
         with pytest.raises(asyncio.TimeoutError):
@@ -457,6 +484,146 @@ async def test_a_lost_connection_is_a_failure_of_the_remote_env() -> None:
         assert isinstance(failed.value.__cause__, ConnectionError)
     finally:
         await pool.aclose()
+
+
+@pytest.fixture(autouse=True)
+def no_news_of_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's remote envs start knowing nothing of any server (a port the system
+    gives one test may have been another's, whose failures this process remembers)."""
+    monkeypatch.setattr(aioenv._remote, "SERVERS", aioenv._remote._Servers())
+
+
+def sessions(app: Any) -> int:
+    return len(app.state.aioenv_server.sessions)
+
+
+async def test_a_fleet_fails_over_to_the_server_left_and_is_given_up_with_none_left() -> None:
+    apps = [build_app("CartPole-v1", ServeOptions(mode="thread")) for _ in range(2)]
+    stacks = [contextlib.AsyncExitStack() for _ in apps]
+    async with stacks[0], stacks[1]:
+        urls = [
+            await stack.enter_async_context(serving(app))
+            for stack, app in zip(stacks, apps, strict=True)
+        ]
+        fleet = functools.partial(aioenv.RemoteEnv, urls, **CARTPOLE_SPACES)
+        options = {"mode": "coroutine", "restart": "on_failure", "max_restarts": 2}
+        async with aioenv.make_pool(fleet, 2, **options) as pool:
+            await pool.reset_all(seed=0)
+            assert [sessions(app) for app in apps] == [1, 1]  # one session at each server
+            await stacks[0].aclose()  # the first server goes away, with its session
+
+            for worker_id in (0, 1):
+                pool.send_action(1, worker_id)
+            answers = [await pool.get_state(), await pool.get_state()]
+            cut = [(state, worker_id) for state, worker_id in answers if state.truncated]
+            assert len(cut) == 1, "the step whose server went away is cut short, alone"
+            ((state, moved),) = cut
+            assert "was lost" in state.info["aioenv"]["reason"]
+            assert pool.restarts == 1  # the failover is a restart
+            pool.send_action(aioenv.RESET, moved)
+            again, _ = await pool.get_state()
+            assert again.observation.shape == (4,) and not again.truncated
+            assert sessions(apps[1]) == 2  # the new env's session, at the server left
+
+            await stacks[1].aclose()  # no server left: every restart fails, until given up
+            for _ in range(30):
+                if not pool.active_ids:
+                    break
+                worker_id = pool.active_ids[0]
+                pool.send_action(aioenv.RESET, worker_id)
+                with contextlib.suppress(aioenv.WorkerError):
+                    await pool.get_state()
+            assert sorted(pool.removed) == [0, 1]
+            for error in pool.removed.values():
+                assert all(url.replace("http", "ws") in str(error) for url in urls)
+
+
+async def test_a_server_that_failed_is_tried_again_only_after_the_others() -> None:
+    knocks = 0
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal knocks
+        knocks += 1
+        writer.close()
+
+    dead = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    dead_url = f"http://127.0.0.1:{dead.sockets[0].getsockname()[1]}"
+    try:
+        async with serving(build_app("CartPole-v1", ServeOptions(mode="thread"))) as live_url:
+            fleet = functools.partial(aioenv.RemoteEnv, [dead_url, live_url], **CARTPOLE_SPACES)
+            first, second = fleet(), fleet()
+            await first.reset(seed=0)  # tries the dead server first, as it is listed
+            assert knocks == 1 and first.url == live_url
+            await second.reset(seed=1)  # the dead one is passed over, beside a busier one
+            assert knocks == 1 and second.url == live_url
+            await first.close()
+            await second.close()
+        with pytest.raises(ConnectionError) as refused:  # none left: each is tried once
+            await fleet().reset()
+        assert knocks == 2
+        said = str(refused.value)
+        assert said.index(live_url[len("http") :]) < said.index(dead_url[len("http") :])
+    finally:
+        dead.close()
+        await dead.wait_closed()
+
+
+def test_a_fleet_needs_urls_it_can_reach() -> None:
+    with pytest.raises(ValueError, match="at least one server URL"):
+        aioenv.RemoteEnv([], **CARTPOLE_SPACES)
+    with pytest.raises(ValueError, match="'ftp://host'"):
+        aioenv.RemoteEnv(["http://host:1", "ftp://host"], **CARTPOLE_SPACES)
+
+
+class Link:
+    """A TCP relay to ``upstream`` whose link can be cut: once cut, what either end sends
+    goes nowhere, and neither end hears that it is gone (no FIN, no reset), as when a
+    client's machine drops off the network."""
+
+    def __init__(self, upstream: str) -> None:
+        self.host, port = upstream.removeprefix("http://").split(":")
+        self.port = int(port)
+        self.cut = False
+        self.writers: list[asyncio.StreamWriter] = []
+        self.pumps: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> str:
+        self.relay = await asyncio.start_server(self._join, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.relay.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.relay.close()
+        for pump in self.pumps:
+            pump.cancel()
+        for writer in self.writers:
+            writer.close()
+        await asyncio.gather(*self.pumps, return_exceptions=True)
+
+    async def _join(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        self.writers += [writer, up_writer]
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            pump = asyncio.ensure_future(self._pump(source, sink))
+            self.pumps.add(pump)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while data := await source.read(65536):
+            if not self.cut:
+                sink.write(data)
+
+
+async def test_a_client_whose_link_is_cut_is_dropped_by_the_keepalive() -> None:
+    app = aioenv_app(idle_timeout=600)  # not the idle deadline: the keepalive drops it
+    async with serving(app, keepalive=0.5) as url:
+        link = Link(url)
+        async with link as relayed:
+            env = client(relayed)
+            pid = (await env.reset()).observation["info"]["pid"]
+            assert sessions(app) == 1
+            link.cut = True
+            # uvicorn's default pings (every 20 s, 20 s for the pong) would take up to 40 s.
+            assert await gone(pid, timeout=15)
+            assert sessions(app) == 0
 
 
 def test_importing_aioenv_imports_nothing_of_the_serve_extra() -> None:

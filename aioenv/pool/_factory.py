@@ -180,8 +180,8 @@ def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     before any worker starts) and worker options; ``cleanup_time`` goes to both."""
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
-    if "cleanup_time" in worker_options:
-        pool_options["cleanup_time"] = worker_options["cleanup_time"]
+    if "cleanup_time" in options:  # a worker closes within the least of its own and the pool's
+        worker_options["cleanup_time"] = options["cleanup_time"]
     PoolOptions(**pool_options)  # raises what the pool would
     return pool_options, worker_options
 

@@ -1,4 +1,5 @@
 """What crosses a process boundary: both ends of the process worker's frames, observations
-in shared memory, the requests a serving process answers and the Ray worker's messages.
-It imports only :mod:`aioenv.core`.
+in shared memory, the requests a serving process answers, the Ray worker's messages and
+the JSON of OpenEnv's protocol (``aioenv serve`` and ``RemoteEnv``). It imports only
+:mod:`aioenv.core`.
 """

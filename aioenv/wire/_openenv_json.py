@@ -1,0 +1,127 @@
+"""The JSON that ``aioenv serve`` and :class:`aioenv.RemoteEnv` exchange over OpenEnv's
+protocol: values as JSON can carry them (numpy arrays as lists), and gymnasium spaces
+written into the JSON schema the server publishes at ``/schema`` (under
+:data:`SPACE_KEY`), so a client rebuilds them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+__all__ = ["SPACE_KEY", "jsonable", "space_from_schema", "space_schema"]
+
+#: The schema key that carries a gymnasium space's description.
+SPACE_KEY = "x-aioenv-space"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can carry it: numpy arrays as (nested) lists, numpy scalars as
+    Python numbers, tuples as lists, mapping keys as strings; anything else JSON cannot
+    hold as its ``repr``."""
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # JSON has no nan or infinity
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    return repr(value)
+
+
+def space_schema(space: Any) -> dict[str, Any]:
+    """A JSON schema for values of gymnasium ``space``, with the space itself under
+    :data:`SPACE_KEY` where it is one :func:`space_from_schema` rebuilds (Box, Discrete,
+    MultiDiscrete, MultiBinary, and Dict/Tuple of those); ``{}`` (any value) otherwise."""
+    described = _describe_space(space)
+    if described is None:
+        return {}
+    return {**_value_schema(described), SPACE_KEY: described}
+
+
+def space_from_schema(schema: Any) -> gymnasium.Space[Any] | None:
+    """The gymnasium space ``schema`` describes under :data:`SPACE_KEY`, else None."""
+    if not isinstance(schema, dict) or not isinstance(schema.get(SPACE_KEY), dict):
+        return None
+    return _build_space(schema[SPACE_KEY])
+
+
+def _describe_space(space: Any) -> dict[str, Any] | None:
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Discrete):
+        return {"kind": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.Box):
+        return {
+            "kind": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": jsonable(space.low),
+            "high": jsonable(space.high),
+        }
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"kind": "MultiDiscrete", "nvec": jsonable(space.nvec), "dtype": str(space.dtype)}
+    if isinstance(space, spaces.MultiBinary):
+        return {"kind": "MultiBinary", "n": jsonable(space.n)}
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space)
+        parts = {str(key): _describe_space(sub) for key, sub in items}
+        if any(part is None for part in parts.values()):
+            return None
+        kind = "Dict" if isinstance(space, spaces.Dict) else "Tuple"
+        return {"kind": kind, "spaces": parts}
+    return None
+
+
+def _value_schema(described: dict[str, Any]) -> dict[str, Any]:
+    kind = described["kind"]
+    if kind == "Discrete":
+        first = described["start"]
+        return {"type": "integer", "minimum": first, "maximum": first + described["n"] - 1}
+    if kind == "Dict":
+        properties = {k: _value_schema(v) for k, v in described["spaces"].items()}
+        return {"type": "object", "properties": properties}
+    if kind == "Tuple":
+        return {
+            "type": "array",
+            "prefixItems": [_value_schema(v) for v in described["spaces"].values()],
+        }
+    return {"type": "array"}  # Box, MultiDiscrete, MultiBinary: (nested) lists of numbers
+
+
+def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
+    spaces = gymnasium.spaces
+    kind = described.get("kind")
+    if kind == "Discrete":
+        return spaces.Discrete(described["n"], start=described.get("start", 0))
+    if kind == "Box":
+        dtype = np.dtype(described["dtype"])
+        low = np.asarray(_finite_or_inf(described["low"]), dtype=np.float64)
+        high = np.asarray(_finite_or_inf(described["high"]), dtype=np.float64)
+        return spaces.Box(low.astype(dtype), high.astype(dtype), tuple(described["shape"]), dtype)
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(np.asarray(described["nvec"]), dtype=described["dtype"])
+    if kind == "MultiBinary":
+        return spaces.MultiBinary(described["n"])
+    if kind in ("Dict", "Tuple"):
+        parts = {key: _build_space(part) for key, part in described["spaces"].items()}
+        if any(part is None for part in parts.values()):
+            return None
+        if kind == "Dict":
+            return spaces.Dict(parts)  # type: ignore[arg-type]
+        return spaces.Tuple(list(parts.values()))  # type: ignore[arg-type]
+    return None
+
+
+def _finite_or_inf(value: Any) -> Any:
+    # jsonable() writes infinite bounds as their repr ('inf', '-inf').
+    if isinstance(value, list):
+        return [_finite_or_inf(item) for item in value]
+    return float(value) if isinstance(value, str) else value
