@@ -14,10 +14,16 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import envs
 import pytest
 import ray_support
 from envs import Counter, Gated
+from node_loss import (
+    FAST_FAILURE_DETECTION,
+    STEPS_AFTER_LOSS,
+    assert_steps_continue,
+    node_of,
+    run_through_node_loss,
+)
 from support import SESSION_HELPERS, direct_children, wait_until
 
 import aioenv
@@ -28,13 +34,6 @@ from aioenv.workers._supervision import restart_seed
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 MiB = 1024**2
-#: Nodes notice a lost peer within about a second (Ray's default takes tens of seconds).
-FAST_FAILURE_DETECTION = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 200,
-    "health_check_failure_threshold": 3,
-}
-STEPS_AFTER_LOSS = 12  # steps each surviving worker takes after the node is lost
 
 
 class LocalCluster:
@@ -108,63 +107,8 @@ def no_live_actors(cluster: LocalCluster) -> Iterator[None]:
     assert wait_until(lambda: not ray_support.live_actors()), ray_support.live_actors()
 
 
-def node_of(actor_id: str) -> str:
-    import ray
-
-    return str(ray._private.state.actors(actor_id=actor_id)["Address"]["NodeID"])
-
-
 def on_node(name: str, env: Any, count: int) -> list[aioenv.RayWorker[Any]]:
     return [aioenv.RayWorker(env, num_cpus=0, resources={name: 1}) for _ in range(count)]
-
-
-async def run_through_node_loss(
-    pool: aioenv.WorkerPool[Any], remove_node: Callable[[], None], lost: set[int], gate: str
-) -> tuple[dict[int, list[Any]], dict[int, aioenv.WorkerDied]]:
-    """Step every worker; the envs on the node to be lost (workers ``lost``) wait at
-    ``gate``, so their steps are in flight when the node goes, while the others step on.
-    Then open the gate and go on until every worker still standing took
-    ``STEPS_AFTER_LOSS`` steps. Returns the states each worker delivered (in order) and the
-    WorkerDied each failed one raised."""
-    workers = range(len(pool))
-    states: dict[int, list[Any]] = {worker_id: [] for worker_id in workers}
-    died: dict[int, aioenv.WorkerDied] = {}
-    for worker_id in workers:
-        pool.send_action(aioenv.RESET, worker_id)
-    for _ in workers:
-        state, worker_id = await pool.get_state()
-        states[worker_id].append(state)
-    remaining = dict.fromkeys(workers, STEPS_AFTER_LOSS)
-    in_flight = set(workers)
-    for worker_id in workers:
-        pool.send_action(1, worker_id)
-    removal: asyncio.Future[None] | None = None
-    while in_flight:
-        if removal is None and all(len(states[i]) > 1 for i in workers if i not in lost):
-            # Every other worker has stepped: the lost ones' steps are surely in flight.
-            removal = asyncio.ensure_future(asyncio.to_thread(remove_node))
-            removal.add_done_callback(lambda _: envs.open_gate(gate))
-        try:
-            state, worker_id = await pool.get_state()
-        except aioenv.WorkerDied as error:
-            assert error.worker_id is not None
-            died[error.worker_id] = error
-            in_flight.discard(error.worker_id)
-            continue
-        states[worker_id].append(state)
-        in_flight.discard(worker_id)
-        if remaining[worker_id] > 0:
-            remaining[worker_id] -= 1
-            pool.send_action(1, worker_id)
-            in_flight.add(worker_id)
-    assert removal is not None
-    await removal
-    return states, died
-
-
-def assert_steps_continue(states: list[Any], start: int = 0) -> None:
-    """Nothing lost, nothing repeated: each state is the step after the one before."""
-    assert [state["t"] for state in states] == list(range(start, start + len(states)))
 
 
 @pytest.mark.usefixtures("no_live_actors")
