@@ -47,11 +47,14 @@ script exits non-zero when one fails):
    the run's process has exited, and after the parent's SIGKILL (within
    ``--kill-grace`` s: the children notice their parent is gone and end their process
    groups). The open-files limit is raised to its hard limit first (it says so);
-4. throughput within ``--tolerance`` (10%) of what the faults cost by construction
-   (not checked when a rollout ran out of its budget: the model has no cost for that).
-   The model needs a fault-free run that keeps up with its envs: one below
-   ``1 - tolerance`` of the ideal rate (envs over mean latency) fails, saying the
-   machine is too busy for the size.
+4. throughput at least ``1 - --tolerance`` (90%) of what the faults cost by construction
+   on top of the fault-free run of the same envs in the same invocation (not checked
+   when a rollout ran out of its budget: the model has no cost for that). The fault-free
+   run's rate is reported against the ideal rate (envs over mean latency), which a
+   machine whose CPU cannot keep up with the envs does not reach: the model then takes
+   a request's cost from a run held up by the CPU, and a chaos run whose workers spend
+   much of their time waiting on faults (no CPU) may beat the model, which is no
+   failure.
 
 ``--episode-timeout`` gives each rollout a budget where the pool takes that option (a
 rollout it cuts short ends truncated, its reason ``"episode_timeout"``); by default none.
@@ -77,8 +80,8 @@ where ``F`` is the time the ``N`` requests still in flight at the window's end h
 by then, each at most its cost above (a run whose faults take most of the workers' time
 ends its window with many workers half-way through a hang). Its expected rate of answers
 is ``(H + C + h + w) * N / T``, against the measured ``(H + C + h + w) / W``: their ratio
-is ``T / (N * W)``. A pool that answered faults late, restarted slowly, or lost time to
-the faulty workers would fall short of it.
+is ``T / (N * W)``, which must be at least ``1 - tolerance``. A pool that answered faults
+late, restarted slowly, or lost time to the faulty workers would fall short of it.
 
     python benchmarks/chaos.py            # the full run: minutes
     python benchmarks/chaos.py --short    # 100 envs, 500 rollouts: under a minute
@@ -703,24 +706,15 @@ def main() -> int:
         budget_ends = outcomes.get("rollouts truncated by its budget", 0)
         if budget_ends:  # the model has no cost for them
             print(f"chaos: {budget_ends} rollouts ran out of budget: no throughput check")
-        elif clean_rate < (1 - args.tolerance) * ideal:
-            # The model takes a request's cost from the fault-free run: a run held up by
-            # the CPU costs more per request than one whose workers mostly wait on faults.
+        elif measured < (1 - args.tolerance) * expected:
             problems.append(
-                f"fault-free: {clean_rate:.0f} answers/s, {clean_rate / ideal:.0%} of the "
-                f"{ideal:.0f}/s its envs' latency allows: the machine cannot keep up with "
-                f"{args.envs} envs, so the throughput model does not hold (fewer envs, or "
-                "a quieter machine)"
-            )
-        elif abs(measured / expected - 1) > args.tolerance:
-            problems.append(
-                f"chaos: {measured:.0f} answers/s, {measured / expected - 1:+.0%} off the "
-                f"{expected:.0f}/s its faults allow"
+                f"chaos: {measured:.0f} answers/s, {measured / expected:.0%} of the "
+                f"{expected:.0f}/s its faults allow on top of the fault-free run"
             )
         rows += [
             (
-                "fault-free: answers/s in the busy window (ideal)",
-                f"{clean_rate:.0f} ({ideal:.0f})",
+                "fault-free: answers/s in the busy window (ideal; share)",
+                f"{clean_rate:.0f} ({ideal:.0f}; {clean_rate / ideal:.0%})",
             ),
             ("fault-free: the run's own CPU use in the window", f"{clean['cpu_share']:.0%}"),
             (
