@@ -81,11 +81,12 @@ test-floors: $(FLOORS_STAMP)
 # one), then Stable-Baselines3's own vec-env tests run against aioenv's adapter.
 INTEGRATION_EXTRAS := dev,pettingzoo,serve,sb3
 INTEGRATION_TESTS := tests/test_pettingzoo.py tests/test_serve.py tests/test_sb3.py \
-	tests/test_thread_safety.py
+	tests/test_thread_safety.py tests/test_torchrl.py
 TORCH_CPU := torch==2.13.0
 # Test-only packages of the integrations' tests (the OpenEnv clients and servers they face;
-# Box2D, for CarRacing-v3 in thread workers: box2d 2.3.10 has wheels for CPython 3.10-3.13).
-INTEGRATION_PACKAGES := openenv==0.10.0 'gymnasium[box2d]'
+# Box2D, for CarRacing-v3 in thread workers: box2d 2.3.10 has wheels for CPython 3.10-3.13;
+# TorchRL, whose GymWrapper drives AioVectorEnv: 0.14 takes torch 2.11 and newer).
+INTEGRATION_PACKAGES := openenv==0.10.0 'gymnasium[box2d]' torchrl==0.14.1
 
 $(EXTRAS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)' $(INTEGRATION_PACKAGES)
