@@ -83,10 +83,12 @@ INTEGRATION_EXTRAS := dev,pettingzoo,serve,sb3
 INTEGRATION_TESTS := tests/test_pettingzoo.py tests/test_serve.py tests/test_sb3.py \
 	tests/test_thread_safety.py tests/test_torchrl.py
 TORCH_CPU := torch==2.13.0
+# TorchRL (its GymWrapper over AioVectorEnv in the integrations' tests; its pools in the
+# benchmarks): 0.14 takes torch 2.11 and newer.
+TORCHRL := torchrl==0.14.1
 # Test-only packages of the integrations' tests (the OpenEnv clients and servers they face;
-# Box2D, for CarRacing-v3 in thread workers: box2d 2.3.10 has wheels for CPython 3.10-3.13;
-# TorchRL, whose GymWrapper drives AioVectorEnv: 0.14 takes torch 2.11 and newer).
-INTEGRATION_PACKAGES := openenv==0.10.0 'gymnasium[box2d]' torchrl==0.14.1
+# Box2D, for CarRacing-v3 in thread workers: box2d 2.3.10 has wheels for CPython 3.10-3.13).
+INTEGRATION_PACKAGES := openenv==0.10.0 'gymnasium[box2d]' $(TORCHRL)
 
 $(EXTRAS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)' $(INTEGRATION_PACKAGES)
@@ -114,10 +116,10 @@ lint: $(EXTRAS_STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/async_loop.py
 
-# The bench extra, and the sb3 one for Stable-Baselines3's SubprocVecEnv rows (its torch
-# the CPU build, as for the integrations' tests).
+# The bench extra, and the sb3 one for Stable-Baselines3's SubprocVecEnv rows and TorchRL
+# for its pools' rows (their torch the CPU build, as for the integrations' tests).
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)'
+	$(BIN)/python -m pip install --quiet '$(TORCH_CPU)' $(TORCHRL)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench,sb3]'
 	touch $(BENCH_STAMP)
 

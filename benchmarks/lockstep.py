@@ -5,7 +5,8 @@ computed between steps (W6: a small numpy MLP, 4-64-64-2, so the envs sit idle w
 runs, as they do in training). One figure is env steps per second over the window; the
 vector env is built by the row's ``vector`` factory, so gymnasium's SyncVectorEnv and
 AsyncVectorEnv, aioenv's AioVectorEnv, EnvPool and the peers of peers.py (SB3's
-SubprocVecEnv, PufferLib's Multiprocessing) run the identical loop.
+SubprocVecEnv, PufferLib's Multiprocessing, TorchRL's ParallelEnv and AsyncEnvPool) run
+the identical loop.
 
 The script's BLAS runs on one thread (threadpoolctl), as the envs need the other cores:
 the script is then one serial stream of work, which is what the machine limit assumes.
@@ -21,6 +22,7 @@ design exceeds ``N / max((N * t_env + t_script) / cores, t_script)`` env steps/s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -32,7 +34,15 @@ import numpy as np
 from bare import BareLockstep
 from envs import EnvFactory
 from machine import CpuAccount
-from peers import PUFFER_LOCKSTEP, SB3_SUBPROC, PufferVector, Sb3Vector
+from peers import (
+    PUFFER_LOCKSTEP,
+    SB3_SUBPROC,
+    TORCHRL_PARALLEL,
+    TORCHRL_POOL,
+    PufferVector,
+    Sb3Vector,
+    TorchRLVector,
+)
 from policies import BatchPolicy
 from runners import Meter, Sample, Timing
 from threadpoolctl import threadpool_limits
@@ -193,6 +203,8 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
     # Peers that run gymnasium's envs in processes of their own design (see peers.py).
     SB3_SUBPROC: (Sb3Vector, ("W6", *_REAL)),
     PUFFER_LOCKSTEP: (PufferVector, ("W6", *_REAL)),
+    TORCHRL_PARALLEL: (TorchRLVector, ("W6", "W11")),
+    TORCHRL_POOL: (functools.partial(TorchRLVector, pool=True), ("W6", "W11")),
     # Not a vector env: the leanest lockstep design over processes (see bare.py).
     BARE_LOCKSTEP: (BareLockstep, _REAL),
 }

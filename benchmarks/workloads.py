@@ -24,7 +24,14 @@ from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
 from machine import CpuAccount, cpu_hog, idle_probe
-from peers import INSTALL_HINTS, PUFFER_PIPELINED, REQUIRES
+from peers import (
+    INSTALL_HINTS,
+    PUFFER_PIPELINED,
+    REQUIRES,
+    TORCHRL_PARALLEL,
+    TORCHRL_POOL,
+    run_torchrl,
+)
 from pipelined import BARE_PIPELINED, PIPELINED, PIPELINED_CHILDREN, run_pipelined
 from policies import (
     BatchPolicy,
@@ -66,6 +73,7 @@ Runner = Literal[
     "rollout",
     "limit",
     "pipelined",
+    "torchrl",
 ]
 
 
@@ -235,6 +243,12 @@ CONFIGS: list[Config] = [
         "options": {"shared_memory": True},
         "workloads": _ALL,
     },
+    # TorchRL's pools, a process per env: ParallelEnv in lockstep, AsyncEnvPool first-ready
+    # (see peers.run_torchrl).
+    *(
+        {"label": label, "runner": "torchrl", "workloads": ("W1", "W2"), "requires": ("torchrl",)}
+        for label in (TORCHRL_PARALLEL, TORCHRL_POOL)
+    ),
 ]
 
 # W6, W11 to W13: the same synchronous training loop over each vector env (see
@@ -740,6 +754,8 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
                 timing=timing,
                 account=account,
             )
+        if runner == "torchrl":
+            return run_torchrl(config["label"], case.env, case.n, **common)
         kind: Literal["sync", "async"] = "sync" if runner == "gym_sync" else "async"
         return run_gym(kind, case.env, case.n, **common, **options)
 
@@ -757,7 +773,7 @@ def _lockstep_policy(case: Case, seed: int) -> BatchPolicy:
 def _processes(config: Config, n: int) -> int:
     """How many child processes a configuration starts for ``n`` envs."""
     options = config.get("options", {})
-    if config["runner"] == "gym_async" or config["label"] == "gym AsyncVectorEnv":
+    if config["runner"] in ("gym_async", "torchrl") or config["label"] == "gym AsyncVectorEnv":
         return n
     if config["runner"] == "bare" or (
         config["runner"] == "aioenv" and options.get("mode") == "process"
