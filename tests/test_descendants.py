@@ -206,6 +206,7 @@ async def main(close):
     pool = aioenv.make_pool(StartsHelpers, 2, mode="process")
     pids = [int(pid) for state, _ in await pool.reset_all() for pid in state.observation]
     print(json.dumps(pids), flush=True)
+    print(json.dumps([worker.pid for worker in pool.workers]), flush=True)
     if close == "never":
         return  # the interpreter exits with the pool open
     time.sleep(600)  # killed meanwhile
@@ -215,12 +216,16 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-@pytest.mark.parametrize("end", ["parent killed", "parent's group killed", "left open"])
+@pytest.mark.parametrize(
+    "end", ["parent killed", "parent's group killed", "left open", "a child, then the parent"]
+)
 def test_what_the_envs_started_ends_with_the_parent(
     tmp_path: Path, helpers: list[int], end: str
 ) -> None:
     """The parent dies (SIGKILL: its children notice and end their groups) or exits with
-    the pool still open (its exit hook kills the children's groups)."""
+    the pool still open (its exit hook kills the children's groups). Or a child is killed
+    and then the parent, which never sees the child's end (its loop is blocked in a
+    sleep): the child's keeper ends its group."""
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
     environment = {
@@ -238,8 +243,12 @@ def test_what_the_envs_started_ends_with_the_parent(
     try:
         assert parent.stdout is not None
         helpers.extend(json.loads(parent.stdout.readline()))
+        workers = json.loads(parent.stdout.readline())
         assert len(helpers) == 2 * 5
-        if end == "parent killed":
+        if end == "a child, then the parent":
+            os.kill(workers[0], signal.SIGKILL)
+            parent.kill()
+        elif end == "parent killed":
             parent.kill()
         elif end == "parent's group killed":
             os.killpg(parent.pid, signal.SIGKILL)

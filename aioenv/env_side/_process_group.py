@@ -10,7 +10,10 @@ through a daemon). So the group is what the env started:
   the parent is gone (:func:`end_own_group`: SIGTERM, SIGKILL after a grace period);
 - the parent signals the whole group when it kills or terminates the child, and kills
   what is left of it once the child has exited (:func:`signal_group`), which covers a
-  child that was killed or crashed before it could end the group itself.
+  child that was killed or crashed before it could end the group itself;
+- the group's keeper (:func:`keep_own_group`), a process outside the group that the child
+  forks first, ends what is left once the child is gone without ending it, which covers
+  a child that crashed just before its parent was killed too.
 
 Why a group and not a child subreaper (``PR_SET_CHILD_SUBREAPER``): a subreaper would also
 adopt the orphans of helpers that daemonize, but it must then reap them, and it cannot tell
@@ -32,7 +35,13 @@ import signal
 import threading
 import time
 
-__all__ = ["TERMINATE_GRACE", "end_own_group", "lead_own_group", "signal_group"]
+__all__ = [
+    "TERMINATE_GRACE",
+    "end_own_group",
+    "keep_own_group",
+    "lead_own_group",
+    "signal_group",
+]
 
 #: Seconds between SIGTERM and SIGKILL, for a child and for what its envs started.
 TERMINATE_GRACE = 1.0
@@ -61,21 +70,81 @@ def end_own_group(grace: float = TERMINATE_GRACE) -> None:
         group = os.getpgrp()
         if group != os.getpid():
             return
+        _dismiss_keeper()
         left = _leave(group)
         if left and not _exists(group):
             return
-        others = _members(group)
-        if others is None:
-            _signal_others(group, signal.SIGTERM)
-            return
-        for pid in others:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while others and time.monotonic() < deadline:
-            time.sleep(_POLL)
-            others = _members(group) or []
-        for pid in others:
-            _signal(pid, signal.SIGKILL)
+        _end(group, grace)
+
+
+def _end(group: int, grace: float) -> None:
+    """SIGTERM the processes of ``group`` (this one aside), SIGKILL those still running
+    after ``grace`` seconds; where ``/proc`` cannot tell who they are, SIGTERM the group."""
+    others = _members(group)
+    if others is None:
+        _signal_others(group, signal.SIGTERM)
+        return
+    for pid in others:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while others and time.monotonic() < deadline:
+        time.sleep(_POLL)
+        others = _members(group) or []
+    for pid in others:
+        _signal(pid, signal.SIGKILL)
+
+
+def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
+    """Start the keeper of the group this process leads (call it before any thread
+    starts: it forks): a process outside the group that waits for this process to be
+    gone without ending its group, then ends what is left of it as :func:`end_own_group`
+    does.
+
+    It covers the one case the others miss: this process dies without ending its group
+    (SIGKILL, a crash) and its parent, which ends a dead child's group when it sees the
+    exit, is killed before it could. The keeper waits on a pipe whose only writer is this
+    process (the write end is not inherited by what the envs start: Python's descriptors
+    are not inheritable, and ``subprocess`` closes the others; a process the env forks
+    without exec holds it too, and is waited for), so the end of the pipe is the end of
+    this process. It holds nothing else open, makes only system calls, and is dismissed
+    by :func:`end_own_group`: a process that ends its group itself leaves no keeper
+    behind. Nothing is started where this process leads no group."""
+    if os.getpgrp() != os.getpid() or _keepers:
+        return
+    group = os.getpid()
+    read_end, write_end = os.pipe()
+    keeper = os.fork()
+    if keeper:
+        os.close(read_end)
+        _keepers.append((keeper, write_end))  # the pipe stays open while this process lives
+        return
+    try:  # the keeper: system calls only, and out without Python's exit
+        os.closerange(0, read_end)
+        os.closerange(read_end + 1, os.sysconf("SC_OPEN_MAX"))
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)  # outside the group it will end
+        while os.read(read_end, 1):
+            pass
+        if _exists(group):  # mostly not: the child's parent has ended it already
+            _end(group, grace)
+    finally:
+        os._exit(0)
+
+
+def _dismiss_keeper() -> None:
+    """This process ends its group itself: its keeper is not needed (killed and reaped,
+    so it is gone before this process is)."""
+    while _keepers:
+        keeper, write_end = _keepers.pop()
+        with contextlib.suppress(OSError):
+            os.kill(keeper, signal.SIGKILL)
+            os.waitpid(keeper, 0)
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+
+
+#: This process's keeper and the write end of its pipe (see :func:`keep_own_group`).
+_keepers: list[tuple[int, int]] = []
 
 
 _ending = threading.Lock()

@@ -23,7 +23,7 @@ from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
 from ...env_side._idle_spin import IdleSpin
-from ...env_side._process_group import end_own_group, lead_own_group
+from ...env_side._process_group import end_own_group, keep_own_group, lead_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
@@ -71,6 +71,7 @@ def serve(
     it ends once its envs are closed (or the parent is gone); see
     :mod:`aioenv.env_side._process_group`."""
     lead_own_group()
+    keep_own_group()  # before any thread starts: it forks
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
