@@ -409,7 +409,9 @@ class Soak:
                         flush=True,
                     )
                     children = sum(kind_of(a) == "process" for a in self.arrangement)
-                    if len(worker_processes()) > 2 * children + 4:
+                    # Per process worker: its child and the child's keeper, twice over
+                    # while a restart's new child starts as the old one ends.
+                    if len(worker_processes()) > 4 * children + 4:
                         self.violations.append("worker processes pile up (not reaped)")
                 if result is None:
                     continue
