@@ -20,6 +20,7 @@ from typing import Any, Literal, TypedDict
 
 import envs
 from bare import run_bare
+from bare_ray import run_bare_ray
 from envs import EnvFactory, Policy
 from floors import FLOORS
 from lockstep import LIMIT, VECTORS, run_limit, run_lockstep
@@ -211,6 +212,28 @@ CONFIGS: list[Config] = [
         "options": _RAY,
         "workloads": ("W4", "W8"),
     },
+    # Four envs to an actor: one actor call carries each loop iteration's messages for
+    # all four, a quarter of the calls of an actor per env.
+    {
+        "label": "aioenv ray x4 / state",
+        "runner": "aioenv",
+        "api": "state",
+        "options": {**_RAY, "envs_per_actor": 4},
+        "workloads": ("W8",),
+    },
+    # Ray's own call paths, nothing of aioenv's (see bare_ray.py): what bounds the rows
+    # above on the same machine.
+    *(
+        {
+            "label": f"reference: bare Ray {path}{' x4' if k > 1 else ''}",
+            "runner": "bare_ray",
+            "options": {"envs_per_actor": k, "compiled": path == "compiled graph"},
+            "workloads": ("W8",),
+            "requires": ("ray",),
+        }
+        for path in ("actor call", "compiled graph")
+        for k in (1, 4)
+    ),
     {
         "label": "aioenv ray x8 / batch",
         "runner": "aioenv",
@@ -671,7 +694,7 @@ def run_workload(
                     progress(f"{workload.key} {row.case} {row.label}: FAILED {row.errors[-1]}")
                     continue
                 row.samples.append(sample)
-                if row.options.get("mode") == "ray":
+                if row.options.get("mode") == "ray" or row.kind == "bare_ray":
                     # Ray's actor processes exit after the pool has closed, and their CPU
                     # time leaves this process tree's count with them: let that happen in
                     # a probe of its own, or the next row's window reads it as the CPU of
@@ -725,6 +748,8 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
+        if runner == "bare_ray":
+            return run_bare_ray(case.env, case.n, num_cpus=_RAY["num_cpus"], **common, **options)
         if runner == "bare_tasks":
             assert case.awaited is not None
             return run_bare_tasks(case.n, case.awaited, spread=case.spread, **common)

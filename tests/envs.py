@@ -101,23 +101,36 @@ class Rendezvous(gymnasium.Env[np.ndarray, int]):
     the call (a file in ``folder``, named after the call's number); the other waits for
     that mark, 10 s at most, and says in ``info["met"]`` and its reward (1.0 or 0.0)
     whether it came. Whatever starts the first env's call before the other's lets them
-    meet, with no timing assumptions."""
+    meet, with no timing assumptions. ``pause``: seconds each call sleeps first (a slow
+    env); ``patience``: how long the other waits; ``thread_safe``: the env's
+    ``metadata["thread_safe"]`` (None: not declared)."""
 
     observation_space = gymnasium.spaces.Box(0.0, 1.0, (1,), np.float32)
     action_space = gymnasium.spaces.Discrete(2)
 
-    def __init__(self, folder: str, role: str) -> None:
+    def __init__(
+        self,
+        folder: str,
+        role: str,
+        pause: float = 0.0,
+        patience: float = 10.0,
+        thread_safe: bool | None = None,
+    ) -> None:
         self.folder = folder
         self.role = role
         self.calls = 0
+        self.pause, self.patience = pause, patience
+        if thread_safe is not None:
+            self.metadata = {**self.metadata, "thread_safe": thread_safe}
 
     def _meet(self) -> dict[str, Any]:
         self.calls += 1
+        time.sleep(self.pause)
         mark = Path(self.folder, f"call-{self.calls}")
         if self.role == "first":
             mark.touch()
             return {"met": True}
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self.patience
         while not mark.exists():
             if time.monotonic() > deadline:
                 return {"met": False}

@@ -4,6 +4,7 @@ as every other kind, mixable with them, failing the same way, leaving nothing be
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from envs import (
     Failing,
     Gated,
     LockedState,
+    Rendezvous,
     expected_big_observation,
 )
 from ray_support import actor_state
@@ -409,3 +411,36 @@ async def test_actors_the_cluster_cannot_start_warn_at_once_and_fail_at_start_ti
             aioenv.WorkerTimeout, match=f"start-up.*not answered.*{asked}.*{advice}"
         ):
             await pool.get_state()
+
+
+@ray_test
+@pytest.mark.parametrize(
+    ("pause", "thread_safe", "side_by_side"),
+    [
+        (0.005, None, True),  # slow envs, safe in threads: side by side
+        (0.0, None, False),  # fast envs: in turn (a thread's hand-off would cost more)
+        (0.005, False, False),  # slow envs that say they are not safe in threads: in turn
+    ],
+)
+async def test_an_actor_steps_its_slow_thread_safe_envs_side_by_side(
+    tmp_path: Any, pause: float, thread_safe: bool | None, side_by_side: bool
+) -> None:
+    """Worker 0's env waits at each step for worker 1's to have begun its own (see
+    Rendezvous). Both steps travel in one actor call, worker 0's first: taken in turn,
+    worker 1's step cannot begin while worker 0's waits, so theirs never meet, however
+    long worker 0 waits (2 s here); taken side by side, they meet."""
+    meeting = functools.partial(
+        Rendezvous, str(tmp_path), pause=pause, patience=2.0, thread_safe=thread_safe
+    )
+    sources = [functools.partial(meeting, role="second"), functools.partial(meeting, role="first")]
+    async with aioenv.make_pool(sources, mode="ray", envs_per_actor=2, **OFF_CPU) as pool:
+        for worker_id in (1, 0):  # resets apart, the first's first: both meet
+            pool.send_action(aioenv.RESET, worker_id)
+            step, _ = await pool.get_state()
+            assert step.info["met"]
+        pool.send_action(0, 0)
+        pool.send_action(0, 1)  # the same loop iteration: the same actor call
+        answers = {worker_id: step for step, worker_id in [await pool.get_state() for _ in "ab"]}
+        assert answers[1].info["met"]
+        assert answers[0].info["met"] is side_by_side
+        assert answers[0].reward == float(side_by_side)

@@ -1,6 +1,6 @@
 """Thread workers refuse envs that are not safe in threads (those that draw with pygame
 while they step, such as CarRacing-v3) with an error naming mode="process", and still run
-safe envs (CartPole) at the same time. The rule: aioenv/workers/_thread_safety.py."""
+safe envs (CartPole) at the same time. The rule: aioenv/env_side/_thread_safety.py."""
 
 from __future__ import annotations
 

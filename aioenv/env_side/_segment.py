@@ -13,6 +13,7 @@ imports nothing of the parent's.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -33,24 +34,27 @@ class PolicyCache:
     """The policies one serving process (a child process, a Ray actor) unpickled, by key:
     its runners share one, so a policy is unpickled once however many slots play it, and
     only the first request to the process needs to carry its bytes. It keeps the latest
-    two: the current policy and the one before (for a late request)."""
+    two: the current policy and the one before (for a late request). Slots that step in
+    threads of their own (an actor's, side by side) resolve through it at once."""
 
     KEEP = 2
 
     def __init__(self) -> None:
         self._loaded: dict[str, Any] = {}  # key -> the policy (or the Failure unpickling it)
+        self._lock = threading.Lock()
 
     def resolve(self, package: PolicyPackage) -> Any:
         """The policy ``package`` names: its object when it never left the parent's
         process, else the one unpickled here for its key (once)."""
         if package.in_process:
             return package.policy
-        loaded = self._loaded.get(package.key, _NOT_LOADED)
-        if loaded is _NOT_LOADED:
-            loaded = _load(package)
-            self._loaded[package.key] = loaded
-            while len(self._loaded) > self.KEEP:
-                del self._loaded[next(iter(self._loaded))]
+        with self._lock:
+            loaded = self._loaded.get(package.key, _NOT_LOADED)
+            if loaded is _NOT_LOADED:
+                loaded = _load(package)
+                self._loaded[package.key] = loaded
+                while len(self._loaded) > self.KEEP:
+                    del self._loaded[next(iter(self._loaded))]
         if isinstance(loaded, Failure):
             raise RuntimeError(f"the policy (version {package.version}) {loaded.message}")
         return loaded

@@ -14,12 +14,11 @@ import anyio
 
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
-from ..core._gymnasium import GymnasiumEnvironment
 from ..core._messages import ControlRequest, Failure
+from ..env_side._thread_safety import refusal, runner_unsafe_reason
 from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
 from ._supervision import SUPERVISION_DEFAULTS
-from ._thread_safety import refusal, thread_unsafe_reason
 
 __all__ = ["ThreadWorker"]
 
@@ -192,22 +191,12 @@ class _EnvThread:
 def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
     """Close the envs ``runner`` built and fail it as a construction failure (what every
     request is then answered) where one is not safe in a thread."""
-    for env in _built_envs(runner):
-        reason = thread_unsafe_reason(env)
-        if reason is not None:
-            runner.close()
-            runner.build_failure = Failure.from_exception(
-                refusal(env_name, reason), "construction (thread workers' check)"
-            )
-            return
-
-
-def _built_envs(runner: Runner) -> list[Any]:
-    """The envs ``runner`` built, as their sources made them (a gymnasium env is checked
-    itself, not through aioenv's adapter)."""
-    leaves = getattr(runner, "runners", None) or [runner]
-    envs = [getattr(leaf, "env", None) for leaf in leaves]
-    return [env.env if isinstance(env, GymnasiumEnvironment) else env for env in envs if env]
+    reason = runner_unsafe_reason(runner)
+    if reason is not None:
+        runner.close()
+        runner.build_failure = Failure.from_exception(
+            refusal(env_name, reason), "construction (thread workers' check)"
+        )
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

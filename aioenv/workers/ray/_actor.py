@@ -5,13 +5,25 @@ Ray actor call in place of the socket: each call carries a batch of messages (on
 that had something to send in one loop iteration of the parent) and returns the answers
 in the same order. Each env is driven by the same :class:`~aioenv.env_side._runner.EnvRunner` as
 every other kind, and each message means what it means to a child: both serve through
-:class:`~aioenv.env_side._serving.Slots`. This module imports nothing from the parent's
-side, and not ray itself: the parent wraps :class:`EnvActor` with ``ray.remote`` (and
-imports this module only then). The messages are in :mod:`aioenv.wire._ray_messages`.
+:class:`~aioenv.env_side._serving.Slots`.
+
+A call's steps for several slots are taken side by side, each in a thread of the actor,
+when each of those slots took :data:`SIDE_BY_SIDE_STEP` or longer to answer its last
+request and its envs are safe in threads by the thread workers' rule
+(:mod:`aioenv.env_side._thread_safety`); otherwise one after another, on the thread the
+call came in on. An actor call returns when its last answer is ready, so envs that wait
+(a remote tool, a simulator that releases the GIL) would otherwise wait in turn: four
+envs of 5 ms each would answer a call in 20 ms, not 5. Fast envs stay in turn, since a
+hand-off to a thread costs tens of microseconds, more than a CartPole step.
+
+This module imports nothing from the parent's side, and not ray itself: the parent wraps
+:class:`EnvActor` with ``ray.remote`` (and imports this module only then). The messages
+are in :mod:`aioenv.wire._ray_messages`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any
@@ -21,10 +33,15 @@ import cloudpickle
 from ...core._messages import ControlRequest, EpisodeOptions, Failure
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
+from ...env_side._thread_safety import runner_unsafe_reason
 from ...wire._ray_messages import Message, Pickled, Ready, Reply
 from ...wire._requests import Request
 
-__all__ = ["EnvActor"]
+__all__ = ["SIDE_BY_SIDE_STEP", "EnvActor"]
+
+#: Seconds a slot's last request took, from which its steps go beside the other slots'
+#: of the same call (see the module's docstring).
+SIDE_BY_SIDE_STEP = 1e-3
 
 
 class EnvActor:
@@ -44,24 +61,54 @@ class EnvActor:
         thread_caps: ThreadCaps | None,
     ) -> None:
         self._slots = Slots(payloads, seeds, episode, registry, thread_caps)
+        #: Per slot: seconds its last request took; whether its envs are safe in threads.
+        self._took = [0.0] * len(payloads)
+        self._thread_safe = [False] * len(payloads)
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
 
     def serve(self, messages: list[Message]) -> list[Reply]:
-        """Answer ``messages`` in order; messages that need no answer get none."""
-        replies: list[Reply] = []
-        for slot, seq, request, payload in messages:
-            if request == Request.CONTROL:
-                payload = _resolved(payload)
-            answer = self._slots.serve(slot, request, payload)
-            if request == Request.STEP:
-                replies.append((slot, seq, _portable(answer)))
-            elif request == Request.CONTROL:
-                replies.append((slot, seq, _pickled(_portable(answer))))
-            elif request != Request.CLOSE_SLOT:
-                replies.append((slot, 0, _ready(answer)))  # BUILD, REBUILD: the spaces
-        return replies
+        """Answer ``messages`` in order (the steps of several slots side by side where
+        that pays, see the module's docstring); messages that need no answer get none."""
+        if self._side_by_side(messages):
+            if self._threads is None:
+                self._threads = concurrent.futures.ThreadPoolExecutor(
+                    len(self._took), thread_name_prefix="aioenv-actor-slot"
+                )
+            answers = list(self._threads.map(self._answer, messages))
+        else:
+            answers = [self._answer(message) for message in messages]
+        return [reply for reply in answers if reply is not None]
+
+    def _side_by_side(self, messages: list[Message]) -> bool:
+        slots = {slot for slot, _, _, _ in messages}
+        return (
+            len(slots) > 1
+            and len(slots) == len(messages)
+            and all(request == Request.STEP for _, _, request, _ in messages)
+            and all(self._thread_safe[s] and self._took[s] >= SIDE_BY_SIDE_STEP for s in slots)
+        )
+
+    def _answer(self, message: Message) -> Reply | None:
+        slot, seq, request, payload = message
+        if request == Request.CONTROL:
+            payload = _resolved(payload)
+        start = time.perf_counter()
+        answer = self._slots.serve(slot, request, payload)
+        self._took[slot] = time.perf_counter() - start
+        if request == Request.STEP:
+            return (slot, seq, _portable(answer))
+        if request == Request.CONTROL:
+            return (slot, seq, _pickled(_portable(answer)))
+        if request == Request.CLOSE_SLOT:
+            return None
+        # BUILD, REBUILD: the spaces
+        self._thread_safe[slot] = runner_unsafe_reason(self._slots.runners[slot]) is None
+        return (slot, 0, _ready(answer))
 
     def close(self) -> None:
         """Close every env (the parent then kills the actor)."""
+        if self._threads is not None:
+            self._threads.shutdown()
         self._slots.close()
 
     def linger(self, seconds: float) -> None:

@@ -45,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["THREAD_SAFE_KEY", "refusal", "thread_unsafe_reason"]
+from ..core._gymnasium import GymnasiumEnvironment
+
+__all__ = ["THREAD_SAFE_KEY", "refusal", "runner_unsafe_reason", "thread_unsafe_reason"]
 
 #: The metadata key with which an env declares whether thread workers may run it.
 THREAD_SAFE_KEY = "thread_safe"
@@ -75,6 +77,21 @@ def thread_unsafe_reason(env: Any) -> str | None:
             "polygon buffer): envs stepping at once in threads draw into each other's "
             "observations"
         )
+    return None
+
+
+def runner_unsafe_reason(runner: Any) -> str | None:
+    """:func:`thread_unsafe_reason` for the first env that ``runner`` (an env runner, or a
+    vector runner of several) built and that is not safe in threads; None where all are.
+    A gymnasium env is judged itself, not through aioenv's adapter."""
+    leaves = getattr(runner, "runners", None) or [runner]
+    for leaf in leaves:
+        env = getattr(leaf, "env", None)
+        if env is None:
+            continue
+        reason = thread_unsafe_reason(env.env if isinstance(env, GymnasiumEnvironment) else env)
+        if reason is not None:
+            return reason
     return None
 
 
