@@ -32,6 +32,7 @@ from support import a_failed_rebuild_keeps_spaces, wait_until
 import aioenv
 from aioenv.core._environment import BatchStep
 from aioenv.workers._supervision import restart_seed
+from aioenv.workers.ray._actor import TIMED_REQUESTS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -390,27 +391,93 @@ def test_a_shortage_says_what_the_pool_asked_for_against_what_the_cluster_has() 
 
 
 @ray_test
-async def test_actors_the_cluster_cannot_start_warn_at_once_and_fail_at_start_timeout() -> None:
+@pytest.mark.parametrize("made", ["on the loop", "off any loop"])
+async def test_actors_the_cluster_cannot_start_warn_and_fail_at_start_timeout(made: str) -> None:
+    """Made off any loop, the pool warns at once, pointing at the user's line; made on
+    one, as soon as the cluster has said what it has free (asked off the loop)."""
     # Each actor asks for more CPUs than the test instance has: none of them can start.
     asked = (
         r"2 actors x num_cpus=3 = 6 CPUs, the Ray cluster has [\d.]+ CPUs? available: "
         r"2 actors will wait"
     )
     advice = r"ask for fewer actors \(more envs_per_actor\), a smaller num_cpus"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        pool = aioenv.make_pool(
+
+    def make() -> aioenv.WorkerPool[Any]:
+        return aioenv.make_pool(
             Counter, 2, mode="ray", num_cpus=3, start_timeout=1.0, cleanup_time=0.5
         )
-    async with pool:  # closed (its waiting actors killed) whatever the assertions find
-        [warning] = [warning for warning in caught if warning.category is RuntimeWarning]
-        assert re.search(f"{asked}.*{advice}", str(warning.message))
-        assert warning.filename == __file__  # the user's line
-        pool.send_action(aioenv.RESET, 0)
-        with pytest.raises(
-            aioenv.WorkerTimeout, match=f"start-up.*not answered.*{asked}.*{advice}"
-        ):
-            await pool.get_state()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pool = make() if made == "on the loop" else await asyncio.to_thread(make)
+        async with pool:  # closed (its waiting actors killed) whatever the assertions find
+
+            def warned() -> list[warnings.WarningMessage]:
+                return [warning for warning in caught if warning.category is RuntimeWarning]
+
+            if made == "off any loop":
+                assert warned()  # at once
+            deadline = asyncio.get_running_loop().time() + 60
+            while not warned() and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            [warning] = warned()
+            assert re.search(f"{asked}.*{advice}", str(warning.message))
+            if made == "off any loop":
+                assert warning.filename == __file__  # the user's line
+            pool.send_action(aioenv.RESET, 0)
+            with pytest.raises(
+                aioenv.WorkerTimeout, match=f"start-up.*not answered.*{asked}.*{advice}"
+            ):
+                await pool.get_state()
+
+
+@ray_test
+async def test_a_ray_pool_makes_no_ray_call_on_its_event_loop(monkeypatch: Any) -> None:
+    """Actor calls (a large value sent to every actor, a policy's rollout, steps,
+    closing), ``ray.put`` and the cluster's free resources are asked for off the loop:
+    each Ray function and actor method call made is recorded with whether its thread ran
+    an event loop."""
+    import ray
+    import ray.actor
+
+    on_loop: list[str] = []
+
+    def recorded(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(name)
+            except RuntimeError:
+                pass
+            return call(*args, **kwargs)
+
+        return record
+
+    for name in ("put", "get", "wait", "kill", "available_resources"):
+        monkeypatch.setattr(ray, name, recorded(f"ray.{name}", getattr(ray, name)))
+    monkeypatch.setattr(
+        ray.actor.ActorMethod,
+        "_remote",
+        recorded("ActorMethod._remote", ray.actor.ActorMethod._remote),
+    )
+    monkeypatch.setattr(
+        ray.actor.ActorClass,
+        "_remote",
+        recorded("ActorClass._remote", ray.actor.ActorClass._remote),
+    )
+    large = np.zeros(200_000, np.uint8)  # over the threshold from which values are put
+    async with aioenv.make_pool(
+        "CartPole-v1", 4, mode="ray", envs_per_actor=2, seed=3, **OFF_CPU
+    ) as pool:
+        await pool.reset_all()
+        await pool.set_attr("aioenv_test_value", large)
+        assert all(value.shape == large.shape for value in await pool.get_attr("aioenv_test_value"))
+        for worker_id in range(4):
+            pool.send_action(0, worker_id)
+        for _ in range(4):
+            step, _ = await pool.get_state()
+            assert step.observation.shape == (4,)
+    assert on_loop == []
 
 
 @ray_test
@@ -426,7 +493,8 @@ async def test_an_actor_steps_its_slow_thread_safe_envs_side_by_side(
     tmp_path: Any, pause: float, thread_safe: bool | None, side_by_side: bool
 ) -> None:
     """Worker 0's env waits at each step for worker 1's to have begun its own (see
-    Rendezvous). Both steps travel in one actor call, worker 0's first: taken in turn,
+    Rendezvous). Once each env's last requests were timed, both steps travel in one
+    actor call, worker 0's first: taken in turn,
     worker 1's step cannot begin while worker 0's waits, so theirs never meet, however
     long worker 0 waits (2 s here); taken side by side, they meet."""
     meeting = functools.partial(
@@ -434,10 +502,11 @@ async def test_an_actor_steps_its_slow_thread_safe_envs_side_by_side(
     )
     sources = [functools.partial(meeting, role="second"), functools.partial(meeting, role="first")]
     async with aioenv.make_pool(sources, mode="ray", envs_per_actor=2, **OFF_CPU) as pool:
-        for worker_id in (1, 0):  # resets apart, the first's first: both meet
-            pool.send_action(aioenv.RESET, worker_id)
-            step, _ = await pool.get_state()
-            assert step.info["met"]
+        for action in [aioenv.RESET] + [0] * TIMED_REQUESTS:  # apart, the first's first:
+            for worker_id in (1, 0):  # they meet (and the actor times each env's requests)
+                pool.send_action(action, worker_id)
+                step, _ = await pool.get_state()
+                assert step.info["met"]
         pool.send_action(0, 0)
         pool.send_action(0, 1)  # the same loop iteration: the same actor call
         answers = {worker_id: step for step, worker_id in [await pool.get_state() for _ in "ab"]}

@@ -8,8 +8,9 @@ every other kind, and each message means what it means to a child: both serve th
 :class:`~aioenv.env_side._serving.Slots`.
 
 A call's steps for several slots are taken side by side, each in a thread of the actor,
-when each of those slots took :data:`SIDE_BY_SIDE_STEP` or longer to answer its last
-request and its envs are safe in threads by the thread workers' rule
+when each of those slots took :data:`SIDE_BY_SIDE_STEP` or longer to answer each of its
+last few requests (:data:`TIMED_REQUESTS`: the shortest counts, since a busy machine only
+ever makes a request take longer) and its envs are safe in threads by the thread workers' rule
 (:mod:`aioenv.env_side._thread_safety`); otherwise one after another, on the thread the
 call came in on. An actor call returns when its last answer is ready, so envs that wait
 (a remote tool, a simulator that releases the GIL) would otherwise wait in turn: four
@@ -23,6 +24,7 @@ are in :mod:`aioenv.wire._ray_messages`.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import time
@@ -37,11 +39,13 @@ from ...env_side._thread_safety import runner_unsafe_reason
 from ...wire._ray_messages import Message, Pickled, Ready, Reply
 from ...wire._requests import Request
 
-__all__ = ["SIDE_BY_SIDE_STEP", "EnvActor"]
+__all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor"]
 
-#: Seconds a slot's last request took, from which its steps go beside the other slots'
-#: of the same call (see the module's docstring).
+#: Seconds each of a slot's last requests took, from which its steps go beside the other
+#: slots' of the same call (see the module's docstring).
 SIDE_BY_SIDE_STEP = 1e-3
+#: How many of a slot's last requests are timed for it.
+TIMED_REQUESTS = 4
 
 
 class EnvActor:
@@ -61,8 +65,8 @@ class EnvActor:
         thread_caps: ThreadCaps | None,
     ) -> None:
         self._slots = Slots(payloads, seeds, episode, registry, thread_caps)
-        #: Per slot: seconds its last request took; whether its envs are safe in threads.
-        self._took = [0.0] * len(payloads)
+        #: Per slot: seconds its last requests took; whether its envs are safe in threads.
+        self._took = [collections.deque[float](maxlen=TIMED_REQUESTS) for _ in payloads]
         self._thread_safe = [False] * len(payloads)
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -85,8 +89,12 @@ class EnvActor:
             len(slots) > 1
             and len(slots) == len(messages)
             and all(request == Request.STEP for _, _, request, _ in messages)
-            and all(self._thread_safe[s] and self._took[s] >= SIDE_BY_SIDE_STEP for s in slots)
+            and all(self._thread_safe[s] and self._slow(s) for s in slots)
         )
+
+    def _slow(self, slot: int) -> bool:
+        took = self._took[slot]
+        return bool(took) and min(took) >= SIDE_BY_SIDE_STEP
 
     def _answer(self, message: Message) -> Reply | None:
         slot, seq, request, payload = message
@@ -94,7 +102,7 @@ class EnvActor:
             payload = _resolved(payload)
         start = time.perf_counter()
         answer = self._slots.serve(slot, request, payload)
-        self._took[slot] = time.perf_counter() - start
+        self._took[slot].append(time.perf_counter() - start)
         if request == Request.STEP:
             return (slot, seq, _portable(answer))
         if request == Request.CONTROL:

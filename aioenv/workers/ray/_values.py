@@ -2,10 +2,13 @@
 object store once, however many Ray workers they are sent to.
 
 A pool sends one value to many workers in one go (one loop iteration). The first Ray worker
-to send a large value puts it (``ray.put``) and every other Ray worker sending the same
-object in that iteration passes the same reference; each actor fetches it from its node's
-object store, so the value is serialized once and crosses the network once per node
-rather than once per actor. Small values travel inline: a put would cost more than it saves.
+to send a large value marks it to be put (:func:`shared_request`), and every other Ray
+worker sending the same object in that iteration passes the same mark; the first actor
+call that carries it, made off the event loop (:mod:`aioenv.workers.ray._host`), puts it
+(``ray.put``, :func:`with_references`), and the others pass the reference. Each actor
+fetches it from its node's object store, so the value is serialized once and crosses the
+network once per node rather than once per actor. Small values travel inline: a put would
+cost more than it saves.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 from ...core._messages import ControlRequest
 
-__all__ = ["SHARE_THRESHOLD", "shared_request"]
+__all__ = ["SHARE_THRESHOLD", "shared_request", "with_references"]
 
 #: Bytes (estimated) from which an argument goes through the object store.
 SHARE_THRESHOLD = 64 * 1024
@@ -26,42 +29,70 @@ SHARE_THRESHOLD = 64 * 1024
 _MAX_DEPTH = 4
 
 
+class _Put:
+    """A large value that goes into the object store once, put by the first actor call
+    that carries it (off the event loop); every call carrying it passes the reference."""
+
+    __slots__ = ("_ref", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._ref: Any = None
+
+    def ref(self) -> Any:
+        if self._ref is None:
+            import ray
+
+            self._ref = ray.put(self.value)
+        return self._ref
+
+
 class _PutOnce:
-    """The references put in this loop iteration, by the id of the value put (the value is
-    held too, so the id cannot be reused); forgotten at the next iteration."""
+    """The values marked to be put in this loop iteration, by the id of the value (held
+    by its mark, so the id cannot be reused); forgotten at the next iteration."""
 
     def __init__(self) -> None:
-        self._refs: dict[int, tuple[Any, Any]] = {}
+        self._marks: dict[int, _Put] = {}
 
-    def ref(self, value: Any) -> Any:
-        entry = self._refs.get(id(value))
-        if entry is not None:
-            return entry[1]
-        import ray
-
-        ref = ray.put(value)
+    def mark(self, value: Any) -> _Put:
+        put = self._marks.get(id(value))
+        if put is not None:
+            return put
+        put = _Put(value)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return ref  # outside a loop no sends are batched: nothing to share it with
-        if not self._refs:
-            loop.call_soon(self._refs.clear)
-        self._refs[id(value)] = (value, ref)
-        return ref
+            return put  # outside a loop no sends are batched: nothing to share it with
+        if not self._marks:
+            loop.call_soon(self._marks.clear)
+        self._marks[id(value)] = put
+        return put
 
 
 _PUT_ONCE = _PutOnce()
 
 
 def shared_request(request: ControlRequest) -> ControlRequest:
-    """``request`` with its large arguments replaced by object references (shared with the
-    other Ray workers it is sent to in this loop iteration)."""
+    """``request`` with its large arguments marked to be put into the object store, once
+    for every Ray worker it is sent to in this loop iteration (no Ray call here: see
+    :func:`with_references`)."""
     if request.op not in ("call", "set"):
         return request
     if not any(_large(v) for v in (*request.args, *request.kwargs.values())):
         return request
-    args = tuple(_PUT_ONCE.ref(v) if _large(v) else v for v in request.args)
-    kwargs = {k: _PUT_ONCE.ref(v) if _large(v) else v for k, v in request.kwargs.items()}
+    args = tuple(_PUT_ONCE.mark(v) if _large(v) else v for v in request.args)
+    kwargs = {k: _PUT_ONCE.mark(v) if _large(v) else v for k, v in request.kwargs.items()}
+    return dataclasses.replace(request, args=args, kwargs=kwargs)
+
+
+def with_references(request: ControlRequest) -> ControlRequest:
+    """``request`` with its marked arguments put (the first time) and replaced by their
+    object references: where the actor call is made, off the event loop."""
+    marked = [type(v) is _Put for v in (*request.args, *request.kwargs.values())]
+    if not any(marked):
+        return request
+    args = tuple(v.ref() if type(v) is _Put else v for v in request.args)
+    kwargs = {k: v.ref() if type(v) is _Put else v for k, v in request.kwargs.items()}
     return dataclasses.replace(request, args=args, kwargs=kwargs)
 
 

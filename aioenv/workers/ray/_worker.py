@@ -14,6 +14,7 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import sys
@@ -29,15 +30,14 @@ from ...core import _pickling as pickling
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
-from ...core._rollouts import Rollout
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
-from .._policy_shipping import through_object_store
+from .._off_loop import call_soon_threadsafe, on_event_loop
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
 from ._capacity import Shortage, shortage
-from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
+from ._host import ACTOR_CALLS, CONTROL_CALLS, KILL_GRACE, ActorHost, import_ray, init_ray
 from ._values import shared_request
 
 __all__ = ["RayWorker"]
@@ -130,8 +130,15 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         #: The resources the cluster lacked for this worker's pool when its actors started.
         self._shortage: Shortage | None = None
+        # Open, it makes actor calls: the thread that makes them waits for the next.
+        ACTOR_CALLS.hold()
+        self._holds_calls = True
         if _start:
-            self._launch([self], per_host=1)
+            try:
+                self._launch([self], per_host=1)
+            except BaseException:
+                self._release_calls()
+                raise
 
     @property
     def actor_id(self) -> str:
@@ -155,23 +162,33 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
-        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
-        the ones that do not fit waiting, in silence. The workers keep the shortage for
-        their start-up timeout's message."""
+        """Warn if the cluster lacks the resources for ``hosts`` actors: Ray keeps the ones
+        that do not fit waiting, in silence. At once; or, when the pool is made on an event
+        loop, as soon as the cluster has said what it has free (asked off the loop, before
+        the actors are created). The workers keep the shortage for their start-up
+        timeout's message."""
         ray = import_ray()
         init_ray(ray)
-        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
-        if found is None:
+        options = workers[0]._actor_options
+
+        def check() -> Shortage | None:
+            found = shortage(hosts, options, ray.available_resources())
+            for worker in workers if found is not None else ():
+                worker._shortage = found
+            return found
+
+        loop = on_event_loop()
+        if loop is None:
+            found = check()
+            if found is not None:
+                warnings.warn(
+                    _shortage_warning(found),
+                    RuntimeWarning,
+                    stacklevel=_first_frame_outside_aioenv(),
+                )
             return
-        for worker in workers:
-            worker._shortage = found
-        warnings.warn(
-            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
-            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
-            "with WorkerTimeout)",
-            RuntimeWarning,
-            stacklevel=_first_frame_outside_aioenv(),
-        )
+        asked = CONTROL_CALLS.submit(check)
+        asked.add_done_callback(lambda _: call_soon_threadsafe(loop, lambda: _warn_of(asked)))
 
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
@@ -191,15 +208,19 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         host.send((self._slot, 0, Request.REBUILD, (seed, self._episode)))
 
     def _submit(self, seq: int, action: Any) -> None:
-        if type(action) is Rollout:
-            action = through_object_store(action)  # its policy: one ray.put for all actors
         self._current_host().send((self._slot, seq, Request.STEP, action))
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        request = shared_request(through_object_store(request))
+        request = shared_request(request)  # large values: put once, off the loop
         self._current_host().send((self._slot, seq, Request.CONTROL, request))
 
+    def _release_calls(self) -> None:
+        if self._holds_calls:
+            self._holds_calls = False
+            ACTOR_CALLS.release()
+
     def _abandon(self) -> None:
+        self._release_calls()
         for host in self._hosts:
             host.kill(self._slot, f"{self.name} was abandoned")
         self._hosts.clear()
@@ -243,9 +264,12 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         async def end(host: ActorHost) -> None:
             ended.append(await host.end(cleanup_time))
 
-        async with anyio.create_task_group() as group:
-            for host in hosts:
-                group.start_soon(end, host)
+        try:
+            async with anyio.create_task_group() as group:
+                for host in hosts:
+                    group.start_soon(end, host)
+        finally:
+            self._release_calls()  # its last calls (close, linger) are made
         self._hosts = [host for host in self._hosts if host not in hosts]
         if not all(ended):
             warnings.warn(
@@ -258,6 +282,21 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
 # The package's own folder, however deep in it this module sits.
 _AIOENV_DIRECTORY = str(Path(os.path.abspath(__file__)).parents[__name__.count(".") - 1]) + os.sep
+
+
+def _shortage_warning(found: Shortage) -> str:
+    return (
+        f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+        f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+        "with WorkerTimeout)"
+    )
+
+
+def _warn_of(asked: concurrent.futures.Future[Shortage | None]) -> None:
+    """On the loop: the warning of a shortage found off it (none where the cluster could
+    not say what it has free: the start-up timeout still tells)."""
+    if asked.exception() is None and (found := asked.result()) is not None:
+        warnings.warn(_shortage_warning(found), RuntimeWarning, stacklevel=2)
 
 
 def _first_frame_outside_aioenv() -> int:
