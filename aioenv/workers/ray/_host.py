@@ -14,13 +14,15 @@ putting the large values they carry into Ray's object store there, once per valu
 (:mod:`aioenv.workers.ray._values`, the policies of :mod:`aioenv.workers._policy_shipping`).
 Each answer comes back on the ``ObjectRef``'s future, completed on Ray's own thread and
 handed to the loop with ``call_soon_threadsafe`` (no thread per call, no polling, no
-blocking ``ray.get``). Creating an actor, killing one and reading what the cluster has
-free wait for Ray's control store (tens of milliseconds, up to a second on busy cores):
-made from a thread that runs an event loop (a restart, a step past its deadline, closing),
-they go to :data:`CONTROL_CALLS`, a thread of their own; messages for an actor still
-being created wait in the host until it is. ``ray.init`` is the exception, made where it
-is asked for (once per process): the processes it starts are tied to the thread that
-starts them and would end with a passing thread.
+blocking ``ray.get``). Creating an actor and killing one wait for Ray's control store
+(tens of milliseconds, up to a second on busy cores): made from a thread that runs an
+event loop (a restart, a step past its deadline, closing), they go to
+:data:`_CONTROL_CALLS`, a thread of their own; messages for an actor still being created
+wait in the host until it is. Two calls are made where they are asked for, once per
+process and once per pool: ``ray.init`` (the processes it starts are tied to the thread
+that starts them, and would end with a passing thread) and the pool's read of what the
+cluster has free (``ray.available_resources``: Ray's state API has hung when first
+called from another thread).
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from ._values import with_references
 
 __all__ = [
     "ACTOR_CALLS",
-    "CONTROL_CALLS",
     "KILL_GRACE",
     "ActorHost",
     "Deliver",
@@ -100,7 +101,7 @@ def init_ray(ray: Any) -> None:
 
 #: The process's one queue of control calls, so that an actor is killed only after its
 #: creation was asked for, whichever host asks.
-CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
+_CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
 #: The process's actor calls, made in the order asked for (see the module's docstring).
 #: Each open Ray worker holds it (the thread waits for its next call, rather than a
 #: thread started for each: milliseconds on a busy machine).
@@ -175,7 +176,7 @@ class ActorHost(Replaceable["ActorHost"]):
             self._created.set_result(create())
             self._actor = self._created.result()
         else:
-            self._created = CONTROL_CALLS.submit(create)
+            self._created = _CONTROL_CALLS.submit(create)
             self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
         self.size = len(payloads)
         #: Why the actor is gone (set once), or None while it serves.
@@ -380,7 +381,7 @@ class ActorHost(Replaceable["ActorHost"]):
         if on_event_loop() is None:
             kill()
         else:
-            CONTROL_CALLS.submit(kill)
+            _CONTROL_CALLS.submit(kill)
 
 
 class _Outboxes:

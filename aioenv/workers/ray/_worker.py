@@ -14,7 +14,6 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 import sys
@@ -33,11 +32,10 @@ from ...core._messages import ControlRequest
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
-from .._off_loop import call_soon_threadsafe, on_event_loop
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
 from ._capacity import Shortage, shortage
-from ._host import ACTOR_CALLS, CONTROL_CALLS, KILL_GRACE, ActorHost, import_ray, init_ray
+from ._host import ACTOR_CALLS, KILL_GRACE, ActorHost, import_ray, init_ray
 from ._values import shared_request
 
 __all__ = ["RayWorker"]
@@ -162,33 +160,25 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
-        """Warn if the cluster lacks the resources for ``hosts`` actors: Ray keeps the ones
-        that do not fit waiting, in silence. At once; or, when the pool is made on an event
-        loop, as soon as the cluster has said what it has free (asked off the loop, before
-        the actors are created). The workers keep the shortage for their start-up
-        timeout's message."""
+        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
+        the ones that do not fit waiting, in silence. The workers keep the shortage for
+        their start-up timeout's message. Asked where the pool is made, on an event loop
+        too: Ray's state API (``ray.available_resources``) has hung when first called from
+        another thread, and this is once per pool, not per step."""
         ray = import_ray()
         init_ray(ray)
-        options = workers[0]._actor_options
-
-        def check() -> Shortage | None:
-            found = shortage(hosts, options, ray.available_resources())
-            for worker in workers if found is not None else ():
-                worker._shortage = found
-            return found
-
-        loop = on_event_loop()
-        if loop is None:
-            found = check()
-            if found is not None:
-                warnings.warn(
-                    _shortage_warning(found),
-                    RuntimeWarning,
-                    stacklevel=_first_frame_outside_aioenv(),
-                )
+        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
+        if found is None:
             return
-        asked = CONTROL_CALLS.submit(check)
-        asked.add_done_callback(lambda _: call_soon_threadsafe(loop, lambda: _warn_of(asked)))
+        for worker in workers:
+            worker._shortage = found
+        warnings.warn(
+            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+            "with WorkerTimeout)",
+            RuntimeWarning,
+            stacklevel=_first_frame_outside_aioenv(),
+        )
 
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
@@ -282,21 +272,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
 # The package's own folder, however deep in it this module sits.
 _AIOENV_DIRECTORY = str(Path(os.path.abspath(__file__)).parents[__name__.count(".") - 1]) + os.sep
-
-
-def _shortage_warning(found: Shortage) -> str:
-    return (
-        f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
-        f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
-        "with WorkerTimeout)"
-    )
-
-
-def _warn_of(asked: concurrent.futures.Future[Shortage | None]) -> None:
-    """On the loop: the warning of a shortage found off it (none where the cluster could
-    not say what it has free: the start-up timeout still tells)."""
-    if asked.exception() is None and (found := asked.result()) is not None:
-        warnings.warn(_shortage_warning(found), RuntimeWarning, stacklevel=2)
 
 
 def _first_frame_outside_aioenv() -> int:
