@@ -40,6 +40,7 @@ from node_loss import (
     node_of,
     run_through_node_loss,
 )
+from ray_support import QUIET_ENVIRONMENT
 from support import children_of, process_running, wait_until
 
 import aioenv
@@ -151,9 +152,14 @@ class RayAcrossHosts:
 
 
 @pytest.fixture
-def ray_across_hosts() -> Iterator[tuple[Host, dict[str, str]]]:
+def ray_across_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Host, dict[str, str]]]:
     """The far host, and the ids of the Ray nodes ("head", "far")."""
     pytest.importorskip("ray")
+    # The same authentication for the nodes and the driver, whatever is in ~/.ray: with
+    # RAY_AUTH_MODE unset, `ray start --head` turns tokens on where a token file exists
+    # (a local Ray instance started since writes one), and a driver without it is refused.
+    for name, value in QUIET_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
     # Ray's sockets live in its temp dir, whose path must stay short (a socket's path
     # holds at most 107 bytes): not under pytest's tmp_path.
     temp = Path(tempfile.mkdtemp(prefix="aioenv-ray-"))

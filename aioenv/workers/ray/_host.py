@@ -7,14 +7,9 @@ answer and an ``on_death`` callback. Messages sent in one loop iteration travel 
 actor call.
 
 No Ray call is made on the event loop: Ray's calls take the GIL for a while and, on busy
-cores, tens of milliseconds. The actor calls asked for in one loop iteration, every
-host's, are handed together to :data:`ACTOR_CALLS`, one thread that makes them in the
-order asked for (so each actor runs them in that order, and answers in that order too),
-putting the large values they carry into Ray's object store there, once per value
-(:mod:`aioenv.workers.ray._values`, the policies of :mod:`aioenv.workers._policy_shipping`).
-Each answer comes back on the ``ObjectRef``'s future, completed on Ray's own thread and
-handed to the loop with ``call_soon_threadsafe`` (no thread per call, no polling, no
-blocking ``ray.get``). Creating an actor and killing one wait for Ray's control store
+cores, tens of milliseconds. A host's actor calls are made in a thread of their own
+(:mod:`aioenv.workers.ray._calls`), and their answers come back to the loop. Creating an
+actor and killing one wait for Ray's control store
 (tens of milliseconds, up to a second on busy cores): made from a thread that runs an
 event loop (a restart, a step past its deadline, closing), they go to
 :data:`_CONTROL_CALLS`, a thread of their own; messages for an actor still being created
@@ -41,17 +36,14 @@ from typing import Any
 import cloudpickle
 
 from ...core._messages import EpisodeOptions, Failure
-from ...core._rollouts import Rollout
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._ray_messages import Message, Pickled
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
-from .._policy_shipping import through_object_store
 from .._replaceable import Replaceable
-from ._values import with_references
+from ._calls import OUTBOXES, Call, send_off_loop
 
 __all__ = [
-    "ACTOR_CALLS",
     "KILL_GRACE",
     "ActorHost",
     "Deliver",
@@ -102,10 +94,6 @@ def init_ray(ray: Any) -> None:
 #: The process's one queue of control calls, so that an actor is killed only after its
 #: creation was asked for, whichever host asks.
 _CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
-#: The process's actor calls, made in the order asked for (see the module's docstring).
-#: Each open Ray worker holds it (the thread waits for its next call, rather than a
-#: thread started for each: milliseconds on a busy machine).
-ACTOR_CALLS = OffLoopCalls("aioenv-ray-calls")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +117,6 @@ class _ActorCall:
 
     messages: list[Message]
     reply: asyncio.Future[Any]
-
-
-#: An actor call to make off the loop: the actor method, its arguments, where its answer
-#: goes, and whether the arguments are messages to make portable there.
-_Call = tuple[Any, tuple[Any, ...], asyncio.Future[Any], bool]
 
 
 class ActorHost(Replaceable["ActorHost"]):
@@ -253,9 +236,9 @@ class ActorHost(Replaceable["ActorHost"]):
         if not self._flush_scheduled:
             assert self._loop is not None
             self._flush_scheduled = True
-            _OUTBOXES.add(self._loop, self)
+            OUTBOXES.add(self._loop, self._flush)
 
-    def _flush(self) -> _Call | None:
+    def _flush(self) -> Call | None:
         """The call that carries what is queued (on the loop, as the iteration ends)."""
         self._flush_scheduled = False
         actor = self._handle()
@@ -366,7 +349,7 @@ class ActorHost(Replaceable["ActorHost"]):
 
     def _call(self, method: str, *args: Any) -> asyncio.Future[Any]:
         reply = asyncio.get_running_loop().create_future()
-        _send_off_loop([(getattr(self._handle(), method), args, reply, False)])
+        send_off_loop([(getattr(self._handle(), method), args, reply, False)])
         return reply
 
     def _kill_actor(self) -> None:
@@ -382,83 +365,6 @@ class ActorHost(Replaceable["ActorHost"]):
             kill()
         else:
             _CONTROL_CALLS.submit(kill)
-
-
-class _Outboxes:
-    """The hosts with messages queued in this iteration of each event loop: at its end,
-    one hand-off to :data:`ACTOR_CALLS` carries every host's call."""
-
-    def __init__(self) -> None:
-        self._hosts: dict[asyncio.AbstractEventLoop, list[ActorHost]] = {}
-
-    def add(self, loop: asyncio.AbstractEventLoop, host: ActorHost) -> None:
-        hosts = self._hosts.get(loop)
-        if hosts is None:
-            hosts = self._hosts[loop] = []
-            loop.call_soon(self._hand_off, loop)
-        hosts.append(host)
-
-    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
-        calls = [call for host in self._hosts.pop(loop) if (call := host._flush()) is not None]
-        if calls:
-            _send_off_loop(calls)
-
-
-_OUTBOXES = _Outboxes()
-
-
-def _send_off_loop(calls: list[_Call]) -> None:
-    ACTOR_CALLS.submit(functools.partial(_make_calls, calls))
-
-
-def _make_calls(calls: list[_Call]) -> None:
-    """Off the loop: make ``calls`` in order, each answer to be handed to its loop."""
-    for method, args, reply, messages in calls:
-        try:
-            if messages:
-                args = ([_portable(message) for message in args[0]],)
-            ref = method.remote(*args)
-            future = ref.future()
-        except BaseException as exc:
-            call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, None, exc))
-            continue
-        future.add_done_callback(functools.partial(_on_answer, reply, ref))  # ref held till then
-
-
-def _portable(message: Message) -> Message:
-    """A message with the large values it carries put into the object store: a policy's
-    bytes (once per policy) and a control request's large arguments (once per value sent
-    in one loop iteration, see :mod:`aioenv.workers.ray._values`)."""
-    slot, seq, request, payload = message
-    if request == Request.STEP and type(payload) is Rollout:
-        return (slot, seq, request, through_object_store(payload))
-    if request == Request.CONTROL:
-        return (slot, seq, request, with_references(through_object_store(payload)))
-    return message
-
-
-def _on_answer(
-    reply: asyncio.Future[Any], ref: Any, future: concurrent.futures.Future[Any]
-) -> None:
-    """On Ray's thread: hand the answer to the reply's loop."""
-    error: BaseException | None
-    if future.cancelled():
-        result, error = None, asyncio.CancelledError()
-    else:
-        error = future.exception()
-        result = None if error is not None else future.result()
-    call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, result, error))
-
-
-def _settle(reply: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if reply.done():
-        return  # cancelled meanwhile (an end that stopped waiting)
-    if isinstance(error, asyncio.CancelledError):
-        reply.cancel()
-    elif error is not None:
-        reply.set_exception(error)
-    else:
-        reply.set_result(result)
 
 
 @functools.cache

@@ -34,8 +34,9 @@ from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
+from ._calls import ACTOR_CALLS
 from ._capacity import Shortage, shortage
-from ._host import ACTOR_CALLS, KILL_GRACE, ActorHost, import_ray, init_ray
+from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._values import shared_request
 
 __all__ = ["RayWorker"]

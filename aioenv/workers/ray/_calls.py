@@ -1,0 +1,120 @@
+"""The actor calls of Ray workers, made off the event loop.
+
+Ray's calls take the GIL for a while and, on busy cores, tens of milliseconds, during which
+every other worker of a pool would wait. So the actor calls asked for in one loop
+iteration, every host's (:class:`~aioenv.workers.ray._host.ActorHost`), are handed
+together to :data:`ACTOR_CALLS`, one thread that makes them in the order asked for (so
+each actor runs them in that order, and answers in that order too), putting the large
+values they carry into Ray's object store there, once per value
+(:mod:`aioenv.workers.ray._values`, the policies of :mod:`aioenv.workers._policy_shipping`).
+Each answer comes back on the ``ObjectRef``'s future, completed on Ray's own thread and
+handed to the loop with ``call_soon_threadsafe`` (no thread per call, no polling, no
+blocking ``ray.get``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ...core._rollouts import Rollout
+from ...wire._ray_messages import Message
+from ...wire._requests import Request
+from .._off_loop import OffLoopCalls, call_soon_threadsafe
+from .._policy_shipping import through_object_store
+from ._values import with_references
+
+__all__ = ["ACTOR_CALLS", "OUTBOXES", "Call", "Outboxes", "send_off_loop"]
+
+#: The process's actor calls, made in the order asked for. Each open Ray worker holds it
+#: (the thread waits for its next call, rather than a thread started for each:
+#: milliseconds on a busy machine).
+ACTOR_CALLS = OffLoopCalls("aioenv-ray-calls")
+
+#: An actor call to make off the loop: the actor method, its arguments, where its answer
+#: goes, and whether the arguments are messages to make portable there.
+Call = tuple[Any, tuple[Any, ...], asyncio.Future[Any], bool]
+
+
+class Outboxes:
+    """The hosts with messages queued in this iteration of each event loop, as the
+    functions that take each one's call: at the iteration's end, one hand-off to
+    :data:`ACTOR_CALLS` carries every host's call."""
+
+    def __init__(self) -> None:
+        self._flushes: dict[asyncio.AbstractEventLoop, list[Callable[[], Call | None]]] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, flush: Callable[[], Call | None]) -> None:
+        """``flush`` (on the loop, once this iteration's callbacks have run) returns the
+        host's call, or None if it has none to make now."""
+        flushes = self._flushes.get(loop)
+        if flushes is None:
+            flushes = self._flushes[loop] = []
+            loop.call_soon(self._hand_off, loop)
+        flushes.append(flush)
+
+    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
+        calls = [call for flush in self._flushes.pop(loop) if (call := flush()) is not None]
+        if calls:
+            send_off_loop(calls)
+
+
+OUTBOXES = Outboxes()
+
+
+def send_off_loop(calls: list[Call]) -> None:
+    """Make ``calls`` in :data:`ACTOR_CALLS`'s thread, after those asked for before."""
+    ACTOR_CALLS.submit(functools.partial(_make_calls, calls))
+
+
+def _make_calls(calls: list[Call]) -> None:
+    """Off the loop: make ``calls`` in order, each answer to be handed to its loop."""
+    for method, args, reply, messages in calls:
+        try:
+            if messages:
+                args = ([_portable(message) for message in args[0]],)
+            ref = method.remote(*args)
+            future = ref.future()
+        except BaseException as exc:
+            call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, None, exc))
+            continue
+        future.add_done_callback(functools.partial(_on_answer, reply, ref))  # ref held till then
+
+
+def _portable(message: Message) -> Message:
+    """A message with the large values it carries put into the object store: a policy's
+    bytes (once per policy) and a control request's large arguments (once per value sent
+    in one loop iteration, see :mod:`aioenv.workers.ray._values`)."""
+    slot, seq, request, payload = message
+    if request == Request.STEP and type(payload) is Rollout:
+        return (slot, seq, request, through_object_store(payload))
+    if request == Request.CONTROL:
+        return (slot, seq, request, with_references(through_object_store(payload)))
+    return message
+
+
+def _on_answer(
+    reply: asyncio.Future[Any], ref: Any, future: concurrent.futures.Future[Any]
+) -> None:
+    """On Ray's thread: hand the answer to the reply's loop."""
+    error: BaseException | None
+    if future.cancelled():
+        result, error = None, asyncio.CancelledError()
+    else:
+        error = future.exception()
+        result = None if error is not None else future.result()
+    call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, result, error))
+
+
+def _settle(reply: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if reply.done():
+        return  # cancelled meanwhile (an end that stopped waiting)
+    if isinstance(error, asyncio.CancelledError):
+        reply.cancel()
+    elif error is not None:
+        reply.set_exception(error)
+    else:
+        reply.set_result(result)
