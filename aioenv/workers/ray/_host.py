@@ -14,8 +14,8 @@ actor and killing one wait for Ray's control store
 event loop (a restart, a step past its deadline, closing), they go to
 :data:`_CONTROL_CALLS`, a thread of their own; messages for an actor still being created
 wait in the host until it is. Two calls are made where they are asked for, once per
-process and once per pool: ``ray.init`` (the processes it starts are tied to the thread
-that starts them, and would end with a passing thread) and the pool's read of what the
+process and once per pool: ``ray.init`` (made from a thread that then ended, it left a
+driver that lost its cluster) and the pool's read of what the
 cluster has free (``ray.available_resources``: Ray's state API has hung when first
 called from another thread).
 """
