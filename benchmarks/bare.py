@@ -15,6 +15,13 @@ lockstep, parent and child taking turns, so it is no bound for small N.)
 lockstep workloads: a child per core, the parent blocking on each child's socket in turn,
 with no event loop. :class:`BarePipelined` is the same children behind the pipelined
 loop's ``recv``/``send``: W13's reference.
+
+:class:`BareEngine` is the lockstep design through aioenv's engine parts and nothing else
+of aioenv: the actions, observations, rewards and flags of every env in one memory file
+all the processes map (:class:`aioenv.engine._buffer.StepBuffer`), each child woken by a
+kernel counter of its own and every child's answer counted on one the parent sleeps on
+(:class:`aioenv.engine._wake.Wake`), the children spinning first while it pays (or
+never). It bounds what a vector step carried by the engine can reach on this machine.
 """
 
 from __future__ import annotations
@@ -35,9 +42,15 @@ from machine import CpuAccount
 from runners import Meter, Sample, Timing, run_coroutine
 
 import aioenv
+from aioenv.engine._buffer import StepBuffer, copied
+from aioenv.engine._wake import Gone, Wake
+from aioenv.env_side._idle_spin import IdleSpin
 from aioenv.workers import default_context
 
-__all__ = ["BareLockstep", "BarePipelined", "run_bare"]
+__all__ = ["BareEngine", "BareLockstep", "BarePipelined", "run_bare"]
+
+#: How long a bare engine's children spin before they sleep (aioenv's lockstep default).
+ENGINE_SPIN = 0.002
 
 _JOIN_TIMEOUT = 5.0
 
@@ -400,3 +413,112 @@ class BarePipelined:
 
     def close(self) -> None:
         _stop(self._sockets, self._processes)
+
+
+def _engine_child(
+    sock: socket.socket, env: EnvFactory, seeds: list[int | None], first: int, n: int, spin: float
+) -> None:
+    """Step envs ``first`` to ``first + len(seeds)`` of the bare engine's ``n`` in the
+    shared buffer on each post of its request wake, and post the answer wake. The
+    descriptors (the buffer's, the request's, the answer's) come over ``sock``; the parent
+    closing it is the signal to exit. Episodes reset inside the step."""
+    envs = [env() for _ in seeds]
+    _, fds, _, _ = socket.recv_fds(sock, 1, 5)
+    buffer = StepBuffer(envs[0].observation_space, envs[0].action_space, n, fds[0])
+    width = (len(fds) - 1) // 2  # each wake's descriptors: an eventfd, or a pipe's ends
+    request = Wake.from_descriptors(fds[1 : 1 + width])
+    answer = Wake.from_descriptors(fds[1 + width :])
+    observations, actions = buffer.observations, buffer.actions
+    rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
+    rows = range(first, first + len(envs))
+    for row, instance, seed in zip(rows, envs, seeds, strict=True):
+        observations[row] = instance.reset(seed=seed)[0]
+    answer.post()
+    waiting = IdleSpin(spin, 0)
+    with sock:
+        while True:
+            try:
+                request.wait(watch=[sock.fileno()], spin=waiting)
+            except Gone:
+                return
+            for row, instance in zip(rows, envs, strict=True):
+                action = actions[row]
+                observation, reward, ended, cut, _ = instance.step(
+                    action.item() if action.ndim == 0 else action
+                )
+                if ended or cut:
+                    observation, _ = instance.reset()
+                observations[row] = observation
+                rewards[row], terminated[row], truncated[row] = reward, ended, cut
+            answer.post()
+
+
+class BareEngine:
+    """The lockstep design over the engine's buffer and wakes (see the module's docstring):
+    a child per core (fewer where ``n`` is smaller), as :class:`BareLockstep`'s, each
+    stepping its rows of one shared buffer, spinning for ``spin`` seconds before it sleeps
+    while the idle-spin rule says spinning pays. A step writes the actions into the
+    buffer, posts each child's request wake, sleeps on the answer wake until every child
+    has posted, and returns a copy of the results. It owes nothing else a vector env
+    does."""
+
+    def __init__(self, env: EnvFactory, n: int, seed: int, spin: float = ENGINE_SPIN) -> None:
+        children = min(n, len(os.sched_getaffinity(0)))
+        bounds = [n * index // children for index in range(children + 1)]
+        seeds = aioenv.worker_seeds(seed, n)
+        observation_space, action_space = _spaces(env)
+        self._buffer = StepBuffer(observation_space, action_space, n)
+        self._answer = Wake.new()
+        self._requests: list[Wake] = []
+        self._sockets: list[socket.socket] = []
+        self._processes: list[Any] = []
+        context: Any = default_context()  # typeshed lacks Process on BaseContext
+        try:
+            for first, last in itertools.pairwise(bounds):
+                ours, theirs = socket.socketpair()
+                self._sockets.append(ours)
+                with theirs:
+                    process = context.Process(
+                        target=_engine_child,
+                        args=(theirs, env, seeds[first:last], first, n, spin),
+                        daemon=True,
+                    )
+                    process.start()
+                self._processes.append(process)
+                request = Wake.new()
+                self._requests.append(request)
+                fds = [self._buffer.fd, *request.descriptors(), *self._answer.descriptors()]
+                socket.send_fds(ours, [b"\0"], fds)
+            self._watch = [process.sentinel for process in self._processes]
+            self._wait_answers()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_answers(self) -> None:
+        answered = 0
+        while answered < len(self._requests):
+            answered += self._answer.wait(watch=self._watch)
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        return copied(self._buffer.observations), {}
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        buffer = self._buffer
+        buffer.actions[...] = actions
+        for request in self._requests:
+            request.post()
+        self._wait_answers()
+        return (
+            copied(buffer.observations),
+            buffer.rewards.copy(),
+            buffer.terminated.copy(),
+            buffer.truncated.copy(),
+            {},
+        )
+
+    def close(self) -> None:
+        _stop(self._sockets, self._processes)
+        for wake in (*self._requests, self._answer):
+            wake.close()
+        self._buffer.close()

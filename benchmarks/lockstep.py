@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import gymnasium
 import numpy as np
-from bare import BareLockstep
+from bare import BareEngine, BareLockstep
 from envs import EnvFactory
 from machine import CpuAccount
 from peers import (
@@ -50,6 +50,8 @@ from threadpoolctl import threadpool_limits
 import aioenv
 
 __all__ = [
+    "BARE_ENGINE",
+    "BARE_ENGINE_ASLEEP",
     "BARE_LOCKSTEP",
     "LIMIT",
     "VECTORS",
@@ -136,6 +138,10 @@ def _gym_async(env: EnvFactory, n: int, seed: int) -> Vector:
 
 #: The reference row (see :class:`bare.BareLockstep`).
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"
+#: The same design through the engine's shared buffer and kernel wakes
+#: (see :class:`bare.BareEngine`).
+BARE_ENGINE = "reference: bare engine (shared buffer, kernel wake), a child per core"
+BARE_ENGINE_ASLEEP = "reference: bare engine, a child per core, asleep between steps"
 
 #: The default's row with a long run's pool options.
 RESTARTING = "AioVectorEnv default with restart='on_failure' and step_timeout=60"
@@ -207,6 +213,8 @@ VECTORS: dict[str, tuple[VectorFactory, tuple[str, ...]]] = {
     TORCHRL_POOL: (functools.partial(TorchRLVector, pool=True), ("W6", "W11")),
     # Not a vector env: the leanest lockstep design over processes (see bare.py).
     BARE_LOCKSTEP: (BareLockstep, _REAL),
+    BARE_ENGINE: (BareEngine, ("W6", *_REAL)),
+    BARE_ENGINE_ASLEEP: (functools.partial(BareEngine, spin=0.0), ("W6", *_REAL)),
 }
 
 #: The computed row (see :func:`run_limit`).

@@ -24,6 +24,7 @@ FLOORS = (
     "core",  # the vocabulary both sides share: env protocol, steps, commands, messages
     "wire",  # what crosses a process boundary: frames, shared memory, requests
     "env_side",  # runners and serving slots: what steps an env, wherever it runs
+    "engine",  # the step path's shared buffer and kernel wake, on both sides
     "loops",  # event-loop hosts, the uvloop rule and the trio bridge
     "workers",  # worker kinds, each remote kind's folder holding both its halves
     "pool",  # many workers behind one get_state
@@ -33,7 +34,7 @@ FLOORS = (
 )
 #: What runs on the env's side of a process boundary: these packages, and the programs a
 #: remote kind's folder holds for its child process or Ray actor.
-ENV_SIDE = ("core", "wire", "env_side")
+ENV_SIDE = ("core", "wire", "env_side", "engine")
 CHILD_PROGRAMS = {
     "aioenv.workers.process._child",
     "aioenv.workers.process._quiet_start",

@@ -17,8 +17,11 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 __all__ = ["CROWDED_SHARE", "MAX_HOLD", "MIN_HOLD", "IdleSpin", "next_hold"]
+
+T = TypeVar("T")
 
 #: A spin that spent less than this share of its wall time on a CPU shared its core with
 #: another runnable process: the machine is busy. A spinner with a core of its own is on
@@ -66,21 +69,25 @@ class IdleSpin:
 
     def receive(self, sock: socket.socket) -> bytes:
         """What has arrived on ``sock`` (blocking), empty once the other side is gone."""
-        if self.seconds > 0:
-            started = self.clock()
-            if started >= self.spin_after:
-                data = self._spin(sock, started)
-                if data is not None:
-                    return data
+        if self.seconds > 0 and self.clock() >= self.spin_after:
+            size = self.receive_size
+            data = self.spin(lambda: sock.recv(size, socket.MSG_DONTWAIT))
+            if data is not None:
+                return data
         return sock.recv(self.receive_size)
 
-    def _spin(self, sock: socket.socket, started: float) -> bytes | None:
+    def spin(self, poll: Callable[[], T]) -> T | None:
+        """Poll for up to ``seconds``, yielding the core between polls: what ``poll``
+        returned once it did not raise :class:`BlockingIOError`, or None if nothing came
+        in time. Each spin's outcome sets when the next may spin (:func:`next_hold`); the
+        caller asks only from ``spin_after`` on."""
+        started = self.clock()
         cpu = self.cpu_clock()
         deadline = started + self.seconds
-        data: bytes | None = None
+        data: T | None = None
         while True:
             try:
-                data = sock.recv(self.receive_size, socket.MSG_DONTWAIT)
+                data = poll()
                 break
             except BlockingIOError:
                 if self.clock() > deadline:

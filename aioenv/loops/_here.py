@@ -9,10 +9,8 @@ import os
 import sys
 import threading
 import traceback
-from typing import TypeVar
 
 __all__ = [
-    "for_this_loop",
     "loop_running_here",
     "not_on_asyncio",
     "raised_in",
@@ -22,8 +20,6 @@ __all__ = [
     "trio_env_on_asyncio",
     "trio_running_here",
 ]
-
-T = TypeVar("T")
 
 #: The calling thread's id (no system call), for :func:`still_here`.
 thread_id = threading.get_ident
@@ -63,17 +59,6 @@ def loop_running_here() -> bool:
     """An event loop runs in this thread right now (asyncio's, or a trio run: a loop run
     inside it would break it)."""
     return running_loop() is not None or trio_running_here()
-
-
-def for_this_loop(pool: T) -> T:
-    """``pool`` itself where an asyncio loop (or none) runs this thread; in a trio run, the
-    stand-in that runs it on a private asyncio loop
-    (:func:`aioenv.loops._trio_bridge.bridged`), which only then is imported."""
-    if not trio_running_here():
-        return pool
-    from ._trio_bridge import bridged
-
-    return bridged(pool)
 
 
 def not_on_asyncio(what: str) -> RuntimeError:

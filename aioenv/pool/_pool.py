@@ -22,7 +22,7 @@ import anyio
 
 from ..core._errors import ClosedError, WorkerError
 from ..core._messages import Autoreset
-from ..loops._here import for_this_loop
+from ..loops._stand_in import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch

@@ -1,0 +1,86 @@
+"""One step's fixed-size data for a vector of envs, in one memory file that the parent and
+its children map: the actions going in; each env's observation, reward and terminated and
+truncated flags coming out.
+
+Each part is laid out as its batched space (``gymnasium.vector.utils.batch_space``) would
+be as an array, env ``i`` in row ``i``, by :class:`aioenv.wire._shared_memory.Layout`: a
+child that steps envs ``first`` to ``last`` writes those rows in place, and the parent
+reads every child's rows as one batch, viewing them (``copy=False``) or copying them once.
+Nothing here passes through pickle. Who may touch which rows when is the wake's business
+(:mod:`aioenv.engine._wake`): the parent writes the actions before it posts a child's
+request and reads the results after the child's answer; a child the other way round.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from ..wire._shared_memory import Layout, memory_file
+
+__all__ = ["StepBuffer", "copied", "rows"]
+
+_ALIGN = 64
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+class StepBuffer:
+    """The step data of ``n`` envs whose single spaces are ``observation_space`` and
+    ``action_space``, in a new memory file, or in ``fd``'s (another process's buffer,
+    sent here). Raises ValueError if either space has no fixed layout.
+
+    ``actions`` and ``observations`` are trees of arrays (as the batched space's samples
+    are: one array for a Box, a dict of them for a Dict); ``rewards`` (float64),
+    ``terminated`` and ``truncated`` (bool) are arrays of ``n``. All view the mapping."""
+
+    def __init__(
+        self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
+    ) -> None:
+        layouts = []
+        for name, space in (("observation", observation_space), ("action", action_space)):
+            layout = Layout.of(batch_space(space, n))
+            if layout is None:
+                raise ValueError(f"the {name} space {space} has no fixed layout in memory")
+            layouts.append(layout)
+        observations, actions = layouts
+        starts = [0]
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n):
+            starts.append(_aligned(starts[-1] + size))
+        self.nbytes = starts[-1]
+        self.fd = memory_file(self.nbytes) if fd is None else fd
+        memory = memoryview(mmap.mmap(self.fd, self.nbytes))
+        self.n = n
+        self.actions = actions.read(actions.views(memory[starts[0] :]))
+        self.observations = observations.read(observations.views(memory[starts[1] :]))
+        self.rewards = np.ndarray((n,), np.float64, memory, starts[2])
+        self.terminated = np.ndarray((n,), np.bool_, memory, starts[3])
+        self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
+
+    def close(self) -> None:
+        """Close the memory file's descriptor; the mapping lives while an array views it."""
+        os.close(self.fd)
+
+
+def rows(tree: Any, first: int, last: int) -> Any:
+    """The rows ``first`` to ``last`` of a tree of batched arrays (views)."""
+    if isinstance(tree, dict):
+        return {key: rows(sub, first, last) for key, sub in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(rows(sub, first, last) for sub in tree)
+    return tree[first:last]
+
+
+def copied(tree: Any) -> Any:
+    """A copy of a tree of arrays (what a step returns with ``copy=True``)."""
+    if isinstance(tree, dict):
+        return {key: copied(sub) for key, sub in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(copied(sub) for sub in tree)
+    return tree.copy()
