@@ -46,6 +46,9 @@ LIMIT = "machine limit (computed)"  # lockstep.LIMIT
 ENVPOOL_PONG = "EnvPool Pong-v5 (EnvPool's own preprocessing)"
 ENVPOOL_CHEETAH = "EnvPool HalfCheetah-v5 (EnvPool's own env)"
 BARE_LOCKSTEP = "reference: bare lockstep, a child per core"  # lockstep.BARE_LOCKSTEP
+BARE_ENGINE = (  # lockstep.BARE_ENGINE
+    "reference: bare engine (shared buffer, kernel wake), a child per core"
+)
 BARE_PIPELINED = "reference: bare pipelined (a child per B envs)"  # pipelined.BARE_PIPELINED
 BARE_PER_STATE = "reference: bare per-state (a child per env)"  # W1's, workloads.py
 SPLIT = "AioVectorEnv process, envs_per_worker=N/cores"
@@ -456,7 +459,11 @@ def guide_costs(f: Figures) -> str:
         f"against {f.ratio('W11', mlp, DEFAULT, 'sync')} for the default; on HalfCheetah "
         f"(W12, MLP) {f.ratio('W12', mlp, BARE_LOCKSTEP, 'sync')}, against "
         f"{f.ratio('W12', mlp, SPLIT, 'sync')} for 2 children of 4 and "
-        f"{f.ratio('W12', mlp, DEFAULT, 'sync')} for the default. "
+        f"{f.ratio('W12', mlp, DEFAULT, 'sync')} for the default. The same children "
+        "stepping their rows of one shared memory file, woken through eventfds (`bare.py`'s "
+        "`BareEngine`, over `aioenv/engine/`'s buffer and wake) reached "
+        f"{f.ratio('W11', mlp, BARE_ENGINE, 'sync')} on Pong and "
+        f"{f.ratio('W12', mlp, BARE_ENGINE, 'sync')} on HalfCheetah. "
         "`python benchmarks/cpu_split.py loop` measures the most a step could gain without "
         "the script's event loop.\n"
         "- **What bounds pipelining**: a bare pipelined design over processes (`bare.py`'s "

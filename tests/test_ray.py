@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -368,6 +369,39 @@ async def test_a_ray_worker_steps_several_envs_together_with_envs_per_worker() -
             assert len(batch) == 3 and batch.rewards.tolist() == [1.0, 1.0, 1.0]
 
 
+class _StateApi:
+    """Stands in for the ``ray`` module's ``available_resources``: answers ``answer``,
+    raises it if it is an exception, or waits until ``release`` is set (a read that
+    hangs)."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.answer = answer
+        self.release = threading.Event()
+        self.reads = 0
+
+    def available_resources(self) -> Any:
+        self.reads += 1
+        if self.answer is None:
+            self.release.wait()
+            return {"CPU": 1.0}
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_the_clusters_free_resources_are_read_off_the_calling_thread_and_bounded() -> None:
+    """Ray's state API answers (the answer), fails (None) or never answers (None after the
+    patience, the pool making goes on; the reading thread ends once Ray lets it go)."""
+    from aioenv.workers.ray._capacity import free_resources
+
+    assert free_resources(_StateApi({"CPU": 2.0}), patience=30.0) == {"CPU": 2.0}
+    assert free_resources(_StateApi(RuntimeError("gcs down")), patience=30.0) is None
+    hanging = _StateApi()
+    assert free_resources(hanging, patience=0.05) is None
+    assert hanging.reads == 1
+    hanging.release.set()  # Ray lets the read go: its thread ends (the leak check sees it)
+
+
 def test_a_shortage_says_what_the_pool_asked_for_against_what_the_cluster_has() -> None:
     from aioenv.workers.ray._capacity import shortage
 
@@ -416,10 +450,10 @@ async def test_actors_the_cluster_cannot_start_warn_at_once_and_fail_at_start_ti
 
 @ray_test
 async def test_a_ray_pool_makes_no_ray_call_on_its_event_loop(monkeypatch: Any) -> None:
-    """Actor calls (a large value sent to every actor, steps, closing) and ``ray.put``
-    are made off the loop: each Ray function and actor method call made is recorded with
-    whether its thread ran an event loop. (The pool's one read of the cluster's free
-    resources, as it is made, is left where it is asked: see aioenv.workers.ray._host.)"""
+    """Actor calls (a large value sent to every actor, steps, closing), ``ray.put`` and
+    the pool's read of the cluster's free resources are made off the loop: each Ray
+    function and actor method call made is recorded with whether its thread ran an event
+    loop."""
     import ray
     import ray.actor
 
@@ -436,7 +470,7 @@ async def test_a_ray_pool_makes_no_ray_call_on_its_event_loop(monkeypatch: Any) 
 
         return record
 
-    for name in ("put", "get", "wait", "kill"):
+    for name in ("put", "get", "wait", "kill", "available_resources"):
         monkeypatch.setattr(ray, name, recorded(f"ray.{name}", getattr(ray, name)))
     monkeypatch.setattr(
         ray.actor.ActorMethod,

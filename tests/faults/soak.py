@@ -461,17 +461,15 @@ class LoopStalls:
 class RayCalls:
     """The Ray calls made on a thread running an event loop and how long each took, by
     call: Ray's module functions and the ``.remote()`` of actor classes and actor methods.
-    None may be made there but the one read of the cluster's free resources as a pool is
-    made (``ray.available_resources``): each other is a violation (aioenv makes them in
-    threads of its own; ``ray.init``, made once where a pool first needs it, is not
-    watched)."""
+    None may be made there: each is a violation (aioenv makes them in threads of its own;
+    ``ray.init``, made once where a pool first needs it, is not watched)."""
 
     FUNCTIONS = ("kill", "get", "wait", "put", "available_resources", "cancel")
     OFF_THE_LOOP = frozenset(
         (
             "creating an actor (ActorClass._remote)",
             "calling an actor (ActorMethod._remote)",
-            *(f"ray.{name}" for name in FUNCTIONS if name != "available_resources"),
+            *(f"ray.{name}" for name in FUNCTIONS),
         )
     )
 

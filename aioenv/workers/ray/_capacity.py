@@ -4,16 +4,27 @@ Ray starts an actor once the resources it reserves are free, and keeps the other
 in silence, for ever on a cluster that never grows. So when a pool starts its actors, what
 they ask for is compared with what the cluster has free: a shortfall is a warning at once
 and, if the actors are still waiting at ``start_timeout``, the reason their workers give.
+
+What the cluster has free is read through Ray's state API (``ray.available_resources``),
+which answers in tens of milliseconds and has also never answered at all: the first read of
+a process hung for good in a benchmark run, once on a thread of aioenv's and once on the
+thread that made the pool, in ``GlobalState.available_resources_per_node`` (Ray 2.60). So
+the read runs on a thread of its own, and the pool goes on without it, with no warning,
+after :data:`READ_PATIENCE` (:func:`free_resources`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Shortage", "shortage"]
+__all__ = ["READ_PATIENCE", "Shortage", "free_resources", "shortage"]
+
+#: How long making a pool waits for Ray's answer to what the cluster has free (seconds).
+READ_PATIENCE = 5.0
 
 #: Ray's names for the resources that ``num_cpus`` and ``num_gpus`` reserve.
 _BUILT_IN = (("num_cpus", "CPU"), ("num_gpus", "GPU"))
@@ -87,3 +98,23 @@ def _amount(value: float, resource: str) -> str:
     if resource in ("CPU", "GPU"):
         return f"{value:g} {resource}" if value == 1 else f"{value:g} {resource}s"
     return f"{value:g} of {resource!r}"
+
+
+def free_resources(ray: Any, patience: float = READ_PATIENCE) -> dict[str, float] | None:
+    """What the cluster has free (``ray.available_resources()``), read on a thread of its
+    own; None if the read failed or had not answered after ``patience`` seconds (the
+    thread is then left to Ray: a daemon, it ends when the read does, or with the
+    process)."""
+    answer: list[dict[str, float]] = []
+    answered = threading.Event()
+
+    def read() -> None:
+        try:
+            answer.append(ray.available_resources())
+        except Exception:  # noqa: BLE001 (no reading, no warning: the pool goes on)
+            pass
+        finally:
+            answered.set()
+
+    threading.Thread(target=read, name="aioenv-ray-resources", daemon=True).start()
+    return answer[0] if answered.wait(patience) and answer else None

@@ -13,11 +13,10 @@ actor and killing one wait for Ray's control store
 (tens of milliseconds, up to a second on busy cores): made from a thread that runs an
 event loop (a restart, a step past its deadline, closing), they go to
 :data:`_CONTROL_CALLS`, a thread of their own; messages for an actor still being created
-wait in the host until it is. Two calls are made where they are asked for, once per
-process and once per pool: ``ray.init`` (made from a thread that then ended, it left a
-driver that lost its cluster) and the pool's read of what the
-cluster has free (``ray.available_resources``: Ray's state API has hung when first
-called from another thread).
+wait in the host until it is. One call is made where it is asked for, once per process:
+``ray.init`` (made from a thread that then ended, it left a driver that lost its
+cluster). The pool's read of what the cluster has free runs on a thread of its own, with
+a bound (:func:`aioenv.workers.ray._capacity.free_resources`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from ...wire._requests import Request
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
 from ._calls import ACTOR_CALLS
-from ._capacity import Shortage, shortage
+from ._capacity import Shortage, free_resources, shortage
 from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
 from ._values import shared_request
 
@@ -163,12 +163,13 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
         """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
         the ones that do not fit waiting, in silence. The workers keep the shortage for
-        their start-up timeout's message. Asked where the pool is made, on an event loop
-        too: Ray's state API (``ray.available_resources``) has hung when first called from
-        another thread, and this is once per pool, not per step."""
+        their start-up timeout's message. Where Ray does not say what the cluster has
+        free in time (:func:`~aioenv.workers.ray._capacity.free_resources`), nothing is
+        judged."""
         ray = import_ray()
         init_ray(ray)
-        found = shortage(hosts, workers[0]._actor_options, ray.available_resources())
+        free = free_resources(ray)
+        found = None if free is None else shortage(hosts, workers[0]._actor_options, free)
         if found is None:
             return
         for worker in workers:
