@@ -25,6 +25,7 @@ from test_vector_infos import assert_identical
 from aioenv import Step
 from aioenv.core._environment import BatchStep, VectorSource
 from aioenv.core._messages import EpisodeOptions
+from aioenv.env_side._infos import add_info
 from aioenv.env_side._vector_runner import VectorRunner
 from aioenv.vector._batches import VectorBatches
 from aioenv.vector._layout import EnvLayout
@@ -427,3 +428,38 @@ def _form(batch: BatchStep[Any]) -> str:
 
 def _crossed(batch: BatchStep[Any]) -> BatchStep[Any]:
     return decode_batch_step(encode_batch_step(1, batch)[HEADER.size :])
+
+
+#: Infos whose keys include ``final_obs`` (at any depth), which the rule treats apart.
+KEYS_AND_FINAL = st.sampled_from(["a", "b", "_a", "final_obs", "final_info"])
+INFOS_AND_FINAL = st.dictionaries(
+    KEYS_AND_FINAL,
+    st.recursive(
+        INFO_LEAVES, lambda inner: st.dictionaries(KEYS_AND_FINAL, inner, max_size=3), max_leaves=5
+    ),
+    max_size=4,
+)
+
+
+@given(
+    num_envs=st.integers(1, 5),
+    entries=st.lists(st.tuples(st.integers(0, 4), INFOS_AND_FINAL), max_size=6),
+)
+def test_adding_an_envs_info_is_gymnasiums_rule(
+    num_envs: int, entries: list[tuple[int, dict[str, Any]]]
+) -> None:
+    """aioenv's own rule of adding one env's info to the vector infos
+    (:func:`aioenv.env_side._infos.add_info`) gives what gymnasium's private
+    ``VectorEnv._add_info`` gives, entry after entry, or fails where it fails."""
+    ours: Any = {}
+    theirs: Any = {}
+    for row, info in entries:
+        row %= num_envs
+        ours = _outcome(lambda: add_info(num_envs, ours, copy.deepcopy(info), row))
+        theirs = _outcome(lambda: _add_info(num_envs)(theirs, copy.deepcopy(info), row))
+        assert ours[0] == theirs[0], (ours, theirs)
+        if ours[0] == "raised":
+            assert ours[1] is theirs[1]
+            return
+        assert_identical(ours[1], theirs[1])
+        ours, theirs = ours[1], theirs[1]

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import VectorEnv
 
 from ..core._environment import Step
 from ..core._infos import PYTHON_SCALARS, FlatInfos, Kinds, Mixed, record_dtype, scalar_code
 
-__all__ = ["add_info_of", "batch_vector_infos", "final_entry", "flat_infos", "group_infos"]
+__all__ = [
+    "add_info",
+    "add_info_of", "batch_vector_infos", "final_entry", "flat_infos", "group_infos"]
 
 
 class _Ungroupable(Exception):
@@ -32,20 +33,46 @@ class _NotOneType(Exception):
     pass
 
 
-class _Envs:
-    """Stands in for a vector env of ``num_envs`` envs: all of itself gymnasium's
-    ``_add_info`` reads (itself, for nested dicts)."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
+def add_info(
+    num_envs: int, infos: dict[Any, Any], info: dict[Any, Any], row: int
+) -> dict[Any, Any]:
+    """Add env ``row``'s ``info`` to the vector ``infos`` of ``num_envs`` envs the way
+    gymnasium's vector envs do (its ``VectorEnv._add_info``, which is private:
+    ``tests/test_properties_vector.py`` checks that the two agree). Per key, a column of
+    ``num_envs`` made from the first value seen (a Python ``int``/``float``/``bool`` or a
+    numpy scalar: zeros of its type; an array: zeros of its dtype and shape, one row per
+    env; anything else: an object array of None) and its ``_key`` mask; a nested dict
+    recursively; ``final_obs`` always in an object array, so each env's final
+    observation stays whole. Returns ``infos``, changed in place (a new dict for a
+    nested key seen first)."""
+    for key, value in info.items():
+        if key == "final_obs":
+            column = infos[key] if key in infos else np.full(num_envs, None, dtype=object)
+            column[row] = value
+        elif isinstance(value, dict):
+            column = add_info(num_envs, infos.get(key, {}), value, row)
+        else:
+            if key in infos:
+                column = infos[key]
+            elif type(value) in PYTHON_SCALARS or isinstance(value, np.number):
+                column = np.zeros(num_envs, dtype=type(value))
+            elif isinstance(value, np.ndarray):
+                column = np.zeros((num_envs, *value.shape), dtype=value.dtype)
+            else:
+                column = np.full(num_envs, None, dtype=object)
+            column[row] = value
+        mask_key = f"_{key}"
+        mask = infos.get(mask_key)  # (an env's own nested info may sit where a mask goes)
+        if mask is None:
+            mask = np.zeros(num_envs, np.bool_)
+        mask[row] = True
+        infos[key], infos[mask_key] = column, mask
+    return infos
 
 
 def add_info_of(num_envs: int) -> Any:
-    """gymnasium's ``_add_info`` for a vector env of ``num_envs`` envs."""
-    envs: Any = _Envs(num_envs)
-    return envs._add_info
+    """:func:`add_info` for a vector env of ``num_envs`` envs."""
+    return functools.partial(add_info, num_envs)
 
 
 def batch_vector_infos(
@@ -166,12 +193,11 @@ def _objects(rows: list[int], values: list[Any], size: int) -> Any:
 
 
 def _one_by_one(key: Any, rows: list[int], values: list[Any], size: int) -> Any:
-    """A key's column as gymnasium's ``_add_info`` builds it, value by value."""
-    envs: Any = _Envs(size)
+    """A key's column as :func:`add_info` builds it, value by value."""
     infos: dict[Any, Any] = {}
     try:
         for row, value in zip(rows, values, strict=True):
-            infos = envs._add_info(infos, {key: value}, row)
+            infos = add_info(size, infos, {key: value}, row)
     except Exception:
         raise _Ungroupable from None
     return infos[key]

@@ -36,8 +36,8 @@ class VectorBatches:
     """The batched actions and results of a vector env whose envs ``layout`` places.
 
     ``action_space`` is the vector env's (``single_action_space`` batched); ``add_info``
-    is its ``_add_info`` (gymnasium's way of adding one env's info to the vector infos,
-    masks and all). Rewards and flags are new arrays at every gathering, so those handed
+    adds one env's info to the vector infos, masks and all, gymnasium's way
+    (:func:`aioenv.env_side._infos.add_info`). Rewards and flags are new arrays at every gathering, so those handed
     out before stay as they were. Observations are copied once, from what the workers
     gave into the arrays handed out: new arrays with ``copy`` (gymnasium's default),
     else arrays reused from call to call (a worker's own view where one worker gives them
@@ -67,7 +67,7 @@ class VectorBatches:
         self._part_at = {part.start: part for part in self._parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
-        #: group of them and gymnasium's ``_add_info`` over them.
+        #: group of them and the rule of adding infos (``add_info``) over them.
         self._row_layouts: dict[int, tuple[EnvLayout, AddInfo]] = {}
 
     # Actions out --------------------------------------------------------------------------

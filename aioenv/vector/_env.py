@@ -236,7 +236,7 @@ class AioVectorEnv(VectorEnv):
         self._env_spaces: tuple[Any, Any]
         if lanes is None:
             self._env_spaces = (self.single_observation_space, self.single_action_space)
-            env_actions, add_info = self.action_space, self._add_info
+            env_actions, add_info = self.action_space, add_info_of(self.num_envs)
         else:
             if observation_mode != "same":
                 raise ValueError(

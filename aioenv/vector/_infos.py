@@ -7,8 +7,9 @@ infos with a slice per key, or joins them whole where every worker's have the sa
 Gymnasium builds a key's array from the first env (in index order) that has the key and
 casts the later values into it. A slice gives the same result where the worker's array has
 the vector env's dtype and row shape; anywhere else, and for a key whose values in one
-worker are not all of one type, the rows are replayed through the vector env's own
-``_add_info`` with the values they had, so the infos are always exactly gymnasium's.
+worker are not all of one type, the rows are replayed through gymnasium's rule of adding
+one env's info (:func:`aioenv.env_side._infos.add_info`) with the values they had, so the
+infos are always exactly gymnasium's.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ..core._infos import FlatInfos, Kinds, Mixed, flat_columns, record_dtype, r
 
 __all__ = ["AddInfo", "joined_flat", "joined_infos", "merge_infos"]
 
-#: The vector env's ``_add_info``: adds one env's info to the vector infos, gymnasium's way.
+#: :func:`~aioenv.env_side._infos.add_info` for the vector env's size: adds one env's info to
+#: the vector infos, gymnasium's way.
 AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 
 _MISSING: Any = object()
