@@ -451,15 +451,16 @@ def test_adding_an_envs_info_is_gymnasiums_rule(
     """aioenv's own rule of adding one env's info to the vector infos
     (:func:`aioenv.env_side._infos.add_info`) gives what gymnasium's private
     ``VectorEnv._add_info`` gives, entry after entry, or fails where it fails."""
-    ours: Any = {}
-    theirs: Any = {}
+    ours: dict[Any, Any] = {}
+    theirs: dict[Any, Any] = {}
+    gymnasiums = _add_info(num_envs)
     for row, info in entries:
         row %= num_envs
-        ours = _outcome(lambda: add_info(num_envs, ours, copy.deepcopy(info), row))
-        theirs = _outcome(lambda: _add_info(num_envs)(theirs, copy.deepcopy(info), row))
-        assert ours[0] == theirs[0], (ours, theirs)
-        if ours[0] == "raised":
-            assert ours[1] is theirs[1]
+        mine = _outcome(functools.partial(add_info, num_envs, ours, copy.deepcopy(info), row))
+        reference = _outcome(functools.partial(gymnasiums, theirs, copy.deepcopy(info), row))
+        assert mine[0] == reference[0], (mine, reference)
+        if mine[0] == "raised":
+            assert mine[1] is reference[1]
             return
-        assert_identical(ours[1], theirs[1])
-        ours, theirs = ours[1], theirs[1]
+        assert_identical(mine[1], reference[1])
+        ours, theirs = mine[1], reference[1]

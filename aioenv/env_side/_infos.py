@@ -22,7 +22,12 @@ from ..core._infos import PYTHON_SCALARS, FlatInfos, Kinds, Mixed, record_dtype,
 
 __all__ = [
     "add_info",
-    "add_info_of", "batch_vector_infos", "final_entry", "flat_infos", "group_infos"]
+    "add_info_of",
+    "batch_vector_infos",
+    "final_entry",
+    "flat_infos",
+    "group_infos",
+]
 
 
 class _Ungroupable(Exception):

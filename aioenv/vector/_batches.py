@@ -37,11 +37,11 @@ class VectorBatches:
 
     ``action_space`` is the vector env's (``single_action_space`` batched); ``add_info``
     adds one env's info to the vector infos, masks and all, gymnasium's way
-    (:func:`aioenv.env_side._infos.add_info`). Rewards and flags are new arrays at every gathering, so those handed
-    out before stay as they were. Observations are copied once, from what the workers
-    gave into the arrays handed out: new arrays with ``copy`` (gymnasium's default),
-    else arrays reused from call to call (a worker's own view where one worker gives them
-    all), valid until the next call."""
+    (:func:`aioenv.env_side._infos.add_info`). Rewards and flags are new arrays at every
+    gathering, so those handed out before stay as they were. Observations are copied
+    once, from what the workers gave into the arrays handed out: new arrays with ``copy``
+    (gymnasium's default), else arrays reused from call to call (a worker's own view where
+    one worker gives them all), valid until the next call."""
 
     def __init__(
         self,

@@ -111,7 +111,7 @@ def free_resources(ray: Any, patience: float = READ_PATIENCE) -> dict[str, float
     def read() -> None:
         try:
             answer.append(ray.available_resources())
-        except Exception:  # noqa: BLE001 (no reading, no warning: the pool goes on)
+        except Exception:  # no reading, no warning: the pool goes on
             pass
         finally:
             answered.set()
