@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..wire._shared_memory import Layout, memory_file
 
-__all__ = ["StepBuffer", "copied", "rows"]
+__all__ = ["StepBuffer", "copied"]
 
 _ALIGN = 64
 
@@ -56,7 +56,6 @@ class StepBuffer:
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes) if fd is None else fd
         memory = memoryview(mmap.mmap(self.fd, self.nbytes))
-        self.n = n
         self.actions = actions.read(actions.views(memory[starts[0] :]))
         self.observations = observations.read(observations.views(memory[starts[1] :]))
         self.rewards = np.ndarray((n,), np.float64, memory, starts[2])
@@ -66,15 +65,6 @@ class StepBuffer:
     def close(self) -> None:
         """Close the memory file's descriptor; the mapping lives while an array views it."""
         os.close(self.fd)
-
-
-def rows(tree: Any, first: int, last: int) -> Any:
-    """The rows ``first`` to ``last`` of a tree of batched arrays (views)."""
-    if isinstance(tree, dict):
-        return {key: rows(sub, first, last) for key, sub in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(rows(sub, first, last) for sub in tree)
-    return tree[first:last]
 
 
 def copied(tree: Any) -> Any:

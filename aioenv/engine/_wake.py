@@ -96,12 +96,6 @@ class Wake:
         eventfd, or the pipe's two ends."""
         return (self._reader,) if self._eventfd else (self._reader, self._writer)
 
-    @property
-    def fileno(self) -> int:
-        """The descriptor that is readable while a post is waiting to be taken (for an
-        event loop's reader)."""
-        return self._reader
-
     def post(self) -> None:
         """Add one to the counter, waking a waiter."""
         if self._eventfd:

@@ -6,11 +6,10 @@ they ask for is compared with what the cluster has free: a shortfall is a warnin
 and, if the actors are still waiting at ``start_timeout``, the reason their workers give.
 
 What the cluster has free is read through Ray's state API (``ray.available_resources``),
-which answers in tens of milliseconds and has also never answered at all: the first read of
-a process hung for good in a benchmark run, once on a thread of aioenv's and once on the
-thread that made the pool, in ``GlobalState.available_resources_per_node`` (Ray 2.60). So
-the read runs on a thread of its own, and the pool goes on without it, with no warning,
-after :data:`READ_PATIENCE` (:func:`free_resources`).
+which answers in tens of milliseconds, and which can also never answer: Ray 2.60's first
+read in a process can block for good in ``GlobalState.available_resources_per_node``,
+whichever thread makes it. So the read runs on a thread of its own, and the pool goes on
+without it, with no warning, after :data:`READ_PATIENCE` (:func:`free_resources`).
 """
 
 from __future__ import annotations
