@@ -16,7 +16,7 @@ import support
 from envs import AsyncCounter, Counter, Dying
 
 import aioenv
-import aioenv.workers.process._start as start_module
+import aioenv.engine._start as start_module
 from aioenv import RESET
 from aioenv.workers._off_loop import OffLoopCalls
 from aioenv.workers.process._host import CHILD_STARTS

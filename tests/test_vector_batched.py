@@ -71,7 +71,7 @@ def test_grouped_envs_give_sync_vector_envs_rollout(
         [make] * N, mode=mode, envs_per_worker=per_worker, autoreset_mode=autoreset
     )
     try:
-        assert len(ours.pool) == N // per_worker and ours.num_envs == N
+        assert ours.group_sizes == (per_worker,) * (N // per_worker) and ours.num_envs == N
         assert ours.observation_space == reference.observation_space
         mine, theirs = ours.reset(seed=7), reference.reset(seed=7)
         assert_same_observations(mine[0], theirs[0])
@@ -137,9 +137,9 @@ def test_process_workers_are_grouped_from_the_cores_by_default() -> None:
     assert _envs_per_worker(6, 4) == 2
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process") as grouped:
         expected = N // _envs_per_worker(N, len(os.sched_getaffinity(0)))
-        assert len(grouped.pool) == expected
+        assert grouped.group_sizes == (N // expected,) * expected
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=1) as single:
-        assert len(single.pool) == N
+        assert single.group_sizes == (1,) * N
 
 
 async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async_code() -> None:

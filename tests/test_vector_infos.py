@@ -80,7 +80,7 @@ def test_grouped_infos_are_sync_vector_envs_to_the_last_type(
         zoo(infos), mode=mode, envs_per_worker=per_worker, autoreset_mode=autoreset
     )
     try:
-        assert len(ours.pool) == N // per_worker
+        assert ours.group_sizes == (per_worker,) * (N // per_worker)
         mine, theirs = ours.reset(seed=3), reference.reset(seed=3)
         assert_identical(mine[1], theirs[1])
         seen: set[str] = set()

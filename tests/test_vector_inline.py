@@ -212,7 +212,7 @@ def test_the_default_puts_slow_envs_in_a_child_per_core(monkeypatch: pytest.Monk
     monkeypatch.setattr(_choice, "busy_cores", lambda: 0.0)  # a quiet machine
     with aioenv.AioVectorEnv([_Slow] * 4) as envs:
         assert envs.mode == "process"
-        assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
+        assert envs.group_sizes == (2, 2)
         envs.reset(seed=0)
         envs.step(np.zeros(4, np.int64))
 

@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..wire._shared_memory import Layout, memory_file
 
-__all__ = ["StepBuffer", "copied"]
+__all__ = ["StepBuffer", "copied", "rows_of", "write_rows"]
 
 _ALIGN = 64
 
@@ -38,7 +38,11 @@ class StepBuffer:
 
     ``actions`` and ``observations`` are trees of arrays (as the batched space's samples
     are: one array for a Box, a dict of them for a Dict); ``rewards`` (float64),
-    ``terminated`` and ``truncated`` (bool) are arrays of ``n``. All view the mapping."""
+    ``terminated`` and ``truncated`` (bool) are arrays of ``n``. ``notes`` (uint8, one per
+    row) says, in the first row of a child's envs, that this hand-off has a message on
+    the socket beside the buffer (:mod:`aioenv.engine._channel`): a request that is not a
+    step, or an answer with infos or a failure; it is written before the post, like
+    everything else here. All view the mapping."""
 
     def __init__(
         self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
@@ -51,7 +55,7 @@ class StepBuffer:
             layouts.append(layout)
         observations, actions = layouts
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n):
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes) if fd is None else fd
@@ -61,10 +65,32 @@ class StepBuffer:
         self.rewards = np.ndarray((n,), np.float64, memory, starts[2])
         self.terminated = np.ndarray((n,), np.bool_, memory, starts[3])
         self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
+        self.notes = np.ndarray((n,), np.uint8, memory, starts[5])
 
     def close(self) -> None:
         """Close the memory file's descriptor; the mapping lives while an array views it."""
         os.close(self.fd)
+
+
+def rows_of(tree: Any, rows: slice) -> Any:
+    """The rows ``rows`` of a tree of arrays, as views."""
+    if isinstance(tree, dict):
+        return {key: rows_of(sub, rows) for key, sub in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(rows_of(sub, rows) for sub in tree)
+    return tree[rows]
+
+
+def write_rows(into: Any, tree: Any) -> None:
+    """Write a tree of arrays (or of what converts to them) into ``into``'s, alike in shape."""
+    if isinstance(into, dict):
+        for key, sub in into.items():
+            write_rows(sub, tree[key])
+    elif isinstance(into, tuple):
+        for sub, part in zip(into, tree, strict=True):
+            write_rows(sub, part)
+    elif tree is not into:
+        into[...] = tree
 
 
 def copied(tree: Any) -> Any:

@@ -19,7 +19,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["CROWDED_SHARE", "MAX_HOLD", "MIN_HOLD", "IdleSpin", "next_hold"]
+__all__ = ["CROWDED_SHARE", "DEFAULT_IDLE_SPIN", "MAX_HOLD", "MIN_HOLD", "IdleSpin", "next_hold"]
+
+#: Seconds a child polls for its next request before it sleeps, unless told otherwise
+#: (``idle_spin=``): none; a vector env gives its children some where each has a core.
+DEFAULT_IDLE_SPIN = 0.0
 
 T = TypeVar("T")
 

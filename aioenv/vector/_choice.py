@@ -42,8 +42,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core._agents import LaneSource
-from ..core._environment import EnvSource
+from ..core._environment import EnvSource, VectorSource
 from ..core._gymnasium import resolve_source
+from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._layout import busy_cores, grouped, usable_cores
@@ -125,10 +126,14 @@ def place_envs(
     autoreset: object,
     batch_size: int | None,
     options: dict[str, Any],
+    *,
+    alike: bool = True,
 ) -> Placement:
     """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
     is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
-    pool options left (grouping takes its own out)."""
+    pool options left (grouping takes its own out). ``alike``: every env must have the
+    probe env's spaces (``observation_mode="same"``), so envs in child processes can step
+    through the engine's buffer, laid out for those spaces (see :func:`engine_envs`)."""
     check_mode(mode)
     if isinstance(env, (list, tuple)):
         sources = [resolve_source(source) for source in env]
@@ -164,12 +169,50 @@ def place_envs(
     asked_spin = "idle_spin" in options
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
     spin_by_rule = not asked_spin and "idle_spin" in options
+    if alike and choice.mode == "process" and probe.agents is None:
+        engine = engine_envs(grouping, sources, probe, autoreset, batch_size, options)
+        if engine is not None:
+            return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
     # The vector env copies observations once, into what it returns (its own ``copy``):
     # the pool hands them over as they arrive, views of shared memory included.
     options["copy"] = False
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
     return Placement(Runtime(pool), sizes, probe, choice, batch_size, spin_by_rule)
+
+
+def engine_envs(
+    grouping: EnvSource | list[EnvSource],
+    sources: list[EnvSource],
+    probe: Probe,
+    autoreset: object,
+    batch_size: int | None,
+    options: dict[str, Any],
+) -> EngineChildren | None:
+    """The envs in child processes, stepped through the engine (:mod:`aioenv.engine`), a
+    child per group of ``grouping`` (each env a child of its own where it is not grouped);
+    None where the pool must step them instead: pipelined use with ``batch_size`` below
+    the envs, a pool option beyond the engine's (:data:`~aioenv.engine._children.
+    ENGINE_OPTIONS`: deadlines, restarts and the like), or spaces with no fixed layout in
+    memory."""
+    if (batch_size is not None and batch_size != len(sources)) or set(options) - ENGINE_OPTIONS:
+        return None
+    if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
+        groups = [group for group in grouping if isinstance(group, VectorSource)]
+    else:
+        groups = [VectorSource((source,)) for source in sources]
+    sizes = [len(group.sources) for group in groups]
+    try:
+        return EngineChildren(
+            groups,
+            sizes,
+            probe.observation_space,
+            probe.action_space,
+            autoreset=autoreset,
+            **options,
+        )
+    except ValueError:
+        return None  # a space with no fixed layout
 
 
 def vector_modes() -> tuple[str, ...]:

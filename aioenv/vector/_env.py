@@ -25,6 +25,7 @@ from ..core._environment import EnvSource, VectorSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
+from ..engine._children import EngineChildren
 from ..env_side._infos import add_info_of
 from ..pool._factory import check_option_names
 from ..pool._pool import WorkerPool
@@ -119,7 +120,9 @@ class AioVectorEnv(VectorEnv):
         name = autoreset_name(chosen if chosen is not None else "next_step")
         check_option_names(pool_options, "AioVectorEnv()", VECTOR_KEYWORDS)
         self.copy = bool(copy)
-        placed = place_envs(env, num_envs, mode, name, batch_size, pool_options)
+        placed = place_envs(
+            env, num_envs, mode, name, batch_size, pool_options, alike=observation_mode == "same"
+        )
         self.mode_choice = placed.choice
         self._setup(
             placed.envs,
@@ -178,16 +181,18 @@ class AioVectorEnv(VectorEnv):
         # Children that poll between steps by the rule are tried asleep now and then.
         self._spin_trial = (
             SpinTrial(functools.partial(_spin_children, envs))
-            if spin_trial and isinstance(envs, Runtime)
+            if spin_trial and isinstance(envs, (Runtime, EngineChildren))
             else None
         )
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
         # A pool's runtime has an exit hook of its own (it must close before the loop's
-        # thread goes); inline envs have only this one.
-        self._finalizer.atexit = isinstance(envs, InlineEnvs)
+        # thread goes); envs in line or behind the engine have only this one.
+        pooled = isinstance(envs, Runtime)
+        self._finalizer.atexit = not pooled
         try:
-            self._layout = EnvLayout(sizes, batched=isinstance(envs, InlineEnvs))
+            # Envs in line, and the engine's children, answer in batches even one env.
+            self._layout = EnvLayout(sizes, batched=not pooled, named=self._inline is None)
             self._define(envs, probe, observation_mode)
             # Inline envs step when recv asks for them, any batch of them: one by one.
             inline = isinstance(envs, InlineEnvs)
@@ -255,19 +260,35 @@ class AioVectorEnv(VectorEnv):
         """The pool of workers behind this vector env (not for ``mode="inline"``)."""
         if isinstance(self._envs, Runtime):
             return self._envs.pool
-        raise AttributeError(
-            "this AioVectorEnv steps its envs inline, in the calling thread, with no pool; "
-            "pass mode='sync', 'thread' or 'process' for one"
+        where = (
+            "in line, in the calling thread"
+            if self._inline is not None
+            else "in child processes through the engine's shared buffer"
         )
+        raise AttributeError(
+            f"this AioVectorEnv steps its envs {where}, with no pool; pass mode='sync' or "
+            "'thread' for one, or wrap a pool of your own: "
+            "AioVectorEnv.from_pool(aioenv.make_pool(...))"
+        )
+
+    @property
+    def group_sizes(self) -> tuple[int, ...]:
+        """How many envs each worker (or child process) steps, in the envs' order: ``(8,)``
+        for 8 envs in line, ``(4, 4)`` for two children of 4. Parallel envs count as one
+        env each, not as their lanes."""
+        return tuple(self._layout.sizes)
 
     @property
     def idle_spin(self) -> float | None:
         """Seconds the children poll for their next step before they sleep (None without
         children). Where the rule chose it (not ``idle_spin=`` given), the vector env tries
         them asleep now and then while it steps, and keeps whichever was faster."""
-        if not isinstance(self._envs, Runtime):
+        envs = self._envs
+        if isinstance(envs, EngineChildren):
+            return envs.idle_spin
+        if not isinstance(envs, Runtime):
             return None
-        spins = [w.idle_spin for w in self._envs.pool.workers if isinstance(w, ProcessWorker)]
+        spins = [w.idle_spin for w in envs.pool.workers if isinstance(w, ProcessWorker)]
         return spins[0] if spins else None
 
     @property
@@ -586,5 +607,5 @@ def _check_batch(actions: Any, call: str, count: int | None) -> None:
         )
 
 
-def _spin_children(envs: Runtime, spinning: bool) -> None:
+def _spin_children(envs: Runtime | EngineChildren, spinning: bool) -> None:
     envs.set_idle_spin(LOCKSTEP_IDLE_SPIN if spinning else 0.0)

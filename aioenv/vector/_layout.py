@@ -183,7 +183,7 @@ _ALL_ASKED = object()
 class EnvLayout:
     """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
 
-    def __init__(self, sizes: list[int], *, batched: bool = False) -> None:
+    def __init__(self, sizes: list[int], *, batched: bool = False, named: bool = True) -> None:
         self.sizes = sizes
         self.starts = [0, *itertools.accumulate(sizes)][:-1]
         self.num_envs = sum(sizes)
@@ -191,6 +191,7 @@ class EnvLayout:
         #: the vector env exchanges BatchSteps.
         self.batched = batched or any(size > 1 for size in sizes)
         self._lists = batched  # even a worker of one env answers controls with a list
+        self._named = named  # its groups are workers (or children) to name in messages
         self._all_workers = list(range(len(sizes)))
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
@@ -200,7 +201,7 @@ class EnvLayout:
             return None, "an env"
         lo, size = self.starts[worker_id], self.sizes[worker_id]
         env = lo + (in_batch or 0)
-        if size == 1 or self._lists:  # inline envs have no worker to name
+        if size == 1 or not self._named:  # inline envs have no worker to name
             return env, f"env {env}"
         return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
 

@@ -34,8 +34,8 @@ from ..core._environment import EnvSource, describe_source
 from ..core._gymnasium import GymnasiumEnvironment, build_environment
 from ..core._registry import merge as merge_registry
 from ..core._registry import snapshot as registry_snapshot
+from ..engine._start import Context, resolve_context, start_child
 from ..env_side._process_group import end_own_group, lead_own_group, signal_group
-from ..workers.process._start import Context, resolve_context, start_child
 
 __all__ = ["Probe", "probe_env", "probing"]
 
@@ -212,7 +212,7 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
     except Exception:
         return None
     process, sock, alive = start_child(
-        context, "probe", [payload, registry_snapshot(), timed], target=_serve_probe
+        context, "probe", [payload, registry_snapshot(), timed], _serve_probe
     )
     try:
         sock.setblocking(True)

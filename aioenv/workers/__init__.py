@@ -12,11 +12,11 @@ kind ``_hooks``), the seam a pool uses (``_seam``), where states are delivered
 
 from typing import TYPE_CHECKING, Any
 
+from ..engine._start import default_context
 from ._base import Worker
 from ._coroutine import AsyncEnvWorker
 from ._sync import SyncWorker
 from ._thread import ThreadWorker
-from .process._start import default_context
 from .process._worker import ProcessWorker
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ seeds, episode options) and, per slot, two callbacks: ``deliver`` for each messa
 child writes for that slot, and ``on_exit`` once the child has exited and been reaped. The
 parent keeps no thread per child: a ``loop.add_reader`` callback reads replies from a
 non-blocking socket, and another watches the process sentinel, so a dead child is seen at
-once. How the child is started is :mod:`aioenv.workers.process._start`'s.
+once. How the child is started is :mod:`aioenv.engine._start`'s.
 
 The child leads a process group of its own, which holds every process its envs start
 (:mod:`aioenv.env_side._process_group`): forcing the child out signals the whole group, and
@@ -29,15 +29,18 @@ import threading
 from collections.abc import Callable, Sequence
 
 from ...core._messages import EpisodeOptions
+from ...engine._start import ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode, send_descriptor
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
-from ._start import ChildStart, Context
 
 __all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
+
+#: The program of a process worker's child, imported in the child only.
+CHILD_PROGRAM = "aioenv.workers.process._child:serve"
 
 #: ``deliver(host, kind, seq, payload)``: a message the child wrote for one slot.
 Deliver = Callable[["Host", int, int, "bytes | memoryview"], None]
@@ -118,6 +121,7 @@ class Host(Replaceable["Host"]):
             context,
             name,
             [list(payloads), list(seeds), episode, build, registry, thread_caps, idle_spin],
+            CHILD_PROGRAM,
         )
         self._socket, self._alive = child.socket, child.alive
         self.size = len(payloads)

@@ -34,6 +34,8 @@ from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
+from ...engine._start import Context, resolve_context
+from ...env_side._idle_spin import DEFAULT_IDLE_SPIN
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._frames import (
     READY,
@@ -58,7 +60,6 @@ from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
 from .._supervision import SUPERVISION_DEFAULTS
 from ._host import CHILD_STARTS, TERMINATE_GRACE, Host, describe_exit
-from ._start import Context, resolve_context
 
 __all__ = ["ProcessWorker"]
 
@@ -122,7 +123,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
         episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
         shared_memory: bool | Literal["auto"] = "auto",
-        idle_spin: float = 0.0,
+        idle_spin: float = DEFAULT_IDLE_SPIN,
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         _start: bool = True,
     ) -> None:

@@ -3,14 +3,15 @@ where available), and the start itself, which leaves the user's main module out 
 child's start-up, gives the forkserver the parent's module path, and keeps a Ctrl-C
 during it from reaching the child.
 
-The child's program (:mod:`aioenv.workers.process._child`) is imported only in the child,
-by its entry point here (or preloaded by the forkserver): the parent's side never imports
-it.
+A child's program (a process worker's :mod:`aioenv.workers.process._child`, the engine's
+:mod:`aioenv.engine._child`) is named, not imported: the entry point here imports it in
+the child (or the forkserver preloads it), so the parent's side never imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
@@ -31,6 +32,7 @@ Context = multiprocessing.context.BaseContext
 _PRELOAD = [
     "aioenv.workers.process._quiet_start",
     "aioenv.workers.process._child",
+    "aioenv.engine._child",
     "numpy",
     "gymnasium",
     "aioenv.workers.process._thread_caps_preload",
@@ -65,11 +67,11 @@ def start_child(
     context: Context,
     name: str,
     arguments: Sequence[Any],
-    target: Callable[..., None] | None = None,
+    program: str | Callable[..., None],
 ) -> tuple[multiprocessing.process.BaseProcess, socket.socket, socket.socket]:
     """Start a child process serving envs at once (see :class:`ChildStart`). Returns the
     process and the parent's ends of its sockets."""
-    child = ChildStart(context, name, arguments, target)
+    child = ChildStart(context, name, arguments, program)
     try:
         child.start()
     except BaseException:
@@ -79,9 +81,9 @@ def start_child(
 
 
 class ChildStart:
-    """A child process serving envs, made ready to start: :func:`aioenv.workers.process.
-    _child.serve` (or ``target``, a module-level function that runs in the child) with its
-    ends of two socket pairs, then ``arguments``. The parent's ends exist at once, before
+    """A child process serving envs, made ready to start: ``program`` (``"module:function"``,
+    imported in the child only, or a module-level function) called with the child's ends
+    of two socket pairs, then ``arguments``. The parent's ends exist at once, before
     the start (:meth:`start`, which blocks on the start method's round trip and may run in
     another thread): ``socket``, of requests and replies (what is written before the start
     waits in it for the child), and ``alive``, the child's parent-death alarm (to be held
@@ -94,14 +96,20 @@ class ChildStart:
         context: Context,
         name: str,
         arguments: Sequence[Any],
-        target: Callable[..., None] | None = None,
+        program: str | Callable[..., None],
     ) -> None:
         self._context = context
         self.socket, self._child_end = socket.socketpair()
         self.alive, self._alive_child = socket.socketpair()
+        ends = (self._child_end, self._alive_child)
+        target, args = (
+            (_run_program, (program, *ends, *arguments))
+            if isinstance(program, str)
+            else (program, (*ends, *arguments))
+        )
         self.process: multiprocessing.process.BaseProcess = context.Process(  # type: ignore[attr-defined]
-            target=_child_main if target is None else target,
-            args=(self._child_end, self._alive_child, *arguments),
+            target=target,
+            args=args,
             name=f"aioenv-process-worker ({name})",
             daemon=True,
         )
@@ -149,12 +157,11 @@ def _start_process(process: multiprocessing.process.BaseProcess) -> None:
                 raise
 
 
-def _child_main(*args: Any) -> None:
-    """A child process's entry point. The child's loop is imported here, in the child (or
-    preloaded by the forkserver): the parent's side never imports the child's."""
-    from ._child import serve
-
-    serve(*args)
+def _run_program(program: str, *args: Any) -> None:
+    """A child process's entry point: its program (``"module:function"``) is imported here,
+    in the child (or preloaded by the forkserver): the parent's side never imports it."""
+    module, _, function = program.partition(":")
+    getattr(importlib.import_module(module), function)(*args)
 
 
 class _ChildStart:

@@ -1,0 +1,172 @@
+"""AioVectorEnv's process steps through the engine (aioenv.engine._children): which vector
+envs take it, that what they return is SyncVectorEnv's on both wakes, and what happens
+when a child dies, an answer outgrows the socket's buffer or an option needs the pool.
+
+The rollouts of every space, autoreset mode and info kind through process children are
+the vector suites' (test_vector*.py): those run through the engine too."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from envs import DictObservation
+from gymnasium.vector import SyncVectorEnv
+
+import aioenv
+from aioenv.engine._wake import WAKE_ENVIRONMENT
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 4
+
+
+@pytest.fixture(params=["eventfd", "pipe"])
+def wake_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on both counters: the kernel's eventfd, and the pipe it falls back to."""
+    if request.param == "eventfd" and not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform: the pipe case covers it")
+    if request.param == "pipe":
+        monkeypatch.setenv(WAKE_ENVIRONMENT, "pipe")
+    else:
+        monkeypatch.delenv(WAKE_ENVIRONMENT, raising=False)
+    return str(request.param)
+
+
+class Chatter(gymnasium.Env[np.ndarray, int]):
+    """Gives an info on some steps only (every third), and a large one when asked with
+    action 2: a message beside the buffer, now and then, of any size."""
+
+    def __init__(self) -> None:
+        self.observation_space = gymnasium.spaces.Box(-1e6, 1e6, (3,), np.float64)
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.normal(size=3), {"start": self.t}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        info: dict[str, Any] = {"third": self.t} if self.t % 3 == 0 else {}
+        if action == 2:
+            info["big"] = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: far past a socket's buffer
+        observation = self.np_random.normal(size=3) + action
+        return observation, float(action), self.t % 7 == 0, False, info
+
+
+class ExitsOnTwo(Chatter):
+    """Its process exits (as a segfault would end it) when stepped with action 2."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            os._exit(3)
+        return super().step(action)
+
+
+def _same(mine: Any, theirs: Any) -> None:
+    if isinstance(theirs, dict):
+        assert mine.keys() == theirs.keys()
+        for key in theirs:
+            _same(mine[key], theirs[key])
+    elif isinstance(theirs, tuple):
+        assert len(mine) == len(theirs)
+        for a, b in zip(mine, theirs, strict=True):
+            _same(a, b)
+    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:
+        assert mine.dtype == object and len(mine) == len(theirs)
+        for a, b in zip(mine, theirs, strict=True):
+            _same(a, b)
+    else:
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def test_process_steps_go_through_the_engine_unless_an_option_needs_the_pool() -> None:
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process") as envs:
+        with pytest.raises(AttributeError, match="in child processes through the engine"):
+            _ = envs.pool
+        assert sum(envs.group_sizes) == N
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", step_timeout=60.0) as timed:
+        assert len(timed.pool.workers) == len(timed.group_sizes)  # deadlines: the pool's
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as piped:
+        assert len(piped.pool.workers) == len(piped.group_sizes)  # pipelined: the pool's
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step", "disabled"])
+def test_a_rollout_through_the_engine_is_sync_vector_envs(wake_kind: str, autoreset: str) -> None:
+    modes = {"next_step": "NextStep", "same_step": "SameStep", "disabled": "Disabled"}
+    reference = SyncVectorEnv(
+        [Chatter] * N, autoreset_mode=gymnasium.vector.AutoresetMode(modes[autoreset])
+    )
+    with aioenv.AioVectorEnv(
+        [Chatter] * N, mode="process", envs_per_worker=2, autoreset=autoreset
+    ) as ours:
+        assert ours.group_sizes == (2, 2)
+        _same(ours.reset(seed=5), reference.reset(seed=5))
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            actions = rng.integers(0, 3, N)
+            mine, theirs = ours.step(actions), reference.step(actions)
+            for a, b in zip(mine, theirs, strict=True):
+                _same(a, b)
+            if autoreset == "disabled":
+                ended = mine[2] | mine[3]
+                if ended.any():
+                    _same(
+                        ours.reset(options={"reset_mask": ended}),
+                        reference.reset(options={"reset_mask": ended}),
+                    )
+        assert ours.get_attr("t") == reference.get_attr("t")
+        ours.set_attr("t", [10, 20, 30, 40])
+        assert ours.call("__getattribute__", "t") == (10, 20, 30, 40)
+
+
+def test_dict_observations_come_from_the_buffer_as_copies_or_views() -> None:
+    reference = SyncVectorEnv([DictObservation] * N)
+    with aioenv.AioVectorEnv([DictObservation] * N, mode="process", envs_per_worker=2) as ours:
+        _same(ours.reset(seed=1)[0], reference.reset(seed=1)[0])
+        first = ours.step(np.ones(N, np.int64))[0]
+        _same(first, reference.step(np.ones(N, np.int64))[0])
+        kept = {key: value.copy() for key, value in first.items()}
+        ours.step(np.zeros(N, np.int64))
+        _same(first, kept)  # copy=True: a step's observations are its own
+
+
+def test_a_child_that_dies_is_reported_by_name_and_the_vector_env_cannot_go_on() -> None:
+    with aioenv.AioVectorEnv([ExitsOnTwo] * N, mode="process", envs_per_worker=2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(
+            aioenv.WorkerDied, match=r"process worker 1 \(envs 2-3\): .*exited with code 3"
+        ):
+            envs.step(np.array([0, 0, 2, 0]))
+        with pytest.raises(
+            aioenv.WorkerRemoved, match=r"process worker 1 \(envs 2-3\) of the AioVectorEnv died"
+        ):
+            envs.step(np.zeros(N, np.int64))
+
+
+def test_a_child_killed_between_steps_is_noticed_at_the_next_step(wake_kind: str) -> None:
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2) as envs:
+        envs.reset(seed=0)
+        pids = envs.apply(lambda env: os.getpid())
+        assert pids[0] == pids[1] != pids[2] == pids[3]
+        os.kill(pids[0], signal.SIGKILL)
+        with pytest.raises(aioenv.WorkerDied, match=r"process worker 0 \(envs 0-1\)"):
+            envs.step(np.zeros(N, np.int64))
+
+
+def _broken() -> gymnasium.Env[Any, Any]:
+    raise RuntimeError("no env today")
+
+
+def test_an_env_that_fails_to_build_fails_the_constructor_by_name() -> None:
+    # The probe env is the first one; the second is built in its child only.
+    with pytest.raises(
+        aioenv.EnvError, match=r"process worker 1 \(env 1\): .*RuntimeError.*no env today"
+    ):
+        aioenv.AioVectorEnv([Chatter, _broken], mode="process", envs_per_worker=1)
