@@ -82,15 +82,23 @@ def rows_of(tree: Any, rows: slice) -> Any:
 
 
 def write_rows(into: Any, tree: Any) -> None:
-    """Write a tree of arrays (or of what converts to them) into ``into``'s, alike in shape."""
+    """Write a tree of arrays (or of what converts to them) into ``into``'s. ValueError or
+    TypeError unless it is alike exactly: the same keys, the same shapes (nothing is
+    broadcast: one action is no batch of them), values of the same kind (a float is not
+    cast to an int)."""
     if isinstance(into, dict):
+        if not isinstance(tree, dict) or tree.keys() != into.keys():
+            raise TypeError("not a dict of the same keys")
         for key, sub in into.items():
             write_rows(sub, tree[key])
     elif isinstance(into, tuple):
         for sub, part in zip(into, tree, strict=True):
             write_rows(sub, part)
     elif tree is not into:
-        into[...] = tree
+        value = np.asarray(tree)
+        if value.shape != into.shape:
+            raise ValueError(f"shape {value.shape}, not {into.shape}")
+        np.copyto(into, value, casting="same_kind")
 
 
 def copied(tree: Any) -> Any:

@@ -20,7 +20,7 @@ import socket
 from typing import Any
 
 from ..core._environment import BatchStep
-from ..core._messages import EpisodeOptions
+from ..core._messages import EpisodeOptions, Failure
 from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import end_own_group, keep_own_group, lead_own_group
 from ..env_side._serving import Slots
@@ -118,15 +118,20 @@ def _loop(
                 spin.seconds = payload
                 message = (None,)
             else:
-                message = (slots.serve(0, CONTROL if op == "control" else STEP, payload),)
+                result = slots.serve(0, CONTROL if op == "control" else STEP, payload)
+                if type(result) is BatchStep:  # a reset: the buffer keeps every env's latest
+                    result = _written(observations, result) or result
+                message = (result,)
         else:
             result = slots.serve(0, STEP, copied(actions))
             if type(result) is BatchStep:
-                write_rows(observations, result.observations)
+                failed = _written(observations, result)
                 rewards[rows] = result.rewards
                 terminated[rows] = result.terminated
                 truncated[rows] = result.truncated
-                if result.infos or result.final_infos:
+                if failed is not None:
+                    message = (failed,)
+                elif result.infos or result.final_infos:
                     infos = dataclasses.replace(
                         result, observations=None, rewards=None, terminated=None, truncated=None
                     )
@@ -139,3 +144,17 @@ def _loop(
         # (the parent reads it once it sees the note).
         if message is not None:
             send_message(sock, message[0])
+
+
+def _written(into: Any, result: BatchStep[Any]) -> Failure | None:
+    """Write a BatchStep's observations into the child's rows of the buffer; the Failure
+    to report where they do not fit its layout."""
+    try:
+        write_rows(into, result.observations)
+    except (ValueError, TypeError) as exc:
+        return Failure.from_exception(
+            exc,
+            "writing the observations into the step buffer (an observation that is not of "
+            "the observation space's shape and dtype)",
+        )
+    return None

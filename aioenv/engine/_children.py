@@ -37,13 +37,17 @@ from ..core._seeds import worker_seeds
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
-from ._buffer import StepBuffer, rows_of, write_rows
+from ._buffer import StepBuffer, copied, rows_of, write_rows
 from ._channel import receive_message, send_message
 from ._child import ChildPlan
 from ._start import ChildStart, Context, resolve_context
 from ._wake import Gone, Wake
 
-__all__ = ["CLOSE_GRACE", "ENGINE_OPTIONS", "EngineChildren"]
+__all__ = ["CLOSE_GRACE", "ENGINE_OPTIONS", "EngineChildren", "Stepped"]
+
+#: A lockstep step's answer without infos: observations, rewards, terminated, truncated
+#: and infos (empty), as a vector env returns them.
+Stepped = tuple[Any, Any, Any, Any, dict[str, Any]]
 
 #: The program of an engine child, imported in the child only.
 CHILD_PROGRAM = "aioenv.engine._child:serve"
@@ -51,9 +55,7 @@ CHILD_PROGRAM = "aioenv.engine._child:serve"
 CLOSE_GRACE = 5.0
 #: The options of a vector env whose envs step through the engine; any other pool option
 #: (deadlines, restarts, ...) still takes the pool.
-ENGINE_OPTIONS = frozenset(
-    {"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env", "copy"}
-)
+ENGINE_OPTIONS = frozenset({"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env"})
 
 
 @dataclasses.dataclass
@@ -76,7 +78,8 @@ class EngineChildren:
     ``sizes[w]`` envs each) in child processes, behind the calls a vector env asks of its
     envs (:class:`aioenv.vector._runtime.Envs`), by child id. ``observation_space`` and
     ``action_space`` are one env's; ValueError if either has no fixed layout in memory.
-    Nothing starts until :meth:`start`."""
+    ``copy``: a :meth:`step` returns observations of its own, else the buffer's. Nothing
+    starts until :meth:`start`."""
 
     def __init__(
         self,
@@ -91,9 +94,8 @@ class EngineChildren:
         context: Context | str | None = None,
         idle_spin: float = DEFAULT_IDLE_SPIN,
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
-        copy: bool = False,  # the vector env copies what it returns itself
+        copy: bool = True,
     ) -> None:
-        del copy
         self._episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
         self.autoreset: str = self._episode.autoreset
         self.closed = False
@@ -110,6 +112,11 @@ class EngineChildren:
         bounds = [0, *itertools.accumulate(sizes)]
         self._rows = [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
         self._children: list[_Child] = []
+        self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
+        #: What a step of every child uses: its first rows, its request wakes, its ids.
+        self._firsts = [rows.start for rows in self._rows]
+        self._every = range(len(self._rows))
+        self._copy = copy
         self._pending: set[int] = set()  # the children handed a request not yet read
         self._taken = 0  # the answer wake's posts taken for them so far
         #: Children that died, by id: every later call raises WorkerRemoved.
@@ -146,6 +153,8 @@ class EngineChildren:
             start.start()
             fds = [self._buffer.fd, *child.request.descriptors(), *self._answer.descriptors()]
             socket.send_fds(start.socket, [b"\0"], fds)
+            self._sentinels.append(start.process.sentinel)
+        self._requests = [child.request for child in self._children]
         for w, child in enumerate(self._children):
             try:
                 built = receive_message(child.start.socket)
@@ -205,43 +214,125 @@ class EngineChildren:
 
     def _answers(self, timeout: float | None = None) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
-        a control's result, or the WorkerError that replaced it, by child id. Interrupted
-        (Ctrl-C), it leaves them pending, the posts it took counted, for the next call.
-        With ``timeout``, it gives up waiting after so many seconds (closing): the
-        children that have not answered are left out."""
-        answers: dict[int, Any] = {}
-        while self._taken < len(self._pending):
-            waiting = sorted(self._pending)
-            watch = [self._children[w].start.process.sentinel for w in waiting]
-            try:
-                posts = self._answer.wait(timeout, watch)
-            except Gone as gone:
-                w = next(w for w in waiting if self._children[w].start.process.sentinel == gone.fd)
-                self._pending.discard(w)
-                answers[w] = self._died(w, "while it stepped")
-                continue
-            if not posts:
-                return answers  # timed out
-            self._taken += posts
+        a control's result, or the WorkerError that replaced it, by child id. With
+        ``timeout``, it gives up waiting after so many seconds (closing): the children
+        that have not answered are left out."""
+        answers: dict[int, Any] = self._wait(timeout)
+        if self._taken < len(self._pending):
+            return answers  # timed out
         for w in sorted(self._pending):
             answers[w] = self._read(w)
         self._pending.clear()
         self._taken = 0
         return answers
 
-    def _read(self, w: int) -> Any:
-        child = self._children[w]
-        buffer = self._buffer
-        rows = child.rows
-        if buffer.notes[child.first]:
+    def _wait(self, timeout: float | None = None) -> dict[int, WorkerError]:
+        """Wait until every child handed a request has posted its answer: the children
+        that died meanwhile, their errors by id (no longer pending). Interrupted (Ctrl-C),
+        it leaves the others pending, the posts it took counted, for the next call."""
+        died: dict[int, WorkerError] = {}
+        while self._taken < len(self._pending):
+            waiting = sorted(self._pending)
+            watch = [self._sentinels[w] for w in waiting]
             try:
-                answer = receive_message(child.start.socket)
-            except (EOFError, OSError):
-                return self._died(w, "while it answered")
-            if isinstance(answer, Failure):
-                return EnvError.from_failure(answer, child.name, w)
+                posts = self._answer.wait(timeout, watch)
+            except Gone as gone:
+                w = waiting[watch.index(gone.fd)]
+                self._pending.discard(w)
+                died[w] = self._died(w, "while it stepped")
+                continue
+            if not posts:
+                break  # timed out
+            self._taken += posts
+        return died
+
+    # The lockstep step: the hot path ---------------------------------------------------------
+    def step(self, actions: Any) -> Stepped | BatchStep[Any] | None:
+        """Step every env with its row of ``actions`` (a batch of the vector env's action
+        space): gymnasium's 5-tuple where no env gave infos (its infos ``{}``), else one
+        BatchStep of every env, its infos by env; the observations are copied from the
+        buffer (or, without ``copy``, the buffer's own, valid until the next call). An
+        env's failure is raised (a WorkerError, the others of the step attached). None
+        where the actions do not fit the buffer exactly (the caller splits them and goes
+        the general way, which says what is wrong) or where requests are in flight."""
+        if self._pending or self._dead:
+            return None
+        buffer = self._buffer
+        try:
+            write_rows(buffer.actions, actions)
+        except (ValueError, TypeError):
+            return None
+        buffer.notes[self._firsts] = 0
+        for wake in self._requests:
+            wake.post()
+        self._pending.update(self._every)
+        died = self._wait()
+        notes = buffer.notes[self._firsts]
+        self._pending.clear()
+        self._taken = 0
+        observations = buffer.observations
+        if self._copy:
+            observations = copied(observations)
+        if died or notes.any():
+            return self._with_messages(observations, died, notes)
+        rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
+        return observations, rewards.copy(), terminated.copy(), truncated.copy(), {}
+
+    def _with_messages(
+        self, observations: Any, died: dict[int, WorkerError], notes: Any
+    ) -> BatchStep[Any]:
+        """A step's BatchStep where some children sent messages (infos, a failure) or
+        died: their infos by env (row ``i`` of child ``w`` is env ``first + i``); the
+        failures raised, all of them together."""
+        errors = list(died.values())
+        infos: dict[int, dict[str, Any]] = {}
+        finals: dict[int, Any] = {}
+        final_infos: dict[int, dict[str, Any]] = {}
+        for w, noted in enumerate(notes.tolist()):
+            if not noted or w in died:
+                continue
+            answer = self._message(w)
+            if isinstance(answer, WorkerError):
+                errors.append(answer)
+                continue
+            first = self._children[w].first
+            infos.update((first + row, info) for row, info in answer.infos.items())
+            finals.update((first + row, obs) for row, obs in answer.final_observations.items())
+            final_infos.update((first + row, info) for row, info in answer.final_infos.items())
+        if errors:
+            raise _together(errors)
+        buffer = self._buffer
+        return BatchStep(
+            observations,
+            buffer.rewards.copy(),
+            buffer.terminated.copy(),
+            buffer.truncated.copy(),
+            infos,
+            finals,
+            final_infos,
+        )
+
+    def _message(self, w: int) -> Any:
+        """Child ``w``'s message: its answer, or the WorkerError a failure or its death
+        is."""
+        child = self._children[w]
+        try:
+            answer = receive_message(child.start.socket)
+        except (EOFError, OSError):
+            return self._died(w, "while it answered")
+        if isinstance(answer, Failure):
+            return EnvError.from_failure(answer, child.name, w)
+        return answer
+
+    def _read(self, w: int) -> Any:
+        """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
+        message (a reset, a control, a failure) or both (a step with infos)."""
+        buffer = self._buffer
+        rows = self._children[w].rows
+        if buffer.notes[rows.start]:
+            answer = self._message(w)
             if not (type(answer) is BatchStep and answer.observations is None):
-                return answer  # a whole reset's BatchStep, or a control's result
+                return answer  # a whole reset's BatchStep, a control's result, an error
             infos: BatchStep[Any] = answer
         else:
             infos = _NO_INFOS
@@ -252,6 +343,13 @@ class EngineChildren:
             terminated=buffer.terminated[rows].copy(),
             truncated=buffer.truncated[rows].copy(),
         )
+
+    def observations(self) -> Any:
+        """Every env's latest observation, from the buffer (every step and reset writes
+        there): a copy, or with ``copy=False`` the buffer's own, valid until the next
+        call."""
+        observations = self._buffer.observations
+        return copied(observations) if self._copy else observations
 
     # Controls ------------------------------------------------------------------------------
     def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
@@ -374,6 +472,22 @@ class EngineChildren:
                 process.close()
         self._answer.close()
         self._buffer.close()
+
+
+def _together(errors: list[WorkerError]) -> WorkerError:
+    """One error for the failures of several children in one step: a child's death or
+    another error of aioenv's as it is; else the first env's error, carrying the others
+    (as a child's error carries those of its other envs)."""
+    for error in errors:
+        if not isinstance(error, EnvError):
+            return error
+    first = errors[0]
+    assert isinstance(first, EnvError)
+    for other in errors[1:]:
+        assert isinstance(other, EnvError)
+        first.more.extend([other, *other.more])
+        other.more = []
+    return first
 
 
 #: The infos of a step that had none: the answer's other parts come from the buffer.

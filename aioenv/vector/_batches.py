@@ -8,6 +8,7 @@ env's side of it, which knows gymnasium's 5-tuple and keeps the arrays it hands 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,9 @@ class VectorBatches:
     gathering, so those handed out before stay as they were. Observations are copied
     once, from what the workers gave into the arrays handed out: new arrays with ``copy``
     (gymnasium's default), else arrays reused from call to call (a worker's own view where
-    one worker gives them all), valid until the next call."""
+    one worker gives them all), valid until the next call. Where the envs keep every
+    env's latest observation in one batch themselves (the engine's buffer), ``latest()``
+    returns it, as handed out, and every env's observations come from there."""
 
     def __init__(
         self,
@@ -52,9 +55,11 @@ class VectorBatches:
         add_info: AddInfo,
         *,
         copy: bool = True,
+        latest: Callable[[], Any] | None = None,
     ) -> None:
         self._layout = layout
         self._copy = copy
+        self._latest = latest
         self._single_observation_space = single_observation_space
         self._single_action_space = single_action_space
         self._action_space = action_space
@@ -139,10 +144,14 @@ class VectorBatches:
         )
 
     def inline(self, batch: BatchStep[Any]) -> Result:
-        """What a lockstep step of inline envs returns: their BatchStep's arrays are new
-        and whole (the runner keeps every env's last observation), so they are handed out
-        as they are."""
-        infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
+        """What a lockstep step of every env in one batch returns (inline envs, the
+        engine's children): the BatchStep's arrays are whole and as the vector env hands
+        them out (new, or the engine's buffer with ``copy=False``), so they are handed out
+        as they are; its infos are by env over every env."""
+        if not batch.infos and not batch.final_infos:
+            infos: dict[str, Any] = {}
+        else:
+            infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     def rows(self, batch: BatchStep[Any], env_ids: list[int]) -> Result:
@@ -185,6 +194,8 @@ class VectorBatches:
         """Every env's latest observation, batched, or those of the envs ``rows``: one copy
         of what the workers gave (where ``rows`` are whole workers' envs in order, as a
         ``recv``'s are; any other rows are picked from every env's)."""
+        if rows is None and self._latest is not None:
+            return self._latest()
         arrays = self._arrays
         if self._layout.batched and arrays.box:
             if rows is None:

@@ -128,12 +128,14 @@ def place_envs(
     options: dict[str, Any],
     *,
     alike: bool = True,
+    copy: bool = True,
 ) -> Placement:
     """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
     is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
     pool options left (grouping takes its own out). ``alike``: every env must have the
     probe env's spaces (``observation_mode="same"``), so envs in child processes can step
-    through the engine's buffer, laid out for those spaces (see :func:`engine_envs`)."""
+    through the engine's buffer, laid out for those spaces (see :func:`engine_envs`);
+    ``copy``: the vector env's (the engine's steps copy the observations out, or not)."""
     check_mode(mode)
     if isinstance(env, (list, tuple)):
         sources = [resolve_source(source) for source in env]
@@ -170,7 +172,7 @@ def place_envs(
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
     spin_by_rule = not asked_spin and "idle_spin" in options
     if alike and choice.mode == "process" and probe.agents is None:
-        engine = engine_envs(grouping, sources, probe, autoreset, batch_size, options)
+        engine = engine_envs(grouping, sources, probe, autoreset, batch_size, options, copy)
         if engine is not None:
             return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
     # The vector env copies observations once, into what it returns (its own ``copy``):
@@ -188,6 +190,7 @@ def engine_envs(
     autoreset: object,
     batch_size: int | None,
     options: dict[str, Any],
+    copy: bool = True,
 ) -> EngineChildren | None:
     """The envs in child processes, stepped through the engine (:mod:`aioenv.engine`), a
     child per group of ``grouping`` (each env a child of its own where it is not grouped);
@@ -209,6 +212,7 @@ def engine_envs(
             probe.observation_space,
             probe.action_space,
             autoreset=autoreset,
+            copy=copy,
             **options,
         )
     except ValueError:

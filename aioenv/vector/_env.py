@@ -121,7 +121,14 @@ class AioVectorEnv(VectorEnv):
         check_option_names(pool_options, "AioVectorEnv()", VECTOR_KEYWORDS)
         self.copy = bool(copy)
         placed = place_envs(
-            env, num_envs, mode, name, batch_size, pool_options, alike=observation_mode == "same"
+            env,
+            num_envs,
+            mode,
+            name,
+            batch_size,
+            pool_options,
+            alike=observation_mode == "same",
+            copy=self.copy,
         )
         self.mode_choice = placed.choice
         self._setup(
@@ -178,6 +185,8 @@ class AioVectorEnv(VectorEnv):
     ) -> None:
         self._envs = envs
         self._inline = envs if isinstance(envs, InlineEnvs) else None
+        #: Envs that step the whole batch in one call: in line, or the engine's children.
+        self._whole = envs if isinstance(envs, (InlineEnvs, EngineChildren)) else None
         # Children that poll between steps by the rule are tried asleep now and then.
         self._spin_trial = (
             SpinTrial(functools.partial(_spin_children, envs))
@@ -252,7 +261,12 @@ class AioVectorEnv(VectorEnv):
             env_actions = batch_space(lanes.env_action_space, count)
             add_info = add_info_of(count)
         self._batches = VectorBatches(
-            self._layout, *self._env_spaces, env_actions, add_info, copy=self.copy
+            self._layout,
+            *self._env_spaces,
+            env_actions,
+            add_info,
+            copy=self.copy,
+            latest=envs.observations if isinstance(envs, EngineChildren) else None,
         )
 
     @property
@@ -332,15 +346,20 @@ class AioVectorEnv(VectorEnv):
     def step(self, actions: Any) -> Result:
         self._check_open()
         _check_batch(actions, "step()", self.num_envs)
-        self._pipeline.check_idle(self._envs, "step()")
+        pipeline = self._pipeline
+        if pipeline.active or pipeline.step_pending:  # else nothing can be in flight
+            pipeline.check_idle(self._envs, "step()")
         lanes = self._lanes
         if lanes is not None:
             return lanes.result(self._step(lanes.env_actions(actions)))
         return self._step(actions)
 
     def _step(self, actions: Any) -> Result:
-        if self._inline is not None:
-            return self._step_inline(self._inline, actions)
+        whole = self._whole
+        if whole is not None:
+            result = self._step_whole(whole, actions)
+            if result is not None:
+                return result
         workers, requests = self._batches.step_requests(actions)
         if self._spin_trial is not None:
             self._spin_trial.step_started()
@@ -497,16 +516,22 @@ class AioVectorEnv(VectorEnv):
         envs."""
         return result if self._lanes is None else self._lanes.result(result)
 
-    def _step_inline(self, inline: InlineEnvs, actions: Any) -> Result:
-        """A lockstep step of inline envs, at about ``SyncVectorEnv``'s cost."""
+    def _step_whole(self, envs: InlineEnvs | EngineChildren, actions: Any) -> Result | None:
+        """A lockstep step of envs that step the whole batch in one call, at about
+        ``SyncVectorEnv``'s cost in line; None where the engine's children cannot take
+        ``actions`` as they are (the general way then splits them, or says why not)."""
+        if self._spin_trial is not None:
+            self._spin_trial.step_started()
         try:
-            batch = inline.step(actions)
+            batch = envs.step(actions)
         except WorkerError as error:
             failed: WorkerError | None = error
         else:
             failed = None
         if failed is not None:
             raise raised([failed], self._layout.env_of)
+        if batch is None or isinstance(batch, tuple):
+            return batch  # the engine's step without infos: handed out as it is
         return self._batches.inline(batch)
 
     # Requests out, states in (their batched form: VectorBatches) ----------------------
