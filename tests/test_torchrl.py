@@ -43,8 +43,12 @@ def rollout(vector_env: gymnasium.vector.VectorEnv) -> Any:
 def test_torchrl_rolls_out_over_aioenv_as_over_gymnasiums_sync_vector_env(autoreset: str) -> None:
     mode = gymnasium.vector.AutoresetMode[autoreset.upper()]
     with aioenv.AioVectorEnv("CartPole-v1", NUM_ENVS, mode="process", autoreset=autoreset) as ours:
-        check_env_specs(GymWrapper(ours))
+        # Held: a torchrl wrapper closes the env it wraps when it is collected, which for
+        # one in a reference cycle is whenever the garbage collector runs (mid-rollout).
+        checked = GymWrapper(ours)
+        check_env_specs(checked)
         got = rollout(ours)
+        del checked
     theirs = gymnasium.vector.SyncVectorEnv(
         [lambda: gymnasium.make("CartPole-v1")] * NUM_ENVS, autoreset_mode=mode
     )
