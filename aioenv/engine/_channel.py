@@ -1,8 +1,10 @@
 """What does not fit the step buffer travels beside it, pickled, on the socket the parent
 and a child share: requests that are not steps (resets, calls, closing) and the parts of
 an answer that have no fixed size (infos, a final observation, a failure). A message is
-its length (8 bytes) and its pickle; both sides block on the socket only after the wake
-told them a message is there, so a read never waits for a peer that is still working.
+its length and kind (9 bytes) and its pickle, or a step's infos as a process worker's
+reply carries them. Both sides read the socket only after the wake told
+them a message is there; a small message is written before that post, so it is whole
+when read, a large one after (:data:`SMALL`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,29 @@ import cloudpickle
 
 from ..core._messages import Failure
 
-__all__ = ["receive_message", "send_message"]
+__all__ = ["SMALL", "encoded", "encoded_infos", "receive_message", "send_message"]
 
-_LENGTH = struct.Struct("<Q")
+#: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
+#: infos flag of :func:`aioenv.wire._frames.encode_infos` (what follows is its bytes).
+_HEAD = struct.Struct("<QB")
+_PICKLED = 255
+#: A message this long (bytes) fits a socket's buffer on any system aioenv runs on (Linux
+#: gives a Unix socket 208 KiB by default): its sender can write it before it posts the
+#: wake. A longer one is written after the post, as the reader reads it, since writing
+#: it first could wait for a reader that waits for the post.
+SMALL = 32 * 1024
 
 
 def send_message(sock: socket.socket, message: Any) -> None:
-    """Send ``message``. What the standard pickle cannot take (a class of the user's main
-    module, shipped with the env) goes by value (cloudpickle); a :class:`Failure` whose
-    exception will not pickle at all goes without it, its text and traceback kept."""
+    """Send ``message`` (see :func:`encoded`)."""
+    sock.sendall(encoded(message))
+
+
+def encoded(message: Any) -> bytes:
+    """``message`` as it travels. What the standard pickle cannot take (a class of the
+    user's main module, shipped with the env) goes by value (cloudpickle); a
+    :class:`Failure` whose exception will not pickle at all goes without it, its text and
+    traceback kept."""
     try:
         data = pickle.dumps(message, protocol=5)
     except Exception:
@@ -34,20 +50,33 @@ def send_message(sock: socket.socket, message: Any) -> None:
             if not isinstance(message, Failure):
                 message = Failure.from_exception(exc, "pickling the answer to send it back")
             data = pickle.dumps(message.without_exception(), protocol=5)
-    sock.sendall(_LENGTH.pack(len(data)) + data)
+    return _HEAD.pack(len(data), _PICKLED) + data
+
+
+def encoded_infos(flag: int, data: bytes) -> bytes:
+    """A step's infos as :func:`aioenv.wire._frames.encode_infos` gave them, as a message
+    whose reader gets ``(flag, data)`` back without unpickling anything."""
+    return _HEAD.pack(len(data), flag) + data
 
 
 def receive_message(sock: socket.socket) -> Any:
-    """The next message; :class:`EOFError` if the other side closed its end first."""
-    (length,) = _LENGTH.unpack(_read(sock, _LENGTH.size))
-    return pickle.loads(_read(sock, length))
+    """The next message; :class:`EOFError` if the other side closed its end first. One
+    message is in flight at a time, so a read of more than it asks for takes nothing of
+    the next: most messages take one ``recv``."""
+    data = _read(sock, _HEAD.size, SMALL)
+    length, kind = _HEAD.unpack_from(data)
+    end = _HEAD.size + length
+    if len(data) < end:
+        data += _read(sock, end - len(data), end - len(data))
+    body = memoryview(data)[_HEAD.size : end]
+    return pickle.loads(body) if kind == _PICKLED else (kind, body)
 
 
-def _read(sock: socket.socket, size: int) -> bytes:
+def _read(sock: socket.socket, at_least: int, at_most: int) -> bytearray:
     data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(min(size - len(data), 1 << 20))
+    while len(data) < at_least:
+        chunk = sock.recv(min(at_most - len(data), 1 << 20))
         if not chunk:
             raise EOFError("the other side of the engine's socket closed it")
         data += chunk
-    return bytes(data)
+    return data

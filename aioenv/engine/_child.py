@@ -8,8 +8,9 @@ there). It builds the envs and reports their spaces on its socket, then loops: w
 request wake (spinning first while the idle-spin rule says spinning pays, and returning
 once the parent is gone), answer, post the answer wake. A step's actions are read from its
 rows and its results written there; the row's note says whether a message on the socket
-goes with the hand-off (:mod:`aioenv.engine._channel`). It imports nothing from the
-parent's side.
+goes with the hand-off (:mod:`aioenv.engine._channel`): for a step, its infos encoded as a
+process worker's are (:func:`aioenv.wire._frames.encode_infos`), or its failure. It
+imports nothing from the parent's side.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import end_own_group, keep_own_group, lead_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
+from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import receive_message, send_message
+from ._channel import SMALL, encoded, encoded_infos, receive_message, send_message
 from ._wake import Gone, Wake
 
 __all__ = ["serve"]
@@ -109,6 +111,7 @@ def _loop(
         except Gone:
             return  # the parent is gone
         message: tuple[Any] | None = None  # boxed: an answer of None is an answer too
+        infos: tuple[int, bytes] | None = None
         if notes[first]:
             asked = receive_message(sock)
             if asked is None:
@@ -129,21 +132,26 @@ def _loop(
                 rewards[rows] = result.rewards
                 terminated[rows] = result.terminated
                 truncated[rows] = result.truncated
+                infos = encode_infos(result)
                 if failed is not None:
                     message = (failed,)
-                elif result.infos or result.final_infos:
-                    infos = dataclasses.replace(
-                        result, observations=None, rewards=None, terminated=None, truncated=None
-                    )
-                    message = (infos,)
+                elif infos is not None:
+                    message = (infos,)  # (flag, bytes): a step's answer is nothing else
             else:
                 message = (result,)  # a Failure
+        if message is None:
+            data = b""
+        elif infos is not None and message[0] is infos:
+            data = encoded_infos(*infos)
+        else:
+            data = encoded(message[0])
         notes[first] = message is not None
+        if data and len(data) <= SMALL:
+            sock.sendall(data)  # whole when the parent reads it: one read, no second wake
+            data = b""
         answer.post()
-        # After the post: a message larger than the socket's buffer must not hold it up
-        # (the parent reads it once it sees the note).
-        if message is not None:
-            send_message(sock, message[0])
+        if data:
+            sock.sendall(data)  # a large one after the post, as the parent reads it
 
 
 def _written(into: Any, result: BatchStep[Any]) -> Failure | None:

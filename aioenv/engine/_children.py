@@ -37,17 +37,19 @@ from ..core._seeds import worker_seeds
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
+from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import receive_message, send_message
+from ._channel import SMALL, encoded, receive_message
 from ._child import ChildPlan
 from ._start import ChildStart, Context, resolve_context
 from ._wake import Gone, Wake
 
 __all__ = ["CLOSE_GRACE", "ENGINE_OPTIONS", "EngineChildren", "Stepped"]
 
-#: A lockstep step's answer without infos: observations, rewards, terminated, truncated
-#: and infos (empty), as a vector env returns them.
-Stepped = tuple[Any, Any, Any, Any, dict[str, Any]]
+#: A lockstep step's answer: every env's observations, rewards, terminated and truncated
+#: flags, and the infos of the children that sent some, by child id (each a BatchStep of
+#: its rows holding its infos alone; empty where no env gave any).
+Stepped = tuple[Any, Any, Any, Any, dict[int, BatchStep[Any]]]
 
 #: The program of an engine child, imported in the child only.
 CHILD_PROGRAM = "aioenv.engine._child:serve"
@@ -119,6 +121,7 @@ class EngineChildren:
         self._copy = copy
         self._pending: set[int] = set()  # the children handed a request not yet read
         self._taken = 0  # the answer wake's posts taken for them so far
+        self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
         #: Children that died, by id: every later call raises WorkerRemoved.
         self._dead: dict[int, WorkerDied] = {}
 
@@ -207,10 +210,24 @@ class EngineChildren:
             except (ValueError, TypeError):
                 message = True  # not the space's layout: the child's runner says what is wrong
         notes[child.first] = message
-        child.request.post()
-        self._pending.add(w)
         if message:
-            send_message(child.start.socket, (op, request))
+            self._in_buffer.discard(w)
+            self._post_with(w, encoded((op, request)))
+        else:
+            self._in_buffer.add(w)
+            child.request.post()
+        self._pending.add(w)
+
+    def _post_with(self, w: int, data: bytes) -> None:
+        """Wake child ``w`` with a message: a small one written first, a large one after
+        (see :data:`~aioenv.engine._channel.SMALL`)."""
+        child = self._children[w]
+        if len(data) <= SMALL:
+            child.start.socket.sendall(data)
+            child.request.post()
+        else:
+            child.request.post()
+            child.start.socket.sendall(data)
 
     def _answers(self, timeout: float | None = None) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
@@ -247,14 +264,13 @@ class EngineChildren:
         return died
 
     # The lockstep step: the hot path ---------------------------------------------------------
-    def step(self, actions: Any) -> Stepped | BatchStep[Any] | None:
+    def step(self, actions: Any) -> Stepped | None:
         """Step every env with its row of ``actions`` (a batch of the vector env's action
-        space): gymnasium's 5-tuple where no env gave infos (its infos ``{}``), else one
-        BatchStep of every env, its infos by env; the observations are copied from the
-        buffer (or, without ``copy``, the buffer's own, valid until the next call). An
-        env's failure is raised (a WorkerError, the others of the step attached). None
-        where the actions do not fit the buffer exactly (the caller splits them and goes
-        the general way, which says what is wrong) or where requests are in flight."""
+        space): see :data:`Stepped`; the observations are copied from the buffer (or,
+        without ``copy``, the buffer's own, valid until the next call). An env's failure
+        is raised (a WorkerError, the others of the step attached). None where the actions
+        do not fit the buffer exactly (the caller splits them and goes the general way,
+        which says what is wrong) or where requests are in flight."""
         if self._pending or self._dead:
             return None
         buffer = self._buffer
@@ -273,44 +289,29 @@ class EngineChildren:
         observations = buffer.observations
         if self._copy:
             observations = copied(observations)
-        if died or notes.any():
-            return self._with_messages(observations, died, notes)
+        self._in_buffer.update(self._every)
+        parts = self._infos(died, notes) if died or notes.any() else {}
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
-        return observations, rewards.copy(), terminated.copy(), truncated.copy(), {}
+        return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
 
-    def _with_messages(
-        self, observations: Any, died: dict[int, WorkerError], notes: Any
-    ) -> BatchStep[Any]:
-        """A step's BatchStep where some children sent messages (infos, a failure) or
-        died: their infos by env (row ``i`` of child ``w`` is env ``first + i``); the
-        failures raised, all of them together."""
+    def _infos(self, died: dict[int, WorkerError], notes: Any) -> dict[int, BatchStep[Any]]:
+        """The infos of a step's children that sent some, as BatchSteps of their rows
+        that hold nothing else, by child id; the failures of those that failed or died,
+        raised all together."""
         errors = list(died.values())
-        infos: dict[int, dict[str, Any]] = {}
-        finals: dict[int, Any] = {}
-        final_infos: dict[int, dict[str, Any]] = {}
+        parts: dict[int, BatchStep[Any]] = {}
         for w, noted in enumerate(notes.tolist()):
             if not noted or w in died:
                 continue
             answer = self._message(w)
             if isinstance(answer, WorkerError):
                 errors.append(answer)
-                continue
-            first = self._children[w].first
-            infos.update((first + row, info) for row, info in answer.infos.items())
-            finals.update((first + row, obs) for row, obs in answer.final_observations.items())
-            final_infos.update((first + row, info) for row, info in answer.final_infos.items())
+            else:
+                flag, data = answer
+                parts[w] = decode_infos(flag, data, None, None, None, None)
         if errors:
             raise _together(errors)
-        buffer = self._buffer
-        return BatchStep(
-            observations,
-            buffer.rewards.copy(),
-            buffer.terminated.copy(),
-            buffer.truncated.copy(),
-            infos,
-            finals,
-            final_infos,
-        )
+        return parts
 
     def _message(self, w: int) -> Any:
         """Child ``w``'s message: its answer, or the WorkerError a failure or its death
@@ -329,20 +330,20 @@ class EngineChildren:
         message (a reset, a control, a failure) or both (a step with infos)."""
         buffer = self._buffer
         rows = self._children[w].rows
-        if buffer.notes[rows.start]:
-            answer = self._message(w)
-            if not (type(answer) is BatchStep and answer.observations is None):
-                return answer  # a whole reset's BatchStep, a control's result, an error
-            infos: BatchStep[Any] = answer
-        else:
-            infos = _NO_INFOS
-        return dataclasses.replace(
-            infos,
-            observations=rows_of(buffer.observations, rows),
-            rewards=buffer.rewards[rows].copy(),
-            terminated=buffer.terminated[rows].copy(),
-            truncated=buffer.truncated[rows].copy(),
+        answer = self._message(w) if buffer.notes[rows.start] else None
+        stepped = w in self._in_buffer
+        if not stepped or isinstance(answer, WorkerError):
+            return answer  # a whole reset's BatchStep, a control's result, an error
+        parts = (
+            rows_of(buffer.observations, rows),
+            buffer.rewards[rows].copy(),
+            buffer.terminated[rows].copy(),
+            buffer.truncated[rows].copy(),
         )
+        if answer is None:
+            return BatchStep(*parts)
+        flag, data = answer
+        return decode_infos(flag, data, *parts)
 
     def observations(self) -> Any:
         """Every env's latest observation, from the buffer (every step and reset writes
@@ -450,11 +451,10 @@ class EngineChildren:
         if self._pending:
             self._answers(CLOSE_GRACE)  # a child mid-step would write its note over ours
         notes = self._buffer.notes
-        for child in self._children:
+        for child_id, child in enumerate(self._children):
             with contextlib.suppress(OSError):
                 notes[child.first] = 1
-                child.request.post()
-                send_message(child.start.socket, None)
+                self._post_with(child_id, encoded(None))
         for child in self._children:
             process = child.start.process
             if process.pid is None:  # its start failed
@@ -488,7 +488,3 @@ def _together(errors: list[WorkerError]) -> WorkerError:
         first.more.extend([other, *other.more])
         other.more = []
     return first
-
-
-#: The infos of a step that had none: the answer's other parts come from the buffer.
-_NO_INFOS: BatchStep[Any] = BatchStep(None, None, None, None, {}, {}, {}, {}, {})

@@ -154,6 +154,11 @@ class VectorBatches:
             infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
+    def infos_of(self, parts: dict[int, BatchStep[Any]]) -> dict[str, Any]:
+        """The infos of a step whose workers ``parts`` (by id) gave some, each in a
+        BatchStep of its rows: in gymnasium's vector form over every env."""
+        return self._layout.infos_of(list(parts), list(parts.values()), self._add_info)
+
     def rows(self, batch: BatchStep[Any], env_ids: list[int]) -> Result:
         """What ``recv`` returns from a BatchStep whose rows are the envs ``env_ids`` (inline
         envs, stepped when asked): its arrays are new, so they are handed out as they are;

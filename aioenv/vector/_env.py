@@ -530,8 +530,12 @@ class AioVectorEnv(VectorEnv):
             failed = None
         if failed is not None:
             raise raised([failed], self._layout.env_of)
-        if batch is None or isinstance(batch, tuple):
-            return batch  # the engine's step without infos: handed out as it is
+        if batch is None:
+            return None
+        if isinstance(batch, tuple):  # the engine's: its children's infos apart
+            observations, rewards, terminated, truncated, parts = batch
+            infos = self._batches.infos_of(parts) if parts else {}
+            return observations, rewards, terminated, truncated, infos
         return self._batches.inline(batch)
 
     # Requests out, states in (their batched form: VectorBatches) ----------------------

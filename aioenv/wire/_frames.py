@@ -54,6 +54,7 @@ __all__ = [
     "Kind",
     "decode_array",
     "decode_batch_step",
+    "decode_infos",
     "decode_reply",
     "decode_spin",
     "decode_step",
@@ -62,6 +63,7 @@ __all__ = [
     "encode_action",
     "encode_array_action",
     "encode_batch_step",
+    "encode_infos",
     "encode_spin",
     "encode_step",
     "loads",
@@ -236,16 +238,10 @@ def encode_batch_step(
     """A BATCH_STATE message: one header and a few raw arrays for the whole batch."""
     flags, body = _encode_observation(batch.observations, shared)
     size = sum(map(len, body))
-    if batch.packed_infos is not None:
-        flags |= _TAIL | _PACKED_INFOS
-        body.append(dumps(tuple(batch.packed_infos)))
-    elif batch.vector_infos is not None:
-        if batch.vector_infos:
-            flags |= _TAIL | _VECTOR_INFOS
-            body.append(dumps_arrays((batch.vector_infos, batch.info_types)))
-    elif batch.infos or batch.final_infos:
-        flags |= _TAIL
-        body.append(dumps((batch.infos, batch.final_observations, batch.final_infos)))
+    tail = encode_infos(batch)
+    if tail is not None:
+        flags |= _TAIL | tail[0]
+        body.append(tail[1])
     head = _BATCH_HEAD.pack(len(batch.rewards), flags, size)
     arrays = [
         np.ascontiguousarray(batch.rewards, np.float64).tobytes(),
@@ -271,15 +267,42 @@ def decode_batch_step(
     observations = _decode_observation(payload, at, size, flags, shared)
     if not flags & _TAIL:
         return BatchStep(observations, rewards, terminated, truncated)
+    return decode_infos(flags, payload[at + size :], observations, rewards, terminated, truncated)
+
+
+def encode_infos(batch: BatchStep[Any]) -> tuple[int, bytes] | None:
+    """A batch's infos as they travel (a BATCH_STATE's tail, and the engine's message
+    beside its buffer): their flag and bytes; None where there are none."""
+    if batch.packed_infos is not None:
+        return _PACKED_INFOS, dumps(tuple(batch.packed_infos))
+    if batch.vector_infos is not None:
+        if not batch.vector_infos:
+            return None
+        return _VECTOR_INFOS, dumps_arrays((batch.vector_infos, batch.info_types))
+    if batch.infos or batch.final_infos:
+        return 0, dumps((batch.infos, batch.final_observations, batch.final_infos))
+    return None
+
+
+def decode_infos(
+    flags: int,
+    data: bytes | memoryview,
+    observations: Any,
+    rewards: Any,
+    terminated: Any,
+    truncated: Any,
+) -> BatchStep[Any]:
+    """The BatchStep of these parts and the infos :func:`encode_infos` gave as ``flags``
+    and ``data``."""
     if flags & _PACKED_INFOS:
-        packed = FlatInfos(*loads(payload[at + size :]))
+        packed = FlatInfos(*loads(data))
         return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
     if flags & _VECTOR_INFOS:
-        vector_infos, info_types = loads(payload[at + size :])
+        vector_infos, info_types = loads(data)
         return BatchStep(
             observations, rewards, terminated, truncated, None, None, None, vector_infos, info_types
         )
-    infos, finals, final_infos = loads(payload[at + size :])
+    infos, finals, final_infos = loads(data)
     return BatchStep(observations, rewards, terminated, truncated, infos, finals, final_infos)
 
 
