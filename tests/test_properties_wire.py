@@ -26,13 +26,12 @@ from aioenv.wire._frames import (
     decode_array,
     decode_batch_step,
     decode_step,
-    dumps_arrays,
     encode,
     encode_array_action,
     encode_batch_step,
     encode_step,
-    raw_dtype,
 )
+from aioenv.wire._pickles import dumps_arrays, raw_dtype
 from aioenv.wire._requests import STEP_ARRAY
 from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
 

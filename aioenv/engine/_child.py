@@ -100,7 +100,6 @@ def _loop(
 ) -> None:
     first, rows = plan.first, slice(plan.first, plan.last)
     actions, observations = rows_of(buffer.actions, rows), rows_of(buffer.observations, rows)
-    rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
     notes = buffer.notes
     slots.share(0, observations)  # a Box batch is stacked straight into the buffer
     spin = IdleSpin(plan.idle_spin, 0)
@@ -110,48 +109,51 @@ def _loop(
             request.wait(watch=watch, spin=spin)
         except Gone:
             return  # the parent is gone
-        message: tuple[Any] | None = None  # boxed: an answer of None is an answer too
-        infos: tuple[int, bytes] | None = None
         if notes[first]:
             asked = receive_message(sock)
             if asked is None:
                 return  # close
-            op, payload = asked
-            if op == "spin":
-                spin.seconds = payload
-                message = (None,)
-            else:
-                result = slots.serve(0, CONTROL if op == "control" else STEP, payload)
-                if type(result) is BatchStep:  # a reset: the buffer keeps every env's latest
-                    result = _written(observations, result) or result
-                message = (result,)
+            data = encoded(_served(slots, spin, observations, *asked))
         else:
-            result = slots.serve(0, STEP, copied(actions))
-            if type(result) is BatchStep:
-                failed = _written(observations, result)
-                rewards[rows] = result.rewards
-                terminated[rows] = result.terminated
-                truncated[rows] = result.truncated
-                infos = encode_infos(result)
-                if failed is not None:
-                    message = (failed,)
-                elif infos is not None:
-                    message = (infos,)  # (flag, bytes): a step's answer is nothing else
-            else:
-                message = (result,)  # a Failure
-        if message is None:
-            data = b""
-        elif infos is not None and message[0] is infos:
-            data = encoded_infos(*infos)
-        else:
-            data = encoded(message[0])
-        notes[first] = message is not None
+            data = _stepped(slots, buffer, rows, actions, observations)
+        notes[first] = bool(data)
         if data and len(data) <= SMALL:
             sock.sendall(data)  # whole when the parent reads it: one read, no second wake
             data = b""
         answer.post()
         if data:
             sock.sendall(data)  # a large one after the post, as the parent reads it
+
+
+def _served(slots: Slots, spin: IdleSpin, observations: Any, op: str, payload: Any) -> Any:
+    """The answer to a request that came as a message: a reset's BatchStep (its
+    observations written into the buffer too, which keeps every env's latest), a
+    control's result, None for a new idle spin (``payload`` seconds), or a Failure."""
+    if op == "spin":
+        spin.seconds = payload
+        return None
+    result = slots.serve(0, CONTROL if op == "control" else STEP, payload)
+    if type(result) is BatchStep:
+        return _written(observations, result) or result
+    return result
+
+
+def _stepped(
+    slots: Slots, buffer: StepBuffer, rows: slice, actions: Any, observations: Any
+) -> bytes:
+    """Step the envs with the actions in their rows and write the results there: the
+    message that goes with the answer (their infos, or a failure), or b"" for none."""
+    result = slots.serve(0, STEP, copied(actions))
+    if type(result) is not BatchStep:
+        return encoded(result)  # a Failure
+    failed = _written(observations, result)
+    buffer.rewards[rows] = result.rewards
+    buffer.terminated[rows] = result.terminated
+    buffer.truncated[rows] = result.truncated
+    if failed is not None:
+        return encoded(failed)
+    infos = encode_infos(result)
+    return b"" if infos is None else encoded_infos(*infos)
 
 
 def _written(into: Any, result: BatchStep[Any]) -> Failure | None:

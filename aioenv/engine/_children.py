@@ -19,60 +19,38 @@ waits, terminates and kills, and ends what the envs started.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import os
-import signal
-import socket
 from collections.abc import Sequence
 from typing import Any
 
 from ..core import _pickling as pickling
 from ..core._commands import Command, Reset
 from ..core._environment import BatchStep, EnvSource
-from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved
+from ..core._errors import EnvError, WorkerDied, WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
-from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import SMALL, encoded, receive_message
+from ._channel import encoded
 from ._child import ChildPlan
-from ._start import ChildStart, Context, resolve_context
+from ._family import CLOSE_GRACE, Child, together
+from ._start import Context, resolve_context
 from ._wake import Gone, Wake
 
-__all__ = ["CLOSE_GRACE", "ENGINE_OPTIONS", "EngineChildren", "Stepped"]
+__all__ = ["ENGINE_OPTIONS", "EngineChildren", "Stepped"]
 
 #: A lockstep step's answer: every env's observations, rewards, terminated and truncated
 #: flags, and the infos of the children that sent some, by child id (each a BatchStep of
 #: its rows holding its infos alone; empty where no env gave any).
 Stepped = tuple[Any, Any, Any, Any, dict[int, BatchStep[Any]]]
 
-#: The program of an engine child, imported in the child only.
-CHILD_PROGRAM = "aioenv.engine._child:serve"
-#: Seconds a child is given to close its envs and exit before it is terminated.
-CLOSE_GRACE = 5.0
 #: The options of a vector env whose envs step through the engine; any other pool option
 #: (deadlines, restarts, ...) still takes the pool.
 ENGINE_OPTIONS = frozenset({"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env"})
-
-
-@dataclasses.dataclass
-class _Child:
-    """One child: its process, the parent's ends of its sockets, its request wake and
-    its rows of the buffer."""
-
-    name: str
-    start: ChildStart
-    request: Wake
-    rows: slice
-
-    @property
-    def first(self) -> int:
-        return int(self.rows.start)
 
 
 class EngineChildren:
@@ -113,7 +91,7 @@ class EngineChildren:
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
         bounds = [0, *itertools.accumulate(sizes)]
         self._rows = [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
-        self._children: list[_Child] = []
+        self._children: list[Child] = []
         self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
         #: What a step of every child uses: its first rows, its request wakes, its ids.
         self._firsts = [rows.start for rows in self._rows]
@@ -132,12 +110,6 @@ class EngineChildren:
         registry = registry_snapshot()
         n = self._buffer.rewards.shape[0]
         for w, (group, rows) in enumerate(zip(self._groups, self._rows, strict=True)):
-            envs = (
-                f"env {rows.start}"
-                if rows.stop - rows.start == 1
-                else f"envs {rows.start}-{rows.stop - 1}"
-            )
-            name = f"process worker {w} ({envs})"
             plan = ChildPlan(
                 pickling.dumps(group),
                 self._seeds[w],
@@ -150,17 +122,14 @@ class EngineChildren:
                 rows.stop,
                 n,
             )
-            start = ChildStart(self._context, name, [plan], CHILD_PROGRAM)
-            child = _Child(name, start, Wake.new(), rows)
+            child = Child.of(w, self._context, plan)
             self._children.append(child)
-            start.start()
-            fds = [self._buffer.fd, *child.request.descriptors(), *self._answer.descriptors()]
-            socket.send_fds(start.socket, [b"\0"], fds)
-            self._sentinels.append(start.process.sentinel)
+            child.launch(self._buffer.fd, self._answer)
+            self._sentinels.append(child.sentinel)
         self._requests = [child.request for child in self._children]
         for w, child in enumerate(self._children):
             try:
-                built = receive_message(child.start.socket)
+                built = child.message()
             except (EOFError, OSError):
                 raise self._died(w, "while it built its envs") from None
             if isinstance(built, Failure):
@@ -212,22 +181,11 @@ class EngineChildren:
         notes[child.first] = message
         if message:
             self._in_buffer.discard(w)
-            self._post_with(w, encoded((op, request)))
+            child.post_with(encoded((op, request)))
         else:
             self._in_buffer.add(w)
             child.request.post()
         self._pending.add(w)
-
-    def _post_with(self, w: int, data: bytes) -> None:
-        """Wake child ``w`` with a message: a small one written first, a large one after
-        (see :data:`~aioenv.engine._channel.SMALL`)."""
-        child = self._children[w]
-        if len(data) <= SMALL:
-            child.start.socket.sendall(data)
-            child.request.post()
-        else:
-            child.request.post()
-            child.start.socket.sendall(data)
 
     def _answers(self, timeout: float | None = None) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
@@ -310,7 +268,7 @@ class EngineChildren:
                 flag, data = answer
                 parts[w] = decode_infos(flag, data, None, None, None, None)
         if errors:
-            raise _together(errors)
+            raise together(errors)
         return parts
 
     def _message(self, w: int) -> Any:
@@ -318,7 +276,7 @@ class EngineChildren:
         is."""
         child = self._children[w]
         try:
-            answer = receive_message(child.start.socket)
+            answer = child.message()
         except (EOFError, OSError):
             return self._died(w, "while it answered")
         if isinstance(answer, Failure):
@@ -417,30 +375,13 @@ class EngineChildren:
 
     # Failures and close --------------------------------------------------------------------
     def _died(self, w: int, when: str) -> WorkerDied:
-        child = self._children[w]
-        process = child.start.process
-        process.join(TERMINATE_GRACE)
-        error = WorkerDied(
-            f"{child.name}: the child process exited with code {process.exitcode} {when}; "
-            "its envs are lost (a segfault, os._exit, or a kill from outside). The vector env "
-            "cannot go on without them: close it and make a new one",
-            worker_id=w,
-            exitcode=process.exitcode,
-        )
-        self._dead[w] = error
+        error = self._dead[w] = self._children[w].exit_error(w, when)
         return error
 
     def _check_usable(self) -> None:
         if self._dead:
             w = min(self._dead)
-            removed = WorkerRemoved(
-                f"{self._children[w].name} of the AioVectorEnv died ({self._dead[w].args[0]}); "
-                "an AioVectorEnv has a fixed number of envs and cannot go on without them: "
-                "close it and make a new one",
-                w,
-            )
-            removed.__cause__ = self._dead[w]
-            raise removed
+            raise self._children[w].removed(w, self._dead[w])
 
     def close(self) -> None:
         """Ask every child to close its envs and exit; wait ``CLOSE_GRACE`` seconds, then
@@ -451,40 +392,11 @@ class EngineChildren:
         if self._pending:
             self._answers(CLOSE_GRACE)  # a child mid-step would write its note over ours
         notes = self._buffer.notes
-        for child_id, child in enumerate(self._children):
+        for child in self._children:
             with contextlib.suppress(OSError):
                 notes[child.first] = 1
-                self._post_with(child_id, encoded(None))
+                child.post_with(encoded(None))
         for child in self._children:
-            process = child.start.process
-            if process.pid is None:  # its start failed
-                child.start.close()
-                continue
-            process.join(CLOSE_GRACE)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                if process.exitcode is None:
-                    signal_group(process.pid, sig)
-                    process.join(TERMINATE_GRACE)
-            signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
-            child.start.close()
-            child.request.close()
-            with contextlib.suppress(ValueError):  # still running: nothing more to do
-                process.close()
+            child.end()
         self._answer.close()
         self._buffer.close()
-
-
-def _together(errors: list[WorkerError]) -> WorkerError:
-    """One error for the failures of several children in one step: a child's death or
-    another error of aioenv's as it is; else the first env's error, carrying the others
-    (as a child's error carries those of its other envs)."""
-    for error in errors:
-        if not isinstance(error, EnvError):
-            return error
-    first = errors[0]
-    assert isinstance(first, EnvError)
-    for other in errors[1:]:
-        assert isinstance(other, EnvError)
-        first.more.extend([other, *other.more])
-        other.more = []
-    return first

@@ -42,10 +42,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core._agents import LaneSource
-from ..core._environment import EnvSource, VectorSource
+from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
-from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
+from ._children import engine_envs
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._layout import busy_cores, grouped, usable_cores
 from ._probe import Probe, probe_env
@@ -171,52 +171,27 @@ def place_envs(
     asked_spin = "idle_spin" in options
     grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
     spin_by_rule = not asked_spin and "idle_spin" in options
-    if alike and choice.mode == "process" and probe.agents is None:
-        engine = engine_envs(grouping, sources, probe, autoreset, batch_size, options, copy)
-        if engine is not None:
-            return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
-    # The vector env copies observations once, into what it returns (its own ``copy``):
-    # the pool hands them over as they arrive, views of shared memory included.
-    options["copy"] = False
-    pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
-    sizes = [worker.num_envs for worker in pool.workers]
-    return Placement(Runtime(pool), sizes, probe, choice, batch_size, spin_by_rule)
+    placed = (choice.mode, batch_size, grouping, sources, probe)
+    engine = alike and engine_envs(*placed, autoreset, options, copy)
+    if engine:
+        return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
+    runtime = _pooled(grouping, count, choice.mode, autoreset, options)
+    sizes = [worker.num_envs for worker in runtime.pool.workers]
+    return Placement(runtime, sizes, probe, choice, batch_size, spin_by_rule)
 
 
-def engine_envs(
+def _pooled(
     grouping: EnvSource | list[EnvSource],
-    sources: list[EnvSource],
-    probe: Probe,
+    count: int | None,
+    mode: str | Sequence[str],
     autoreset: object,
-    batch_size: int | None,
     options: dict[str, Any],
-    copy: bool = True,
-) -> EngineChildren | None:
-    """The envs in child processes, stepped through the engine (:mod:`aioenv.engine`), a
-    child per group of ``grouping`` (each env a child of its own where it is not grouped);
-    None where the pool must step them instead: pipelined use with ``batch_size`` below
-    the envs, a pool option beyond the engine's (:data:`~aioenv.engine._children.
-    ENGINE_OPTIONS`: deadlines, restarts and the like), or spaces with no fixed layout in
-    memory."""
-    if (batch_size is not None and batch_size != len(sources)) or set(options) - ENGINE_OPTIONS:
-        return None
-    if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
-        groups = [group for group in grouping if isinstance(group, VectorSource)]
-    else:
-        groups = [VectorSource((source,)) for source in sources]
-    sizes = [len(group.sources) for group in groups]
-    try:
-        return EngineChildren(
-            groups,
-            sizes,
-            probe.observation_space,
-            probe.action_space,
-            autoreset=autoreset,
-            copy=copy,
-            **options,
-        )
-    except ValueError:
-        return None  # a space with no fixed layout
+) -> Runtime:
+    """The pool of ``mode`` workers that steps the envs of ``grouping``, behind its runtime.
+    The vector env copies observations once, into what it returns (its own ``copy``): the
+    pool hands them over as they arrive, views of shared memory included."""
+    options["copy"] = False
+    return Runtime(make_pool(grouping, count, mode=mode, autoreset=autoreset, **options))
 
 
 def vector_modes() -> tuple[str, ...]:

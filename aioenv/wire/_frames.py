@@ -25,11 +25,8 @@ socket would need ``recvmsg`` for every request, several times slower than ``rec
 
 from __future__ import annotations
 
-import copyreg
 import enum
 import functools
-import io
-import pickle
 import queue
 import socket
 import struct
@@ -38,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..core._environment import BatchStep, Step
-from ..core._infos import FlatInfos
+from ._pickles import decode_infos, dumps, encode_infos, loads, raw_dtype
 from ._requests import STEP, STEP_ARRAY, Request
 from ._shared_memory import SharedObservations
 
@@ -99,53 +96,6 @@ READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
 
 #: Bytes either side reads from the message socket at once.
 RECEIVE_SIZE = 1 << 16
-
-
-def dumps(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=5)
-
-
-def loads(data: bytes | memoryview) -> Any:
-    return pickle.loads(data)
-
-
-def dumps_arrays(obj: Any) -> bytes:
-    """:func:`dumps`, numeric arrays pickled as their raw bytes, dtype and shape (what a
-    batch's vector infos are made of): a third of the default's cost each way, which
-    goes through numpy's generic reconstruction and pickles the dtype as an object."""
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=5)
-    pickler.dispatch_table = _ARRAYS_AS_BYTES
-    pickler.dump(obj)
-    return buffer.getvalue()
-
-
-def raw_dtype(dtype: np.dtype[Any]) -> bool:
-    """Whether arrays of ``dtype`` travel as their raw bytes and dtype string: not for
-    objects, nor for a structured dtype, whose string (``|V6``) drops its fields."""
-    return not dtype.hasobject and dtype.fields is None
-
-
-def _reduce_array(array: np.ndarray[Any, Any]) -> Any:
-    if not raw_dtype(array.dtype):
-        return array.__reduce_ex__(5)
-    if array.ndim == 1:
-        return _vector, (array.tobytes(), array.dtype.str)
-    return _array, (array.tobytes(), array.dtype.str, array.shape)
-
-
-def _vector(data: bytes, dtype: str) -> np.ndarray[Any, Any]:
-    """A 1-D array of :func:`dumps_arrays` (writable: it owns a copy of ``data``)."""
-    array: np.ndarray[Any, Any] = np.frombuffer(data, _dtype(dtype)).copy()
-    return array
-
-
-def _array(data: bytes, dtype: str, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
-    return _vector(data, dtype).reshape(shape)
-
-
-_dtype = functools.cache(np.dtype)
-_ARRAYS_AS_BYTES = {**copyreg.dispatch_table, np.ndarray: _reduce_array}
 
 
 def encode(kind: Kind | Request, seq: int, payload: bytes = b"", slot: int = 0) -> bytes:
@@ -226,10 +176,9 @@ def decode_step(payload: bytes | memoryview, shared: SharedObservations | None =
 # A BatchStep of k envs: k, flags, length of the observation part; then the rewards (k
 # float64), terminated and truncated (k bytes each), the stacked observations as for a Step,
 # and a pickled tail only when there is something in it: the infos packed as records
-# (flag _PACKED_INFOS), or in gymnasium's vector form with their kinds (_VECTOR_INFOS),
+# (flag PACKED_INFOS), or in gymnasium's vector form with their kinds (VECTOR_INFOS),
 # else the sparse per-row infos and finals.
 _BATCH_HEAD = struct.Struct("<IBI")
-_VECTOR_INFOS, _PACKED_INFOS = 32, 64
 
 
 def encode_batch_step(
@@ -268,42 +217,6 @@ def decode_batch_step(
     if not flags & _TAIL:
         return BatchStep(observations, rewards, terminated, truncated)
     return decode_infos(flags, payload[at + size :], observations, rewards, terminated, truncated)
-
-
-def encode_infos(batch: BatchStep[Any]) -> tuple[int, bytes] | None:
-    """A batch's infos as they travel (a BATCH_STATE's tail, and the engine's message
-    beside its buffer): their flag and bytes; None where there are none."""
-    if batch.packed_infos is not None:
-        return _PACKED_INFOS, dumps(tuple(batch.packed_infos))
-    if batch.vector_infos is not None:
-        if not batch.vector_infos:
-            return None
-        return _VECTOR_INFOS, dumps_arrays((batch.vector_infos, batch.info_types))
-    if batch.infos or batch.final_infos:
-        return 0, dumps((batch.infos, batch.final_observations, batch.final_infos))
-    return None
-
-
-def decode_infos(
-    flags: int,
-    data: bytes | memoryview,
-    observations: Any,
-    rewards: Any,
-    terminated: Any,
-    truncated: Any,
-) -> BatchStep[Any]:
-    """The BatchStep of these parts and the infos :func:`encode_infos` gave as ``flags``
-    and ``data``."""
-    if flags & _PACKED_INFOS:
-        packed = FlatInfos(*loads(data))
-        return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
-    if flags & _VECTOR_INFOS:
-        vector_infos, info_types = loads(data)
-        return BatchStep(
-            observations, rewards, terminated, truncated, None, None, None, vector_infos, info_types
-        )
-    infos, finals, final_infos = loads(data)
-    return BatchStep(observations, rewards, terminated, truncated, infos, finals, final_infos)
 
 
 def decode_reply(

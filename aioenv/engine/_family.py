@@ -1,0 +1,136 @@
+"""The engine's children, one by one, on the parent's side: how each starts (its process,
+the descriptors of the buffer and the wakes it is sent), how it is woken with a message
+and read from, what its death is reported as, and how it ends.
+
+What all of them do together (a step, a reset, a call) is
+:class:`~aioenv.engine._children.EngineChildren`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import socket
+from typing import Any
+
+from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved
+from ..env_side._process_group import TERMINATE_GRACE, signal_group
+from ._channel import SMALL, receive_message
+from ._child import ChildPlan
+from ._start import ChildStart, Context
+from ._wake import Wake
+
+__all__ = ["CHILD_PROGRAM", "CLOSE_GRACE", "Child", "together"]
+
+#: The program of an engine child, imported in the child only.
+CHILD_PROGRAM = "aioenv.engine._child:serve"
+#: Seconds a child is given to close its envs and exit before it is terminated.
+CLOSE_GRACE = 5.0
+
+
+@dataclasses.dataclass
+class Child:
+    """One child: its name, its process and the parent's ends of its sockets (``start``),
+    its request wake and its rows of the buffer."""
+
+    name: str
+    start: ChildStart
+    request: Wake
+    rows: slice
+
+    @classmethod
+    def of(cls, w: int, context: Context, plan: ChildPlan) -> Child:
+        """Child ``w``, to serve ``plan``, not started yet (:meth:`launch`)."""
+        size = plan.last - plan.first
+        envs = f"env {plan.first}" if size == 1 else f"envs {plan.first}-{plan.last - 1}"
+        name = f"process worker {w} ({envs})"
+        start = ChildStart(context, name, [plan], CHILD_PROGRAM)
+        return cls(name, start, Wake.new(), slice(plan.first, plan.last))
+
+    def launch(self, buffer_fd: int, answer: Wake) -> None:
+        """Start the child and send it the buffer's descriptor, its request wake's and the
+        answer wake's. Its envs are being built when this returns: its first message
+        says how that went. Where the start fails, :meth:`end` closes what was made."""
+        self.start.start()
+        fds = [buffer_fd, *self.request.descriptors(), *answer.descriptors()]
+        socket.send_fds(self.start.socket, [b"\0"], fds)
+
+    @property
+    def first(self) -> int:
+        return int(self.rows.start)
+
+    @property
+    def sentinel(self) -> int:
+        """Readable once the child's process has exited."""
+        return int(self.start.process.sentinel)
+
+    def post_with(self, data: bytes) -> None:
+        """Wake the child with a message (encoded): a small one written first, whole when
+        it reads it, a large one after (see :data:`~aioenv.engine._channel.SMALL`)."""
+        if len(data) <= SMALL:
+            self.start.socket.sendall(data)
+            self.request.post()
+        else:
+            self.request.post()
+            self.start.socket.sendall(data)
+
+    def message(self) -> Any:
+        """The child's message; EOFError or OSError if it is gone."""
+        return receive_message(self.start.socket)
+
+    def exit_error(self, w: int, when: str) -> WorkerDied:
+        """What the child's death is reported as: it exited ``when``."""
+        process = self.start.process
+        process.join(TERMINATE_GRACE)
+        return WorkerDied(
+            f"{self.name}: the child process exited with code {process.exitcode} {when}; "
+            "its envs are lost (a segfault, os._exit, or a kill from outside). The vector env "
+            "cannot go on without them: close it and make a new one",
+            worker_id=w,
+            exitcode=process.exitcode,
+        )
+
+    def removed(self, w: int, died: WorkerDied) -> WorkerRemoved:
+        """What every call raises once the child died (``died``)."""
+        removed = WorkerRemoved(
+            f"{self.name} of the AioVectorEnv died ({died.args[0]}); an AioVectorEnv has a "
+            "fixed number of envs and cannot go on without them: close it and make a new one",
+            w,
+        )
+        removed.__cause__ = died
+        return removed
+
+    def end(self) -> None:
+        """Wait ``CLOSE_GRACE`` seconds for the child to exit (it was asked to), then
+        terminate and kill it, and whatever its envs started; close what the parent holds
+        of it."""
+        process = self.start.process
+        if process.pid is not None:  # else its start failed
+            process.join(CLOSE_GRACE)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if process.exitcode is None:
+                    signal_group(process.pid, sig)
+                    process.join(TERMINATE_GRACE)
+            signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
+        self.start.close()
+        self.request.close()
+        if process.pid is not None:
+            with contextlib.suppress(ValueError):  # still running: nothing more to do
+                process.close()
+
+
+def together(errors: list[WorkerError]) -> WorkerError:
+    """One error for the failures of several children in one step: a child's death or
+    another error of aioenv's as it is; else the first env's error, carrying the others
+    (as a child's error carries those of its other envs)."""
+    for error in errors:
+        if not isinstance(error, EnvError):
+            return error
+    first = errors[0]
+    assert isinstance(first, EnvError)
+    for other in errors[1:]:
+        assert isinstance(other, EnvError)
+        first.more.extend([other, *other.more])
+        other.more = []
+    return first

@@ -1,0 +1,53 @@
+"""Which of :class:`~aioenv.AioVectorEnv`'s placements step through the engine's children
+(:mod:`aioenv.engine`) rather than a pool of process workers, and in which groups."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..core._environment import EnvSource, VectorSource
+from ..engine._children import ENGINE_OPTIONS, EngineChildren
+from ._probe import Probe
+
+__all__ = ["engine_envs"]
+
+
+def engine_envs(
+    mode: str | Sequence[str],
+    batch_size: int | None,
+    grouping: EnvSource | list[EnvSource],
+    sources: list[EnvSource],
+    probe: Probe,
+    autoreset: object,
+    options: dict[str, Any],
+    copy: bool = True,
+) -> EngineChildren | None:
+    """The envs in child processes, stepped through the engine (:mod:`aioenv.engine`), a
+    child per group of ``grouping`` (each env a child of its own where it is not grouped);
+    None where they do not go there: ``mode`` is not ``"process"``, the envs are parallel
+    envs' lanes, or the pool must step them: pipelined use with ``batch_size`` below the
+    envs, a pool option beyond the engine's (:data:`~aioenv.engine._children.
+    ENGINE_OPTIONS`: deadlines, restarts and the like), or spaces with no fixed layout in
+    memory."""
+    if mode != "process" or probe.agents is not None or set(options) - ENGINE_OPTIONS:
+        return None
+    if batch_size is not None and batch_size != len(sources):
+        return None
+    if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
+        groups = [group for group in grouping if isinstance(group, VectorSource)]
+    else:
+        groups = [VectorSource((source,)) for source in sources]
+    sizes = [len(group.sources) for group in groups]
+    try:
+        return EngineChildren(
+            groups,
+            sizes,
+            probe.observation_space,
+            probe.action_space,
+            autoreset=autoreset,
+            copy=copy,
+            **options,
+        )
+    except ValueError:
+        return None  # a space with no fixed layout
