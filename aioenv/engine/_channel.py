@@ -17,8 +17,9 @@ from typing import Any
 import cloudpickle
 
 from ..core._messages import Failure
+from ._wake import Wake
 
-__all__ = ["SMALL", "encoded", "encoded_infos", "receive_message", "send_message"]
+__all__ = ["SMALL", "encoded", "encoded_infos", "post_with", "receive_message", "send_message"]
 
 #: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
 #: infos flag of :func:`aioenv.wire._frames.encode_infos` (what follows is its bytes).
@@ -57,6 +58,19 @@ def encoded_infos(flag: int, data: bytes) -> bytes:
     """A step's infos as :func:`aioenv.wire._frames.encode_infos` gave them, as a message
     whose reader gets ``(flag, data)`` back without unpickling anything."""
     return _HEAD.pack(len(data), flag) + data
+
+
+def post_with(sock: socket.socket, wake: Wake, data: bytes) -> None:
+    """Post ``wake`` with a message (``data``, encoded) for its taker on ``sock``: a small
+    one written first, whole when read; a large one after the post, as it is read (see
+    :data:`SMALL`). With no data, only the post."""
+    if len(data) <= SMALL:
+        if data:
+            sock.sendall(data)
+        wake.post()
+    else:
+        wake.post()
+        sock.sendall(data)
 
 
 def receive_message(sock: socket.socket) -> Any:

@@ -29,7 +29,7 @@ from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import SMALL, encoded, encoded_infos, receive_message, send_message
+from ._channel import encoded, encoded_infos, post_with, receive_message, send_message
 from ._wake import Gone, Wake
 
 __all__ = ["serve"]
@@ -117,12 +117,7 @@ def _loop(
         else:
             data = _stepped(slots, buffer, rows, actions, observations)
         notes[first] = bool(data)
-        if data and len(data) <= SMALL:
-            sock.sendall(data)  # whole when the parent reads it: one read, no second wake
-            data = b""
-        answer.post()
-        if data:
-            sock.sendall(data)  # a large one after the post, as the parent reads it
+        post_with(sock, answer, data)
 
 
 def _served(slots: Slots, spin: IdleSpin, observations: Any, op: str, payload: Any) -> Any:

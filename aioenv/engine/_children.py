@@ -35,7 +35,7 @@ from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import encoded
+from ._channel import encoded, post_with, receive_message
 from ._child import ChildPlan
 from ._family import CLOSE_GRACE, Child, together
 from ._start import Context, resolve_context
@@ -76,6 +76,7 @@ class EngineChildren:
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         copy: bool = True,
     ) -> None:
+        self.batched = True
         self._episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
         self.autoreset: str = self._episode.autoreset
         self.closed = False
@@ -129,7 +130,7 @@ class EngineChildren:
         self._requests = [child.request for child in self._children]
         for w, child in enumerate(self._children):
             try:
-                built = child.message()
+                built = receive_message(child.start.socket)
             except (EOFError, OSError):
                 raise self._died(w, "while it built its envs") from None
             if isinstance(built, Failure):
@@ -178,10 +179,10 @@ class EngineChildren:
                 write_rows(rows_of(self._buffer.actions, child.rows), request)
             except (ValueError, TypeError):
                 message = True  # not the space's layout: the child's runner says what is wrong
-        notes[child.first] = message
+        notes[child.rows.start] = message
         if message:
             self._in_buffer.discard(w)
-            child.post_with(encoded((op, request)))
+            post_with(child.start.socket, child.request, encoded((op, request)))
         else:
             self._in_buffer.add(w)
             child.request.post()
@@ -276,7 +277,7 @@ class EngineChildren:
         is."""
         child = self._children[w]
         try:
-            answer = child.message()
+            answer = receive_message(child.start.socket)
         except (EOFError, OSError):
             return self._died(w, "while it answered")
         if isinstance(answer, Failure):
@@ -395,7 +396,7 @@ class EngineChildren:
         for child in self._children:
             with contextlib.suppress(OSError):
                 notes[child.first] = 1
-                child.post_with(encoded(None))
+                post_with(child.start.socket, child.request, encoded(None))
         for child in self._children:
             child.end()
         self._answer.close()

@@ -12,11 +12,9 @@ import contextlib
 import dataclasses
 import signal
 import socket
-from typing import Any
 
 from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
-from ._channel import SMALL, receive_message
 from ._child import ChildPlan
 from ._start import ChildStart, Context
 from ._wake import Wake
@@ -64,20 +62,6 @@ class Child:
     def sentinel(self) -> int:
         """Readable once the child's process has exited."""
         return int(self.start.process.sentinel)
-
-    def post_with(self, data: bytes) -> None:
-        """Wake the child with a message (encoded): a small one written first, whole when
-        it reads it, a large one after (see :data:`~aioenv.engine._channel.SMALL`)."""
-        if len(data) <= SMALL:
-            self.start.socket.sendall(data)
-            self.request.post()
-        else:
-            self.request.post()
-            self.start.socket.sendall(data)
-
-    def message(self) -> Any:
-        """The child's message; EOFError or OSError if it is gone."""
-        return receive_message(self.start.socket)
 
     def exit_error(self, w: int, when: str) -> WorkerDied:
         """What the child's death is reported as: it exited ``when``."""

@@ -44,7 +44,8 @@ class VectorBatches:
     (gymnasium's default), else arrays reused from call to call (a worker's own view where
     one worker gives them all), valid until the next call. Where the envs keep every
     env's latest observation in one batch themselves (the engine's buffer), ``latest()``
-    returns it, as handed out, and every env's observations come from there."""
+    returns it, as handed out (None where they do not), and every env's observations come
+    from there."""
 
     def __init__(
         self,
@@ -200,7 +201,9 @@ class VectorBatches:
         of what the workers gave (where ``rows`` are whole workers' envs in order, as a
         ``recv``'s are; any other rows are picked from every env's)."""
         if rows is None and self._latest is not None:
-            return self._latest()
+            latest = self._latest()
+            if latest is not None:
+                return latest
         arrays = self._arrays
         if self._layout.batched and arrays.box:
             if rows is None:

@@ -25,11 +25,9 @@ from ..core._environment import EnvSource, VectorSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
-from ..engine._children import EngineChildren
 from ..env_side._infos import add_info_of
 from ..pool._factory import check_option_names
 from ..pool._pool import WorkerPool
-from ..workers.process._worker import ProcessWorker
 from ._batches import Result, VectorBatches
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
 from ._inline import InlineEnvs
@@ -185,23 +183,19 @@ class AioVectorEnv(VectorEnv):
     ) -> None:
         self._envs = envs
         self._inline = envs if isinstance(envs, InlineEnvs) else None
-        #: Envs that step the whole batch in one call: in line, or the engine's children.
-        self._whole = envs if isinstance(envs, (InlineEnvs, EngineChildren)) else None
         # Children that poll between steps by the rule are tried asleep now and then.
         self._spin_trial = (
             SpinTrial(functools.partial(_spin_children, envs))
-            if spin_trial and isinstance(envs, (Runtime, EngineChildren))
+            if spin_trial and envs.idle_spin is not None
             else None
         )
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
         # A pool's runtime has an exit hook of its own (it must close before the loop's
         # thread goes); envs in line or behind the engine have only this one.
-        pooled = isinstance(envs, Runtime)
-        self._finalizer.atexit = not pooled
+        self._finalizer.atexit = not isinstance(envs, Runtime)
         try:
-            # Envs in line, and the engine's children, answer in batches even one env.
-            self._layout = EnvLayout(sizes, batched=not pooled, named=self._inline is None)
+            self._layout = EnvLayout(sizes, batched=envs.batched, named=self._inline is None)
             self._define(envs, probe, observation_mode)
             # Inline envs step when recv asks for them, any batch of them: one by one.
             inline = isinstance(envs, InlineEnvs)
@@ -266,7 +260,7 @@ class AioVectorEnv(VectorEnv):
             env_actions,
             add_info,
             copy=self.copy,
-            latest=envs.observations if isinstance(envs, EngineChildren) else None,
+            latest=envs.observations,
         )
 
     @property
@@ -297,13 +291,7 @@ class AioVectorEnv(VectorEnv):
         """Seconds the children poll for their next step before they sleep (None without
         children). Where the rule chose it (not ``idle_spin=`` given), the vector env tries
         them asleep now and then while it steps, and keeps whichever was faster."""
-        envs = self._envs
-        if isinstance(envs, EngineChildren):
-            return envs.idle_spin
-        if not isinstance(envs, Runtime):
-            return None
-        spins = [w.idle_spin for w in envs.pool.workers if isinstance(w, ProcessWorker)]
-        return spins[0] if spins else None
+        return self._envs.idle_spin
 
     @property
     def mode(self) -> str | Sequence[str]:
@@ -355,14 +343,12 @@ class AioVectorEnv(VectorEnv):
         return self._step(actions)
 
     def _step(self, actions: Any) -> Result:
-        whole = self._whole
-        if whole is not None:
-            result = self._step_whole(whole, actions)
-            if result is not None:
-                return result
-        workers, requests = self._batches.step_requests(actions)
         if self._spin_trial is not None:
             self._spin_trial.step_started()
+        result = self._step_whole(self._envs, actions)
+        if result is not None:
+            return result
+        workers, requests = self._batches.step_requests(actions)
         return self._batches.stepped(workers, self._exchange(workers, requests))
 
     # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
@@ -516,12 +502,11 @@ class AioVectorEnv(VectorEnv):
         envs."""
         return result if self._lanes is None else self._lanes.result(result)
 
-    def _step_whole(self, envs: InlineEnvs | EngineChildren, actions: Any) -> Result | None:
-        """A lockstep step of envs that step the whole batch in one call, at about
-        ``SyncVectorEnv``'s cost in line; None where the engine's children cannot take
-        ``actions`` as they are (the general way then splits them, or says why not)."""
-        if self._spin_trial is not None:
-            self._spin_trial.step_started()
+    def _step_whole(self, envs: Envs, actions: Any) -> Result | None:
+        """A lockstep step of envs that step the whole batch in one call (in line, at about
+        ``SyncVectorEnv``'s cost; the engine's children); None where the envs have no such
+        step (a pool) or cannot take ``actions`` as they are (the general way then splits
+        them, or says why not)."""
         try:
             batch = envs.step(actions)
         except WorkerError as error:
@@ -636,5 +621,5 @@ def _check_batch(actions: Any, call: str, count: int | None) -> None:
         )
 
 
-def _spin_children(envs: Runtime | EngineChildren, spinning: bool) -> None:
+def _spin_children(envs: Envs, spinning: bool) -> None:
     envs.set_idle_spin(LOCKSTEP_IDLE_SPIN if spinning else 0.0)

@@ -51,6 +51,10 @@ class InlineEnvs:
     :class:`Failure` becomes the :class:`EnvError` a grouped worker's would, named after
     this group."""
 
+    batched = True
+    #: No children: nothing polls between steps.
+    idle_spin = None
+
     def __init__(
         self,
         sources: list[EnvSource],
@@ -103,6 +107,12 @@ class InlineEnvs:
         if restarts is not None and restarts.unsettled:
             restarts.progress(range(self.num_envs))
         return result
+
+    def set_idle_spin(self, seconds: float) -> None:
+        """Nothing polls: the envs step in the calling thread."""
+
+    def observations(self) -> None:
+        return None  # each step's BatchStep has every env's
 
     # What the vector env asks of its envs (see ``_vector_runtime.Envs``) -----------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:

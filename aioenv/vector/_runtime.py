@@ -41,10 +41,31 @@ class Envs(Protocol):
     replaced some (each a worker's); nothing is raised for an env's failure."""
 
     closed: bool
+    #: The envs answer in batches, even a group of one env (envs in line, the engine's
+    #: children); a pool's workers of one env answer as that env.
+    batched: bool
 
     @property
     def autoreset(self) -> str:
         """The autoreset mode the envs run under (aioenv's name)."""
+
+    @property
+    def idle_spin(self) -> float | None:
+        """Seconds the children poll for their next request before they sleep (None
+        without children)."""
+
+    def set_idle_spin(self, seconds: float) -> None:
+        """Make every child poll ``seconds`` for its next request."""
+
+    def step(self, actions: Any) -> Any:
+        """A lockstep step of every env in one call, with a batch of the vector env's
+        actions: a BatchStep of every env (in line), the engine's
+        :data:`~aioenv.engine._children.Stepped`, or None where there is no such step (a
+        pool's) or these actions do not fit it (then the requests are made one by one)."""
+
+    def observations(self) -> Any:
+        """Every env's latest observation as the vector env hands them out, where the
+        envs keep them in one batch themselves (the engine's buffer); else None."""
 
     def start(self) -> tuple[list[Any], list[Any]]:
         """Start the envs: their observation and action spaces, an answer per worker."""
@@ -94,6 +115,8 @@ class Runtime:
     running loop (a notebook, async code), it runs in a daemon thread of its own (see
     :func:`~aioenv.loops._host.host_for_sync_calls`)."""
 
+    batched = False
+
     def __init__(self, pool: WorkerPool[Any]) -> None:
         self.pool = pool
         self.closed = False
@@ -112,9 +135,22 @@ class Runtime:
     def autoreset(self) -> str:
         return self.pool.autoreset
 
+    @property
+    def idle_spin(self) -> float | None:
+        """What the process workers' children poll (None without process workers)."""
+        spins = [w.idle_spin for w in self.pool.workers if isinstance(w, ProcessWorker)]
+        return spins[0] if spins else None
+
     def set_idle_spin(self, seconds: float) -> None:
         """Make every process worker's child poll ``seconds`` for its next request."""
         self.call(_set_idle_spin, self.pool, seconds)
+
+    def step(self, actions: Any) -> None:
+        """A pool has no step of every env in one call: its workers are sent theirs."""
+        return None
+
+    def observations(self) -> None:
+        return None
 
     # The calls of :class:`Envs`, each run on the loop ----------------------------------
     def start(self) -> tuple[list[Any], list[Any]]:
