@@ -19,6 +19,8 @@ from hypothesis import settings
 from matrix import cover
 from support import POOL_MODES, wait_until, worker_processes, worker_threads
 
+from aioenv.engine._wake import WAKE_ENVIRONMENT
+
 try:
     import ray  # noqa: F401 (only whether it imports)
 except ImportError as exc:  # no wheel for this interpreter, or not installed
@@ -238,3 +240,16 @@ def gate(tmp_path: Path) -> Iterator[str]:
 def mode(request: pytest.FixtureRequest) -> Any:
     """Each pool configuration in turn: sync, thread, process, async, and two mixes."""
     return POOL_MODES[request.param]
+
+
+@pytest.fixture(params=["eventfd", "pipe"])
+def wake_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on both of the engine's counters: the kernel's eventfd, and the pipe it
+    falls back to."""
+    if request.param == "eventfd" and not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform: the pipe case covers it")
+    if request.param == "pipe":
+        monkeypatch.setenv(WAKE_ENVIRONMENT, "pipe")
+    else:
+        monkeypatch.delenv(WAKE_ENVIRONMENT, raising=False)
+    return str(request.param)

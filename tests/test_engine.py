@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces
 
 from aioenv.engine._buffer import StepBuffer, copied
-from aioenv.engine._wake import WAKE_ENVIRONMENT, Gone, Wake, kernel_counter
+from aioenv.engine._wake import Gone, Wake, kernel_counter
 from aioenv.env_side._idle_spin import IdleSpin
 
 pytestmark = [
@@ -24,18 +24,6 @@ pytestmark = [
 
 #: A deadline no healthy wait here comes near (seconds): the other side is a Python start.
 PATIENCE = 30.0
-
-
-@pytest.fixture(params=["eventfd", "pipe"])
-def wake_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test on both counters: the kernel's eventfd, and the pipe it falls back to."""
-    if request.param == "eventfd" and not hasattr(os, "eventfd"):
-        pytest.skip("no eventfd on this platform: the pipe case covers it")
-    if request.param == "pipe":
-        monkeypatch.setenv(WAKE_ENVIRONMENT, "pipe")
-    else:
-        monkeypatch.delenv(WAKE_ENVIRONMENT, raising=False)
-    return str(request.param)
 
 
 def _other_process(code: str, *fds: int) -> subprocess.Popen[bytes]:

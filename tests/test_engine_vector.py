@@ -18,23 +18,10 @@ from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
 
 import aioenv
-from aioenv.engine._wake import WAKE_ENVIRONMENT
 
 pytestmark = pytest.mark.timeout(120)
 
 N = 4
-
-
-@pytest.fixture(params=["eventfd", "pipe"])
-def wake_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test on both counters: the kernel's eventfd, and the pipe it falls back to."""
-    if request.param == "eventfd" and not hasattr(os, "eventfd"):
-        pytest.skip("no eventfd on this platform: the pipe case covers it")
-    if request.param == "pipe":
-        monkeypatch.setenv(WAKE_ENVIRONMENT, "pipe")
-    else:
-        monkeypatch.delenv(WAKE_ENVIRONMENT, raising=False)
-    return str(request.param)
 
 
 class Chatter(gymnasium.Env[np.ndarray, int]):

@@ -99,35 +99,31 @@ def test_copy_false_hands_out_a_view_of_shared_memory() -> None:
         np.testing.assert_array_equal(third, expected(2))
 
 
-def test_copy_false_reuses_one_array_across_workers() -> None:
-    with aioenv.AioVectorEnv(
-        [big] * N, mode="process", envs_per_worker=N // 2, copy=False, autoreset_mode="same_step"
-    ) as envs:
-        envs.reset(seed=0)
-        second = envs.step(ZEROS)[0]
-        np.testing.assert_array_equal(second, expected(1))
-        third = envs.step(ZEROS)[0]
-        assert np.shares_memory(second, third)
+@pytest.mark.parametrize(
+    ("options", "shared"),
+    [
         # The engine's buffer holds both children's rows: zero copies across workers too.
-        assert in_shared_memory(third)
-        np.testing.assert_array_equal(third, expected(2))
-
-
-def test_copy_false_of_a_pool_reuses_one_array_its_workers_are_copied_into() -> None:
+        ({}, True),
+        # A pool option: the pool's process workers, copied into one array reused.
+        ({"step_timeout": 600.0}, False),
+    ],
+    ids=["engine", "pool"],
+)
+def test_copy_false_reuses_one_array_across_workers(options: dict[str, Any], shared: bool) -> None:
     with aioenv.AioVectorEnv(
         [big] * N,
         mode="process",
         envs_per_worker=N // 2,
         copy=False,
         autoreset_mode="same_step",
-        step_timeout=600.0,  # a pool option: the pool's process workers, not the engine
+        **options,
     ) as envs:
         envs.reset(seed=0)
         second = envs.step(ZEROS)[0]
         np.testing.assert_array_equal(second, expected(1))
         third = envs.step(ZEROS)[0]
         assert np.shares_memory(second, third)
-        assert not in_shared_memory(third)
+        assert in_shared_memory(third) is shared
         np.testing.assert_array_equal(third, expected(2))
 
 
