@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 import gymnasium
@@ -18,6 +19,7 @@ from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
 
 import aioenv
+from aioenv.engine._wake import Wake
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -157,3 +159,48 @@ def test_an_env_that_fails_to_build_fails_the_constructor_by_name() -> None:
         aioenv.EnvError, match=r"process worker 1 \(env 1\): .*RuntimeError.*no env today"
     ):
         aioenv.AioVectorEnv([Chatter, _broken], mode="process", envs_per_worker=1)
+
+
+class Sleeper(Chatter):
+    """Sleeps far past any test's patience when stepped with action 2."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            time.sleep(3600)
+        return super().step(action)
+
+
+def test_closing_while_a_child_hangs_in_a_step_ends_it() -> None:
+    envs = aioenv.AioVectorEnv([Sleeper] * N, mode="process", envs_per_worker=2)
+    try:
+        envs.reset(seed=0)
+        envs.step_async(np.array([0, 0, 2, 0]))  # the second child never answers
+    finally:
+        started = time.monotonic()
+        envs.close()  # waits CLOSE_GRACE for answers and for the children, then kills
+    assert time.monotonic() - started < 60  # bounded; no_leaks checks nothing is left
+
+
+def test_a_step_interrupted_while_it_waits_leaves_the_next_step_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reference = SyncVectorEnv([Chatter] * N)
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2) as ours:
+        _same(ours.reset(seed=2), reference.reset(seed=2))
+        waits = Wake.wait
+        interrupted = []
+
+        def interrupt_once(self: Wake, *args: Any, **kwargs: Any) -> int:
+            if not interrupted:
+                interrupted.append(True)
+                raise KeyboardInterrupt  # as a Ctrl-C while the parent sleeps
+            return waits(self, *args, **kwargs)
+
+        monkeypatch.setattr(Wake, "wait", interrupt_once)
+        first = np.array([1, 0, 1, 0])
+        with pytest.raises(KeyboardInterrupt):
+            ours.step(first)
+        reference.step(first)  # the children stepped it all the same
+        monkeypatch.setattr(Wake, "wait", waits)
+        for actions in ([0, 1, 0, 1], [1, 1, 0, 0]):
+            _same(ours.step(np.array(actions)), reference.step(np.array(actions)))

@@ -241,6 +241,7 @@ class EngineChildren:
         for wake in self._requests:
             wake.post()
         self._pending.update(self._every)
+        self._in_buffer.update(self._every)
         died = self._wait()
         notes = buffer.notes[self._firsts]
         self._pending.clear()
@@ -248,7 +249,6 @@ class EngineChildren:
         observations = buffer.observations
         if self._copy:
             observations = copied(observations)
-        self._in_buffer.update(self._every)
         parts = self._infos(died, notes) if died or notes.any() else {}
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
         return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
