@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import re
 import subprocess
 import sys
 import textwrap
 import threading
+import time
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,7 +34,13 @@ from ray_support import actor_state
 from support import a_failed_rebuild_keeps_spaces, wait_until
 
 import aioenv
+import aioenv.workers.ray._actor as actor_module
+from aioenv.core import _pickling as pickling
+from aioenv.core._commands import RESET
 from aioenv.core._environment import BatchStep
+from aioenv.core._messages import EpisodeOptions
+from aioenv.core._registry import snapshot as registry_snapshot
+from aioenv.wire._requests import Request
 from aioenv.workers._supervision import restart_seed
 from aioenv.workers.ray._actor import TIMED_REQUESTS
 
@@ -502,7 +511,8 @@ async def test_a_ray_pool_makes_no_ray_call_on_its_event_loop(monkeypatch: Any) 
     ("pause", "thread_safe", "side_by_side"),
     [
         (0.005, None, True),  # slow envs, safe in threads: side by side
-        (0.0, None, False),  # fast envs: in turn (a thread's hand-off would cost more)
+        # Fast envs stay in turn: test_an_actor_steps_fast_envs_in_turn, on a clock of its
+        # own (through Ray a busy machine can make four steps of a fast env take 1 ms).
         (0.005, False, False),  # slow envs that say they are not safe in threads: in turn
     ],
 )
@@ -530,3 +540,35 @@ async def test_an_actor_steps_its_slow_thread_safe_envs_side_by_side(
         assert answers[1].info["met"]
         assert answers[0].info["met"] is side_by_side
         assert answers[0].reward == float(side_by_side)
+
+
+@pytest.mark.parametrize(("took", "side_by_side"), [(0.1e-3, False), (5e-3, True)])
+def test_an_actor_steps_fast_envs_in_turn_and_slow_ones_side_by_side(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, took: float, side_by_side: bool
+) -> None:
+    """The actor's rule itself, in this process, on a clock on which each request takes
+    ``took`` seconds: below SIDE_BY_SIDE_STEP the two envs' steps of one call are taken
+    in turn, and worker 0's, which waits for worker 1's to begin, never meets it."""
+    clock = iter(itertools.count(0.0, took))
+    # The actor module's clock alone (its ``time``), not the process's.
+    fake_time = types.SimpleNamespace(perf_counter=lambda: next(clock), sleep=time.sleep)
+    monkeypatch.setattr(actor_module, "time", fake_time)
+    meeting = functools.partial(Rendezvous, str(tmp_path), patience=0.5)
+    sources = [functools.partial(meeting, role="second"), functools.partial(meeting, role="first")]
+    payloads = [pickling.dumps(source) for source in sources]
+    episode = EpisodeOptions(autoreset="next_step")
+    actor = actor_module.EnvActor(payloads, [None, None], episode, registry_snapshot(), None)
+    try:
+        actor.serve([(w, 0, Request.BUILD, None) for w in (0, 1)])
+        for seq in range(1, TIMED_REQUESTS + 2):  # apart, the first's first: they meet
+            for w in (1, 0):
+                request = Request.STEP
+                ((_, _, step),) = actor.serve([(w, seq, request, RESET if seq == 1 else 0)])
+                assert step.info["met"]
+        step_seq = TIMED_REQUESTS + 2
+        replies = actor.serve([(w, step_seq, Request.STEP, 0) for w in (0, 1)])
+        answers = {w: step for w, _, step in replies}
+        assert answers[1].info["met"]
+        assert answers[0].info["met"] is side_by_side
+    finally:
+        actor.close()
