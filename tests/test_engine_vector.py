@@ -134,7 +134,8 @@ def test_a_child_that_dies_is_reported_by_name_and_the_vector_env_cannot_go_on()
         ):
             envs.step(np.array([0, 0, 2, 0]))
         with pytest.raises(
-            aioenv.WorkerRemoved, match=r"process worker 1 \(envs 2-3\) of the AioVectorEnv died"
+            aioenv.WorkerRemoved,
+            match=r"envs 2-3 of the AioVectorEnv \(process worker 1 \(envs 2-3\)\) failed for good",
         ):
             envs.step(np.zeros(N, np.int64))
 

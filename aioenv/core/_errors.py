@@ -9,6 +9,8 @@ import gymnasium
 from ._messages import Failure
 
 __all__ = [
+    "describe_failure",
+    "env_given_up",
     "AioEnvError",
     "ClosedError",
     "EnvError",
@@ -180,3 +182,23 @@ class SpaceMismatch(WorkerError):
 class VectorEnvClosed(ClosedError, gymnasium.error.ClosedEnvironmentError):
     """A call on an :class:`AioVectorEnv` after ``close()`` (gymnasium's
     ``ClosedEnvironmentError`` and aioenv's ``ClosedError`` both catch it)."""
+
+
+def describe_failure(error: WorkerError) -> str:
+    """``WorkerTimeout: <message>``: how a restart's reason reads."""
+    return f"{type(error).__name__}: {error.args[0] if error.args else error}"
+
+
+def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> WorkerRemoved:
+    """The error of every call on a vector env that gave up on ``envs`` (``name``'s, given
+    up for ``error``): its pool's worker, or an env stepped in line whose restart budget
+    was spent."""
+    removed = WorkerRemoved(
+        f"{envs} of the AioVectorEnv ({name}) failed for good and was given up on "
+        f"({describe_failure(error)}); an AioVectorEnv has a fixed number of envs and cannot "
+        "go on without it: close it and make a new one (restart='on_failure' rebuilds a "
+        "failed env instead of giving it up, within its restart budget: max_restarts)",
+        worker_id,
+    )
+    removed.__cause__ = error
+    return removed

@@ -13,7 +13,7 @@ import dataclasses
 import signal
 import socket
 
-from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved
+from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved, env_given_up
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ._child import ChildPlan
 from ._start import ChildStart, Context
@@ -76,14 +76,11 @@ class Child:
         )
 
     def removed(self, w: int, died: WorkerDied) -> WorkerRemoved:
-        """What every call raises once the child died (``died``)."""
-        removed = WorkerRemoved(
-            f"{self.name} of the AioVectorEnv died ({died.args[0]}); an AioVectorEnv has a "
-            "fixed number of envs and cannot go on without them: close it and make a new one",
-            w,
-        )
-        removed.__cause__ = died
-        return removed
+        """What every call raises once the child died (``died``), as for a pool's worker
+        given up on."""
+        size = self.rows.stop - self.rows.start
+        envs = f"env {self.first}" if size == 1 else f"envs {self.first}-{self.rows.stop - 1}"
+        return env_given_up(envs, self.name, died, w)
 
     def end(self) -> None:
         """Wait ``CLOSE_GRACE`` seconds for the child to exit (it was asked to), then

@@ -22,13 +22,12 @@ import numpy as np
 
 from ..core._commands import Reset
 from ..core._environment import EnvSource, VectorSource
-from ..core._errors import EnvError, WorkerError
+from ..core._errors import EnvError, WorkerError, env_given_up
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._seeds import reset_mask
 from ..env_side._vector_runner import VectorRunner
 from ..workers._supervision import Supervision
 from ._inline_restarts import RESTART_OPTIONS, InlineRestarts
-from ._runtime import env_given_up
 
 __all__ = ["INLINE_OPTIONS", "InlineEnvs"]
 

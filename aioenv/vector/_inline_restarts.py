@@ -10,7 +10,7 @@ An env that raises is rebuilt and its episode ends by the cut-short rule of
 same transitions and infos as the process path, env by env; the other envs are
 untouched. An env whose budget is spent is given up, as a pool gives up its worker: the
 request raises its error, and the vector env cannot go on
-(:func:`~aioenv.vector._runtime.env_given_up`).
+(:func:`~aioenv.core._errors.env_given_up`).
 
 Nothing of this runs while no env fails: the runner calls :meth:`InlineRestarts.recover`
 in place of reporting a failure, an env waiting for its restart answers through a

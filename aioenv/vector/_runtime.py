@@ -12,19 +12,17 @@ from typing import Any, Protocol
 import gymnasium
 
 from ..core._environment import describe_source
-from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved
+from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved, env_given_up
 from ..loops._background import close_at_exit
 from ..loops._host import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._remote_control import PerWorker
-from ..workers._supervision import describe_failure
 from ..workers.process._worker import ProcessWorker
 
 __all__ = [
     "Envs",
     "Runtime",
     "as_raised",
-    "env_given_up",
     "collect",
     "dispatch",
     "exchange",
@@ -226,21 +224,6 @@ def cannot_go_on(pool: WorkerPool[Any]) -> WorkerRemoved:
     size = pool.workers[worker_id].num_envs
     envs = f"env {first}" if size == 1 else f"envs {first}-{first + size - 1}"
     return env_given_up(envs, pool.workers[worker_id].name, removed[worker_id], worker_id)
-
-
-def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> WorkerRemoved:
-    """The error of every call on a vector env that gave up on ``envs`` (``name``'s, given
-    up for ``error``): its pool's worker, or an env stepped in line whose restart budget
-    was spent."""
-    removed = WorkerRemoved(
-        f"{envs} of the AioVectorEnv ({name}) failed for good and was given up on "
-        f"({describe_failure(error)}); an AioVectorEnv has a fixed number of envs and cannot "
-        "go on without it: close it and make a new one (restart='on_failure' rebuilds a "
-        "failed env instead of giving it up, within its restart budget: max_restarts)",
-        worker_id,
-    )
-    removed.__cause__ = error
-    return removed
 
 
 async def _set_idle_spin(pool: WorkerPool[Any], seconds: float) -> None:

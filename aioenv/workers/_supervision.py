@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from ..core._commands import is_reset
 from ..core._environment import BatchStep, Step
-from ..core._errors import WorkerError, WorkerTimeout
+from ..core._errors import WorkerError, WorkerTimeout, describe_failure
 from ..core._messages import Autoreset
 from ..core._restarts import EPISODE_TIMEOUT
 from ..core._rollouts import Rollout
@@ -458,11 +458,6 @@ class Supervisor:
         """No new env could be started: nothing is left to annotate or time."""
         self.disarm()
         self._restart_reason = None
-
-
-def describe_failure(error: WorkerError) -> str:
-    """``WorkerTimeout: <message>``: how a restart's reason reads."""
-    return f"{type(error).__name__}: {error.args[0] if error.args else error}"
 
 
 def request_phase(action: Any, autoreset: Autoreset, episode_ended: bool) -> Phase:
