@@ -722,7 +722,9 @@ async def warm_up(ray: bool) -> None:
         await pool.get_batch(min_size=len(workers))
 
     def vector_env_in_a_thread() -> None:
-        with aioenv.AioVectorEnv(FaultyEnv, 2, mode="process") as envs:
+        # A pool option keeps it on a pool, whose event loop is the one made in a thread
+        # (without one, its children step through the engine, with no event loop).
+        with aioenv.AioVectorEnv(FaultyEnv, 2, mode="process", step_timeout=60.0) as envs:
             envs.reset(seed=0)
 
     await asyncio.to_thread(vector_env_in_a_thread)
