@@ -19,6 +19,7 @@ __all__ = [
     "EnvSource",
     "Environment",
     "Step",
+    "Stepped",
     "VectorSource",
     "describe_source",
     "is_environment",
@@ -233,6 +234,13 @@ class BatchStep(Generic[O]):
         copy = object.__new__(BatchStep)
         copy.__dict__.update(self.__dict__, observations=_copy_arrays(self.observations))
         return copy
+
+
+#: A lockstep step of every env of a vector env in one call (envs in line, the engine's
+#: children): every env's observations, rewards, terminated and truncated flags, and the
+#: infos of the groups that gave some, by group id (each a BatchStep of the group's rows
+#: that holds its infos alone; empty where no env gave any).
+Stepped = tuple[Any, Any, Any, Any, "dict[int, BatchStep[Any]]"]
 
 
 #: A BatchStep's per-row infos, in :func:`split_rows`'s order, and its vector form.

@@ -11,6 +11,7 @@ from ._messages import Failure
 __all__ = [
     "describe_failure",
     "env_given_up",
+    "no_pool",
     "AioEnvError",
     "ClosedError",
     "EnvError",
@@ -187,6 +188,16 @@ class VectorEnvClosed(ClosedError, gymnasium.error.ClosedEnvironmentError):
 def describe_failure(error: WorkerError) -> str:
     """``WorkerTimeout: <message>``: how a restart's reason reads."""
     return f"{type(error).__name__}: {error.args[0] if error.args else error}"
+
+
+def no_pool(where: str) -> AttributeError:
+    """What ``AioVectorEnv.pool`` raises where its envs step with no pool (``where``: how
+    they step instead), saying how to have one."""
+    return AttributeError(
+        f"this AioVectorEnv steps its envs {where}, with no pool; pass mode='sync' or "
+        "'thread' for one, or wrap a pool of your own: "
+        "AioVectorEnv.from_pool(aioenv.make_pool(...))"
+    )
 
 
 def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> WorkerRemoved:

@@ -26,8 +26,8 @@ from typing import Any
 
 from ..core import _pickling as pickling
 from ..core._commands import Command, Reset
-from ..core._environment import BatchStep, EnvSource
-from ..core._errors import EnvError, WorkerDied, WorkerError
+from ..core._environment import BatchStep, EnvSource, Stepped
+from ..core._errors import EnvError, WorkerDied, WorkerError, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
@@ -41,12 +41,7 @@ from ._family import CLOSE_GRACE, Child, together
 from ._start import Context, resolve_context
 from ._wake import Gone, Wake
 
-__all__ = ["ENGINE_OPTIONS", "EngineChildren", "Stepped"]
-
-#: A lockstep step's answer: every env's observations, rewards, terminated and truncated
-#: flags, and the infos of the children that sent some, by child id (each a BatchStep of
-#: its rows holding its infos alone; empty where no env gave any).
-Stepped = tuple[Any, Any, Any, Any, dict[int, BatchStep[Any]]]
+__all__ = ["ENGINE_OPTIONS", "EngineChildren"]
 
 #: The options of a vector env whose envs step through the engine; any other pool option
 #: (deadlines, restarts, ...) still takes the pool.
@@ -77,6 +72,8 @@ class EngineChildren:
         copy: bool = True,
     ) -> None:
         self.batched = True
+        self.by_env = False
+        self.closes_at_exit = False
         self._episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
         self.autoreset: str = self._episode.autoreset
         self.closed = False
@@ -96,6 +93,10 @@ class EngineChildren:
         self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
         #: What a step of every child uses: its first rows, its request wakes, its ids.
         self._firsts = [rows.start for rows in self._rows]
+        # The notes as bytes: cleared and looked at per step for less than a microsecond
+        # (numpy's indexing and ``any`` cost a few).
+        self._notes = memoryview(self._buffer.notes)
+        self._no_notes = bytes(n)
         self._every = range(len(self._rows))
         self._copy = copy
         self._pending: set[int] = set()  # the children handed a request not yet read
@@ -237,29 +238,28 @@ class EngineChildren:
             write_rows(buffer.actions, actions)
         except (ValueError, TypeError):
             return None
-        buffer.notes[self._firsts] = 0
+        self._notes[:] = self._no_notes
         for wake in self._requests:
             wake.post()
         self._pending.update(self._every)
         self._in_buffer.update(self._every)
         died = self._wait()
-        notes = buffer.notes[self._firsts]
         self._pending.clear()
         self._taken = 0
         observations = buffer.observations
         if self._copy:
             observations = copied(observations)
-        parts = self._infos(died, notes) if died or notes.any() else {}
+        parts = self._infos(died) if died or self._notes != self._no_notes else {}
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
         return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
 
-    def _infos(self, died: dict[int, WorkerError], notes: Any) -> dict[int, BatchStep[Any]]:
+    def _infos(self, died: dict[int, WorkerError]) -> dict[int, BatchStep[Any]]:
         """The infos of a step's children that sent some, as BatchSteps of their rows
         that hold nothing else, by child id; the failures of those that failed or died,
         raised all together."""
         errors = list(died.values())
         parts: dict[int, BatchStep[Any]] = {}
-        for w, noted in enumerate(notes.tolist()):
+        for w, noted in enumerate(self._buffer.notes[self._firsts].tolist()):
             if not noted or w in died:
                 continue
             answer = self._message(w)
@@ -310,6 +310,13 @@ class EngineChildren:
         call."""
         observations = self._buffer.observations
         return copied(observations) if self._copy else observations
+
+    @property
+    def pool(self) -> Any:
+        raise no_pool("in child processes through the engine's shared buffer")
+
+    def allow_differing_observations(self) -> None:
+        raise ValueError("the engine's buffer holds envs of one observation space")
 
     # Controls ------------------------------------------------------------------------------
     def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:

@@ -78,14 +78,15 @@ class VectorBatches:
 
     # Actions out --------------------------------------------------------------------------
     def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
-        """The workers a step of every env goes to and their requests."""
+        """The workers a step of every env goes to and their requests (the envs and one
+        action each, where they are sent to ``by_env``)."""
         num_envs = self._layout.num_envs
         batch = list(iterate(self._action_space, actions))
         if len(batch) != num_envs:
             raise ValueError(
                 f"step() got {len(batch)} actions for {num_envs} envs; nothing was sent"
             )
-        if self._layout.batched:
+        if self._layout.batched and not self._layout.by_env:
             requests = self._layout.actions(self._single_action_space, actions, batch)
             return list(self._all_workers), requests
         return list(range(num_envs)), batch
@@ -123,7 +124,10 @@ class VectorBatches:
     def received(self, workers: list[int], states: list[Any], env_ids: list[int]) -> Result:
         """What ``recv`` returns, from these workers' states: a row per env of
         ``env_ids``, in that order, which ``infos["env_id"]`` gives (replacing an
-        ``"env_id"`` info of the envs' own)."""
+        ``"env_id"`` info of the envs' own). Envs sent to ``by_env`` answer in one
+        BatchStep of the rows ``env_ids``, the same under each of them."""
+        if self._layout.by_env:
+            return self.rows(states[0], env_ids)
         rows = np.asarray(env_ids, dtype=np.int64)
         # Grouped workers: the rows are these workers' envs, one worker after another, so
         # their own infos joined are the rows' (where they join).
@@ -143,17 +147,6 @@ class VectorBatches:
             arrays.truncated[rows],
             infos,
         )
-
-    def inline(self, batch: BatchStep[Any]) -> Result:
-        """What a lockstep step of every env in one batch returns (inline envs, the
-        engine's children): the BatchStep's arrays are whole and as the vector env hands
-        them out (new, or the engine's buffer with ``copy=False``), so they are handed out
-        as they are; its infos are by env over every env."""
-        if not batch.infos and not batch.final_infos:
-            infos: dict[str, Any] = {}
-        else:
-            infos = self._layout.infos_of(_ONLY_WORKER, [batch], self._add_info)
-        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     def infos_of(self, parts: dict[int, BatchStep[Any]]) -> dict[str, Any]:
         """The infos of a step whose workers ``parts`` (by id) gave some, each in a

@@ -30,7 +30,6 @@ from ..pool._factory import check_option_names
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
-from ._inline import InlineEnvs
 from ._lanes import LaneView
 from ._layout import LOCKSTEP_IDLE_SPIN, EnvLayout
 from ._pipeline import Pipeline
@@ -182,7 +181,6 @@ class AioVectorEnv(VectorEnv):
         spin_trial: bool = False,
     ) -> None:
         self._envs = envs
-        self._inline = envs if isinstance(envs, InlineEnvs) else None
         # Children that poll between steps by the rule are tried asleep now and then.
         self._spin_trial = (
             SpinTrial(functools.partial(_spin_children, envs))
@@ -191,15 +189,11 @@ class AioVectorEnv(VectorEnv):
         )
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
-        # A pool's runtime has an exit hook of its own (it must close before the loop's
-        # thread goes); envs in line or behind the engine have only this one.
-        self._finalizer.atexit = not isinstance(envs, Runtime)
+        self._finalizer.atexit = not envs.closes_at_exit
         try:
-            self._layout = EnvLayout(sizes, batched=envs.batched, named=self._inline is None)
+            self._layout = EnvLayout(sizes, batched=envs.batched, by_env=envs.by_env)
             self._define(envs, probe, observation_mode)
-            # Inline envs step when recv asks for them, any batch of them: one by one.
-            inline = isinstance(envs, InlineEnvs)
-            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset, by_env=inline)
+            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
             observations, actions = envs.start()
             layout = self._layout
             env_observation, env_action = self._env_spaces
@@ -239,8 +233,8 @@ class AioVectorEnv(VectorEnv):
         self.observation_space, self.single_observation_space = observation_spaces(
             observation_mode, observation_space, self.num_envs
         )
-        if observation_mode != "same" and isinstance(envs, Runtime):
-            envs.pool.allow_differing_observations()  # checked per env below, as gymnasium does
+        if observation_mode != "same":
+            envs.allow_differing_observations()  # checked per env below, as gymnasium does
         self._env_spaces: tuple[Any, Any]
         if lanes is None:
             self._env_spaces = (self.single_observation_space, self.single_action_space)
@@ -265,19 +259,9 @@ class AioVectorEnv(VectorEnv):
 
     @property
     def pool(self) -> WorkerPool[Any]:
-        """The pool of workers behind this vector env (not for ``mode="inline"``)."""
-        if isinstance(self._envs, Runtime):
-            return self._envs.pool
-        where = (
-            "in line, in the calling thread"
-            if self._inline is not None
-            else "in child processes through the engine's shared buffer"
-        )
-        raise AttributeError(
-            f"this AioVectorEnv steps its envs {where}, with no pool; pass mode='sync' or "
-            "'thread' for one, or wrap a pool of your own: "
-            "AioVectorEnv.from_pool(aioenv.make_pool(...))"
-        )
+        """The pool of workers behind this vector env (AttributeError where its envs step
+        in line or through the engine, with none)."""
+        return self._envs.pool
 
     @property
     def group_sizes(self) -> tuple[int, ...]:
@@ -372,16 +356,10 @@ class AioVectorEnv(VectorEnv):
                 "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
             )
         pipeline = self._pipeline
-        ids, requests = self._layout.reset_requests(
-            seed, options, "async_reset()", by_env=pipeline.by_env
-        )
+        ids, requests = self._layout.reset_requests(seed, options, "async_reset()", pipelined=True)
         pipeline.clear()
         pipeline.started()
-        if self._inline is not None:
-            self._inline.drop_queued()
-            self._inline.queue(ids, requests, resets=True)
-        else:
-            self._envs.dispatch(ids, requests, True)
+        self._envs.dispatch(ids, requests, True)
 
     def send(
         self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
@@ -402,16 +380,6 @@ class AioVectorEnv(VectorEnv):
             env_id = None if env_id is None else lanes.env_ids(env_id)
             actions = lanes.env_actions(actions)
         env_ids = pipeline.targets(env_id)
-        inline = self._inline
-        if inline is not None:
-            rows = self._batches.action_rows(actions, env_ids)
-            if not pipeline.active:  # what a recv left queued after an error: dropped
-                inline.drop_queued()
-            elif not inline.idle(env_ids):
-                pipeline.check_not_flying(inline, env_ids)
-            pipeline.started()
-            inline.queue(env_ids, rows)
-            return
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
@@ -431,8 +399,6 @@ class AioVectorEnv(VectorEnv):
         self._check_open()
         pipeline = self._pipeline
         pipeline.check_recv(self._envs)
-        if self._inline is not None:
-            return self._recv_inline(self._inline, pipeline)
         held = pipeline.held
         error = self._envs.receive(pipeline.workers_per_batch, held)
         if error is not None:
@@ -442,21 +408,6 @@ class AioVectorEnv(VectorEnv):
         states = [held.pop(worker_id) for worker_id in workers]
         env_ids = pipeline.last_env_ids = pipeline.envs(workers)
         return self._lane_result(self._batches.received(workers, states, env_ids))
-
-    def _recv_inline(self, inline: InlineEnvs, pipeline: Pipeline) -> Result:
-        """``recv`` of inline envs: the first ``batch_size`` envs sent to step now, in the
-        order they were sent."""
-        try:
-            env_ids, batch = inline.answer_queued(pipeline.batch_size)
-        except WorkerError as error:
-            failed: WorkerError | None = error
-        else:
-            failed = None
-        if failed is not None:
-            pipeline.last_env_ids = None
-            raise raised([failed], self._layout.env_of)
-        pipeline.last_env_ids = env_ids
-        return self._lane_result(self._batches.rows(batch, env_ids))
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what
@@ -517,11 +468,9 @@ class AioVectorEnv(VectorEnv):
             raise raised([failed], self._layout.env_of)
         if batch is None:
             return None
-        if isinstance(batch, tuple):  # the engine's: its children's infos apart
-            observations, rewards, terminated, truncated, parts = batch
-            infos = self._batches.infos_of(parts) if parts else {}
-            return observations, rewards, terminated, truncated, infos
-        return self._batches.inline(batch)
+        observations, rewards, terminated, truncated, parts = batch
+        infos = self._batches.infos_of(parts) if parts else {}
+        return observations, rewards, terminated, truncated, infos
 
     # Requests out, states in (their batched form: VectorBatches) ----------------------
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:

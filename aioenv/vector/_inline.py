@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core._commands import Reset
-from ..core._environment import EnvSource, VectorSource
-from ..core._errors import EnvError, WorkerError, env_given_up
+from ..core._commands import Reset, is_reset
+from ..core._environment import EnvSource, Stepped, VectorSource
+from ..core._errors import EnvError, WorkerError, env_given_up, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._seeds import reset_mask
 from ..env_side._vector_runner import VectorRunner
@@ -42,15 +42,15 @@ class InlineEnvs:
     """The envs of an inline vector env: one request at a time, answered in line.
 
     It takes the places of the pool and its event loop in the vector env (the same calls
-    as :class:`~aioenv.vector._runtime.Runtime`): ``exchange`` answers a request at once;
-    ``dispatch`` holds one until ``collect`` or ``receive`` takes its answer
-    (``step_async``/``step_wait``). The pipelined calls go env by env: :meth:`queue`
-    holds each env's request, :meth:`answer_queued` steps the first ones queued when
-    ``recv`` asks for them. A
-    :class:`Failure` becomes the :class:`EnvError` a grouped worker's would, named after
-    this group."""
+    as :class:`~aioenv.vector._runtime.Runtime`): ``exchange`` answers a request at once.
+    The pipelined calls go env by env (``by_env``): ``dispatch`` queues each env's
+    request, ``collect`` and ``receive`` step the first ones queued when ``step_wait`` or
+    ``recv`` asks for them. A :class:`Failure` becomes the :class:`EnvError` a grouped
+    worker's would, named after this group."""
 
     batched = True
+    by_env = True
+    closes_at_exit = False
     #: No children: nothing polls between steps.
     idle_spin = None
 
@@ -74,7 +74,6 @@ class InlineEnvs:
         self.restarts: InlineRestarts | None = None
         if options.restart == "on_failure" or options.on_failure is not None:
             self.restarts = InlineRestarts(self._runner, sources, seed, episode, options)
-        self._pending: list[Any] = []  # a request sent and not yet taken (at most one)
         #: The pipelined calls' requests not yet answered, by env, in the order sent.
         self._queued: dict[int, Any] = {}
         #: The envs among them whose request is a reset (async_reset's), not an action.
@@ -88,10 +87,10 @@ class InlineEnvs:
             raise self._error(runner.build_failure)
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
-    def step(self, actions: Any) -> Any:
-        """Step every env with its action of the batch ``actions``: their BatchStep (a
-        WorkerError for an env's failure). The lockstep hot path: nothing but the runner's
-        own work, the batch split once, by the runner."""
+    def step(self, actions: Any) -> Stepped:
+        """Step every env with its action of the batch ``actions`` (a WorkerError for an
+        env's failure). The lockstep hot path: nothing but the runner's own work, the
+        batch split once, by the runner; its arrays are new, handed out as they are."""
         runner, restarts = self._runner, self.restarts
         if restarts is not None:
             self._check_usable()
@@ -105,13 +104,21 @@ class InlineEnvs:
             raise self._failed(result)
         if restarts is not None and restarts.unsettled:
             restarts.progress(range(self.num_envs))
-        return result
+        parts = {_WORKER_ID: result} if result.infos or result.final_infos else {}
+        return result.observations, result.rewards, result.terminated, result.truncated, parts
 
     def set_idle_spin(self, seconds: float) -> None:
         """Nothing polls: the envs step in the calling thread."""
 
     def observations(self) -> None:
         return None  # each step's BatchStep has every env's
+
+    @property
+    def pool(self) -> Any:
+        raise no_pool("in line, in the calling thread")
+
+    def allow_differing_observations(self) -> None:
+        """Nothing to allow: the vector env checks each env's observation space."""
 
     # What the vector env asks of its envs (see ``_vector_runtime.Envs``) -----------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
@@ -120,38 +127,42 @@ class InlineEnvs:
         self._check_usable()
         return self._answer(requests[0])
 
-    def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
-        """Hold the request: the pipelined calls' work happens when its result is taken."""
-        self._check_usable()
-        self._pending[:] = [requests[0]]
-
-    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
-        return self._answer(self._pending.pop())
-
-    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
-        states, errors = self._answer(self._pending.pop())
-        if errors:
-            return errors[0]
-        held[_WORKER_ID] = states[0]
-        return None
-
     # The pipelined calls, env by env: ``send`` queues, ``recv`` steps ---------------------
-    def queue(self, env_ids: list[int], requests: list[Any], resets: bool = False) -> None:
-        """Queue ``requests[k]`` for env ``env_ids[k]``: an action, or with ``resets`` a
-        reset with that env's own seed. It is answered by a later :meth:`answer_queued`,
-        in the order queued."""
+    def dispatch(self, env_ids: list[int], requests: list[Any], drop: bool) -> None:
+        """Queue ``requests[k]`` for env ``env_ids[k]`` (with ``drop``, after dropping
+        what was queued): actions, or an ``async_reset``'s resets, each with that env's own
+        seed. The envs step when their answers are taken, in the order queued."""
         self._check_usable()
+        if drop:
+            self.drop_queued()
         self._queued.update(zip(env_ids, requests, strict=True))
-        if resets:
+        if is_reset(requests[0]):
             self._resets.update(env_ids)
 
-    def answer_queued(self, count: int) -> tuple[list[int], Any]:
+    def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        """``step_wait``: every env's queued action answered, in one BatchStep."""
+        try:
+            _, batch = self._answer_queued(len(self._queued))
+        except WorkerError as error:
+            return [], [error]
+        return [batch], []
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        try:
+            envs, batch = self._answer_queued(count)
+        except WorkerError as error:
+            return error
+        held.update(dict.fromkeys(envs, batch))
+        return None
+
+    def _answer_queued(self, count: int) -> tuple[list[int], Any]:
         """Answer the first ``count`` requests queued (the envs sent to first are the first
-        ready, as they would be if they had stepped meanwhile): those envs and their
-        BatchStep, a row each in that order. They are no longer queued, whatever happens;
-        an env's failure is raised (a WorkerError), as a group's would be."""
+        ready, as they would be if they had stepped meanwhile): those envs, in the order
+        of their ids, and their BatchStep, a row each in that order. They are no longer
+        queued, whatever happens; an env's failure is raised (a WorkerError), as a
+        group's would be."""
         queued = self._queued
-        envs = list(itertools.islice(queued, count))
+        envs = sorted(itertools.islice(queued, count))
         requests = [queued.pop(env) for env in envs]
         resets = bool(self._resets)  # some are async_reset's: each request is looked at
         if resets:
@@ -164,10 +175,6 @@ class InlineEnvs:
         if restarts is not None and restarts.unsettled:
             restarts.progress(envs)
         return envs, result
-
-    def idle(self, env_ids: list[int]) -> bool:
-        """None of these envs has a request queued."""
-        return self._queued.keys().isdisjoint(env_ids)
 
     def drop_queued(self) -> None:
         self._queued.clear()
@@ -210,7 +217,6 @@ class InlineEnvs:
         if self.closed:
             return
         self.closed = True
-        self._pending.clear()
         self.drop_queued()
         self._runner.close()
 

@@ -181,9 +181,11 @@ _ALL_ASKED = object()
 
 
 class EnvLayout:
-    """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``."""
+    """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``. ``by_env``:
+    the envs are one group stepped in line, sent to by the pipelined calls env by env (see
+    ``Envs.by_env``), with no worker to name."""
 
-    def __init__(self, sizes: list[int], *, batched: bool = False, named: bool = True) -> None:
+    def __init__(self, sizes: list[int], *, batched: bool = False, by_env: bool = False) -> None:
         self.sizes = sizes
         self.starts = [0, *itertools.accumulate(sizes)][:-1]
         self.num_envs = sum(sizes)
@@ -191,7 +193,7 @@ class EnvLayout:
         #: the vector env exchanges BatchSteps.
         self.batched = batched or any(size > 1 for size in sizes)
         self._lists = batched  # even a worker of one env answers controls with a list
-        self._named = named  # its groups are workers (or children) to name in messages
+        self.by_env = by_env
         self._all_workers = list(range(len(sizes)))
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
@@ -201,7 +203,7 @@ class EnvLayout:
             return None, "an env"
         lo, size = self.starts[worker_id], self.sizes[worker_id]
         env = lo + (in_batch or 0)
-        if size == 1 or not self._named:  # inline envs have no worker to name
+        if size == 1 or self.by_env:  # inline envs have no worker to name
             return env, f"env {env}"
         return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
 
@@ -239,7 +241,7 @@ class EnvLayout:
         """The workers that step the envs ``env_ids`` and their batches of actions, from
         ``actions`` (``per_env[k]``, split by gymnasium's ``iterate``, is env
         ``env_ids[k]``'s). A worker steps all its envs or none: ValueError otherwise."""
-        if not self.batched:
+        if not self.batched or self.by_env:
             return list(env_ids), per_env
         row_of = {env: row for row, env in enumerate(env_ids)}
         worker_ids: list[int] = []
@@ -263,16 +265,17 @@ class EnvLayout:
         seed: int | list[int | None] | None,
         options: dict[str, Any] | None,
         call: str,
-        by_env: bool = False,
+        pipelined: bool = False,
     ) -> tuple[list[int], list[Any]]:
         """The workers a vector env's reset goes to and their requests: gymnasium's seeds
         (env ``i`` gets ``seed + i``, or one seed per env) and ``options["reset_mask"]``;
-        ``by_env``: the envs and a request each, whatever the layout."""
+        ``pipelined`` (``async_reset``) where the envs are sent to ``by_env``: the envs and
+        a request each."""
         seeds = per_env_seeds(seed, self.num_envs, call)
         mask, options = reset_mask(options, self.num_envs)
         if mask is None:
             mask = np.ones(self.num_envs, dtype=np.bool_)
-        if self.batched and not by_env:
+        if self.batched and not (pipelined and self.by_env):
             return self.resets(seeds, mask, options)
         ids = np.flatnonzero(mask).tolist()
         return ids, [

@@ -26,13 +26,13 @@ class Pipeline:
     """What the pipelined calls of one vector env have under way.
 
     ``batch_size`` envs come back from each ``recv``; a worker's envs are sent and come
-    back together, so ``batch_size`` is a whole number of workers. ``by_env``: the envs
-    are sent and come back one by one, whatever the layout (inline envs, which step when
-    ``recv`` asks for them); the pipeline's units are then envs, not workers."""
+    back together, so ``batch_size`` is a whole number of workers. Where the layout's
+    envs are sent to ``by_env``, they are sent and come back one by one (inline envs,
+    which step when ``recv`` asks for them); the pipeline's units are then envs, not
+    workers."""
 
-    def __init__(
-        self, layout: EnvLayout, batch_size: int | None, autoreset: str, by_env: bool = False
-    ) -> None:
+    def __init__(self, layout: EnvLayout, batch_size: int | None, autoreset: str) -> None:
+        by_env = layout.by_env
         num_envs = layout.num_envs
         size = num_envs if batch_size is None else batch_size
         if isinstance(size, np.integer):

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import gymnasium
 
-from ..core._environment import describe_source
+from ..core._environment import Stepped, describe_source
 from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved, env_given_up
 from ..loops._background import close_at_exit
 from ..loops._host import LoopHost, host_for_sync_calls
@@ -42,6 +42,22 @@ class Envs(Protocol):
     #: The envs answer in batches, even a group of one env (envs in line, the engine's
     #: children); a pool's workers of one env answer as that env.
     batched: bool
+    #: The envs are one group stepped in line: the pipelined calls send to them and take
+    #: them back env by env (the units of ``dispatch``, ``receive`` and ``has_pending``
+    #: are envs, not workers), and there is no worker to name in messages.
+    by_env: bool
+    #: The envs close themselves at interpreter exit (a pool's runtime: it must close
+    #: before its loop's thread goes); else the vector env's finalizer closes them then.
+    closes_at_exit: bool
+
+    @property
+    def pool(self) -> WorkerPool[Any]:
+        """The pool behind the envs; AttributeError, saying how they step, where there is
+        none."""
+
+    def allow_differing_observations(self) -> None:
+        """Let envs' observation spaces differ (``observation_mode="different"``: the
+        vector env checks each env's itself)."""
 
     @property
     def autoreset(self) -> str:
@@ -55,10 +71,10 @@ class Envs(Protocol):
     def set_idle_spin(self, seconds: float) -> None:
         """Make every child poll ``seconds`` for its next request."""
 
-    def step(self, actions: Any) -> Any:
+    def step(self, actions: Any) -> Stepped | None:
         """A lockstep step of every env in one call, with a batch of the vector env's
-        actions: a BatchStep of every env (in line), the engine's
-        :data:`~aioenv.engine._children.Stepped`, or None where there is no such step (a
+        actions (in line, the engine's children): see
+        :data:`~aioenv.core._environment.Stepped`; None where there is no such step (a
         pool's) or these actions do not fit it (then the requests are made one by one)."""
 
     def observations(self) -> Any:
@@ -78,7 +94,9 @@ class Envs(Protocol):
         """Take the answers of workers ``ids``, which were all sent a request."""
 
     def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
-        """Take answers into ``held`` (by worker id) until it has ``count``."""
+        """Take answers into ``held`` (by worker id) until it has ``count``. Envs stepped
+        ``by_env`` answer ``count`` envs in one BatchStep of their rows (in the order of
+        their ids), held under each of them."""
 
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """Call method ``name`` of every env: one answer per worker."""
@@ -114,6 +132,8 @@ class Runtime:
     :func:`~aioenv.loops._host.host_for_sync_calls`)."""
 
     batched = False
+    by_env = False
+    closes_at_exit = True  # close_at_exit below
 
     def __init__(self, pool: WorkerPool[Any]) -> None:
         self.pool = pool
@@ -142,6 +162,9 @@ class Runtime:
     def set_idle_spin(self, seconds: float) -> None:
         """Make every process worker's child poll ``seconds`` for its next request."""
         self.call(_set_idle_spin, self.pool, seconds)
+
+    def allow_differing_observations(self) -> None:
+        self.pool.allow_differing_observations()
 
     def step(self, actions: Any) -> None:
         """A pool has no step of every env in one call: its workers are sent theirs."""
