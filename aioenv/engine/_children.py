@@ -18,7 +18,6 @@ waits, terminates and kills, and ends what the envs started.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 from collections.abc import Sequence
@@ -28,14 +27,14 @@ from ..core import _pickling as pickling
 from ..core._commands import Command, Reset
 from ..core._environment import BatchStep, EnvSource, Stepped
 from ..core._errors import EnvError, WorkerDied, WorkerError, no_pool
-from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import encoded, post_with, receive_message
+from ._channel import encoded, post_with
 from ._child import ChildPlan
 from ._family import CLOSE_GRACE, Child, together
 from ._start import Context, resolve_context
@@ -131,11 +130,11 @@ class EngineChildren:
         self._requests = [child.request for child in self._children]
         for w, child in enumerate(self._children):
             try:
-                built = receive_message(child.start.socket)
+                built = child.message(w)
             except (EOFError, OSError):
                 raise self._died(w, "while it built its envs") from None
-            if isinstance(built, Failure):
-                raise EnvError.from_failure(built, child.name, w)
+            if isinstance(built, EnvError):
+                raise built
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
     # Requests out, answers in --------------------------------------------------------------
@@ -275,14 +274,10 @@ class EngineChildren:
     def _message(self, w: int) -> Any:
         """Child ``w``'s message: its answer, or the WorkerError a failure or its death
         is."""
-        child = self._children[w]
         try:
-            answer = receive_message(child.start.socket)
+            return self._children[w].message(w)
         except (EOFError, OSError):
             return self._died(w, "while it answered")
-        if isinstance(answer, Failure):
-            return EnvError.from_failure(answer, child.name, w)
-        return answer
 
     def _read(self, w: int) -> Any:
         """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
@@ -331,34 +326,27 @@ class EngineChildren:
         for answer in answers.values():
             if isinstance(answer, WorkerError):
                 raise answer
-        return [answers.get(w) for w in range(len(self._children))]
+        return [answers.get(w) for w in self._every]
+
+    def _to_every(self, request: Any, op: str = "control") -> list[Any]:
+        """Every child's answer to the same request."""
+        return self._control(dict.fromkeys(self._every, request), op)
 
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        request = ControlRequest("call", name, args, kwargs)
-        return self._control(dict.fromkeys(range(len(self._children)), request))
+        return self._to_every(ControlRequest("call", name, args, kwargs))
 
     def apply_envs(
         self, functions: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> list[Any]:
-        return self._control(
-            {
-                w: ControlRequest("apply", "", (function, *args), kwargs)
-                for w, function in enumerate(functions)
-                if function is not None
-            }
-        )
+        asked = {w: (f, *args) for w, f in enumerate(functions) if f is not None}
+        return self._control({w: ControlRequest("apply", "", a, kwargs) for w, a in asked.items()})
 
     def get_attr(self, name: str) -> list[Any]:
-        request = ControlRequest("get", name)
-        return self._control(dict.fromkeys(range(len(self._children)), request))
+        return self._to_every(ControlRequest("get", name))
 
     def set_attr(self, name: str, values: Any) -> None:
-        self._control(
-            {
-                w: ControlRequest("set", name, (values[w] if isinstance(values, list) else values,))
-                for w in range(len(self._children))
-            }
-        )
+        per_child = values if isinstance(values, list) else [values] * len(self)
+        self._control({w: ControlRequest("set", name, (per_child[w],)) for w in self._every})
 
     @property
     def idle_spin(self) -> float:
@@ -368,8 +356,7 @@ class EngineChildren:
     def set_idle_spin(self, seconds: float) -> None:
         """Make every child poll ``seconds`` for its next request before it sleeps."""
         self._idle_spin = float(seconds)
-        every = range(len(self._children))
-        self._control(dict.fromkeys(every, self._idle_spin), "spin")
+        self._to_every(self._idle_spin, "spin")
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -383,8 +370,8 @@ class EngineChildren:
 
     # Failures and close --------------------------------------------------------------------
     def _died(self, w: int, when: str) -> WorkerDied:
-        error = self._dead[w] = self._children[w].exit_error(w, when)
-        return error
+        self._dead[w] = self._children[w].exit_error(w, when)
+        return self._dead[w]
 
     def _check_usable(self) -> None:
         if self._dead:
@@ -399,11 +386,8 @@ class EngineChildren:
         self.closed = True
         if self._pending:
             self._answers(CLOSE_GRACE)  # a child mid-step would write its note over ours
-        notes = self._buffer.notes
         for child in self._children:
-            with contextlib.suppress(OSError):
-                notes[child.first] = 1
-                post_with(child.start.socket, child.request, encoded(None))
+            child.ask_to_close(self._buffer.notes)
         for child in self._children:
             child.end()
         self._answer.close()

@@ -12,9 +12,12 @@ import contextlib
 import dataclasses
 import signal
 import socket
+from typing import Any
 
 from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved, env_given_up
+from ..core._messages import Failure
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
+from ._channel import encoded, post_with, receive_message
 from ._child import ChildPlan
 from ._start import ChildStart, Context
 from ._wake import Wake
@@ -81,6 +84,21 @@ class Child:
         size = self.rows.stop - self.rows.start
         envs = f"env {self.first}" if size == 1 else f"envs {self.first}-{self.rows.stop - 1}"
         return env_given_up(envs, self.name, died, w)
+
+    def message(self, w: int) -> Any:
+        """Child ``w``'s message: its answer, or the EnvError its failure is (EOFError or
+        OSError where the child is gone)."""
+        answer = receive_message(self.start.socket)
+        if isinstance(answer, Failure):
+            return EnvError.from_failure(answer, self.name, w)
+        return answer
+
+    def ask_to_close(self, notes: Any) -> None:
+        """Ask the child to close its envs and exit (a message of nothing); a child
+        already gone is not asked. ``notes``: the buffer's."""
+        with contextlib.suppress(OSError):
+            notes[self.first] = 1
+            post_with(self.start.socket, self.request, encoded(None))
 
     def end(self) -> None:
         """Wait ``CLOSE_GRACE`` seconds for the child to exit (it was asked to), then
