@@ -36,10 +36,10 @@ from .core._commands import Reset
 from .core._environment import EnvSource, Step
 from .core._errors import AioEnvError
 from .core._restarts import restart_note
+from .core._supervision import SUPERVISION_DEFAULTS
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
 from .wire._openenv_json import jsonable, space_schema
-from .workers._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["ServeOptions", "build_app"]
 

@@ -26,7 +26,7 @@ from aioenv.env_side._serving import Slots
 from aioenv.pool._options import PoolOptions
 from aioenv.wire._frames import FrameDecoder, dumps, encode, encode_action, loads
 from aioenv.wire._requests import Request
-from aioenv.workers._supervision import Supervision
+from aioenv.core._supervision import Supervision
 from aioenv.workers.ray._worker import RayWorker
 
 PACKAGE = Path(aioenv.__file__).parent
@@ -87,7 +87,7 @@ def test_each_option_default_is_written_once() -> None:
                 written.setdefault(option, []).append(f"{path}:{where}")
     again = {option: places for option, places in written.items() if len(places) > 1}
     assert not again, f"option defaults written in more than one place: {again}"
-    assert written["cleanup_time"] == ["aioenv/workers/_supervision.py:Supervision"]
+    assert written["cleanup_time"] == ["aioenv/core/_supervision.py:Supervision"]
 
 
 def test_signatures_read_supervision_defaults_from_the_one_definition() -> None:
@@ -114,7 +114,7 @@ def test_every_signature_shows_the_one_default() -> None:
     supervision option is the value :class:`Supervision` defines, and the pools' other
     options are :class:`PoolOptions`'s, which is made of Supervision, not a copy."""
     from aioenv.pool._options import POOL_DEFAULTS
-    from aioenv.workers._supervision import SUPERVISION_DEFAULTS
+    from aioenv.core._supervision import SUPERVISION_DEFAULTS
 
     assert issubclass(PoolOptions, Supervision) and issubclass(PoolOptions, EpisodeOptions)
     kinds = [

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core._errors import WorkerError
 from ..core._messages import EpisodeOptions
-from ..workers._supervision import Supervision
+from ..core._supervision import Supervision
 
 __all__ = ["POOL_DEFAULTS", "POOL_OPTIONS", "PoolOptions"]
 

@@ -25,8 +25,8 @@ from ..core._environment import EnvSource, Stepped, VectorSource
 from ..core._errors import EnvError, WorkerError, env_given_up, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._seeds import reset_mask
+from ..core._supervision import Supervision
 from ..env_side._vector_runner import VectorRunner
-from ..workers._supervision import Supervision
 from ._inline_restarts import RESTART_OPTIONS, InlineRestarts
 
 __all__ = ["INLINE_OPTIONS", "InlineEnvs"]

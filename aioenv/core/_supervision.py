@@ -1,0 +1,221 @@
+"""The supervision options every worker kind and the engine take, and the deadline rule:
+:class:`Supervision` (each option's default and check, in one place), which deadline a
+request gets (:func:`request_phase`) and the error of a request past it
+(:func:`timeout_error`). How one worker acts on them over time (restarts, budgets) is
+:class:`aioenv.workers._supervision.Supervisor`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ._commands import is_reset
+from ._environment import BatchStep, Step
+from ._errors import WorkerError, WorkerTimeout
+from ._messages import Autoreset
+from ._rollouts import Rollout
+
+__all__ = [
+    "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_RESTART_WINDOW",
+    "DEFAULT_START_TIMEOUT",
+    "SUPERVISION_DEFAULTS",
+    "Phase",
+    "Supervision",
+    "episode_ended",
+    "request_phase",
+    "timeout_error",
+]
+
+#: The deadline for building an env and its first reset when only ``step_timeout`` is
+#: set: simulators can take far longer to start than to step.
+DEFAULT_START_TIMEOUT = 60.0
+
+#: The default restart budget: a worker is given up once its env fails
+#: ``DEFAULT_MAX_RESTARTS + 1`` times in a row with no progress between the failures (a
+#: crash loop; see :class:`Supervisor`). An env that makes progress between its failures
+#: is restarted for as long as it does, however often it fails and however long the run.
+DEFAULT_MAX_RESTARTS = 10
+#: No window: the crash-loop rule above. A number of seconds asks for the rate rule
+#: instead (at most ``max_restarts`` restarts within any window that long).
+DEFAULT_RESTART_WINDOW: float | None = None
+
+#: Which deadline a request gets: building an env plus its first reset, a reset, a step,
+#: a step that may also reset an env (autoreset), or a rollout segment.
+Phase = Literal["start-up", "reset", "step", "step and reset", "rollout"]
+
+_MAX_BACKOFF = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Supervision:
+    """What to do about slow and failing workers: the one definition of these options
+    and their defaults. The worker kinds, the pools and ``make_pool`` take them by these
+    names, and their signatures read the defaults from :data:`SUPERVISION_DEFAULTS`.
+
+    :param cleanup_time: seconds a worker's env gets to close before it is forced
+        (terminated, then killed, where its kind can); default 5.
+    :param step_timeout: seconds a step may take; None (the default): no deadline.
+    :param start_timeout: the same for construction plus the first reset after a
+        (re)start; None (the default) means ``max(step_timeout, reset_timeout, 60)`` when
+        either is set, else no deadline.
+    :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
+        step that may also reset (autoreset ``"same_step"``, or ``"next_step"`` after an
+        episode ended) gets ``step_timeout + reset_timeout``.
+    :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild the env after an
+        env exception, a death or a timeout. With ``"never"`` no restart budget applies:
+        an env that raised is kept (the request raises :class:`~aioenv.EnvError`), one
+        that died or hung gives its worker up.
+    :param max_restarts: the restart budget of a worker (default 10). Without a
+        ``restart_window`` (the default): restarts in a row with no progress between
+        them; the failure after ``max_restarts`` such restarts (the ``max_restarts + 1``-th
+        failure in a row) gives the worker up. Progress is a state the env answered to a
+        request after its start: a successful step, reset or rollout segment, not the
+        reset that starts a new env (a restart, a reconnect). With a window: at most this
+        many restarts within it.
+    :param restart_window: None (the default): the crash-loop rule above. Seconds: the
+        rate rule instead, a sliding window over the times of the worker's failures (its
+        successes do not count); ``math.inf`` counts restarts over the worker's lifetime.
+    :param restart_backoff: seconds to wait before the first restart (default 0), doubling
+        for back-to-back failures, capped at 10 s.
+    :param on_failure: called with every failure, restarted or not (default None).
+    :param episode_timeout: seconds an episode may last, from its reset's answer to its
+        end, the env's time and the wait for the next action alike; None (the default):
+        no budget. An episode past it ends truncated (reason :data:`EPISODE_TIMEOUT`); that
+        is no failure, so it spends no restart.
+    """
+
+    cleanup_time: float = 5.0
+    step_timeout: float | None = None
+    start_timeout: float | None = None
+    reset_timeout: float | None = None
+    restart: Literal["never", "on_failure"] = "never"
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    restart_window: float | None = DEFAULT_RESTART_WINDOW
+    restart_backoff: float = 0.0
+    on_failure: Callable[[WorkerError], None] | None = None
+    episode_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        cleanup_time = self.cleanup_time
+        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
+            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        names = (
+            "step_timeout",
+            "start_timeout",
+            "reset_timeout",
+            "restart_window",
+            "episode_timeout",
+        )
+        for name in names:
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            ):
+                raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
+        if self.restart not in ("never", "on_failure"):
+            raise ValueError(f"restart must be 'never' or 'on_failure', got {self.restart!r}")
+        max_restarts = self.max_restarts
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
+            raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
+
+    def under(self, own: Supervision) -> Supervision:
+        """These options for a worker whose ``own`` deadlines win over these."""
+        return dataclasses.replace(
+            self,
+            step_timeout=own.step_timeout or self.step_timeout,
+            start_timeout=own.start_timeout or self.start_timeout,
+            reset_timeout=own.reset_timeout or self.reset_timeout,
+            episode_timeout=own.episode_timeout or self.episode_timeout,
+        )
+
+    @property
+    def has_deadlines(self) -> bool:
+        return (
+            self.step_timeout is not None
+            or self.start_timeout is not None
+            or self.reset_timeout is not None
+        )
+
+    def deadline(self, phase: Phase, steps: int = 1) -> float | None:
+        """Seconds a request of ``phase`` may take (None: no deadline); a rollout segment
+        (or a start-up that plays one) gets one step deadline per transition, ``steps``."""
+        step = self.step_timeout
+        if phase == "step":
+            return step
+        if phase == "rollout":
+            return None if step is None else step * steps
+        reset = step if self.reset_timeout is None else self.reset_timeout
+        if phase == "reset":
+            return reset
+        if phase == "step and reset":
+            return None if step is None or reset is None else step + reset
+        if self.start_timeout is not None:
+            start = self.start_timeout
+        elif step is not None or reset is not None:
+            start = max(step or 0.0, reset or 0.0, DEFAULT_START_TIMEOUT)
+        else:
+            return None
+        return start * steps
+
+    def backoff(self, consecutive_failures: int) -> float:
+        if self.restart_backoff <= 0:
+            return 0.0
+        return float(
+            min(self.restart_backoff * 2 ** max(consecutive_failures - 1, 0), _MAX_BACKOFF)
+        )
+
+
+#: Every supervision option at its default: what the signatures that take these options
+#: (the worker kinds', the pools') read their defaults from.
+SUPERVISION_DEFAULTS = Supervision()
+
+
+def request_phase(action: Any, autoreset: Autoreset, episode_ended: bool) -> Phase:
+    """Which deadline a request for ``action`` gets (once the env has started): a reset's,
+    a step's, a rollout segment's, or a step's plus a reset's for a step that may also
+    reset an env: under autoreset ``"same_step"`` any step, under ``"next_step"`` the one
+    after a state that ended an episode (``episode_ended``, see :func:`episode_ended`;
+    with several envs per worker, the step that resets those whose episode ended)."""
+    if type(action) is Rollout:
+        return "rollout"
+    if is_reset(action):
+        return "reset"
+    if autoreset == "same_step" or (autoreset == "next_step" and episode_ended):
+        return "step and reset"
+    return "step"
+
+
+def episode_ended(state: Any) -> bool:
+    """Whether ``state`` ended an episode of some env of its worker (a state aioenv cannot
+    read, a custom env's or a rollout segment, may have: True)."""
+    if isinstance(state, Step):
+        return state.terminated or state.truncated
+    if isinstance(state, BatchStep):
+        return bool(state.dones.any())
+    return True
+
+
+def timeout_error(
+    name: str,
+    worker_id: int | None,
+    seq: int,
+    phase: Phase,
+    elapsed: float,
+    timeout: float,
+    remedy: str,
+) -> WorkerTimeout:
+    """The error of ``name``'s request ``seq`` of ``phase``, past its deadline: which
+    deadline, how long it ran, and what was done about it (``remedy``)."""
+    return WorkerTimeout(
+        f"{name}: request {seq} ({phase}) ran "
+        f"{elapsed:.2f} s, past its deadline of {timeout:g} s; {remedy}",
+        worker_id=worker_id,
+        seq=seq,
+        elapsed=elapsed,
+        timeout=timeout,
+    )
