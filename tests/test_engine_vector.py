@@ -80,8 +80,13 @@ def test_process_steps_go_through_the_engine_unless_an_option_needs_the_pool() -
         with pytest.raises(AttributeError, match="in child processes through the engine"):
             _ = envs.pool
         assert sum(envs.group_sizes) == N
-    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", step_timeout=60.0) as timed:
-        assert len(timed.pool.workers) == len(timed.group_sizes)  # deadlines: the pool's
+    with (
+        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", step_timeout=60.0) as timed,
+        pytest.raises(AttributeError, match="through the engine"),
+    ):
+        _ = timed.pool  # deadlines: timed waits of the engine's
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", restart="on_failure") as kept:
+        assert len(kept.pool.workers) == len(kept.group_sizes)  # restarts: the pool's
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as piped:
         assert len(piped.pool.workers) == len(piped.group_sizes)  # pipelined: the pool's
 
@@ -205,3 +210,91 @@ def test_a_step_interrupted_while_it_waits_leaves_the_next_step_whole(
         monkeypatch.setattr(Wake, "wait", waits)
         for actions in ([0, 1, 0, 1], [1, 1, 0, 0]):
             _same(ours.step(np.array(actions)), reference.step(np.array(actions)))
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_step_past_its_deadline_kills_its_child_and_names_it(wake_kind: str) -> None:
+    with aioenv.AioVectorEnv(
+        [Sleeper] * N, mode="process", envs_per_worker=2, step_timeout=2.0
+    ) as envs:
+        envs.reset(seed=0)
+        pids = envs.apply(lambda env: os.getpid())
+        envs.step(np.zeros(N, np.int64))  # within its deadline
+        with pytest.raises(
+            aioenv.WorkerTimeout,
+            match=r"process worker 1 \(envs 2-3\): request \d+ \(step\) ran [\d.]+ s, past "
+            r"its deadline of 2 s; its process was killed",
+        ):
+            envs.step(np.array([0, 0, 2, 0]))
+        assert _pid_gone(pids[2]) and not _pid_gone(pids[0])
+        with pytest.raises(aioenv.WorkerRemoved, match=r"envs 2-3 .*WorkerTimeout"):
+            envs.step(np.zeros(N, np.int64))
+
+
+class SlowReset(Chatter):
+    """Its reset sleeps ``RESET_SLEEP`` seconds, but for the first; options
+    ``{"hang": True}`` make it sleep far past any test's patience."""
+
+    RESET_SLEEP = 4.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets += 1
+        if options and options.get("hang"):
+            time.sleep(3600)
+        elif self.resets > 1:
+            time.sleep(self.RESET_SLEEP)
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_reset_past_its_deadline_kills_its_child() -> None:
+    with (
+        aioenv.AioVectorEnv(
+            [SlowReset] * N, mode="process", envs_per_worker=2, reset_timeout=2.0
+        ) as envs,
+        pytest.raises(aioenv.WorkerTimeout, match=r"\(reset\) ran .* deadline of 2 s"),
+    ):
+        envs.reset(seed=0, options={"hang": True})
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+def test_a_step_that_resets_an_env_gets_the_reset_deadline_too(autoreset: str) -> None:
+    # Chatter ends an episode at its 7th step; the autoreset then sleeps RESET_SLEEP, past
+    # the step deadline but well within the step's and the reset's together.
+    with aioenv.AioVectorEnv(
+        [SlowReset] * N,
+        mode="process",
+        envs_per_worker=2,
+        autoreset=autoreset,
+        step_timeout=SlowReset.RESET_SLEEP - 1,
+        reset_timeout=60.0,
+    ) as envs:
+        envs.reset(seed=0)
+        ends = 0
+        for _ in range(9):
+            ends += int(envs.step(np.zeros(N, np.int64))[2].sum())
+        assert ends == N
+        assert envs.get_attr("resets") == (2,) * N
+
+
+def _builds_forever() -> gymnasium.Env[Any, Any]:
+    time.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+def test_a_build_past_the_start_deadline_fails_the_constructor_and_leaves_nothing() -> None:
+    # The probe env is the first one; the second is built in its child only.
+    with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 1 \(env 1\): .*start-up"):
+        aioenv.AioVectorEnv(
+            [Chatter, _builds_forever], mode="process", envs_per_worker=1, start_timeout=2.0
+        )

@@ -42,7 +42,10 @@ class StepBuffer:
     row) says, in the first row of a child's envs, that this hand-off has a message on
     the socket beside the buffer (:mod:`aioenv.engine._channel`): a request that is not a
     step, or an answer with infos or a failure; it is written before the post, like
-    everything else here. All view the mapping."""
+    everything else here. ``marks`` (uint8, one per row) says, in the same row, that the
+    child has answered this hand-off: it writes it just before its post, and the parent
+    reads it only once a deadline has passed, to tell the children that are late from
+    those whose post is on its way. All view the mapping."""
 
     def __init__(
         self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
@@ -55,7 +58,7 @@ class StepBuffer:
             layouts.append(layout)
         observations, actions = layouts
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n):
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes) if fd is None else fd
@@ -66,6 +69,7 @@ class StepBuffer:
         self.terminated = np.ndarray((n,), np.bool_, memory, starts[3])
         self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
         self.notes = np.ndarray((n,), np.uint8, memory, starts[5])
+        self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
 
     def close(self) -> None:
         """Close the memory file's descriptor; the mapping lives while an array views it."""

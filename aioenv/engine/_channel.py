@@ -16,10 +16,19 @@ from typing import Any
 
 import cloudpickle
 
+from ..core._errors import EnvError
 from ..core._messages import Failure
 from ._wake import Wake
 
-__all__ = ["SMALL", "encoded", "encoded_infos", "post_with", "receive_message", "send_message"]
+__all__ = [
+    "SMALL",
+    "answer_of",
+    "encoded",
+    "encoded_infos",
+    "post_with",
+    "receive_message",
+    "send_message",
+]
 
 #: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
 #: infos flag of :func:`aioenv.wire._frames.encode_infos` (what follows is its bytes).
@@ -84,6 +93,15 @@ def receive_message(sock: socket.socket) -> Any:
         data += _read(sock, end - len(data), end - len(data))
     body = memoryview(data)[_HEAD.size : end]
     return pickle.loads(body) if kind == _PICKLED else (kind, body)
+
+
+def answer_of(sock: socket.socket, name: str, w: int) -> Any:
+    """A child's message as the parent takes it: its answer, or the EnvError its failure
+    is (of ``name``, child ``w``). EOFError or OSError where the child is gone."""
+    answer = receive_message(sock)
+    if isinstance(answer, Failure):
+        return EnvError.from_failure(answer, name, w)
+    return answer
 
 
 def _read(sock: socket.socket, at_least: int, at_most: int) -> bytearray:

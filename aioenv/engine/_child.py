@@ -100,7 +100,7 @@ def _loop(
 ) -> None:
     first, rows = plan.first, slice(plan.first, plan.last)
     actions, observations = rows_of(buffer.actions, rows), rows_of(buffer.observations, rows)
-    notes = buffer.notes
+    notes, marks = buffer.notes, buffer.marks
     slots.share(0, observations)  # a Box batch is stacked straight into the buffer
     spin = IdleSpin(plan.idle_spin, 0)
     watch = (alive.fileno(),)
@@ -117,6 +117,7 @@ def _loop(
         else:
             data = _stepped(slots, buffer, rows, actions, observations)
         notes[first] = bool(data)
+        marks[first] = 1
         post_with(sock, answer, data)
 
 

@@ -10,19 +10,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import select
 import signal
 import socket
+import time
+from collections.abc import Iterable
 from typing import Any
 
-from ..core._errors import EnvError, WorkerDied, WorkerError, WorkerRemoved, env_given_up
-from ..core._messages import Failure
+from ..core._errors import (
+    EnvError,
+    WorkerDied,
+    WorkerError,
+    WorkerRemoved,
+    WorkerTimeout,
+    env_given_up,
+)
+from ..core._supervision import Phase, Supervision, timeout_error
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
-from ._channel import encoded, post_with, receive_message
+from ._channel import answer_of, encoded, post_with
 from ._child import ChildPlan
 from ._start import ChildStart, Context
 from ._wake import Wake
 
-__all__ = ["CHILD_PROGRAM", "CLOSE_GRACE", "Child", "together"]
+__all__ = ["CHILD_PROGRAM", "CLOSE_GRACE", "Child", "late", "together", "until_due"]
 
 #: The program of an engine child, imported in the child only.
 CHILD_PROGRAM = "aioenv.engine._child:serve"
@@ -33,12 +44,46 @@ CLOSE_GRACE = 5.0
 @dataclasses.dataclass
 class Child:
     """One child: its name, its process and the parent's ends of its sockets (``start``),
-    its request wake and its rows of the buffer."""
+    its request wake and its rows of the buffer; the number of its last request, and when
+    that one must be answered (:meth:`handed`)."""
 
     name: str
     start: ChildStart
     request: Wake
     rows: slice
+    seq: int = 0
+    phase: Phase = "start-up"
+    #: Seconds the last request may take, and by when (``time.monotonic``): None, no deadline.
+    timeout: float | None = None
+    due: float = math.inf
+
+    def handed(self, options: Supervision, phase: Phase | None) -> None:
+        """The child was handed a request of ``phase`` now (None: a control, which has no
+        deadline): its deadline by ``options``."""
+        self.seq += 1
+        self.phase = phase or self.phase
+        self.timeout = None if phase is None else options.deadline(phase)
+        self.due = math.inf if self.timeout is None else time.monotonic() + self.timeout
+
+    def timed_out(self, w: int) -> WorkerTimeout:
+        """Kill the child, whose request ran past its deadline, with whatever its envs
+        started; the error that says so."""
+        pid = self.start.process.pid
+        if pid is not None:
+            signal_group(pid, signal.SIGKILL)
+            self.start.process.join(TERMINATE_GRACE)
+        timeout = self.timeout or 0.0
+        return timeout_error(
+            self.name,
+            w,
+            self.seq,
+            self.phase,
+            time.monotonic() - self.due + timeout,
+            timeout,
+            "its process was killed and its envs are lost. The vector env cannot go on "
+            "without them: close it and make a new one (restart='on_failure' rebuilds a "
+            "failed env instead)",
+        )
 
     @classmethod
     def of(cls, w: int, context: Context, plan: ChildPlan) -> Child:
@@ -78,20 +123,22 @@ class Child:
             exitcode=process.exitcode,
         )
 
-    def removed(self, w: int, died: WorkerDied) -> WorkerRemoved:
-        """What every call raises once the child died (``died``), as for a pool's worker
-        given up on."""
+    def removed(self, w: int, died: WorkerError) -> WorkerRemoved:
+        """What every call raises once the child died or hung (``died``), as for a pool's
+        worker given up on."""
         size = self.rows.stop - self.rows.start
         envs = f"env {self.first}" if size == 1 else f"envs {self.first}-{self.rows.stop - 1}"
         return env_given_up(envs, self.name, died, w)
 
-    def message(self, w: int) -> Any:
-        """Child ``w``'s message: its answer, or the EnvError its failure is (EOFError or
-        OSError where the child is gone)."""
-        answer = receive_message(self.start.socket)
-        if isinstance(answer, Failure):
-            return EnvError.from_failure(answer, self.name, w)
-        return answer
+    def built(self, w: int) -> Any:
+        """Child ``w``'s first message (its spaces, or the EnvError of its build), by the
+        start-up deadline it was :meth:`handed`, if any: WorkerTimeout past it (the child
+        killed). EOFError or OSError where it is gone."""
+        if self.timeout is not None:
+            left = max(0.0, self.due - time.monotonic())
+            if not select.select([self.start.socket.fileno(), self.sentinel], [], [], left)[0]:
+                raise self.timed_out(w)
+        return answer_of(self.start.socket, self.name, w)
 
     def ask_to_close(self, notes: Any) -> None:
         """Ask the child to close its envs and exit (a message of nothing); a child
@@ -100,13 +147,12 @@ class Child:
             notes[self.first] = 1
             post_with(self.start.socket, self.request, encoded(None))
 
-    def end(self) -> None:
-        """Wait ``CLOSE_GRACE`` seconds for the child to exit (it was asked to), then
-        terminate and kill it, and whatever its envs started; close what the parent holds
-        of it."""
+    def end(self, grace: float = CLOSE_GRACE) -> None:
+        """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
+        and kill it, and whatever its envs started; close what the parent holds of it."""
         process = self.start.process
         if process.pid is not None:  # else its start failed
-            process.join(CLOSE_GRACE)
+            process.join(grace)
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 if process.exitcode is None:
                     signal_group(process.pid, sig)
@@ -117,6 +163,19 @@ class Child:
         if process.pid is not None:
             with contextlib.suppress(ValueError):  # still running: nothing more to do
                 process.close()
+
+
+def until_due(children: Iterable[Child]) -> float | None:
+    """Seconds until the first of these children's deadlines (None: they have none)."""
+    due = min(child.due for child in children)
+    return None if due == math.inf else max(0.0, due - time.monotonic())
+
+
+def late(children: dict[int, Child], marks: Any) -> list[int]:
+    """The ids of these children past their deadlines that have not answered (``marks``:
+    the buffer's; one that has is about to post)."""
+    now = time.monotonic()
+    return [w for w, child in children.items() if child.due <= now and not marks[child.first]]
 
 
 def together(errors: list[WorkerError]) -> WorkerError:

@@ -25,7 +25,10 @@ lock's release and next acquire order every store made before the release before
 load made after the acquire, on x86_64 and on aarch64 alike (the kernel's locks are
 release/acquire on every architecture it runs on). So what the poster wrote into shared
 memory before :meth:`~Wake.post` is what the taker reads after :meth:`~Wake.take` or
-:meth:`~Wake.wait` returns, with no atomics of our own and nothing compiled.
+:meth:`~Wake.wait` returns, with no atomics of our own and nothing compiled. (The one
+byte read without a post, a child's mark in the buffer, is read only once a deadline has
+passed, to tell a late child from one whose post is on its way: it decides nothing about
+data, and a stale read only names a child that was at its deadline anyway.)
 """
 
 from __future__ import annotations

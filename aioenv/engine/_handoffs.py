@@ -1,0 +1,273 @@
+"""The hand-offs between the parent and the engine's children: a request written into a
+child's rows of the buffer (a batch of actions) or sent as a message beside it (anything
+else), its request wake posted; the answers counted on the one answer wake and read back
+the same two ways. The lockstep step, the hot path, is one of them for every child at once.
+
+:class:`HandOffs` keeps what that takes: which children were handed a request and not
+read yet, how many of the answer wake's posts were taken for them, when each must answer
+(the deadline rule of :mod:`aioenv.core._supervision`, as timed waits), and the children
+that died or hung. While the parent waits, each child's process sentinel is watched
+beside the wake, so a death is noticed at once; a child past its deadline is killed.
+Either way the request fails with that child's error, and every later hand-off raises
+:class:`~aioenv.WorkerRemoved`: the vector env cannot go on without its envs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core._commands import Command, Reset, is_reset
+from ..core._environment import BatchStep, Stepped
+from ..core._errors import WorkerDied, WorkerError
+from ..core._supervision import Phase, Supervision, request_phase
+from ..wire._frames import decode_infos
+from ._buffer import StepBuffer, copied, rows_of, write_rows
+from ._channel import answer_of, encoded, post_with
+from ._family import Child, late, together, until_due
+from ._wake import Gone, Wake
+
+__all__ = ["HandOffs"]
+
+
+class HandOffs:
+    """The hand-offs to the children :meth:`add`-ed, through ``buffer`` and ``answer``
+    (the answer wake), under ``options``' deadlines for envs of ``autoreset``; ``copy``:
+    a :meth:`step` returns observations of its own, else the buffer's; ``idle_spin``:
+    seconds the children poll for their next request before they sleep."""
+
+    def __init__(
+        self,
+        buffer: StepBuffer,
+        answer: Wake,
+        options: Supervision,
+        autoreset: str,
+        copy: bool,
+        idle_spin: float,
+    ) -> None:
+        self.buffer = buffer
+        self.copy = copy
+        self._idle_spin = idle_spin
+        self.answer = answer
+        self.options = options
+        self.timed = options.has_deadlines
+        self._autoreset = autoreset
+        self.children: list[Child] = []
+        self.requests: list[Wake] = []  # each child's request wake
+        self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
+        self.pending: set[int] = set()  # the children handed a request not yet read
+        self._taken = 0  # the answer wake's posts taken for them so far
+        self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
+        #: Children that died or hung, by id: every later hand-off raises WorkerRemoved.
+        self.dead: dict[int, WorkerError] = {}
+        # The notes and marks as bytes: cleared and looked at per step for less than a
+        # microsecond (numpy's indexing and ``any`` cost a few).
+        self._notes = memoryview(buffer.notes)
+        self._marks = memoryview(buffer.marks)
+        self._zeros = bytes(len(buffer.notes))
+
+    def add(self, child: Child) -> None:
+        """Hand off to ``child`` too (launched: its process has a sentinel)."""
+        self.children.append(child)
+        self.requests.append(child.request)
+        self._sentinels.append(child.sentinel)
+
+    # Requests out ----------------------------------------------------------------------------
+    def hand(self, w: int, request: Any, op: str = "step") -> None:
+        """Write child ``w``'s request into its rows (a batch of actions) or send it as a
+        message (anything else: ``op`` names a control's kind), then wake it."""
+        child = self.children[w]
+        buffer = self.buffer
+        message = op != "step" or isinstance(request, (Reset, Command))
+        if not message:
+            try:
+                write_rows(rows_of(buffer.actions, child.rows), request)
+            except (ValueError, TypeError):
+                message = True  # not the space's layout: the child's runner says what is wrong
+        buffer.notes[child.rows.start] = message
+        buffer.marks[child.rows.start] = 0
+        if self.timed:
+            phase = None if op != "step" else "reset" if is_reset(request) else self._phase(w)
+            child.handed(self.options, phase)
+        if message:
+            self._in_buffer.discard(w)
+            post_with(child.start.socket, child.request, encoded((op, request)))
+        else:
+            self._in_buffer.add(w)
+            child.request.post()
+        self.pending.add(w)
+
+    # The lockstep step: the hot path -------------------------------------------------------
+    def step(self, actions: Any) -> Stepped | None:
+        """Step every env with its row of ``actions`` (a batch of the vector env's action
+        space): see :data:`Stepped`; the observations are copied from the buffer (or,
+        without ``copy``, the buffer's own, valid until the next call). An env's failure
+        is raised (a WorkerError, the others of the step attached). None where the actions
+        do not fit the buffer exactly (the caller splits them and goes the general way,
+        which says what is wrong) or where requests are in flight."""
+        if self.pending or self.dead:
+            return None
+        buffer = self.buffer
+        try:
+            write_rows(buffer.actions, actions)
+        except (ValueError, TypeError):
+            return None
+        self._notes[:] = self._marks[:] = self._zeros
+        if self.timed:
+            for w, child in enumerate(self.children):
+                child.handed(self.options, self._phase(w))
+        for wake in self.requests:
+            wake.post()
+        every = range(len(self.children))
+        self.pending.update(every)
+        self._in_buffer.update(every)
+        died = self.wait()
+        self.pending.clear()
+        self._taken = 0
+        observations = buffer.observations
+        if self.copy:
+            observations = copied(observations)
+        parts = self._infos(died) if died or self._notes != self._zeros else {}
+        rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
+        return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
+
+    def _phase(self, w: int) -> Phase:
+        """The deadline a step of child ``w`` gets: a step's, or a step's and a reset's
+        where it may reset an env (by the flags of its rows' last step)."""
+        rows, buffer = self.children[w].rows, self.buffer
+        ended = bool(buffer.terminated[rows].any() or buffer.truncated[rows].any())
+        return request_phase(None, self._autoreset, ended)  # type: ignore[arg-type]
+
+    # Controls, spins among them (the vector env's spin trial, between steps) ----------------
+    def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
+        """Each child's answer to its request (None where it had none); a child's error
+        is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll)."""
+        self.check_usable()
+        if self.pending:
+            self.answers()
+        for w, request in requests.items():
+            self.hand(w, request, op)
+        answers = self.answers()
+        for answer in answers.values():
+            if isinstance(answer, WorkerError):
+                raise answer
+        return [answers.get(w) for w in range(len(self.children))]
+
+    def _to_every(self, request: Any, op: str = "control") -> list[Any]:
+        """Every child's answer to the same request."""
+        return self._control(dict.fromkeys(range(len(self.children)), request), op)
+
+    @property
+    def idle_spin(self) -> float:
+        """Seconds each child polls for its next request before it sleeps."""
+        return self._idle_spin
+
+    def set_idle_spin(self, seconds: float) -> None:
+        """Make every child poll ``seconds`` for its next request before it sleeps."""
+        self._idle_spin = float(seconds)
+        self._to_every(self._idle_spin, "spin")
+
+    # Answers in ------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> dict[int, WorkerError]:
+        """Wait until every child handed a request has posted its answer: the children
+        that died or ran past their deadlines meanwhile, their errors by id (no longer
+        pending). With ``timeout`` (closing), it waits so long at most, deadlines aside.
+        Interrupted (Ctrl-C), it leaves the others pending, the posts it took counted, for
+        the next call."""
+        died: dict[int, WorkerError] = {}
+        while self._taken < len(self.pending):
+            waiting = sorted(self.pending)
+            watch = [self._sentinels[w] for w in waiting]
+            timed = self.timed and timeout is None
+            children = {w: self.children[w] for w in waiting} if timed else {}
+            try:
+                posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
+            except Gone as gone:
+                w = waiting[watch.index(gone.fd)]
+                self.pending.discard(w)
+                died[w] = self.died(w, "while it stepped")
+                continue
+            if posts:
+                self._taken += posts
+            elif not timed:
+                break  # closing: given up waiting
+            else:
+                for w in late(children, self.buffer.marks):
+                    self.pending.discard(w)
+                    died[w] = self.dead[w] = self.children[w].timed_out(w)
+        return died
+
+    def answers(self, timeout: float | None = None) -> dict[int, Any]:
+        """Wait for every child handed a request, and take their answers: a BatchStep or
+        a control's result, or the WorkerError that replaced it, by child id. With
+        ``timeout``, it gives up waiting after so many seconds (closing): the children
+        that have not answered are left out."""
+        answers: dict[int, Any] = self.wait(timeout)
+        if self._taken < len(self.pending):
+            return answers  # timed out
+        for w in sorted(self.pending):
+            answers[w] = self._read(w)
+        self.pending.clear()
+        self._taken = 0
+        return answers
+
+    def _infos(self, died: dict[int, WorkerError]) -> dict[int, BatchStep[Any]]:
+        """The infos of a step's children that sent some, as BatchSteps of their rows
+        that hold nothing else, by child id; the failures of those that failed, died or
+        hung (``died``), raised all together."""
+        errors = list(died.values())
+        parts: dict[int, BatchStep[Any]] = {}
+        notes = self.buffer.notes
+        for w, child in enumerate(self.children):
+            if not notes[child.rows.start] or w in died:
+                continue
+            answer = self._message(w)
+            if isinstance(answer, WorkerError):
+                errors.append(answer)
+            else:
+                flag, data = answer
+                parts[w] = decode_infos(flag, data, None, None, None, None)
+        if errors:
+            raise together(errors)
+        return parts
+
+    def _message(self, w: int) -> Any:
+        """Child ``w``'s message: its answer, or the WorkerError a failure or its death
+        is."""
+        child = self.children[w]
+        try:
+            return answer_of(child.start.socket, child.name, w)
+        except (EOFError, OSError):
+            return self.died(w, "while it answered")
+
+    def _read(self, w: int) -> Any:
+        """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
+        message (a reset, a control, a failure) or both (a step with infos)."""
+        buffer = self.buffer
+        rows = self.children[w].rows
+        answer = self._message(w) if buffer.notes[rows.start] else None
+        stepped = w in self._in_buffer
+        if not stepped or isinstance(answer, WorkerError):
+            return answer  # a whole reset's BatchStep, a control's result, an error
+        parts = (
+            rows_of(buffer.observations, rows),
+            buffer.rewards[rows].copy(),
+            buffer.terminated[rows].copy(),
+            buffer.truncated[rows].copy(),
+        )
+        if answer is None:
+            return BatchStep(*parts)
+        flag, data = answer
+        return decode_infos(flag, data, *parts)
+
+    # Failures ----------------------------------------------------------------------------------
+    def died(self, w: int, when: str) -> WorkerDied:
+        """Child ``w`` was found dead ``when``: its error, kept for every later call."""
+        error = self.children[w].exit_error(w, when)
+        self.dead[w] = error
+        return error
+
+    def check_usable(self) -> None:
+        """WorkerRemoved once a child died or hung."""
+        if self.dead:
+            w = min(self.dead)
+            raise self.children[w].removed(w, self.dead[w])
