@@ -202,7 +202,7 @@ def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
     with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=np.int64(2)) as venv:
         assert venv.batch_size == 2
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as venv:
-        assert all(worker.num_envs in (1, 2) for worker in venv.pool.workers)
+        assert all(size in (1, 2) for size in venv.group_sizes)
         venv.async_reset(seed=0)
         assert venv.recv()[0].shape == (2, 4)
 

@@ -143,10 +143,10 @@ class EngineChildren(HandOffs):
         return self.collect(ids)
 
     def dispatch(self, ids: list[int], requests: list[Any], drop: bool) -> None:
-        """Hand each child its request without waiting; what was in flight is dropped
-        first (it always is: a lockstep vector env has one request per child at most)."""
+        """Hand each child its request without waiting (none of them has one in flight);
+        with ``drop``, what the others have in flight is waited for and dropped first."""
         self.check_usable()
-        if self.pending:
+        if drop and self.pending:
             self.answers()  # left by an interrupted call, or dropped by the caller
         for w, request in zip(ids, requests, strict=True):
             self.hand(w, request)
@@ -157,15 +157,6 @@ class EngineChildren(HandOffs):
         if errors:
             return [], errors
         return [answers[w] for w in ids], []
-
-    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
-        error = None
-        for w, answer in self.answers().items():
-            if isinstance(answer, WorkerError):
-                error = error or answer
-            else:
-                held[w] = answer
-        return error
 
     def observations(self) -> Any:
         """Every env's latest observation, from the buffer (every step and reset writes

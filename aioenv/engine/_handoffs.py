@@ -174,27 +174,67 @@ class HandOffs:
         Interrupted (Ctrl-C), it leaves the others pending, the posts it took counted, for
         the next call."""
         died: dict[int, WorkerError] = {}
-        while self._taken < len(self.pending):
-            waiting = sorted(self.pending)
-            watch = [self._sentinels[w] for w in waiting]
-            timed = self.timed and timeout is None
-            children = {w: self.children[w] for w in waiting} if timed else {}
-            try:
-                posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
-            except Gone as gone:
-                w = waiting[watch.index(gone.fd)]
-                self.pending.discard(w)
-                died[w] = self.died(w, "while it stepped")
-                continue
-            if posts:
-                self._taken += posts
-            elif not timed:
-                break  # closing: given up waiting
-            else:
-                for w in late(children, self.buffer.marks):
-                    self.pending.discard(w)
-                    died[w] = self.dead[w] = self.children[w].timed_out(w)
+        while self._taken < len(self.pending) and self._wait_once(timeout, died):
+            pass
         return died
+
+    def _wait_once(self, timeout: float | None, died: dict[int, WorkerError]) -> bool:
+        """One sleep on the answer wake, until a post, a pending child's death or its
+        deadline: the posts counted, the children that died or hung put in ``died`` (and
+        no longer pending). False where ``timeout`` ran out (closing)."""
+        waiting = sorted(self.pending)
+        watch = [self._sentinels[w] for w in waiting]
+        timed = self.timed and timeout is None
+        children = {w: self.children[w] for w in waiting} if timed else {}
+        try:
+            posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
+        except Gone as gone:
+            w = waiting[watch.index(gone.fd)]
+            self.pending.discard(w)
+            died[w] = self.died(w, "while it stepped")
+            return True
+        if posts:
+            self._taken += posts
+        elif not timed:
+            return False
+        else:
+            for w in late(children, self.buffer.marks):
+                self.pending.discard(w)
+                died[w] = self.dead[w] = self.children[w].timed_out(w)
+        return True
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        """Take answers into ``held`` (by child id), the first children to answer first
+        (those that answered together, by id), until it has ``count``; the error of a
+        child that failed, died or hung instead (the answers taken before it stay in
+        ``held``, the others pending).
+
+        Which children have answered is read from their marks, which each writes just
+        before its post: once as many pending children are marked as posts were counted
+        for them, the marked ones are exactly those that posted, so what they wrote before
+        their posts is visible (see :mod:`aioenv.engine._wake`); more marks than posts
+        means a post is on its way, waited for."""
+        marks = self.buffer.marks
+        while len(held) < count:
+            died: dict[int, WorkerError] = {}
+            marked = [w for w in sorted(self.pending) if marks[self.children[w].rows.start]]
+            if not marked or len(marked) > self._taken:
+                self._wait_once(None, died)
+                if died:
+                    return together(list(died.values()))
+                continue
+            error = None
+            for w in marked[: count - len(held)]:  # the others stay marked, their posts counted
+                answer = self._read(w)
+                self.pending.discard(w)
+                self._taken -= 1
+                if isinstance(answer, WorkerError):
+                    error = error or answer
+                else:
+                    held[w] = answer
+            if error is not None:
+                return error
+        return None
 
     def answers(self, timeout: float | None = None) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
