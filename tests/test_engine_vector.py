@@ -301,3 +301,24 @@ def test_a_build_past_the_start_deadline_fails_the_constructor_and_leaves_nothin
         aioenv.AioVectorEnv(
             [Chatter, _builds_forever], mode="process", envs_per_worker=1, start_timeout=2.0
         )
+
+
+def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() -> None:
+    with aioenv.AioVectorEnv(
+        [Sleeper] * N, mode="process", envs_per_worker=2, batch_size=2, step_timeout=2.0
+    ) as envs:
+        envs.async_reset(seed=0)
+        for _ in range(2):
+            *_, infos = envs.recv()
+            envs.send(np.array([0, 2]) if infos["env_id"][0] == 0 else np.zeros(2, np.int64))
+        *_, infos = envs.recv()  # the child of envs 2-3 answers; that of 0-1 hangs
+        assert infos["env_id"].tolist() == [2, 3]
+        envs.send(np.zeros(2, np.int64))
+        with pytest.raises(
+            aioenv.WorkerTimeout, match=r"process worker 0 \(envs 0-1\): request \d+ \(step\)"
+        ):
+            while True:  # envs 2-3 may come back first, as often as they do
+                *_, infos = envs.recv()
+                envs.send(np.zeros(2, np.int64))
+        with pytest.raises(aioenv.WorkerRemoved, match=r"envs 0-1 .*WorkerTimeout"):
+            envs.recv()

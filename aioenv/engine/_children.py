@@ -152,6 +152,7 @@ class EngineChildren(HandOffs):
             self.hand(w, request)
 
     def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
+        self.check_usable()
         answers = self.answers()
         errors = [answer for answer in answers.values() if isinstance(answer, WorkerError)]
         if errors:

@@ -214,6 +214,7 @@ class HandOffs:
         for them, the marked ones are exactly those that posted, so what they wrote before
         their posts is visible (see :mod:`aioenv.engine._wake`); more marks than posts
         means a post is on its way, waited for."""
+        self.check_usable()
         marks = self.buffer.marks
         while len(held) < count:
             died: dict[int, WorkerError] = {}
