@@ -22,11 +22,11 @@ from envs import Counter
 import aioenv
 from aioenv.core._messages import ControlRequest, EpisodeOptions
 from aioenv.core._registry import snapshot
+from aioenv.core._supervision import Supervision
 from aioenv.env_side._serving import Slots
 from aioenv.pool._options import PoolOptions
 from aioenv.wire._frames import FrameDecoder, dumps, encode, encode_action, loads
 from aioenv.wire._requests import Request
-from aioenv.core._supervision import Supervision
 from aioenv.workers.ray._worker import RayWorker
 
 PACKAGE = Path(aioenv.__file__).parent
@@ -113,8 +113,8 @@ def test_every_signature_shows_the_one_default() -> None:
     """What ``help()`` and the docs show: each kind's and each pool's default for each
     supervision option is the value :class:`Supervision` defines, and the pools' other
     options are :class:`PoolOptions`'s, which is made of Supervision, not a copy."""
-    from aioenv.pool._options import POOL_DEFAULTS
     from aioenv.core._supervision import SUPERVISION_DEFAULTS
+    from aioenv.pool._options import POOL_DEFAULTS
 
     assert issubclass(PoolOptions, Supervision) and issubclass(PoolOptions, EpisodeOptions)
     kinds = [

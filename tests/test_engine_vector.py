@@ -303,6 +303,14 @@ def test_a_build_past_the_start_deadline_fails_the_constructor_and_leaves_nothin
         )
 
 
+def _go_round(envs: aioenv.AioVectorEnv) -> None:
+    """Receive and send back until a recv raises (envs 2-3 may come back first, as often as
+    they do)."""
+    while True:
+        envs.recv()
+        envs.send(np.zeros(2, np.int64))
+
+
 def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() -> None:
     with aioenv.AioVectorEnv(
         [Sleeper] * N, mode="process", envs_per_worker=2, batch_size=2, step_timeout=2.0
@@ -317,8 +325,6 @@ def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() 
         with pytest.raises(
             aioenv.WorkerTimeout, match=r"process worker 0 \(envs 0-1\): request \d+ \(step\)"
         ):
-            while True:  # envs 2-3 may come back first, as often as they do
-                *_, infos = envs.recv()
-                envs.send(np.zeros(2, np.int64))
+            _go_round(envs)
         with pytest.raises(aioenv.WorkerRemoved, match=r"envs 0-1 .*WorkerTimeout"):
             envs.recv()
