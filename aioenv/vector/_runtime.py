@@ -34,9 +34,11 @@ __all__ = [
 
 class Envs(Protocol):
     """What an :class:`~aioenv.AioVectorEnv` asks of its envs, by worker id: a pool on an
-    event loop (:class:`Runtime`) or envs stepped in line
-    (:class:`~aioenv.vector._inline.InlineEnvs`). States come back with the errors that
-    replaced some (each a worker's); nothing is raised for an env's failure."""
+    event loop (:class:`Runtime`), envs stepped in line
+    (:class:`~aioenv.vector._inline.InlineEnvs`) or in the engine's children
+    (:class:`~aioenv.engine._children.EngineChildren`); the vector env asks nothing else of
+    them. States come back with the errors that replaced some (each a worker's); nothing
+    is raised for an env's failure but by the lockstep :meth:`step`."""
 
     closed: bool
     #: The envs answer in batches, even a group of one env (envs in line, the engine's
