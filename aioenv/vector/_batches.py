@@ -20,7 +20,6 @@ from ..core._gymnasium import split_rows
 from ..env_side._infos import add_info_of
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
-from ._pipeline import info_rows
 
 __all__ = ["Result", "VectorBatches"]
 
@@ -228,3 +227,30 @@ class VectorBatches:
             parts.append(part)
             at += size
         return parts
+
+
+def check_batch(actions: Any, call: str, count: int | None) -> None:
+    """TypeError for a str (or bytes) given as a batch of actions: it is iterable, so it
+    would be split into one action per character."""
+    if isinstance(actions, (str, bytes)):
+        many = "" if count is None else f"{count} "
+        raise TypeError(
+            f"{call} takes a batch of {many}actions, one per env (an array such as "
+            f"envs.action_space.sample()), got the {type(actions).__name__} {actions!r}: a "
+            f"{type(actions).__name__} is not a batch of actions; nothing was sent"
+        )
+
+
+def info_rows(infos: dict[str, Any], rows: npt.NDArray[np.int64]) -> dict[str, Any]:
+    """Infos indexed by env (gymnasium's vector form) cut down to the envs ``rows``, in
+    that order. What is no array is kept as it is: gymnasium sets an env's value into a
+    dict that another env made of the same key (under the env's index), and that value
+    has no rows to cut."""
+    return {
+        key: info_rows(value, rows)
+        if type(value) is dict
+        else value[rows]
+        if isinstance(value, np.ndarray)
+        else value
+        for key, value in infos.items()
+    }

@@ -12,12 +12,10 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -28,11 +26,12 @@ from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
 from ..pool._factory import check_option_names
 from ..pool._pool import WorkerPool
-from ._batches import Result, VectorBatches
+from ._batches import Result, VectorBatches, check_batch
+from ._calls import EnvCalls
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
 from ._lanes import LaneView
 from ._layout import LOCKSTEP_IDLE_SPIN, EnvLayout
-from ._pipeline import Pipeline
+from ._pipeline import Pipeline, PipelinedCalls
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
@@ -47,7 +46,7 @@ _MODES = {
 }
 
 
-class AioVectorEnv(VectorEnv):
+class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
     """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` that chooses where its envs step.
 
     ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as
@@ -317,7 +316,7 @@ class AioVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> Result:
         self._check_open()
-        _check_batch(actions, "step()", self.num_envs)
+        check_batch(actions, "step()", self.num_envs)
         pipeline = self._pipeline
         if pipeline.active or pipeline.step_pending:  # else nothing can be in flight
             pipeline.check_idle(self._envs, "step()")
@@ -334,119 +333,6 @@ class AioVectorEnv(VectorEnv):
             return result
         workers, requests = self._batches.step_requests(actions)
         return self._batches.stepped(workers, self._exchange(workers, requests))
-
-    # The pipelined calls (EnvPool's and gymnasium's older asynchronous API) ------------
-    @property
-    def batch_size(self) -> int:
-        """How many envs each :meth:`recv` returns (``num_envs`` unless given; lanes, for
-        parallel envs)."""
-        width = 1 if self._lanes is None else self._lanes.width
-        return self._pipeline.batch_size * width
-
-    def async_reset(
-        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
-    ) -> None:
-        """Reset every env without waiting: the reset observations come back through
-        :meth:`recv`, ``batch_size`` envs at a time. Seeds as in :meth:`reset` (env ``i``
-        gets ``seed + i``). Starts over: whatever is in flight is waited for and dropped,
-        an env error among it too (so this is also how to go on after one)."""
-        self._check_open()
-        if options is not None and "reset_mask" in options:
-            raise ValueError(
-                "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
-            )
-        pipeline = self._pipeline
-        ids, requests = self._layout.reset_requests(seed, options, "async_reset()", pipelined=True)
-        pipeline.clear()
-        pipeline.started()
-        self._envs.dispatch(ids, requests, True)
-
-    def send(
-        self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
-    ) -> None:
-        """Send ``actions[k]`` to env ``env_id[k]`` and return at once; their results come
-        back through :meth:`recv`. ``env_id=None``: the envs of the last ``recv``, in its
-        rows' order (``info["env_id"]``). ``actions`` is a batch of ``len(env_id)`` actions
-        (``batch_space(single_action_space, len(env_id))``). The envs of one worker
-        (``envs_per_worker``) go together. An env that ended is reset by its autoreset
-        mode: ``"next_step"`` ignores the action it is sent next and returns the reset
-        observation (reward 0, both flags False), as EnvPool does; ``"same_step"`` has
-        already returned it, with the final observation in ``info["final_obs"]``."""
-        self._check_open()
-        _check_batch(actions, "send()", None)
-        pipeline = self._pipeline
-        lanes = self._lanes
-        if lanes is not None:
-            env_id = None if env_id is None else lanes.env_ids(env_id)
-            actions = lanes.env_actions(actions)
-        env_ids = pipeline.targets(env_id)
-        workers, requests = self._batches.send_requests(actions, env_ids)
-        pipeline.check_not_flying(self._envs, workers)
-        leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
-        pipeline.started()
-        self._envs.dispatch(workers, requests, leftovers)
-
-    def recv(self) -> Result:
-        """The first ``batch_size`` envs to finish what :meth:`send` or :meth:`async_reset`
-        sent them: ``(observations, rewards, terminations, truncations, infos)`` with
-        ``batch_size`` rows, in the order of ``infos["env_id"]`` (the envs' indices, an
-        int array; it replaces an ``"env_id"`` info of the envs' own). Infos are
-        gymnasium's vector infos over the rows. An env's error is raised as :meth:`step`
-        raises it; the other envs stay in flight (the states already taken come with the
-        next ``recv``): go on with them, or :meth:`async_reset`. An env whose worker
-        failed for good (restarts off or spent) is given up on instead: the vector env
-        cannot go on without it, and every later call raises ``WorkerRemoved``."""
-        self._check_open()
-        pipeline = self._pipeline
-        pipeline.check_recv(self._envs)
-        held = pipeline.held
-        error = self._envs.receive(pipeline.workers_per_batch, held)
-        if error is not None:
-            pipeline.last_env_ids = None
-            raise raised([error], self._layout.env_of)
-        workers = sorted(held)
-        states = [held.pop(worker_id) for worker_id in workers]
-        env_ids = pipeline.last_env_ids = pipeline.envs(workers)
-        return self._lane_result(self._batches.received(workers, states, env_ids))
-
-    def step_async(self, actions: Any) -> None:
-        """Send every env its action and return at once; :meth:`step_wait` returns what
-        :meth:`step` would have (gymnasium's pre-1.0 pair)."""
-        self._check_open()
-        pipeline = self._pipeline
-        if pipeline.step_pending:
-            raise AlreadyPendingCallError(
-                "step_async() was called again before step_wait() took the last one's "
-                "results; call step_wait() first",
-                "step",
-            )
-        pipeline.check_idle(self._envs, "step_async()")
-        _check_batch(actions, "step_async()", self.num_envs)
-        if self._lanes is not None:
-            actions = self._lanes.env_actions(actions)
-        workers, requests = self._batches.step_requests(actions)
-        if self._spin_trial is not None:
-            self._spin_trial.step_started()
-        self._envs.dispatch(workers, requests, True)
-        pipeline.step_pending = True
-
-    def step_wait(self) -> Result:
-        """The results of the last :meth:`step_async`, as :meth:`step` returns them."""
-        self._check_open()
-        pipeline = self._pipeline
-        if not pipeline.step_pending:
-            raise NoAsyncCallError(
-                "step_wait() was called without step_async(); call step_async(actions) first",
-                "step",
-            )
-        workers = list(range(len(self._envs)))
-        try:
-            states, errors = self._envs.collect(workers)
-        finally:
-            pipeline.step_pending = False
-        if errors:
-            raise raised(errors, self._layout.env_of)
-        return self._lane_result(self._batches.stepped(workers, states))
 
     def _lane_result(self, result: Result) -> Result:
         """An env-level result as the vector env hands it out: its lanes', for parallel
@@ -480,55 +366,6 @@ class AioVectorEnv(VectorEnv):
             raise raised(errors, self._layout.env_of)
         return states
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        self._check_open()
-        return tuple(self._layout.flatten(self._envs.call_envs(name, args, kwargs)))
-
-    def apply(
-        self,
-        function: Callable[..., Any],
-        *args: Any,
-        env_ids: Sequence[int] | None = None,
-        **kwargs: Any,
-    ) -> tuple[Any, ...]:
-        """Run ``function(env, *args, **kwargs)`` on each env (in its worker, in order with
-        its steps) and return the results: ``env`` is the env as its factory built it,
-        with its own wrappers, so that ``function`` can look at them or at its outermost
-        wrapper (what :meth:`call`, :meth:`get_attr` and :meth:`set_attr` reach through,
-        as gymnasium's ``get_wrapper_attr`` does). ``env_ids`` (default every env): those
-        envs only, negative indices counting from the end, results in their order; the
-        others are not touched. Parallel envs' ids are envs', as for :meth:`call`, not
-        lanes'. ``function`` must pickle for process workers."""
-        self._check_open()
-        count = self._layout.num_envs
-        ids = list(range(count)) if env_ids is None else self._env_ids(env_ids, count)
-        answers = self._envs.apply_envs(self._layout.functions(function, ids), args, kwargs)
-        per_env = self._layout.flatten(answers, unasked=None)
-        return tuple(per_env[env] for env in ids)
-
-    @staticmethod
-    def _env_ids(env_ids: Sequence[int], count: int) -> list[int]:
-        ids = []
-        for env in env_ids:
-            if not -count <= env < count:
-                raise IndexError(f"env index {env} is out of range for {count} envs")
-            ids.append(int(env) % count)
-        return ids
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        self._check_open()
-        return tuple(self._layout.flatten(self._envs.get_attr(name)))
-
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        self._check_open()
-        if self._layout.batched:
-            values = self._layout.values(values)
-        self._envs.set_attr(name, values)
-
-    def render(self) -> tuple[Any, ...] | None:
-        frames = self.call("render")
-        return None if all(frame is None for frame in frames) else frames
-
     def close_extras(self, **kwargs: Any) -> None:
         if "_finalizer" not in self.__dict__:
             # The constructor raised before it placed any env; gymnasium's __del__ still
@@ -556,18 +393,6 @@ VECTOR_KEYWORDS = frozenset(
     for name, parameter in inspect.signature(AioVectorEnv.__init__).parameters.items()
     if parameter.kind is inspect.Parameter.KEYWORD_ONLY
 )
-
-
-def _check_batch(actions: Any, call: str, count: int | None) -> None:
-    """TypeError for a str (or bytes) given as a batch of actions: it is iterable, so it
-    would be split into one action per character."""
-    if isinstance(actions, (str, bytes)):
-        many = "" if count is None else f"{count} "
-        raise TypeError(
-            f"{call} takes a batch of {many}actions, one per env (an array such as "
-            f"envs.action_space.sample()), got the {type(actions).__name__} {actions!r}: a "
-            f"{type(actions).__name__} is not a batch of actions; nothing was sent"
-        )
 
 
 def _spin_children(envs: Envs, spinning: bool) -> None:

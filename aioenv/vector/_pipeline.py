@@ -10,16 +10,20 @@ had already taken (handed out by the next one, so none is lost), the envs of the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
+from ._batches import Result, VectorBatches, check_batch
+from ._lanes import LaneView
 from ._layout import EnvLayout
-from ._runtime import Envs
+from ._runtime import Envs, raised
+from ._spin_trial import SpinTrial
 
-__all__ = ["Pipeline", "info_rows"]
+__all__ = ["Pipeline", "PipelinedCalls"]
 
 
 class Pipeline:
@@ -185,16 +189,133 @@ class Pipeline:
         self.step_pending = False
 
 
-def info_rows(infos: dict[str, Any], rows: npt.NDArray[np.int64]) -> dict[str, Any]:
-    """Infos indexed by env (gymnasium's vector form) cut down to the envs ``rows``, in
-    that order. What is no array is kept as it is: gymnasium sets an env's value into a
-    dict that another env made of the same key (under the env's index), and that value
-    has no rows to cut."""
-    return {
-        key: info_rows(value, rows)
-        if type(value) is dict
-        else value[rows]
-        if isinstance(value, np.ndarray)
-        else value
-        for key, value in infos.items()
-    }
+class PipelinedCalls:
+    """The pipelined face of :class:`~aioenv.AioVectorEnv` (EnvPool's ``async_reset`` /
+    ``send`` / ``recv``, gymnasium's older ``step_async`` / ``step_wait``), over what the
+    vector env holds: its envs, its :class:`Pipeline`, its batches and its layout."""
+
+    num_envs: int
+    _envs: Envs
+    _pipeline: Pipeline
+    _batches: VectorBatches
+    _layout: EnvLayout
+    _lanes: LaneView | None
+    _spin_trial: SpinTrial | None
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _lane_result(self, result: Result) -> Result:
+        raise NotImplementedError
+
+    @property
+    def batch_size(self) -> int:
+        """How many envs each :meth:`recv` returns (``num_envs`` unless given; lanes, for
+        parallel envs)."""
+        width = 1 if self._lanes is None else self._lanes.width
+        return self._pipeline.batch_size * width
+
+    def async_reset(
+        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every env without waiting: the reset observations come back through
+        :meth:`recv`, ``batch_size`` envs at a time. Seeds as in :meth:`reset` (env ``i``
+        gets ``seed + i``). Starts over: whatever is in flight is waited for and dropped,
+        an env error among it too (so this is also how to go on after one)."""
+        self._check_open()
+        if options is not None and "reset_mask" in options:
+            raise ValueError(
+                "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
+            )
+        pipeline = self._pipeline
+        ids, requests = self._layout.reset_requests(seed, options, "async_reset()", pipelined=True)
+        pipeline.clear()
+        pipeline.started()
+        self._envs.dispatch(ids, requests, True)
+
+    def send(
+        self, actions: Any, env_id: Sequence[int] | npt.NDArray[np.integer] | None = None
+    ) -> None:
+        """Send ``actions[k]`` to env ``env_id[k]`` and return at once; their results come
+        back through :meth:`recv`. ``env_id=None``: the envs of the last ``recv``, in its
+        rows' order (``info["env_id"]``). ``actions`` is a batch of ``len(env_id)`` actions
+        (``batch_space(single_action_space, len(env_id))``). The envs of one worker
+        (``envs_per_worker``) go together. An env that ended is reset by its autoreset
+        mode: ``"next_step"`` ignores the action it is sent next and returns the reset
+        observation (reward 0, both flags False), as EnvPool does; ``"same_step"`` has
+        already returned it, with the final observation in ``info["final_obs"]``."""
+        self._check_open()
+        check_batch(actions, "send()", None)
+        pipeline = self._pipeline
+        lanes = self._lanes
+        if lanes is not None:
+            env_id = None if env_id is None else lanes.env_ids(env_id)
+            actions = lanes.env_actions(actions)
+        env_ids = pipeline.targets(env_id)
+        workers, requests = self._batches.send_requests(actions, env_ids)
+        pipeline.check_not_flying(self._envs, workers)
+        leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
+        pipeline.started()
+        self._envs.dispatch(workers, requests, leftovers)
+
+    def recv(self) -> Result:
+        """The first ``batch_size`` envs to finish what :meth:`send` or :meth:`async_reset`
+        sent them: ``(observations, rewards, terminations, truncations, infos)`` with
+        ``batch_size`` rows, in the order of ``infos["env_id"]`` (the envs' indices, an
+        int array; it replaces an ``"env_id"`` info of the envs' own). Infos are
+        gymnasium's vector infos over the rows. An env's error is raised as :meth:`step`
+        raises it; the other envs stay in flight (the states already taken come with the
+        next ``recv``): go on with them, or :meth:`async_reset`. An env whose worker
+        failed for good (restarts off or spent) is given up on instead: the vector env
+        cannot go on without it, and every later call raises ``WorkerRemoved``."""
+        self._check_open()
+        pipeline = self._pipeline
+        pipeline.check_recv(self._envs)
+        held = pipeline.held
+        error = self._envs.receive(pipeline.workers_per_batch, held)
+        if error is not None:
+            pipeline.last_env_ids = None
+            raise raised([error], self._layout.env_of)
+        workers = sorted(held)
+        states = [held.pop(worker_id) for worker_id in workers]
+        env_ids = pipeline.last_env_ids = pipeline.envs(workers)
+        return self._lane_result(self._batches.received(workers, states, env_ids))
+
+    def step_async(self, actions: Any) -> None:
+        """Send every env its action and return at once; :meth:`step_wait` returns what
+        :meth:`step` would have (gymnasium's pre-1.0 pair)."""
+        self._check_open()
+        pipeline = self._pipeline
+        if pipeline.step_pending:
+            raise AlreadyPendingCallError(
+                "step_async() was called again before step_wait() took the last one's "
+                "results; call step_wait() first",
+                "step",
+            )
+        pipeline.check_idle(self._envs, "step_async()")
+        check_batch(actions, "step_async()", self.num_envs)
+        if self._lanes is not None:
+            actions = self._lanes.env_actions(actions)
+        workers, requests = self._batches.step_requests(actions)
+        if self._spin_trial is not None:
+            self._spin_trial.step_started()
+        self._envs.dispatch(workers, requests, True)
+        pipeline.step_pending = True
+
+    def step_wait(self) -> Result:
+        """The results of the last :meth:`step_async`, as :meth:`step` returns them."""
+        self._check_open()
+        pipeline = self._pipeline
+        if not pipeline.step_pending:
+            raise NoAsyncCallError(
+                "step_wait() was called without step_async(); call step_async(actions) first",
+                "step",
+            )
+        workers = list(range(len(self._envs)))
+        try:
+            states, errors = self._envs.collect(workers)
+        finally:
+            pipeline.step_pending = False
+        if errors:
+            raise raised(errors, self._layout.env_of)
+        return self._lane_result(self._batches.stepped(workers, states))
