@@ -215,6 +215,11 @@ def test_a_step_interrupted_while_it_waits_leaves_the_next_step_whole(
             _same(ours.step(np.array(actions)), reference.step(np.array(actions)))
 
 
+#: The deadline of the deadline tests: a request that hangs is past it, one that does not is
+#: well within it on a loaded 2-core machine.
+DEADLINE = 10.0
+
+
 def _pid_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -225,7 +230,7 @@ def _pid_gone(pid: int) -> bool:
 
 def test_a_step_past_its_deadline_kills_its_child_and_names_it(wake_kind: str) -> None:
     with aioenv.AioVectorEnv(
-        [Sleeper] * N, mode="process", envs_per_worker=2, step_timeout=2.0
+        [Sleeper] * N, mode="process", envs_per_worker=2, step_timeout=DEADLINE
     ) as envs:
         envs.reset(seed=0)
         pids = envs.apply(lambda env: os.getpid())
@@ -233,7 +238,7 @@ def test_a_step_past_its_deadline_kills_its_child_and_names_it(wake_kind: str) -
         with pytest.raises(
             aioenv.WorkerTimeout,
             match=r"process worker 1 \(envs 2-3\): request \d+ \(step\) ran [\d.]+ s, past "
-            r"its deadline of 2 s; its process was killed",
+            r"its deadline of 10 s; its process was killed",
         ):
             envs.step(np.array([0, 0, 2, 0]))
         assert _pid_gone(pids[2]) and not _pid_gone(pids[0])
@@ -245,7 +250,7 @@ class SlowReset(Chatter):
     """Its reset sleeps ``RESET_SLEEP`` seconds, but for the first; options
     ``{"hang": True}`` make it sleep far past any test's patience."""
 
-    RESET_SLEEP = 4.0
+    RESET_SLEEP = 6.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -263,9 +268,9 @@ class SlowReset(Chatter):
 def test_a_reset_past_its_deadline_kills_its_child() -> None:
     with (
         aioenv.AioVectorEnv(
-            [SlowReset] * N, mode="process", envs_per_worker=2, reset_timeout=2.0
+            [SlowReset] * N, mode="process", envs_per_worker=2, reset_timeout=DEADLINE
         ) as envs,
-        pytest.raises(aioenv.WorkerTimeout, match=r"\(reset\) ran .* deadline of 2 s"),
+        pytest.raises(aioenv.WorkerTimeout, match=r"\(reset\) ran .* deadline of 10 s"),
     ):
         envs.reset(seed=0, options={"hang": True})
 
@@ -299,7 +304,7 @@ def test_a_build_past_the_start_deadline_fails_the_constructor_and_leaves_nothin
     # The probe env is the first one; the second is built in its child only.
     with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 1 \(env 1\): .*start-up"):
         aioenv.AioVectorEnv(
-            [Chatter, _builds_forever], mode="process", envs_per_worker=1, start_timeout=2.0
+            [Chatter, _builds_forever], mode="process", envs_per_worker=1, start_timeout=DEADLINE
         )
 
 
@@ -313,13 +318,15 @@ def _go_round(envs: aioenv.AioVectorEnv) -> None:
 
 def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() -> None:
     with aioenv.AioVectorEnv(
-        [Sleeper] * N, mode="process", envs_per_worker=2, batch_size=2, step_timeout=2.0
+        [Sleeper] * N, mode="process", envs_per_worker=2, batch_size=2, step_timeout=DEADLINE
     ) as envs:
         envs.async_reset(seed=0)
-        for _ in range(2):
+        hung = False
+        while not hung:  # the first child's envs hang once they come back
             *_, infos = envs.recv()
-            envs.send(np.array([0, 2]) if infos["env_id"][0] == 0 else np.zeros(2, np.int64))
-        *_, infos = envs.recv()  # the child of envs 2-3 answers; that of 0-1 hangs
+            hung = infos["env_id"][0] == 0
+            envs.send(np.array([0, 2]) if hung else np.zeros(2, np.int64))
+        *_, infos = envs.recv()  # only the other child can answer now
         assert infos["env_id"].tolist() == [2, 3]
         envs.send(np.zeros(2, np.int64))
         with pytest.raises(
@@ -328,3 +335,15 @@ def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() 
             _go_round(envs)
         with pytest.raises(aioenv.WorkerRemoved, match=r"envs 0-1 .*WorkerTimeout"):
             envs.recv()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"idle_spin": 1.0}, r"idle_spin must be a number of seconds from 0 to 0\.01, got 1\.0"),
+        ({"step_timeout": -1}, r"step_timeout must be None or a number > 0, got -1"),
+    ],
+)
+def test_a_bad_engine_option_is_refused_by_name(option: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2, **option)

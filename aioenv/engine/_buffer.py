@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..wire._shared_memory import Layout, memory_file
 
-__all__ = ["StepBuffer", "copied", "rows_of", "write_rows"]
+__all__ = ["NoLayout", "StepBuffer", "copied", "rows_of", "write_rows"]
 
 _ALIGN = 64
 
@@ -31,10 +31,15 @@ def _aligned(offset: int) -> int:
     return -(-offset // _ALIGN) * _ALIGN
 
 
+class NoLayout(ValueError):
+    """A space whose samples have no fixed layout in memory (Text, Graph, Sequence, ...):
+    its envs cannot step through a step buffer."""
+
+
 class StepBuffer:
     """The step data of ``n`` envs whose single spaces are ``observation_space`` and
     ``action_space``, in a new memory file, or in ``fd``'s (another process's buffer,
-    sent here). Raises ValueError if either space has no fixed layout.
+    sent here). Raises NoLayout (a ValueError) if either space has no fixed layout.
 
     ``actions`` and ``observations`` are trees of arrays (as the batched space's samples
     are: one array for a Box, a dict of them for a Dict); ``rewards`` (float64),
@@ -54,7 +59,7 @@ class StepBuffer:
         for name, space in (("observation", observation_space), ("action", action_space)):
             layout = Layout.of(batch_space(space, n))
             if layout is None:
-                raise ValueError(f"the {name} space {space} has no fixed layout in memory")
+                raise NoLayout(f"the {name} space {space} has no fixed layout in memory")
             layouts.append(layout)
         observations, actions = layouts
         starts = [0]

@@ -34,7 +34,7 @@ from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
 from ..core._supervision import Supervision
-from ..env_side._idle_spin import DEFAULT_IDLE_SPIN
+from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ._buffer import StepBuffer, copied
 from ._child import ChildPlan
@@ -91,7 +91,9 @@ class EngineChildren(HandOffs):
         n = sum(sizes)
         buffer = StepBuffer(observation_space, action_space, n)
         options = Supervision(**supervision)
-        super().__init__(buffer, Wake.new(), options, self.autoreset, copy, float(idle_spin))
+        super().__init__(
+            buffer, Wake.new(), options, self.autoreset, copy, checked_idle_spin(idle_spin)
+        )
         self._context = resolve_context(context)
         thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
         bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])

@@ -19,11 +19,23 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["CROWDED_SHARE", "DEFAULT_IDLE_SPIN", "MAX_HOLD", "MIN_HOLD", "IdleSpin", "next_hold"]
+__all__ = [
+    "CROWDED_SHARE",
+    "DEFAULT_IDLE_SPIN",
+    "MAX_HOLD",
+    "MAX_IDLE_SPIN",
+    "MIN_HOLD",
+    "IdleSpin",
+    "checked_idle_spin",
+    "next_hold",
+]
 
 #: Seconds a child polls for its next request before it sleeps, unless told otherwise
 #: (``idle_spin=``): none; a vector env gives its children some where each has a core.
 DEFAULT_IDLE_SPIN = 0.0
+#: The longest ``idle_spin`` a child takes (seconds): spinning is for the gap between two
+#: steps of a lockstep loop, not for waiting on a slow learner.
+MAX_IDLE_SPIN = 0.01
 
 T = TypeVar("T")
 
@@ -102,3 +114,17 @@ class IdleSpin:
         self.hold = next_hold(self.hold, data is not None, on_cpu)
         self.spin_after = ended + self.hold
         return data
+
+
+def checked_idle_spin(seconds: object) -> float:
+    """An ``idle_spin`` option (a process worker's, an engine child's) as seconds:
+    ValueError unless a number from 0 to :data:`MAX_IDLE_SPIN`."""
+    if not (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and 0 <= seconds <= MAX_IDLE_SPIN
+    ):
+        raise ValueError(
+            f"idle_spin must be a number of seconds from 0 to {MAX_IDLE_SPIN}, got {seconds!r}"
+        )
+    return float(seconds)

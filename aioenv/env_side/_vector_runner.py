@@ -286,33 +286,9 @@ class VectorRunner:
                 infos = {index: info for index, info in enumerate(info_rows) if info}
                 entries = list(infos.items())
         else:
-            observations = []
-            reward_list: list[float] = []
-            ended_list: list[bool] = []
-            cut_list: list[bool] = []
-            rewards, terminated, truncated = reward_list, ended_list, cut_list
-            for index, state in enumerate(states):
-                if type(state) is tuple:
-                    observation, reward, ended, cut, info = state
-                else:
-                    observation, reward, ended, cut, info = (
-                        state.observation,
-                        state.reward,
-                        state.terminated,
-                        state.truncated,
-                        state.info,
-                    )
-                    if state.final_info is not None:
-                        finals[index] = state.final_observation
-                        final_infos[index] = state.final_info
-                        entries.append((index, final_entry(state)))
-                observations.append(observation)
-                reward_list.append(reward)
-                ended_list.append(ended)
-                cut_list.append(cut)
-                if info:
-                    infos[index] = info
-                    entries.append((index, info))
+            observations, rewards, terminated, truncated = _columns(
+                states, infos, finals, final_infos, entries
+            )
         if envs is None:
             self._observations = observations
         else:  # the others' stay as they were (a masked reset hands them out)
@@ -474,3 +450,43 @@ def _first_of(failures: list[Failure]) -> Failure:
     """The failure of a request in which several envs of the batch raised: the first
     one's, carrying the others (every env was stepped, as separate workers would be)."""
     return dataclasses.replace(failures[0], more=tuple(failures[1:]))
+
+
+def _columns(
+    states: list[Any],
+    infos: dict[int, dict[str, Any]],
+    finals: dict[int, Any],
+    final_infos: dict[int, dict[str, Any]],
+    entries: list[tuple[int, dict[str, Any]]],
+) -> tuple[list[Any], list[float], list[bool], list[bool]]:
+    """The observations, rewards and flags of ``states`` (each a Step or a ``step_row``
+    tuple), a row each; their infos, final observations and final infos put by row into
+    ``infos``, ``finals`` and ``final_infos``, and each row's entries to join into vector
+    infos (a final one first) appended to ``entries``."""
+    observations: list[Any] = []
+    rewards: list[float] = []
+    terminated: list[bool] = []
+    truncated: list[bool] = []
+    for index, state in enumerate(states):
+        if type(state) is tuple:
+            observation, reward, ended, cut, info = state
+        else:
+            observation, reward, ended, cut, info = (
+                state.observation,
+                state.reward,
+                state.terminated,
+                state.truncated,
+                state.info,
+            )
+            if state.final_info is not None:
+                finals[index] = state.final_observation
+                final_infos[index] = state.final_info
+                entries.append((index, final_entry(state)))
+        observations.append(observation)
+        rewards.append(reward)
+        terminated.append(ended)
+        truncated.append(cut)
+        if info:
+            infos[index] = info
+            entries.append((index, info))
+    return observations, rewards, terminated, truncated

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core._environment import EnvSource, VectorSource
+from ..engine._buffer import NoLayout
 from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ._probe import Probe
 
@@ -47,5 +48,5 @@ def engine_envs(
             copy=copy,
             **options,
         )
-    except ValueError:
-        return None  # a space with no fixed layout
+    except NoLayout:
+        return None

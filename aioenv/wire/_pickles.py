@@ -23,6 +23,7 @@ __all__ = [
     "dumps_arrays",
     "encode_infos",
     "loads",
+    "pickled_for",
     "raw_dtype",
 ]
 
@@ -37,6 +38,18 @@ def dumps(obj: Any) -> bytes:
 
 def loads(data: bytes | memoryview) -> Any:
     return pickle.loads(data)
+
+
+def pickled_for(obj: Any, what: str, name: str) -> bytes:
+    """:func:`dumps` of ``obj`` (``what`` it is) to send to ``name``'s process: TypeError
+    saying what could not be pickled."""
+    try:
+        return dumps(obj)
+    except Exception as exc:
+        raise TypeError(
+            f"{name}: the {what} could not be pickled to send it to the worker process "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def dumps_arrays(obj: Any) -> bytes:

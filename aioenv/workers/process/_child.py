@@ -28,6 +28,7 @@ from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
     RECEIVE_SIZE,
+    Frame,
     FrameDecoder,
     Kind,
     decode_array,
@@ -87,26 +88,9 @@ def serve(
             data = waiting.receive(sock)  # whatever has arrived is one batch
             if not data:
                 return  # the parent is gone
-            for kind, seq, slot, frame in decoder.feed(data):
-                if kind == Request.CLOSE:
-                    return
-                if kind == Request.SHARE:
-                    mapped = shared[slot] = _map_shared(frame, descriptors)
-                    slots.share(slot, None if mapped is None else mapped.views)
-                elif kind == Request.CLOSE_SLOT:
-                    slots.serve(slot, Request.CLOSE_SLOT, None)
-                    shared[slot] = None
-                    slots.share(slot, None)
-                elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
-                    waiting.seconds = decode_spin(frame)
-                elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
-                    sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
-                else:
-                    # Each answer goes at once, not with the batch: the parent works on it
-                    # while this child steps the next env, and neither side idles long
-                    # enough for its core to sleep (waking a sleeping core costs far more
-                    # than a write; see benchmarks/wake_latency.py).
-                    sock.sendall(_answer_frame(slots, kind, seq, slot, frame, shared[slot]))
+            frames = decoder.feed(data)
+            if not _served(sock, slots, shared, descriptors, waiting, frames):
+                return
     except (BrokenPipeError, ConnectionResetError):
         return  # the parent is gone
     finally:
@@ -115,6 +99,39 @@ def serve(
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
+
+
+def _served(
+    sock: socket.socket,
+    slots: Slots,
+    shared: list[SharedObservations | None],
+    descriptors: queue.SimpleQueue[int],
+    waiting: IdleSpin,
+    frames: list[Frame],
+) -> bool:
+    """Serve a batch of request frames (``(kind, seq, slot, frame)``), answering each as
+    it is served; False once one is CLOSE (the rest are not served)."""
+    for kind, seq, slot, frame in frames:
+        if kind == Request.CLOSE:
+            return False
+        if kind == Request.SHARE:
+            mapped = shared[slot] = _map_shared(frame, descriptors)
+            slots.share(slot, None if mapped is None else mapped.views)
+        elif kind == Request.CLOSE_SLOT:
+            slots.serve(slot, Request.CLOSE_SLOT, None)
+            shared[slot] = None
+            slots.share(slot, None)
+        elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
+            waiting.seconds = decode_spin(frame)
+        elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
+            sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
+        else:
+            # Each answer goes at once, not with the batch: the parent works on it while
+            # this child steps the next env, and neither side idles long enough for its
+            # core to sleep (waking a sleeping core costs far more than a write; see
+            # benchmarks/wake_latency.py).
+            sock.sendall(_answer_frame(slots, kind, seq, slot, frame, shared[slot]))
+    return True
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:

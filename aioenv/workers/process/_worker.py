@@ -35,7 +35,7 @@ from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
 from ...engine._start import Context, resolve_context
-from ...env_side._idle_spin import DEFAULT_IDLE_SPIN
+from ...env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._frames import (
     READY,
@@ -48,13 +48,14 @@ from ...wire._frames import (
     loads,
     raw_dtype,
 )
+from ...wire._pickles import pickled_for
 from ...wire._requests import Request
 from ...wire._shared_memory import (
-    AUTO_THRESHOLD,
     Layout,
     SharedObservations,
     available,
     memory_file,
+    shared_layout,
 )
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
@@ -65,9 +66,6 @@ __all__ = ["ProcessWorker"]
 
 S = TypeVar("S")
 
-#: The longest ``idle_spin`` a process worker takes (seconds): spinning is for the gap
-#: between two steps of a lockstep loop, not for waiting on a slow learner.
-MAX_IDLE_SPIN = 0.01
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
 
 
@@ -152,7 +150,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 "shared_memory=True needs os.memfd_create (Linux); use shared_memory='auto'"
             )
         self._shared_memory = shared_memory
-        self._idle_spin = _checked_idle_spin(idle_spin)
+        self._idle_spin = checked_idle_spin(idle_spin)
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
         self._layout: Layout | None = None  # known once the env reports its space
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
@@ -190,7 +188,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         it blocks, from its next wait on; a restarted child starts with it. A child that
         hosts several workers' envs waits one way for all of them: the last call for any
         of them sets it. Call it from the event loop the worker runs on."""
-        self._idle_spin = _checked_idle_spin(seconds)
+        self._idle_spin = checked_idle_spin(seconds)
         if self._host is not None:
             self._host.send(encode_spin(self._idle_spin, self._slot))
 
@@ -245,14 +243,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         finally:
             os.close(fd)  # the child has its own descriptor now
 
-    def _layout_for(self, space: Any) -> Layout | None:
-        if self._shared_memory is False or not available():
-            return None
-        layout = Layout.of(space)
-        if layout is None or (self._shared_memory == "auto" and layout.nbytes < AUTO_THRESHOLD):
-            return None
-        return layout
-
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
         host = self._host_for_restart()
@@ -262,14 +252,16 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if action is RESET:
             frame = encode(Request.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
-            frame = encode(Request.RESET, seq, self._pickle(action, "reset arguments"), self._slot)
+            frame = encode(
+                Request.RESET, seq, pickled_for(action, "reset arguments", self.name), self._slot
+            )
         elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
             self._submit_control_like(seq, action)
             return
         else:
-            frame = encode_action(seq, self._pickle(action, "action"), self._slot)
+            frame = encode_action(seq, pickled_for(action, "action", self.name), self._slot)
         self._current_host().send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
@@ -280,19 +272,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
         to each child process with its bytes once."""
         host = self._current_host()
         request, shipped = without_shipped(host, request)
-        payload = self._pickle(request, "request")
+        payload = pickled_for(request, "request", self.name)
         kind = Request.CONTROL if type(request) is ControlRequest else Request.STEP
         host.send(encode(kind, seq, payload, self._slot))
         mark_shipped(host, shipped)
-
-    def _pickle(self, obj: Any, what: str) -> bytes:
-        try:
-            return dumps(obj)
-        except Exception as exc:
-            raise TypeError(
-                f"{self.name}: the {what} could not be pickled to send it to the worker "
-                f"process ({type(exc).__name__}: {exc})"
-            ) from exc
 
     def _release_starts(self) -> None:
         if self._holds_starts:
@@ -337,7 +320,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                     return  # a rebuild that failed: its reset says so; the spaces stay
                 self.observation_space, self.action_space = spaces
                 self._spaces_reported = bytes(payload)
-                layout = self._layout_for(self.observation_space)
+                layout = shared_layout(self.observation_space, self._shared_memory)
                 if layout != self._layout:
                     # The child writes nothing that does not fit the memory it has, so
                     # what it sends before it maps the new memory travels in the socket.
@@ -423,15 +406,3 @@ class ProcessWorker(SlottedWorker[S, Host]):
             RuntimeWarning,
             stacklevel=3,
         )
-
-
-def _checked_idle_spin(seconds: object) -> float:
-    if not (
-        isinstance(seconds, (int, float))
-        and not isinstance(seconds, bool)
-        and 0 <= seconds <= MAX_IDLE_SPIN
-    ):
-        raise ValueError(
-            f"idle_spin must be a number of seconds from 0 to {MAX_IDLE_SPIN}, got {seconds!r}"
-        )
-    return float(seconds)
