@@ -19,8 +19,8 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from .loops import run
 from .pool._factory import make_pool
 from .vector._env import AioVectorEnv
-from .vector._layout import envs_per_worker
-from .vector._layout import usable_cores as cores
+from .vector._grouping import envs_per_worker
+from .vector._grouping import usable_cores as cores
 
 __all__ = [
     "GROUPED_ROW",

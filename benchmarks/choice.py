@@ -26,7 +26,7 @@ from machine import git_state, host_info
 
 import aioenv
 from aioenv.vector import _choice
-from aioenv.vector._layout import usable_cores
+from aioenv.vector._grouping import usable_cores
 from aioenv.vector._probe import Probe
 
 

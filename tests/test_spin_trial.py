@@ -195,7 +195,7 @@ def test_vector_env_tries_its_children_asleep_and_steps_as_sync(
 ) -> None:
     """Children that poll by the rule (a core each) are tried asleep while the vector env
     steps; whatever each trial decides, every step matches SyncVectorEnv's."""
-    from aioenv.vector import _layout
+    from aioenv.vector import _grouping as _layout
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: 4)
     import gymnasium
@@ -228,7 +228,7 @@ def test_vector_env_tries_its_children_asleep_and_steps_as_sync(
 
 
 def test_an_asked_spin_is_never_tried(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioenv.vector import _layout
+    from aioenv.vector import _grouping as _layout
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: 4)
     with aioenv.AioVectorEnv(

@@ -16,7 +16,7 @@ from envs import Rendezvous, Structured, Walk
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv.vector._layout import envs_per_worker as _envs_per_worker
+from aioenv.vector._grouping import envs_per_worker as _envs_per_worker
 
 N = 4
 AUTORESET = {
@@ -165,7 +165,7 @@ async def test_a_vector_env_made_in_plain_code_can_be_used_and_closed_from_async
 def test_grouped_process_workers_spin_only_with_a_core_each(
     monkeypatch: pytest.MonkeyPatch, cores: int, options: dict[str, Any], spin: float | None
 ) -> None:
-    from aioenv.vector import _layout
+    from aioenv.vector import _grouping as _layout
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
     options = dict(options)
@@ -192,7 +192,7 @@ def test_process_workers_in_a_list_of_modes_spin_only_with_a_core_each(
 ) -> None:
     """Workers that run in the parent (sync, thread) keep its core busy while they step,
     so children spin only where they have a core each besides that one."""
-    from aioenv.vector import _layout
+    from aioenv.vector import _grouping as _layout
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
     options: dict[str, Any] = {"envs_per_worker": 4}

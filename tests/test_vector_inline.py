@@ -23,7 +23,7 @@ from support import cpu_seconds, wait_until
 
 import aioenv
 from aioenv.vector import _choice
-from aioenv.vector._layout import busy_cores
+from aioenv.vector._grouping import busy_cores
 from aioenv.vector._probe import Probe
 
 # Serial (alone, after the parallel part of make test): the default's choice times a

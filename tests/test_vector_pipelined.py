@@ -15,7 +15,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import aioenv
-from aioenv.vector._layout import envs_per_worker
+from aioenv.vector._grouping import envs_per_worker
 
 N = 4
 SEED = 7

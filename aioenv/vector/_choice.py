@@ -11,7 +11,7 @@ in line by :data:`MARGIN`, with at most one child per core (a lockstep script wa
 they step, so its own core is free for one of them).
 
 Cores that other work keeps busy when the vector env is made are not counted (see
-:func:`~aioenv.vector._layout.busy_cores`): beside a CPU-heavy job, children wait for its
+:func:`~aioenv.vector._grouping.busy_cores`): beside a CPU-heavy job, children wait for its
 time slices at every hand-off, and the envs step faster in line. The choice is made once;
 while the envs run, a child only adapts how it waits (see
 :mod:`aioenv.env_side._idle_spin`), since an env's state cannot move between processes.
@@ -46,8 +46,8 @@ from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
 from ._children import engine_envs
+from ._grouping import busy_cores, grouped, usable_cores
 from ._inline import INLINE_OPTIONS, InlineEnvs
-from ._layout import busy_cores, grouped, usable_cores
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime
 
@@ -81,7 +81,7 @@ IN_PARENT = frozenset({"inline", "sync", "thread", "coroutine", "async"})
 HAND_OFF = 190e-6
 PER_CHILD = 100e-6
 #: Pool options that decide how envs are grouped into workers themselves: given one, the
-#: pool's own grouping applies (see :func:`~aioenv.vector._layout.grouped`).
+#: pool's own grouping applies (see :func:`~aioenv.vector._grouping.grouped`).
 LAYOUT_OPTIONS = frozenset({"envs_per_worker", "envs_per_process", "episode_timeout"})
 #: Pool options that hold a step to a deadline (an episode to its budget): a step in the
 #: calling thread cannot be abandoned, so they need the envs in workers.
@@ -327,7 +327,7 @@ def _by_cost(
     wins the other; the children's groups then divide ``batch_size`` (a ``recv``
     returns whole groups). ``workers_asked``: why the envs cannot step in line (pool
     options given): the children the rule places where it places children, else the
-    pool's own grouping (see :func:`~aioenv.vector._layout.grouped`)."""
+    pool's own grouping (see :func:`~aioenv.vector._grouping.grouped`)."""
     inline = num_envs * step
     fits = num_envs if batch_size is None else math.gcd(num_envs, batch_size)
     per_worker, children = min(

@@ -29,8 +29,9 @@ from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches, check_batch
 from ._calls import EnvCalls
 from ._choice import AUTO, ModeChoice, in_parent, place_envs
+from ._grouping import LOCKSTEP_IDLE_SPIN
 from ._lanes import LaneView
-from ._layout import LOCKSTEP_IDLE_SPIN, EnvLayout
+from ._layout import EnvLayout
 from ._pipeline import Pipeline, PipelinedCalls
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised

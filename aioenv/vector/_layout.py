@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,148 +30,12 @@ from gymnasium.spaces import (
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ..core._commands import RESET, Reset
-from ..core._environment import BatchStep, EnvSource, VectorSource
+from ..core._environment import BatchStep
 from ..core._messages import PerEnv
 from ..core._seeds import per_env_seeds, reset_mask
 from ._infos import AddInfo, joined_flat, joined_infos, merge_infos
 
-__all__ = [
-    "EnvLayout",
-    "VectorArrays",
-    "busy_cores",
-    "envs_per_worker",
-    "grouped",
-    "usable_cores",
-]
-
-#: The ``idle_spin`` (seconds) of grouped process workers that have a core each: longer
-#: than a small policy's forward pass between two steps, so a child is still awake when
-#: the next step comes (waking a sleeping one costs the parent's send 100 µs and more on a
-#: virtual machine), and short enough to be noise if the script computes longer. A child
-#: that polls yields its core to any other runnable process, the script's among them.
-LOCKSTEP_IDLE_SPIN = 0.002
-
-
-def grouped(
-    env: EnvSource | list[EnvSource],
-    num_envs: int | None,
-    mode: str | Sequence[str],
-    options: dict[str, Any],
-    batch_size: int | None = None,
-) -> tuple[EnvSource | list[EnvSource], int | None]:
-    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
-    ``options``), else for process workers ``k`` chosen from the cores (a core for the
-    script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
-    cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
-    and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given; in a
-    list of modes too).
-    The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
-    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
-    if "envs_per_worker" in options:
-        per_worker = options.pop("envs_per_worker")
-        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
-            raise ValueError(
-                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
-                f"got {per_worker!r}"
-            )
-    elif mode == "process" and "envs_per_process" not in options:
-        # A budget (episode_timeout) times each env's episodes on a worker of its own.
-        timed = options.get("episode_timeout") is not None
-        per_worker = 1 if timed else envs_per_worker(len(sources), usable_cores(), batch_size)
-    else:
-        per_worker = 1
-    _spin_where_children_have_cores(mode, len(sources) // per_worker, options)
-    if per_worker == 1:
-        return env, num_envs
-    groups = [
-        VectorSource(tuple(sources[first : first + per_worker]))
-        for first in range(0, len(sources), per_worker)
-    ]
-    return list(groups), len(groups)
-
-
-def _spin_where_children_have_cores(
-    mode: str | Sequence[str], workers: int, options: dict[str, Any]
-) -> None:
-    """Give process workers ``idle_spin`` (unless given) where each child has a core of
-    its own: the script's core is free for one while a lockstep script waits, but not
-    while the parent steps envs itself (workers of a kind that runs in the parent, in a
-    list of modes), and a child of several (``envs_per_process``) counts once."""
-    per_process = options.get("envs_per_process", 1)
-    if "idle_spin" in options or not isinstance(per_process, int):
-        return
-    kinds = [mode] * workers if isinstance(mode, str) else list(mode)
-    process_workers = kinds.count("process")
-    if not process_workers:
-        return
-    processes = -(-process_workers // max(1, per_process))
-    cores = usable_cores()
-    parent_steps = process_workers < len(kinds)
-    if cores > 1 and processes <= cores - parent_steps:
-        options["idle_spin"] = LOCKSTEP_IDLE_SPIN
-
-
-def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:
-    """The largest divisor of ``num_envs`` (and of ``batch_size``, if given) that is at
-    most ``ceil(num_envs / children)``, with one child per core but one (the training
-    script's), at least one child."""
-    target = -(-num_envs // max(1, cores - 1))
-    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else num_envs
-    return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-#: How long :func:`busy_cores` watches the machine (seconds): 5 ticks of the kernel's
-#: CPU accounting at its usual 100 Hz.
-LOAD_WINDOW = 0.05
-
-
-def busy_cores(window: float = LOAD_WINDOW) -> float:
-    """How much of the cores this process may run on other work kept busy over the next
-    ``window`` seconds, while this thread sleeps: the sum of each core's busy share (1.0
-    for a core that a CPU-heavy job holds), read from ``/proc/stat``; 0.0 where that
-    cannot be read (not on Linux)."""
-    try:
-        cores = os.sched_getaffinity(0)
-        before = _core_times(cores)
-        time.sleep(window)
-        after = _core_times(cores)
-    except (OSError, AttributeError, ValueError):
-        return 0.0
-    busy = 0.0
-    for core, (busy_then, total_then) in before.items():
-        busy_now, total_now = after.get(core, (busy_then, total_then))
-        if total_now > total_then:
-            busy += (busy_now - busy_then) / (total_now - total_then)
-    return busy
-
-
-def _core_times(cores: set[int]) -> dict[int, tuple[int, int]]:
-    """Each core's busy and total time so far (clock ticks), for the ``cores`` given."""
-    times: dict[int, tuple[int, int]] = {}
-    with open("/proc/stat") as stat:
-        for line in stat:
-            if not line.startswith("cpu"):
-                break  # the per-core lines come first
-            name, *fields = line.split()
-            core = int(name[3:] or -1)  # -1: the "cpu" line, all cores summed
-            if core not in cores:
-                continue
-            # user nice system idle iowait irq softirq steal: idle and iowait are idle;
-            # steal (another virtual machine ran on the core) is not free for this one.
-            ticks = [int(field) for field in fields[:8]]
-            total = sum(ticks)
-            times[core] = (total - ticks[3] - ticks[4], total)
-    return times
-
+__all__ = ["EnvLayout", "VectorArrays"]
 
 #: ``flatten``'s default: every worker was asked.
 _ALL_ASKED = object()
