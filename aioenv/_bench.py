@@ -7,6 +7,7 @@ action space."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import time
@@ -23,6 +24,8 @@ from .vector._grouping import envs_per_worker
 from .vector._grouping import usable_cores as cores
 
 __all__ = [
+    "report",
+    "table",
     "GROUPED_ROW",
     "GYMNASIUM_ROWS",
     "VECTOR_ROW",
@@ -183,3 +186,36 @@ def row_label(row: str, num_envs: int) -> str:
         per_worker = grouping(num_envs)
         return f"aioenv process, {per_worker} env{'s' if per_worker > 1 else ''} per worker"
     return f"aioenv {row}"
+
+
+def report(arguments: argparse.Namespace, results: list[Measurement]) -> dict[str, Any]:
+    """``aioenv bench --json``'s report of ``results``, measured as ``arguments`` asked."""
+    return {
+        "env": arguments.env_id,
+        "workers": arguments.workers,
+        "envs_per_process": arguments.envs_per_process,
+        "seconds": arguments.seconds,
+        "seed": arguments.seed,
+        "steps_per_s": {result.label: result.steps_per_s for result in results},
+        "steps": {result.label: result.steps for result in results},
+        "recommendation": recommendation(arguments.env_id, arguments.workers, results),
+        "vector_choice": next((r.choice for r in results if r.label == VECTOR_ROW), ""),
+    }
+
+
+def table(arguments: argparse.Namespace, results: list[Measurement]) -> list[str]:
+    """``aioenv bench``'s table of ``results`` (the last row is the reference), and its
+    recommendation."""
+    reference = results[-1].steps_per_s  # gymnasium's AsyncVectorEnv
+    lines = [
+        f"aioenv bench {arguments.env_id}: {arguments.workers} envs, "
+        f"{arguments.seconds:g} s per row (process mode: {arguments.envs_per_process} "
+        "env(s) per process)",
+        f"{'row':<34}{'steps/s':>12}{'vs AsyncVectorEnv':>20}",
+    ]
+    for result in results:
+        label = row_label(result.label, arguments.workers)
+        ratio = f"{result.steps_per_s / reference:.2f}x" if reference > 0 else "-"
+        lines.append(f"{label:<34}{result.steps_per_s:>12,.0f}{ratio:>20}")
+    lines.append(recommendation(arguments.env_id, arguments.workers, results))
+    return lines

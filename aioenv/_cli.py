@@ -33,8 +33,8 @@ from ._bench import (
     VECTOR_ROW,
     Measurement,
     measure,
-    recommendation,
-    row_label,
+    report,
+    table,
 )
 from .core._gymnasium import resolve_spec
 from .loops import run
@@ -400,37 +400,7 @@ def _bench(arguments: argparse.Namespace) -> int:
             )
             progress.update()
     if arguments.json:
-        print(json.dumps(_report(arguments, results), indent=2))
+        print(json.dumps(report(arguments, results), indent=2))
     else:
-        print("\n".join(_table(arguments, results)))
+        print("\n".join(table(arguments, results)))
     return 0
-
-
-def _report(arguments: argparse.Namespace, results: list[Measurement]) -> dict[str, Any]:
-    return {
-        "env": arguments.env_id,
-        "workers": arguments.workers,
-        "envs_per_process": arguments.envs_per_process,
-        "seconds": arguments.seconds,
-        "seed": arguments.seed,
-        "steps_per_s": {result.label: result.steps_per_s for result in results},
-        "steps": {result.label: result.steps for result in results},
-        "recommendation": recommendation(arguments.env_id, arguments.workers, results),
-        "vector_choice": next((r.choice for r in results if r.label == VECTOR_ROW), ""),
-    }
-
-
-def _table(arguments: argparse.Namespace, results: list[Measurement]) -> list[str]:
-    reference = results[-1].steps_per_s  # gymnasium's AsyncVectorEnv
-    lines = [
-        f"aioenv bench {arguments.env_id}: {arguments.workers} envs, "
-        f"{arguments.seconds:g} s per row (process mode: {arguments.envs_per_process} "
-        "env(s) per process)",
-        f"{'row':<34}{'steps/s':>12}{'vs AsyncVectorEnv':>20}",
-    ]
-    for result in results:
-        label = row_label(result.label, arguments.workers)
-        ratio = f"{result.steps_per_s / reference:.2f}x" if reference > 0 else "-"
-        lines.append(f"{label:<34}{result.steps_per_s:>12,.0f}{ratio:>20}")
-    lines.append(recommendation(arguments.env_id, arguments.workers, results))
-    return lines
