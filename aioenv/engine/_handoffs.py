@@ -20,7 +20,6 @@ from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
-from ..env_side._idle_spin import checked_idle_spin
 from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
 from ._channel import answer_of, encoded, post_with
@@ -164,7 +163,7 @@ class HandOffs:
 
     def set_idle_spin(self, seconds: float) -> None:
         """Make every child poll ``seconds`` for its next request before it sleeps."""
-        self._idle_spin = checked_idle_spin(seconds)
+        self._idle_spin = float(seconds)  # the vector env's spin trial's (checked at start)
         self._to_every(self._idle_spin, "spin")
 
     # Answers in ------------------------------------------------------------------------------
