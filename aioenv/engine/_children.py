@@ -89,11 +89,8 @@ class EngineChildren(HandOffs):
         self.closed = False
         self.sizes = list(sizes)
         n = sum(sizes)
-        buffer = StepBuffer(observation_space, action_space, n)
-        options = Supervision(**supervision)
-        super().__init__(
-            buffer, Wake.new(), options, self.autoreset, copy, checked_idle_spin(idle_spin)
-        )
+        # Every option is checked before the buffer and the wake take descriptors.
+        options, spin = Supervision(**supervision), checked_idle_spin(idle_spin)
         self._context = resolve_context(context)
         thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
         bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
@@ -107,7 +104,7 @@ class EngineChildren(HandOffs):
                 episode,
                 registry,
                 thread_caps,
-                self._idle_spin,
+                spin,
                 (observation_space, action_space),
                 lo,
                 hi,
@@ -115,6 +112,13 @@ class EngineChildren(HandOffs):
             )
             for w, (group, (lo, hi)) in enumerate(zip(groups, bounds, strict=True))
         ]
+        buffer = StepBuffer(observation_space, action_space, n)
+        try:
+            answer = Wake.new()
+        except BaseException:
+            buffer.close()
+            raise
+        super().__init__(buffer, answer, options, self.autoreset, copy, spin)
         self._every = range(len(self._plans))
 
     # Start ---------------------------------------------------------------------------------
