@@ -85,8 +85,13 @@ def test_process_steps_go_through_the_engine_unless_an_option_needs_the_pool() -
         pytest.raises(AttributeError, match="through the engine"),
     ):
         _ = timed.pool  # deadlines: timed waits of the engine's
-    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", restart="on_failure") as kept:
-        assert len(kept.pool.workers) == len(kept.group_sizes)  # restarts: the pool's
+    with (
+        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", restart="on_failure") as kept,
+        pytest.raises(AttributeError, match="through the engine"),
+    ):
+        _ = kept.pool  # restarts: the engine's, in the children and of them
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", episode_timeout=60.0) as budget:
+        assert len(budget.pool.workers) == len(budget.group_sizes)  # episode budgets: the pool's
     with (
         aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as piped,
         pytest.raises(AttributeError, match="through the engine"),

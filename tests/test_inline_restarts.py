@@ -60,8 +60,9 @@ def _unnamed(value: Any) -> Any:
     return value
 
 
-def _run(mode: str, autoreset: str, factories: list[Any]) -> list[Any]:
-    """Every transition of a fixed run, and the failures reported."""
+def _run(mode: str, autoreset: str, factories: list[Any], **options: Any) -> list[Any]:
+    """Every transition of a fixed run, and the failures reported; ``options``: the
+    vector env's grouping (by default, each env a worker of its own)."""
     failures: list[aioenv.WorkerError] = []
     with aioenv.AioVectorEnv(
         factories,
@@ -70,7 +71,7 @@ def _run(mode: str, autoreset: str, factories: list[Any]) -> list[Any]:
         restart="on_failure",
         seed=SEED,
         on_failure=failures.append,
-        **_options(mode),
+        **(options or _options(mode)),
     ) as envs:
         assert envs.mode == mode
         transitions: list[Any] = [envs.reset(seed=0)]
@@ -104,6 +105,18 @@ def test_an_inline_env_that_raises_is_rebuilt_and_cut_short_as_in_a_process(
     for ours, theirs in zip(steps, calm_steps, strict=True):
         for column in range(4):
             np.testing.assert_equal(ours[column][[0, 2]], theirs[column][[0, 2]])
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_envs_grouped_in_a_child_are_restarted_there_env_by_env_as_in_line(
+    autoreset: str,
+) -> None:
+    # One child steps all three envs (through the engine): the env that raises is rebuilt
+    # in the child by the same rule, and its neighbours in the child are untouched.
+    inline, failures = _run("inline", autoreset, _factories())
+    grouped, grouped_failures = _run("process", autoreset, _factories(), envs_per_worker=3)
+    assert failures == grouped_failures >= 2
+    np.testing.assert_equal(inline, grouped)
 
 
 def _given_up(mode: str) -> tuple[int, str, str]:

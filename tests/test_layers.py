@@ -48,7 +48,6 @@ RUNS_ENVS_IN_LINE = {
     "aioenv.workers._thread",
     "aioenv.workers._coroutine",
     "aioenv.vector._inline",
-    "aioenv.vector._inline_restarts",  # rebuilds an inline env that failed, in line
 }
 RUNNERS = {
     f"aioenv.env_side.{m}" for m in ("_runner", "_async_runner", "_vector_runner", "_serving")

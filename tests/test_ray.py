@@ -40,8 +40,8 @@ from aioenv.core._commands import RESET
 from aioenv.core._environment import BatchStep
 from aioenv.core._messages import EpisodeOptions
 from aioenv.core._registry import snapshot as registry_snapshot
+from aioenv.core._supervisor import restart_seed
 from aioenv.wire._requests import Request
-from aioenv.workers._supervision import restart_seed
 from aioenv.workers.ray._actor import TIMED_REQUESTS
 
 F = TypeVar("F", bound=Callable[..., Any])

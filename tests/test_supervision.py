@@ -12,7 +12,7 @@ import pytest
 import aioenv
 import aioenv.pool._options
 from aioenv.core._environment import BatchStep, Step
-from aioenv.workers._supervision import (
+from aioenv.core._supervisor import (
     Remedies,
     Supervision,
     Supervisor,

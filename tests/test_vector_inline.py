@@ -154,7 +154,7 @@ def test_a_restartable_vector_env_gets_a_child_per_core(monkeypatch: pytest.Monk
     monkeypatch.setattr(_choice, "busy_cores", lambda: 0.0)  # a quiet machine
     with aioenv.AioVectorEnv([_Slow] * 4, restart="on_failure", step_timeout=30.0) as envs:
         assert envs.mode == "process"
-        assert [worker.num_envs for worker in envs.pool.workers] == [2, 2]
+        assert list(envs.group_sizes) == [2, 2]  # a child per core, through the engine
         envs.reset(seed=0)
         observations, *_ = envs.step(np.zeros(4, np.int64))
         assert observations.shape == (4, 1)

@@ -87,6 +87,11 @@ class WorkerError(AioEnvError):
         super().__init__(message)
         self.worker_id = worker_id
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Its attributes as they are (the constructors take keywords), and its cause (the
+        # env's own exception): an engine child's env errors travel to the parent.
+        return (_rebuilt, (type(self), self.args, self.__dict__, self.__cause__))
+
 
 class EnvError(WorkerError):
     """The environment raised an exception (while being built, reset or stepped).
@@ -213,3 +218,17 @@ def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> Wo
     )
     removed.__cause__ = error
     return removed
+
+
+def _rebuilt(
+    cls: type[WorkerError],
+    args: tuple[Any, ...],
+    state: dict[str, Any],
+    cause: BaseException | None = None,
+) -> WorkerError:
+    """A pickled WorkerError, whatever its constructor takes."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    error.__cause__ = cause
+    return error

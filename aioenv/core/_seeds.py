@@ -15,7 +15,9 @@ import numpy.typing as npt
 from ._commands import Reset
 
 __all__ = [
+    "GroupSeed",
     "check_seed",
+    "env_seeds",
     "per_env_seeds",
     "reset_mask",
     "restart_seed",
@@ -44,6 +46,19 @@ def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
         return [None] * num_workers
     children = np.random.SeedSequence(seed).spawn(num_workers)
     return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
+
+
+#: The seed of a group of envs: one seed theirs are drawn from, or one seed per env.
+GroupSeed = int | None | Sequence[int | None]
+
+
+def env_seeds(seed: GroupSeed, num_envs: int) -> list[int | None]:
+    """Each env's seed in a group seeded ``seed``: drawn from one seed
+    (:func:`worker_seeds`), or given env by env (an engine child's: the seeds its envs
+    have wherever they are grouped)."""
+    if seed is None or isinstance(seed, int):
+        return worker_seeds(seed, num_envs)
+    return list(seed)
 
 
 def restart_seed(seed: int | None, restart: int) -> int | None:

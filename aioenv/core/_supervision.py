@@ -2,7 +2,7 @@
 :class:`Supervision` (each option's default and check, in one place), which deadline a
 request gets (:func:`request_phase`) and the error of a request past it
 (:func:`timeout_error`). How one worker acts on them over time (restarts, budgets) is
-:class:`aioenv.workers._supervision.Supervisor`'s.
+:class:`aioenv.core._supervisor.Supervisor`'s.
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ when read, a large one after (:data:`SMALL`).
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -22,6 +24,8 @@ from ._wake import Wake
 
 __all__ = [
     "SMALL",
+    "GivenUp",
+    "Reported",
     "answer_of",
     "encoded",
     "encoded_infos",
@@ -39,6 +43,24 @@ _PICKLED = 255
 #: wake. A longer one is written after the post, as the reader reads it, since writing
 #: it first could wait for a reader that waits for the post.
 SMALL = 32 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Reported:
+    """A child's answer (``message``: as it would travel alone, or b"" for none) with the
+    errors of its envs that failed meanwhile, restarted or given up: each goes to the
+    parent's ``on_failure``."""
+
+    errors: list[Any]
+    message: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class GivenUp:
+    """A child's answer where an env of its failed with its restart budget spent: the
+    error that gave it up (the vector env cannot go on without it)."""
+
+    error: Any
 
 
 def send_message(sock: socket.socket, message: Any) -> None:
@@ -87,18 +109,31 @@ def receive_message(sock: socket.socket) -> Any:
     message is in flight at a time, so a read of more than it asks for takes nothing of
     the next: most messages take one ``recv``."""
     data = _read(sock, _HEAD.size, SMALL)
-    length, kind = _HEAD.unpack_from(data)
-    end = _HEAD.size + length
+    end = _HEAD.size + _HEAD.unpack_from(data)[0]
     if len(data) < end:
         data += _read(sock, end - len(data), end - len(data))
-    body = memoryview(data)[_HEAD.size : end]
+    return _decoded(data)
+
+
+def _decoded(data: bytes | bytearray) -> Any:
+    """A whole message (its head and body) as its reader gets it."""
+    length, kind = _HEAD.unpack_from(data)
+    body = memoryview(data)[_HEAD.size : _HEAD.size + length]
     return pickle.loads(body) if kind == _PICKLED else (kind, body)
 
 
-def answer_of(sock: socket.socket, name: str, w: int) -> Any:
-    """A child's message as the parent takes it: its answer, or the EnvError its failure
-    is (of ``name``, child ``w``). EOFError or OSError where the child is gone."""
+def answer_of(
+    sock: socket.socket, name: str, w: int, report: Callable[[list[Any]], None] | None = None
+) -> Any:
+    """A child's message as the parent takes it: its answer (None for none: its rows hold
+    it), the EnvError its failure is (of ``name``, child ``w``), or :class:`GivenUp`. The
+    errors :class:`Reported` with it go to ``report``. EOFError or OSError where the child
+    is gone."""
     answer = receive_message(sock)
+    if type(answer) is Reported:
+        if report is not None:
+            report(answer.errors)
+        answer = _decoded(answer.message) if answer.message else None
     if isinstance(answer, Failure):
         return EnvError.from_failure(answer, name, w)
     return answer

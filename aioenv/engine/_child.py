@@ -9,19 +9,34 @@ request wake (spinning first while the idle-spin rule says spinning pays, and re
 once the parent is gone), answer, post the answer wake. A step's actions are read from its
 rows and its results written there; the row's note says whether a message on the socket
 goes with the hand-off (:mod:`aioenv.engine._channel`): for a step, its infos encoded as a
-process worker's are (:func:`aioenv.wire._frames.encode_infos`), or its failure. It
-imports nothing from the parent's side.
+process worker's are (:func:`aioenv.wire._frames.encode_infos`), or its failure.
+
+With restarts on, an env that raises is rebuilt here, by the rule envs in line follow
+(:mod:`aioenv.env_side._env_restarts`: the same budget, seeds and cut-short episodes,
+env by env), and the errors go to the parent with the answer (:class:`Reported`), for its
+``on_failure``. A child that replaces one that died or hung (the parent's to restart,
+:mod:`aioenv.engine._revivals`) answers its first step with its new envs' resets, marked
+as a restart's or cutting short the episodes its predecessor left open (:class:`Revived`).
+It imports nothing from the parent's side.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import signal
 import socket
 from typing import Any
 
+import numpy as np
+
+from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import BatchStep
 from ..core._messages import EpisodeOptions, Failure
+from ..core._restarts import cut_short_batch, mark_restarted, restart_marker
+from ..core._seeds import reset_mask
+from ..core._supervision import Supervision
+from ..env_side._env_restarts import EnvRestarts
 from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import end_own_group, keep_own_group, lead_own_group
 from ..env_side._serving import Slots
@@ -29,7 +44,15 @@ from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import encoded, encoded_infos, post_with, receive_message, send_message
+from ._channel import (
+    GivenUp,
+    Reported,
+    encoded,
+    encoded_infos,
+    post_with,
+    receive_message,
+    send_message,
+)
 from ._wake import Gone, Wake
 
 __all__ = ["serve"]
@@ -40,9 +63,14 @@ _DESCRIPTORS = 5
 
 @dataclasses.dataclass(frozen=True)
 class ChildPlan:
-    """What one engine child serves: ``payload`` (its group of env sources, cloudpickled),
-    seeded with ``seed``, under ``episode``; the buffer of ``n`` rows of these single
-    ``spaces`` (observation, action), its rows ``first`` to ``last - 1``."""
+    """What engine child ``child`` serves: ``payload`` (its group of env sources,
+    cloudpickled), seeded with ``seed``, under ``episode``; the buffer of ``n`` rows of
+    these single ``spaces`` (observation, action), its rows ``first`` to ``last - 1``.
+    ``env_seeds``: each env's seed (None: drawn from ``seed``, a revived child's).
+    ``restarts``: each env's restart options (``on_failure`` left out: its failures are
+    reported to the parent with the answer, :class:`Reported`); None, an env's failure is
+    the request's. ``revived``: this child replaces one that died or hung, for that reason
+    (see :func:`_revived`)."""
 
     payload: bytes
     seed: int | None
@@ -54,6 +82,20 @@ class ChildPlan:
     first: int
     last: int
     n: int
+    child: int = 0
+    env_seeds: tuple[int | None, ...] | None = None
+    restarts: Supervision | None = None
+    revived: Revived | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Revived:
+    """Why a child replaces one that died or hung (``reason``, the restart's note), and
+    the rows it left, where they left an episode open that its first step must cut short
+    (``cut``; None: none is open)."""
+
+    reason: str
+    cut: BatchStep[Any] | None = None
 
 
 def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
@@ -74,12 +116,13 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         wakes = fds[1:]
         half = len(wakes) // 2
         request, answer = Wake.from_descriptors(wakes[:half]), Wake.from_descriptors(wakes[half:])
-        slots = Slots([plan.payload], [plan.seed], plan.episode, plan.registry, plan.thread_caps)
+        seeds = plan.seed if plan.env_seeds is None else plan.env_seeds
+        slots = Slots([plan.payload], [seeds], plan.episode, plan.registry, plan.thread_caps)
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
         send_message(sock, spaces if failure is None else failure)
         if failure is None:
-            _loop(sock, alive, slots, buffer, request, answer, plan)
+            _loop(sock, alive, _Envs(slots, buffer, plan), request, answer, plan)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         return  # the parent is gone
     finally:
@@ -92,17 +135,15 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
 def _loop(
     sock: socket.socket,
     alive: socket.socket,
-    slots: Slots,
-    buffer: StepBuffer,
+    envs: _Envs,
     request: Wake,
     answer: Wake,
     plan: ChildPlan,
 ) -> None:
-    first, rows = plan.first, slice(plan.first, plan.last)
-    actions, observations = rows_of(buffer.actions, rows), rows_of(buffer.observations, rows)
+    first, buffer = plan.first, envs.buffer
     notes, marks = buffer.notes, buffer.marks
-    slots.share(0, observations)  # a Box batch is stacked straight into the buffer
     spin = IdleSpin(plan.idle_spin, 0)
+    envs.slots.share(0, envs.observations)  # a Box batch is stacked straight into the buffer
     watch = (alive.fileno(),)
     while True:
         try:
@@ -113,54 +154,136 @@ def _loop(
             asked = receive_message(sock)
             if asked is None:
                 return  # close
-            data = encoded(_served(slots, spin, observations, *asked))
+            data = envs.served(spin, *asked)
         else:
-            data = _stepped(slots, buffer, rows, actions, observations)
+            data = envs.stepped()
         notes[first] = bool(data)
         marks[first] = 1
         post_with(sock, answer, data)
 
 
-def _served(slots: Slots, spin: IdleSpin, observations: Any, op: str, payload: Any) -> Any:
-    """The answer to a request that came as a message: a reset's BatchStep (its
-    observations written into the buffer too, which keeps every env's latest), a
-    control's result, None for a new idle spin (``payload`` seconds), or a Failure."""
-    if op == "spin":
-        spin.seconds = payload
+class _Envs:
+    """The child's envs (``slots``' one slot) and its rows of ``buffer``: each request's
+    answer, as the message that goes with the post (b"" for none). With restarts on (the
+    plan's ``restarts``), an env that fails is restarted by the rule of
+    :mod:`aioenv.env_side._env_restarts`, and the errors it reports go with the answer."""
+
+    def __init__(self, slots: Slots, buffer: StepBuffer, plan: ChildPlan) -> None:
+        self.slots, self.buffer = slots, buffer
+        self.rows = rows = slice(plan.first, plan.last)
+        self.actions = rows_of(buffer.actions, rows)
+        self.observations = rows_of(buffer.observations, rows)
+        self.revived = plan.revived
+        self.reports: list[Any] = []
+        self.restarts: EnvRestarts | None = None
+        if plan.restarts is not None:
+            options = dataclasses.replace(plan.restarts, on_failure=self.reports.append)
+            runner = slots.runners[0]
+            sources = list(slots.sources[0].sources)
+            self.restarts = EnvRestarts(
+                runner,  # type: ignore[arg-type]
+                sources,
+                plan.seed if plan.env_seeds is None else plan.env_seeds,
+                plan.episode,
+                options,
+                where="process env",
+                first=plan.first,
+                worker_id=plan.child,
+            )
+
+    def stepped(self) -> bytes:
+        """Step the envs with the actions in their rows and write the results there: the
+        message that goes with the answer (their infos, or a failure), or b"" for none."""
+        if self.revived is not None:
+            return self.served(None, "step", copied(self.actions))
+        result = self._answer(STEP, copied(self.actions))
+        if type(result) is not BatchStep:
+            return self._sent(encoded(result))  # a Failure, or an env given up
+        failed = self._written(result)
+        if failed is not None:
+            return self._sent(encoded(failed))
+        infos = encode_infos(result)
+        return self._sent(b"" if infos is None else encoded_infos(*infos))
+
+    def served(self, spin: IdleSpin | None, op: str, payload: Any) -> bytes:
+        """The answer to a request that came as a message: a reset's BatchStep (written
+        into the buffer too, which keeps every env's latest state), a control's result, None
+        for a new idle spin (``payload`` seconds), what the parent answers through this
+        child (``"echo"``: a state of a child it replaced, or that one's error), or a
+        Failure."""
+        if op == "spin":
+            assert spin is not None
+            spin.seconds = payload
+            return encoded(None)
+        if op == "echo":
+            result = payload
+        elif op == "step" and self.revived is not None:
+            result = self._revived(payload)
+        else:
+            result = self._answer(CONTROL if op == "control" else STEP, payload)
+        if type(result) is BatchStep:
+            result = self._written(result) or result
+        return self._sent(encoded(result))
+
+    def _answer(self, request: int, payload: Any) -> Any:
+        result = self.slots.serve(0, request, payload)
+        restarts = self.restarts
+        if restarts is None or request != STEP:
+            return result
+        if type(result) is not BatchStep:
+            given_up = restarts.take_given_up()
+            return result if given_up is None else GivenUp(_portable(given_up))
+        if restarts.unsettled:
+            options = payload.options if isinstance(payload, Reset) else None
+            mask, _ = reset_mask(options, len(result))
+            restarts.progress(range(len(result)) if mask is None else np.flatnonzero(mask).tolist())
+        return result
+
+    def _revived(self, request: Any) -> Any:
+        """The first step or reset of a child that replaces one that died or hung: a
+        reset's answer (a step's too: the envs are new), marked as a restart's, or the
+        step that cuts short the episodes its predecessor left open."""
+        revived, self.revived = self.revived, None
+        assert revived is not None
+        first = self._answer(STEP, request if is_reset(request) else RESET)
+        if type(first) is not BatchStep:
+            return first
+        if revived.cut is None or is_reset(request):
+            return mark_restarted(first, revived.reason)
+        return cut_short_batch(revived.cut, restart_marker(revived.reason), first)
+
+    def _sent(self, data: bytes) -> bytes:
+        """``data``, with the errors reported meanwhile where there are some."""
+        if not self.reports:
+            return data
+        reported = Reported([_portable(error) for error in self.reports], data)
+        self.reports.clear()
+        return encoded(reported)
+
+    def _written(self, result: BatchStep[Any]) -> Failure | None:
+        """Write a BatchStep's observations into the child's rows of the buffer (and its
+        rewards and flags); the Failure to report where they do not fit its layout."""
+        buffer, rows = self.buffer, self.rows
+        try:
+            write_rows(self.observations, result.observations)
+        except (ValueError, TypeError) as exc:
+            return Failure.from_exception(
+                exc,
+                "writing the observations into the step buffer (an observation that is not "
+                "of the observation space's shape and dtype)",
+            )
+        buffer.rewards[rows] = result.rewards
+        buffer.terminated[rows] = result.terminated
+        buffer.truncated[rows] = result.truncated
         return None
-    result = slots.serve(0, CONTROL if op == "control" else STEP, payload)
-    if type(result) is BatchStep:
-        return _written(observations, result) or result
-    return result
 
 
-def _stepped(
-    slots: Slots, buffer: StepBuffer, rows: slice, actions: Any, observations: Any
-) -> bytes:
-    """Step the envs with the actions in their rows and write the results there: the
-    message that goes with the answer (their infos, or a failure), or b"" for none."""
-    result = slots.serve(0, STEP, copied(actions))
-    if type(result) is not BatchStep:
-        return encoded(result)  # a Failure
-    failed = _written(observations, result)
-    buffer.rewards[rows] = result.rewards
-    buffer.terminated[rows] = result.terminated
-    buffer.truncated[rows] = result.truncated
-    if failed is not None:
-        return encoded(failed)
-    infos = encode_infos(result)
-    return b"" if infos is None else encoded_infos(*infos)
-
-
-def _written(into: Any, result: BatchStep[Any]) -> Failure | None:
-    """Write a BatchStep's observations into the child's rows of the buffer; the Failure
-    to report where they do not fit its layout."""
-    try:
-        write_rows(into, result.observations)
-    except (ValueError, TypeError) as exc:
-        return Failure.from_exception(
-            exc,
-            "writing the observations into the step buffer (an observation that is not of "
-            "the observation space's shape and dtype)",
-        )
-    return None
+def _portable(error: Any) -> Any:
+    """``error`` (and the errors it carries) without a cause that will not pickle: its
+    text and traceback still say what the env raised."""
+    for one in (error, *getattr(error, "more", ())):
+        try:
+            pickle.dumps(one.__cause__, protocol=5)
+        except Exception:
+            one.__cause__ = None
+    return error

@@ -14,7 +14,10 @@ beside the wake): the request fails with :class:`~aioenv.WorkerDied`, and every 
 with :class:`~aioenv.WorkerRemoved`, since the vector env cannot go on without its envs. A
 child past its deadline (``step_timeout``, ``reset_timeout``, ``start_timeout``: timed
 waits, by the rule every worker kind follows) is killed, and fails the same way with
-:class:`~aioenv.WorkerTimeout`. The children lead process groups of their own; closing
+:class:`~aioenv.WorkerTimeout`. With ``restart="on_failure"``, an env that raises is
+restarted in its child, and a child that dies or hangs is replaced by a new one
+(:mod:`aioenv.engine._revivals`), under the restart budget, as a pool restarts its
+workers. The children lead process groups of their own; closing
 asks each to close its envs, then waits ``cleanup_time``, terminates and kills, and ends
 what the envs started. How a request is handed to a child and its answer taken back, the
 lockstep step included, is :mod:`aioenv.engine._handoffs`'.
@@ -22,6 +25,7 @@ lockstep step included, is :mod:`aioenv.engine._handoffs`'.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Sequence
@@ -29,7 +33,7 @@ from typing import Any
 
 from ..core import _pickling as pickling
 from ..core._environment import EnvSource
-from ..core._errors import EnvError, WorkerError, no_pool
+from ..core._errors import EnvError, WorkerError, WorkerTimeout, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
@@ -40,16 +44,18 @@ from ._buffer import StepBuffer, copied
 from ._child import ChildPlan
 from ._family import Child
 from ._handoffs import HandOffs
+from ._revivals import Revivals
 from ._start import Context, resolve_context
 from ._wake import Wake
 
 __all__ = ["ENGINE_OPTIONS", "EngineChildren"]
 
 #: The options of a vector env whose envs step through the engine; any other pool option
-#: (restarts, episode budgets, ...) still takes the pool.
+#: (episode budgets) still takes the pool.
 ENGINE_OPTIONS = frozenset(
     {"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env"}
     | {"cleanup_time", "step_timeout", "reset_timeout", "start_timeout"}
+    | {"restart", "max_restarts", "restart_window", "restart_backoff", "on_failure"}
 )
 
 
@@ -93,25 +99,17 @@ class EngineChildren(HandOffs):
         options, spin = Supervision(**supervision), checked_idle_spin(idle_spin)
         self._context = resolve_context(context)
         thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
-        bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
-        registry = registry_snapshot()
-        seeds = worker_seeds(seed, len(groups))
         #: What each child is sent to build and serve its envs.
-        self._plans = [
-            ChildPlan(
-                pickling.dumps(group),
-                seeds[w],
-                episode,
-                registry,
-                thread_caps,
-                spin,
-                (observation_space, action_space),
-                lo,
-                hi,
-                n,
-            )
-            for w, (group, (lo, hi)) in enumerate(zip(groups, bounds, strict=True))
-        ]
+        self._plans = _plans(
+            groups,
+            sizes,
+            (observation_space, action_space),
+            seed,
+            episode,
+            thread_caps,
+            spin,
+            options,
+        )
         buffer = StepBuffer(observation_space, action_space, n)
         try:
             answer = Wake.new()
@@ -120,6 +118,9 @@ class EngineChildren(HandOffs):
             raise
         super().__init__(buffer, answer, options, self.autoreset, copy, spin)
         self._every = range(len(self._plans))
+        if self._plans[0].restarts is not None:
+            self.revivals = Revivals(self, self._plans, options, self.autoreset)
+            self.unsettled = self.revivals.unsettled
 
     # Start ---------------------------------------------------------------------------------
     def start(self) -> tuple[list[Any], list[Any]]:
@@ -141,6 +142,26 @@ class EngineChildren(HandOffs):
             if isinstance(built, EnvError):
                 raise built
         return self.get_attr("observation_space"), self.get_attr("action_space")
+
+    def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
+        """Replace child ``w`` (dead, or killed) with a new one serving ``plan``, its envs
+        built: None, or the error of its start (its env's, its death, its deadline)."""
+        self.children[w].end(0.0)
+        child = Child.of(w, self._context, plan)
+        try:
+            child.launch(self.buffer.fd, self.answer)
+        finally:
+            self.children[w], self.requests[w] = child, child.request
+        self._sentinels[w] = child.sentinel
+        if self.timed:
+            child.handed(self.options, "start-up")
+        try:
+            built = child.built(w)
+        except WorkerTimeout as timeout:
+            return timeout
+        except (EOFError, OSError):
+            return self.died(w, "while it built its envs")
+        return built if isinstance(built, EnvError) else None
 
     # Requests out, answers in --------------------------------------------------------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
@@ -222,3 +243,42 @@ class EngineChildren(HandOffs):
             child.end(grace)
         self.answer.close()
         self.buffer.close()
+
+
+def _plans(
+    groups: Sequence[EnvSource],
+    sizes: Sequence[int],
+    spaces: tuple[Any, Any],
+    seed: int | None,
+    episode: EpisodeOptions,
+    thread_caps: ThreadCaps | None,
+    idle_spin: float,
+    options: Supervision,
+) -> list[ChildPlan]:
+    """What each child of ``groups`` (``sizes[w]`` envs each) is sent to build and serve
+    its envs. Each env's seed is the one it has in line or alone in a worker, however the
+    envs are grouped; a child's own seed draws its restarts'."""
+    n = sum(sizes)
+    bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
+    registry = registry_snapshot()
+    seeds, envs_seeds = worker_seeds(seed, len(groups)), worker_seeds(seed, n)
+    restarts = options.restart == "on_failure" or options.on_failure is not None
+    in_child = dataclasses.replace(options, on_failure=None) if restarts else None
+    return [
+        ChildPlan(
+            pickling.dumps(group),
+            seeds[w],
+            episode,
+            registry,
+            thread_caps,
+            idle_spin,
+            spaces,
+            lo,
+            hi,
+            n,
+            w,
+            tuple(envs_seeds[lo:hi]),
+            in_child,
+        )
+        for w, (group, (lo, hi)) in enumerate(zip(groups, bounds, strict=True))
+    ]

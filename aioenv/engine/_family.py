@@ -56,6 +56,8 @@ class Child:
     #: Seconds the last request may take, and by when (``time.monotonic``): None, no deadline.
     timeout: float | None = None
     due: float = math.inf
+    #: A new child replaces this one if it dies or hangs (``restart="on_failure"``).
+    replaced: bool = False
 
     def handed(self, options: Supervision, phase: Phase | None) -> None:
         """The child was handed a request of ``phase`` now (None: a control, which has no
@@ -80,9 +82,13 @@ class Child:
             self.phase,
             time.monotonic() - self.due + timeout,
             timeout,
-            "its process was killed and its envs are lost. The vector env cannot go on "
-            "without them: close it and make a new one (restart='on_failure' rebuilds a "
-            "failed env instead)",
+            "its process was killed and its envs are lost"
+            + (
+                ""
+                if self.replaced
+                else ". The vector env cannot go on without them: close it and make a new one "
+                "(restart='on_failure' rebuilds a failed env instead)"
+            ),
         )
 
     @classmethod
@@ -92,7 +98,8 @@ class Child:
         envs = f"env {plan.first}" if size == 1 else f"envs {plan.first}-{plan.last - 1}"
         name = f"process worker {w} ({envs})"
         start = ChildStart(context, name, [plan], CHILD_PROGRAM)
-        return cls(name, start, Wake.new(), slice(plan.first, plan.last))
+        replaced = plan.restarts is not None and plan.restarts.restart == "on_failure"
+        return cls(name, start, Wake.new(), slice(plan.first, plan.last), replaced=replaced)
 
     def launch(self, buffer_fd: int, answer: Wake) -> None:
         """Start the child and send it the buffer's descriptor, its request wake's and the
@@ -117,8 +124,12 @@ class Child:
         process.join(TERMINATE_GRACE)
         return WorkerDied(
             f"{self.name}: the child process exited with code {process.exitcode} {when}; "
-            "its envs are lost (a segfault, os._exit, or a kill from outside). The vector env "
-            "cannot go on without them: close it and make a new one",
+            "its envs are lost (a segfault, os._exit, or a kill from outside)"
+            + (
+                ""
+                if self.replaced
+                else ". The vector env cannot go on without them: close it and make a new one"
+            ),
             worker_id=w,
             exitcode=process.exitcode,
         )

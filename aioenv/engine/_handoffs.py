@@ -9,12 +9,15 @@ read yet, how many of the answer wake's posts were taken for them, when each mus
 that died or hung. While the parent waits, each child's process sentinel is watched
 beside the wake, so a death is noticed at once; a child past its deadline is killed.
 Either way the request fails with that child's error, and every later hand-off raises
-:class:`~aioenv.WorkerRemoved`: the vector env cannot go on without its envs.
+:class:`~aioenv.WorkerRemoved`: the vector env cannot go on without its envs; unless
+restarts are on (:attr:`HandOffs.revivals`), and a new child answers in its place.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped
@@ -22,9 +25,12 @@ from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
 from ._buffer import StepBuffer, copied, rows_of, write_rows
-from ._channel import answer_of, encoded, post_with
+from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._wake import Gone, Wake
+
+if TYPE_CHECKING:
+    from ._revivals import Revivals
 
 __all__ = ["HandOffs"]
 
@@ -59,6 +65,13 @@ class HandOffs:
         self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
         #: Children that died or hung, by id: every later hand-off raises WorkerRemoved.
         self.dead: dict[int, WorkerError] = {}
+        #: Each child's last request handed, with its op (a lockstep step's is its rows).
+        self.sent: dict[int, tuple[str, Any]] = {}
+        self._lockstep = False  # a lockstep step is in flight
+        #: Restarts of the children that die or hang (None: off).
+        self.revivals: Revivals | None = None
+        #: The children whose answers a revival's supervisor must hear of.
+        self.unsettled: set[int] = set()
         # The notes and marks as bytes: cleared and looked at per step for less than a
         # microsecond (numpy's indexing and ``any`` cost a few).
         self._notes = memoryview(buffer.notes)
@@ -85,6 +98,7 @@ class HandOffs:
                 message = True  # not the space's layout: the child's runner says what is wrong
         buffer.notes[child.rows.start] = message
         buffer.marks[child.rows.start] = 0
+        self.sent[w] = (op, request)
         if self.timed:
             phase = None if op != "step" else "reset" if is_reset(request) else self._phase(w)
             child.handed(self.options, phase)
@@ -120,13 +134,19 @@ class HandOffs:
         every = range(len(self.children))
         self.pending.update(every)
         self._in_buffer.update(every)
-        died = self.wait()
+        self._lockstep = True
+        try:
+            died = self.wait()
+        finally:
+            self._lockstep = False
         self.pending.clear()
         self._taken = 0
         observations = buffer.observations
         if self.copy:
             observations = copied(observations)
         parts = self._infos(died) if died or self._notes != self._zeros else {}
+        if self.unsettled:
+            self._progress(every)
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
         return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
 
@@ -190,8 +210,7 @@ class HandOffs:
             posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
         except Gone as gone:
             w = waiting[watch.index(gone.fd)]
-            self.pending.discard(w)
-            died[w] = self.died(w, "while it stepped")
+            self._lost(w, self.died(w, "while it stepped"), died, timeout is None)
             return True
         if posts:
             self._taken += posts
@@ -199,9 +218,50 @@ class HandOffs:
             return False
         else:
             for w in late(children, self.buffer.marks):
-                self.pending.discard(w)
-                died[w] = self.dead[w] = self.children[w].timed_out(w)
+                self._lost(w, self.children[w].timed_out(w), died, True)
         return True
+
+    def _lost(self, w: int, error: WorkerError, died: dict[int, WorkerError], revive: bool) -> None:
+        """Child ``w`` died or hung (``error``): with restarts on (and ``revive``: not
+        closing), a new child is handed what answers its request, and stays pending; else,
+        or where it is given up, its error goes in ``died``, and it is dead for good."""
+        self.pending.discard(w)
+        if revive and self.revivals is not None:
+            if self._lockstep:  # a lockstep step's actions are in the child's rows
+                rows = self.children[w].rows
+                self.sent[w] = ("step", copied(rows_of(self.buffer.actions, rows)))
+            given_up = self.revivals.revive(w, error, self.sent[w])
+            if given_up is None:
+                self.dead.pop(w, None)
+                return
+            error = given_up
+        died[w] = self.dead[w] = error
+
+    def last_state(self, w: int) -> BatchStep[Any]:
+        """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
+        buffer, rows = self.buffer, self.children[w].rows
+        return BatchStep(
+            copied(rows_of(buffer.observations, rows)),
+            buffer.rewards[rows].copy(),
+            buffer.terminated[rows].copy(),
+            buffer.truncated[rows].copy(),
+        )
+
+    def _progress(self, children: Iterable[int]) -> None:
+        assert self.revivals is not None
+        self.revivals.progress(children)
+
+    def report(self, errors: list[WorkerError]) -> None:
+        """The failures a child reported with its answer (its envs restarted or given
+        up), passed to ``on_failure``, whose own error is a warning, not the caller's."""
+        callback = self.options.on_failure
+        if callback is None:
+            return
+        for error in errors:
+            try:
+                callback(error)
+            except Exception as exc:
+                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
 
     def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
         """Take answers into ``held`` (by child id), the first children to answer first
@@ -233,6 +293,8 @@ class HandOffs:
                     error = error or answer
                 else:
                     held[w] = answer
+                    if self.unsettled:
+                        self._progress((w,))
             if error is not None:
                 return error
         return None
@@ -247,6 +309,8 @@ class HandOffs:
             return answers  # timed out
         for w in sorted(self.pending):
             answers[w] = self._read(w)
+        if self.unsettled:
+            self._progress(w for w in self.pending if not isinstance(answers[w], WorkerError))
         self.pending.clear()
         self._taken = 0
         return answers
@@ -264,7 +328,9 @@ class HandOffs:
             answer = self._message(w)
             if isinstance(answer, WorkerError):
                 errors.append(answer)
-            else:
+            elif type(answer) is BatchStep:  # a whole answer: a new child's first, say
+                parts[w] = answer
+            elif answer is not None:
                 flag, data = answer
                 parts[w] = decode_infos(flag, data, None, None, None, None)
         if errors:
@@ -273,12 +339,16 @@ class HandOffs:
 
     def _message(self, w: int) -> Any:
         """Child ``w``'s message: its answer, or the WorkerError a failure or its death
-        is."""
+        is (a death, or an env given up, for good)."""
         child = self.children[w]
         try:
-            return answer_of(child.start.socket, child.name, w)
+            answer = answer_of(child.start.socket, child.name, w, self.report)
         except (EOFError, OSError):
             return self.died(w, "while it answered")
+        if type(answer) is GivenUp:  # an env's restart budget is spent
+            self.dead[w] = answer.error
+            return answer.error
+        return answer
 
     def _read(self, w: int) -> Any:
         """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
@@ -287,7 +357,7 @@ class HandOffs:
         rows = self.children[w].rows
         answer = self._message(w) if buffer.notes[rows.start] else None
         stepped = w in self._in_buffer
-        if not stepped or isinstance(answer, WorkerError):
+        if not stepped or isinstance(answer, WorkerError) or type(answer) is BatchStep:
             return answer  # a whole reset's BatchStep, a control's result, an error
         parts = (
             rows_of(buffer.observations, rows),

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core._messages import EpisodeOptions, Failure
 from ..core._registry import merge as merge_registry
+from ..core._seeds import GroupSeed
 from ..wire._requests import CONTROL, STEP, Request
 from ._runner import EnvRunner
 from ._segment import PolicyCache
@@ -36,7 +37,7 @@ class Slots:
     def __init__(
         self,
         payloads: Sequence[bytes],
-        seeds: Sequence[int | None],
+        seeds: Sequence[GroupSeed],
         episode: EpisodeOptions,
         registry: bytes,
         thread_caps: ThreadCaps | None,
@@ -45,7 +46,7 @@ class Slots:
         cap_threads(thread_caps)
         self._thread_caps = thread_caps
         self._policies = PolicyCache()  # this process's, shared by its slots' runners
-        self._sources = [_unpickled(payload) for payload in payloads]
+        self.sources = [_unpickled(payload) for payload in payloads]
         self.runners = [self._runner(slot, seed, episode) for slot, seed in enumerate(seeds)]
         self._stack_into: list[Any] = [None] * len(seeds)  # see :meth:`share`
 
@@ -82,10 +83,10 @@ class Slots:
         for runner in self.runners:
             runner.close()
 
-    def _runner(self, slot: int, seed: int | None, episode: EpisodeOptions) -> Runner:
-        source = self._sources[slot]
+    def _runner(self, slot: int, seed: GroupSeed, episode: EpisodeOptions) -> Runner:
+        source = self.sources[slot]
         if isinstance(source, _Unpicklable):
-            failed = EnvRunner(None, seed, episode, self._policies)
+            failed = EnvRunner(None, None, episode, self._policies)
             failed.build_failure = source.failure  # reported by every request, as a build's
             return failed
         return make_runner(source, seed, episode, self._policies)

@@ -27,7 +27,7 @@ from ..core._environment import BatchStep, Step, VectorSource
 from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
-from ..core._seeds import per_env_seeds, reset_mask, worker_seeds
+from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
 from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
 from ._segment import PolicyCache, joined, play
@@ -61,7 +61,7 @@ class Runner(Protocol):
 
 def make_runner(
     source: Any,
-    seed: int | None,
+    seed: GroupSeed,
     episode: EpisodeOptions | None = None,
     policies: PolicyCache | None = None,
 ) -> Runner:
@@ -69,7 +69,8 @@ def make_runner(
     process's rollout policies (see :class:`~aioenv.env_side._segment.PolicyCache`)."""
     if isinstance(source, VectorSource):
         return VectorRunner(source, seed, episode, policies)
-    return EnvRunner(source, seed, episode, policies)
+    one = seed if seed is None or isinstance(seed, int) else next(iter(seed))
+    return EnvRunner(source, one, episode, policies)
 
 
 class VectorRunner:
@@ -88,11 +89,11 @@ class VectorRunner:
     def __init__(
         self,
         source: VectorSource,
-        seed: int | None,
+        seed: GroupSeed,
         episode: EpisodeOptions | None,
         policies: PolicyCache | None = None,
     ):
-        seeds = worker_seeds(seed, len(source.sources))
+        seeds = env_seeds(seed, len(source.sources))
         self.policies = PolicyCache() if policies is None else policies
         self.runners = [
             EnvRunner(s, env_seed, episode, self.policies)
@@ -109,7 +110,7 @@ class VectorRunner:
         #: shared memory, which the reply then points to instead of copying into it.
         self.stack_into: np.ndarray[Any, Any] | None = None
         #: What answers in place of an env's failure (envs restarted in line, see
-        #: :mod:`aioenv.vector._inline_restarts`): ``recover(env, request, failure)``, the
+        #: :mod:`aioenv.env_side._env_restarts`): ``recover(env, request, failure)``, the
         #: env's state or the failure to report. None: the failure is reported.
         self.recover: Callable[[int, Any, Failure], Any] | None = None
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ..core._errors import UnknownWorker, WorkerError, WorkerRemoved
+from ..core._supervisor import describe_failure
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
-from ..workers._supervision import describe_failure
 
 __all__ = ["Roster", "checked_workers", "none_left"]
 

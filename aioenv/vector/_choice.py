@@ -18,7 +18,7 @@ while the envs run, a child only adapts how it waits (see
 
 Restarts (``restart="on_failure"``, its budget, ``on_failure``) do not move the envs: envs
 in line are restarted env by env, as a process worker of one env is (see
-:mod:`._inline_restarts`), so a cheap env that asks for restarts steps as fast as one
+:mod:`aioenv.env_side._env_restarts`), so a cheap env that asks for restarts steps as fast as one
 that does not. Deadlines (``step_timeout=`` and the like, ``episode_timeout=``: a step in
 the calling thread cannot be abandoned) and the other pool options need workers, so the
 envs cannot step in line; where the rule places children, they still step in those

@@ -57,8 +57,9 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
     calling thread, at about ``SyncVectorEnv``'s cost) when handing them to other
     processes would cost more than it saves, else in ``"process"`` workers, a child per
     core, the envs split evenly between them; ``mode_choice.reason`` gives the figures.
-    Restarts (``restart="on_failure"`` and its budget) work in line, env by env; deadlines
-    (``step_timeout=``, ``episode_timeout=``, ...) and other pool options rule out stepping
+    Restarts (``restart="on_failure"`` and its budget) work in line and in children, env
+    by env; deadlines (``step_timeout=``, ``episode_timeout=``, ...) and other pool
+    options rule out stepping
     in line: the envs then step in the children the rule places, or, where it would step them in
     line, are grouped as ``mode="process"`` groups them (an option that groups them
     itself decides: ``envs_per_worker``, ``envs_per_process``, ``episode_timeout``);

@@ -8,7 +8,7 @@ failures mean exactly what they mean there; only the pool around it is missing, 
 its cost (an event loop run and the pool's bookkeeping per call, tens of microseconds: more
 than a CartPole step of several envs). A step here costs about what ``SyncVectorEnv``'s
 costs. Restarts (``restart="on_failure"`` and its budget) work in line too, env by env, as
-a process worker of one env restarts its env (:mod:`._inline_restarts`); what needs a
+a process worker of one env restarts its env (:mod:`aioenv.env_side._env_restarts`); what needs a
 worker to abandon a step (deadlines: ``step_timeout`` and the like, ``episode_timeout``)
 or another worker kind needs another mode.
 """
@@ -26,8 +26,8 @@ from ..core._errors import EnvError, WorkerError, env_given_up, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
 from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
+from ..env_side._env_restarts import RESTART_OPTIONS, EnvRestarts
 from ..env_side._vector_runner import VectorRunner
-from ._inline_restarts import RESTART_OPTIONS, InlineRestarts
 
 __all__ = ["INLINE_OPTIONS", "InlineEnvs"]
 
@@ -71,9 +71,9 @@ class InlineEnvs:
         self._runner = VectorRunner(VectorSource(tuple(sources)), seed, episode)
         #: Each env's supervision (restarts, ``on_failure``); None: an env's error is the
         #: request's, and nothing else happens.
-        self.restarts: InlineRestarts | None = None
+        self.restarts: EnvRestarts | None = None
         if options.restart == "on_failure" or options.on_failure is not None:
-            self.restarts = InlineRestarts(self._runner, sources, seed, episode, options)
+            self.restarts = EnvRestarts(self._runner, sources, seed, episode, options)
         #: The pipelined calls' requests not yet answered, by env, in the order sent.
         self._queued: dict[int, Any] = {}
         #: The envs among them whose request is a reset (async_reset's), not an action.

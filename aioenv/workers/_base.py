@@ -11,7 +11,7 @@ Three faces:
   env, submit a request, drop a failed env, close) and hand replies to ``_on_reply``, which
   drops stale ones and delivers the rest through the worker's
   :class:`~aioenv.workers._in_flight.InFlight`; failures go through its
-  :class:`~aioenv.workers._supervision.Supervisor`.
+  :class:`~aioenv.core._supervisor.Supervisor`.
 
 Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
 waiting and timers, and anyio only for cancel scopes (the shielded close).
@@ -41,12 +41,7 @@ from ..core._restarts import (
 )
 from ..core._rollouts import Rollout
 from ..core._seeds import check_seed, seeded_reset
-from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
-from ._hooks import KindHooks
-from ._in_flight import InFlight
-from ._inbox import Inbox, Outcome
-from ._seam import FirstReplyCheck
-from ._supervision import (
+from ..core._supervisor import (
     SUPERVISION_DEFAULTS,
     Remedies,
     Supervision,
@@ -55,6 +50,11 @@ from ._supervision import (
     request_phase,
     timeout_error,
 )
+from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
+from ._hooks import KindHooks
+from ._in_flight import InFlight
+from ._inbox import Inbox, Outcome
+from ._seam import FirstReplyCheck
 
 __all__ = ["FirstReplyCheck", "Worker"]
 

@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 from ..core._environment import EnvSource
 from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
+from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._async_runner import AsyncEnvRunner
 from ..loops._here import trio_env_on_asyncio
 from ..loops._host import CoroutineHost
 from ._base import Worker
-from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["AsyncEnvWorker"]
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from ..core._errors import WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions
+from ..core._supervisor import Supervision
 from ._inbox import Inbox
-from ._supervision import Supervision
 
 __all__ = ["FirstReplyCheck", "Member"]
 

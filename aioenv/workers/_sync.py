@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
+from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._vector_runner import make_runner
 from ._base import Worker
-from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["SyncWorker"]
 

@@ -15,10 +15,10 @@ import anyio
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest, Failure
+from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._thread_safety import refusal, runner_unsafe_reason
 from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
-from ._supervision import SUPERVISION_DEFAULTS
 
 __all__ = ["ThreadWorker"]
 

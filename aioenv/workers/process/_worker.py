@@ -34,6 +34,7 @@ from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
+from ...core._supervisor import SUPERVISION_DEFAULTS
 from ...engine._start import Context, resolve_context
 from ...env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
@@ -59,7 +60,6 @@ from ...wire._shared_memory import (
 )
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
-from .._supervision import SUPERVISION_DEFAULTS
 from ._host import CHILD_STARTS, TERMINATE_GRACE, Host, describe_exit
 
 __all__ = ["ProcessWorker"]

@@ -29,11 +29,11 @@ from ...core import _pickling as pickling
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
+from ...core._supervisor import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._slotted import SlottedWorker
-from .._supervision import SUPERVISION_DEFAULTS
 from ._calls import ACTOR_CALLS
 from ._capacity import Shortage, free_resources, shortage
 from ._host import KILL_GRACE, ActorHost, import_ray, init_ray

@@ -4,8 +4,9 @@
 (:class:`~aioenv.core._supervision.Supervision`, a pool's merged with a worker's own
 deadlines, and the deadline rule, which the engine's children share: they live in
 :mod:`aioenv.core._supervision` and are named here too). Timers run on the worker's event
-loop through :class:`Clock` (asyncio's ``call_later``): the worker level uses asyncio's
-primitives, which uvloop speeds up.
+loop through :class:`Clock` (asyncio's ``call_later``: the worker level uses asyncio's
+primitives, which uvloop speeds up), or in the calling thread where envs step there (in
+line, and in the engine's children and parent: :mod:`aioenv.env_side._env_restarts`).
 """
 
 from __future__ import annotations

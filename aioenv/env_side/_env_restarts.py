@@ -1,10 +1,12 @@
-"""Restarts of envs stepped in line (``mode="inline"`` with ``restart="on_failure"``).
+"""Restarts of the envs a :class:`~aioenv.env_side._vector_runner.VectorRunner` steps in
+the calling thread: envs in line (``mode="inline"``) and an engine child's envs
+(:mod:`aioenv.engine._child`), with ``restart="on_failure"`` or an ``on_failure``.
 
 Each env is supervised as a process worker of one env (``envs_per_worker=1``) is: by a
-:class:`~aioenv.workers._supervision.Supervisor` of its own, the one implementation of
+:class:`~aioenv.core._supervisor.Supervisor` of its own, the one implementation of
 the restart budget (the crash-loop rule, or the rate rule with a ``restart_window``),
 the backoff, the deterministic restart seeds and ``on_failure``; here it runs on
-:class:`InlineClock`, which calls what the supervisor schedules in the calling thread.
+:class:`ThreadClock`, which calls what the supervisor schedules in the calling thread.
 An env that raises is rebuilt and its episode ends by the cut-short rule of
 :mod:`aioenv.core._restarts`, as :class:`~aioenv.workers._base.Worker` ends it: the
 same transitions and infos as the process path, env by env; the other envs are
@@ -12,10 +14,11 @@ untouched. An env whose budget is spent is given up, as a pool gives up its work
 request raises its error, and the vector env cannot go on
 (:func:`~aioenv.core._errors.env_given_up`).
 
-Nothing of this runs while no env fails: the runner calls :meth:`InlineRestarts.recover`
+Nothing of this runs while no env fails: the runner calls :meth:`EnvRestarts.recover`
 in place of reporting a failure, an env waiting for its restart answers through a
 stand-in runner (:class:`_Pending`), and answers are reported to the supervisors only of
-the envs with a failure counted against them (:meth:`InlineRestarts.progress`).
+the envs with a failure counted against them (:meth:`EnvRestarts.progress`). The module
+imports nothing from the parent's side.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ from ..core._environment import EnvSource, Step, describe_source
 from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short, episode_open, mark_restarted, restart_marker
-from ..core._seeds import worker_seeds
-from ..env_side._runner import EnvRunner
-from ..env_side._vector_runner import VectorRunner
-from ..workers._supervision import Remedies, Supervision, Supervisor
+from ..core._seeds import GroupSeed, env_seeds
+from ..core._supervisor import Remedies, Supervision, Supervisor
+from ._runner import EnvRunner
+from ._vector_runner import VectorRunner
 
-__all__ = ["RESTART_OPTIONS", "InlineClock", "InlineRestarts"]
+__all__ = ["RESTART_OPTIONS", "EnvRestarts", "ThreadClock", "thread_remedies"]
 
 #: The supervision options envs stepped in line take (deadlines need a worker to abandon).
 RESTART_OPTIONS = frozenset(
@@ -48,7 +51,7 @@ _IN_FLIGHT = 1
 
 
 class _Call:
-    """A call :class:`InlineClock` was asked to make later (cancellable)."""
+    """A call :class:`ThreadClock` was asked to make later (cancellable)."""
 
     __slots__ = ("args", "callback", "cancelled", "delay")
 
@@ -60,8 +63,8 @@ class _Call:
         self.cancelled = True
 
 
-class InlineClock:
-    """A :class:`~aioenv.workers._supervision.Clock` for supervisors in the calling thread:
+class ThreadClock:
+    """A :class:`~aioenv.core._supervisor.Clock` for supervisors in the calling thread:
     its time is the monotonic clock; a call asked for later is queued, and :meth:`run`
     makes the queued calls in order, each after sleeping its delay (a restart's backoff
     holds the caller up, as everything in line does). A call may queue more (a restart
@@ -89,22 +92,29 @@ class InlineClock:
             call.callback(*call.args)
 
 
-class InlineRestarts:
+class EnvRestarts:
     """The supervision of every env of an :class:`~aioenv.env_side._vector_runner.VectorRunner`
-    stepped in line: installed as its ``recover``, it answers an env's failure with what a
-    process worker of that env would have answered."""
+    stepped in the calling thread: installed as its ``recover``, it answers an env's
+    failure with what a process worker of that env would have answered. Its errors name
+    env ``first + i`` of the vector env ``where`` it steps (``"inline env 3 (...)"``),
+    as worker ``worker_id``'s."""
 
     def __init__(
         self,
         runner: VectorRunner,
         sources: list[EnvSource],
-        seed: int | None,
+        seed: GroupSeed,
         episode: EpisodeOptions,
         options: Supervision,
+        *,
+        where: str = "inline env",
+        first: int = 0,
+        worker_id: int = 0,
     ) -> None:
         self.runner = runner
+        self.where, self.first, self.worker_id = where, first, worker_id
         self.episode = episode
-        self.clock = InlineClock()
+        self.clock = ThreadClock()
         self.failures = 0
         callback = options.on_failure
         options = Supervision(
@@ -116,9 +126,9 @@ class InlineRestarts:
         )
         # The seeds the runner gave its envs: a restart's seed is drawn from its env's, as
         # a worker's is from the worker's (a process worker of one env has that seed).
-        seeds = worker_seeds(seed, len(sources))
+        seeds = env_seeds(seed, len(sources))
         self.envs = [
-            _EnvRestarts(self, index, source, env_seed, options)
+            _OneEnv(self, index, source, env_seed, options)
             for index, (source, env_seed) in enumerate(zip(sources, seeds, strict=True))
         ]
         #: The envs whose supervisor an answer would change (every env, until it answered).
@@ -183,28 +193,21 @@ class InlineRestarts:
             warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
 
 
-class _EnvRestarts:
+class _OneEnv:
     """One env's supervision: what :class:`~aioenv.workers._base.Worker` does about a
-    failure, for a worker of that one env, answered in line."""
+    failure, for a worker of that one env, answered in the calling thread."""
 
     def __init__(
         self,
-        owner: InlineRestarts,
+        owner: EnvRestarts,
         index: int,
         source: EnvSource,
         seed: int | None,
         options: Supervision,
     ) -> None:
         self.owner, self.index, self.source = owner, index, source
-        self.name = f"inline env {index} ({describe_source(source)})"
-        remedies = Remedies(
-            discard_env=self._discard_env,
-            start_env=self._start_env,
-            fail=self._fail,
-            fail_controls=_nothing,
-            awaiting=_always,
-            time_out=_never,
-        )
+        self.name = f"{owner.where} {owner.first + index} ({describe_source(source)})"
+        remedies = thread_remedies(self._discard_env, self._start_env, self._fail)
         self.supervisor = Supervisor(options, seed, remedies)
         self._sent: Any = None  # the request being answered
         self._last: Any = None  # the state last handed out before it (a Step or a row)
@@ -292,8 +295,9 @@ class _EnvRestarts:
         self._answer = self._last = state
 
     def _error(self, failure: Failure) -> EnvError:
-        error = EnvError.from_failure(failure, self.name, 0)
-        error.env = self.index  # which env of the vector env's one "worker"
+        owner = self.owner
+        error = EnvError.from_failure(failure, self.name, owner.worker_id)
+        error.env = owner.first + self.index  # which env of the vector env
         return error
 
     # Remedies --------------------------------------------------------------------------
@@ -324,7 +328,7 @@ class _Pending:
     """The runner of an env waiting for its restart: a request it is asked starts the
     new env, whose reset answers it; whatever else goes to the old one (closed)."""
 
-    def __init__(self, env: _EnvRestarts, old: Any) -> None:
+    def __init__(self, env: _OneEnv, old: Any) -> None:
         self._env, self._old = env, old
         self.previous = None
 
@@ -343,13 +347,26 @@ class _Pending:
         return getattr(self._old, name)
 
 
+def thread_remedies(
+    discard_env: Callable[[bool], None],
+    start_env: Callable[[int, int | None, str], None],
+    fail: Callable[[WorkerError, bool], None],
+) -> Remedies:
+    """The remedies of a supervisor whose request in flight is answered in the calling
+    thread: awaited until it is answered (it cannot be abandoned, so it has no deadline
+    of the supervisor's), and no control request in flight beside it."""
+    return Remedies(discard_env, start_env, fail, _nothing, _always, _never)
+
+
 def _nothing(error: WorkerError) -> None:
-    """No control request is ever in flight in line."""
+    """No control request is in flight beside the one answered."""
 
 
 def _always(seq: int) -> bool:
-    return True  # the request in line is awaited until it is answered
+    return True  # the request in flight is awaited until it is answered
 
 
 def _never(seq: int, timeout: float, elapsed: float) -> None:
-    raise AssertionError("envs in line have no deadlines")  # pragma: no cover
+    raise AssertionError(
+        "a request answered in the calling thread has no deadline here"
+    )  # pragma: no cover

@@ -1,0 +1,143 @@
+"""Restarts of the engine's children that die or hang (``restart="on_failure"``): the
+parent's side of the engine's restarts. An env that merely raises is restarted in its
+child, env by env (:mod:`aioenv.env_side._env_restarts`); a child that dies or runs past
+its deadline takes all its envs with it, so the parent replaces the child.
+
+Each child is supervised as a pool's process worker of its envs is: by a
+:class:`~aioenv.core._supervisor.Supervisor` of its own (the restart budget, the backoff,
+the deterministic restart seeds, ``on_failure``), on the calling thread's clock. The new
+child is handed what answers the request the old one left: the request itself, where a
+new episode may answer it (a reset; a step that left no episode open, or under
+``autoreset="same_step"``, which the new child answers with its envs' resets, cutting
+short the episodes left open, :class:`~aioenv.engine._child.Revived`); else the step that
+cuts the open episodes short (truncated, by :func:`~aioenv.core._restarts.cut_short_batch`),
+whose next step the new child answers with its resets. A control (a call, an attribute)
+fails with the error, and the new child's first step cuts the episodes short. A child
+whose budget is spent is given up: the request raises its error, and every later call
+:class:`~aioenv.WorkerRemoved`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from ..core._commands import is_reset
+from ..core._environment import BatchStep
+from ..core._errors import WorkerError
+from ..core._restarts import cut_short_batch, episode_open, restart_marker
+from ..core._supervisor import Supervision, Supervisor
+from ..env_side._env_restarts import ThreadClock, thread_remedies
+from ._child import ChildPlan, Revived
+
+__all__ = ["Revivals"]
+
+#: The request in flight, as a supervisor numbers it: a child has one at a time.
+_IN_FLIGHT = 1
+
+
+class Children(Protocol):
+    """What a revival asks of the children (:class:`~aioenv.engine._children.EngineChildren`)."""
+
+    def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None: ...
+    def hand(self, w: int, request: Any, op: str = "step") -> None: ...
+    def last_state(self, w: int) -> BatchStep[Any]: ...
+
+
+class Revivals:
+    """The supervision of every child of ``plans`` (one each), under ``options`` (its
+    ``on_failure`` is called with each failure), for envs of ``autoreset``."""
+
+    def __init__(
+        self, children: Children, plans: list[ChildPlan], options: Supervision, autoreset: str
+    ) -> None:
+        self.children = children
+        self.autoreset = autoreset
+        self.clock = ThreadClock()
+        self.each = [_OneChild(self, w, plan, options) for w, plan in enumerate(plans)]
+        #: The children whose supervisor an answer would change (every one, until it answered).
+        self.unsettled: set[int] = set(range(len(plans)))
+
+    def revive(self, w: int, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
+        """Child ``w`` died or hung (``error``) with ``sent`` (its op and request) in
+        flight: None where a new child was handed what answers it, else the error that
+        gave the child up (the request's)."""
+        self.unsettled.add(w)
+        return self.each[w].failed(error, sent)
+
+    def progress(self, children: Any) -> None:
+        """These children answered a request: where a failure is counted against one (or
+        it had not answered yet), its supervisor hears of it."""
+        for w in children:
+            if w in self.unsettled:
+                supervisor = self.each[w].supervisor
+                supervisor.answered()
+                supervisor.succeeded()
+                if supervisor.settled:
+                    self.unsettled.discard(w)
+
+
+class _OneChild:
+    """One child's supervision: what :class:`~aioenv.workers._base.Worker` does about a
+    process worker's death, for the child's envs, in the calling thread."""
+
+    def __init__(self, owner: Revivals, w: int, plan: ChildPlan, options: Supervision) -> None:
+        self.owner, self.w, self.plan = owner, w, plan
+        # The child is dead or killed, nothing to discard: its new one ends it.
+        remedies = thread_remedies(_kept, self._start, self._fail)
+        self.supervisor = Supervisor(options, plan.seed, remedies)
+        self._then: tuple[str, Any] = ("step", None)  # what the new child is handed
+        self._answer: Any = None  # the state the new child answers with, if known now
+        self._cut: BatchStep[Any] | None = None  # the rows whose episodes it cuts short
+        self._given_up: WorkerError | None = None
+
+    def failed(self, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
+        op, request = sent
+        supervisor, clock = self.supervisor, self.owner.clock
+        last = (
+            None if op == "step" and is_reset(request) else self.owner.children.last_state(self.w)
+        )
+        open_ = last if last is not None and episode_open(last, self.owner.autoreset) else None
+        self._given_up = None
+        if op == "step" and (open_ is None or self.owner.autoreset == "same_step"):
+            # The new child's answer to the request answers it.
+            self._then, self._answer, self._cut = sent, None, open_
+            supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
+        else:
+            # A step ends the open episodes here, truncated; a control fails. The new
+            # child's first step then starts new episodes (cutting short those still open).
+            self._answer = error if op != "step" else None
+            self._cut = open_ if op != "step" else None
+            self._then = ("echo", open_)
+            supervisor.failed(error, env_gone=True, in_flight=0, clock=clock)
+            reason = supervisor.pending_restart
+            if reason is not None:
+                supervisor.restart_later(_IN_FLIGHT, reason, clock)
+        clock.run()
+        return self._given_up
+
+    def _start(self, seq: int, seed: int | None, reason: str) -> None:
+        """A new child, seeded ``seed``, handed what answers the request in flight."""
+        plan = dataclasses.replace(self.plan, seed=seed, revived=Revived(reason, self._cut))
+        children = self.owner.children
+        error = children.respawn(self.w, plan)
+        if error is not None:  # the new child failed too: a failure like any other
+            self.supervisor.failed(
+                error, env_gone=True, in_flight=_IN_FLIGHT, clock=self.owner.clock
+            )
+            return
+        op, request = self._then
+        if op == "echo":
+            answer = self._answer
+            if answer is None:  # the open episodes end here, truncated
+                answer = cut_short_batch(request, restart_marker(reason))
+            children.hand(self.w, answer, "echo")
+        else:
+            children.hand(self.w, request, op)
+
+    def _fail(self, error: WorkerError, for_good: bool) -> None:
+        self._given_up = error  # a child's death is for good where no restart follows
+
+
+def _kept(env_gone: bool) -> None:
+    """A dead child is ended when its new one starts (:meth:`EngineChildren.respawn`)."""

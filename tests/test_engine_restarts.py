@@ -1,0 +1,190 @@
+"""Restarts through the engine (``AioVectorEnv(..., mode="process", restart="on_failure")``):
+a child that dies or hangs is replaced by a new one, under the restart budget, and the
+episodes its envs left open end cut short, by the rule a pool's workers follow; the other
+child's envs are untouched. (An env that merely raises is restarted in its child, env by
+env: test_inline_restarts.py compares that with envs in line.)"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from envs import Walk
+
+import aioenv
+
+pytestmark = pytest.mark.timeout(120)
+
+AUTORESETS = ["next_step", "same_step", "disabled"]
+N = 4
+ZEROS = np.zeros(N, np.int64)
+KILL_CHILD_1 = np.array([0, 0, 2, 0])  # action 2 to env 2: its child (envs 2-3) dies
+DEADLINE = 10.0  # far past a step that does not hang, on a loaded machine
+
+
+class ExitsOnTwo(Walk):
+    """Its process exits (as a segfault would end it) when stepped with action 2, or when
+    ``maybe_exit`` is called."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            os._exit(3)
+        return super().step(action)
+
+    def maybe_exit(self) -> str:
+        os._exit(3)
+
+
+class Calm(Walk):
+    def maybe_exit(self) -> str:
+        return "still here"
+
+
+class HangsOnTwo(Walk):
+    """Its step hangs, far past any deadline, when stepped with action 2."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            time.sleep(600)
+        return super().step(action)
+
+
+class ExitsOnReset(Walk):
+    """Its process exits at every reset: a crash loop, whatever is restarted."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        os._exit(4)
+
+
+def _marker(info: dict[str, Any], row: int) -> str | None:
+    """The reason of the restart row ``row``'s info names, if any."""
+    restarted = info.get("aioenv", {})
+    if not restarted or not restarted["_restarted"][row]:
+        return None
+    return str(restarted["reason"][row])
+
+
+def _run(autoreset: str, factories: list[Any], fault: Any = KILL_CHILD_1, **options: Any) -> Any:
+    """Reset, a step with ``fault``, and the step after it (a masked reset of the
+    cut-short envs first, under ``autoreset="disabled"``); the failures reported, and the
+    pids of the children before and after."""
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        factories,
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        seed=5,
+        autoreset_mode=autoreset,
+        on_failure=failures.append,
+        **options,
+    ) as envs:
+        with pytest.raises(AttributeError, match="through the engine"):
+            _ = envs.pool
+        first = envs.reset(seed=0)
+        before = envs.apply(lambda env: os.getpid())
+        faulty = envs.step(fault)
+        reset = None
+        if autoreset == "disabled":
+            reset = envs.reset(options={"reset_mask": np.array([False, False, True, True])})
+        after = envs.step(ZEROS)
+        pids = envs.apply(lambda env: os.getpid())
+    return first, faulty, reset, after, failures, before, pids
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_a_child_that_dies_is_replaced_and_its_open_episodes_end_cut_short(autoreset: str) -> None:
+    first, faulty, reset, after, failures, before, pids = _run(autoreset, [ExitsOnTwo] * N)
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
+    assert "process worker 1 (envs 2-3)" in str(failures[0])
+    assert "cannot go on" not in str(failures[0])  # it does: a new child replaces it
+    assert pids[:2] == before[:2] and pids[2] == pids[3] not in before
+    observations, rewards, terminated, truncated, info = faulty
+    # Envs 2-3 (their episodes had just begun) end truncated, with no reward, saying why.
+    np.testing.assert_array_equal(truncated, [False, False, True, True])
+    np.testing.assert_array_equal(terminated, [False] * N)
+    assert rewards[2] == rewards[3] == 0.0
+    for row in (2, 3):
+        assert "WorkerDied" in (_marker(info, row) or "")
+    assert _marker(info, 0) is None and _marker(info, 1) is None
+    if autoreset == "same_step":
+        # The step carries the new envs' resets; the episodes' last observations are final.
+        for row in (2, 3):
+            np.testing.assert_array_equal(info["final_obs"][row], first[0][row])
+        assert observations[2, 1] == observations[3, 1] == 0.0  # a reset's step count
+        new = observations
+    else:
+        np.testing.assert_array_equal(observations[2:], first[0][2:])  # the last seen
+        # Their next step (or the masked reset) starts the new envs' episodes.
+        new, new_info = reset if autoreset == "disabled" else after[::4]  # type: ignore[index]
+        assert new[2, 1] == new[3, 1] == 0.0
+        for row in (2, 3):
+            assert "WorkerDied" in (_marker(new_info, row) or "")
+        if autoreset == "next_step":
+            np.testing.assert_array_equal(after[3][2:], [False, False])
+            assert after[1][2] == after[1][3] == 0.0
+    # The new envs are seeded by the restart rule: another run starts them the same way.
+    again = _run(autoreset, [ExitsOnTwo] * N)
+    same = again[1][0] if autoreset == "same_step" else (again[2] or again[3])[0]
+    np.testing.assert_array_equal(same[2:], new[2:])
+    # Envs 0-1 are untouched: they step as in a run where no child dies.
+    np.testing.assert_array_equal(faulty[0][:2], again[1][0][:2])
+    calm = _run(autoreset, [ExitsOnTwo] * N, fault=ZEROS)
+    np.testing.assert_array_equal(faulty[0][:2], calm[1][0][:2])
+    np.testing.assert_array_equal(after[0][:2], calm[3][0][:2])
+
+
+def test_a_hung_child_is_killed_at_its_deadline_and_replaced() -> None:
+    _, faulty, _, after, failures, before, pids = _run(
+        "next_step", [HangsOnTwo] * N, step_timeout=DEADLINE
+    )
+    assert [type(error) for error in failures] == [aioenv.WorkerTimeout]
+    assert "process worker 1 (envs 2-3)" in str(failures[0])
+    np.testing.assert_array_equal(faulty[3], [False, False, True, True])
+    assert "WorkerTimeout" in (_marker(faulty[4], 2) or "")
+    assert after[0][2, 1] == after[0][3, 1] == 0.0  # the new envs' resets
+    assert pids[2] not in before
+
+
+def test_a_call_whose_child_dies_fails_and_the_next_step_cuts_its_episodes_short() -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [Calm, Calm, ExitsOnTwo, ExitsOnTwo],
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as envs:
+        last = envs.reset(seed=0)[0]
+        with pytest.raises(aioenv.WorkerDied, match=r"process worker 1 \(envs 2-3\)"):
+            envs.call("maybe_exit")
+        observations, _, terminated, truncated, info = envs.step(ZEROS)
+        np.testing.assert_array_equal(truncated, [False, False, True, True])
+        assert not terminated.any()
+        for row in (2, 3):
+            assert "WorkerDied" in (_marker(info, row) or "")
+            np.testing.assert_array_equal(info["final_obs"][row], last[row])
+        assert observations[2, 1] == observations[3, 1] == 0.0  # the new envs' resets
+        # The new envs were reset, not stepped; the others stepped once.
+        assert tuple(envs.get_attr("steps_taken")) == (1, 1, 0, 0)
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
+
+
+def test_a_child_that_keeps_dying_is_given_up_after_its_budget() -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [Walk, Walk, ExitsOnReset, ExitsOnReset],
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        max_restarts=2,
+        on_failure=failures.append,
+    ) as envs:
+        with pytest.raises(aioenv.WorkerDied, match=r"process worker 1 .*exited with code 4"):
+            envs.reset(seed=0)
+        assert len(failures) == 3  # max_restarts + 1 failures in a row, no progress between
+        with pytest.raises(aioenv.WorkerRemoved, match=r"envs 2-3 of the AioVectorEnv"):
+            envs.step(ZEROS)
