@@ -7,6 +7,7 @@ the vector suites' (test_vector*.py): those run through the engine too."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -161,6 +162,36 @@ def test_a_child_killed_between_steps_is_noticed_at_the_next_step(wake_kind: str
         os.kill(pids[0], signal.SIGKILL)
         with pytest.raises(aioenv.WorkerDied, match=r"process worker 0 \(envs 0-1\)"):
             envs.step(np.zeros(N, np.int64))
+
+
+def _memory_files() -> int:
+    """This process's descriptors of aioenv's memory files (a buffer's, its mapping's),
+    once what earlier tests left to the garbage collector is collected."""
+    gc.collect()
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += "memfd:aioenv" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return count
+
+
+def test_closing_lets_go_of_the_buffer_unless_a_kept_view_still_reads_it() -> None:
+    before = _memory_files()
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2) as envs:
+        envs.reset(seed=0)
+        assert _memory_files() > before
+        envs.step(np.zeros(N, np.int64))
+    assert _memory_files() == before  # the file and its mapping's descriptor
+    viewed = aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2, copy=False)
+    with viewed:
+        viewed.reset(seed=0)
+        kept = viewed.step(np.zeros(N, np.int64))[0]
+    assert _memory_files() == before + 1  # the mapping lives while the view does
+    assert np.isfinite(kept).all()
+    del viewed, kept
+    assert _memory_files() == before
 
 
 def _broken() -> gymnasium.Env[Any, Any]:

@@ -13,8 +13,10 @@ request and reads the results after the child's answer; a child the other way ro
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -67,7 +69,8 @@ class StepBuffer:
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes) if fd is None else fd
-        memory = memoryview(mmap.mmap(self.fd, self.nbytes))
+        self._mapping = mmap.mmap(self.fd, self.nbytes)
+        self._memory = memory = memoryview(self._mapping)
         self.actions = actions.read(actions.views(memory[starts[0] :]))
         self.observations = observations.read(observations.views(memory[starts[1] :]))
         self.rewards = np.ndarray((n,), np.float64, memory, starts[2])
@@ -77,8 +80,21 @@ class StepBuffer:
         self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
 
     def close(self) -> None:
-        """Close the memory file's descriptor; the mapping lives while an array views it."""
+        """Close the memory file's descriptor, and the mapping (which holds a descriptor of
+        its own) unless an array still views it: observations the caller kept from
+        ``copy=False`` steps keep it until the last of them goes. The buffer's own arrays
+        are gone."""
         os.close(self.fd)
+        for name in ("actions", "observations", "rewards", "terminated", "truncated"):
+            delattr(self, name)
+        del self.notes, self.marks
+        with contextlib.suppress(BufferError):
+            self._memory.release()
+        # numpy's arrays hold the mapping itself, not an export of it, so closing it with
+        # one alive would pull the memory from under it: closed only where none is (the
+        # references are this attribute's and the call's).
+        if sys.getrefcount(self._mapping) <= 2:
+            self._mapping.close()
 
 
 def rows_of(tree: Any, rows: slice) -> Any:

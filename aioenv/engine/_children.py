@@ -242,6 +242,7 @@ class EngineChildren(HandOffs):
         for child in self.children:
             child.end(grace)
         self.answer.close()
+        self.release()
         self.buffer.close()
 
 

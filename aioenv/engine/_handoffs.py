@@ -78,6 +78,11 @@ class HandOffs:
         self._marks = memoryview(buffer.marks)
         self._zeros = bytes(len(buffer.notes))
 
+    def release(self) -> None:
+        """Let go of the buffer's notes and marks (closing)."""
+        self._notes.release()
+        self._marks.release()
+
     def add(self, child: Child) -> None:
         """Hand off to ``child`` too (launched: its process has a sentinel)."""
         self.children.append(child)
