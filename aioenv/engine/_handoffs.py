@@ -157,7 +157,10 @@ class HandOffs:
 
     def _phase(self, w: int) -> Phase:
         """The deadline a step of child ``w`` gets: a step's, or a step's and a reset's
-        where it may reset an env (by the flags of its rows' last step)."""
+        where it may reset an env (by the flags of its rows' last step, or while failures
+        are counted against it: a new child answers its first step with resets)."""
+        if w in self.unsettled:  # a new child's first step resets its envs, whatever mode
+            return "step and reset"
         rows, buffer = self.children[w].rows, self.buffer
         ended = bool(buffer.terminated[rows].any() or buffer.truncated[rows].any())
         return request_phase(None, self._autoreset, ended)  # type: ignore[arg-type]
