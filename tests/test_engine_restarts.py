@@ -188,3 +188,36 @@ def test_a_child_that_keeps_dying_is_given_up_after_its_budget() -> None:
         assert len(failures) == 3  # max_restarts + 1 failures in a row, no progress between
         with pytest.raises(aioenv.WorkerRemoved, match=r"envs 2-3 of the AioVectorEnv"):
             envs.step(ZEROS)
+
+
+def test_a_pipelined_child_that_dies_is_replaced_and_recv_goes_on() -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [ExitsOnTwo] * N,
+        mode="process",
+        envs_per_worker=2,
+        batch_size=2,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as envs:
+        envs.async_reset(seed=0)
+        killed = False
+        while True:  # until envs 0-1 answer the step that killed their child
+            _, rewards, terminated, truncated, infos = envs.recv()
+            mine = infos["env_id"].tolist() == [0, 1]
+            if mine and killed:
+                break
+            killed = killed or mine
+            envs.send(np.array([2, 0]) if mine else np.zeros(2, np.int64))
+        # That step ends their episodes, truncated and marked; the other child's envs went
+        # on meanwhile, and so do the new ones.
+        assert truncated.all() and not terminated.any() and not rewards.any()
+        assert all("WorkerDied" in (_marker(infos, row) or "") for row in (0, 1))
+        envs.send(np.zeros(2, np.int64))
+        _, _, terminated, truncated, infos = envs.recv()
+        while infos["env_id"].tolist() != [0, 1]:
+            envs.send(np.zeros(2, np.int64))
+            _, _, terminated, truncated, infos = envs.recv()
+        assert not (terminated.any() or truncated.any())
+        assert all("WorkerDied" in (_marker(infos, row) or "") for row in (0, 1))
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
