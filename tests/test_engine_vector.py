@@ -20,6 +20,7 @@ from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
 
 import aioenv
+from aioenv.engine._handoffs import HandOffs
 from aioenv.engine._wake import Wake
 
 pytestmark = pytest.mark.timeout(120)
@@ -127,6 +128,78 @@ def test_a_rollout_through_the_engine_is_sync_vector_envs(wake_kind: str, autore
         assert ours.get_attr("t") == reference.get_attr("t")
         ours.set_attr("t", [10, 20, 30, 40])
         assert ours.call("__getattribute__", "t") == (10, 20, 30, 40)
+
+
+class Shifting(Chatter):
+    """Infos whose keys and types change by the step: a flat layout (in the buffer from
+    its second step in a row), another flat one, one that is not flat (a str)."""
+
+    def step(self, action: int) -> Any:
+        observation, reward, terminated, truncated, _ = super().step(action)
+        info: dict[str, Any] = {"a": float(observation[0]), "b": self.t}
+        if self.t % 5 == 2:
+            info = {"c": np.float32(reward), "ended": terminated}
+        elif self.t % 5 == 4:
+            info["tag"] = f"t{self.t}"
+        return observation, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+def test_flat_infos_come_through_the_buffer_once_their_keys_are_known(
+    autoreset: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_buffer = []
+    packed = HandOffs._packed
+    monkeypatch.setattr(
+        HandOffs, "_packed", lambda self, w, *parts: in_buffer.append(w) or packed(self, w, *parts)
+    )
+    modes = {"next_step": "NextStep", "same_step": "SameStep"}
+    reference = SyncVectorEnv(
+        [Shifting] * N, autoreset_mode=gymnasium.vector.AutoresetMode(modes[autoreset])
+    )
+    with aioenv.AioVectorEnv(
+        [Shifting] * N, mode="process", envs_per_worker=2, autoreset=autoreset
+    ) as ours:
+        _same(ours.reset(seed=3), reference.reset(seed=3))
+        rng = np.random.default_rng(1)
+        for _ in range(30):
+            actions = rng.integers(0, 2, N)  # no action 2: no large info
+            _same(ours.step(actions), reference.step(actions))
+    assert in_buffer.count(0) >= 5 and in_buffer.count(1) >= 5  # steps with a known layout
+
+
+def test_pipelined_flat_infos_come_through_the_buffer_row_by_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    in_buffer = []
+    packed = HandOffs._packed
+    monkeypatch.setattr(
+        HandOffs, "_packed", lambda self, w, *parts: in_buffer.append(w) or packed(self, w, *parts)
+    )
+    # Each env alone, stepped with action 0 from its seed: what its rows must say.
+    expected: dict[int, list[dict[str, Any]]] = {}
+    for env_id in range(N):
+        env = Shifting()
+        env.reset(seed=3 + env_id)
+        expected[env_id] = [env.step(0)[4] for _ in range(6)]  # within the first episode
+    seen: dict[int, list[dict[str, Any]]] = {env_id: [] for env_id in range(N)}
+    with aioenv.AioVectorEnv(
+        [Shifting] * N, mode="process", envs_per_worker=2, batch_size=2
+    ) as ours:
+        ours.async_reset(seed=3)
+        ours.recv()
+        ours.send(np.zeros(2, np.int64))  # the first envs back step first
+        ours.recv()
+        ours.send(np.zeros(2, np.int64))
+        while min(len(rows) for rows in seen.values()) < 6:
+            *_, infos = ours.recv()
+            for row, env_id in enumerate(infos["env_id"].tolist()):
+                keys = [key for key in infos if key[0] != "_" and key != "env_id"]
+                seen[env_id].append({k: infos[k][row] for k in keys if infos[f"_{k}"][row]})
+            ours.send(np.zeros(2, np.int64))
+    for env_id in range(N):
+        assert seen[env_id][:6] == expected[env_id]
+    assert len(in_buffer) >= 4
 
 
 def test_dict_observations_come_from_the_buffer_as_copies_or_views() -> None:

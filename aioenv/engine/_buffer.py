@@ -24,9 +24,22 @@ from gymnasium.vector.utils import batch_space
 
 from ..wire._shared_memory import Layout, memory_file
 
-__all__ = ["NoLayout", "StepBuffer", "copied", "rows_of", "write_rows"]
+__all__ = [
+    "INFOS_IN_BUFFER",
+    "INFO_SLOT",
+    "NoLayout",
+    "StepBuffer",
+    "copied",
+    "rows_of",
+    "write_rows",
+]
 
 _ALIGN = 64
+#: Bytes of each row's infos slot: a record of flat scalar infos (sixteen float64s) fits.
+INFO_SLOT = 128
+#: A child's note that its rows' infos are in their slots, packed as the records of the
+#: last packed infos it sent as a message (their keys and types).
+INFOS_IN_BUFFER = 2
 
 
 def _aligned(offset: int) -> int:
@@ -52,7 +65,10 @@ class StepBuffer:
     everything else here. ``marks`` (uint8, one per row) says, in the same row, that the
     child has answered this hand-off: it writes it just before its post, and the parent
     reads it only once a deadline has passed, to tell the children that are late from
-    those whose post is on its way. All view the mapping."""
+    those whose post is on its way. ``infos`` (:data:`INFO_SLOT` bytes per row) holds a
+    step's flat scalar infos (most envs': HalfCheetah's, Ant's, Atari's), packed as
+    records, where its child's note is :data:`INFOS_IN_BUFFER`: once their keys and types
+    went as a message, they need none while they stay the same. All view the mapping."""
 
     def __init__(
         self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
@@ -65,7 +81,7 @@ class StepBuffer:
             layouts.append(layout)
         observations, actions = layouts
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n):
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, INFO_SLOT * n):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes) if fd is None else fd
@@ -78,6 +94,7 @@ class StepBuffer:
         self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
         self.notes = np.ndarray((n,), np.uint8, memory, starts[5])
         self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
+        self.infos = np.ndarray((n, INFO_SLOT), np.uint8, memory, starts[7])
 
     def close(self) -> None:
         """Close the memory file's descriptor, and the mapping (which holds a descriptor of
@@ -87,7 +104,7 @@ class StepBuffer:
         os.close(self.fd)
         for name in ("actions", "observations", "rewards", "terminated", "truncated"):
             delattr(self, name)
-        del self.notes, self.marks
+        del self.notes, self.marks, self.infos
         with contextlib.suppress(BufferError):
             self._memory.release()
         # numpy's arrays hold the mapping itself, not an export of it, so closing it with

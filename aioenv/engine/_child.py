@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import BatchStep
+from ..core._infos import record_dtype
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short_batch, mark_restarted, restart_marker
 from ..core._seeds import reset_mask
@@ -43,7 +44,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import StepBuffer, copied, rows_of, write_rows
+from ._buffer import INFO_SLOT, INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -155,9 +156,9 @@ def _loop(
             if asked is None:
                 return  # close
             data = envs.served(spin, *asked)
+            notes[first] = bool(data)
         else:
-            data = envs.stepped()
-        notes[first] = bool(data)
+            notes[first], data = envs.stepped()
         marks[first] = 1
         post_with(sock, answer, data)
 
@@ -173,6 +174,10 @@ class _Envs:
         self.rows = rows = slice(plan.first, plan.last)
         self.actions = rows_of(buffer.actions, rows)
         self.observations = rows_of(buffer.observations, rows)
+        self.infos = buffer.infos[rows]
+        #: The keys and types of the packed infos last sent as a message: while a step's
+        #: are the same, they go in the buffer instead.
+        self.told: tuple[Any, Any] | None = None
         self.revived = plan.revived
         self.reports: list[Any] = []
         self.restarts: EnvRestarts | None = None
@@ -191,19 +196,29 @@ class _Envs:
                 worker_id=plan.child,
             )
 
-    def stepped(self) -> bytes:
+    def stepped(self) -> tuple[int, bytes]:
         """Step the envs with the actions in their rows and write the results there: the
-        message that goes with the answer (their infos, or a failure), or b"" for none."""
+        note for the answer, and the message that goes with it (their infos, or a
+        failure), or b"" for none (:data:`INFOS_IN_BUFFER`: the infos are in the rows)."""
         if self.revived is not None:
-            return self.served(None, "step", copied(self.actions))
+            return 1, self.served(None, "step", copied(self.actions))
         result = self._answer(STEP, copied(self.actions))
         if type(result) is not BatchStep:
-            return self._sent(encoded(result))  # a Failure, or an env given up
+            return 1, self._sent(encoded(result))  # a Failure, or an env given up
         failed = self._written(result)
         if failed is not None:
-            return self._sent(encoded(failed))
+            return 1, self._sent(encoded(failed))
+        packed = result.packed_infos
+        if packed is not None and not self.reports:
+            layout = (packed.keys, packed.codes)
+            size = record_dtype(*layout).itemsize
+            if layout == self.told and size <= INFO_SLOT:
+                self.infos[:, :size] = np.frombuffer(packed.data, np.uint8).reshape(-1, size)
+                return INFOS_IN_BUFFER, b""
+            self.told = layout  # the parent learns them from this message
         infos = encode_infos(result)
-        return self._sent(b"" if infos is None else encoded_infos(*infos))
+        data = self._sent(b"" if infos is None else encoded_infos(*infos))
+        return bool(data), data
 
     def served(self, spin: IdleSpin | None, op: str, payload: Any) -> bytes:
         """The answer to a request that came as a message: a reset's BatchStep (written

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped
 from ..core._errors import WorkerDied, WorkerError
+from ..core._infos import FlatInfos, record_dtype
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
-from ._buffer import StepBuffer, copied, rows_of, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._wake import Gone, Wake
@@ -63,6 +64,9 @@ class HandOffs:
         self.pending: set[int] = set()  # the children handed a request not yet read
         self._taken = 0  # the answer wake's posts taken for them so far
         self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
+        #: Each child's packed infos' keys and types, as its last message of them said:
+        #: the records in its rows' info slots have them (its note says when).
+        self._told: dict[int, tuple[Any, Any]] = {}
         #: Children that died or hung, by id: every later hand-off raises WorkerRemoved.
         self.dead: dict[int, WorkerError] = {}
         #: Each child's last request handed, with its op (a lockstep step's is its rows).
@@ -331,7 +335,11 @@ class HandOffs:
         parts: dict[int, BatchStep[Any]] = {}
         notes = self.buffer.notes
         for w, child in enumerate(self.children):
-            if not notes[child.rows.start] or w in died:
+            note = notes[child.rows.start]
+            if not note or w in died:
+                continue
+            if note == INFOS_IN_BUFFER:
+                parts[w] = self._packed(w, None, None, None, None)
                 continue
             answer = self._message(w)
             if isinstance(answer, WorkerError):
@@ -339,8 +347,7 @@ class HandOffs:
             elif type(answer) is BatchStep:  # a whole answer: a new child's first, say
                 parts[w] = answer
             elif answer is not None:
-                flag, data = answer
-                parts[w] = decode_infos(flag, data, None, None, None, None)
+                parts[w] = self._decoded(w, answer, None, None, None, None)
         if errors:
             raise together(errors)
         return parts
@@ -363,7 +370,8 @@ class HandOffs:
         message (a reset, a control, a failure) or both (a step with infos)."""
         buffer = self.buffer
         rows = self.children[w].rows
-        answer = self._message(w) if buffer.notes[rows.start] else None
+        note = buffer.notes[rows.start]
+        answer = self._message(w) if note == 1 else None
         stepped = w in self._in_buffer
         if not stepped or isinstance(answer, WorkerError) or type(answer) is BatchStep:
             return answer  # a whole reset's BatchStep, a control's result, an error
@@ -373,10 +381,28 @@ class HandOffs:
             buffer.terminated[rows].copy(),
             buffer.truncated[rows].copy(),
         )
-        if answer is None:
-            return BatchStep(*parts)
-        flag, data = answer
-        return decode_infos(flag, data, *parts)
+        if answer is not None:
+            return self._decoded(w, answer, *parts)
+        return self._packed(w, *parts) if note == INFOS_IN_BUFFER else BatchStep(*parts)
+
+    def _decoded(self, w: int, answer: tuple[int, Any], *parts: Any) -> BatchStep[Any]:
+        """Child ``w``'s rows (``parts``) with the infos its message carried; their keys
+        and types kept where they are packed (the next ones may come in the buffer)."""
+        step = decode_infos(*answer, *parts)
+        packed = step.packed_infos
+        if packed is not None:
+            self._told[w] = (packed.keys, packed.codes)
+        return step
+
+    def _packed(
+        self, w: int, observations: Any, rewards: Any, terminated: Any, truncated: Any
+    ) -> BatchStep[Any]:
+        """Child ``w``'s rows with the packed infos in their slots."""
+        keys, codes = self._told[w]
+        size = record_dtype(keys, codes).itemsize
+        data = self.buffer.infos[self.children[w].rows, :size].tobytes()
+        packed = FlatInfos(keys, codes, data)
+        return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
 
     # Failures ----------------------------------------------------------------------------------
     def died(self, w: int, when: str) -> WorkerDied:
