@@ -20,7 +20,7 @@ from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
 
 import aioenv
-from aioenv.engine._handoffs import HandOffs
+from aioenv.engine._packed_infos import PackedInfos
 from aioenv.engine._wake import Wake
 
 pytestmark = pytest.mark.timeout(120)
@@ -149,9 +149,9 @@ def test_flat_infos_come_through_the_buffer_once_their_keys_are_known(
     autoreset: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     in_buffer = []
-    packed = HandOffs._packed
+    read = PackedInfos.read
     monkeypatch.setattr(
-        HandOffs, "_packed", lambda self, w, *parts: in_buffer.append(w) or packed(self, w, *parts)
+        PackedInfos, "read", lambda self, w, *parts: in_buffer.append(w) or read(self, w, *parts)
     )
     modes = {"next_step": "NextStep", "same_step": "SameStep"}
     reference = SyncVectorEnv(
@@ -172,9 +172,9 @@ def test_pipelined_flat_infos_come_through_the_buffer_row_by_row(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     in_buffer = []
-    packed = HandOffs._packed
+    read = PackedInfos.read
     monkeypatch.setattr(
-        HandOffs, "_packed", lambda self, w, *parts: in_buffer.append(w) or packed(self, w, *parts)
+        PackedInfos, "read", lambda self, w, *parts: in_buffer.append(w) or read(self, w, *parts)
     )
     # Each env alone, stepped with action 0 from its seed: what its rows must say.
     expected: dict[int, list[dict[str, Any]]] = {}

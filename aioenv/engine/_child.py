@@ -32,7 +32,6 @@ import numpy as np
 
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import BatchStep
-from ..core._infos import record_dtype
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short_batch, mark_restarted, restart_marker
 from ..core._seeds import reset_mask
@@ -44,7 +43,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import INFO_SLOT, INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -54,6 +53,7 @@ from ._channel import (
     receive_message,
     send_message,
 )
+from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
 
 __all__ = ["serve"]
@@ -175,9 +175,8 @@ class _Envs:
         self.actions = rows_of(buffer.actions, rows)
         self.observations = rows_of(buffer.observations, rows)
         self.infos = buffer.infos[rows]
-        #: The keys and types of the packed infos last sent as a message: while a step's
-        #: are the same, they go in the buffer instead.
-        self.told: tuple[Any, Any] | None = None
+        self.child = plan.child
+        self.packed = PackedInfos()  # the keys and types of the packed infos told so far
         self.revived = plan.revived
         self.reports: list[Any] = []
         self.restarts: EnvRestarts | None = None
@@ -209,13 +208,9 @@ class _Envs:
         if failed is not None:
             return 1, self._sent(encoded(failed))
         packed = result.packed_infos
-        if packed is not None and not self.reports:
-            layout = (packed.keys, packed.codes)
-            size = record_dtype(*layout).itemsize
-            if layout == self.told and size <= INFO_SLOT:
-                self.infos[:, :size] = np.frombuffer(packed.data, np.uint8).reshape(-1, size)
-                return INFOS_IN_BUFFER, b""
-            self.told = layout  # the parent learns them from this message
+        told = self.packed
+        if packed is not None and not self.reports and told.written(self.child, packed, self.infos):
+            return INFOS_IN_BUFFER, b""
         infos = encode_infos(result)
         data = self._sent(b"" if infos is None else encoded_infos(*infos))
         return bool(data), data

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import _pickling as pickling
-from ..core._environment import EnvSource
+from ..core._environment import BatchStep, EnvSource
 from ..core._errors import EnvError, WorkerError, WorkerTimeout, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
@@ -40,7 +40,7 @@ from ..core._seeds import worker_seeds
 from ..core._supervision import Supervision
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
-from ._buffer import StepBuffer, copied
+from ._buffer import StepBuffer, copied, rows_of
 from ._child import ChildPlan
 from ._family import Child
 from ._handoffs import HandOffs
@@ -121,6 +121,7 @@ class EngineChildren(HandOffs):
         if self._plans[0].restarts is not None:
             self.revivals = Revivals(self, self._plans, options, self.autoreset)
             self.unsettled = self.revivals.unsettled
+            self.report = self.revivals.report
 
     # Start ---------------------------------------------------------------------------------
     def start(self) -> tuple[list[Any], list[Any]]:
@@ -142,6 +143,16 @@ class EngineChildren(HandOffs):
             if isinstance(built, EnvError):
                 raise built
         return self.get_attr("observation_space"), self.get_attr("action_space")
+
+    def last_state(self, w: int) -> BatchStep[Any]:
+        """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
+        buffer, rows = self.buffer, self.children[w].rows
+        return BatchStep(
+            copied(rows_of(buffer.observations, rows)),
+            buffer.rewards[rows].copy(),
+            buffer.terminated[rows].copy(),
+            buffer.truncated[rows].copy(),
+        )
 
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
         """Replace child ``w`` (dead, or killed) with a new one serving ``plan``, its envs

@@ -15,19 +15,18 @@ restarts are on (:attr:`HandOffs.revivals`), and a new child answers in its plac
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped
 from ..core._errors import WorkerDied, WorkerError
-from ..core._infos import FlatInfos, record_dtype
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
 from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
+from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
 
 if TYPE_CHECKING:
@@ -64,9 +63,10 @@ class HandOffs:
         self.pending: set[int] = set()  # the children handed a request not yet read
         self._taken = 0  # the answer wake's posts taken for them so far
         self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
-        #: Each child's packed infos' keys and types, as its last message of them said:
-        #: the records in its rows' info slots have them (its note says when).
-        self._told: dict[int, tuple[Any, Any]] = {}
+        #: What the records in each child's info slots are (its note says when it has some).
+        self.packed = PackedInfos()
+        #: Where the failures its children report with their answers go (``on_failure``).
+        self.report: Callable[[list[WorkerError]], None] | None = None
         #: Children that died or hung, by id: every later hand-off raises WorkerRemoved.
         self.dead: dict[int, WorkerError] = {}
         #: Each child's last request handed, with its op (a lockstep step's is its rows).
@@ -154,8 +154,8 @@ class HandOffs:
         if self.copy:
             observations = copied(observations)
         parts = self._infos(died) if died or self._notes != self._zeros else {}
-        if self.unsettled:
-            self._progress(every)
+        if self.revivals is not None and self.unsettled:
+            self.revivals.progress(every)
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
         return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
 
@@ -249,32 +249,6 @@ class HandOffs:
             error = given_up
         died[w] = self.dead[w] = error
 
-    def last_state(self, w: int) -> BatchStep[Any]:
-        """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
-        buffer, rows = self.buffer, self.children[w].rows
-        return BatchStep(
-            copied(rows_of(buffer.observations, rows)),
-            buffer.rewards[rows].copy(),
-            buffer.terminated[rows].copy(),
-            buffer.truncated[rows].copy(),
-        )
-
-    def _progress(self, children: Iterable[int]) -> None:
-        assert self.revivals is not None
-        self.revivals.progress(children)
-
-    def report(self, errors: list[WorkerError]) -> None:
-        """The failures a child reported with its answer (its envs restarted or given
-        up), passed to ``on_failure``, whose own error is a warning, not the caller's."""
-        callback = self.options.on_failure
-        if callback is None:
-            return
-        for error in errors:
-            try:
-                callback(error)
-            except Exception as exc:
-                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
-
     def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
         """Take answers into ``held`` (by child id), the first children to answer first
         (those that answered together, by id), until it has ``count``; the error of a
@@ -305,8 +279,8 @@ class HandOffs:
                     error = error or answer
                 else:
                     held[w] = answer
-                    if self.unsettled:
-                        self._progress((w,))
+                    if self.revivals is not None and self.unsettled:
+                        self.revivals.progress((w,))
             if error is not None:
                 return error
         return None
@@ -321,8 +295,9 @@ class HandOffs:
             return answers  # timed out
         for w in sorted(self.pending):
             answers[w] = self._read(w)
-        if self.unsettled:
-            self._progress(w for w in self.pending if not isinstance(answers[w], WorkerError))
+        if self.revivals is not None and self.unsettled:
+            ok = [w for w in self.pending if not isinstance(answers[w], WorkerError)]
+            self.revivals.progress(ok)
         self.pending.clear()
         self._taken = 0
         return answers
@@ -339,7 +314,8 @@ class HandOffs:
             if not note or w in died:
                 continue
             if note == INFOS_IN_BUFFER:
-                parts[w] = self._packed(w, None, None, None, None)
+                slots = self.buffer.infos[child.rows]
+                parts[w] = self.packed.read(w, slots, None, None, None, None)
                 continue
             answer = self._message(w)
             if isinstance(answer, WorkerError):
@@ -347,7 +323,8 @@ class HandOffs:
             elif type(answer) is BatchStep:  # a whole answer: a new child's first, say
                 parts[w] = answer
             elif answer is not None:
-                parts[w] = self._decoded(w, answer, None, None, None, None)
+                flag, data = answer
+                parts[w] = self.packed.learned(w, decode_infos(flag, data, None, None, None, None))
         if errors:
             raise together(errors)
         return parts
@@ -382,27 +359,11 @@ class HandOffs:
             buffer.truncated[rows].copy(),
         )
         if answer is not None:
-            return self._decoded(w, answer, *parts)
-        return self._packed(w, *parts) if note == INFOS_IN_BUFFER else BatchStep(*parts)
-
-    def _decoded(self, w: int, answer: tuple[int, Any], *parts: Any) -> BatchStep[Any]:
-        """Child ``w``'s rows (``parts``) with the infos its message carried; their keys
-        and types kept where they are packed (the next ones may come in the buffer)."""
-        step = decode_infos(*answer, *parts)
-        packed = step.packed_infos
-        if packed is not None:
-            self._told[w] = (packed.keys, packed.codes)
-        return step
-
-    def _packed(
-        self, w: int, observations: Any, rewards: Any, terminated: Any, truncated: Any
-    ) -> BatchStep[Any]:
-        """Child ``w``'s rows with the packed infos in their slots."""
-        keys, codes = self._told[w]
-        size = record_dtype(keys, codes).itemsize
-        data = self.buffer.infos[self.children[w].rows, :size].tobytes()
-        packed = FlatInfos(keys, codes, data)
-        return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
+            flag, data = answer
+            return self.packed.learned(w, decode_infos(flag, data, *parts))
+        if note == INFOS_IN_BUFFER:
+            return self.packed.read(w, buffer.infos[rows], *parts)
+        return BatchStep(*parts)
 
     # Failures ----------------------------------------------------------------------------------
     def died(self, w: int, when: str) -> WorkerDied:

@@ -20,6 +20,7 @@ whose budget is spent is given up: the request raises its error, and every later
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Protocol
 
 from ..core._commands import is_reset
@@ -53,6 +54,7 @@ class Revivals:
     ) -> None:
         self.children = children
         self.autoreset = autoreset
+        self.on_failure = options.on_failure
         self.clock = ThreadClock()
         self.each = [_OneChild(self, w, plan, options) for w, plan in enumerate(plans)]
         #: The children whose supervisor an answer would change (every one, until it answered).
@@ -64,6 +66,17 @@ class Revivals:
         gave the child up (the request's)."""
         self.unsettled.add(w)
         return self.each[w].failed(error, sent)
+
+    def report(self, errors: list[WorkerError]) -> None:
+        """The failures a child reported with its answer (its envs restarted or given
+        up), passed to ``on_failure``, whose own error is a warning, not the caller's."""
+        if self.on_failure is None:
+            return
+        for error in errors:
+            try:
+                self.on_failure(error)
+            except Exception as exc:
+                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
 
     def progress(self, children: Any) -> None:
         """These children answered a request: where a failure is counted against one (or
