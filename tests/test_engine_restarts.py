@@ -6,6 +6,7 @@ env: test_inline_restarts.py compares that with envs in line.)"""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -221,3 +222,29 @@ def test_a_pipelined_child_that_dies_is_replaced_and_recv_goes_on() -> None:
         assert not (terminated.any() or truncated.any())
         assert all("WorkerDied" in (_marker(infos, row) or "") for row in (0, 1))
     assert [type(error) for error in failures] == [aioenv.WorkerDied]
+
+
+def _broken(error: aioenv.WorkerError) -> None:
+    raise KeyError("the user's logger is gone")
+
+
+@pytest.mark.parametrize("fault", ["env raises", "child dies"])
+def test_an_on_failure_that_raises_is_a_warning_and_the_child_goes_on(fault: str) -> None:
+    # A child's death is supervised in the parent; an env's exception in its child, which
+    # reports it with its answer: either way the user's callback is called there.
+    factory: Any = functools.partial(Walk, explode_at=2) if fault == "env raises" else ExitsOnTwo
+    with aioenv.AioVectorEnv(
+        [Walk, Walk, factory, Walk],
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        on_failure=_broken,
+        seed=5,
+    ) as envs:
+        envs.reset(seed=0)
+        envs.step(ZEROS)  # a Walk's first step call: one before it explodes
+        with pytest.warns(RuntimeWarning, match="on_failure callback raised KeyError"):
+            _, _, _, truncated, info = envs.step(KILL_CHILD_1)
+        assert truncated[2] and _marker(info, 2) is not None  # cut short, and restarted
+        for _ in range(2):  # the restarted env resets, then steps (a step call short of 2)
+            envs.step(ZEROS)

@@ -161,6 +161,19 @@ def test_restarts_back_off_doubling_and_stop_at_the_budget() -> None:
     assert reports == [first, second, third]  # every failure is reported, restarted or not
 
 
+def test_an_on_failure_that_raises_is_a_warning_and_the_restart_goes_on() -> None:
+    def broken(error: aioenv.WorkerError) -> None:
+        raise KeyError("the user's logger is gone")
+
+    sup, worker, clock = supervisor(restart="on_failure", restart_backoff=0.5, on_failure=broken)
+    worker.awaited = 1
+    with pytest.warns(RuntimeWarning, match="on_failure callback raised KeyError"):
+        sup.failed(first := error("first"), env_gone=True, in_flight=1, clock=clock)
+    assert worker.calls == [("fail_controls", first), ("discard", True)]
+    clock.advance(0.5)
+    assert worker.calls[-1] == ("start", 1, restart_seed(7, 1))
+
+
 def test_a_success_ends_the_streak_and_names_the_restart_it_completes() -> None:
     sup, worker, clock = supervisor(restart="on_failure", max_restarts=5, restart_backoff=1.0)
     worker.awaited = 1

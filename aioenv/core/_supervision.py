@@ -8,6 +8,7 @@ request gets (:func:`request_phase`) and the error of a request past it
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ __all__ = [
     "Phase",
     "Supervision",
     "episode_ended",
+    "report_failure",
     "request_phase",
     "timeout_error",
 ]
@@ -173,6 +175,17 @@ class Supervision:
 #: Every supervision option at its default: what the signatures that take these options
 #: (the worker kinds', the pools') read their defaults from.
 SUPERVISION_DEFAULTS = Supervision()
+
+
+def report_failure(on_failure: Callable[[WorkerError], None] | None, error: WorkerError) -> None:
+    """Pass ``error`` to the user's ``on_failure``. The callback's own exception becomes a
+    warning: a broken callback must not break the supervision that called it."""
+    if on_failure is None:
+        return
+    try:
+        on_failure(error)
+    except Exception as exc:
+        warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=3)
 
 
 def request_phase(action: Any, autoreset: Autoreset, episode_ended: bool) -> Phase:

@@ -27,6 +27,7 @@ from ..core._supervision import (
     Phase,
     Supervision,
     episode_ended,
+    report_failure,
     request_phase,
     timeout_error,
 )
@@ -235,8 +236,7 @@ class Supervisor:
         self._failures_since_progress += 1
         restarts_on = options.restart == "on_failure"
         restarting = restarts_on and self._take_restart(clock.time())
-        if options.on_failure is not None:
-            options.on_failure(error)
+        report_failure(options.on_failure, error)
         for_good = not restarting and (env_gone or restarts_on)
         if restarting or for_good:
             remedies.fail_controls(error)

@@ -20,13 +20,13 @@ whose budget is spent is given up: the request raises its error, and every later
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Protocol
 
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
 from ..core._errors import WorkerError
 from ..core._restarts import cut_short_batch, episode_open, restart_marker
+from ..core._supervision import report_failure
 from ..core._supervisor import Supervision, Supervisor
 from ..env_side._env_restarts import ThreadClock, thread_remedies
 from ._child import ChildPlan, Revived
@@ -70,13 +70,8 @@ class Revivals:
     def report(self, errors: list[WorkerError]) -> None:
         """The failures a child reported with its answer (its envs restarted or given
         up), passed to ``on_failure``, whose own error is a warning, not the caller's."""
-        if self.on_failure is None:
-            return
         for error in errors:
-            try:
-                self.on_failure(error)
-            except Exception as exc:
-                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
+            report_failure(self.on_failure, error)
 
     def progress(self, children: Any) -> None:
         """These children answered a request: where a failure is counted against one (or

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,6 +34,7 @@ from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short, episode_open, mark_restarted, restart_marker
 from ..core._seeds import GroupSeed, env_seeds
+from ..core._supervision import report_failure
 from ..core._supervisor import Remedies, Supervision, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
@@ -185,12 +185,7 @@ class EnvRestarts:
         """A failure, restarted or not, as a pool reports it: counted, and passed to
         ``on_failure`` (whose own error is a warning, not the caller's)."""
         self.failures += 1
-        if callback is None:
-            return
-        try:
-            callback(error)
-        except Exception as exc:
-            warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
+        report_failure(callback, error)
 
 
 class _OneEnv:
