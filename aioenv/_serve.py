@@ -13,6 +13,12 @@ or ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
 {"observation": {"observation": ..., "info": {...}, "terminated": ..., "truncated": ...},
 "reward": ..., "done": ...}}``, ``{"type": "state", "data": {"episode_id": ...,
 "step_count": ...}}`` or ``{"type": "error", "data": {"message": ..., "code": ...}}``.
+
+This module holds the server: its options, its sessions (each one's pool), the starlette
+app and its endpoints, and uvicorn's run of it. What the protocol says (its error codes,
+the checks of a request's data, the answers to a session's messages, a session's episode
+and the ``/schema`` document) is :mod:`aioenv.wire._openenv_protocol`'s, which needs no
+web framework.
 """
 
 from __future__ import annotations
@@ -21,35 +27,37 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .core._commands import Reset
-from .core._environment import EnvSource, Step
+from .core._environment import EnvSource
 from .core._errors import AioEnvError
-from .core._restarts import restart_note
 from .core._supervision import SUPERVISION_DEFAULTS
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
-from .wire._openenv_json import jsonable, space_schema
+from .wire._openenv_json import action_from_json
+from .wire._openenv_protocol import (
+    CAPACITY_REACHED,
+    INVALID_JSON,
+    SESSION_ERROR,
+    VALIDATION_ERROR,
+    Episode,
+    SessionError,
+    answer_message,
+    observation_payload,
+    request_body,
+    reset_command,
+    schema_document,
+    step_body_action,
+)
 
 __all__ = ["ServeOptions", "build_app"]
-
-#: OpenEnv's error codes, as its clients read them.
-INVALID_JSON = "INVALID_JSON"
-UNKNOWN_TYPE = "UNKNOWN_TYPE"
-VALIDATION_ERROR = "VALIDATION_ERROR"
-EXECUTION_ERROR = "EXECUTION_ERROR"
-CAPACITY_REACHED = "CAPACITY_REACHED"
-SESSION_ERROR = "SESSION_ERROR"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +110,6 @@ class ServeOptions:
             )
 
 
-class SessionError(Exception):
-    """A request this session answers with the protocol's error frame."""
-
-    def __init__(self, message: str, code: str = EXECUTION_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class _Session:
     """One client's env: a one-worker pool built at the first reset, rebuilt after a
     failure the pool could not recover from."""
@@ -120,48 +120,21 @@ class _Session:
         #: The client left while its env was busy: the env is not asked to close (it
         #: would answer only after the request it is busy with), its worker is ended.
         self.abandoned = False
-        self.needs_reset = True
-        self.episode_id: str | None = None
-        self.step_count = 0
+        self.episode = Episode()
 
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
-        seed, options = data.get("seed"), data.get("options")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise SessionError(f"seed must be an int, got {seed!r}", VALIDATION_ERROR)
-        if options is not None and not isinstance(options, dict):
-            raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
-        state = await self._request(Reset(seed=seed, options=options))
-        episode_id = data.get("episode_id")
-        self.episode_id = str(episode_id) if episode_id is not None else uuid.uuid4().hex
-        self.step_count = 0
-        self.needs_reset = False
+        state = await self._request(reset_command(data))
+        self.episode.begin(data)
         await self.server.learn_spaces(self.pool)
-        return _result(state, reward=None)
+        return observation_payload(state, reward=None)
 
     async def step(self, data: dict[str, Any]) -> dict[str, Any]:
-        if "action" not in data:
-            raise SessionError('a step\'s data is {"action": value}', VALIDATION_ERROR)
-        if self.needs_reset:
-            if self.episode_id is None:
-                raise SessionError(
-                    "this session has no episode yet: reset first (a client that reconnected, "
-                    "its session closed as idle or its link dropped, is in a new session)"
-                )
-            raise SessionError(
-                "no episode is going on (the last one ended, or its env failed): reset first"
-            )
+        self.episode.check_step(data)
         state = await self._request(self.server.action(data["action"]))
-        note = restart_note(state) if isinstance(state, Step) else None
-        if note is not None:
-            self.needs_reset = True
-            raise SessionError(f"the env failed and was restarted ({note}); reset to go on")
-        self.step_count += 1
-        result = _result(state, reward=_reward(state))
-        self.needs_reset = bool(result["done"])
-        return result
+        return self.episode.stepped(state)
 
     def state(self) -> dict[str, Any]:
-        return {"episode_id": self.episode_id, "step_count": self.step_count}
+        return self.episode.state()
 
     async def _request(self, request: Any) -> Any:
         if self.pool is None:
@@ -171,7 +144,7 @@ class _Session:
             answer = await self.pool.get_state(worker_id=0)
         except AioEnvError as exc:
             # The pool could not recover (its restarts spent, say): a fresh one next time.
-            self.needs_reset = True
+            self.episode.needs_reset = True
             await self.aclose()
             raise SessionError(f"{type(exc).__name__}: {exc}; reset to go on") from exc
         assert answer is not None  # no timeout given
@@ -183,26 +156,6 @@ class _Session:
             if self.abandoned:
                 pool.cleanup_time = 0.0
             await pool.aclose()
-
-
-def _reward(state: Any) -> float:
-    return float(state.reward) if isinstance(state, Step) else 0.0
-
-
-def _result(state: Any, reward: float | None) -> dict[str, Any]:
-    """OpenEnv's observation payload: aioenv's envelope as its observation."""
-    if isinstance(state, Step):
-        observation, info = state.observation, state.info
-        terminated, truncated = bool(state.terminated), bool(state.truncated)
-    else:  # a custom Environment's state: no flags of its own to report
-        observation, info, terminated, truncated = state, {}, False, False
-    envelope = {
-        "observation": jsonable(observation),
-        "info": jsonable(info),
-        "terminated": terminated,
-        "truncated": truncated,
-    }
-    return {"observation": envelope, "reward": reward, "done": terminated or truncated}
 
 
 class _Server:
@@ -228,13 +181,9 @@ class _Server:
         )
 
     def action(self, value: Any) -> Any:
-        """A JSON action as the env takes it: a list becomes a numpy array (of the action
-        space's dtype where it is a Box or MultiDiscrete/MultiBinary)."""
-        space = self.spaces[1] if self.spaces is not None else None
-        dtype = getattr(space, "dtype", None)
-        if isinstance(value, list):
-            return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
-        return value
+        """A JSON action as the env takes it (:func:`action_from_json`, for the action
+        space once it is known)."""
+        return action_from_json(value, self.spaces[1] if self.spaces is not None else None)
 
     async def learn_spaces(self, pool: WorkerPool[Any] | None) -> None:
         if self.spaces is not None or pool is None:
@@ -317,7 +266,7 @@ class _Server:
             kind = message.get("type") if isinstance(message, dict) else None
             if kind == "close":
                 return
-            answer = asyncio.ensure_future(self._answer(session, kind, message.get("data") or {}))
+            answer = asyncio.ensure_future(answer_message(session, kind, message.get("data") or {}))
             racing: set[asyncio.Future[Any]] = {answer, reader}
             await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():  # the client left mid-request
@@ -336,35 +285,20 @@ class _Server:
                 continue
             await websocket.send_text(json.dumps(reply))
 
-    async def _answer(self, session: _Session, kind: Any, data: Any) -> dict[str, Any]:
-        if not isinstance(data, dict):
-            raise SessionError("a message's data must be an object", VALIDATION_ERROR)
-        if kind == "reset":
-            return {"type": "observation", "data": await session.reset(data)}
-        if kind == "step":
-            return {"type": "observation", "data": await session.step(data)}
-        if kind == "state":
-            return {"type": "state", "data": session.state()}
-        raise SessionError(f"Unknown message type: {kind}", UNKNOWN_TYPE)
-
     # HTTP: one fresh env per request ------------------------------------------------
     async def http_reset(self, request: Request) -> JSONResponse:
         try:
-            body = await _body(request)
+            body = request_body(await request.body())
         except SessionError as error:
             return _http_error(error)
         return await self._stateless(lambda session: session.reset(body))
 
     async def http_step(self, request: Request) -> JSONResponse:
         try:
-            body = await _body(request)
+            body = request_body(await request.body())
+            action = step_body_action(body)
         except SessionError as error:
             return _http_error(error)
-        action = body.get("action")
-        if not isinstance(action, dict) or "action" not in action:
-            return _http_error(
-                SessionError('the body must be {"action": {"action": value}}', VALIDATION_ERROR)
-            )
 
         async def step(session: _Session) -> dict[str, Any]:
             # A fresh env cannot step before its reset: the request's seed seeds it.
@@ -402,33 +336,7 @@ class _Server:
             except (SessionError, AioEnvError) as error:
                 return JSONResponse({"detail": str(error)}, status_code=503)
         observation_space, action_space = self.spaces or (None, None)
-        observation = {
-            "type": "object",
-            "properties": {
-                "observation": space_schema(observation_space),
-                "info": {"type": "object"},
-                "terminated": {"type": "boolean"},
-                "truncated": {"type": "boolean"},
-            },
-        }
-        return JSONResponse(
-            {
-                "action": {
-                    "type": "object",
-                    "properties": {"action": space_schema(action_space)},
-                    "required": ["action"],
-                },
-                "observation": observation,
-                "reset_observation": observation,
-                "state": {
-                    "type": "object",
-                    "properties": {
-                        "episode_id": {"type": ["string", "null"]},
-                        "step_count": {"type": "integer"},
-                    },
-                },
-            }
-        )
+        return JSONResponse(schema_document(observation_space, action_space))
 
     async def aclose(self) -> None:
         sessions, self.sessions = list(self.sessions), set()
@@ -460,20 +368,6 @@ async def _send_error(websocket: WebSocket, error: SessionError) -> None:
     frame = {"type": "error", "data": {"message": str(error), "code": error.code}}
     with contextlib.suppress(Exception):  # the client may be gone already
         await websocket.send_text(json.dumps(frame))
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    """The request's JSON object (an empty body is ``{}``, as OpenEnv's default request)."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise SessionError("the body must be a JSON object", VALIDATION_ERROR)
-    return body
 
 
 def build_app(source: EnvSource, options: ServeOptions | None = None) -> Starlette:

@@ -14,13 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.spaces import Box, Tuple
-from gymnasium.vector.utils import (
-    batch_differing_spaces,
-    batch_space,
-    concatenate,
-    create_empty_array,
-)
 
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
@@ -28,6 +21,7 @@ from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
+from ._batch_rows import batched_space, columns_of, flag_array, stack_rows
 from ._infos import batch_vector_infos, final_entry, flat_infos
 from ._runner import EnvRunner
 from ._segment import PolicyCache, joined, play
@@ -130,8 +124,8 @@ class VectorRunner:
         observations = [runner.spaces[0] for runner in self.runners]
         actions = [runner.spaces[1] for runner in self.runners]
         self._single_space = observations[0]
-        self._action_batch = _batched(actions[:1] * self.size)
-        self._spaces = (_batched(observations), _batched(actions))
+        self._action_batch = batched_space(actions[:1] * self.size)
+        self._spaces = (batched_space(observations), batched_space(actions))
 
     @property
     def spaces(self) -> tuple[Any, Any]:
@@ -287,7 +281,7 @@ class VectorRunner:
                 infos = {index: info for index, info in enumerate(info_rows) if info}
                 entries = list(infos.items())
         else:
-            observations, rewards, terminated, truncated = _columns(
+            observations, rewards, terminated, truncated = columns_of(
                 states, infos, finals, final_infos, entries
             )
         if envs is None:
@@ -296,9 +290,9 @@ class VectorRunner:
             for index, observation in zip(envs, observations, strict=True):
                 self._observations[index] = observation
         size = len(states)
-        stacked = self._stacked(observations)
+        stacked = stack_rows(self._single_space, observations, self._observations, self.stack_into)
         rewards_array = np.array(rewards, np.float64)
-        ended_array, cut_array = _flags(terminated, size), _flags(truncated, size)
+        ended_array, cut_array = flag_array(terminated, size), flag_array(truncated, size)
         if not entries:  # most steps of envs that give no infos
             return BatchStep(stacked, rewards_array, ended_array, cut_array, {}, {}, {}, {}, {})
         if len(infos) == size and not finals:
@@ -343,7 +337,7 @@ class VectorRunner:
             np.zeros(self.size, np.bool_) if truncated is None else np.array(truncated, np.bool_)
         )
         return BatchStep(
-            self._stacked(),
+            stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
             rewards,
             terminated,
             flags,
@@ -352,22 +346,6 @@ class VectorRunner:
             final_infos,
             *batch_vector_infos(entries, infos, self.size),
         )
-
-    def _stacked(self, observations: list[Any] | None = None) -> Any:
-        """``observations`` (default: every env's last) as one batch."""
-        rows = self._observations if observations is None else observations
-        space = self._single_space
-        if isinstance(space, Box):
-            into = self.stack_into
-            if into is not None and _fit(self._observations, into):
-                return np.stack(self._observations, out=into)
-            try:
-                # np.array of same-shape arrays is np.stack, three times faster
-                return np.array(rows)
-            except ValueError:
-                return np.stack(rows)  # its error names the mismatch
-        out = create_empty_array(space, len(rows))
-        return concatenate(space, rows, out)  # type: ignore[arg-type]
 
     def control(self, request: ControlRequest) -> Any:
         """``configure`` applies to every env, ``policy`` is loaded once for all; other
@@ -390,36 +368,6 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
-
-
-def _flags(flags: Sequence[bool], size: int) -> np.ndarray[Any, Any]:
-    """``flags`` as a bool array (most steps end no episode: zeros are made faster)."""
-    return np.array(flags, np.bool_) if any(flags) else np.zeros(size, np.bool_)
-
-
-def _fit(rows: list[Any], out: np.ndarray[Any, Any]) -> bool:
-    """Whether ``rows`` are arrays of exactly ``out``'s row dtype and shape (one that is
-    not travels as it is, never converted)."""
-    dtype, shape = out.dtype, out.shape[1:]
-    return len(rows) == len(out) and all(
-        type(row) is np.ndarray and row.dtype == dtype and row.shape == shape for row in rows
-    )
-
-
-def _batched(spaces: list[Any]) -> Any:
-    """The batched space of a worker's envs. Envs whose spaces differ are not refused
-    here: the caller checks them per env with gymnasium's rules (``AioVectorEnv``'s
-    ``observation_mode``), so the batch is gymnasium's batch of differing spaces where
-    one exists, else a Tuple of the envs' own spaces, which no other worker's batch
-    equals (a pool of such workers reports a :class:`~aioenv.SpaceMismatch`)."""
-    if spaces[0] is None:
-        return None
-    if all(space == spaces[0] for space in spaces[1:]):
-        return batch_space(spaces[0], len(spaces))
-    try:
-        return batch_differing_spaces(spaces)
-    except Exception:  # gymnasium cannot batch them: shapes or types differ
-        return Tuple(spaces)
 
 
 def _reset_arguments(
@@ -451,43 +399,3 @@ def _first_of(failures: list[Failure]) -> Failure:
     """The failure of a request in which several envs of the batch raised: the first
     one's, carrying the others (every env was stepped, as separate workers would be)."""
     return dataclasses.replace(failures[0], more=tuple(failures[1:]))
-
-
-def _columns(
-    states: list[Any],
-    infos: dict[int, dict[str, Any]],
-    finals: dict[int, Any],
-    final_infos: dict[int, dict[str, Any]],
-    entries: list[tuple[int, dict[str, Any]]],
-) -> tuple[list[Any], list[float], list[bool], list[bool]]:
-    """The observations, rewards and flags of ``states`` (each a Step or a ``step_row``
-    tuple), a row each; their infos, final observations and final infos put by row into
-    ``infos``, ``finals`` and ``final_infos``, and each row's entries to join into vector
-    infos (a final one first) appended to ``entries``."""
-    observations: list[Any] = []
-    rewards: list[float] = []
-    terminated: list[bool] = []
-    truncated: list[bool] = []
-    for index, state in enumerate(states):
-        if type(state) is tuple:
-            observation, reward, ended, cut, info = state
-        else:
-            observation, reward, ended, cut, info = (
-                state.observation,
-                state.reward,
-                state.terminated,
-                state.truncated,
-                state.info,
-            )
-            if state.final_info is not None:
-                finals[index] = state.final_observation
-                final_infos[index] = state.final_info
-                entries.append((index, final_entry(state)))
-        observations.append(observation)
-        rewards.append(reward)
-        terminated.append(ended)
-        truncated.append(cut)
-        if info:
-            infos[index] = info
-            entries.append((index, info))
-    return observations, rewards, terminated, truncated

@@ -14,7 +14,6 @@ structured concurrency (the shielded close, its task group, its "closed" event) 
 from __future__ import annotations
 
 import abc
-import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
@@ -22,26 +21,27 @@ import anyio
 
 from ..core._errors import ClosedError, WorkerError
 from ..core._messages import Autoreset
+from ..core._supervision import report_failure
 from ..loops._stand_in import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
 from ._episodes import EpisodeCounter, EpisodeStats
 from ._options import POOL_DEFAULTS, PoolOptions
+from ._pool_calls import PoolCalls
 from ._receiving import Receiver
-from ._remote_control import Controls, WorkerResults
+from ._remote_control import Controls
 from ._rollout import Rollouts
 from ._roster import Roster, checked_workers
 from ._sending import Sender
 from ._spaces import SpaceCheck
-from ._trajectories import Trajectories
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 
 S = TypeVar("S")
 
 
-class WorkerPool(abc.ABC, Generic[S]):
+class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
@@ -145,11 +145,7 @@ class WorkerPool(abc.ABC, Generic[S]):
 
     def _on_worker_failure(self, error: WorkerError) -> None:
         self.failures += 1
-        if self._on_failure is not None:
-            try:
-                self._on_failure(error)
-            except Exception as exc:  # a broken callback must not break the pool's wiring
-                warnings.warn(f"on_failure callback raised {exc!r}", RuntimeWarning, stacklevel=2)
+        report_failure(self._on_failure, error)
 
     @property
     def workers(self) -> tuple[Worker[S], ...]:
@@ -309,116 +305,6 @@ class WorkerPool(abc.ABC, Generic[S]):
     def num_active(self) -> int:
         """Workers that are open, not paused and not given up on."""
         return len(self._roster.active())
-
-    # Remote control (the pool's Controls) ----------------------------------------------
-    async def call(
-        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        """Call method ``name`` of each env (or read it, if it is not callable) and return
-        the results in ``worker_ids`` order: by default every open worker not given up on,
-        in id order. The result is a list that says which worker gave each entry
-        (:class:`WorkerResults`: ``worker_ids``, ``by_id()``), so once a worker was given
-        up on no position shifts unnoticed. A worker with a step in flight finishes that
-        step first; its state is delivered as usual. An argument (positional or keyword)
-        wrapped in :class:`PerWorker` gives each worker its own value.
-
-        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
-        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on.
-        """
-        return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
-
-    async def apply(
-        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        """Run ``function(env, *args, **kwargs)`` on each env, in its worker, in order with
-        its steps: ``env`` is the env as its factory built it (a gymnasium env with its own
-        wrappers, or the :class:`Environment`). Results, ``worker_ids`` and
-        :class:`PerWorker` arguments as for :meth:`call` (``function`` may be one too; a
-        worker's ``None`` leaves its env alone and answers None). A worker that steps
-        several envs runs it on each and answers a list. ``function`` must pickle for
-        process workers."""
-        return await self._controls.apply(function, *args, worker_ids=worker_ids, **kwargs)
-
-    async def get_attr(
-        self, name: str, worker_ids: Sequence[int] | None = None
-    ) -> WorkerResults[Any]:
-        """Attribute ``name`` of each env, in ``worker_ids`` order, as :meth:`call` returns
-        its results (by default every open worker not given up on)."""
-        return await self._controls.get_attr(name, worker_ids)
-
-    async def set_attr(
-        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
-    ) -> None:
-        """Set attribute ``name`` of each env: ``values`` is a list with one value per
-        worker addressed (by default every open worker not given up on, in id order), or a
-        single value for all."""
-        await self._controls.set_attr(name, values, worker_ids)
-
-    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
-        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
-        envs must have been made with ``render_mode="rgb_array"``."""
-        return await self._controls.render(mode, tiled)
-
-    # Rollouts inside workers (the pool's Rollouts) -------------------------------------
-    @property
-    def policy_version(self) -> int | None:
-        """The version of the policy set by :meth:`set_policy` (None before the first)."""
-        return self._rollouts.policy_version
-
-    async def set_policy(self, policy: Any, version: int | None = None) -> int:
-        """Ship ``policy`` to every open worker for :meth:`rollout`; return its version.
-
-        ``policy`` is a callable from ONE observation to one action (a worker that steps
-        several envs calls it once per env; there is no batch form). ``version``: an int
-        greater than the previous one; None (the default) is the previous one plus 1, or 0
-        for the first policy. Every transition a later rollout plays carries it.
-
-        The policy is pickled once, in the parent, with cloudpickle, and only when a
-        worker needs it so: each child process is sent the bytes once (workers sharing a
-        child through ``envs_per_process`` share one unpickled copy), each Ray actor gets
-        them through Ray's object store (one ``ray.put``). Sync, thread and async workers
-        run in this process and share the object itself: thread workers call it from
-        their threads, concurrently (a numpy policy is fine; guard any state it mutates).
-
-        :raises ValueError: ``version`` does not increase.
-        :raises TypeError: the policy is not callable or cannot be pickled for a process or
-            Ray worker (the error names the worker).
-        :raises EnvError: a worker could not unpickle it (names the worker).
-        """
-        return await self._rollouts.set_policy(policy, version)
-
-    async def rollout(
-        self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
-    ) -> Trajectories:
-        """Each worker (``worker_ids``, default every open, unpaused worker not given up on)
-        plays ``num_steps`` transitions per env with the policy of :meth:`set_policy` and
-        answers one message; the result has exactly ``num_steps`` rows per env, ordered as
-        :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
-
-        An env goes on from where its last segment stopped (its open episode's rows are
-        marked ``open`` and continue in the next call, with the same episode id), or from
-        the state of a reset or step sent to it by hand since;
-        ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
-        counted across workers in worker order). Episodes end under the pool's
-        ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and
-        ``next_observations`` holds the final observation. ``episode_stats()`` counts the
-        episodes played.
-
-        Failures: a worker whose segment fails loses that segment whole (no partial rows).
-        Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
-        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
-        error once every other worker has answered; the others' segments are on the
-        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
-        segments, and replies still in flight are dropped when they come: the pool can be
-        used at once (a worker's env finishes the forgotten segment first).
-
-        :raises RuntimeError: no policy was set.
-        :raises ValueError: ``num_steps`` is not an int >= 1.
-        :raises StateNotTaken: a worker has an action in flight or a state not taken.
-        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on, or
-            every worker was.
-        """
-        return await self._rollouts.rollout(num_steps, seed=seed, worker_ids=worker_ids)
 
     # Lifecycle -------------------------------------------------------------------------
     async def aclose(self) -> None:

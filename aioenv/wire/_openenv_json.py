@@ -1,7 +1,7 @@
 """The JSON that ``aioenv serve`` and :class:`aioenv.RemoteEnv` exchange over OpenEnv's
-protocol: values as JSON can carry them (numpy arrays as lists), and gymnasium spaces
-written into the JSON schema the server publishes at ``/schema`` (under
-:data:`SPACE_KEY`), so a client rebuilds them.
+protocol: values as JSON can carry them (numpy arrays as lists), a JSON action as the env
+takes it, and gymnasium spaces written into the JSON schema the server publishes at
+``/schema`` (under :data:`SPACE_KEY`), so a client rebuilds them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-__all__ = ["SPACE_KEY", "jsonable", "space_from_schema", "space_schema"]
+__all__ = ["SPACE_KEY", "action_from_json", "jsonable", "space_from_schema", "space_schema"]
 
 #: The schema key that carries a gymnasium space's description.
 SPACE_KEY = "x-aioenv-space"
@@ -35,6 +35,15 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]
     return repr(value)
+
+
+def action_from_json(value: Any, space: Any) -> Any:
+    """A JSON action as the env takes it: a list becomes a numpy array (of the action
+    ``space``'s dtype where it is a Box or MultiDiscrete/MultiBinary)."""
+    dtype = getattr(space, "dtype", None)
+    if isinstance(value, list):
+        return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
+    return value
 
 
 def space_schema(space: Any) -> dict[str, Any]:

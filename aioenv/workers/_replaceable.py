@@ -17,7 +17,7 @@ class Replaceable(Generic[_Host]):
     field named as the host's own parameter, so that its replacement starts the same way."""
 
     #: The host that took over from this one (None until :meth:`replacement` is called).
-    successor: _Host | None
+    successor: _Host | None = None
     _recipe: Any
 
     def replacement(self) -> _Host:

@@ -32,10 +32,11 @@ from ...core._messages import EpisodeOptions
 from ...engine._start import ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
-from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode, send_descriptor
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
+from ._host_socket import HostSocket
 
 __all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -80,8 +81,22 @@ class _Recipe:
     registry: bytes
     thread_caps: ThreadCaps | None
 
+    def child(self, build: bool) -> ChildStart:
+        """The child's start: its program and what it is handed (``build``: it builds every
+        env at once)."""
+        handed = [
+            list(self.payloads),
+            list(self.seeds),
+            self.episode,
+            build,
+            self.registry,
+            self.thread_caps,
+            self.idle_spin,
+        ]
+        return ChildStart(self.context, self.name, handed, CHILD_PROGRAM)
 
-class Host(Replaceable["Host"]):
+
+class Host(HostSocket, Replaceable["Host"]):
     """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
     pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
     ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
@@ -105,7 +120,7 @@ class Host(Replaceable["Host"]):
         build: bool = True,
         idle_spin: float,
     ) -> None:
-        self._recipe = _Recipe(
+        self._recipe = recipe = _Recipe(
             context,
             name,
             payloads,
@@ -117,12 +132,7 @@ class Host(Replaceable["Host"]):
             registry,
             thread_caps,
         )
-        child = ChildStart(
-            context,
-            name,
-            [list(payloads), list(seeds), episode, build, registry, thread_caps, idle_spin],
-            CHILD_PROGRAM,
-        )
+        child = recipe.child(build)
         self._socket, self._alive = child.socket, child.alive
         self.size = len(payloads)
         #: The start is done (the child runs, or its start failed), and a signal asked for
@@ -140,7 +150,6 @@ class Host(Replaceable["Host"]):
         self.exited: asyncio.Event | None = None
         #: The slot whose failure killed the child, and why, for the others' messages.
         self.killed_for: tuple[int, str] | None = None
-        self.successor = None
         #: The key of the last policy package sent to this child with its bytes: the
         #: child's own policy cache has it, so later requests carry the key alone.
         self.shipped_policy: str | None = None
@@ -155,12 +164,16 @@ class Host(Replaceable["Host"]):
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Last, once every attribute is set: the start's callback may run at once.
-        # A forkserver start is a round trip to the server (tens of milliseconds, far
-        # more under load): made on a running event loop, it runs in a thread, and what
-        # is written to the child meanwhile waits in its socket. Other start methods run
-        # here, where SIGINT can be ignored while they start (see _start).
-        loop = on_event_loop() if context.get_start_method() == "forkserver" else None
+        self._begin(child)  # last, once every attribute is set: see there
+
+    def _begin(self, child: ChildStart) -> None:
+        """Start ``child``, whose start's callback may run at once (so the host is ready).
+        A forkserver start is a round trip to the server (tens of milliseconds, far more
+        under load): made on a running event loop, it runs in a thread, and what is
+        written to the child meanwhile waits in its socket. Other start methods run here,
+        where SIGINT can be ignored while they start (see _start)."""
+        forkserver = self._recipe.context.get_start_method() == "forkserver"
+        loop = on_event_loop() if forkserver else None
         if loop is None:
             try:
                 self._launch(child)
@@ -260,87 +273,6 @@ class Host(Replaceable["Host"]):
         self._sentinel_watched = False
         if self._started.done():
             loop.call_soon(self._on_started)  # a failed start is reported as a death is
-
-    # Writing -------------------------------------------------------------------------
-    def send(self, frame: bytes) -> None:
-        """Send now, or (several envs here) at the end of this loop iteration, together
-        with every other frame for this host sent meanwhile."""
-        if not self.alive:
-            return  # gone, or going: its death is (or was) handled elsewhere
-        if self.size == 1 or self._loop is None:
-            self._write(frame)
-            return
-        if not self._queued:
-            self._loop.call_soon(self._flush)
-        self._queued.append(frame)
-
-    def send_with_fd(self, frame: bytes, fd: int) -> bool:
-        """Send a copy of descriptor ``fd`` ahead of ``frame``, which goes as usual. False
-        if it could not go (the caller carries on without it)."""
-        if not self.alive:
-            return False
-        try:
-            send_descriptor(self._alive, fd)
-        except OSError:
-            return False
-        self.send(frame)
-        return True
-
-    def _flush(self) -> None:
-        frames, self._queued = self._queued, []
-        if self.alive:
-            self._write(b"".join(frames))
-
-    def _write(self, data: bytes) -> None:
-        if self._outgoing:
-            self._outgoing += data
-            return
-        try:
-            sent = self._socket.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            return  # the child is gone; the sentinel reports its death
-        if sent < len(data):
-            assert self._loop is not None
-            self._outgoing += memoryview(data)[sent:]
-            self._loop.add_writer(self._socket.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        try:
-            sent = self._socket.send(self._outgoing)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            sent = len(self._outgoing)
-        del self._outgoing[:sent]
-        if not self._outgoing and self._loop is not None:
-            self._loop.remove_writer(self._socket.fileno())
-
-    # Reading -------------------------------------------------------------------------
-    def _on_readable(self) -> None:
-        buffer = self._receive_buffer
-        view = memoryview(buffer)
-        deliver = self._deliver
-        while self._reading:
-            try:
-                count = self._socket.recv_into(buffer)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                count = 0
-            if count == 0:
-                self._stop_reading()  # end of file: the sentinel reports the exit
-                return
-            for kind, seq, slot, payload in self._decoder.feed(view[:count]):
-                deliver[slot](self, kind, seq, payload)
-            if count < len(buffer):
-                return
-
-    def _stop_reading(self) -> None:
-        if self._reading and self._loop is not None:
-            self._reading = False
-            self._loop.remove_reader(self._socket.fileno())
 
     # Ending ----------------------------------------------------------------------------
     def release(self, slot: int, cleanup_time: float) -> None:

@@ -167,7 +167,6 @@ class ActorHost(Replaceable["ActorHost"]):
         self.killed_for: int | None = None
         #: The actor answered a call: it has started.
         self.answered = False
-        self.successor = None
         self._open_slots = set(range(self.size)) if build else set()
         self._queued: list[Message] = (
             [(slot, 0, Request.BUILD, None) for slot in range(self.size)] if build else []

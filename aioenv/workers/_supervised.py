@@ -1,0 +1,345 @@
+"""What a worker does about its env's failures and its episodes' ends, for every worker
+kind: the remedies its :class:`~aioenv.core._supervisor.Supervisor` applies through it
+(drop the env, start a new one, fail the request, give the worker up), the step that cuts
+short an episode its env left open when it failed (``restart="on_failure"``) or ran past
+``episode_timeout``, and that budget's clock. :class:`~aioenv.workers.Worker` inherits
+them; the cut-short states themselves are :mod:`aioenv.core._restarts`'."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+from typing import Any, ClassVar
+
+from ..core._commands import RESET, Reset, is_reset
+from ..core._environment import Step
+from ..core._errors import EnvError, WorkerError
+from ..core._messages import EpisodeOptions, Failure
+from ..core._restarts import (
+    EPISODE_TIMEOUT,
+    cut_short,
+    cut_short_batch,
+    episode_open,
+    is_restart_reset,
+    mark_restarted,
+    restart_marker,
+)
+from ..core._rollouts import Rollout
+from ..core._supervisor import (
+    Remedies,
+    Supervision,
+    Supervisor,
+    request_phase,
+    timeout_error,
+)
+from ._hooks import KindHooks
+from ._in_flight import InFlight
+from ._inbox import Outcome
+
+__all__ = ["EpisodeBudget", "SupervisedEnv"]
+
+
+@dataclasses.dataclass
+class EpisodeBudget:
+    """Where a worker's open episode stands against its ``episode_timeout``: one object, so
+    that a failure clears it in one place."""
+
+    #: When the open episode's budget runs out (the loop's clock); None: no episode is
+    #: timed (none is open, or no ``episode_timeout``).
+    deadline: float | None = None
+    #: An episode ran out of its budget while no step was in flight: its env goes on, and
+    #: its reset answers the next request (marked, as a restarted env's would be).
+    reset_next: bool = False
+    #: The request in flight is that reset.
+    resetting: bool = False
+    #: Same-step autoreset: the state whose episode ran out of its budget while idle; the
+    #: reset in flight answers with the step that cuts it short.
+    cut: Any = None
+
+    def clear(self) -> None:
+        """The env failed: its episode is over, and so is anything its budget had due
+        (a reset still owed by an idle budget's end stays owed)."""
+        self.deadline, self.cut, self.resetting = None, None, False
+
+
+class SupervisedEnv(KindHooks):
+    """Failures, cut-short episodes and the episode budget, over the fields of
+    :class:`~aioenv.workers.Worker` named here."""
+
+    _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
+    worker_id: int | None
+    num_envs: int
+    _supervisor: Supervisor
+    _episode: EpisodeOptions
+    _budget: EpisodeBudget
+    _flight: InFlight
+    _loop: asyncio.AbstractEventLoop | None
+    _closing: bool
+    _episode_ended: bool
+    _failure: WorkerError | None
+    _sent: Any
+    _last: Outcome | None
+    _cut_from: Any
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The worker's name, for messages."""
+
+    @abc.abstractmethod
+    def _env_error(self, failure: Failure) -> EnvError:
+        """``failure`` (an env's exception, as its runner reported it) as this worker's
+        error."""
+
+    # Failures ----------------------------------------------------------------------------
+    def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
+        if self._closing:
+            self._supervisor.disarm()
+            self._flight.awaited = 0
+            return
+        assert self._loop is not None
+        supervisor, in_flight = self._supervisor, self._flight.awaited
+        self._budget.clear()
+        last = self._last
+        if last is not None and last.borrowed:
+            # Kept, not viewed: the new env may write its observations where it viewed.
+            self._last = Outcome(last.worker_id, last.state.owned())
+        last = self._open_episode(self._sent) if in_flight else None
+        self._cut_from = None
+        if last is None or self._episode.autoreset == "same_step":
+            # Restarted now: the new env's reset answers the request in flight (the
+            # cut-short step carries it, under same-step autoreset).
+            self._cut_from = last
+            supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
+            return
+        # The episode ends here, as a truncated one: the new env is started by the next
+        # request, whose state its reset is (as an autoreset's, next-step or by hand).
+        supervisor.failed(error, env_gone=env_gone, in_flight=0, clock=self._loop)
+        reason = supervisor.pending_restart
+        if reason is not None:
+            self._deliver_cut_short(last, reason)
+
+    def _supervised_request(self, seq: int, action: Any) -> Any:
+        """The request ``seq`` sends for ``action`` once its deadline is armed: the action,
+        or the reset that takes its place (see :meth:`_within_budget`); None where no
+        request goes out (a restart, or the cut-short step of an episode past its budget,
+        answers it)."""
+        supervisor = self._supervisor
+        if supervisor.pending_restart is not None:
+            self._restart_for(seq, action, supervisor.pending_restart)
+            return None
+        request = action
+        if supervisor.episode_timeout is not None:
+            request = self._within_budget(seq, action)
+            if request is None:
+                return None
+        if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
+            phase = request_phase(request, self._episode.autoreset, self._episode_ended)
+            steps = request.num_steps * self.num_envs if phase == "rollout" else 1
+            assert self._loop is not None  # before submitting: a sync worker answers inside
+            supervisor.arm(self._loop, seq, phase, steps)
+        return request
+
+    def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
+        phase = self._supervisor.phase
+        cause = self._start_delay_cause() if phase == "start-up" else None
+        reason = f"the env was {self._discard_verb}{'' if cause is None else f'; {cause}'}"
+        error = timeout_error(self.name, self.worker_id, seq, phase, elapsed, timeout, reason)
+        self._on_failure(error, env_gone=True)
+
+    # Remedies: what the supervisor does through the worker ----------------------------
+    def _remedies(self) -> Remedies:
+        return Remedies(
+            discard_env=self._discard_env,
+            start_env=self._start_env,
+            fail=self._fail_request,
+            fail_controls=self._flight.controls.fail_all,
+            awaiting=self._awaiting,
+            time_out=self._timed_out,
+        )
+
+    def _awaiting(self, seq: int) -> bool:
+        return not self._closing and seq == self._flight.awaited
+
+    def _fail_request(self, error: WorkerError, for_good: bool) -> None:
+        if for_good and self._failure is None:
+            # The first error for good stays the worker's: a later one (the death of a
+            # process it shared with a worker that timed out) is its consequence.
+            self._failure = error
+        self._flight.fail(self.worker_id, error)
+
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
+        supervisor = self._supervisor
+        try:
+            self._spawn(seed)
+            if supervisor.has_deadlines:
+                assert self._loop is not None
+                supervisor.arm(self._loop, seq, "reset")
+            self._submit(seq, self._restart_reset())
+        except Exception as exc:  # no new env could be started: give up on this worker
+            supervisor.restart_failed()
+            error = WorkerError(
+                f"{self.name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
+                worker_id=self.worker_id,
+            )
+            error.__cause__ = exc
+            self._fail_request(error, True)
+
+    def _restart_reset(self) -> Any:
+        """The reset a new env starts with: where it answers a reset the user gave
+        options to (a task, say), with those options, so the episode starts as asked (the
+        seed went to the new env already)."""
+        sent = self._sent
+        if isinstance(sent, Reset) and sent.options is not None:
+            return Reset(options=sent.options)
+        return RESET
+
+    # Episodes cut short ----------------------------------------------------------------
+    def _open_episode(self, action: Any) -> Any:
+        """The state last handed out if ``action`` steps an episode it left open (which a
+        failure now cuts short), else None."""
+        last = self._last
+        if last is None or is_reset(action) or type(action) is Rollout:
+            return None
+        return last.state if episode_open(last.state, self._episode.autoreset) else None
+
+    def _restart_for(self, seq: int, action: Any, reason: str) -> None:
+        """Request ``seq`` (``action``) comes to a worker whose env failed and was
+        dropped: an episode that failure left open ends now (under same-step autoreset
+        with the new env's reset), else the new env's reset answers the request."""
+        self._budget.reset_next = False  # the new env's reset answers this request anyway
+        last = self._open_episode(action)
+        if last is not None and self._episode.autoreset != "same_step":
+            self._deliver_cut_short(last, reason)
+            return
+        self._cut_from = last
+        assert self._loop is not None
+        # A reset the user seeded seeds the new env: their episode starts where they said.
+        seed = action.seed if isinstance(action, Reset) else None
+        self._supervisor.restart_later(seq, reason, self._loop, seed)
+
+    def _deliver_cut_short(self, last: Any, reason: str) -> None:
+        """Answer the request in flight with the step that cuts ``last``'s episode short;
+        the new env starts with the next request."""
+        marker = restart_marker(reason)
+        if type(last) is Step:
+            state: Any = cut_short(last.observation, marker)
+        else:
+            state = cut_short_batch(last, marker)
+        self._budget.deadline = None
+        self._flight.awaited = 0
+        self._last = outcome = Outcome(self.worker_id, state)
+        self._flight.inbox.deliver(outcome)
+
+    def _restarted(self, first: Any, reason: str) -> Any:
+        """The restarted env's first state ``first`` as handed out: the step that cuts
+        the failed env's episode short and carries it (same-step autoreset), else ``first``
+        marked as a restart's."""
+        last, self._cut_from = self._cut_from, None
+        if last is None or type(first) is not type(last):
+            return mark_restarted(first, reason)
+        if type(last) is Step:
+            return cut_short(last.observation, restart_marker(reason), first)
+        return cut_short_batch(last, restart_marker(reason), first)
+
+    # Episode budgets -------------------------------------------------------------------
+    def _check_budget(self, options: Supervision) -> None:
+        if options.episode_timeout is not None and self.num_envs > 1:
+            raise ValueError(
+                f"{self.name}: episode_timeout times one episode per worker; this worker "
+                f"steps {self.num_envs} envs together (envs_per_worker): use one env per worker"
+            )
+
+    def _within_budget(self, seq: int, action: Any) -> Any:
+        """What request ``seq`` sends for ``action`` under the open episode's budget: the
+        action (the budget's end, if it comes while the step runs, abandons it), a reset
+        (the episode ran out of its budget: same-step autoreset carries the cut-short step
+        with its answer; else the budget's end was handed out already and this request
+        starts the next episode), or None: the episode ran out of its budget now, and its
+        cut-short step answers the request in place of sending the action."""
+        self._budget.resetting = False
+        if type(action) is Rollout:  # the segment times its episodes between its steps
+            fresh, self._budget.reset_next = self._budget.reset_next, False
+            budget = self._supervisor.episode_timeout
+            return dataclasses.replace(action, episode_timeout=budget, fresh=fresh)
+        if is_reset(action):
+            self._budget.reset_next = False
+            return action
+        if self._budget.reset_next:
+            self._budget.reset_next, self._budget.resetting = False, True
+            self._sent = RESET
+            return RESET
+        deadline, loop = self._budget.deadline, self._loop
+        if deadline is None:
+            return action
+        assert loop is not None
+        remaining = deadline - loop.time()
+        if remaining > 0:
+            self._supervisor.arm_budget(loop, remaining, self._budget_ran_out)
+            return action
+        last = self._kept_last()
+        self._budget.deadline = None
+        if self._episode.autoreset == "same_step":
+            self._budget.cut = last
+            return RESET
+        self._budget.reset_next = True
+        self._deliver_cut_short(last, EPISODE_TIMEOUT)
+        return None
+
+    def _kept_last(self) -> Any:
+        """The state last handed out, owned (not a view of memory its env writes)."""
+        last = self._last
+        assert last is not None  # an episode is timed only once a state was handed out
+        return last.state.owned() if last.borrowed else last.state
+
+    def _budget_ran_out(self) -> None:
+        """The open episode ran past its budget while its step was in flight: the step is
+        abandoned and its env dropped; the episode ends cut short (under same-step
+        autoreset, with the new env's reset)."""
+        seq = self._flight.awaited
+        if not seq or self._closing:
+            return
+        assert self._loop is not None
+        last = self._kept_last()
+        self._budget.deadline = None
+        self._flight.controls.fail_all(
+            WorkerError(
+                f"{self.name}: its env was dropped, its episode having run past "
+                f"episode_timeout={self._supervisor.episode_timeout:g} s",
+                worker_id=self.worker_id,
+            )
+        )
+        self._discard_env(True)
+        if self._episode.autoreset == "same_step":
+            self._cut_from = last
+            self._supervisor.end_episode(seq, self._loop)
+        else:
+            self._supervisor.end_episode(0, self._loop)
+            self._deliver_cut_short(last, EPISODE_TIMEOUT)
+
+    def _time_episode(self, state: Any) -> Any:
+        """``state``, the answer to the request in flight, as handed out (the step that
+        cuts an episode short, or a reset that starts one after a budget's end), and the
+        budget of the episode it leaves open: a new one from an episode's first state,
+        none once an episode ended."""
+        cut, self._budget.cut = self._budget.cut, None
+        if cut is not None and type(state) is Step:
+            state = cut_short(cut.observation, restart_marker(EPISODE_TIMEOUT), state)
+        elif self._budget.resetting:
+            self._budget.resetting = False
+            state = mark_restarted(state, EPISODE_TIMEOUT)
+        if type(state) is not Step or type(self._sent) is Rollout:
+            self._budget.deadline = None  # segments time their episodes themselves
+            return state
+        ended = state.terminated or state.truncated
+        starts = is_reset(self._sent) or (is_restart_reset(state) if state.info else False)
+        if ended and self._episode.autoreset == "same_step":
+            starts = True  # the step carries the next episode's reset
+        elif ended:
+            self._budget.deadline = None
+            return state
+        if starts or self._budget.deadline is None:
+            assert self._loop is not None
+            self._budget.deadline = self._loop.time() + self._supervisor.episode_timeout  # type: ignore[operator]
+        return state
