@@ -92,8 +92,13 @@ def test_process_steps_go_through_the_engine_unless_an_option_needs_the_pool() -
         pytest.raises(AttributeError, match="through the engine"),
     ):
         _ = kept.pool  # restarts: the engine's, in the children and of them
-    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", episode_timeout=60.0) as budget:
-        assert len(budget.pool.workers) == len(budget.group_sizes)  # episode budgets: the pool's
+    with (
+        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", episode_timeout=60.0) as budget,
+        pytest.raises(AttributeError, match="through the engine"),
+    ):
+        _ = budget.pool  # episode budgets: the engine's, an env to a child
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", shared_memory=True) as pooled:
+        assert len(pooled.pool.workers) == len(pooled.group_sizes)  # a pool option: the pool's
     with (
         aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as piped,
         pytest.raises(AttributeError, match="through the engine"),

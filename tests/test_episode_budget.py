@@ -10,6 +10,7 @@ that are never set (or far longer than the budget), so which episode runs out is
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, ClassVar
 
@@ -227,9 +228,19 @@ async def test_each_episode_gets_its_own_budget() -> None:
 
 
 @pytest.mark.parametrize("autoreset", AUTORESETS)
-def test_the_vector_env_ends_an_episode_past_its_budget_truncated(autoreset: str) -> None:
+@pytest.mark.parametrize("mode", ["coroutine", "process"])
+def test_the_vector_env_ends_an_episode_past_its_budget_truncated(
+    mode: str, autoreset: str
+) -> None:
+    # Process envs step through the engine, which times their budgets itself.
+    failures: list[aioenv.WorkerError] = []
     envs = aioenv.AioVectorEnv(
-        Waiting, 2, mode="coroutine", autoreset_mode=autoreset, episode_timeout=BUDGET
+        Waiting if mode == "coroutine" else env_for(mode),
+        2,
+        mode=mode,
+        autoreset_mode=autoreset,
+        episode_timeout=BUDGET,
+        on_failure=failures.append,
     )
     try:
         last, _ = envs.reset(seed=0)
@@ -257,7 +268,9 @@ def test_the_vector_env_ends_an_episode_past_its_budget_truncated(autoreset: str
         np.testing.assert_array_equal(observations[1, 0], 0 if autoreset == "same_step" else 1)
         marker_infos = infos["final_info"] if autoreset == "same_step" else infos
         assert marker_infos["aioenv"]["reason"][1] == "episode_timeout"
-        assert envs.pool.restarts == 0
+        assert failures == []  # a budget's end is no failure
+        if mode == "coroutine":
+            assert envs.pool.restarts == 0
     finally:
         envs.close()
 
@@ -309,7 +322,7 @@ def test_a_vector_env_with_a_budget_gives_each_env_a_worker_of_its_own() -> None
     """Process workers would group envs by the cores; a budget times one env's episodes."""
     envs = aioenv.AioVectorEnv(Breakable, 4, mode="process", episode_timeout=BUDGET)
     try:
-        assert [worker.num_envs for worker in envs.pool.workers] == [1, 1, 1, 1]
+        assert envs.group_sizes == (1, 1, 1, 1)
         envs.reset(seed=0)
         time.sleep(BUDGET + SLACK)  # each env's budget runs from its reset's answer
         _, _, terminated, truncated, infos = envs.step(np.zeros(4, np.int64))
@@ -317,6 +330,75 @@ def test_a_vector_env_with_a_budget_gives_each_env_a_worker_of_its_own() -> None
         assert list(infos["aioenv"]["reason"]) == ["episode_timeout"] * 4
     finally:
         envs.close()
+
+
+def _pids(envs: aioenv.AioVectorEnv) -> list[int]:
+    return list(envs.apply(lambda env: os.getpid()))
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_through_the_engine_a_budget_spent_idle_keeps_the_env_one_spent_in_flight_does_not(
+    autoreset: str,
+) -> None:
+    """The engine's two ways, told apart by the children's pids: an episode whose budget
+    ran out between steps ends without its env (the same process) being touched; one
+    whose step was in flight loses its child to a new one. Neither is a failure, so a
+    restart budget of one restart is never spent, however many budgets end."""
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        env_for("process"),
+        2,
+        mode="process",
+        autoreset_mode=autoreset,
+        episode_timeout=BUDGET,
+        restart="on_failure",
+        max_restarts=1,
+        on_failure=failures.append,
+    ) as envs:
+        with pytest.raises(AttributeError, match="through the engine"):
+            _ = envs.pool
+        first = _pids(envs)
+        for _ in range(2):  # two budgets end in flight: no restart budget is spent
+            envs.reset(seed=0)  # each episode's budget runs from here
+            _, _, _, truncated, infos = envs.step(np.array([HANG, GO]))
+            assert list(truncated) == [True, False]  # env 1 answered within its budget
+        replaced = _pids(envs)
+        assert replaced[0] not in first and replaced[1] == first[1]
+        envs.reset(seed=0)
+        time.sleep(BUDGET + SLACK)  # both episodes' budgets run out between steps
+        _, rewards, _, truncated, infos = envs.step(np.array([GO, GO]))
+        assert truncated.all() and not rewards.any()
+        marked = infos["final_info"] if autoreset == "same_step" else infos
+        assert list(marked["aioenv"]["reason"]) == ["episode_timeout"] * 2
+        assert _pids(envs) == replaced  # the envs went on
+        observations, rewards, _, truncated, infos = envs.step(np.array([GO, GO]))
+        if autoreset == "same_step":
+            assert not truncated.any() and list(rewards) == [1.0, 1.0]
+        else:  # the step after answers with the envs' resets, marked
+            assert not truncated.any() and not rewards.any() and not observations[:, 0].any()
+            assert list(infos["aioenv"]["reason"]) == ["episode_timeout"] * 2
+    assert failures == []
+
+
+def test_through_the_engine_a_budget_ends_a_pipelined_step_it_waits_for() -> None:
+    with aioenv.AioVectorEnv(
+        env_for("process"), 2, mode="process", episode_timeout=BUDGET, step_timeout=30.0
+    ) as envs:
+        last, _ = envs.reset(seed=0)
+        envs.step_async(np.array([GO, HANG]))
+        observations, rewards, _, truncated, infos = envs.step_wait()
+        assert list(truncated) == [False, True] and list(rewards) == [1.0, 0.0]
+        np.testing.assert_array_equal(observations[1], last[1])
+        assert infos["aioenv"]["reason"][1] == "episode_timeout"  # the budget, not the deadline
+        envs.step(np.array([GO, GO]))  # env 1's new episode, from a new child
+        assert envs.step(np.array([GO, GO]))[0][1, 0] == 1
+
+
+def test_through_the_engine_a_budget_needs_one_env_per_child() -> None:
+    with pytest.raises(ValueError, match="episode_timeout.*envs_per_worker"):
+        aioenv.AioVectorEnv(
+            env_for("process"), 4, mode="process", envs_per_worker=2, episode_timeout=BUDGET
+        )
 
 
 @pytest.mark.ray

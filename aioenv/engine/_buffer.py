@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from ..core._environment import BatchStep
 from ..wire._shared_memory import Layout, memory_file
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "StepBuffer",
     "copied",
     "rows_of",
+    "rows_state",
     "write_rows",
 ]
 
@@ -150,3 +152,14 @@ def copied(tree: Any) -> Any:
     if isinstance(tree, tuple):
         return tuple(copied(sub) for sub in tree)
     return tree.copy()
+
+
+def rows_state(buffer: StepBuffer, rows: slice) -> BatchStep[Any]:
+    """``buffer``'s rows ``rows`` as a child left them: its envs' last state (copied; no
+    infos, which travel beside the buffer)."""
+    return BatchStep(
+        copied(rows_of(buffer.observations, rows)),
+        buffer.rewards[rows].copy(),
+        buffer.terminated[rows].copy(),
+        buffer.truncated[rows].copy(),
+    )

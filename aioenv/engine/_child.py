@@ -97,6 +97,9 @@ class Revived:
 
     reason: str
     cut: BatchStep[Any] | None = None
+    #: The env is the same, its episode having run out of its budget while idle (not a
+    #: new child's): a reset asked for is answered as any reset is, unmarked.
+    env_kept: bool = False
 
 
 def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
@@ -220,11 +223,14 @@ class _Envs:
         into the buffer too, which keeps every env's latest state), a control's result, None
         for a new idle spin (``payload`` seconds), what the parent answers through this
         child (``"echo"``: a state of a child it replaced, or that one's error), or a
-        Failure."""
+        Failure. ``"expire"``: the env's episode ran out of its budget; the request it
+        carries is answered as a new child's first (:class:`Revived`)."""
         if op == "spin":
             assert spin is not None
             spin.seconds = payload
             return encoded(None)
+        if op == "expire":  # its env's episode ran out of its budget (see engine._budgets)
+            self.revived, op, payload = payload
         if op == "echo":
             result = payload
         elif op == "step" and self.revived is not None:
@@ -255,6 +261,8 @@ class _Envs:
         step that cuts short the episodes its predecessor left open."""
         revived, self.revived = self.revived, None
         assert revived is not None
+        if revived.env_kept and is_reset(request):
+            return self._answer(STEP, request)
         first = self._answer(STEP, request if is_reset(request) else RESET)
         if type(first) is not BatchStep:
             return first

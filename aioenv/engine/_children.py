@@ -17,7 +17,9 @@ waits, by the rule every worker kind follows) is killed, and fails the same way 
 :class:`~aioenv.WorkerTimeout`. With ``restart="on_failure"``, an env that raises is
 restarted in its child, and a child that dies or hangs is replaced by a new one
 (:mod:`aioenv.engine._revivals`), under the restart budget, as a pool restarts its
-workers. The children lead process groups of their own; closing
+workers. An episode budget (``episode_timeout``: an env to a child) is timed by the
+parent, and an episode past it ends cut short (:mod:`aioenv.engine._budgets`). The
+children lead process groups of their own; closing
 asks each to close its envs, then waits ``cleanup_time``, terminates and kills, and ends
 what the envs started. How a request is handed to a child and its answer taken back, the
 lockstep step included, is :mod:`aioenv.engine._handoffs`'.
@@ -40,9 +42,10 @@ from ..core._seeds import worker_seeds
 from ..core._supervision import Supervision
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
-from ._buffer import StepBuffer, copied, rows_of
+from ._budgets import EpisodeBudgets
+from ._buffer import StepBuffer, copied, rows_state
 from ._child import ChildPlan
-from ._family import Child
+from ._family import Child, together
 from ._handoffs import HandOffs
 from ._revivals import Revivals
 from ._start import Context, resolve_context
@@ -51,10 +54,10 @@ from ._wake import Wake
 __all__ = ["ENGINE_OPTIONS", "EngineChildren"]
 
 #: The options of a vector env whose envs step through the engine; any other pool option
-#: (episode budgets) still takes the pool.
+#: still takes the pool.
 ENGINE_OPTIONS = frozenset(
     {"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env"}
-    | {"cleanup_time", "step_timeout", "reset_timeout", "start_timeout"}
+    | {"cleanup_time", "step_timeout", "reset_timeout", "start_timeout", "episode_timeout"}
     | {"restart", "max_restarts", "restart_window", "restart_backoff", "on_failure"}
 )
 
@@ -97,6 +100,11 @@ class EngineChildren(HandOffs):
         n = sum(sizes)
         # Every option is checked before the buffer and the wake take descriptors.
         options, spin = Supervision(**supervision), checked_idle_spin(idle_spin)
+        if options.episode_timeout is not None and max(sizes) > 1:
+            raise ValueError(
+                "episode_timeout times one episode per child; this vector env groups "
+                f"{max(sizes)} envs in a child (envs_per_worker): use one env per worker"
+            )
         self._context = resolve_context(context)
         thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
         #: What each child is sent to build and serve its envs.
@@ -118,7 +126,10 @@ class EngineChildren(HandOffs):
             raise
         super().__init__(buffer, answer, options, self.autoreset, copy, spin)
         self._every = range(len(self._plans))
-        if self._plans[0].restarts is not None:
+        if options.episode_timeout is not None:
+            self.budgets = EpisodeBudgets(options.episode_timeout, n, self.autoreset)
+            self.timed = True
+        if self._plans[0].restarts is not None or self.budgets is not None:
             self.revivals = Revivals(self, self._plans, options, self.autoreset)
             self.unsettled = self.revivals.unsettled
             self.report = self.revivals.report
@@ -144,16 +155,6 @@ class EngineChildren(HandOffs):
                 raise built
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
-    def last_state(self, w: int) -> BatchStep[Any]:
-        """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
-        buffer, rows = self.buffer, self.children[w].rows
-        return BatchStep(
-            copied(rows_of(buffer.observations, rows)),
-            buffer.rewards[rows].copy(),
-            buffer.terminated[rows].copy(),
-            buffer.truncated[rows].copy(),
-        )
-
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
         """Replace child ``w`` (dead, or killed) with a new one serving ``plan``, its envs
         built: None, or the error of its start (its env's, its death, its deadline)."""
@@ -173,6 +174,10 @@ class EngineChildren(HandOffs):
         except (EOFError, OSError):
             return self.died(w, "while it built its envs")
         return built if isinstance(built, EnvError) else None
+
+    def last_state(self, w: int) -> BatchStep[Any]:
+        """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
+        return rows_state(self.buffer, self.children[w].rows)
 
     # Requests out, answers in --------------------------------------------------------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
@@ -196,6 +201,44 @@ class EngineChildren(HandOffs):
         if errors:
             return [], errors
         return [answers[w] for w in ids], []
+
+    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
+        """Take answers into ``held`` (by child id), the first children to answer first
+        (those that answered together, by id), until it has ``count``; the error of a
+        child that failed, died or hung instead (the answers taken before it stay in
+        ``held``, the others pending).
+
+        Which children have answered is read from their marks, which each writes just
+        before its post: once as many pending children are marked as posts were counted
+        for them, the marked ones are exactly those that posted, so what they wrote before
+        their posts is visible (see :mod:`aioenv.engine._wake`); more marks than posts
+        means a post is on its way, waited for."""
+        self.check_usable()
+        marks = self.buffer.marks
+        while len(held) < count:
+            died: dict[int, WorkerError] = {}
+            marked = [w for w in sorted(self.pending) if marks[self.children[w].rows.start]]
+            if not marked or len(marked) > self._taken:
+                self._wait_once(None, died)
+                if died:
+                    return together(list(died.values()))
+                continue
+            error = None
+            for w in marked[: count - len(held)]:  # the others stay marked, their posts counted
+                answer = self._read(w)
+                if self.budgets is not None:
+                    self.budgets.opened(w, self.sent[w], answer)
+                self.pending.discard(w)
+                self._taken -= 1
+                if isinstance(answer, WorkerError):
+                    error = error or answer
+                else:
+                    held[w] = answer
+                    if self.revivals is not None and self.unsettled:
+                        self.revivals.progress((w,))
+            if error is not None:
+                return error
+        return None
 
     def observations(self) -> Any:
         """Every env's latest observation, from the buffer (every step and reset writes
@@ -253,7 +296,8 @@ class EngineChildren(HandOffs):
         for child in self.children:
             child.end(grace)
         self.answer.close()
-        self.release()
+        self._notes.release()  # the buffer's notes and marks, as the hand-offs view them
+        self._marks.release()
         self.buffer.close()
 
 

@@ -58,6 +58,8 @@ class Child:
     due: float = math.inf
     #: A new child replaces this one if it dies or hangs (``restart="on_failure"``).
     replaced: bool = False
+    #: Its deadline is its env's episode budget's end (``episode_timeout``), not a step's.
+    ends_episode: bool = False
 
     def handed(self, options: Supervision, phase: Phase | None) -> None:
         """The child was handed a request of ``phase`` now (None: a control, which has no
@@ -66,14 +68,19 @@ class Child:
         self.phase = phase or self.phase
         self.timeout = None if phase is None else options.deadline(phase)
         self.due = math.inf if self.timeout is None else time.monotonic() + self.timeout
+        self.ends_episode = False
 
-    def timed_out(self, w: int) -> WorkerTimeout:
-        """Kill the child, whose request ran past its deadline, with whatever its envs
-        started; the error that says so."""
+    def kill(self) -> None:
+        """Kill the child now, with whatever its envs started."""
         pid = self.start.process.pid
         if pid is not None:
             signal_group(pid, signal.SIGKILL)
             self.start.process.join(TERMINATE_GRACE)
+
+    def timed_out(self, w: int) -> WorkerTimeout:
+        """Kill the child, whose request ran past its deadline, with whatever its envs
+        started; the error that says so."""
+        self.kill()
         timeout = self.timeout or 0.0
         return timeout_error(
             self.name,

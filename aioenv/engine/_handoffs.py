@@ -23,13 +23,14 @@ from ..core._environment import BatchStep, Stepped
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, rows_state, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
 
 if TYPE_CHECKING:
+    from ._budgets import EpisodeBudgets
     from ._revivals import Revivals
 
 __all__ = ["HandOffs"]
@@ -74,6 +75,8 @@ class HandOffs:
         self._lockstep = False  # a lockstep step is in flight
         #: Restarts of the children that die or hang (None: off).
         self.revivals: Revivals | None = None
+        #: Each child's env's episode budget (``episode_timeout``; None: no budgets).
+        self.budgets: EpisodeBudgets | None = None
         #: The children whose answers a revival's supervisor must hear of.
         self.unsettled: set[int] = set()
         # The notes and marks as bytes: cleared and looked at per step for less than a
@@ -81,11 +84,6 @@ class HandOffs:
         self._notes = memoryview(buffer.notes)
         self._marks = memoryview(buffer.marks)
         self._zeros = bytes(len(buffer.notes))
-
-    def release(self) -> None:
-        """Let go of the buffer's notes and marks (closing)."""
-        self._notes.release()
-        self._marks.release()
 
     def add(self, child: Child) -> None:
         """Hand off to ``child`` too (launched: its process has a sentinel)."""
@@ -99,6 +97,11 @@ class HandOffs:
         message (anything else: ``op`` names a control's kind), then wake it."""
         child = self.children[w]
         buffer = self.buffer
+        budgets, sent = self.budgets, (op, request)
+        if budgets is not None and op == "step":
+            instead = budgets.instead(w, request, lambda: rows_state(buffer, child.rows))
+            if instead is not None:  # the episode ran out of its budget: the step is not sent
+                op, request = instead
         message = op != "step" or isinstance(request, (Reset, Command))
         if not message:
             try:
@@ -107,10 +110,12 @@ class HandOffs:
                 message = True  # not the space's layout: the child's runner says what is wrong
         buffer.notes[child.rows.start] = message
         buffer.marks[child.rows.start] = 0
-        self.sent[w] = (op, request)
+        self.sent[w] = sent
         if self.timed:
             phase = None if op != "step" else "reset" if is_reset(request) else self._phase(w)
             child.handed(self.options, phase)
+            if budgets is not None and phase is not None and phase != "reset":
+                budgets.handed(w, child)
         if message:
             self._in_buffer.discard(w)
             post_with(child.start.socket, child.request, encoded((op, request)))
@@ -127,7 +132,8 @@ class HandOffs:
         is raised (a WorkerError, the others of the step attached). None where the actions
         do not fit the buffer exactly (the caller splits them and goes the general way,
         which says what is wrong) or where requests are in flight."""
-        if self.pending or self.dead:
+        budgets = self.budgets
+        if self.pending or self.dead or (budgets is not None and budgets.any_over()):
             return None
         buffer = self.buffer
         try:
@@ -138,6 +144,8 @@ class HandOffs:
         if self.timed:
             for w, child in enumerate(self.children):
                 child.handed(self.options, self._phase(w))
+                if budgets is not None:
+                    budgets.handed(w, child)
         for wake in self.requests:
             wake.post()
         every = range(len(self.children))
@@ -157,6 +165,8 @@ class HandOffs:
         if self.revivals is not None and self.unsettled:
             self.revivals.progress(every)
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
+        if budgets is not None:
+            budgets.stepped(terminated, truncated)
         return observations, rewards.copy(), terminated.copy(), truncated.copy(), parts
 
     def _phase(self, w: int) -> Phase:
@@ -230,7 +240,10 @@ class HandOffs:
             return False
         else:
             for w in late(children, self.buffer.marks):
-                self._lost(w, self.children[w].timed_out(w), died, True)
+                if self.children[w].ends_episode:
+                    self._over_budget(w, died)
+                else:
+                    self._lost(w, self.children[w].timed_out(w), died, True)
         return True
 
     def _lost(self, w: int, error: WorkerError, died: dict[int, WorkerError], revive: bool) -> None:
@@ -239,51 +252,32 @@ class HandOffs:
         or where it is given up, its error goes in ``died``, and it is dead for good."""
         self.pending.discard(w)
         if revive and self.revivals is not None:
-            if self._lockstep:  # a lockstep step's actions are in the child's rows
-                rows = self.children[w].rows
-                self.sent[w] = ("step", copied(rows_of(self.buffer.actions, rows)))
-            given_up = self.revivals.revive(w, error, self.sent[w])
+            given_up = self.revivals.revive(w, error, self._in_flight(w))
             if given_up is None:
                 self.dead.pop(w, None)
                 return
             error = given_up
         died[w] = self.dead[w] = error
 
-    def receive(self, count: int, held: dict[int, Any]) -> WorkerError | None:
-        """Take answers into ``held`` (by child id), the first children to answer first
-        (those that answered together, by id), until it has ``count``; the error of a
-        child that failed, died or hung instead (the answers taken before it stay in
-        ``held``, the others pending).
+    def _over_budget(self, w: int, died: dict[int, WorkerError]) -> None:
+        """Child ``w``'s env ran past its episode budget with its step in flight: the
+        child is killed and a new one answers in its place (no failure); ``died`` gets
+        the error where the new one could not start."""
+        assert self.revivals is not None
+        assert self.budgets is not None
+        self.children[w].kill()
+        self.pending.discard(w)
+        self.budgets.over(w)
+        given_up = self.revivals.expire(w, self._in_flight(w))
+        if given_up is not None:
+            died[w] = self.dead[w] = given_up
 
-        Which children have answered is read from their marks, which each writes just
-        before its post: once as many pending children are marked as posts were counted
-        for them, the marked ones are exactly those that posted, so what they wrote before
-        their posts is visible (see :mod:`aioenv.engine._wake`); more marks than posts
-        means a post is on its way, waited for."""
-        self.check_usable()
-        marks = self.buffer.marks
-        while len(held) < count:
-            died: dict[int, WorkerError] = {}
-            marked = [w for w in sorted(self.pending) if marks[self.children[w].rows.start]]
-            if not marked or len(marked) > self._taken:
-                self._wait_once(None, died)
-                if died:
-                    return together(list(died.values()))
-                continue
-            error = None
-            for w in marked[: count - len(held)]:  # the others stay marked, their posts counted
-                answer = self._read(w)
-                self.pending.discard(w)
-                self._taken -= 1
-                if isinstance(answer, WorkerError):
-                    error = error or answer
-                else:
-                    held[w] = answer
-                    if self.revivals is not None and self.unsettled:
-                        self.revivals.progress((w,))
-            if error is not None:
-                return error
-        return None
+    def _in_flight(self, w: int) -> tuple[str, Any]:
+        """Child ``w``'s request in flight, with its op."""
+        if self._lockstep:  # a lockstep step's actions are in the child's rows
+            rows = self.children[w].rows
+            self.sent[w] = ("step", copied(rows_of(self.buffer.actions, rows)))
+        return self.sent[w]
 
     def answers(self, timeout: float | None = None) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
@@ -295,6 +289,8 @@ class HandOffs:
             return answers  # timed out
         for w in sorted(self.pending):
             answers[w] = self._read(w)
+            if self.budgets is not None:
+                self.budgets.opened(w, self.sent[w], answers[w])
         if self.revivals is not None and self.unsettled:
             ok = [w for w in self.pending if not isinstance(answers[w], WorkerError)]
             self.revivals.progress(ok)

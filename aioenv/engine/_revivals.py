@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
 from ..core._errors import WorkerError
-from ..core._restarts import cut_short_batch, episode_open, restart_marker
+from ..core._restarts import EPISODE_TIMEOUT, cut_short_batch, episode_open, restart_marker
 from ..core._supervision import report_failure
 from ..core._supervisor import Supervision, Supervisor
 from ..env_side._env_restarts import ThreadClock, thread_remedies
@@ -66,6 +66,14 @@ class Revivals:
         gave the child up (the request's)."""
         self.unsettled.add(w)
         return self.each[w].failed(error, sent)
+
+    def expire(self, w: int, sent: tuple[str, Any]) -> WorkerError | None:
+        """Child ``w``'s env ran past its episode budget with ``sent`` in flight, and the
+        child was killed: a new child is handed what answers it, as after a death, but no
+        failure is counted (:meth:`Supervisor.end_episode`). None, or the error of a new
+        child that could not start."""
+        self.unsettled.add(w)
+        return self.each[w].expired(sent)
 
     def report(self, errors: list[WorkerError]) -> None:
         """The failures a child reported with its answer (its envs restarted or given
@@ -121,6 +129,24 @@ class _OneChild:
             reason = supervisor.pending_restart
             if reason is not None:
                 supervisor.restart_later(_IN_FLIGHT, reason, clock)
+        clock.run()
+        return self._given_up
+
+    def expired(self, sent: tuple[str, Any]) -> WorkerError | None:
+        """The episode ran past its budget with ``sent`` in flight: under same-step
+        autoreset the new child answers it with its env's reset, carried by the step that
+        cuts the episode short; else that step answers it, and the new child answers its
+        next step with its reset."""
+        supervisor, clock = self.supervisor, self.owner.clock
+        last = self.owner.children.last_state(self.w)
+        self._given_up = None
+        if self.owner.autoreset == "same_step":
+            self._then, self._answer, self._cut = sent, None, last
+            supervisor.end_episode(_IN_FLIGHT, clock)
+        else:
+            self._then, self._answer, self._cut = ("echo", last), None, None
+            supervisor.end_episode(0, clock)
+            supervisor.restart_later(_IN_FLIGHT, EPISODE_TIMEOUT, clock)
         clock.run()
         return self._given_up
 

@@ -28,9 +28,9 @@ def engine_envs(
     child per group of ``grouping`` (each env a child of its own where it is not grouped);
     None where they do not go there: ``mode`` is not ``"process"``, the envs are parallel
     envs' lanes, or the pool must step them: a pool option beyond the engine's
-    (:data:`~aioenv.engine._children.ENGINE_OPTIONS`: restarts, episode budgets and the
-    like), or spaces with no fixed layout in memory. ``batch_size``: the pipelined calls'
-    (their envs grouped to fit it by then)."""
+    (:data:`~aioenv.engine._children.ENGINE_OPTIONS`: deadlines, restarts and episode
+    budgets are the engine's), or spaces with no fixed layout in memory. ``batch_size``:
+    the pipelined calls' (their envs grouped to fit it by then)."""
     if mode != "process" or probe.agents is not None or set(options) - ENGINE_OPTIONS:
         return None
     if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
