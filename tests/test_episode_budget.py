@@ -394,6 +394,32 @@ def test_through_the_engine_a_budget_ends_a_pipelined_step_it_waits_for() -> Non
         assert envs.step(np.array([GO, GO]))[0][1, 0] == 1
 
 
+class HangsOnSecondReset(Breakable):
+    """:class:`~envs.Breakable` whose second reset hangs (past any deadline here)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets = getattr(self, "resets", 0) + 1
+        if self.resets == 2:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
+
+def test_through_the_engine_the_reset_after_a_budget_is_held_to_the_reset_deadline() -> None:
+    # Under same-step autoreset the step handed past the budget is answered by a reset.
+    with aioenv.AioVectorEnv(
+        HangsOnSecondReset,
+        1,
+        mode="process",
+        autoreset_mode="same_step",
+        episode_timeout=BUDGET,
+        reset_timeout=2.0,
+    ) as envs:
+        envs.reset(seed=0)
+        time.sleep(BUDGET + SLACK)
+        with pytest.raises(aioenv.WorkerTimeout, match=r"request \d+ \(reset\) ran"):
+            envs.step(np.array([GO]))
+
+
 def test_through_the_engine_a_budget_needs_one_env_per_child() -> None:
     with pytest.raises(ValueError, match="episode_timeout.*envs_per_worker"):
         aioenv.AioVectorEnv(

@@ -113,6 +113,8 @@ class HandOffs:
         self.sent[w] = sent
         if self.timed:
             phase = None if op != "step" else "reset" if is_reset(request) else self._phase(w)
+            if op == "expire":  # the child answers with its env's reset (see engine._budgets)
+                phase = "reset"
             child.handed(self.options, phase)
             if budgets is not None and phase is not None and phase != "reset":
                 budgets.handed(w, child)
