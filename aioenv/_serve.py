@@ -263,7 +263,13 @@ class _Server:
             except ValueError as exc:
                 await _send_error(websocket, SessionError(f"Invalid JSON: {exc}", INVALID_JSON))
                 continue
-            kind = message.get("type") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                error = SessionError(
+                    'a message is a JSON object: {"type": ..., "data": {...}}', VALIDATION_ERROR
+                )
+                await _send_error(websocket, error)
+                continue
+            kind = message.get("type")
             if kind == "close":
                 return
             answer = asyncio.ensure_future(answer_message(session, kind, message.get("data") or {}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import signal
 import socket
@@ -143,6 +144,27 @@ async def test_sessions_over_the_cap_are_refused_with_capacity_reached() -> None
                     await second.reset()
         async with client(url) as third:  # the first one's place is free again
             assert (await third.reset()).observation["observation"][0] == 0.0
+
+
+async def test_a_bad_message_is_answered_with_its_error_frame_and_the_session_goes_on() -> None:
+    from websockets.asyncio.client import connect
+
+    async with (
+        serving(aioenv_app()) as url,
+        connect(url.replace("http", "ws") + "/ws") as socket,
+    ):
+        for raw, code in [
+            ("not json", "INVALID_JSON"),
+            ("[1, 2]", "VALIDATION_ERROR"),  # JSON, but not an object
+            ('{"type": "jump"}', "UNKNOWN_TYPE"),
+            ('{"type": "step", "data": []}', "VALIDATION_ERROR"),
+        ]:
+            await socket.send(raw)
+            frame = json.loads(await asyncio.wait_for(socket.recv(), 30))
+            assert frame["type"] == "error" and frame["data"]["code"] == code, (raw, frame)
+        await socket.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+        frame = json.loads(await asyncio.wait_for(socket.recv(), 60))
+        assert frame["type"] == "observation", frame
 
 
 async def test_an_idle_session_is_closed_with_its_worker() -> None:
