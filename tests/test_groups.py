@@ -5,6 +5,7 @@ marked; and the reset options a restarted env starts with."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,20 @@ def test_an_episode_out_of_its_budget_ended_as_it_should_and_a_failure_did_not()
         final_info={"aioenv": {"restarted": True, "reason": "WorkerDied: x"}},
     )
     assert failure_note(same_step) == "WorkerDied: x"
+    # same_step: the cut-short episode's marker is in its final info, whatever the
+    # next reset's info says
+    reset_info = {"aioenv": {"restarted": True, "reason": "episode_timeout"}}
+    for info in ({}, reset_info):
+        cut_then_reset = dataclasses.replace(same_step, info=info)
+        assert failure_note(cut_then_reset) == "WorkerDied: x"
+    # same_step, an episode that ended by its time limit: no marker in its final info
+    timed_out = aioenv.Step(
+        observation, 1.0, False, True, {}, final_observation=observation, final_info={"x": 1}
+    )
+    assert failure_note(timed_out) is None
+    # a restarted env's first state ends no episode, although it carries the marker
+    restarted = aioenv.Step(observation, 0.0, False, False, cut("EnvError: boom").info)
+    assert failure_note(restarted) is None
 
 
 async def test_process_workers_play_groups_and_leave_nothing_behind() -> None:

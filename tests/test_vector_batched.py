@@ -276,3 +276,21 @@ def test_a_masked_reset_leaves_the_last_steps_arrays_as_they_were() -> None:
         venv.reset(options={"reset_mask": np.array([True, False, False, False])})
         np.testing.assert_array_equal(rewards, handed_out[0])
         np.testing.assert_array_equal(terminations, handed_out[1])
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_actions_of_a_space_with_its_own_batching_reach_each_env_of_a_group(mode: str) -> None:
+    """A space whose author registered its batching with gymnasium (``Knob``: a batch is
+    a ``KnobBatch``) is split per env by ``iterate`` and joined per worker again by the
+    author's ``concatenate``: each env of each group gets its own action."""
+    from own_batching import KnobBatch, KnobEnv
+
+    with aioenv.AioVectorEnv(KnobEnv, N, mode=mode, envs_per_worker=2) as ours:
+        assert ours.group_sizes == (2, 2)
+        ours.reset(seed=0)
+        for values in ([1, 2, 3, 4], [9, 0, 5, 7]):
+            observations, rewards, *_ = ours.step(KnobBatch(values))
+            assert observations[:, 0].tolist() == values
+            assert rewards.tolist() == values
+        pids = observations[:, 1].tolist()
+        assert pids[0] == pids[1] and pids[2] == pids[3]

@@ -127,3 +127,34 @@ def test_reset_mask_errors_are_gymnasiums(mode: str) -> None:
 def test_an_invalid_observation_mode_is_gymnasiums_error() -> None:
     with pytest.raises(ValueError, match=re.escape("Invalid `observation_mode`, expected")):
         aioenv.AioVectorEnv("CartPole-v1", 2, mode="sync", observation_mode="invalid")
+
+
+class _Wider(_Bounded):
+    """:class:`_Bounded` with one action more when ``index`` is 2."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.action_space = gymnasium.spaces.Discrete(3 if index == 2 else 2)
+
+
+class _Dial(gymnasium.Space[int]):
+    """A space of the user's own with no ``__eq__``: two copies are not equal."""
+
+    def sample(self, mask: Any = None, probability: Any = None) -> int:
+        return 0
+
+
+class _Dialed(_Bounded):
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.action_space = _Dial()
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_env_whose_action_space_differs_is_named_and_refused(mode: str) -> None:
+    factories = [functools.partial(_Wider, index) for index in range(4)]
+    with pytest.raises(RuntimeError, match=r"env 2's action space Discrete\(3\) is not equal"):
+        aioenv.AioVectorEnv(factories, mode=mode, observation_mode="different")
+    factories = [functools.partial(_Dialed, index) for index in range(2)]
+    with pytest.raises(RuntimeError, match="a space class of your own needs an __eq__"):
+        aioenv.AioVectorEnv(factories, mode="process", observation_mode="different")

@@ -57,6 +57,9 @@ def check_env_spaces(
             )
         if action != single_action:
             raise RuntimeError(
-                f"env {index}'s action space {action} differs from env 0's {single_action}"
+                f"env {index}'s action space {action} is not equal to the vector env's "
+                f"single_action_space {single_action}: every env needs the same action "
+                "space (spaces compare with ==; a space class of your own needs an __eq__, "
+                "since the spaces of envs in other processes are copies)"
             )
     return batch_differing_spaces(observations) if mode == "different" else None
