@@ -294,6 +294,21 @@ def test_the_default_budget_keeps_a_worker_that_makes_progress_between_failures(
     assert sup.restarts == 1000
 
 
+def test_progress_gives_the_crash_loop_rule_its_whole_budget_again() -> None:
+    """After progress, ``max_restarts`` failures in a row restart and the next gives up:
+    the count of failures since progress starts again from none."""
+    sup, worker, clock = supervisor(restart="on_failure", max_restarts=2)
+    assert fail_and_restart(sup, worker, clock, env_gone=False)
+    answer(sup)  # the new env's start
+    answer(sup)  # a successful step: progress
+    for _ in range(2):  # two failures in a row, each new env failing before progress
+        assert fail_and_restart(sup, worker, clock, env_gone=False)
+        answer(sup)
+    assert not fail_and_restart(sup, worker, clock, env_gone=False)
+    assert given_up(worker, env_gone=False)
+    assert sup.restarts == 3
+
+
 def test_the_default_budget_gives_up_after_max_restarts_failures_in_a_row() -> None:
     sup, worker, clock = supervisor(restart="on_failure")
     for _ in range(Supervision().max_restarts):
