@@ -1012,3 +1012,27 @@ class SecondBuildFails(RaisesOnTwo):
         if builds == 2:
             raise RuntimeError("SecondBuildFails: the second build fails")
         super().__init__()
+
+
+class ResetFailsAfterEpisode(gymnasium.Env[np.ndarray, int]):
+    """Episodes of two steps (terminated); its second reset (the one after its first
+    episode) raises. Observation ``[t]``."""
+
+    observation_space = gymnasium.spaces.Box(0, 10, (1,), np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.resets = 0
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.resets == 2:
+            raise ValueError("ResetFailsAfterEpisode: the reset after the first episode fails")
+        self.t = 0
+        return np.array([0.0]), {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        return np.array([float(self.t)]), 1.0, self.t == 2, False, {}

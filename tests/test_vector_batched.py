@@ -4,6 +4,7 @@ default grouping of process workers): array by array what SyncVectorEnv gives.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -294,3 +295,26 @@ def test_actions_of_a_space_with_its_own_batching_reach_each_env_of_a_group(mode
             assert rewards.tolist() == values
         pids = observations[:, 1].tolist()
         assert pids[0] == pids[1] and pids[2] == pids[3]
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_next_step_autoreset_that_raises_in_a_group_is_the_envs_error(mode: str) -> None:
+    """Under ``"next_step"`` the step after an episode's end resets the env: a reset that
+    raises there is that env's error, as in SyncVectorEnv, and no step is taken."""
+    from envs import ResetFailsAfterEpisode
+
+    with aioenv.AioVectorEnv(
+        ResetFailsAfterEpisode, 2, mode=mode, envs_per_worker=2, autoreset_mode="next_step"
+    ) as ours:
+        ours.reset(seed=0)
+        ours.step(np.array([0, 0]))
+        assert ours.step(np.array([0, 0]))[2].tolist() == [True, True]
+        with pytest.raises(ValueError, match="the reset after the first episode fails"):
+            ours.step(np.array([0, 0]))
+    reference = SyncVectorEnv([ResetFailsAfterEpisode] * 2, autoreset_mode=AutoresetMode.NEXT_STEP)
+    with contextlib.closing(reference):
+        reference.reset(seed=0)
+        reference.step(np.array([0, 0]))
+        reference.step(np.array([0, 0]))
+        with pytest.raises(ValueError, match="the reset after the first episode fails"):
+            reference.step(np.array([0, 0]))
