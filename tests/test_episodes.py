@@ -181,13 +181,25 @@ async def test_autoreset_for_protocol_envs() -> None:
             states.append((await pool.get_state())[0])  # type: ignore[index]
         assert [s["t"] for s in states] == [1, 2, 0]  # the third "step" was the reset
     async with aioenv.make_pool(
-        lambda: Counter(limit=1), 1, mode="sync", autoreset="same_step"
+        lambda: Counter(limit=2), 1, mode="sync", autoreset="same_step"
     ) as pool:
         pool.reset()
         await pool.get_state()
         pool.send_action(1, 0)
+        assert (await pool.get_state())[0]["t"] == 1  # type: ignore[index]
+        pool.send_action(1, 0)  # the episode ends: same_step has no final state to carry
         with pytest.raises(aioenv.EnvError, match="same_step"):
             await pool.get_state()
+    async with aioenv.make_pool(
+        lambda: Counter(limit=2), 1, mode="sync", autoreset="disabled"
+    ) as pool:
+        pool.reset()
+        await pool.get_state()
+        states = []
+        for _ in range(3):
+            pool.send_action(1, 0)
+            states.append((await pool.get_state())[0])  # type: ignore[index]
+        assert [s["t"] for s in states] == [1, 2, 3]  # no autoreset: the env is stepped on
 
 
 def test_bad_episode_options_are_rejected() -> None:
