@@ -892,6 +892,14 @@ class Breakable(gymnasium.Env[np.ndarray, int]):
             time.sleep(self.hang)
 
 
+class EndingBreakable(Breakable):
+    """:class:`Breakable` whose episodes end (terminated) at their second step."""
+
+    def step(self, action: int) -> Any:
+        observation, reward, _, truncated, info = super().step(action)
+        return observation, reward, self.t >= 2, truncated, info
+
+
 class AsyncBreakable(Breakable):
     """:class:`Breakable` as a coroutine env (its hang awaits, so the loop goes on)."""
 

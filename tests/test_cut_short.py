@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from envs import AsyncBreakable, Breakable
+from envs import AsyncBreakable, Breakable, EndingBreakable
 from support import process_running, wait_until
 
 import aioenv
@@ -108,6 +108,27 @@ async def test_a_failure_right_after_a_same_step_autoreset_cuts_the_new_episode_
         cut, _ = await pool.get_state()  # type: ignore[misc]
         assert_cut_short(cut, ended.observation, RAISE, "same_step")
         assert pool.restarts == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread"])
+async def test_a_failure_after_an_episode_ended_by_itself_cuts_nothing_short(kind: str) -> None:
+    # Under "disabled" a step sent after the episode terminated finds no episode open:
+    # the env that fails there is restarted and its reset answers, marked, not truncated.
+    async with aioenv.make_pool(
+        EndingBreakable, 1, mode=kind, **options(RAISE, "disabled")
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(0, 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert ended.terminated and not ended.truncated
+        pool.send_action(RAISE, 0)
+        after, _ = await pool.get_state()  # type: ignore[misc]
+        assert not (after.terminated or after.truncated) and after.info["reset"] is True
+        assert after.info["aioenv"]["restarted"] is True
+        assert after.observation[0] == 0 and pool.restarts == 1
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length) == (1, 2)  # nothing more was cut short
 
 
 @pytest.mark.ray
