@@ -1044,3 +1044,23 @@ class ResetFailsAfterEpisode(gymnasium.Env[np.ndarray, int]):
     def step(self, action: int) -> Any:
         self.t += 1
         return np.array([float(self.t)]), 1.0, self.t == 2, False, {}
+
+
+class Steered(gymnasium.Env[np.ndarray, Any]):
+    """Its action is a pair (a ``Tuple`` of a gear and a 2-vector): its observation is
+    ``[gear, *vector]``; an action outside its space raises ValueError."""
+
+    observation_space = gymnasium.spaces.Box(-10, 10, (3,), np.float64)
+    action_space = gymnasium.spaces.Tuple(
+        (gymnasium.spaces.Discrete(3), gymnasium.spaces.Box(-1, 1, (2,), np.float32))
+    )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(3), {}
+
+    def step(self, action: Any) -> Any:
+        if not self.action_space.contains(action):
+            raise ValueError(f"Steered: {action!r} is not in {self.action_space}")
+        gear, vector = action
+        return np.array([gear, *vector], np.float64), 0.0, False, False, {}

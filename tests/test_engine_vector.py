@@ -7,6 +7,7 @@ the vector suites' (test_vector*.py): those run through the engine too."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -458,3 +459,33 @@ def test_a_pipelined_child_past_its_deadline_fails_the_recv_that_waits_for_it() 
 def test_a_bad_engine_option_is_refused_by_name(option: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2, **option)
+
+
+def test_actions_that_do_not_fit_the_buffer_are_refused_as_sync_vector_env_refuses_them() -> None:
+    """The buffer takes actions only of the batch's exact form: one action is no batch of
+    them (nothing is broadcast), and a pair with a part left out is no pair. The general
+    way then says what is wrong, and the env steps on."""
+    from envs import Steered
+
+    reference = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * N)
+    with (
+        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=2) as ours,
+        contextlib.closing(reference),
+    ):
+        for env in (ours, reference):
+            env.reset(seed=0)
+            with pytest.raises(TypeError, match="Unable to iterate"):
+                env.step(0)
+        assert ours.step(np.zeros(N, np.int64))[0].shape == (N, 4)
+    reference = SyncVectorEnv([Steered] * N)
+    with (
+        aioenv.AioVectorEnv(Steered, N, mode="process", envs_per_worker=2) as ours,
+        contextlib.closing(reference),
+    ):
+        for env in (ours, reference):
+            env.reset(seed=0)
+            with pytest.raises(IndexError):  # gymnasium's iterate: the vectors left out
+                env.step((np.array([0, 1, 2, 0]),))
+        gears, vectors = np.array([0, 1, 2, 0]), np.full((N, 2), 0.5, np.float32)
+        observations = ours.step((gears, vectors))[0]
+        np.testing.assert_array_equal(observations, np.column_stack([gears, vectors]))
