@@ -478,3 +478,23 @@ def test_a_misspelt_option_names_the_function_called_and_the_close_match() -> No
         aioenv.make_pool(Counter, 2, mode="sync", stepp_timeout=1)
     assert not worker_processes()
     assert not worker_threads()
+
+
+@pytest.mark.parametrize(
+    ("mode", "per_worker"), [("thread", None), ("process", None), ("process", 2), ("inline", None)]
+)
+def test_reset_options_reach_every_env_seeded_or_not(mode: str, per_worker: int | None) -> None:
+    """A user's reset options reach each env's reset as SyncVectorEnv hands them, whether
+    the reset is seeded or not, however the envs are grouped."""
+    from envs import Tattling
+
+    reference = SyncVectorEnv([Tattling] * 4)
+    grouping = {} if per_worker is None else {"envs_per_worker": per_worker}
+    with aioenv.AioVectorEnv(Tattling, 4, mode=mode, **grouping) as ours:
+        for seed in (3, None):
+            options = {"level": 2 if seed is None else 1}
+            _, mine = ours.reset(seed=seed, options=options)
+            _, theirs = reference.reset(seed=seed, options=options)
+            assert mine["options"]["level"].tolist() == theirs["options"]["level"].tolist()
+            assert mine["options"]["level"].tolist() == [options["level"]] * 4
+    reference.close()
