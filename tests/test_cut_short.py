@@ -129,6 +129,12 @@ async def test_a_failure_after_an_episode_ended_by_itself_cuts_nothing_short(kin
         assert after.observation[0] == 0 and pool.restarts == 1
         stats = pool.episode_stats()[0]
         assert (stats.episodes, stats.last_length) == (1, 2)  # nothing more was cut short
+        for _ in range(2):  # the restarted env's reset began the next episode
+            pool.send_action(0, 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert ended.terminated
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length, stats.total_length) == (2, 2, 4)
 
 
 @pytest.mark.ray
