@@ -44,7 +44,6 @@ from .pool._pool import WorkerPool
 from .wire._openenv_json import action_from_json
 from .wire._openenv_protocol import (
     CAPACITY_REACHED,
-    INVALID_JSON,
     SESSION_ERROR,
     VALIDATION_ERROR,
     Episode,
@@ -54,6 +53,7 @@ from .wire._openenv_protocol import (
     request_body,
     reset_command,
     schema_document,
+    session_message,
     step_body_action,
 )
 
@@ -259,14 +259,8 @@ class _Server:
             if raw is None:  # the client left
                 return
             try:
-                message = json.loads(raw)
-            except ValueError as exc:
-                await _send_error(websocket, SessionError(f"Invalid JSON: {exc}", INVALID_JSON))
-                continue
-            if not isinstance(message, dict):
-                error = SessionError(
-                    'a message is a JSON object: {"type": ..., "data": {...}}', VALIDATION_ERROR
-                )
+                message = session_message(raw)
+            except SessionError as error:
                 await _send_error(websocket, error)
                 continue
             kind = message.get("type")

@@ -33,6 +33,7 @@ __all__ = [
     "request_body",
     "reset_command",
     "schema_document",
+    "session_message",
     "step_body_action",
 ]
 
@@ -65,6 +66,20 @@ def request_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise SessionError("the body must be a JSON object", VALIDATION_ERROR)
     return body
+
+
+def session_message(raw: str) -> dict[str, Any]:
+    """A WebSocket session's message, from its text: a JSON object
+    (``{"type": ..., "data": {...}}``), else the error frame that says what it is not."""
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        raise SessionError(f"Invalid JSON: {exc}", INVALID_JSON) from None
+    if not isinstance(message, dict):
+        raise SessionError(
+            'a message is a JSON object: {"type": ..., "data": {...}}', VALIDATION_ERROR
+        )
+    return message
 
 
 def step_body_action(body: dict[str, Any]) -> dict[str, Any]:
