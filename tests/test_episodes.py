@@ -170,16 +170,21 @@ async def _batch_round(pool: aioenv.WorkerPool[Any], actions: dict[int, Any]) ->
 
 
 async def test_autoreset_for_protocol_envs() -> None:
-    async with aioenv.make_pool(
-        lambda: Counter(limit=2), 1, mode="thread", autoreset="next_step"
-    ) as pool:
-        pool.reset()
-        await pool.get_state()
-        states = []
-        for _ in range(3):
-            pool.send_action(1, 0)
-            states.append((await pool.get_state())[0])  # type: ignore[index]
-        assert [s["t"] for s in states] == [1, 2, 0]  # the third "step" was the reset
+    # next_step: the third "step" is the reset; disabled: the env is stepped on
+    for mode, autoreset, seen in (
+        ("thread", "next_step", [1, 2, 0]),
+        ("sync", "disabled", [1, 2, 3]),
+    ):
+        async with aioenv.make_pool(
+            lambda: Counter(limit=2), 1, mode=mode, autoreset=autoreset
+        ) as pool:
+            pool.reset()
+            await pool.get_state()
+            states = []
+            for _ in range(3):
+                pool.send_action(1, 0)
+                states.append((await pool.get_state())[0])  # type: ignore[index]
+            assert [s["t"] for s in states] == seen, autoreset
     async with aioenv.make_pool(
         lambda: Counter(limit=2), 1, mode="sync", autoreset="same_step"
     ) as pool:
@@ -190,16 +195,6 @@ async def test_autoreset_for_protocol_envs() -> None:
         pool.send_action(1, 0)  # the episode ends: same_step has no final state to carry
         with pytest.raises(aioenv.EnvError, match="same_step"):
             await pool.get_state()
-    async with aioenv.make_pool(
-        lambda: Counter(limit=2), 1, mode="sync", autoreset="disabled"
-    ) as pool:
-        pool.reset()
-        await pool.get_state()
-        states = []
-        for _ in range(3):
-            pool.send_action(1, 0)
-            states.append((await pool.get_state())[0])  # type: ignore[index]
-        assert [s["t"] for s in states] == [1, 2, 3]  # no autoreset: the env is stepped on
 
 
 def test_bad_episode_options_are_rejected() -> None:
