@@ -303,3 +303,19 @@ def test_a_batch_row_is_the_step_of_one_env(env: Any, autoreset: str, limit: int
     assert env is Walk  # _FourTuple fails by its third step
     if autoreset == "next_step" and limit is None:  # aioenv's own limit takes the long way
         assert plain_ends > 0 and plain_resets > 0
+
+
+def _no_simulator() -> Any:
+    raise RuntimeError("no simulator here")
+
+
+@pytest.mark.parametrize("call", ["step", "step_row"])
+def test_a_step_to_an_env_that_failed_to_build_answers_the_builds_failure(call: str) -> None:
+    # A slot whose env could not be built (or unpickled) answers every request with that
+    # failure, a step before any reset too, and stays unbuilt.
+    runner = EnvRunner(_no_simulator, 5, EpisodeOptions())
+    for _ in range(2):
+        failure = getattr(runner, call)(0)
+        assert isinstance(failure, Failure)
+        assert (failure.during, failure.exception_type) == ("construction", "RuntimeError")
+        assert failure.message == "no simulator here" and runner.env is None
