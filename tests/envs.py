@@ -1064,3 +1064,17 @@ class Steered(gymnasium.Env[np.ndarray, Any]):
             raise ValueError(f"Steered: {action!r} is not in {self.action_space}")
         gear, vector = action
         return np.array([gear, *vector], np.float64), 0.0, False, False, {}
+
+
+class DictSteered(Steered):
+    """:class:`Steered` whose pair is a ``Dict`` (``gear``, ``vector``)."""
+
+    action_space = gymnasium.spaces.Dict(
+        {"gear": Steered.action_space[0], "vector": Steered.action_space[1]}
+    )
+
+    def step(self, action: Any) -> Any:
+        if not self.action_space.contains(action):
+            raise ValueError(f"DictSteered: {action!r} is not in {self.action_space}")
+        observation = np.array([action["gear"], *action["vector"]], np.float64)
+        return observation, 0.0, False, False, {}

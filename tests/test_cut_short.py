@@ -207,6 +207,36 @@ async def test_grouped_envs_each_end_their_episode_truncated(kind: str, autorese
         np.testing.assert_array_equal(np.array(after.observations)[:, 0], [expected] * 2)
 
 
+@pytest.mark.parametrize("kind", ["sync", "process"])
+async def test_a_failure_right_after_every_row_of_a_group_reset_cuts_the_new_episodes_short(
+    kind: str,
+) -> None:
+    # Under "same_step" a batch whose rows all ended already holds every row's next reset:
+    # those episodes are open, so a failure at the next step cuts each of them short.
+    async with aioenv.make_pool(
+        Breakable,
+        1,
+        mode=kind,
+        envs_per_worker=2,
+        max_episode_steps=2,
+        **options(RAISE, "same_step"),
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(np.array([0, 0]), 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert isinstance(ended, BatchStep) and ended.truncated.all()
+        resets = np.array(ended.observations)  # the next episodes' resets, carried
+        pool.send_action(np.array([RAISE, 0]), 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert isinstance(cut, BatchStep)
+        assert cut.truncated.all() and not cut.terminated.any() and not cut.rewards.any()
+        for row in range(2):
+            np.testing.assert_array_equal(cut.final_observations[row], resets[row])
+            assert cut.final_infos[row]["aioenv"]["restarted"] is True
+        assert pool.restarts == 1
+
+
 # The vector face -------------------------------------------------------------------------
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 @pytest.mark.parametrize(

@@ -464,8 +464,9 @@ def test_a_bad_engine_option_is_refused_by_name(option: dict[str, Any], message:
 def test_actions_that_do_not_fit_the_buffer_are_refused_as_sync_vector_env_refuses_them() -> None:
     """The buffer takes actions only of the batch's exact form: one action is no batch of
     them (nothing is broadcast), and a pair with a part left out is no pair. The general
-    way then says what is wrong, and the env steps on."""
-    from envs import Steered
+    way then says what is wrong, and the env steps on. A dict of actions must have the
+    space's keys."""
+    from envs import DictSteered, Steered
 
     reference = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * N)
     with (
@@ -489,3 +490,18 @@ def test_actions_that_do_not_fit_the_buffer_are_refused_as_sync_vector_env_refus
         gears, vectors = np.array([0, 1, 2, 0]), np.full((N, 2), 0.5, np.float32)
         observations = ours.step((gears, vectors))[0]
         np.testing.assert_array_equal(observations, np.column_stack([gears, vectors]))
+    # A dict of actions: the buffer takes its own keys only; anything else goes the general
+    # way, whose answer is gymnasium's (extra keys ignored, a missing one a KeyError).
+    reference = SyncVectorEnv([DictSteered] * N)
+    with (
+        aioenv.AioVectorEnv(DictSteered, N, mode="process", envs_per_worker=2) as ours,
+        contextlib.closing(reference),
+    ):
+        for env in (ours, reference):
+            env.reset(seed=0)
+            with pytest.raises(TypeError, match="tuple indices"):  # a pair is no dict
+                env.step((gears, vectors))
+            with pytest.raises(KeyError, match="vector"):
+                env.step({"gear": gears})
+            extra = {"gear": gears, "vector": vectors, "brake": gears}
+            np.testing.assert_array_equal(env.step(extra)[0], np.column_stack([gears, vectors]))

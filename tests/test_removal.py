@@ -192,6 +192,26 @@ async def test_a_pool_with_no_worker_left_says_so(kind: str) -> None:
         assert await pool.get_attr("t") == []
 
 
+async def test_workers_the_user_closed_are_not_left_to_do_a_pool_wide_call() -> None:
+    # The rest of a pool the user closed worker by worker is nothing to go on with: once
+    # the last open worker is given up, a pool-wide call says no worker is left. A pool
+    # whose workers were all closed and none given up has nothing to say so of.
+    async with quits_pool("sync", n=2) as pool:
+        await pool.reset_all()
+        pool.send_action(aioenv.CLOSE, 1)
+        await give_up(pool, {0})
+        assert pool.active_ids == [] and sorted(pool.removed) == [0]
+        with pytest.raises(aioenv.WorkerRemoved, match="every worker"):
+            pool.reset()
+    async with quits_pool("sync", n=2) as pool:
+        await pool.reset_all()
+        for worker_id in (0, 1):
+            pool.send_action(aioenv.CLOSE, worker_id)
+        assert pool.active_ids == [] and not pool.removed
+        pool.reset()  # resets the open workers: there are none
+        assert pool.num_pending == 0
+
+
 async def test_the_error_of_a_worker_that_died_while_idle_answers_the_next_reset() -> None:
     async with aioenv.make_pool(envs.Counter, N, mode="process") as pool:
         batch = await pool.reset_all()

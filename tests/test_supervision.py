@@ -187,6 +187,38 @@ def test_a_success_ends_the_streak_and_names_the_restart_it_completes() -> None:
     assert [timer.when - clock.now for timer in clock.pending()] == [1.0]  # not 2.0
 
 
+def test_a_failure_ends_the_deadline_and_the_budget_of_the_request_it_answers() -> None:
+    # The restart answers the same request: a timer left armed would time it out again
+    # while it waits out its backoff, and end an episode the failure already ended.
+    budget_ends: list[str] = []
+    sup, worker, clock = supervisor(restart="on_failure", step_timeout=1.0, restart_backoff=2.0)
+    sup.answered()
+    worker.awaited = 1
+    sup.arm(clock, 1)
+    sup.arm_budget(clock, 1.5, lambda: budget_ends.append("ran out"))
+    clock.advance(0.2)
+    sup.failed(error(), env_gone=False, in_flight=1, clock=clock)
+    clock.advance(1.9)  # past both timers, before the restart
+    assert not any(call[0] == "time_out" for call in worker.calls) and budget_ends == []
+    clock.advance(0.1)
+    assert worker.calls[-1] == ("start", 1, restart_seed(7, 1)) and sup.restarts == 1
+
+
+def test_a_new_env_that_fails_leaves_no_restart_to_name_on_the_next_state() -> None:
+    # With restarts off, an episode budget's new env that raises is kept: the state it
+    # answers next completes no restart, so the worker marks nothing on it.
+    sup, worker, clock = supervisor(episode_timeout=5.0)
+    sup.answered()
+    worker.awaited = 1
+    sup.end_episode(1, clock)
+    clock.advance(0)
+    assert worker.calls == [("start", 1, restart_seed(7, 1))]
+    sup.failed(failure := error(), env_gone=False, in_flight=1, clock=clock)
+    assert worker.calls[-1] == ("fail", failure, False)
+    sup.answered()
+    assert sup.succeeded() is None
+
+
 def test_a_failure_while_idle_restarts_at_the_next_request() -> None:
     sup, worker, clock = supervisor(restart="on_failure")
     sup.failed(error("idle"), env_gone=True, in_flight=0, clock=clock)
