@@ -12,6 +12,7 @@ import gc
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium
@@ -461,6 +462,21 @@ def test_a_bad_engine_option_is_refused_by_name(option: dict[str, Any], message:
         aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2, **option)
 
 
+@contextlib.contextmanager
+def beside_sync_vector_env(env: Any) -> Iterator[tuple[aioenv.AioVectorEnv, SyncVectorEnv]]:
+    """The engine's vector env of ``env`` (two children of two) and gymnasium's
+    ``SyncVectorEnv`` of the same envs, both reset with seed 0."""
+    make = (lambda: gymnasium.make(env)) if isinstance(env, str) else env
+    reference = SyncVectorEnv([make] * N)
+    with (
+        aioenv.AioVectorEnv(env, N, mode="process", envs_per_worker=2) as ours,
+        contextlib.closing(reference),
+    ):
+        for each in (ours, reference):
+            each.reset(seed=0)
+        yield ours, reference
+
+
 def test_actions_that_do_not_fit_the_buffer_are_refused_as_sync_vector_env_refuses_them() -> None:
     """The buffer takes actions only of the batch's exact form: one action is no batch of
     them (nothing is broadcast), and a pair with a part left out is no pair. The general
@@ -468,37 +484,22 @@ def test_actions_that_do_not_fit_the_buffer_are_refused_as_sync_vector_env_refus
     space's keys."""
     from envs import DictSteered, Steered
 
-    reference = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * N)
-    with (
-        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=2) as ours,
-        contextlib.closing(reference),
-    ):
+    with beside_sync_vector_env("CartPole-v1") as (ours, reference):
         for env in (ours, reference):
-            env.reset(seed=0)
             with pytest.raises(TypeError, match="Unable to iterate"):
                 env.step(0)
         assert ours.step(np.zeros(N, np.int64))[0].shape == (N, 4)
-    reference = SyncVectorEnv([Steered] * N)
-    with (
-        aioenv.AioVectorEnv(Steered, N, mode="process", envs_per_worker=2) as ours,
-        contextlib.closing(reference),
-    ):
+    gears, vectors = np.array([0, 1, 2, 0]), np.full((N, 2), 0.5, np.float32)
+    with beside_sync_vector_env(Steered) as (ours, reference):
         for env in (ours, reference):
-            env.reset(seed=0)
             with pytest.raises(IndexError):  # gymnasium's iterate: the vectors left out
-                env.step((np.array([0, 1, 2, 0]),))
-        gears, vectors = np.array([0, 1, 2, 0]), np.full((N, 2), 0.5, np.float32)
+                env.step((gears,))
         observations = ours.step((gears, vectors))[0]
         np.testing.assert_array_equal(observations, np.column_stack([gears, vectors]))
     # A dict of actions: the buffer takes its own keys only; anything else goes the general
     # way, whose answer is gymnasium's (extra keys ignored, a missing one a KeyError).
-    reference = SyncVectorEnv([DictSteered] * N)
-    with (
-        aioenv.AioVectorEnv(DictSteered, N, mode="process", envs_per_worker=2) as ours,
-        contextlib.closing(reference),
-    ):
+    with beside_sync_vector_env(DictSteered) as (ours, reference):
         for env in (ours, reference):
-            env.reset(seed=0)
             with pytest.raises(TypeError, match="tuple indices"):  # a pair is no dict
                 env.step((gears, vectors))
             with pytest.raises(KeyError, match="vector"):
