@@ -45,6 +45,10 @@ _PACKAGES = (
     "mujoco",
     "envpool",
     "stable-baselines3",
+    "torch",
+    "torchrl",
+    "tensordict",
+    "ray",
     "pufferlib",
     "pufferlib-core",  # PufferLib's vector code as a wheel (see peers.py)
 )

@@ -3,12 +3,12 @@
     python benchmarks/plot.py                                   # results/latest.json
     python benchmarks/plot.py REPORT.json --out docs/_static/performance.png
 
-One panel per workload of the report: W1 to W3 as steps/s, bars per case; the training
-scripts on real envs (W11 Atari Pong, W12 MuJoCo HalfCheetah, W13 pipelined against
-lockstep) as each row's ratio to gymnasium's SyncVectorEnv in the same case, with the
-computed machine limit drawn as a dashed line over each case. The command, commit and
-machine that produced the report are written on the figure and printed, so the figure
-never travels without them.
+One panel per workload of the report: W1 to W3 as steps/s, bars per case (TorchRL's pools
+beside aioenv's and gymnasium's rows); the training scripts on real envs (W11 Atari Pong,
+W12 MuJoCo HalfCheetah, W13 pipelined against lockstep) as each row's ratio to gymnasium's
+SyncVectorEnv in the same case, with the computed machine limit drawn as a dashed line over
+each case. The command, commit and machine that produced the report are written on the
+figure and printed, so the figure never travels without them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DEFAULT_REPORT = HERE / "results" / "latest.json"
 DEFAULT_OUT = HERE.parent / "docs" / "_static" / "performance.png"
-#: The rows a reader compares: aioenv's main configurations and gymnasium's two vector envs.
+#: The rows a reader compares: aioenv's main configurations, gymnasium's two vector envs
+#: and TorchRL's two pools.
 SHOWN = (
     "aioenv sync / state",
     "aioenv thread / state",
@@ -30,6 +31,8 @@ SHOWN = (
     "aioenv process x8 / batch",
     "gym SyncVectorEnv",
     "gym AsyncVectorEnv",
+    "TorchRL ParallelEnv",
+    "TorchRL AsyncEnvPool (processes)",
 )
 #: Workloads drawn as steps/s (W4 and W5 measure per-step costs, not throughput).
 DRAWN = ("W1", "W2", "W3")

@@ -120,7 +120,8 @@ class Figures:
         return f"{row['us_per_step']:.1f}{_mark(row)}"
 
     def ideal(self, workload: str, case: str, label: str) -> str:
-        return f"{self.row(workload, case, label)['pct_ideal']:.0f}%"
+        row = self.row(workload, case, label)
+        return f"{row['pct_ideal']:.0f}%{_mark(row)}"
 
     def limit_detail(self, workload: str, case: str, key: str) -> float:
         """An input of the machine limit (``t_env_us``, ``t_script_us``), its median."""
@@ -519,6 +520,86 @@ def guide_costs(f: Figures) -> str:
     )
 
 
+_TORCHRL_PARALLEL = "TorchRL ParallelEnv"  # peers.TORCHRL_PARALLEL
+_TORCHRL_POOL = "TorchRL AsyncEnvPool (processes)"  # peers.TORCHRL_POOL
+_SB3 = "SB3 SubprocVecEnv"  # peers.SB3_SUBPROC
+
+
+def guide_peers(f: Figures) -> str:
+    """The other libraries' pools in the same cases as aioenv's rows (W1, W2, W6, W11),
+    and Ray's call paths beside aioenv's Ray workers (W8)."""
+    mlp, state = "N=8 MLP", "aioenv process / state"
+    rows = [
+        (
+            "W1 CartPole N=8, first-ready per state, steps/s (x `AsyncVectorEnv`)",
+            f"{f.rate('W1', 'N=8', state)} ({f.ratio('W1', 'N=8', state, 'async')}), "
+            "8 process workers",
+            *(
+                f"{f.rate('W1', 'N=8', label)} ({f.ratio('W1', 'N=8', label, 'async')})"
+                for label in (_TORCHRL_PARALLEL, _TORCHRL_POOL)
+            ),
+            "-",
+            f"{f.rate('W1', 'N=8', ASYNC)} (1.00x)",
+        ),
+        (
+            "W2 N=8 stragglers, steps/s (% of the no-wait ideal)",
+            f"{f.rate('W2', 'N=8', state)} ({f.ideal('W2', 'N=8', state)}), 8 process workers",
+            *(
+                f"{f.rate('W2', 'N=8', label)} ({f.ideal('W2', 'N=8', label)})"
+                for label in (_TORCHRL_PARALLEL, _TORCHRL_POOL)
+            ),
+            "-",
+            f"{f.rate('W2', 'N=8', ASYNC)} ({f.ideal('W2', 'N=8', ASYNC)})",
+        ),
+        *(
+            (
+                f"{title}, x `SyncVectorEnv`",
+                f"{f.ratio(key, case, DEFAULT, 'sync')}, `AioVectorEnv` default",
+                *(
+                    f.ratio(key, case, label, "sync")
+                    for label in (_TORCHRL_PARALLEL, _TORCHRL_POOL, _SB3, ASYNC)
+                ),
+            )
+            for key, case, title in (
+                ("W6", "N=16", "W6 CartPole N=16 + MLP, lockstep"),
+                ("W11", mlp, "W11 Atari Pong N=8 + MLP, lockstep"),
+            )
+        ),
+    ]
+    table = (
+        "| workload | aioenv | TorchRL `ParallelEnv` | TorchRL `AsyncEnvPool` (processes) "
+        "| SB3 `SubprocVecEnv` | gymnasium `AsyncVectorEnv` |\n"
+        "|---|---|---:|---:|---:|---:|\n"
+        + "\n".join("| " + " | ".join(cells) + " |" for cells in rows)
+    )
+    case = "N=8"
+    ray, ray4 = "aioenv ray / state", "aioenv ray x4 / state"
+    actor, actor4 = "reference: bare Ray actor call", "reference: bare Ray actor call x4"
+    graph, graph4 = "reference: bare Ray compiled graph", "reference: bare Ray compiled graph x4"
+    packages = f.report["meta"]["packages"]
+    versions = ", ".join(
+        f"{name} {packages[name]}"
+        for name in ("torchrl", "torch", "stable-baselines3", "ray")
+        if packages.get(name)
+    )
+    return (
+        f"{f.source()}"
+        + (f"; {versions}" if versions else "")
+        + ". TorchRL's `AsyncEnvPool` and aioenv act on whichever env is ready first in "
+        "W1 and W2; `ParallelEnv` steps all of them together.\n\n"
+        f"{table}\n\n"
+        f"Ray (W8, 8 envs stepping 5 ms, % of the ideal N / 5 ms): aioenv's Ray workers "
+        f"{f.ideal('W8', case, ray)} with an env per actor and {f.ideal('W8', case, ray4)} "
+        f"with 4 envs per actor; in the same run a bare Ray actor call per step reached "
+        f"{f.ideal('W8', case, actor)} and {f.ideal('W8', case, actor4)} "
+        f"(aioenv at {f.over('W8', case, ray, actor)} and {f.over('W8', case, ray4, actor4)} "
+        f"of those), and Ray's compiled graphs {f.ideal('W8', case, graph)} and "
+        f"{f.ideal('W8', case, graph4)}. Ray's own processes share the machine's cores with "
+        f"the envs. Process workers: {f.ideal('W8', case, state)}."
+        f"{f.busy_note()}"
+    )
+
+
 def guide_step_costs(f: Figures) -> str:
     """Why the default steps cheap envs inline and costly ones in processes, with the step
     times W6 (CartPole) and W11 (Pong) measured for their machine limits."""
@@ -548,6 +629,7 @@ QUOTES: dict[str, Callable[[Figures], str]] = {
     "guide-modes": guide_modes,
     "guide-figure": guide_figure,
     "guide-costs": guide_costs,
+    "guide-peers": guide_peers,
 }
 
 
