@@ -27,6 +27,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import signal
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -402,7 +404,9 @@ def build_app(source: EnvSource, options: ServeOptions | None = None) -> Starlet
 def serve(
     source: EnvSource, options: ServeOptions, host: str = "127.0.0.1", port: int = 8000
 ) -> None:
-    """Serve ``source`` until interrupted (SIGINT or SIGTERM), then close every worker."""
+    """Serve ``source`` until interrupted (SIGINT or SIGTERM), then close every worker.
+    Stopped by SIGTERM, the process exits with status 143 (128 + SIGTERM, as a shell
+    reports a process that signal ended), once the interpreter's exit handlers ran."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -413,4 +417,19 @@ def serve(
         ws_ping_interval=options.keepalive,
         ws_ping_timeout=options.keepalive,
     )
-    uvicorn.Server(config).run()
+    if threading.current_thread() is not threading.main_thread():
+        uvicorn.Server(config).run()
+        return
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again with the handler it
+    # found, so that the process ends as that signal ends it. SIGTERM's default ends it
+    # before the interpreter's exit handlers run (multiprocessing's among them, which
+    # remove the folder its forkserver's socket is in): exit through them instead.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

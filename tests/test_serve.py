@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import envs
@@ -301,9 +302,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(*arguments: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(*arguments: str, temp: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """``aioenv serve ARGUMENTS`` as its own process (the command line), once it listens;
-    the test envs' module is importable there."""
+    the test envs' module is importable there. ``temp``: its temporary files' folder."""
     port = free_port()
     tests = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
@@ -311,7 +312,7 @@ def start_server(*arguments: str) -> tuple[subprocess.Popen[bytes], str]:
         [sys.executable, "-m", "aioenv", "serve", *arguments, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**os.environ, "PYTHONPATH": path, **({"TMPDIR": temp} if temp else {})},
     )
     deadline = time.monotonic() + 30
     while True:
@@ -339,25 +340,29 @@ def served_cartpole() -> Iterator[str]:
     try:
         yield url
     finally:
-        # uvicorn stops gracefully, then dies of the signal it caught, as is the custom.
-        assert stop_server(server, signal.SIGTERM) in (0, -signal.SIGTERM)
+        # uvicorn stops gracefully; then the exit status says SIGTERM ended it.
+        assert stop_server(server, signal.SIGTERM) == 128 + signal.SIGTERM
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 async def test_a_stopped_or_killed_server_leaves_no_worker_and_no_helper(
-    how: signal.Signals,
+    how: signal.Signals, tmp_path: Path
 ) -> None:
-    server, url = start_server("--factory", "envs:Spawning")
+    server, url = start_server("--factory", "envs:Spawning", temp=str(tmp_path))
     try:
         env = client(url)
         info = (await env.reset()).observation["info"]
         assert process_running(info["pid"]) and process_running(info["helper"])
+        assert os.listdir(tmp_path)  # multiprocessing's folder, for its forkserver's socket
     finally:
-        stop_server(server, how)
+        status = stop_server(server, how)
     with contextlib.suppress(Exception):
         await env.close()
     assert await gone(info["pid"])
     assert await gone(info["helper"])
+    if how != signal.SIGKILL:  # a process killed outright removes nothing
+        assert status == {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: -signal.SIGINT}[how]
+        assert os.listdir(tmp_path) == []
 
 
 async def test_a_pool_of_remote_envs_drives_aioenv_serve(served_cartpole: str) -> None:
