@@ -16,6 +16,7 @@ import pytest
 from envs import Walk
 
 import aioenv
+from aioenv.engine._channel import SMALL
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,6 +137,95 @@ def test_a_child_that_dies_is_replaced_and_its_open_episodes_end_cut_short(autor
     calm = _run(autoreset, [ExitsOnTwo] * N, fault=ZEROS)
     np.testing.assert_array_equal(faulty[0][:2], calm[1][0][:2])
     np.testing.assert_array_equal(after[0][:2], calm[3][0][:2])
+
+
+class DiesWritingALongAnswer(Walk):
+    """Once ``armed`` (with ``set_attr``), its next step or reset answers with infos longer
+    than the engine writes before its post (``aioenv.engine._channel.SMALL``), and its
+    process exits halfway through writing them: the parent has taken the post and is
+    reading the message when the child is gone."""
+
+    armed = False
+
+    def _long(self, answer: tuple[Any, ...]) -> tuple[Any, ...]:
+        if not self.armed:
+            return answer
+        import aioenv.engine._child as child
+
+        def dies_halfway(sock: Any, wake: Any, data: bytes) -> None:
+            assert len(data) > SMALL  # written after the post
+            wake.post()
+            sock.sendall(data[: len(data) // 2])
+            os._exit(5)
+
+        child.post_with = dies_halfway  # the child's loop looks it up at each answer
+        *rest, info = answer
+        return (*rest, {**info, "long": np.zeros(SMALL // 4)})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self._long(super().reset(seed=seed, options=options))
+
+    def step(self, action: int) -> Any:
+        return self._long(super().step(action))
+
+
+ARM_ENV_2 = [False, False, True, False]
+
+
+@pytest.mark.parametrize("restart", ["on_failure", "never"])
+def test_a_child_that_dies_while_it_writes_a_long_step_answer_is_replaced(restart: str) -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [DiesWritingALongAnswer] * N,
+        mode="process",
+        envs_per_worker=2,
+        restart=restart,
+        on_failure=failures.append,
+    ) as envs:
+        envs.reset(seed=0)
+        envs.set_attr("armed", ARM_ENV_2)
+        if restart == "never":
+            with pytest.raises(aioenv.WorkerDied, match=r"envs 2-3.*exited with code 5"):
+                envs.step(ZEROS)
+            return
+        observations, rewards, terminated, truncated, info = envs.step(ZEROS)
+        np.testing.assert_array_equal(truncated, [False, False, True, True])
+        assert not terminated.any() and rewards[2] == rewards[3] == 0.0
+        assert observations[0, 1] == observations[1, 1] == 1.0  # envs 0-1 stepped once
+        for row in (2, 3):
+            assert "WorkerDied" in (_marker(info, row) or "")
+        assert _marker(info, 0) is None and _marker(info, 1) is None
+        after = envs.step(ZEROS)
+        assert after[0][2, 1] == after[0][3, 1] == 0.0  # the new envs' resets
+        assert tuple(envs.get_attr("armed")) == (False,) * N  # the new child's envs are new
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
+    assert "exited with code 5" in str(failures[0])
+
+
+def test_a_child_that_dies_while_it_writes_a_long_reset_answer_is_replaced() -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [DiesWritingALongAnswer] * N,
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as envs:
+        before = envs.reset(seed=0)[0]
+        pids = envs.apply(lambda env: os.getpid())
+        envs.set_attr("armed", ARM_ENV_2)
+        observations, info = envs.reset(seed=0)
+        # The same seeds reset envs 0-1 as before; envs 2-3 are the new child's, reset by
+        # the restart rule, and say why.
+        np.testing.assert_array_equal(observations[:2], before[:2])
+        assert observations[2, 1] == observations[3, 1] == 0.0
+        for row in (2, 3):
+            assert "WorkerDied" in (_marker(info, row) or "")
+        assert _marker(info, 0) is None
+        after = envs.apply(lambda env: os.getpid())
+        assert after[:2] == pids[:2] and after[2] not in pids
+        envs.step(ZEROS)
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
 
 
 def test_a_hung_child_is_killed_at_its_deadline_and_replaced() -> None:

@@ -95,7 +95,6 @@ class EngineChildren(HandOffs):
     ) -> None:
         episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
         self.autoreset: str = episode.autoreset
-        self.closed = False
         self.sizes = list(sizes)
         n = sum(sizes)
         # Every option is checked before the buffer and the wake take descriptors.

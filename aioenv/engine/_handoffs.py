@@ -79,6 +79,8 @@ class HandOffs:
         self.budgets: EpisodeBudgets | None = None
         #: The children whose answers a revival's supervisor must hear of.
         self.unsettled: set[int] = set()
+        #: Closing: a child that dies is not replaced any more.
+        self.closed = False
         # The notes and marks as bytes: cleared and looked at per step for less than a
         # microsecond (numpy's indexing and ``any`` cost a few).
         self._notes = memoryview(buffer.notes)
@@ -156,14 +158,16 @@ class HandOffs:
         self._lockstep = True
         try:
             died = self.wait()
+            self.pending.clear()
+            self._taken = 0
+            # Before the rows are read: a child that dies while it writes its message is
+            # replaced, and the new one writes its rows (see _died_answering).
+            parts = self._infos(died) if died or self._notes != self._zeros else {}
         finally:
             self._lockstep = False
-        self.pending.clear()
-        self._taken = 0
         observations = buffer.observations
         if self.copy:
             observations = copied(observations)
-        parts = self._infos(died) if died or self._notes != self._zeros else {}
         if self.revivals is not None and self.unsettled:
             self.revivals.progress(every)
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
@@ -334,11 +338,32 @@ class HandOffs:
         try:
             answer = answer_of(child.start.socket, child.name, w, self.report)
         except (EOFError, OSError):
-            return self.died(w, "while it answered")
+            return self._died_answering(w)
         if type(answer) is GivenUp:  # an env's restart budget is spent
             self.dead[w] = answer.error
             return answer.error
         return answer
+
+    def _died_answering(self, w: int) -> Any:
+        """Child ``w`` posted its answer and died before its message was read whole (a
+        message longer than :data:`~aioenv.engine._channel.SMALL` is written after the
+        post): its error, for good; with restarts on, as after a death while it stepped,
+        a new child is handed what answers its request, and that answer is read instead
+        (the error that gave the child up, where none could be)."""
+        error = self.died(w, "while it answered")
+        if self.revivals is None or self.closed:
+            return error
+        # Only the new child's answer is waited for: the others pending have posted theirs.
+        pending, taken = self.pending, self._taken
+        self.pending, self._taken = set(), 0
+        try:
+            died: dict[int, WorkerError] = {}
+            self._lost(w, error, died, True)
+            if w not in died:
+                died = self.wait()
+            return died[w] if w in died else self._read(w)
+        finally:
+            self.pending, self._taken = pending, taken
 
     def _read(self, w: int) -> Any:
         """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
