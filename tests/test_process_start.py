@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -263,3 +265,23 @@ def test_a_held_start_thread_ends_after_lingering_with_nothing_to_do() -> None:
     thread = calls.submit(lambda: threading.current_thread()).result(timeout=10)
     thread.join(timeout=10)  # never released: it ends once it lingered 50 ms
     assert not thread.is_alive() and not off_loop_threads(name)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_children_of_the_default_forkserver_start_with_aioenvs_preloads(context: str) -> None:
+    """The forkserver's server imports what every child imports, once (its preload list
+    is set by aioenv's first start, in a fresh interpreter here): a module only the
+    preload imports is there in each child. Under spawn, nothing is preloaded."""
+    preload_only = "aioenv.workers.process._thread_caps_preload"
+    code = (
+        "import sys, aioenv\n"
+        f"with aioenv.AioVectorEnv('CartPole-v1', 2, mode='process', context={context!r}) as e:\n"
+        f"    print(e.apply(lambda env: {preload_only!r} in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=150, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    expected = context == "forkserver"
+    assert result.stdout.strip() == str((expected, expected))

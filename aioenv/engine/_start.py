@@ -11,10 +11,10 @@ the child (or the forkserver preloads it), so the parent's side never imports it
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import multiprocessing
 import multiprocessing.context
-import multiprocessing.forkserver
 import multiprocessing.process
 import multiprocessing.spawn
 import multiprocessing.util
@@ -29,7 +29,10 @@ __all__ = ["ChildStart", "Context", "default_context", "resolve_context", "start
 
 Context = multiprocessing.context.BaseContext
 
+#: The forkserver's preload list, as aioenv sets it: multiprocessing's own (the main
+#: module), then what every child imports.
 _PRELOAD = [
+    "__main__",
     "aioenv.workers.process._quiet_start",
     "aioenv.workers.process._child",
     "aioenv.engine._child",
@@ -41,16 +44,19 @@ _PRELOAD = [
 
 def default_context() -> Context:
     """``forkserver`` (with numpy, gymnasium and aioenv preloaded in the server, so a worker
-    starts in tens of milliseconds) where available, else ``spawn``."""
+    starts in tens of milliseconds) where available, else ``spawn``. The first call sets
+    the forkserver's preload list (multiprocessing offers no way to read it, so it is set
+    whole, once: a list set later is the one a server started later takes)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    preload = list(getattr(server, "_preload_modules", ["__main__"]))
-    missing = [name for name in _PRELOAD if name not in preload]
-    if missing and getattr(server, "_forkserver_pid", None) is None:
-        context.set_forkserver_preload(preload + missing)
+    _set_preload(context)
     return context
+
+
+@functools.cache
+def _set_preload(context: Context) -> None:
+    context.set_forkserver_preload(_PRELOAD)
 
 
 def resolve_context(context: Context | str | None) -> Context:
