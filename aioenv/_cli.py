@@ -279,7 +279,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     if (arguments.env_id is None) == (arguments.factory is None):
         _fail(prog, "give either ENV_ID or --factory MODULE:FUNCTION")
     try:
-        from ._serve import ServeOptions, serve
+        from .serve import ServeOptions, serve
     except ImportError as exc:
         _fail(prog, f"{exc}; install the server's dependencies: pip install 'aioenv[serve]'")
     source: Any

@@ -15,10 +15,10 @@ or ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
 "step_count": ...}}`` or ``{"type": "error", "data": {"message": ..., "code": ...}}``.
 
 This module holds the server: its options, its sessions (each one's pool), the starlette
-app and its endpoints, and uvicorn's run of it. What the protocol says (its error codes,
-the checks of a request's data, the answers to a session's messages, a session's episode
-and the ``/schema`` document) is :mod:`aioenv.wire._openenv_protocol`'s, which needs no
-web framework.
+app and its endpoints (:func:`aioenv.serve.serve` runs it with uvicorn). What the protocol
+says (its error codes, the checks of a request's data, the answers to a session's
+messages, a session's episode and the ``/schema`` document) is
+:mod:`aioenv.wire._openenv_protocol`'s, which needs no web framework.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import signal
-import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -399,37 +397,3 @@ def build_app(source: EnvSource, options: ServeOptions | None = None) -> Starlet
     )
     app.state.aioenv_server = server
     return app
-
-
-def serve(
-    source: EnvSource, options: ServeOptions, host: str = "127.0.0.1", port: int = 8000
-) -> None:
-    """Serve ``source`` until interrupted (SIGINT or SIGTERM), then close every worker.
-    Stopped by SIGTERM, the process exits with status 143 (128 + SIGTERM, as a shell
-    reports a process that signal ended), once the interpreter's exit handlers ran."""
-    import uvicorn
-
-    config = uvicorn.Config(
-        build_app(source, options),
-        host=host,
-        port=port,
-        log_level="info",
-        ws_ping_interval=options.keepalive,
-        ws_ping_timeout=options.keepalive,
-    )
-    if threading.current_thread() is not threading.main_thread():
-        uvicorn.Server(config).run()
-        return
-    # uvicorn stops gracefully on SIGTERM, then raises the signal again with the handler it
-    # found, so that the process ends as that signal ends it. SIGTERM's default ends it
-    # before the interpreter's exit handlers run (multiprocessing's among them, which
-    # remove the folder its forkserver's socket is in): exit through them instead.
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        uvicorn.Server(config).run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
