@@ -321,15 +321,12 @@ class HandOffs:
         post): its error, for good; with restarts on, as after a death while it stepped,
         a new child is handed what answers its request, and that answer is read instead
         (the error that gave the child up, where none could be)."""
-        error = self.died(w, "while it answered")
-        if self.revivals is None or self.closed:
-            return error
         # Only the new child's answer is waited for: the others pending have posted theirs.
         pending, taken = self.pending, self._taken
         self.pending, self._taken = set(), 0
         try:
             died: dict[int, WorkerError] = {}
-            self._lost(w, error, died, True)
+            self._lost(w, self.died(w, "while it answered"), died, not self.closed)
             if w not in died:
                 died = self.wait()
             return died[w] if w in died else self._read(w)
