@@ -280,35 +280,6 @@ class EngineChildren(HandOffs):
     def num_pending(self) -> int:
         return len(self.pending)
 
-    # Controls, spins among them (the vector env's spin trial, between steps) ----------------
-    def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
-        """Each child's answer to its request (None where it had none); a child's error
-        is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll)."""
-        self.check_usable()
-        if self.pending:
-            self.answers()
-        for w, request in requests.items():
-            self.hand(w, request, op)
-        answers = self.answers()
-        for answer in answers.values():
-            if isinstance(answer, WorkerError):
-                raise answer
-        return [answers.get(w) for w in range(len(self.children))]
-
-    def _to_every(self, request: Any, op: str = "control") -> list[Any]:
-        """Every child's answer to the same request."""
-        return self._control(dict.fromkeys(range(len(self.children)), request), op)
-
-    @property
-    def idle_spin(self) -> float:
-        """Seconds each child polls for its next request before it sleeps."""
-        return self._idle_spin
-
-    def set_idle_spin(self, seconds: float) -> None:
-        """Make every child poll ``seconds`` for its next request before it sleeps."""
-        self._idle_spin = float(seconds)  # the vector env's spin trial's (checked at start)
-        self._to_every(self._idle_spin, "spin")
-
     # Close -----------------------------------------------------------------------------------
     def close(self) -> None:
         """Ask every child to close its envs and exit; wait ``cleanup_time`` seconds, then

@@ -185,6 +185,35 @@ class HandOffs:
         ended = bool(buffer.terminated[rows].any() or buffer.truncated[rows].any())
         return request_phase(None, self._autoreset, ended)  # type: ignore[arg-type]
 
+    # Controls, spins among them (the vector env's spin trial, between steps) ----------------
+    def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
+        """Each child's answer to its request (None where it had none); a child's error
+        is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll)."""
+        self.check_usable()
+        if self.pending:
+            self.answers()
+        for w, request in requests.items():
+            self.hand(w, request, op)
+        answers = self.answers()
+        for answer in answers.values():
+            if isinstance(answer, WorkerError):
+                raise answer
+        return [answers.get(w) for w in range(len(self.children))]
+
+    def _to_every(self, request: Any, op: str = "control") -> list[Any]:
+        """Every child's answer to the same request."""
+        return self._control(dict.fromkeys(range(len(self.children)), request), op)
+
+    @property
+    def idle_spin(self) -> float:
+        """Seconds each child polls for its next request before it sleeps."""
+        return self._idle_spin
+
+    def set_idle_spin(self, seconds: float) -> None:
+        """Make every child poll ``seconds`` for its next request before it sleeps."""
+        self._idle_spin = float(seconds)  # the vector env's spin trial's (checked at start)
+        self._to_every(self._idle_spin, "spin")
+
     # Answers in ------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> dict[int, WorkerError]:
         """Wait until every child handed a request has posted its answer: the children
@@ -309,29 +338,11 @@ class HandOffs:
         try:
             answer = answer_of(child.start.socket, child.name, w, self.report)
         except (EOFError, OSError):
-            return self._died_answering(w)
+            return _died_answering(self, w)
         if type(answer) is GivenUp:  # an env's restart budget is spent
             self.dead[w] = answer.error
             return answer.error
         return answer
-
-    def _died_answering(self, w: int) -> Any:
-        """Child ``w`` posted its answer and died before its message was read whole (a
-        message longer than :data:`~aioenv.engine._channel.SMALL` is written after the
-        post): its error, for good; with restarts on, as after a death while it stepped,
-        a new child is handed what answers its request, and that answer is read instead
-        (the error that gave the child up, where none could be)."""
-        # Only the new child's answer is waited for: the others pending have posted theirs.
-        pending, taken = self.pending, self._taken
-        self.pending, self._taken = set(), 0
-        try:
-            died: dict[int, WorkerError] = {}
-            self._lost(w, self.died(w, "while it answered"), died, not self.closed)
-            if w not in died:
-                died = self.wait()
-            return died[w] if w in died else self._read(w)
-        finally:
-            self.pending, self._taken = pending, taken
 
     def _read(self, w: int) -> Any:
         """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
@@ -368,3 +379,23 @@ class HandOffs:
         if self.dead:
             w = min(self.dead)
             raise self.children[w].removed(w, self.dead[w])
+
+
+def _died_answering(offs: HandOffs, w: int) -> Any:
+    """Child ``w`` of ``offs`` posted its answer and died before its message was read
+    whole (a message longer than :data:`~aioenv.engine._channel.SMALL` is written after
+    the post): its error, for good; with restarts on, as after a death while it stepped,
+    a new child is handed what answers its request, and that answer is read instead (the
+    error that gave the child up, where none could be). A function of the module, not a
+    method: :class:`HandOffs` is as long as a class may be."""
+    # Only the new child's answer is waited for: the others pending have posted theirs.
+    pending, taken = offs.pending, offs._taken
+    offs.pending, offs._taken = set(), 0
+    try:
+        died: dict[int, WorkerError] = {}
+        offs._lost(w, offs.died(w, "while it answered"), died, not offs.closed)
+        if w not in died:
+            died = offs.wait()
+        return died[w] if w in died else offs._read(w)
+    finally:
+        offs.pending, offs._taken = pending, taken
