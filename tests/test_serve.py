@@ -361,7 +361,11 @@ async def test_a_stopped_or_killed_server_leaves_no_worker_and_no_helper(
     assert await gone(info["pid"])
     assert await gone(info["helper"])
     if how != signal.SIGKILL:  # a process killed outright removes nothing
-        assert status == {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: -signal.SIGINT}[how]
+        # SIGTERM: the status of aioenv's exit; SIGINT: KeyboardInterrupt's, raised again by
+        # uvicorn once it stopped (-SIGINT), or by none where it came while uvicorn
+        # started and its run took it (0).
+        expected = {signal.SIGTERM: (128 + signal.SIGTERM,), signal.SIGINT: (0, -signal.SIGINT)}
+        assert status in expected[how]
         assert os.listdir(tmp_path) == []
 
 
