@@ -574,6 +574,7 @@ def guide_peers(f: Figures) -> str:
     )
     case = "N=8"
     ray, ray4 = "aioenv ray / state", "aioenv ray x4 / state"
+    calls, calls4 = "aioenv ray calls / state", "aioenv ray x4 calls / state"
     actor, actor4 = "reference: bare Ray actor call", "reference: bare Ray actor call x4"
     graph, graph4 = "reference: bare Ray compiled graph", "reference: bare Ray compiled graph x4"
     packages = f.report["meta"]["packages"]
@@ -588,14 +589,16 @@ def guide_peers(f: Figures) -> str:
         + ". TorchRL's `AsyncEnvPool` and aioenv act on whichever env is ready first in "
         "W1 and W2; `ParallelEnv` steps all of them together.\n\n"
         f"{table}\n\n"
-        f"Ray (W8, 8 envs stepping 5 ms, % of the ideal N / 5 ms): aioenv's Ray workers "
+        f"Ray (W8, 8 envs stepping 5 ms, % of the ideal N / 5 ms): aioenv's Ray workers, "
+        f"whose steps go on a direct connection to each actor, "
         f"{f.ideal('W8', case, ray)} with an env per actor and {f.ideal('W8', case, ray4)} "
-        f"with 4 envs per actor; in the same run a bare Ray actor call per step reached "
-        f"{f.ideal('W8', case, actor)} and {f.ideal('W8', case, actor4)} "
-        f"(aioenv at {f.over('W8', case, ray, actor)} and {f.over('W8', case, ray4, actor4)} "
-        f"of those), and Ray's compiled graphs {f.ideal('W8', case, graph)} and "
-        f"{f.ideal('W8', case, graph4)}. Ray's own processes share the machine's cores with "
-        f"the envs. Process workers: {f.ideal('W8', case, state)}."
+        f"with 4 envs per actor; with every message as an actor call "
+        f"(`direct_connection=False`) {f.ideal('W8', case, calls)} and "
+        f"{f.ideal('W8', case, calls4)}. In the same run a bare Ray actor call per step "
+        f"reached {f.ideal('W8', case, actor)} and {f.ideal('W8', case, actor4)}, and Ray's "
+        f"compiled graphs {f.ideal('W8', case, graph)} and {f.ideal('W8', case, graph4)}. "
+        f"Ray's own processes share the machine's cores with the envs. Process workers: "
+        f"{f.ideal('W8', case, state)}."
         f"{f.busy_note()}"
     )
 

@@ -212,8 +212,8 @@ CONFIGS: list[Config] = [
         "options": _RAY,
         "workloads": ("W4", "W8"),
     },
-    # Four envs to an actor: one actor call carries each loop iteration's messages for
-    # all four, a quarter of the calls of an actor per env.
+    # Four envs to an actor: one frame (or actor call) carries each loop iteration's
+    # messages for all four, a quarter of the round trips of an actor per env.
     {
         "label": "aioenv ray x4 / state",
         "runner": "aioenv",
@@ -221,6 +221,18 @@ CONFIGS: list[Config] = [
         "options": {**_RAY, "envs_per_actor": 4},
         "workloads": ("W8",),
     },
+    # The same two with every message as an actor call (direct_connection=False): what
+    # the direct connection saves, in the same run.
+    *(
+        {
+            "label": f"aioenv ray{' x4' if k > 1 else ''} calls / state",
+            "runner": "aioenv",
+            "api": "state",
+            "options": {**_RAY, "envs_per_actor": k, "direct_connection": False},
+            "workloads": ("W8",),
+        }
+        for k in (1, 4)
+    ),
     # Ray's own call paths, nothing of aioenv's (see bare_ray.py): what bounds the rows
     # above on the same machine.
     *(

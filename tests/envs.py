@@ -92,6 +92,23 @@ class Gated(Counter):
         return super().step(action)
 
 
+class SlowSteps(Counter):
+    """A Counter whose every step takes ``pause`` seconds (slow enough for an actor to step
+    it beside others), and whose step ``wait_at`` waits for the file ``gate``."""
+
+    def __init__(self, pause: float, gate: str, wait_at: int | None) -> None:
+        super().__init__(limit=10**9)
+        self.pause, self.gate, self.wait_at = pause, gate, wait_at
+
+    def step(self, action: Any) -> dict[str, Any]:
+        time.sleep(self.pause)
+        if self.t + 1 == self.wait_at:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(self.gate) and time.monotonic() < deadline:
+                time.sleep(0.002)
+        return super().step(action)
+
+
 def open_gate(gate: str) -> None:
     Path(gate).touch()
 

@@ -81,3 +81,11 @@ def actor_state(actor_id: str) -> str:
     import ray
 
     return str(ray._private.state.actors(actor_id=actor_id)["State"])
+
+
+def on_direct_connections(pool: Any) -> bool:
+    """Every Ray worker of ``pool`` that asked for a direct connection to its actor has it
+    open (seen from its host: no public surface says which way a message goes). A test
+    that says which way its steps go waits for this: until the connection opens, the
+    messages go as actor calls."""
+    return all(worker._host._direct is None or worker._host._direct.open for worker in pool.workers)

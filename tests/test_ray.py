@@ -30,8 +30,8 @@ from envs import (
     Rendezvous,
     expected_big_observation,
 )
-from ray_support import actor_state
-from support import a_failed_rebuild_keeps_spaces, wait_until
+from ray_support import actor_state, on_direct_connections
+from support import a_failed_rebuild_keeps_spaces, eventually, wait_until
 
 import aioenv
 import aioenv.workers.ray._actor as actor_module
@@ -328,13 +328,27 @@ async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_acti
 
 
 @ray_test
-async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on() -> None:
-    async with aioenv.make_pool(LockedState, 1, mode="ray", **OFF_CPU) as pool:
+@pytest.mark.parametrize(
+    ("direct", "during"),
+    [(True, r"sending a Ray actor's reply \(pickling\)"), (False, "a Ray actor call")],
+    ids=["direct", "calls"],
+)
+async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on(
+    direct: bool, during: str
+) -> None:
+    async with aioenv.make_pool(
+        LockedState, 1, mode="ray", direct_connection=direct, **OFF_CPU
+    ) as pool:
         pool.send_action(aioenv.RESET, 0)
         await pool.get_state()
+        # The step goes the way asked: on the connection once it is open (the reset may
+        # have gone as an actor call before), else as an actor call.
+        assert await eventually(
+            lambda: pool.workers[0]._host._direct is None or pool.workers[0]._host._direct.open, 60
+        )  # type: ignore[attr-defined]
         actor = pool.workers[0].actor_id  # type: ignore[attr-defined]
         pool.send_action("lock", 0)
-        with pytest.raises(aioenv.EnvError, match="Ray actor call") as caught:
+        with pytest.raises(aioenv.EnvError, match=during) as caught:
             await pool.get_state()
         assert caught.value.worker_id == 0
         assert "lock" in caught.value.remote_traceback
@@ -345,17 +359,22 @@ async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on
 
 @ray_test
 @pytest.mark.parametrize("copy", [True, False])
-async def test_large_observations_come_back_as_ray_views_and_the_pool_copies_them(
-    copy: bool,
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
+async def test_large_observations_come_back_as_their_own_or_as_ray_views_the_pool_copies(
+    copy: bool, direct: bool
 ) -> None:
-    async with aioenv.make_pool(BigObservation, 1, mode="ray", copy=copy, **OFF_CPU) as pool:
+    async with aioenv.make_pool(
+        BigObservation, 1, mode="ray", copy=copy, direct_connection=direct, **OFF_CPU
+    ) as pool:
         pool.send_action(aioenv.RESET, 0)
         await pool.get_state()
+        assert await eventually(lambda: on_direct_connections(pool), 60)
         pool.send_action(0, 0)
         state, _ = await pool.get_state()
         np.testing.assert_array_equal(state.observation, expected_big_observation(1))
-        # copy=True: the state owns its array; copy=False: a read-only view of Ray's buffer.
-        assert state.observation.flags.writeable is copy
+        # On the direct connection the state's array is its own, copy or not; through an
+        # actor call it is a read-only view of Ray's buffer, which copy=True copies.
+        assert state.observation.flags.writeable is (copy or direct)
 
 
 @ray_test

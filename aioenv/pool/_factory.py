@@ -60,6 +60,7 @@ _WORKER_OPTIONS: dict[str, frozenset[str]] = {
             "resources",
             "runtime_env",
             "actor_options",
+            "direct_connection",
             "threads_per_env",
         }
     ),
@@ -149,7 +150,8 @@ def make_pool(
         ``envs_per_process`` (how many workers share one child process; default 1) and
         ``idle_spin`` (see :class:`~aioenv.ProcessWorker`); for
         Ray workers ``num_cpus``, ``num_gpus``, ``resources``, ``runtime_env``,
-        ``actor_options`` (see :class:`~aioenv.RayWorker`; per actor) and
+        ``actor_options``, ``direct_connection`` (see :class:`~aioenv.RayWorker`; per
+        actor) and
         ``envs_per_actor`` (how many workers share one actor; default 1); for both,
         ``threads_per_env`` (the threads each native thread pool of a child process or
         actor may use: OpenMP, BLAS, numexpr, torch, OpenCV; default 1, None leaves them

@@ -17,9 +17,15 @@ call came in on. An actor call returns when its last answer is ready, so envs th
 envs of 5 ms each would answer a call in 20 ms, not 5. Fast envs stay in turn, since a
 hand-off to a thread costs tens of microseconds, more than a CartPole step.
 
-This module imports nothing from the parent's side, and not ray itself: the parent wraps
-:class:`EnvActor` with ``ray.remote`` (and imports this module only then). The messages
-are in :mod:`aioenv.wire._ray_messages`.
+The same messages come as actor calls or, once the parent has connected, as frames on a
+direct connection (:meth:`EnvActor.open_channel`, :meth:`EnvActor.run_channel`, and
+:mod:`aioenv.workers.ray._actor_channel`), which spares each step Ray's task submission,
+and whose slow envs answer each as soon as it is done. The parent never has messages on
+both ways at once.
+
+This module imports nothing from the parent's side, and ray itself only inside the
+actor: the parent wraps :class:`EnvActor` with ``ray.remote`` (and imports this module
+only then). The messages are in :mod:`aioenv.wire._ray_messages`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import secrets
+import socket
+import threading
 import time
 from typing import Any
 
@@ -36,8 +45,9 @@ from ...core._messages import ControlRequest, EpisodeOptions, Failure
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...env_side._thread_safety import runner_unsafe_reason
-from ...wire._ray_messages import Message, Pickled, Ready, Reply
+from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Ready, Reply
 from ...wire._requests import Request
+from ._actor_channel import ChannelServer, accepted
 
 __all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor"]
 
@@ -69,18 +79,28 @@ class EnvActor:
         self._took = [collections.deque[float](maxlen=TIMED_REQUESTS) for _ in payloads]
         self._thread_safe = [False] * len(payloads)
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # one call at a time, and close after the channel
+        self._listener: socket.socket | None = None
+        self._token = b""
+        self._channel: ChannelServer | None = None
 
     def serve(self, messages: list[Message]) -> list[Reply]:
         """Answer ``messages`` in order (the steps of several slots side by side where
         that pays, see the module's docstring); messages that need no answer get none."""
+        with self._lock:
+            return self._serve(messages)
+
+    def _serve(self, messages: list[Message]) -> list[Reply]:
         if self._side_by_side(messages):
             if self._threads is None:
                 self._threads = concurrent.futures.ThreadPoolExecutor(
-                    len(self._took), thread_name_prefix="aioenv-actor-slot"
+                    len(self._took) - 1, thread_name_prefix="aioenv-actor-slot"
                 )
-            answers = list(self._threads.map(self._answer, messages))
+            # The first here, on the thread that waits for the others anyway.
+            others = [self._threads.submit(self.answer, message) for message in messages[1:]]
+            answers = [self.answer(messages[0]), *(other.result() for other in others)]
         else:
-            answers = [self._answer(message) for message in messages]
+            answers = [self.answer(message) for message in messages]
         return [reply for reply in answers if reply is not None]
 
     def _side_by_side(self, messages: list[Message]) -> bool:
@@ -89,14 +109,21 @@ class EnvActor:
             len(slots) > 1
             and len(slots) == len(messages)
             and all(request == Request.STEP for _, _, request, _ in messages)
-            and all(self._thread_safe[s] and self._slow(s) for s in slots)
+            and self.side_by_side_safe()
+            and all(self.slow(s) for s in slots)
         )
 
-    def _slow(self, slot: int) -> bool:
+    def side_by_side_safe(self) -> bool:
+        """Every slot's envs are safe in threads (by the thread workers' rule)."""
+        return all(self._thread_safe)
+
+    def slow(self, slot: int) -> bool:
+        """Each of ``slot``'s last requests took :data:`SIDE_BY_SIDE_STEP` or longer."""
         took = self._took[slot]
         return bool(took) and min(took) >= SIDE_BY_SIDE_STEP
 
-    def _answer(self, message: Message) -> Reply | None:
+    def answer(self, message: Message) -> Reply | None:
+        """The reply to one message (None: it needs none)."""
         slot, seq, request, payload = message
         if request == Request.CONTROL:
             payload = _resolved(payload)
@@ -115,9 +142,41 @@ class EnvActor:
 
     def close(self) -> None:
         """Close every env (the parent then kills the actor)."""
-        if self._threads is not None:
-            self._threads.shutdown()
-        self._slots.close()
+        with self._lock:
+            if self._channel is not None:
+                self._channel.stop()  # its answers in progress first
+            if self._threads is not None:
+                self._threads.shutdown()
+            self._slots.close()
+
+    # The direct connection ---------------------------------------------------------------
+    def open_channel(self) -> tuple[str, int, bytes]:
+        """Listen for the parent's direct connection, on this node's address: the address,
+        the port and the secret the parent must send first (this call came through Ray,
+        which only the parent can call)."""
+        import ray  # inside the actor, where Ray runs
+
+        node: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        family = socket.AF_INET6 if ":" in node else socket.AF_INET
+        self._listener = socket.create_server((node, 0), family=family)
+        self._token = secrets.token_bytes(TOKEN_BYTES)
+        address, port = self._listener.getsockname()[:2]
+        return address, port, self._token
+
+    def run_channel(self, wait: float) -> None:
+        """Accept the parent's connection (waiting ``wait`` seconds at most) and answer the
+        messages that come on it (:class:`~aioenv.workers.ray._actor_channel.ChannelServer`)
+        until the parent closes it. In a concurrency group of its own: the call lasts as
+        long as the connection, and its failure tells the parent that the actor is gone."""
+        listener = self._listener
+        assert listener is not None, "open_channel first"
+        with listener:
+            connection = accepted(listener, self._token, time.monotonic() + wait)
+        if connection is None:
+            return  # the parent did not connect: its messages keep coming as calls
+        with connection:
+            self._channel = ChannelServer(self, connection, len(self._took))
+            self._channel.run()
 
     def linger(self, seconds: float) -> None:
         """Wait here: a call the parent makes after killing the actor, which fails as soon

@@ -3,8 +3,12 @@ actor calls, await the answers on the event loop, notice its death, kill it.
 
 Like :class:`~aioenv.workers.process._host.Host` for a child process, an :class:`ActorHost` knows
 nothing of workers: it is given plain data and, per slot, a ``deliver`` callback for each
-answer and an ``on_death`` callback. Messages sent in one loop iteration travel in one
-actor call.
+answer and an ``on_death`` callback. Messages sent in one loop iteration travel together:
+in one frame on the actor's direct connection once it is made
+(:mod:`aioenv.workers.ray._channel`), else in one actor call. The two ways never carry
+messages at once (a switch waits until the other way's are answered), so the actor answers
+them in the order sent; control requests and rollouts, whose large values go through
+Ray's object store, always go as calls.
 
 No Ray call is made on the event loop: Ray's calls take the GIL for a while and, on busy
 cores, tens of milliseconds. A host's actor calls are made in a thread of their own
@@ -27,8 +31,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import importlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,59 +38,24 @@ import cloudpickle
 
 from ...core._messages import EpisodeOptions, Failure
 from ...env_side._thread_caps import ThreadCaps
-from ...wire._ray_messages import Message, Pickled
+from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
 from ._calls import OUTBOXES, Call, send_off_loop
+from ._channel import DirectConnection, goes_direct
+from ._cluster import import_ray, init_ray
 
-__all__ = [
-    "KILL_GRACE",
-    "ActorHost",
-    "Deliver",
-    "OnDeath",
-    "import_ray",
-    "init_ray",
-]
+__all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath"]
 
-#: ``deliver(host, seq, result)``: an answer for one slot.
-Deliver = Callable[["ActorHost", int, Any], None]
+#: ``deliver(host, seq, result, borrowed)``: an answer for one slot; ``borrowed``: its
+#: arrays are Ray's read-only views (it came as an actor call), else its own.
+Deliver = Callable[["ActorHost", int, Any, bool], None]
 #: ``on_death(host, reason)``: the actor is gone (dead, lost with its node, or killed).
 OnDeath = Callable[["ActorHost", str], None]
 
 #: Seconds to wait for Ray to report a killed actor dead before warning.
 KILL_GRACE = 10.0
-
-#: ``ray.init`` defaults when aioenv starts Ray itself: a laptop, not a cluster.
-LOCAL_RAY_DEFAULTS: dict[str, Any] = {
-    "include_dashboard": False,
-    "object_store_memory": 256 * 1024**2,
-    "log_to_driver": True,
-}
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ImportError saying what to install."""
-    try:
-        return importlib.import_module("ray")
-    except ImportError as exc:
-        raise ImportError(
-            "Ray workers need Ray, which is not installed: pip install 'aioenv[ray]'"
-        ) from exc
-
-
-def init_ray(ray: Any) -> None:
-    """Start a local Ray instance (:data:`LOCAL_RAY_DEFAULTS`, usage stats off) unless Ray
-    is initialised already (``ray.init(address=...)``: that cluster is used) or
-    ``RAY_ADDRESS`` names a cluster to join."""
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init()  # joins that cluster, which has its own settings
-    else:
-        ray.init(**LOCAL_RAY_DEFAULTS)
-
 
 #: The process's one queue of control calls, so that an actor is killed only after its
 #: creation was asked for, whichever host asks.
@@ -108,6 +75,7 @@ class _Recipe:
     on_death: Sequence[OnDeath]
     registry: bytes
     thread_caps: ThreadCaps | None
+    direct: bool
 
 
 @dataclasses.dataclass
@@ -123,7 +91,8 @@ class ActorHost(Replaceable["ActorHost"]):
     the actor adds to its own before it builds any env (:func:`aioenv.core._registry.snapshot`).
     ``thread_caps``: how the actor caps its native thread pools before it builds any env
     (None: it leaves them as they are). ``build``: every slot's env is built at once (a
-    replacement builds each slot when its worker asks for a REBUILD)."""
+    replacement builds each slot when its worker asks for a REBUILD). ``direct``: connect
+    to the actor and send steps on that connection (:mod:`aioenv.workers.ray._channel`)."""
 
     def __init__(
         self,
@@ -136,10 +105,11 @@ class ActorHost(Replaceable["ActorHost"]):
         on_death: Sequence[OnDeath],
         registry: bytes,
         thread_caps: ThreadCaps | None,
+        direct: bool = True,
         build: bool = True,
     ) -> None:
         self._recipe = _Recipe(
-            options, payloads, seeds, episode, deliver, on_death, registry, thread_caps
+            options, payloads, seeds, episode, deliver, on_death, registry, thread_caps, direct
         )
         self._ray = ray = import_ray()
         init_ray(ray)
@@ -174,6 +144,8 @@ class ActorHost(Replaceable["ActorHost"]):
         self._calls: collections.deque[_ActorCall] = collections.deque()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The direct connection (None: every message goes as an actor call).
+        self._direct = self._direct_connection() if direct else None
 
     @property
     def alive(self) -> bool:
@@ -203,8 +175,10 @@ class ActorHost(Replaceable["ActorHost"]):
         error = self._created.exception()
         if error is not None:
             self._die(f"its Ray actor could not be created ({_first_line(error)})")
-        elif self._queued and self._loop is not None:
+            return
+        if self._queued and self._loop is not None:
             self._schedule_flush()
+        self._connect()
 
     @property
     def in_use(self) -> bool:
@@ -220,6 +194,7 @@ class ActorHost(Replaceable["ActorHost"]):
         self._loop = loop
         if self._queued:
             self._schedule_flush()
+        self._connect()
 
     # Sending -------------------------------------------------------------------------
     def send(self, message: Message) -> None:
@@ -237,19 +212,58 @@ class ActorHost(Replaceable["ActorHost"]):
             OUTBOXES.add(self._loop, self._flush)
 
     def _flush(self) -> Call | None:
-        """The call that carries what is queued (on the loop, as the iteration ends)."""
+        """Send what is queued, as a frame on the direct connection, or as the call
+        returned (on the loop, as the iteration ends)."""
         self._flush_scheduled = False
         actor = self._handle()
         if actor is None:
             return None  # still being created: sent once it is (_on_created)
-        messages, self._queued = self._queued, []
-        if not messages or not self.alive:
+        if not self._queued or not self.alive:
+            self._queued.clear()
             return None
+        direct = self._direct
+        if direct is not None and direct.open and all(map(goes_direct, self._queued)):
+            if self._calls:
+                return None  # sent once the calls are answered (_on_reply), in order
+            messages, self._queued = self._queued, []
+            failed = direct.send(messages)
+            if failed:
+                self._deliver(failed, borrowed=False)
+            return None
+        if direct is not None and direct.unanswered:
+            return None  # sent once the connection's are answered (_on_direct), in order
+        messages, self._queued = self._queued, []
         assert self._loop is not None
         reply = self._loop.create_future()
         self._calls.append(_ActorCall(messages, reply))
         reply.add_done_callback(self._on_reply)
         return (actor.serve, (messages,), reply, True)
+
+    # The direct connection -------------------------------------------------------------
+    def _connect(self) -> None:
+        """Once the actor exists and a loop watches: open the direct connection."""
+        if self._direct is not None and self._loop is not None and self._handle() is not None:
+            self._direct.begin(self._loop, self._handle())
+
+    def _direct_connection(self) -> DirectConnection:
+        return DirectConnection(
+            self._ray,
+            lambda: self.label,
+            self._on_direct,
+            self._on_direct_open,
+            lambda reason: self._die(f"its Ray actor is gone ({reason})"),
+        )
+
+    def _on_direct(self, replies: list[Reply]) -> None:
+        """Replies that came on the direct connection (a CLOSE_SLOT's is empty)."""
+        self.answered = True
+        self._deliver([reply for reply in replies if reply[1:] != (0, None)], borrowed=False)
+        if self._queued and self._direct is not None and not self._direct.unanswered:
+            self._schedule_flush()  # what waited for these answers
+
+    def _on_direct_open(self) -> None:
+        if self._queued:
+            self._schedule_flush()
 
     # Answers -------------------------------------------------------------------------
     def _on_reply(self, _: object) -> None:
@@ -261,40 +275,42 @@ class ActorHost(Replaceable["ActorHost"]):
             error = call.reply.exception()
             if error is None:
                 self.answered = True
-                self._deliver(call.reply.result())
+                self._deliver(call.reply.result(), borrowed=True)
             elif isinstance(error, self._ray.exceptions.RayTaskError):
-                self._fail_call(call, error)  # the actor lives; only this call failed
+                # The actor lives; only this call failed.
+                self._fail_call(call, _call_failure(error))
             else:
                 self._die(f"its Ray actor is gone ({_first_line(error)})")
+        if self._queued and not calls and self._loop is not None:
+            self._schedule_flush()  # what waited for the other way's answers
 
-    def _deliver(self, replies: list[tuple[int, int, Any]]) -> None:
+    def _deliver(self, replies: list[Reply], borrowed: bool) -> None:
         deliver = self._recipe.deliver
         for slot, seq, result in replies:
             if not self.alive:
                 return
             if type(result) is Pickled:
                 result = _unpickled(result)
-            deliver[slot](self, seq, result)
+            deliver[slot](self, seq, result, borrowed)
 
-    def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
-        failure = Failure(
-            exception_type=type(error).__name__,
-            message=_first_line(error),
-            traceback=str(error),
-            during="a Ray actor call (the reply may not have pickled)",
-        )
+    def _fail_call(self, call: _ActorCall, failure: Failure) -> None:
         deliver = self._recipe.deliver
         for slot, seq, op, _payload in call.messages:
             if seq and op in (Request.STEP, Request.CONTROL) and self.alive:
-                deliver[slot](self, seq, failure)
+                deliver[slot](self, seq, failure, False)
 
     def _die(self, reason: str) -> None:
         """The actor is gone: tell every slot still in use, once."""
         if self.death is None:
             self.death = reason
             self._queued.clear()
+            self._close_direct()
             self._kill_actor()  # merely unreachable, it might come back: make sure it won't
             self._report_death()
+
+    def _close_direct(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
 
     def _report_death(self) -> None:
         assert self.death is not None
@@ -311,6 +327,7 @@ class ActorHost(Replaceable["ActorHost"]):
         self.killed_for = slot
         self.death = f"its Ray actor was killed because {reason}"
         self._queued.clear()
+        self._close_direct()
         self._kill_actor()
         if self._loop is not None:
             self._loop.call_soon(self._report_death)
@@ -327,6 +344,7 @@ class ActorHost(Replaceable["ActorHost"]):
         and wait (up to :data:`KILL_GRACE` seconds) until Ray reports it dead. Returns
         whether it did."""
         self._queued.clear()  # requests not sent yet: nobody waits for their answers now
+        self._close_direct()  # the actor's end stops answering; its close then runs
         try:
             await asyncio.wrap_future(self._created)
         except Exception:
@@ -372,7 +390,17 @@ def _actor_class(ray: Any) -> Any:
     on nothing of the env's side but this class to name."""
     from ._actor import EnvActor
 
-    return ray.remote(EnvActor)
+    # The calls run one at a time, in order; the direct connection's in a group beside.
+    return ray.remote(concurrency_groups={CHANNEL_GROUP: 1})(EnvActor)
+
+
+def _call_failure(error: BaseException) -> Failure:
+    return Failure(
+        exception_type=type(error).__name__,
+        message=_first_line(error),
+        traceback=str(error),
+        during="a Ray actor call (the reply may not have pickled)",
+    )
 
 
 def _first_line(error: BaseException) -> str:

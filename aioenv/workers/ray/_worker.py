@@ -4,7 +4,8 @@ An actor serves one env, or several with ``envs_per_actor``: each env is still i
 worker, with its own id and first-ready semantics, in a *slot* of the actor. An action
 travels: :meth:`RayWorker._submit` hands it to the worker's
 :class:`~aioenv.workers.ray._host.ActorHost`, which sends everything queued for that actor
-in one loop iteration as one actor call; the actor
+in one loop iteration together, as one frame on a direct connection to the actor
+(:mod:`aioenv.workers.ray._channel`) or as one actor call; the actor
 (:class:`~aioenv.workers.ray._actor.EnvActor`) steps its envs with the same
 :class:`~aioenv.env_side._runner.EnvRunner` as every other kind and returns the answers, which the
 host delivers to :meth:`RayWorker._on_actor_reply`.
@@ -36,7 +37,8 @@ from ...wire._requests import Request
 from .._slotted import SlottedWorker
 from ._calls import ACTOR_CALLS
 from ._capacity import Shortage, free_resources, shortage
-from ._host import KILL_GRACE, ActorHost, import_ray, init_ray
+from ._cluster import import_ray, init_ray
+from ._host import KILL_GRACE, ActorHost
 from ._values import shared_request
 
 __all__ = ["RayWorker"]
@@ -60,10 +62,16 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     reports it dead. Use :meth:`hosted` (or ``make_pool(..., mode="ray",
     envs_per_actor=k)``) to put several envs in one actor.
 
-    States come back through Ray's serialization (arrays as read-only views of Ray's
-    buffers where Ray allows it; a pool with ``copy=True``, its default, hands out
-    copies). Values sent with ``pool.set_attr``/``pool.call`` to several Ray workers go
-    into the object store once.
+    Once the actor is made, the parent connects to it directly (TCP, to the address of
+    the actor's node, opened with a secret that came through Ray) and steps, resets and
+    rebuilds travel on that connection, one frame per loop iteration, without Ray's task
+    submission (a millisecond or two per call on a busy machine); states come back as
+    arrays of their own. Where the connection cannot be made (a firewall between the
+    nodes), a RuntimeWarning says so and every message goes as an actor call, whose
+    states are Ray's read-only views of its buffers (a pool with ``copy=True``, its
+    default, hands out copies). Control requests and rollouts always go as actor calls:
+    values sent with ``pool.set_attr``/``pool.call`` to several Ray workers, and
+    rollout policies, go into the object store once.
 
     :param num_cpus: CPUs the actor reserves (default 1; may be fractional).
     :param num_gpus: GPUs the actor reserves (default 0).
@@ -77,6 +85,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         use; default 1; None leaves them as the libraries (and Ray) set them. As
         :class:`~aioenv.ProcessWorker`'s: the variables set in this process's environment
         keep their values in the actor.
+    :param direct_connection: connect to the actor and send steps on that connection
+        (default True); False sends every message as an actor call.
 
     The other parameters are :class:`~aioenv.workers.Worker`'s.
     """
@@ -101,6 +111,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
         episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
+        direct_connection: bool = True,
         _start: bool = True,
     ) -> None:
         import_ray()  # a clear error now if Ray is missing
@@ -125,6 +136,11 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             num_cpus, num_gpus, resources, runtime_env, actor_options
         )
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
+        if not isinstance(direct_connection, bool):
+            raise TypeError(
+                f"{self.name}: direct_connection must be True or False, got {direct_connection!r}"
+            )
+        self._direct = direct_connection
         self._slot = 0
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         #: The resources the cluster lacked for this worker's pool when its actors started.
@@ -218,7 +234,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._hosts.clear()
 
     # From the actor --------------------------------------------------------------------
-    def _on_actor_reply(self, host: ActorHost, seq: int, result: Any) -> None:
+    def _on_actor_reply(self, host: ActorHost, seq: int, result: Any, borrowed: bool) -> None:
         if host is not self._host:
             return  # a replaced actor's words are never delivered
         if isinstance(result, Ready):
@@ -227,9 +243,9 @@ class RayWorker(SlottedWorker[S, ActorHost]):
                 return  # a rebuild that failed (its reset says so): the spaces stay
             self.observation_space, self.action_space = reported
             return
-        # Ray hands arrays back as read-only views of its buffers: a pool that owns its
-        # states (copy=True) copies them, as for shared memory.
-        self._on_reply(seq, result, borrowed=type(result) in (Step, BatchStep))
+        # Through an actor call, Ray hands arrays back as read-only views of its buffers:
+        # a pool that owns its states (copy=True) copies them, as for shared memory.
+        self._on_reply(seq, result, borrowed=borrowed and type(result) in (Step, BatchStep))
 
     def _on_actor_death(self, host: ActorHost, reason: str) -> None:
         with contextlib.suppress(ValueError):
@@ -317,6 +333,7 @@ def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
         on_death=[worker._on_actor_death for worker in workers],
         registry=registry,
         thread_caps=first._thread_caps,
+        direct=first._direct,
     )
     for slot, worker in enumerate(workers):
         worker._join(host, slot)

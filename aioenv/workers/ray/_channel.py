@@ -1,0 +1,277 @@
+"""A Ray actor's direct connection: the parent's end of a TCP connection to the actor, on
+which a host's messages travel as frames instead of actor calls.
+
+An actor call goes through Ray's task submission: a thread of aioenv's to make it (no Ray
+call is made on the event loop), Ray's own threads and its scheduler on the actor's side,
+and a thread hop back to the loop, about a millisecond or two per call on a busy machine.
+Once an actor is made, its host asks it to listen (``open_channel``, an actor call) and
+connects to the address it names, from the event loop, sending first the secret that came
+with the address (the actor reads nothing from a connection without it). The actor then
+answers frames on that connection (``run_channel``, an actor call that lasts as long as the
+connection: its failure says the actor is gone, as Ray learns it, a lost node included).
+Each frame carries a loop iteration's messages for the actor (each payload cloudpickled
+on its own, :mod:`aioenv.wire._ray_messages`), and each env's answer comes back as soon as
+it is ready (:mod:`aioenv.workers.ray._actor_channel`): no thread between the loop and
+the socket, and one write and one read per env step at most.
+
+Where the connection cannot be made (a firewall between the nodes, a driver outside the
+cluster's network), the host warns once and its messages keep going as actor calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import socket
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from ...core._messages import Failure
+from ...core._rollouts import Rollout
+from ...wire._ray_messages import CHANNEL_GROUP, FRAME, Message, Reply, framed
+from ...wire._requests import Request
+from ._calls import send_off_loop
+
+__all__ = ["CONNECT_TIMEOUT", "Channel", "DirectConnection", "connect", "goes_direct"]
+
+#: Seconds the parent gives a connection to the actor to be made.
+CONNECT_TIMEOUT = 10.0
+#: Seconds the actor waits for the parent's connection (a bound, not a wait: the parent
+#: connects as soon as it has the address).
+ACCEPT_WAIT = 60.0
+
+_RECEIVE_SIZE = 1 << 16
+
+#: The nodes whose actors could not be reached directly, warned of once each.
+_UNREACHED: set[str] = set()
+
+
+class DirectConnection:
+    """An actor host's direct connection, from asking the actor to listen to closing.
+    ``label()`` names the actor for the warning where it cannot be reached;
+    ``on_replies(replies)`` gets what comes back, ``on_open()`` says it can carry
+    messages, ``on_lost(reason)`` that the actor is gone (its end of the connection
+    closed, or the actor call that serves it failed as Ray found the actor gone)."""
+
+    def __init__(
+        self,
+        ray: Any,
+        label: Callable[[], str],
+        on_replies: Callable[[list[Reply]], None],
+        on_open: Callable[[], None],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self._ray, self._label = ray, label
+        self._on_replies, self._on_open, self._on_lost = on_replies, on_open, on_lost
+        self._begun = self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._channel: Channel | None = None
+        #: Messages sent on it that are not answered yet.
+        self.unanswered = 0
+
+    @property
+    def open(self) -> bool:
+        """It can carry messages."""
+        return self._channel is not None and self._channel.open
+
+    def begin(self, loop: asyncio.AbstractEventLoop, actor: Any) -> None:
+        """Ask ``actor`` to listen (an actor call, off the loop), then connect from
+        ``loop`` (once)."""
+        if self._begun or self._closed:
+            return
+        self._begun, self._loop = True, loop
+        listening = loop.create_future()
+        listening.add_done_callback(lambda done: self._on_listening(done, actor))
+        send_off_loop([(actor.open_channel, (), listening, False)])
+
+    def _on_listening(self, listening: asyncio.Future[Any], actor: Any) -> None:
+        if self._closed or listening.cancelled() or listening.exception() is not None:
+            return  # the actor is gone or failed: its calls say so
+        assert self._loop is not None
+        address, port, token = listening.result()
+        serving = self._loop.create_future()  # as long as the connection lasts
+        serving.add_done_callback(self._on_served)
+        method = actor.run_channel.options(concurrency_group=CHANNEL_GROUP)
+        send_off_loop([(method, (ACCEPT_WAIT,), serving, False)])
+        self._connecting = self._loop.create_task(self._connect(address, port, token))
+
+    async def _connect(self, address: str, port: int, token: bytes) -> None:
+        try:
+            sock = await connect(address, port, token)
+        except (OSError, asyncio.TimeoutError) as exc:
+            if address not in _UNREACHED:  # once per node: a pool may have hundreds there
+                _UNREACHED.add(address)
+                warnings.warn(
+                    f"aioenv: no direct connection to Ray actor {self._label()} at {address}:"
+                    f"{port} ({type(exc).__name__}: {exc}); the messages of the actors on "
+                    "that node go as actor calls, which are slower (a firewall between the "
+                    "nodes? make_pool(..., direct_connection=False) skips the attempt)",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+            return
+        if self._closed:
+            sock.close()
+            return
+        assert self._loop is not None
+        self._channel = Channel(self._loop, sock, self._replied, self._on_lost)
+        self._on_open()
+
+    def _on_served(self, serving: asyncio.Future[Any]) -> None:
+        """The actor's end stopped serving: fine once closed from here; a failure that
+        is not the call's own is the actor's death, as Ray learnt it (a lost node)."""
+        error = None if serving.cancelled() else serving.exception()
+        if error is not None and not isinstance(error, self._ray.exceptions.RayTaskError):
+            self._on_lost(f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+
+    def send(self, messages: list[Message]) -> list[Reply]:
+        """Send ``messages`` (see :meth:`Channel.send`): the Failures of those not sent."""
+        assert self._channel is not None
+        failed = self._channel.send(messages)
+        self.unanswered += len(messages) - len(failed)
+        return failed
+
+    def _replied(self, replies: list[Reply]) -> None:
+        self.unanswered -= len(replies)
+        self._on_replies(replies)
+
+    def close(self) -> None:
+        """Close it, or stop making it: nothing more comes from it."""
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._channel is not None:
+            self._channel.close()
+
+
+def goes_direct(message: Message) -> bool:
+    """Whether ``message`` may go on the direct connection: not a control request nor a
+    rollout, whose large values and policies go through Ray's object store."""
+    _, _, request, payload = message
+    return request != Request.CONTROL and type(payload) is not Rollout
+
+
+async def connect(address: str, port: int, token: bytes) -> socket.socket:
+    """A non-blocking socket connected to the actor listening at ``address:port``, the
+    ``token`` sent; OSError or TimeoutError where it cannot be made in time."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.wait_for(loop.sock_connect(sock, (address, port)), CONNECT_TIMEOUT)
+        await asyncio.wait_for(loop.sock_sendall(sock, token), CONNECT_TIMEOUT)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class Channel:
+    """The parent's end of an actor's direct connection, ``sock``, read and written from
+    ``loop``: ``on_replies(replies)`` gets each frame's replies (every message sent is
+    answered by one), ``on_lost(reason)`` the end of a connection not closed from here
+    (the actor is gone)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        on_replies: Callable[[list[Reply]], None],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self._loop, self._sock = loop, sock
+        self._on_replies, self._on_lost = on_replies, on_lost
+        self._inbox = bytearray()
+        self._outgoing = bytearray()
+        self.open = True
+        loop.add_reader(sock.fileno(), self._on_readable)
+
+    def send(self, messages: list[Message]) -> list[Reply]:
+        """Send ``messages`` in one frame, each payload pickled on its own (one that will
+        not load on the actor fails its own request there): the Failures of those whose
+        payloads would not pickle, which are not sent."""
+        sent: list[tuple[int, int, Request, bytes]] = []
+        failed: list[Reply] = []
+        for slot, seq, request, payload in messages:
+            try:
+                sent.append((slot, seq, request, cloudpickle.dumps(payload, protocol=5)))
+            except Exception as exc:
+                failure = Failure.from_exception(exc, "pickling a request for a Ray actor")
+                failed.append((slot, seq, failure.without_exception()))
+        if sent:
+            self._write(framed(pickle.dumps(sent, protocol=5)))
+        return failed
+
+    def _write(self, data: bytes) -> None:
+        if self._outgoing:
+            self._outgoing += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return  # gone: the reader hears the end
+        if sent < len(data):
+            self._outgoing += memoryview(data)[sent:]
+            self._loop.add_writer(self._sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._outgoing)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            sent = len(self._outgoing)
+        del self._outgoing[:sent]
+        if not self._outgoing:
+            self._loop.remove_writer(self._sock.fileno())
+
+    def _on_readable(self) -> None:
+        try:
+            data = self._sock.recv(_RECEIVE_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            self._on_lost("its direct connection closed")
+            return
+        inbox = self._inbox
+        inbox += data
+        while self.open and len(inbox) >= FRAME.size:
+            (size,) = FRAME.unpack_from(inbox)
+            end = FRAME.size + size
+            if len(inbox) < end:
+                return
+            body = inbox[FRAME.size : end]
+            del inbox[:end]
+            self._on_replies([(slot, seq, _loaded(data)) for slot, seq, data in pickle.loads(body)])
+
+    def close(self) -> None:
+        """Stop reading and writing, and close the connection (the actor's end of it then
+        stops answering): what was sent and not answered is never answered."""
+        if not self.open:
+            return
+        self.open = False
+        fd = self._sock.fileno()
+        self._loop.remove_reader(fd)
+        if self._outgoing:
+            self._loop.remove_writer(fd)
+        self._sock.close()
+
+
+def _loaded(data: bytes) -> Any:
+    """A reply's result, or the Failure that says why it would not load here."""
+    try:
+        return cloudpickle.loads(data)
+    except Exception as exc:
+        failure = Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")
+        return failure.without_exception()
