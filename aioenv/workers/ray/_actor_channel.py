@@ -94,8 +94,13 @@ class ChannelServer:
         last = self._last[slot]
         if last is not None and not last.done():
             return True  # after what its lane has to answer first
-        actor = self._actor
-        return request == Request.STEP and actor.side_by_side_safe() and actor.slow(slot)
+        actor = self._actor  # alone in the actor, a slot has nothing to wait for here
+        return (
+            len(self._lanes) > 1
+            and request == Request.STEP
+            and actor.side_by_side_safe()
+            and actor.slow(slot)
+        )
 
     def _lane(self, slot: int) -> concurrent.futures.ThreadPoolExecutor:
         lane = self._lanes[slot]
