@@ -69,23 +69,29 @@ class ChannelServer:
         self._actor = actor
         self._connection = connection
         self._writing = threading.Lock()
+        self._ended = threading.Event()
         self._lanes: list[concurrent.futures.ThreadPoolExecutor | None] = [None] * slots
         self._last: list[concurrent.futures.Future[None] | None] = [None] * slots
 
     def run(self) -> None:
-        while (body := _frame(self._connection)) is not None:
-            answered: list[Reply] = []
-            for slot, seq, request, data in cloudpickle.loads(body):
-                message = (slot, seq, request, data)
-                if self._in_lane(slot, request):
-                    self._last[slot] = self._lane(slot).submit(self._answer_alone, message)
-                else:
-                    answered.append(self._answered(message))
-            if answered and not self._write(answered):
-                return
+        try:
+            while (body := _frame(self._connection)) is not None:
+                answered: list[Reply] = []
+                for slot, seq, request, data in pickle.loads(body):
+                    message = (slot, seq, request, data)
+                    if self._in_lane(slot, request):
+                        self._last[slot] = self._lane(slot).submit(self._answer_alone, message)
+                    else:
+                        answered.append(self._answered(message))
+                if answered and not self._write(answered):
+                    return
+        finally:
+            self._ended.set()
 
     def stop(self) -> None:
-        """Wait for every lane's answer in progress, and end the lanes."""
+        """Wait until the connection is closed (by the parent, before it asks the actor to
+        close its envs) and every answer in progress is sent, and end the lanes."""
+        self._ended.wait()
         for lane in self._lanes:
             if lane is not None:
                 lane.shutdown(wait=True)
@@ -120,7 +126,11 @@ class ChannelServer:
         except Exception as exc:
             failure = Failure.from_exception(exc, "reading a request on a Ray actor (unpickling)")
             return (slot, seq, failure.without_exception())
-        reply = self._actor.answer((slot, seq, request, payload))
+        try:
+            reply = self._actor.answer((slot, seq, request, payload))
+        except Exception as exc:  # never silence: a lane's lost answer would hang its env
+            failure = Failure.from_exception(exc, "answering a request on a Ray actor")
+            return (slot, seq, failure.without_exception())
         return (slot, 0, None) if reply is None else reply
 
     def _write(self, replies: list[Reply]) -> bool:

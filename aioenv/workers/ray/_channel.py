@@ -15,7 +15,8 @@ it is ready (:mod:`aioenv.workers.ray._actor_channel`): no thread between the lo
 the socket, and one write and one read per env step at most.
 
 Where the connection cannot be made (a firewall between the nodes, a driver outside the
-cluster's network), the host warns once and its messages keep going as actor calls.
+cluster's network), the host warns (once per node) and its messages keep going as actor
+calls.
 """
 
 from __future__ import annotations
