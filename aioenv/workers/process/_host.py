@@ -36,6 +36,7 @@ from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
+from .._socket_writes import SocketWrites
 from ._host_socket import HostSocket
 
 __all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
@@ -159,7 +160,7 @@ class Host(HostSocket, Replaceable["Host"]):
         self._socket.setblocking(False)  # self._alive: held open, never written
         self._receive_buffer = bytearray(RECEIVE_SIZE)
         self._decoder = FrameDecoder()
-        self._outgoing = bytearray()
+        self._writes = SocketWrites(self._socket)
         self._queued: list[bytes] = []
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
@@ -373,9 +374,7 @@ class Host(HostSocket, Replaceable["Host"]):
         self._stop_reading()
         if self._force_timer is not None:
             self._force_timer.cancel()
-        if self._loop is not None and self._outgoing:
-            self._loop.remove_writer(self._socket.fileno())
-        self._outgoing.clear()
+        self._writes.drop()
         self._queued.clear()
         self._socket.close()
         self._alive.close()

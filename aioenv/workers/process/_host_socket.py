@@ -1,8 +1,8 @@
 """A :class:`~aioenv.workers.process._host.Host`'s socket to its child: frames written
 (several envs' frames of one loop iteration together, and what the socket does not take
-now when it is writable) and read as they come, each handed to its slot's ``deliver``.
-Non-blocking, from the event loop's readers and writers: the parent keeps no thread per
-child."""
+now when it is writable: :mod:`aioenv.workers._socket_writes`) and read as they come,
+each handed to its slot's ``deliver``. Non-blocking, from the event loop's readers and
+writers: the parent keeps no thread per child."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 from ...wire._frames import FrameDecoder, send_descriptor
+from .._socket_writes import SocketWrites
 
 __all__ = ["HostSocket"]
 
@@ -25,7 +26,7 @@ class HostSocket(abc.ABC):
     _alive: socket.socket
     _loop: asyncio.AbstractEventLoop | None
     _queued: list[bytes]
-    _outgoing: bytearray
+    _writes: SocketWrites
     _reading: bool
     _receive_buffer: bytearray
     _decoder: FrameDecoder
@@ -67,30 +68,7 @@ class HostSocket(abc.ABC):
             self._write(b"".join(frames))
 
     def _write(self, data: bytes) -> None:
-        if self._outgoing:
-            self._outgoing += data
-            return
-        try:
-            sent = self._socket.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            return  # the child is gone; the sentinel reports its death
-        if sent < len(data):
-            assert self._loop is not None
-            self._outgoing += memoryview(data)[sent:]
-            self._loop.add_writer(self._socket.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        try:
-            sent = self._socket.send(self._outgoing)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            sent = len(self._outgoing)
-        del self._outgoing[:sent]
-        if not self._outgoing and self._loop is not None:
-            self._loop.remove_writer(self._socket.fileno())
+        self._writes.write(data, self._loop)
 
     # Reading -------------------------------------------------------------------------
     def _on_readable(self) -> None:

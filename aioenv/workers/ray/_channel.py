@@ -34,6 +34,7 @@ from ...core._messages import Failure
 from ...core._rollouts import Rollout
 from ...wire._ray_messages import CHANNEL_GROUP, FRAME, Message, Reply, framed
 from ...wire._requests import Request
+from .._socket_writes import SocketWrites
 from ._calls import send_off_loop
 
 __all__ = ["CONNECT_TIMEOUT", "Channel", "DirectConnection", "connect", "goes_direct"]
@@ -189,7 +190,7 @@ class Channel:
         self._loop, self._sock = loop, sock
         self._on_replies, self._on_lost = on_replies, on_lost
         self._inbox = bytearray()
-        self._outgoing = bytearray()
+        self._writes = SocketWrites(sock)
         self.open = True
         loop.add_reader(sock.fileno(), self._on_readable)
 
@@ -206,33 +207,8 @@ class Channel:
                 failure = Failure.from_exception(exc, "pickling a request for a Ray actor")
                 failed.append((slot, seq, failure.without_exception()))
         if sent:
-            self._write(framed(pickle.dumps(sent, protocol=5)))
+            self._writes.write(framed(pickle.dumps(sent, protocol=5)), self._loop)
         return failed
-
-    def _write(self, data: bytes) -> None:
-        if self._outgoing:
-            self._outgoing += data
-            return
-        try:
-            sent = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            return  # gone: the reader hears the end
-        if sent < len(data):
-            self._outgoing += memoryview(data)[sent:]
-            self._loop.add_writer(self._sock.fileno(), self._on_writable)
-
-    def _on_writable(self) -> None:
-        try:
-            sent = self._sock.send(self._outgoing)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            sent = len(self._outgoing)
-        del self._outgoing[:sent]
-        if not self._outgoing:
-            self._loop.remove_writer(self._sock.fileno())
 
     def _on_readable(self) -> None:
         try:
@@ -262,10 +238,8 @@ class Channel:
         if not self.open:
             return
         self.open = False
-        fd = self._sock.fileno()
-        self._loop.remove_reader(fd)
-        if self._outgoing:
-            self._loop.remove_writer(fd)
+        self._loop.remove_reader(self._sock.fileno())
+        self._writes.drop()
         self._sock.close()
 
 
