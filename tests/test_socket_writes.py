@@ -1,4 +1,4 @@
-"""SocketWrites (aioenv.workers._socket_writes): what a non-blocking socket does not take at
+"""SocketWrites (aioenv.workers.process._host_socket): what a non-blocking socket does not take at
 once is sent, in order, when the loop finds it writable; dropped, it is never sent."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from aioenv.workers._socket_writes import SocketWrites
+from aioenv.workers.process._host_socket import SocketWrites
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -36,8 +36,7 @@ from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
 from .._replaceable import Replaceable
-from .._socket_writes import SocketWrites
-from ._host_socket import HostSocket
+from ._host_socket import HostSocket, SocketWrites
 
 __all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -286,7 +285,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self._queued:
             self._flush()
         if self.alive:
-            self._write(encode(Request.CLOSE, 0))
+            self._writes.write(encode(Request.CLOSE, 0), self._loop)
         if self.exitcode is None and self._loop is not None:
             self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 

@@ -1,8 +1,9 @@
 """A :class:`~aioenv.workers.process._host.Host`'s socket to its child: frames written
 (several envs' frames of one loop iteration together, and what the socket does not take
-now when it is writable: :mod:`aioenv.workers._socket_writes`) and read as they come,
-each handed to its slot's ``deliver``. Non-blocking, from the event loop's readers and
-writers: the parent keeps no thread per child."""
+now when it is writable) and read as they come, each handed to its slot's ``deliver``.
+Non-blocking, from the event loop's readers and writers: the parent keeps no thread per
+child. Its writes (:class:`SocketWrites`) are a Ray actor's direct connection's too
+(:mod:`aioenv.workers.ray._channel`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import socket
 from typing import Any
 
 from ...wire._frames import FrameDecoder, send_descriptor
-from .._socket_writes import SocketWrites
 
-__all__ = ["HostSocket"]
+__all__ = ["HostSocket", "SocketWrites"]
 
 
 class HostSocket(abc.ABC):
@@ -44,7 +44,7 @@ class HostSocket(abc.ABC):
         if not self.alive:
             return  # gone, or going: its death is (or was) handled elsewhere
         if self.size == 1 or self._loop is None:
-            self._write(frame)
+            self._writes.write(frame, self._loop)
             return
         if not self._queued:
             self._loop.call_soon(self._flush)
@@ -65,10 +65,7 @@ class HostSocket(abc.ABC):
     def _flush(self) -> None:
         frames, self._queued = self._queued, []
         if self.alive:
-            self._write(b"".join(frames))
-
-    def _write(self, data: bytes) -> None:
-        self._writes.write(data, self._loop)
+            self._writes.write(b"".join(frames), self._loop)
 
     # Reading -------------------------------------------------------------------------
     def _on_readable(self) -> None:
@@ -94,3 +91,53 @@ class HostSocket(abc.ABC):
         if self._reading and self._loop is not None:
             self._reading = False
             self._loop.remove_reader(self._socket.fileno())
+
+
+class SocketWrites:
+    """The writes to ``sock`` (non-blocking) not taken by it yet."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._pending = bytearray()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def write(self, data: bytes, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Send ``data`` after what waits; what the socket does not take now goes when
+        ``loop`` finds it writable. A socket whose far end is gone takes nothing: its
+        reader (or the process's sentinel) hears of the end."""
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return
+        if sent < len(data):
+            assert loop is not None, "a write the socket did not take needs an event loop"
+            self._pending += memoryview(data)[sent:]
+            self._loop = loop
+            loop.add_writer(self._sock.fileno(), self._on_writable)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            sent = len(self._pending)
+        del self._pending[:sent]
+        if not self._pending:
+            self._stop_watching()
+
+    def drop(self) -> None:
+        """Forget what waits (the socket is about to close)."""
+        self._pending.clear()
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self._loop is not None:
+            if not self._loop.is_closed():
+                self._loop.remove_writer(self._sock.fileno())
+            self._loop = None

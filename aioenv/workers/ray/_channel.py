@@ -34,7 +34,7 @@ from ...core._messages import Failure
 from ...core._rollouts import Rollout
 from ...wire._ray_messages import CHANNEL_GROUP, FRAME, Message, Reply, framed
 from ...wire._requests import Request
-from .._socket_writes import SocketWrites
+from ..process._host_socket import SocketWrites
 from ._calls import send_off_loop
 
 __all__ = ["CONNECT_TIMEOUT", "Channel", "DirectConnection", "connect", "goes_direct"]
