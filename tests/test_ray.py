@@ -31,7 +31,7 @@ from envs import (
     expected_big_observation,
 )
 from ray_support import actor_state, on_direct_connections
-from support import a_failed_rebuild_keeps_spaces, eventually, wait_until
+from support import a_failed_rebuild_keeps_spaces, eventually, process_running, wait_until
 
 import aioenv
 import aioenv.workers.ray._actor as actor_module
@@ -318,10 +318,13 @@ async def test_an_idle_actor_killed_from_outside_is_worker_died_at_the_next_acti
     options = {"actor_options": {"name": ACTOR_NAME}, **OFF_CPU}
     async with aioenv.make_pool(Counter, 1, mode="ray", **options) as pool:
         pool.send_action(aioenv.RESET, 0)
-        await pool.get_state()
+        state, _ = await pool.get_state()
         ray.kill(ray.get_actor(ACTOR_NAME))  # as an operator or an autoscaler might
-        # The kill lands asynchronously: an action sent at once may still be answered.
+        # The kill lands asynchronously: an action sent at once may still be answered,
+        # by Ray (an actor call) until it reports the actor dead, and on the direct
+        # connection until the actor's process has ended (Ray may report it dead first).
         assert wait_until(lambda: actor_state(pool.workers[0].actor_id) == "DEAD", DEATH_REPORT)
+        assert wait_until(lambda: not process_running(state["pid"]), DEATH_REPORT)
         pool.send_action(1, 0)
         with pytest.raises(aioenv.WorkerDied, match="ray worker 0"):
             await pool.get_state()

@@ -25,18 +25,15 @@ import pickle
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import cloudpickle
 
 from ...core._messages import Failure
-from ...wire._ray_messages import FRAME, TOKEN_BYTES, Reply, framed
+from ...wire._ray_messages import FRAME, TOKEN_BYTES, Message, Reply, framed
 from ...wire._requests import Request
 
-if TYPE_CHECKING:
-    from ._actor import EnvActor
-
-__all__ = ["ChannelServer", "accepted"]
+__all__ = ["Answering", "ChannelServer", "accepted"]
 
 
 def accepted(listener: socket.socket, token: bytes, deadline: float) -> socket.socket | None:
@@ -61,11 +58,24 @@ def accepted(listener: socket.socket, token: bytes, deadline: float) -> socket.s
     return None
 
 
+class Answering(Protocol):
+    """What the server asks of the actor (:class:`~aioenv.workers.ray._actor.EnvActor`)."""
+
+    def answer(self, message: Message) -> Reply | None:
+        """The reply to one message (None: it needs none)."""
+
+    def side_by_side_safe(self) -> bool:
+        """Every slot's envs are safe in threads."""
+
+    def slow(self, slot: int) -> bool:
+        """``slot``'s last requests were slow enough to step beside others'."""
+
+
 class ChannelServer:
     """Answers ``actor``'s messages that come on ``connection`` (see the module's
     docstring) until the parent closes it: :meth:`run`, on the connection's thread."""
 
-    def __init__(self, actor: EnvActor, connection: socket.socket, slots: int) -> None:
+    def __init__(self, actor: Answering, connection: socket.socket, slots: int) -> None:
         self._actor = actor
         self._connection = connection
         self._writing = threading.Lock()
