@@ -146,7 +146,7 @@ async def test_an_actor_answers_each_slow_env_as_soon_as_it_is_done(
                 assert (worker_id, state["t"]) == (1, t)
                 pool.send_action(1, 1)
         else:
-            with pytest.raises(TimeoutError):  # the call answers both, once the gate opens
+            with pytest.raises(asyncio.TimeoutError):  # the call answers both once the gate opens
                 await asyncio.wait_for(pool.get_state(), 2.0)
         envs.open_gate(gate)
         while True:
