@@ -11,6 +11,7 @@ step to be under way.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import time
@@ -115,8 +116,10 @@ class FaultyEnv(gymnasium.Env[np.ndarray, Any]):
             os._exit(7)
         if fault == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
-        if fault == "sigsegv":
-            os.kill(os.getpid(), signal.SIGSEGV)
+        if fault == "sigsegv":  # a native crash: a fault on this thread, whichever it is
+            # (os.kill would be a signal to the process, which a thread that blocks it, as
+            # a Ray actor's threads do, passes on while it goes on running)
+            ctypes.string_at(0)
         if fault == "garbage":
             return ("not", "a", "step")
         raise ValueError(f"unknown fault {fault!r}")
