@@ -248,8 +248,7 @@ def test_the_start_thread_waits_for_more_while_held_and_ends_when_released() -> 
     assert calls.submit(lambda: threading.current_thread()).result(timeout=10) is thread
     calls.release()
     assert support.wait_until(lambda: calls.idle) and thread.is_alive()  # one holder left
-    calls.release()
-    thread.join(timeout=10)
+    calls.release()  # the last hold: it returns once the idle thread has ended
     assert not thread.is_alive() and not off_loop_threads(name)
     # A later call starts a thread again, which ends once its queue is empty (no holder).
     later = calls.submit(lambda: threading.current_thread()).result(timeout=10)

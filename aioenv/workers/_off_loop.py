@@ -15,6 +15,10 @@ from typing import Any
 
 __all__ = ["OffLoopCalls", "call_soon_threadsafe", "on_event_loop"]
 
+#: How long :meth:`OffLoopCalls.release` waits for an idle thread to end; it is woken
+#: and has nothing left to do, so only a stalled machine would take this long.
+_ENDING_WAIT = 5.0
+
 
 class OffLoopCalls:
     """Runs blocking calls in the order they were asked for, in a thread named
@@ -22,10 +26,11 @@ class OffLoopCalls:
     waits for more while someone holds it (:meth:`hold`: a user that may ask again, such as
     an open worker that may be restarted), at most ``linger`` seconds after its last call,
     then ends (so no thread outlives the work); the last :meth:`release` ends an idle one at
-    once. Why wait: ``Thread.start`` returns only once the new thread runs, milliseconds on
-    a busy machine, during which the event loop that asked for the call stands still; calls
-    that come in a burst (the restarts after a fault that hit several workers) or as a
-    run's steady trickle share one thread instead."""
+    once and returns when it has ended (so no thread outlives its last user). Why wait:
+    ``Thread.start`` returns only once the new thread runs, milliseconds on a busy machine,
+    during which the event loop that asked for the call stands still; calls that come in a
+    burst (the restarts after a fault that hit several workers) or as a run's steady
+    trickle share one thread instead."""
 
     def __init__(self, thread_name: str, linger: float = 1.0) -> None:
         self._thread_name = thread_name
@@ -35,7 +40,9 @@ class OffLoopCalls:
         self._queue = collections.deque()
         self._running = False
         self._waiting = False  # the thread runs, waiting for a call
+        self._calling = False  # the thread makes a call
         self._holders = 0
+        self._thread: threading.Thread | None = None
 
     @property
     def idle(self) -> bool:
@@ -48,11 +55,19 @@ class OffLoopCalls:
             self._holders += 1
 
     def release(self) -> None:
-        """A user of :meth:`hold` will ask for no more: with none left, an idle thread ends."""
+        """A user of :meth:`hold` will ask for no more: with none left, an idle thread ends,
+        and this returns once it has (one still making a call ends after it)."""
         with self._lock:
             self._holders -= 1
-            if self._holders <= 0:
-                self._lock.notify_all()
+            if self._holders > 0 or self._queue or self._calling:
+                return  # still held, or it has calls to make and ends after them
+            self._lock.notify_all()
+            ending = self._thread
+        # It only has to take the lock back and return (microseconds, a few milliseconds
+        # on a busy machine): waiting for that is what lets a closed pool say that none
+        # of its threads is left.
+        if ending is not None and ending is not threading.current_thread():
+            ending.join(timeout=_ENDING_WAIT)
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -62,7 +77,10 @@ class OffLoopCalls:
                 self._lock.notify()  # the thread may be waiting for more
             else:
                 self._running = True
-                threading.Thread(target=self._run, name=self._thread_name, daemon=True).start()
+                self._thread = threading.Thread(
+                    target=self._run, name=self._thread_name, daemon=True
+                )
+                self._thread.start()
         return future
 
     def _run(self) -> None:
@@ -80,10 +98,21 @@ class OffLoopCalls:
                     self._lock.wait(idle_until - now)
                     self._waiting = False
                 future, call = self._queue.popleft()
+                self._calling = True
             try:
-                future.set_result(call())
+                result = call()
             except BaseException as exc:  # handed to whoever waits for it
+                self._call_made()
                 future.set_exception(exc)
+            else:
+                self._call_made()
+                future.set_result(result)
+
+    def _call_made(self) -> None:
+        # Before its caller hears of it: a caller that then releases the last hold finds
+        # the thread done with its calls, and waits for it to end.
+        with self._lock:
+            self._calling = False
 
 
 def on_event_loop() -> asyncio.AbstractEventLoop | None:
