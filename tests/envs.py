@@ -693,8 +693,9 @@ THREAD_VARIABLES = (
 
 class ThreadReport(gymnasium.Env[int, int]):
     """Reports, at each reset (``report``, for ``get_attr``), what bounds its process's
-    threads: the native pools threadpoolctl sees, the thread variables, and the calls each
-    fake library of ``fakes`` (a folder) got. The fakes are imported at construction, or
+    threads: the native pools threadpoolctl sees, the thread variables, the calls each
+    fake library of ``fakes`` (a folder) got, and the threads running that Python did not
+    start. The fakes are imported at construction, or
     with ``planted`` put straight into ``sys.modules``, as no import would; not in process
     ``test_pid`` (where AioVectorEnv builds one env for its spaces), whose imports must not
     change."""
@@ -729,6 +730,8 @@ class ThreadReport(gymnasium.Env[int, int]):
             "calls": {
                 name: list(sys.modules[name].calls) for name in FAKE_THREADED if name in sys.modules
             },
+            # The threads Python did not start: the native pools' (Linux: /proc).
+            "native_threads": len(os.listdir("/proc/self/task")) - threading.active_count(),
         }
         return 0, {}
 

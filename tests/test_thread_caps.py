@@ -82,6 +82,10 @@ def test_each_env_process_caps_its_pools_before_the_env_is_built(
         assert report["pools"] == dict.fromkeys(report["pools"], expected)
         assert report["variables"] == dict.fromkeys(THREAD_VARIABLES, str(expected))
         assert report["calls"] == fake_calls(expected)  # as the env imported them
+        # OpenBLAS (numpy's BLAS here) starts its threads again in a forked child once its
+        # count is set: those the cap lets it use (the caller is one), and none more, each
+        # of which would spin 0.1 s of CPU at every child's start and then sit idle.
+        assert report["native_threads"] == min(expected, len(os.sched_getaffinity(0))) - 1
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS.values(), ids=PLACEMENTS.keys())

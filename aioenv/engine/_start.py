@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..env_side._thread_caps import forkserver_load_code
+
 __all__ = ["ChildStart", "Context", "default_context", "resolve_context", "start_child"]
 
 Context = multiprocessing.context.BaseContext
@@ -193,7 +195,9 @@ class _ChildStart:
       checkout, when the script runs from its root) would then have every child run that
       aioenv, and that numpy or gymnasium, instead of the parent's. Children also get the
       parent's path before they unpickle anything, as the stdlib does, so they import
-      what the parent imported.
+      what the parent imported. The server also loads OpenBLAS with one thread, so that a
+      child does not start a thread per core that its cap then leaves idle
+      (:func:`~aioenv.env_side._thread_caps.forkserver_load_code`).
     """
 
     def __init__(self) -> None:
@@ -236,7 +240,8 @@ class _ChildStart:
 
     def _spawnv_passfds(self, path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
         if self._mine() and args and str(args[-1]).startswith(_FORKSERVER_MAIN):
-            args = [*args[:-1], f"import sys; sys.path[:] = {sys.path!r}; {args[-1]}"]
+            first = f"import sys; sys.path[:] = {sys.path!r}; {forkserver_load_code()}"
+            args = [*args[:-1], f"{first}; {args[-1]}"]
         return self._patches[1].original(path, args, passfds)  # type: ignore[no-any-return]
 
 

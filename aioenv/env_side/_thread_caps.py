@@ -39,6 +39,8 @@ __all__ = [
     "cap_threads",
     "cap_imported",
     "check_threads",
+    "forkserver_load_code",
+    "forkserver_loaded",
 ]
 
 #: The threads each native thread pool of an env process may use, unless told otherwise
@@ -107,10 +109,52 @@ class ThreadCaps:
         return self.limit("OMP_NUM_THREADS") or self.threads
 
 
+#: In the environment of aioenv's forkserver server only, while it preloads numpy:
+#: OPENBLAS_NUM_THREADS=1 is there for that load alone (see :func:`forkserver_load_code`).
+_SERVER_LOAD_MARK = "AIOENV_FORKSERVER_OPENBLAS_LOAD"
+#: The variables OpenBLAS takes its thread count from when it loads.
+_OPENBLAS_LOAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+#: In a child of that server: the threads OpenBLAS would have loaded with, which a child
+#: left uncapped gets back. None elsewhere.
+_openblas_uncapped: int | None = None
+
+
+def forkserver_load_code() -> str:
+    """Python statements that aioenv's forkserver server runs first, before it preloads
+    numpy: unless the user's environment sets OpenBLAS's thread count, OpenBLAS loads there
+    with one thread. Why: a forked child's OpenBLAS starts its threads again, as many as it
+    loaded with, once its count is set (the cap does that), and each new thread spins about
+    0.1 s of CPU before it sleeps. Loaded with one thread, a child capped at ``k`` starts
+    ``k - 1`` of them; loaded with one per core, every child start cost 0.1 s of CPU per
+    core but one, for threads a capped child never uses (1.5 s on 16 cores)."""
+    return (
+        "import os; e = os.environ; "
+        f"any(v in e for v in {_OPENBLAS_LOAD_VARIABLES!r}) or "
+        f"e.update({{'OPENBLAS_NUM_THREADS': '1', {_SERVER_LOAD_MARK!r}: '1'}})"
+    )
+
+
+def forkserver_loaded() -> None:
+    """In aioenv's forkserver server, numpy loaded: the variable :func:`forkserver_load_code`
+    set comes out of the environment again (the children get the user's), and the count
+    OpenBLAS would have chosen (one per core it may run on) is kept for the uncapped."""
+    global _openblas_uncapped
+    if os.environ.pop(_SERVER_LOAD_MARK, None) is None:
+        return
+    os.environ.pop("OPENBLAS_NUM_THREADS", None)
+    affinity = getattr(os, "sched_getaffinity", None)
+    _openblas_uncapped = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def cap_threads(caps: ThreadCaps | None) -> None:
     """Cap this process's thread pools (see the module's docstring); call it before the
-    envs are built. None does nothing."""
+    envs are built. None caps nothing: a child of aioenv's forkserver gets OpenBLAS's own
+    thread count back (see :func:`forkserver_load_code`)."""
     if caps is None:
+        if _openblas_uncapped is not None:
+            from threadpoolctl import ThreadpoolController
+
+            ThreadpoolController().select(internal_api="openblas").limit(limits=_openblas_uncapped)
         return
     os.environ.update(caps.variables)
     from threadpoolctl import ThreadpoolController
