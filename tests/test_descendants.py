@@ -260,6 +260,55 @@ def test_what_the_envs_started_ends_with_the_parent(
             parent.wait()
 
 
+KEEPER_CHILD = """
+import json, os, subprocess, sys
+from aioenv.env_side._process_group import _keepers, keep_own_group, lead_own_group
+assert lead_own_group()
+keep_own_group(grace=0.5)
+helpers = [
+    subprocess.Popen(["sleep", "600"]),
+    subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 600 & echo $!; wait"], stdout=subprocess.PIPE),
+]
+grandchild = int(helpers[1].stdout.readline())
+keeper = _keepers[0][0]
+print(json.dumps([keeper, [h.pid for h in helpers] + [grandchild]]), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_the_keeper_ends_the_group_of_a_process_killed_with_no_one_left_to_end_it(
+    helpers: list[int],
+) -> None:
+    """A child killed while nobody ends its group (here its parent is no aioenv parent):
+    its keeper, a shell outside the group, ends it (SIGKILL after the grace for what
+    ignores SIGTERM). The keeper holds nothing of the child open but its pipe: the child's
+    stdout ends with the child."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", KEEPER_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        keeper, pids = json.loads(child.stdout.readline())
+        helpers.extend(pids)
+        assert all_running(pids)
+        assert os.getpgid(keeper) not in (child.pid, os.getpgrp())  # outside both groups
+        # Its pipe, and /dev/null at most: not the child's stdout, nor anything else.
+        held = [os.readlink(f"/proc/{keeper}/fd/{fd}") for fd in os.listdir(f"/proc/{keeper}/fd")]
+        assert len([name for name in held if name.startswith("pipe:")]) == 1
+        assert all(name.startswith("pipe:") or name == os.devnull for name in held)
+        child.kill()
+        assert child.wait(timeout=50) == -signal.SIGKILL
+        assert child.stdout.read() == ""  # its end: no keeper holds it open
+        assert all_ended(pids)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_a_process_that_does_not_lead_its_group_ends_nothing_of_it() -> None:
     """The guard: a child that could not lead a group of its own stays in its parent's,
     and neither it nor the parent ever signals that group."""

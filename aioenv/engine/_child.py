@@ -108,7 +108,7 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
     it becomes readable when the parent is gone. What the envs start ends with this
     process (see :mod:`aioenv.env_side._process_group`)."""
     lead_own_group()
-    keep_own_group()  # before any thread starts: it forks
+    keep_own_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     sock.setblocking(True)
     slots: Slots | None = None

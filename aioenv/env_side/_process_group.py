@@ -12,7 +12,7 @@ through a daemon). So the group is what the env started:
   what is left of it once the child has exited (:func:`signal_group`), which covers a
   child that was killed or crashed before it could end the group itself;
 - the group's keeper (:func:`keep_own_group`), a process outside the group that the child
-  forks first, ends what is left once the child is gone without ending it, which covers
+  starts first, ends what is left once the child is gone without ending it, which covers
   a child that crashed just before its parent was killed too.
 
 Why a group and not a child subreaper (``PR_SET_CHILD_SUBREAPER``): a subreaper would also
@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 __all__ = [
     "TERMINATE_GRACE",
@@ -95,10 +96,9 @@ def _end(group: int, grace: float) -> None:
 
 
 def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
-    """Start the keeper of the group this process leads (call it before any thread
-    starts: it forks): a process outside the group that waits for this process to be
-    gone without ending its group, then ends what is left of it as :func:`end_own_group`
-    does.
+    """Start the keeper of the group this process leads: a process outside the group that
+    waits for this process to be gone without ending its group, then ends what is left of
+    it as :func:`end_own_group` does (SIGTERM, SIGKILL after ``grace`` s).
 
     It covers the one case the others miss: this process dies without ending its group
     (SIGKILL, a crash) and its parent, which ends a dead child's group when it sees the
@@ -106,29 +106,67 @@ def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
     process (the write end is not inherited by what the envs start: Python's descriptors
     are not inheritable, and ``subprocess`` closes the others; a process the env forks
     without exec holds it too, and is waited for), so the end of the pipe is the end of
-    this process. It holds nothing else open, makes only system calls, and is dismissed
-    by :func:`end_own_group`: a process that ends its group itself leaves no keeper
-    behind. Nothing is started where this process leads no group."""
+    this process. It is dismissed by :func:`end_own_group`: a process that ends its group
+    itself leaves no keeper behind. Nothing is started where this process leads no group.
+
+    The keeper is a shell (:data:`_KEEPER`), spawned, not a fork of this process: a fork
+    would share this process's memory copy-on-write for as long as it lived, so every page
+    this process wrote afterwards (Python writes a reference count on each object it
+    touches) would be copied, about half of a process worker's start in CPU time. It holds
+    nothing of this process open but the pipe. Where no shell can be spawned, there is no
+    keeper."""
     if os.getpgrp() != os.getpid() or _keepers:
         return
-    group = os.getpid()
-    read_end, write_end = os.pipe()
-    keeper = os.fork()
-    if keeper:
-        os.close(read_end)
-        _keepers.append((keeper, write_end))  # the pipe stays open while this process lives
+    read_end, write_end = os.pipe()  # neither inheritable: the keeper gets its stdin only
+    actions: list[tuple[Any, ...]] = [
+        (os.POSIX_SPAWN_DUP2, read_end, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_descriptors() if fd > 2]
+    try:
+        keeper = os.posix_spawn(
+            "/bin/sh",
+            ["/bin/sh", "-c", _KEEPER, "aioenv-keeper", str(os.getpid()), f"{grace:g}"],
+            {"PATH": os.environ.get("PATH", os.defpath)},  # for sleep: the shell needs no more
+            file_actions=actions,
+            setpgroup=0,  # outside the group it will end
+        )
+    except OSError:
+        os.close(write_end)
         return
-    try:  # the keeper: system calls only, and out without Python's exit
-        os.closerange(0, read_end)
-        os.closerange(read_end + 1, os.sysconf("SC_OPEN_MAX"))
-        with contextlib.suppress(OSError):
-            os.setpgid(0, 0)  # outside the group it will end
-        while os.read(read_end, 1):
-            pass
-        if _exists(group):  # mostly not: the child's parent has ended it already
-            _end(group, grace)
     finally:
-        os._exit(0)
+        os.close(read_end)
+    _keepers.append((keeper, write_end))  # the pipe stays open while this process lives
+
+
+#: The keeper's program (``sh -c``; ``$1`` the group, ``$2`` the grace in seconds): it
+#: reads its stdin (the pipe) to its end, then ends what is left of the group, if anything
+#: is: SIGTERM, SIGKILL after the grace. It does not look in between whether the group is
+#: gone: a shell can only ask whether it has members, zombies included, and an exited
+#: helper may stay one for a while where the init process reaps late; each look would be a
+#: process of its own. ``kill -s SIG -- -GROUP`` is the form dash, bash and busybox take.
+_KEEPER = (
+    "while read -r _; do :; done; "
+    'kill -s 0 -- "-$1" 2>/dev/null || exit 0; '
+    'kill -s TERM -- "-$1" 2>/dev/null; sleep "$2"; '
+    'kill -s KILL -- "-$1" 2>/dev/null; exit 0'
+)
+
+
+def _inheritable_descriptors() -> list[int]:
+    """This process's descriptors that a spawned program would inherit (Linux: ``/proc``;
+    elsewhere none are known, and those are left to the program)."""
+    try:
+        entries = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            if os.get_inheritable(int(entry)):
+                found.append(int(entry))
+    return found
 
 
 def _dismiss_keeper() -> None:

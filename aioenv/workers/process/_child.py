@@ -72,7 +72,7 @@ def serve(
     it ends once its envs are closed (or the parent is gone); see
     :mod:`aioenv.env_side._process_group`."""
     lead_own_group()
-    keep_own_group()  # before any thread starts: it forks
+    keep_own_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
