@@ -128,7 +128,7 @@ def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
         keeper = os.posix_spawn(
             "/bin/sh",
             ["/bin/sh", "-c", _KEEPER, "aioenv-keeper", str(os.getpid()), f"{grace:g}"],
-            {"PATH": os.environ.get("PATH", os.defpath)},  # for sleep: the shell needs no more
+            os.environ,  # as any process of this one: visible to whoever looks for it there
             file_actions=actions,
             setpgroup=0,  # outside the group it will end
         )
