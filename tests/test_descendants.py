@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from support import process_running
+from support import process_running, wait_until
 
 import aioenv
 from aioenv import RESET
@@ -309,6 +310,93 @@ def test_the_keeper_ends_the_group_of_a_process_killed_with_no_one_left_to_end_i
             child.wait()
 
 
+class KeepsStartingHelpers(gymnasium.Env[np.ndarray, int]):
+    """At its reset, writes its process's pid to ``record`` and starts a helper that
+    ignores SIGTERM (so whatever ends the group waits out its grace) and a thread that
+    starts a ``sleep`` every 20 ms from then on, each pid written to ``record`` (after the
+    process's) before the next starts."""
+
+    observation_space = gymnasium.spaces.Box(0, 1, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self._write(os.getpid())
+        self._write(subprocess.Popen(["sh", "-c", "trap '' TERM; while :; do sleep 1; done"]).pid)
+        threading.Thread(target=self._keep_starting, daemon=True).start()
+        return np.zeros(1, np.float32), {}
+
+    def _keep_starting(self) -> None:
+        while True:
+            self._write(subprocess.Popen(["sleep", "600"]).pid)
+            time.sleep(0.02)
+
+    def _write(self, pid: int) -> None:
+        with open(self.record, "a") as file:
+            file.write(f"{pid}\n")
+
+    def step(self, action: int) -> Any:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+#: A parent whose env (one, in a child process) keeps starting helpers: as a pool's
+#: process worker, or in an AioVectorEnv's child.
+STARTING_PARENT = """
+import asyncio, functools, sys, time
+import aioenv
+from test_descendants import KeepsStartingHelpers
+
+source = functools.partial(KeepsStartingHelpers, sys.argv[2])
+if sys.argv[1] == "pool":
+    envs = aioenv.make_pool(source, 1, mode="process")
+    asyncio.run(envs.reset_all())
+else:
+    envs = aioenv.AioVectorEnv(source, 1, mode="process")
+    envs.reset(seed=0)
+print("reset", flush=True)
+time.sleep(600)  # killed meanwhile, envs open
+"""
+
+
+@pytest.mark.parametrize("face", ["pool", "vector"])
+def test_an_env_that_goes_on_starting_processes_as_its_parent_dies_leaves_none(
+    tmp_path: Path, helpers: list[int], face: str
+) -> None:
+    """The child finds its parent gone while its env's thread goes on starting helpers,
+    and ends its group while one of them ignores SIGTERM: each helper ends, those started
+    while the group was being ended included."""
+    script, record = tmp_path / "parent.py", tmp_path / "helpers"
+    script.write_text(STARTING_PARENT)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        "TMPDIR": str(tmp_path),
+    }
+    parent = subprocess.Popen(
+        [sys.executable, str(script), face, str(record)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == "reset\n"
+        assert wait_until(lambda: len(record.read_text().split()) >= 6)
+        child = int(record.read_text().split()[0])
+        parent.kill()
+        assert parent.wait(timeout=50) is not None
+        assert wait_until(lambda: not process_running(child), timeout=50)
+        helpers.extend(int(pid) for pid in record.read_text().split()[1:])
+        assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
 def test_a_process_that_does_not_lead_its_group_ends_nothing_of_it() -> None:
     """The guard: a child that could not lead a group of its own stays in its parent's,
     and neither it nor the parent ever signals that group."""
@@ -374,6 +462,54 @@ def test_a_vector_env_leaves_nothing_its_envs_started_the_probe_env_included(
         assert len(helpers) == 3 * PER_ENV  # the probe env's, then each worker's
         assert envs.mode_choice.mode == "process", envs.mode_choice
     assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+HUNG_VECTOR_PARENT = """
+import functools, json, sys
+import numpy as np
+import aioenv
+from test_descendants import StartsHelpers
+
+source = functools.partial(StartsHelpers, hang_on=1)
+envs = aioenv.AioVectorEnv(source, 2, mode="process")
+observations, _ = envs.reset(seed=0)
+print(json.dumps(observations.ravel().tolist()), flush=True)
+envs.step(np.array([1, 1]))  # hangs in each child: the parent is killed meanwhile
+"""
+
+
+def test_a_vector_envs_children_end_with_the_parent_while_their_envs_hang(
+    tmp_path: Path, helpers: list[int]
+) -> None:
+    """The parent dies while each child's env hangs in a step, so no child gets back to
+    its loop, where it looks for the parent between requests: each still ends, with
+    what its env started."""
+    script = tmp_path / "parent.py"
+    script.write_text(HUNG_VECTOR_PARENT)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        "TMPDIR": str(tmp_path),
+    }
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        assert parent.stdout is not None
+        helpers.extend(json.loads(parent.stdout.readline()))
+        assert len(helpers) == 2 * PER_ENV and all_running(helpers)
+        time.sleep(0.5)  # the step is sent: each env hangs
+        parent.kill()
+        assert parent.wait(timeout=50) is not None
+        assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
 
 
 class FailsToBuild(gymnasium.Env[np.ndarray, int]):

@@ -26,6 +26,7 @@ import dataclasses
 import pickle
 import signal
 import socket
+import threading
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,13 @@ from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import EnvRestarts
 from ..env_side._idle_spin import IdleSpin
-from ..env_side._process_group import end_own_group, keep_own_group, lead_own_group
+from ..env_side._process_group import (
+    end_own_group,
+    exit_with_own_group,
+    exit_with_own_group_when_gone,
+    keep_own_group,
+    lead_own_group,
+)
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
@@ -109,13 +116,17 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
     process (see :mod:`aioenv.env_side._process_group`)."""
     lead_own_group()
     keep_own_group()
+    # The loop below notices the parent's end between requests; an env that holds this
+    # thread (a step that hangs) would keep this process and its group alive without it.
+    threading.Thread(target=exit_with_own_group_when_gone, args=(alive,), daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     sock.setblocking(True)
     slots: Slots | None = None
+    gone = True  # the parent, unless it asks this child to close
     try:
         _, fds, _, _ = socket.recv_fds(sock, 1, _DESCRIPTORS)
         if not fds:
-            return  # the parent is gone
+            return
         buffer = StepBuffer(*plan.spaces, plan.n, fds[0])
         wakes = fds[1:]
         half = len(wakes) // 2
@@ -125,15 +136,21 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
         send_message(sock, spaces if failure is None else failure)
-        if failure is None:
-            _loop(sock, alive, _Envs(slots, buffer, plan), request, answer, plan)
+        gone = failure is None and _loop(
+            sock, alive, _Envs(slots, buffer, plan), request, answer, plan
+        )
     except (BrokenPipeError, ConnectionResetError, EOFError):
-        return  # the parent is gone
+        return
+    except BaseException:
+        gone = False
+        raise
     finally:
         if slots is not None:
             slots.close()
-        end_own_group()
         sock.close()
+        if gone:  # an env's thread may still start processes: they go with this one
+            exit_with_own_group(1)
+        end_own_group()
 
 
 def _loop(
@@ -143,7 +160,8 @@ def _loop(
     request: Wake,
     answer: Wake,
     plan: ChildPlan,
-) -> None:
+) -> bool:
+    """Serve requests until the parent asks this child to close (False) or is gone (True)."""
     first, buffer = plan.first, envs.buffer
     notes, marks = buffer.notes, buffer.marks
     spin = IdleSpin(plan.idle_spin, 0)
@@ -153,11 +171,11 @@ def _loop(
         try:
             request.wait(watch=watch, spin=spin)
         except Gone:
-            return  # the parent is gone
+            return True
         if notes[first]:
             asked = receive_message(sock)
             if asked is None:
-                return  # close
+                return False  # close
             data = envs.served(spin, *asked)
             notes[first] = bool(data)
         else:

@@ -6,8 +6,10 @@ grandchildren included, unless it leaves on purpose (``setsid``, ``setpgid``,
 ``subprocess.Popen(start_new_session=True)`` or ``process_group=``, a container started
 through a daemon). So the group is what the env started:
 
-- the child ends what is left of it once its envs are closed, and when it notices that
-  the parent is gone (:func:`end_own_group`: SIGTERM, SIGKILL after a grace period);
+- the child ends what is left of it once its envs are closed (:func:`end_own_group`:
+  SIGTERM, SIGKILL after a grace period), and when it notices that the parent is gone
+  (:func:`exit_with_own_group`: the same, then the whole group with the child in it, so
+  that an env that starts a process meanwhile cannot leave it behind);
 - the parent signals the whole group when it kills or terminates the child, and kills
   what is left of it once the child has exited (:func:`signal_group`), which covers a
   child that was killed or crashed before it could end the group itself;
@@ -32,13 +34,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "TERMINATE_GRACE",
     "end_own_group",
+    "exit_with_own_group",
+    "exit_with_own_group_when_gone",
     "keep_own_group",
     "lead_own_group",
     "signal_group",
@@ -76,6 +81,37 @@ def end_own_group(grace: float = TERMINATE_GRACE) -> None:
         if left and not _exists(group):
             return
         _end(group, grace)
+
+
+def exit_with_own_group(status: int, grace: float = TERMINATE_GRACE) -> NoReturn:
+    """End this process and every other process in its group, from a thread that found
+    the parent gone while another thread may still be starting processes (an env being
+    built or stepped). :func:`end_own_group` leaves the group first, and whatever another
+    thread started after that would be outside it, and outlive everything. Here this
+    process stays in the group: SIGTERM, SIGKILL after ``grace`` seconds to those still
+    running, then SIGKILL to the whole group, this process with it. A group signal reaches
+    a process forked meanwhile as well (the kernel restarts a fork that one crosses), so
+    nothing started by then is left. A process that leads no group exits with ``status``."""
+    with _ending:
+        group = os.getpgrp()
+        if group == os.getpid():
+            _dismiss_keeper()  # the group goes whole: nothing is left for it to end
+            _end(group, grace)
+            os.killpg(group, signal.SIGKILL)
+    os._exit(status)
+
+
+def exit_with_own_group_when_gone(alive: socket.socket) -> NoReturn:
+    """Wait until the parent's end of ``alive`` closes (the parent is gone: nothing is
+    ever sent on it), then :func:`exit_with_own_group`. The target of a thread of its own,
+    in a child whose main thread may be held by an env for any time (a step that hangs)."""
+    while True:
+        try:
+            if not alive.recv(1 << 10):
+                break
+        except OSError:
+            break
+    exit_with_own_group(1)
 
 
 def _end(group: int, grace: float) -> None:

@@ -15,7 +15,6 @@ import asyncio
 import contextvars
 import copy
 import inspect
-import os
 import signal
 import socket
 import statistics
@@ -35,7 +34,12 @@ from ..core._gymnasium import GymnasiumEnvironment, build_environment
 from ..core._registry import merge as merge_registry
 from ..core._registry import snapshot as registry_snapshot
 from ..engine._start import Context, resolve_context, start_child
-from ..env_side._process_group import end_own_group, lead_own_group, signal_group
+from ..env_side._process_group import (
+    end_own_group,
+    exit_with_own_group_when_gone,
+    lead_own_group,
+    signal_group,
+)
 
 __all__ = ["Probe", "probe_env", "probing"]
 
@@ -250,7 +254,7 @@ def _serve_probe(
     import traceback
 
     lead_own_group()
-    threading.Thread(target=_end_when_parent_dies, args=(alive,), daemon=True).start()
+    threading.Thread(target=exit_with_own_group_when_gone, args=(alive,), daemon=True).start()
     try:
         try:
             merge_registry(registry)
@@ -269,14 +273,3 @@ def _serve_probe(
     finally:
         sock.close()
         end_own_group()
-
-
-def _end_when_parent_dies(alive: socket.socket) -> None:
-    while True:
-        try:
-            if not alive.recv(1 << 10):
-                break
-        except OSError:
-            break
-    end_own_group()
-    os._exit(1)

@@ -23,7 +23,12 @@ from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
 from ...env_side._idle_spin import IdleSpin
-from ...env_side._process_group import end_own_group, keep_own_group, lead_own_group
+from ...env_side._process_group import (
+    end_own_group,
+    exit_with_own_group,
+    keep_own_group,
+    lead_own_group,
+)
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
@@ -79,6 +84,7 @@ def serve(
     sock.setblocking(True)
     slots = Slots(payloads, seeds, episode, registry, thread_caps)
     shared: list[SharedObservations | None] = [None] * len(payloads)
+    gone = False  # the parent
     try:
         if build:
             sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
@@ -87,18 +93,21 @@ def serve(
         while True:
             data = waiting.receive(sock)  # whatever has arrived is one batch
             if not data:
-                return  # the parent is gone
+                gone = True
+                return
             frames = decoder.feed(data)
             if not _served(sock, slots, shared, descriptors, waiting, frames):
                 return
     except (BrokenPipeError, ConnectionResetError):
-        return  # the parent is gone
+        gone = True
     finally:
         slots.close()
-        end_own_group()
         while not descriptors.empty():
             os.close(descriptors.get())
         sock.close()
+        if gone:  # an env's thread may still start processes: they go with this one
+            exit_with_own_group(1)
+        end_own_group()
 
 
 def _served(
@@ -136,8 +145,7 @@ def _served(
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
     receive_descriptors(alive, descriptors)  # returns once the parent is gone
-    end_own_group()
-    os._exit(1)
+    exit_with_own_group(1)
 
 
 def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservations | None:
