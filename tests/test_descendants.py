@@ -265,7 +265,7 @@ KEEPER_CHILD = """
 import json, os, subprocess, sys
 from aioenv.env_side._process_group import _keepers, keep_own_group, lead_own_group
 assert lead_own_group()
-keep_own_group(grace=0.5)
+keep_own_group()
 helpers = [
     subprocess.Popen(["sleep", "600"]),
     subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 600 & echo $!; wait"], stdout=subprocess.PIPE),
@@ -281,8 +281,8 @@ def test_the_keeper_ends_the_group_of_a_process_killed_with_no_one_left_to_end_i
     helpers: list[int],
 ) -> None:
     """A child killed while nobody ends its group (here its parent is no aioenv parent):
-    its keeper, a shell outside the group, ends it (SIGKILL after the grace for what
-    ignores SIGTERM). The keeper holds nothing of the child open but its pipe: the child's
+    its keeper, a shell outside the group, kills what is left of it, what ignores SIGTERM
+    too. The keeper holds nothing of the child open but its pipe: the child's
     stdout ends with the child."""
     child = subprocess.Popen(
         [sys.executable, "-c", KEEPER_CHILD],

@@ -76,11 +76,14 @@ def end_own_group(grace: float = TERMINATE_GRACE) -> None:
         group = os.getpgrp()
         if group != os.getpid():
             return
-        _dismiss_keeper()
-        left = _leave(group)
-        if left and not _exists(group):
-            return
-        _end(group, grace)
+        try:
+            left = _leave(group)
+            if not left or _exists(group):
+                _end(group, grace)
+        finally:
+            # Only now: should this process die meanwhile (an env's thread crashes it),
+            # the keeper ends what it had not.
+            _dismiss_keeper()
 
 
 def exit_with_own_group(status: int, grace: float = TERMINATE_GRACE) -> NoReturn:
@@ -95,8 +98,8 @@ def exit_with_own_group(status: int, grace: float = TERMINATE_GRACE) -> NoReturn
     with _ending:
         group = os.getpgrp()
         if group == os.getpid():
-            _dismiss_keeper()  # the group goes whole: nothing is left for it to end
             _end(group, grace)
+            _dismiss_keeper()  # only now (see end_own_group): the group goes whole next
             os.killpg(group, signal.SIGKILL)
     os._exit(status)
 
@@ -131,10 +134,12 @@ def _end(group: int, grace: float) -> None:
         _signal(pid, signal.SIGKILL)
 
 
-def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
+def keep_own_group() -> None:
     """Start the keeper of the group this process leads: a process outside the group that
-    waits for this process to be gone without ending its group, then ends what is left of
-    it as :func:`end_own_group` does (SIGTERM, SIGKILL after ``grace`` s).
+    waits for this process to be gone without ending its group, then kills what is left
+    of it (SIGKILL, as the parent does with what a dead child left: the keeper acts when
+    this process died without ending its group, so there is nobody left to be graceful
+    to, and it is gone at once).
 
     It covers the one case the others miss: this process dies without ending its group
     (SIGKILL, a crash) and its parent, which ends a dead child's group when it sees the
@@ -142,8 +147,9 @@ def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
     process (the write end is not inherited by what the envs start: Python's descriptors
     are not inheritable, and ``subprocess`` closes the others; a process the env forks
     without exec holds it too, and is waited for), so the end of the pipe is the end of
-    this process. It is dismissed by :func:`end_own_group`: a process that ends its group
-    itself leaves no keeper behind. Nothing is started where this process leads no group.
+    this process. It is dismissed once this process has ended its group itself
+    (:func:`end_own_group`, :func:`exit_with_own_group`), so it leaves no keeper behind.
+    Nothing is started where this process leads no group.
 
     The keeper is a shell (:data:`_KEEPER`), spawned, not a fork of this process: a fork
     would share this process's memory copy-on-write for as long as it lived, so every page
@@ -163,7 +169,7 @@ def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
     try:
         keeper = os.posix_spawn(
             "/bin/sh",
-            ["/bin/sh", "-c", _KEEPER, "aioenv-keeper", str(os.getpid()), f"{grace:g}"],
+            ["/bin/sh", "-c", _KEEPER, "aioenv-keeper", str(os.getpid())],
             os.environ,  # as any process of this one: visible to whoever looks for it there
             file_actions=actions,
             setpgroup=0,  # outside the group it will end
@@ -176,18 +182,10 @@ def keep_own_group(grace: float = TERMINATE_GRACE) -> None:
     _keepers.append((keeper, write_end))  # the pipe stays open while this process lives
 
 
-#: The keeper's program (``sh -c``; ``$1`` the group, ``$2`` the grace in seconds): it
-#: reads its stdin (the pipe) to its end, then ends what is left of the group, if anything
-#: is: SIGTERM, SIGKILL after the grace. It does not look in between whether the group is
-#: gone: a shell can only ask whether it has members, zombies included, and an exited
-#: helper may stay one for a while where the init process reaps late; each look would be a
-#: process of its own. ``kill -s SIG -- -GROUP`` is the form dash, bash and busybox take.
-_KEEPER = (
-    "while read -r _; do :; done; "
-    'kill -s 0 -- "-$1" 2>/dev/null || exit 0; '
-    'kill -s TERM -- "-$1" 2>/dev/null; sleep "$2"; '
-    'kill -s KILL -- "-$1" 2>/dev/null; exit 0'
-)
+#: The keeper's program (``sh -c``, ``$1`` the group): it reads its stdin (the pipe) to
+#: its end, then kills what is left of the group, if anything is. ``kill -s SIG -- -GROUP``
+#: is the form dash, bash and busybox all take.
+_KEEPER = 'while read -r _; do :; done; kill -s KILL -- "-$1" 2>/dev/null; exit 0'
 
 
 def _inheritable_descriptors() -> list[int]:
