@@ -5,6 +5,7 @@ after a failure, killed, or when the parent dies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -197,6 +198,34 @@ async def test_a_child_killed_from_outside_leaves_nothing_its_env_started(
         assert all_ended(helpers), [pid for pid in helpers if running(pid)]
 
 
+@contextlib.contextmanager
+def running_parent(tmp_path: Path, code: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``code`` run as a parent script with ``args``, its stdout piped, this folder on its
+    path, in a session of its own (a group the test may kill whole), killed on the way out
+    if it still runs; ``tmp_path`` is its temporary folder, where a killed parent leaves
+    multiprocessing's."""
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
+        "TMPDIR": str(tmp_path),
+    }
+    parent = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+        start_new_session=True,
+    )
+    try:
+        yield parent
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
 PARENT = """
 import asyncio, json, sys, time
 import aioenv
@@ -227,21 +256,7 @@ def test_what_the_envs_started_ends_with_the_parent(
     the pool still open (its exit hook kills the children's groups). Or a child is killed
     and then the parent, which never sees the child's end (its loop is blocked in a
     sleep): the child's keeper ends its group."""
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT)
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-        "TMPDIR": str(tmp_path),  # where a killed parent leaves multiprocessing's folder
-    }
-    parent = subprocess.Popen(
-        [sys.executable, str(script), "never" if end == "left open" else "kill"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=environment,
-        start_new_session=True,  # its own group, which the test may kill whole
-    )
-    try:
+    with running_parent(tmp_path, PARENT, "never" if end == "left open" else "kill") as parent:
         assert parent.stdout is not None
         helpers.extend(json.loads(parent.stdout.readline()))
         workers = json.loads(parent.stdout.readline())
@@ -255,10 +270,6 @@ def test_what_the_envs_started_ends_with_the_parent(
             os.killpg(parent.pid, signal.SIGKILL)
         assert parent.wait(timeout=50) is not None
         assert all_ended(helpers), [pid for pid in helpers if running(pid)]
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
 
 
 KEEPER_CHILD = """
@@ -367,21 +378,8 @@ def test_an_env_that_goes_on_starting_processes_as_its_parent_dies_leaves_none(
     """The child finds its parent gone while its env's thread goes on starting helpers,
     and ends its group while one of them ignores SIGTERM: each helper ends, those started
     while the group was being ended included."""
-    script, record = tmp_path / "parent.py", tmp_path / "helpers"
-    script.write_text(STARTING_PARENT)
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-        "TMPDIR": str(tmp_path),
-    }
-    parent = subprocess.Popen(
-        [sys.executable, str(script), face, str(record)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=environment,
-        start_new_session=True,
-    )
-    try:
+    record = tmp_path / "helpers"
+    with running_parent(tmp_path, STARTING_PARENT, face, str(record)) as parent:
         assert parent.stdout is not None
         assert parent.stdout.readline() == "reset\n"
         assert wait_until(lambda: len(record.read_text().split()) >= 6)
@@ -391,10 +389,6 @@ def test_an_env_that_goes_on_starting_processes_as_its_parent_dies_leaves_none(
         assert wait_until(lambda: not process_running(child), timeout=50)
         helpers.extend(int(pid) for pid in record.read_text().split()[1:])
         assert all_ended(helpers), [pid for pid in helpers if running(pid)]
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
 
 
 def test_a_process_that_does_not_lead_its_group_ends_nothing_of_it() -> None:
@@ -484,21 +478,7 @@ def test_a_vector_envs_children_end_with_the_parent_while_their_envs_hang(
     """The parent dies while each child's env hangs in a step, so no child gets back to
     its loop, where it looks for the parent between requests: each still ends, with
     what its env started."""
-    script = tmp_path / "parent.py"
-    script.write_text(HUNG_VECTOR_PARENT)
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path]),
-        "TMPDIR": str(tmp_path),
-    }
-    parent = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=environment,
-        start_new_session=True,
-    )
-    try:
+    with running_parent(tmp_path, HUNG_VECTOR_PARENT) as parent:
         assert parent.stdout is not None
         helpers.extend(json.loads(parent.stdout.readline()))
         assert len(helpers) == 2 * PER_ENV and all_running(helpers)
@@ -506,10 +486,6 @@ def test_a_vector_envs_children_end_with_the_parent_while_their_envs_hang(
         parent.kill()
         assert parent.wait(timeout=50) is not None
         assert all_ended(helpers), [pid for pid in helpers if running(pid)]
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
 
 
 class FailsToBuild(gymnasium.Env[np.ndarray, int]):
