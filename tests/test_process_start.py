@@ -4,6 +4,7 @@ meanwhile, and a worker closed while its child starts leaves no process behind."
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -284,3 +285,40 @@ def test_children_of_the_default_forkserver_start_with_aioenvs_preloads(context:
     assert result.returncode == 0, result.stderr
     expected = context == "forkserver"
     assert result.stdout.strip() == str((expected, expected))
+
+
+@pytest.mark.timeout(180)
+def test_a_forkserver_with_a_preload_list_of_the_users_loads_openblas_as_the_user_set_it() -> None:
+    """aioenv's server loads OpenBLAS with one thread and its last preload takes the
+    variable that asked for it out again; a server with a preload list of the user's
+    (which lacks that module) is left as the user's environment says: an uncapped child
+    has OpenBLAS's own count and no variable it did not set (a fresh interpreter, whose
+    first start launches the server)."""
+    code = (
+        "import multiprocessing, os, aioenv\n"
+        "from threadpoolctl import threadpool_info\n"
+        "def blas():\n"
+        "    return [p['num_threads'] for p in threadpool_info() if p['internal_api'] == 'openblas']\n"
+        "context = multiprocessing.get_context('forkserver')\n"
+        "context.set_forkserver_preload(['numpy'])\n"
+        "with aioenv.AioVectorEnv(\n"
+        "    'CartPole-v1', 1, mode='process', context=context, threads_per_env=None\n"
+        ") as e:\n"
+        "    [(variable, child)] = e.apply(lambda env: (os.environ.get('OPENBLAS_NUM_THREADS'), blas()))\n"
+        "print(repr((variable, child == blas())))\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in THREAD_LOAD_VARIABLES}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr((None, True))
+
+
+#: What OpenBLAS reads for its thread count as it loads.
+THREAD_LOAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")

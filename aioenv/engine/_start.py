@@ -240,7 +240,11 @@ class _ChildStart:
 
     def _spawnv_passfds(self, path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
         if self._mine() and args and str(args[-1]).startswith(_FORKSERVER_MAIN):
-            first = f"import sys; sys.path[:] = {sys.path!r}; {forkserver_load_code()}"
+            first = f"import sys; sys.path[:] = {sys.path!r}"
+            # OpenBLAS with one thread only where aioenv's preload list is the server's: its
+            # last module takes the variable out again (a list of the user's would not).
+            if _PRELOAD[-1] in str(args[-1]):
+                first += f"; {forkserver_load_code()}"
             args = [*args[:-1], f"{first}; {args[-1]}"]
         return self._patches[1].original(path, args, passfds)  # type: ignore[no-any-return]
 
