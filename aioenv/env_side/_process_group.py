@@ -154,7 +154,7 @@ def keep_own_group() -> None:
     The keeper is a shell (:data:`_KEEPER`), spawned, not a fork of this process: a fork
     would share this process's memory copy-on-write for as long as it lived, so every page
     this process wrote afterwards (Python writes a reference count on each object it
-    touches) would be copied, about half of a process worker's start in CPU time. It holds
+    touches) would be copied, about a third of a process worker's start in CPU time. It holds
     nothing of this process open but the pipe. Where no shell can be spawned, there is no
     keeper."""
     if os.getpgrp() != os.getpid() or _keepers:
