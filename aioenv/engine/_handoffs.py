@@ -238,6 +238,11 @@ class HandOffs:
             posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
         except Gone as gone:
             w = waiting[watch.index(gone.fd)]
+            if self.buffer.marks[self.children[w].first]:
+                # It posted before it died (Gone comes only once every post is taken):
+                # that post was counted, and is not the answer of the child that replaces
+                # it, whose own post would otherwise be left over for the next call.
+                self._taken -= 1
             self._lost(w, self.died(w, "while it stepped"), died, timeout is None)
             return True
         if posts:

@@ -28,7 +28,9 @@ memory before :meth:`~Wake.post` is what the taker reads after :meth:`~Wake.take
 :meth:`~Wake.wait` returns, with no atomics of our own and nothing compiled. (The one
 byte read without a post, a child's mark in the buffer, is read only once a deadline has
 passed, to tell a late child from one whose post is on its way: it decides nothing about
-data, and a stale read only names a child that was at its deadline anyway.)
+data, and a stale read only names a child that was at its deadline anyway; or once the
+child has exited, which the parent learns through the kernel too, to tell whether its
+post was among those taken.)
 """
 
 from __future__ import annotations
