@@ -22,10 +22,11 @@ from aioenv import Step
 from aioenv.core._environment import BatchStep
 from aioenv.wire._frames import (
     HEADER,
+    STEP_STATE,
     FrameDecoder,
     decode_array,
     decode_batch_step,
-    decode_step,
+    decode_reply,
     encode,
     encode_array_action,
     encode_batch_step,
@@ -161,7 +162,7 @@ def test_a_step_round_trips_exactly(
 ) -> None:
     final_observation, final_info = (None, None) if final is None else final
     step = Step(observation, reward, terminated, truncated, info, final_observation, final_info)
-    decoded = decode_step(_payload(encode_step(7, step, slot=3)))
+    decoded = decode_reply(STEP_STATE, _payload(encode_step(7, step, slot=3)), None)[0]
     assert_same(decoded.observation, observation)
     assert decoded.reward == reward or (reward != reward and decoded.reward != decoded.reward)
     assert (decoded.terminated, decoded.truncated) == (terminated, truncated)
@@ -313,7 +314,9 @@ def test_observations_written_to_shared_memory_read_back_the_same(
         assert child.write(observation)
         assert_same_view(parent.read(), observation)
         step = Step(observation, 1.0)
-        decoded = decode_step(_payload(encode_step(1, step, shared=child)), parent)
+        payload = _payload(encode_step(1, step, shared=child))
+        decoded, borrowed = decode_reply(STEP_STATE, payload, parent)
+        assert borrowed  # the observation views the shared memory
         assert_same_view(decoded.observation, observation)
 
 

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from aioenv import Step
-from aioenv.wire._frames import HEADER, FrameDecoder, Kind, decode_step, dumps, encode, encode_step
+from aioenv.wire._frames import (
+    HEADER,
+    STEP_STATE,
+    FrameDecoder,
+    Kind,
+    decode_reply,
+    dumps,
+    encode,
+    encode_step,
+)
 
 OBSERVATIONS: list[Any] = [
     np.arange(12, dtype=np.float32).reshape(3, 4),
@@ -43,7 +52,7 @@ def test_step_round_trips_exactly(observation: Any) -> None:
         message = encode_step(9, step, slot=3)
         length, seq, kind, slot = HEADER.unpack_from(message)
         assert (length, seq, kind, slot) == (len(message) - HEADER.size, 9, Kind.STEP_STATE, 3)
-        decoded = decode_step(memoryview(message)[HEADER.size :])
+        decoded = decode_reply(STEP_STATE, memoryview(message)[HEADER.size :], None)[0]
         assert (decoded.reward, decoded.terminated, decoded.truncated) == (
             step.reward,
             step.terminated,
@@ -63,7 +72,7 @@ def test_step_round_trips_exactly(observation: Any) -> None:
 
 def test_decoded_observation_does_not_alias_the_receive_buffer() -> None:
     buffer = bytearray(encode_step(1, Step(np.arange(4.0))))
-    decoded = decode_step(memoryview(buffer)[HEADER.size :])
+    decoded = decode_reply(STEP_STATE, memoryview(buffer)[HEADER.size :], None)[0]
     buffer[HEADER.size :] = bytes(len(buffer) - HEADER.size)  # the buffer is reused
     np.testing.assert_array_equal(decoded.observation, np.arange(4.0))
 

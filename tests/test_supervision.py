@@ -180,9 +180,10 @@ def test_a_success_ends_the_streak_and_names_the_restart_it_completes() -> None:
     sup.failed(error("x"), env_gone=False, in_flight=1, clock=clock)
     clock.advance(1.0)
     assert sup.starting
-    sup.answered()
-    assert sup.succeeded() == "WorkerError: x"  # the worker annotates this state with it
-    assert sup.succeeded() is None
+    assert sup.answered(state=True)  # the new env's first answer
+    assert sup.restart_completed == "WorkerError: x"  # the worker annotates this state with it
+    assert not sup.answered(state=True)
+    assert sup.restart_completed is None
     sup.failed(error("y"), env_gone=False, in_flight=1, clock=clock)
     assert [timer.when - clock.now for timer in clock.pending()] == [1.0]  # not 2.0
 
@@ -215,8 +216,8 @@ def test_a_new_env_that_fails_leaves_no_restart_to_name_on_the_next_state() -> N
     assert worker.calls == [("start", 1, restart_seed(7, 1))]
     sup.failed(failure := error(), env_gone=False, in_flight=1, clock=clock)
     assert worker.calls[-1] == ("fail", failure, False)
-    sup.answered()
-    assert sup.succeeded() is None
+    sup.answered(state=True)
+    assert sup.restart_completed is None
 
 
 def test_a_failure_while_idle_restarts_at_the_next_request() -> None:
@@ -259,8 +260,7 @@ def fail_and_restart(
 
 def answer(sup: Supervisor) -> None:
     """The env answers the request in flight with a state (the worker's _on_reply)."""
-    sup.answered()
-    sup.succeeded()
+    sup.answered(state=True)
 
 
 def given_up(worker: FakeWorker, *, env_gone: bool) -> bool:

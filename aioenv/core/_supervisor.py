@@ -128,8 +128,8 @@ class Supervisor:
         self._consecutive_failures = 0
         #: Failures since the env last made progress (the crash-loop rule counts them).
         self._failures_since_progress = 0
-        #: The answer being handled is the first of a new env (its start: no progress).
-        self._answer_starts = False
+        #: The reason of the restart the last state answered completes (see answered).
+        self.restart_completed: str | None = None
         self._restart_reason: str | None = None
         #: What the request in flight is (see :func:`request_phase`), and how many
         #: transitions it plays (a rollout segment: its deadline is that many step
@@ -202,25 +202,22 @@ class Supervisor:
             self._remedies.time_out(seq, timeout, clock.time() - sent_at)
 
     # Outcomes --------------------------------------------------------------------------
-    def answered(self) -> bool:
-        """The env answered; True if that is its first answer since it started."""
+    def answered(self, state: bool = False) -> bool:
+        """The env answered, with a state (``state``) or a failure; True if that is its
+        first answer since it started. A state ends the failure streak and, unless it is
+        a new env's first answer (its start, a reconnect), is the env's progress; then
+        :attr:`restart_completed` is the reason of the restart it completes (the worker
+        annotates the state with it), or None. One call per answer: the per-step path's."""
         if self._timer is not None:
             self.disarm()
         first = self.starting
         self.starting = False
-        self._answer_starts = first
+        if state:
+            self._consecutive_failures = 0
+            if not first:
+                self._failures_since_progress = 0
+            self.restart_completed, self._restart_reason = self._restart_reason, None
         return first
-
-    def succeeded(self) -> str | None:
-        """The answer was a state: the failure streak ends, and unless the answer was a
-        new env's first (its start, a reconnect), the env made progress. Returns the
-        reason of the restart this completes (the worker annotates the state with it), or
-        None."""
-        self._consecutive_failures = 0
-        if not self._answer_starts:
-            self._failures_since_progress = 0
-        reason, self._restart_reason = self._restart_reason, None
-        return reason
 
     def failed(self, error: WorkerError, *, env_gone: bool, in_flight: int, clock: Clock) -> None:
         """Act on a failure of request ``in_flight`` (0: none was in flight): report it to

@@ -87,8 +87,7 @@ class Revivals:
         for w in children:
             if w in self.unsettled:
                 supervisor = self.each[w].supervisor
-                supervisor.answered()
-                supervisor.succeeded()
+                supervisor.answered(state=True)
                 if supervisor.settled:
                     self.unsettled.discard(w)
 

@@ -164,8 +164,7 @@ class EnvRestarts:
         for index in envs:
             if index in unsettled and index not in restarted:
                 supervisor = self.envs[index].supervisor
-                supervisor.answered()
-                supervisor.succeeded()
+                supervisor.answered(state=True)
                 if supervisor.settled:
                     unsettled.discard(index)
         restarted.clear()
@@ -243,12 +242,13 @@ class _OneEnv:
     # As Worker._on_reply and Worker._on_failure --------------------------------------
     def _on_reply(self, result: Any) -> None:
         supervisor = self.supervisor
-        supervisor.answered()
-        if isinstance(result, Failure):
+        failed = isinstance(result, Failure)
+        supervisor.answered(state=not failed)
+        if failed:
             self._failure = result
             self._on_failure(self._error(result))
             return
-        reason = supervisor.succeeded()
+        reason = supervisor.restart_completed
         if reason is not None:
             result = self._restarted(result, reason)
         self._deliver(result)

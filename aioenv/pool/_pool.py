@@ -5,7 +5,9 @@ pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class
 with them; the only difference between the async pool and the forced-sync twin is the
 order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
 (:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`Controls`,
-:class:`Rollouts`, :class:`SpaceCheck`) do the work; its methods hand over to them.
+:class:`Rollouts`, :class:`SpaceCheck`) do the work; its methods hand over to them,
+but for ``send_action``, which asks the Sender only where an action is not the common
+case (a call per action saved).
 
 Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
 structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
@@ -19,6 +21,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import anyio
 
+from ..core._commands import RESET, Reset
 from ..core._errors import ClosedError, WorkerError
 from ..core._messages import Autoreset
 from ..core._supervision import report_failure
@@ -166,7 +169,19 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
 
         :raises WorkerRemoved: the worker was given up on (see :attr:`removed`).
         """
-        self._sender.send_action(action, worker_id)
+        accepting = self._roster.accepting
+        common = type(worker_id) is int and 0 <= worker_id < len(accepting) and accepting[worker_id]
+        if common and not self.check_actions:  # checked first
+            worker = self._roster.members[worker_id]
+        else:
+            worker = self._sender.addressee(action, worker_id)
+        try:
+            worker.send_action(action)
+        except WorkerError as error:
+            self._sender.on_send_error(worker, error)
+            raise
+        if action is RESET or isinstance(action, Reset):
+            self._episodes.expect_reset(worker_id)
 
     def send_order(self, worker_ids: Sequence[int]) -> list[int]:
         """``worker_ids`` in the order to send each of them an action when they step
@@ -289,7 +304,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
 
     def has_pending(self, worker_id: int) -> bool:
         """The worker has an action in flight or a state not yet taken."""
-        return self._inbox.is_owed(self._roster.member(worker_id).worker_id)
+        return self._roster.member(worker_id).worker_id in self._inbox.owed
 
     @property
     def num_pending(self) -> int:

@@ -245,7 +245,7 @@ class Receiver:
             raise not_on_asyncio("a pool's get_state()/get_batch()")
         if loop is not self._loop:
             for worker in self._roster.members:
-                if self._inbox.is_owed(worker.worker_id):
+                if worker.worker_id in self._inbox.owed:
                     worker.enter_loop()
             self._loop = loop
         self._loop_thread = thread_id()
@@ -279,7 +279,7 @@ class Receiver:
             outcome = inbox.pop(worker.worker_id)
             if outcome is not None:
                 return outcome
-            if not inbox.is_owed(worker.worker_id):
+            if worker.worker_id not in inbox.owed:
                 raise NoActionInFlight(
                     f"get_state(worker_id={worker.worker_id}) would wait forever: {worker.name} "
                     "has no action in flight; send it an action first"

@@ -121,7 +121,7 @@ class Rollouts:
         for worker in workers:
             if self._inbox.is_paused(worker.worker_id):
                 raise WorkerPaused(f"rollout(): {worker.name} is paused; resume it first")
-            if self._inbox.is_owed(worker.worker_id):
+            if worker.worker_id in self._inbox.owed:
                 raise StateNotTaken(
                     f"rollout(): {worker.name} has an action in flight or a state not taken; "
                     "take every pending state first (pool.drain()); nothing was sent"

@@ -19,7 +19,8 @@ __all__ = ["Sender"]
 
 class Sender:
     """The sending side of a :class:`~aioenv.WorkerPool` (whose methods ``send_action``,
-    ``reset`` and ``set_seeds`` say what each does), over the workers of its ``roster``:
+    ``reset`` and ``set_seeds`` say what each does; ``send_action`` asks :meth:`addressee`
+    where the action is not the common case), over the workers of its ``roster``:
     tells ``episodes`` where a reset starts a new episode, asks ``inbox`` which workers are
     paused or owe a state, and checks actions against the spaces where ``check_actions``."""
 
@@ -38,30 +39,11 @@ class Sender:
         self._check_open = check_open
         self._check_actions = check_actions
 
-    def send_action(self, action: Any, worker_id: int) -> None:
-        roster = self._roster
-        accepting = roster.accepting
-        if type(worker_id) is int and 0 <= worker_id < len(accepting) and accepting[worker_id]:
-            worker = roster.members[worker_id]  # the common case, checked first
-        else:
-            worker = self._addressee(worker_id)
-        if self._check_actions and not isinstance(action, (Command, Reset)):
-            space = worker.action_space
-            if space is not None and not space.contains(action):
-                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
-        try:
-            worker.send_action(action)
-        except WorkerError as error:
-            if error is worker.failure:
-                self._hand_out_failure(worker)
-            raise
-        if action is RESET or isinstance(action, Reset):
-            self._episodes.expect_reset(worker_id)
-
-    def _addressee(self, worker_id: int) -> Member:
-        """The worker an action to ``worker_id`` goes to, or the error that says why none
+    def addressee(self, action: Any, worker_id: int) -> Member:
+        """The worker ``action`` to ``worker_id`` goes to, or the error that says why none
         does (the pool is closed, the id names no worker, the worker was given up on or
-        is paused)."""
+        is paused, the action is not in its space where ``check_actions``). The pool's
+        ``send_action`` takes the common case (none of these) itself."""
         self._check_open()
         roster = self._roster
         worker = roster.members[roster.index(worker_id)]
@@ -69,25 +51,32 @@ class Sender:
             raise roster.gone(worker.worker_id)
         if self._inbox.is_paused(worker.worker_id):
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
+        if self._check_actions and not isinstance(action, (Command, Reset)):
+            space = worker.action_space
+            if space is not None and not space.contains(action):
+                raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
         return worker
 
-    def _hand_out_failure(self, worker: Member) -> None:
-        """An action to a worker that failed for good raised its error, which hands it out
-        (the worker leaves the pool), unless that error is still to be taken in place of
-        its last state: it is raised once, there, and this action gets StateNotTaken."""
-        if self._inbox.is_owed(worker.worker_id):
+    def on_send_error(self, worker: Member, error: WorkerError) -> None:
+        """An action to ``worker`` raised ``error``. Where that is the error it failed for
+        good with, it is handed out (the worker leaves the pool), unless it is still to be
+        taken in place of its last state: it is raised once, there, and this action gets
+        StateNotTaken."""
+        if error is not worker.failure:
+            return
+        if worker.worker_id in self._inbox.owed:
             raise StateNotTaken(
                 f"{worker.name} failed for good and its error is not taken yet; take it with "
                 "pool.get_state() (it raises it), after which the worker is out of the pool"
             ) from None
-        self._roster.hand_out(worker.worker_id, worker.failure)  # type: ignore[arg-type]
+        self._roster.hand_out(worker.worker_id, error)
 
     def reset(self, seed: int | None, options: dict[str, Any] | None) -> None:
         self._check_open()
         self._roster.check_some_left("reset()")
         targets = self._roster.active()
         for worker in targets:
-            if self._inbox.is_owed(worker.worker_id):
+            if worker.worker_id in self._inbox.owed:
                 raise StateNotTaken(
                     f"reset(): {worker.name} has an action in flight or a state not taken; "
                     "take every pending state before resetting (nothing was sent)"

@@ -54,7 +54,6 @@ __all__ = [
     "decode_infos",
     "decode_reply",
     "decode_spin",
-    "decode_step",
     "dumps",
     "encode",
     "encode_action",
@@ -141,8 +140,7 @@ def decode_array(payload: bytes | memoryview) -> np.ndarray[Any, Any]:
 _STEP_HEAD = struct.Struct("<dBI")  # reward, flags, length of the observation part
 _ARRAY_HEAD = struct.Struct("<BB")  # length of the dtype string, number of dimensions
 _TERMINATED, _TRUNCATED, _RAW_ARRAY, _TAIL, _SHARED = 1, 2, 4, 8, 16
-_FLAGS_AT = struct.calcsize("<d")  # the flags byte's offset in a STEP_STATE payload
-_BATCH_FLAGS_AT = struct.calcsize("<I")  # ... and in a BATCH_STATE payload
+_BATCH_FLAGS_AT = struct.calcsize("<I")  # the flags byte's offset in a BATCH_STATE payload
 
 
 def encode_step(
@@ -158,19 +156,6 @@ def encode_step(
         body.append(dumps((step.info, step.final_observation, step.final_info)))
     payload = b"".join([_STEP_HEAD.pack(step.reward, flags, size), *body])
     return HEADER.pack(len(payload), seq, STEP_STATE, slot) + payload
-
-
-def decode_step(payload: bytes | memoryview, shared: SharedObservations | None = None) -> Step[Any]:
-    """The Step of a STEP_STATE message. An array observation is a fresh, writable copy,
-    except one in shared memory: that is a view of ``shared``, valid until the next request."""
-    reward, flags, size = _STEP_HEAD.unpack_from(payload)
-    start = _STEP_HEAD.size
-    observation = _decode_observation(payload, start, size, flags, shared)
-    terminated, truncated = bool(flags & _TERMINATED), bool(flags & _TRUNCATED)
-    if not flags & _TAIL:
-        return Step(observation, reward, terminated, truncated, {})
-    info, final_observation, final_info = loads(payload[start + size :])
-    return Step(observation, reward, terminated, truncated, info, final_observation, final_info)
 
 
 # A BatchStep of k envs: k, flags, length of the observation part; then the rewards (k
@@ -205,7 +190,7 @@ def decode_batch_step(
     payload: bytes | memoryview, shared: SharedObservations | None = None
 ) -> BatchStep[Any]:
     """The BatchStep of a BATCH_STATE message (arrays copied out of the message; stacked
-    observations in shared memory are a view, as for :func:`decode_step`)."""
+    observations in shared memory are a view, as for a Step's in :func:`decode_reply`)."""
     rows, flags, size = _BATCH_HEAD.unpack_from(payload)
     at = _BATCH_HEAD.size
     rewards = np.frombuffer(payload, np.float64, rows, at).copy()
@@ -222,9 +207,19 @@ def decode_batch_step(
 def decode_reply(
     kind: int, payload: bytes | memoryview, shared: SharedObservations | None
 ) -> tuple[Any, bool]:
-    """A reply's state (or Failure) and whether its observation views ``shared`` memory."""
+    """A reply's state (or Failure) and whether its observation views ``shared`` memory.
+    A Step's array observation is a fresh, writable copy, except one in shared memory:
+    that is a view of ``shared``, valid until the next request."""
     if kind == STEP_STATE:
-        return decode_step(payload, shared), bool(payload[_FLAGS_AT] & _SHARED)
+        reward, flags, size = _STEP_HEAD.unpack_from(payload)
+        start = _STEP_HEAD.size
+        observation = _decode_observation(payload, start, size, flags, shared)
+        terminated, truncated = bool(flags & _TERMINATED), bool(flags & _TRUNCATED)
+        if not flags & _TAIL:
+            return Step(observation, reward, terminated, truncated, {}), bool(flags & _SHARED)
+        info, final_observation, final_info = loads(payload[start + size :])
+        step = Step(observation, reward, terminated, truncated, info, final_observation, final_info)
+        return step, bool(flags & _SHARED)
     if kind == BATCH_STATE:
         state = decode_batch_step(payload, shared)
         return state, bool(payload[_BATCH_FLAGS_AT] & _SHARED)

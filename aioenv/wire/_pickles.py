@@ -40,14 +40,15 @@ def loads(data: bytes | memoryview) -> Any:
     return pickle.loads(data)
 
 
-def pickled_for(obj: Any, what: str, name: str) -> bytes:
-    """:func:`dumps` of ``obj`` (``what`` it is) to send to ``name``'s process: TypeError
-    saying what could not be pickled."""
+def pickled_for(obj: Any, what: str, worker: Any) -> bytes:
+    """:func:`dumps` of ``obj`` (``what`` it is) to send to ``worker``'s process: TypeError
+    saying what could not be pickled, with the worker's ``name`` (read only then: a
+    worker's name is made each time it is read)."""
     try:
-        return dumps(obj)
+        return pickle.dumps(obj, protocol=5)  # dumps(), without a call per action
     except Exception as exc:
         raise TypeError(
-            f"{name}: the {what} could not be pickled to send it to the worker process "
+            f"{worker.name}: the {what} could not be pickled to send it to the worker process "
             f"({type(exc).__name__}: {exc})"
         ) from exc
 

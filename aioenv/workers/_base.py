@@ -170,7 +170,7 @@ class Worker(Membership, Generic[S]):
         if self._failure is not None:
             raise self._failure
         flight = self._flight
-        if flight.inbox.is_owed(self.worker_id):
+        if self.worker_id in flight.inbox.owed:
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
@@ -188,7 +188,7 @@ class Worker(Membership, Generic[S]):
         seq = flight.next_seq
         flight.next_seq = seq + 1
         flight.awaited = seq
-        flight.inbox.owe(self.worker_id)
+        flight.inbox.owed[self.worker_id] = None  # owe(), inlined
         self._sent = action
         supervisor = self._supervisor
         request = action
@@ -229,7 +229,7 @@ class Worker(Membership, Generic[S]):
                 if outcome.borrowed:
                     return outcome.state.owned()  # type: ignore[no-any-return]
                 return outcome.state  # type: ignore[no-any-return]
-            if not inbox.is_owed(worker_id):
+            if worker_id not in inbox.owed:
                 if self._closing:
                     raise ClosedError(f"{self.name} was closed while waiting for its state")
                 raise NoActionInFlight(f"{self.name} has no action in flight; send_action() first")
@@ -266,7 +266,7 @@ class Worker(Membership, Generic[S]):
         return f"<{type(self).__name__} {self.name} {state}>"
 
     def _close_by_sentinel(self) -> None:
-        if self._flight.inbox.is_owed(self.worker_id):
+        if self.worker_id in self._flight.inbox.owed:
             raise StateNotTaken(
                 f"{self.name} has a state that was not taken; take it with get_state() "
                 "before sending CLOSE, or call aclose() to close it discarding that state"
@@ -286,15 +286,16 @@ class Worker(Membership, Generic[S]):
                 flight.controls.answer(seq, result, self._env_error)
             return  # a late reply to a request nobody waits for any more
         supervisor = self._supervisor
-        if supervisor.answered() and self._check_first_reply is not None:
+        failed = isinstance(result, Failure)
+        if supervisor.answered(state=not failed) and self._check_first_reply is not None:
             mismatch = self._check_first_reply(self)
             if mismatch is not None:  # a configuration error: no restart would fix it
                 self._fail_request(mismatch, True)
                 return
-        if isinstance(result, Failure):
+        if failed:
             self._on_failure(self._env_error(result), env_gone=False)
             return
-        reason = supervisor.succeeded()
+        reason = supervisor.restart_completed
         if supervisor.has_deadlines and self._episode.autoreset == "next_step":
             self._episode_ended = episode_ended(result)
         if reason is not None:

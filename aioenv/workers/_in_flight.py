@@ -39,10 +39,6 @@ class InFlight:
         self.next_seq = seq + 1
         return seq, self.controls.add(seq, loop)
 
-    def is_used(self, seq: int) -> bool:
-        """A reply to ``seq`` would be used (not stale): worth decoding."""
-        return bool(seq) and (seq == self.awaited or seq in self.controls)
-
     def forget(self, worker_id: int | None) -> None:
         """Await no reply any more: one that comes is stale, and no state is owed."""
         self.awaited = 0

@@ -45,7 +45,10 @@ class Inbox:
 
     def __init__(self, *, ordered: bool) -> None:
         self.ordered = ordered
-        self._owed: dict[int | None, None] = {}  # insertion order == send order
+        #: The workers whose outcome is owed, in send order (a dict as an ordered set):
+        #: read it anywhere (``worker_id in inbox.owed``); change it only here, and in a
+        #: worker's ``send_action`` (``owe``, inlined: the per-step path).
+        self.owed: dict[int | None, None] = {}
         self._ready: dict[int | None, Outcome] = {}  # insertion order == arrival order
         #: The async pool's outcomes in arrival order, for its hot path: taking a dict's
         #: first key scans past every key deleted before it (a dict used as a queue slows
@@ -71,14 +74,11 @@ class Inbox:
     # Producer side -------------------------------------------------------------------
     def owe(self, worker_id: int | None) -> None:
         """An action was sent to ``worker_id``; its outcome is now owed."""
-        self._owed[worker_id] = None
-
-    def is_owed(self, worker_id: int | None) -> bool:
-        return worker_id in self._owed
+        self.owed[worker_id] = None
 
     def deliver(self, outcome: Outcome) -> None:
         worker_id = outcome.worker_id
-        if worker_id not in self._owed:
+        if worker_id not in self.owed:
             return  # forgiven (the worker was closed); nobody waits for it
         ready = self._ready
         ready[worker_id] = outcome
@@ -89,7 +89,7 @@ class Inbox:
 
     def forgive(self, worker_id: int | None) -> None:
         """Stop owing ``worker_id``'s outcome (its worker is being closed)."""
-        self._owed.pop(worker_id, None)
+        self.owed.pop(worker_id, None)
         if self._ready.pop(worker_id, None) is not None:
             self._left_out_of_order()
         self._wake()
@@ -113,8 +113,8 @@ class Inbox:
     def num_owed(self) -> int:
         """Outcomes owed by workers that are not paused (what a consumer can wait for)."""
         if not self._paused:
-            return len(self._owed)
-        return sum(1 for worker_id in self._owed if worker_id not in self._paused)
+            return len(self.owed)
+        return sum(1 for worker_id in self.owed if worker_id not in self._paused)
 
     def num_ready(self) -> int:
         paused = self._paused
@@ -123,7 +123,7 @@ class Inbox:
                 return len(self._ready)
             return sum(1 for worker_id in self._ready if worker_id not in paused)
         count = 0
-        for worker_id in self._owed:
+        for worker_id in self.owed:
             if worker_id in paused:
                 continue
             if worker_id not in self._ready:
@@ -135,7 +135,7 @@ class Inbox:
         """The worker whose outcome is next in line (False: none is)."""
         paused = self._paused
         if self.ordered:
-            for worker_id in self._owed:
+            for worker_id in self.owed:
                 if worker_id not in paused:
                     return worker_id if worker_id in self._ready else False
             return False
@@ -162,13 +162,13 @@ class Inbox:
                 outcome = arrivals.popleft()
                 worker_id = outcome.worker_id
                 if ready.get(worker_id) is outcome:  # else stale: taken or forgiven
-                    del ready[worker_id], self._owed[worker_id]
+                    del ready[worker_id], self.owed[worker_id]
                     return outcome
             return None
         worker_id = self._next_id()
         if worker_id is False:
             return None
-        del self._owed[worker_id]
+        del self.owed[worker_id]
         outcome = self._ready.pop(worker_id)
         self._left_out_of_order()
         self._record_service(worker_id)
@@ -179,7 +179,7 @@ class Inbox:
         before an error unless it comes first (so states ready before it are not lost)."""
         taken: list[Outcome] = []
         if self._by_arrival and not self._paused:  # the hot path: arrival order
-            arrivals, ready, owed = self._arrivals, self._ready, self._owed
+            arrivals, ready, owed = self._arrivals, self._ready, self.owed
             while arrivals and len(taken) < limit:
                 outcome = arrivals[0]
                 worker_id = outcome.worker_id
@@ -211,7 +211,7 @@ class Inbox:
     def pop(self, worker_id: int | None) -> Outcome | None:
         outcome = self._ready.pop(worker_id, None)
         if outcome is not None:
-            del self._owed[worker_id]
+            del self.owed[worker_id]
             self._left_out_of_order()
             self._record_service(worker_id)
         return outcome
@@ -227,7 +227,7 @@ class Inbox:
         served, ready, paused = self._served, self._ready, self._paused
         assert served is not None
         oldest: int | None = None
-        for worker_id in self._owed:
+        for worker_id in self.owed:
             if worker_id not in ready and worker_id not in paused:
                 turn = served.get(worker_id, -1)
                 if oldest is None or turn < oldest:

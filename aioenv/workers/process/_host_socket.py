@@ -31,6 +31,8 @@ class HostSocket(abc.ABC):
     _receive_buffer: bytearray
     _decoder: FrameDecoder
     _deliver: list[Any]
+    exitcode: int | None
+    killed_for: tuple[int, str] | None
 
     @property
     @abc.abstractmethod
@@ -41,7 +43,7 @@ class HostSocket(abc.ABC):
     def send(self, frame: bytes) -> None:
         """Send now, or (several envs here) at the end of this loop iteration, together
         with every other frame for this host sent meanwhile."""
-        if not self.alive:
+        if self.exitcode is not None or self.killed_for is not None:  # not self.alive, inlined
             return  # gone, or going: its death is (or was) handled elsewhere
         if self.size == 1 or self._loop is None:
             self._writes.write(frame, self._loop)

@@ -253,7 +253,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             frame = encode(Request.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
             frame = encode(
-                Request.RESET, seq, pickled_for(action, "reset arguments", self.name), self._slot
+                Request.RESET, seq, pickled_for(action, "reset arguments", self), self._slot
             )
         elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
@@ -261,8 +261,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._submit_control_like(seq, action)
             return
         else:
-            frame = encode_action(seq, pickled_for(action, "action", self.name), self._slot)
-        self._current_host().send(frame)
+            frame = encode_action(seq, pickled_for(action, "action", self), self._slot)
+        host = self._host
+        assert host is not None, "a process worker always has a host once built"
+        host.send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         self._submit_control_like(seq, request)
@@ -272,7 +274,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         to each child process with its bytes once."""
         host = self._current_host()
         request, shipped = without_shipped(host, request)
-        payload = pickled_for(request, "request", self.name)
+        payload = pickled_for(request, "request", self)
         kind = Request.CONTROL if type(request) is ControlRequest else Request.STEP
         host.send(encode(kind, seq, payload, self._slot))
         mark_shipped(host, shipped)
@@ -296,8 +298,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if kind == READY:
             self._on_ready(payload)
             return
-        if not self._flight.is_used(seq):
-            return  # stale: no need to decode it
+        flight = self._flight
+        if not seq or (seq != flight.awaited and seq not in flight.controls):
+            return  # stale (see workers._in_flight): no need to decode it
         try:
             result, borrowed = decode_reply(kind, payload, self._shared)
         except Exception as exc:
