@@ -171,7 +171,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         """
         accepting = self._roster.accepting
         common = type(worker_id) is int and 0 <= worker_id < len(accepting) and accepting[worker_id]
-        if common and not self.check_actions:  # checked first
+        if common and not self.check_actions:  # the common case, checked first
             worker = self._roster.members[worker_id]
         else:
             worker = self._sender.addressee(action, worker_id)

@@ -215,11 +215,9 @@ def decode_reply(
         start = _STEP_HEAD.size
         observation = _decode_observation(payload, start, size, flags, shared)
         terminated, truncated = bool(flags & _TERMINATED), bool(flags & _TRUNCATED)
-        if not flags & _TAIL:
-            return Step(observation, reward, terminated, truncated, {}), bool(flags & _SHARED)
-        info, final_observation, final_info = loads(payload[start + size :])
-        step = Step(observation, reward, terminated, truncated, info, final_observation, final_info)
-        return step, bool(flags & _SHARED)
+        # The tail (info, final observation, final info) travels only when there is one.
+        tail = loads(payload[start + size :]) if flags & _TAIL else ({},)
+        return Step(observation, reward, terminated, truncated, *tail), bool(flags & _SHARED)
     if kind == BATCH_STATE:
         state = decode_batch_step(payload, shared)
         return state, bool(payload[_BATCH_FLAGS_AT] & _SHARED)
