@@ -167,7 +167,7 @@ def test_a_frames_kind_is_the_request_a_slot_serves() -> None:
     slots = Slots([cloudpickle.dumps(Counter)], [3], EpisodeOptions(), snapshot(), None)
     try:
         slots.serve(0, Request.BUILD, None)
-        frames = encode_action(1, dumps(aioenv.RESET), 0)
+        frames = encode_action(1, aioenv.RESET, 0)
         frames += encode(Request.CONTROL, 2, dumps(ControlRequest("get", "limit")), 0)
         answers: list[Any] = [
             slots.serve(slot, kind, loads(payload))

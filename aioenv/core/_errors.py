@@ -39,6 +39,11 @@ class ClosedError(AioEnvError):
     """The pool or worker was closed; it takes no more calls."""
 
 
+def pool_closed() -> ClosedError:
+    """What every call of a closed pool raises."""
+    return ClosedError("the pool is closed; create a new pool to keep going")
+
+
 class NoActionInFlight(AioEnvError):
     """``get_state``/``get_batch`` was called with nothing to wait for (it would hang)."""
 

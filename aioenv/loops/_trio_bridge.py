@@ -45,7 +45,7 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 import outcome
 import trio
 
-from ..core._errors import ClosedError
+from ..core._errors import ClosedError, pool_closed
 from ._background import BackgroundLoop, close_at_exit
 from ._here import raised_in
 from ._host import CoroutineHost
@@ -118,7 +118,7 @@ class _Bridge:
 
     def check_open(self) -> None:
         if self.closed or not self.background.running:
-            raise ClosedError("the pool is closed; create a new pool to keep going")
+            raise pool_closed()
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` on the bridge loop (it must not await); the trio

@@ -54,8 +54,9 @@ class EpisodeLedger:
         self.lanes = lanes
         self._stats = stats
         self._started = [0] * lanes
-        self._returns = [0.0] * lanes
-        self._lengths = [0] * lanes
+        #: Per lane, the open episode's return and length so far.
+        self.returns = [0.0] * lanes
+        self.lengths = [0] * lanes
 
     def start(self, lane: int) -> int:
         """Open the lane's next episode and return its id: the ``k``-th episode (from 0)
@@ -63,7 +64,7 @@ class EpisodeLedger:
         lanes play in (and ``id % lanes`` is its lane)."""
         ordinal = self._started[lane]
         self._started[lane] = ordinal + 1
-        self._returns[lane], self._lengths[lane] = 0.0, 0
+        self.returns[lane], self.lengths[lane] = 0.0, 0
         return ordinal * self.lanes + lane
 
     def latest(self, lane: int) -> int | None:
@@ -74,24 +75,24 @@ class EpisodeLedger:
     def add(self, lane: int, reward: float, done: bool = False) -> float | None:
         """Add one step's reward to the lane's open episode; where the step ends it
         (``done``), :meth:`finish` it and return its return."""
-        self._returns[lane] += reward  # the reward's own arithmetic: no float() rounding
-        self._lengths[lane] += 1
+        self.returns[lane] += reward  # the reward's own arithmetic: no float() rounding
+        self.lengths[lane] += 1
         return self.finish(lane) if done else None
 
     def cut(self, lane: int) -> None:
         """The lane's env was replaced after a failure: its open episode (if it has steps)
         ends, truncated, and counts as finished; the next :meth:`start` opens another."""
-        if self._lengths[lane]:
+        if self.lengths[lane]:
             self.finish(lane)
 
     def finish(self, lane: int) -> float:
         """Close the lane's open episode, count it in the lane's worker's statistics, and
         return its return. Steps added after it without a :meth:`start` go to the lane's
         next episode (under ``"same_step"`` autoreset no reset state starts it)."""
-        episode_return, length = self._returns[lane], self._lengths[lane]
+        episode_return, length = self.returns[lane], self.lengths[lane]
         if self._stats is not None:
             self._stats[lane]._add(episode_return, length)
-        self._returns[lane], self._lengths[lane] = 0.0, 0
+        self.returns[lane], self.lengths[lane] = 0.0, 0
         return episode_return
 
 
@@ -125,7 +126,10 @@ class EpisodeCounter:
             self._resetting[worker_id] = False
             self._ledger.start(worker_id)
             return
-        done = state.terminated or state.truncated
-        self._ledger.add(worker_id, state.reward, done)
-        if done:
+        # The ledger's add(), inlined: this is every state's path.
+        ledger = self._ledger
+        ledger.returns[worker_id] += state.reward
+        ledger.lengths[worker_id] += 1
+        if state.terminated or state.truncated:
+            ledger.finish(worker_id)
             self._resetting[worker_id] = self._next_step

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import anyio
 
 from ..core._commands import RESET, Reset
-from ..core._errors import ClosedError, WorkerError
+from ..core._errors import WorkerError
 from ..core._messages import Autoreset
 from ..core._supervision import report_failure
 from ..loops._stand_in import for_this_loop
@@ -120,7 +120,6 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
         self._on_failure = options.on_failure
-        self._closed = False
         self._close_done: anyio.Event | None = None
 
     def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
@@ -130,16 +129,14 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         self._episodes = episodes = EpisodeCounter(len(workers), episode.autoreset)
         self._space_check = SpaceCheck()
         self._workers = workers
-        self._roster = roster = Roster(workers, inbox, self._check_open)
+        self._roster = roster = Roster(workers, inbox)
         supervision = options.supervision(self._on_worker_failure)
         for worker_id, member in enumerate(roster.members):
             member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
-        self._receiver = Receiver(roster, inbox, episodes, self._check_open, copy=self.copy)
-        self._sender = Sender(
-            roster, inbox, episodes, self._check_open, check_actions=self.check_actions
-        )
+        self._receiver = Receiver(roster, inbox, episodes, copy=self.copy)
+        self._sender = Sender(roster, inbox, episodes, check_actions=self.check_actions)
         self._controls = Controls(roster)
-        self._rollouts = Rollouts(roster, inbox, episodes, self._check_open)
+        self._rollouts = Rollouts(roster, inbox, episodes)
 
     @property
     def restarts(self) -> int:
@@ -159,7 +156,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
 
     def __repr__(self) -> str:
         kinds = ", ".join(sorted({worker.kind for worker in self._roster.members}))
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._inbox.closed else "open"
         return f"<{type(self).__name__} of {len(self)} workers ({kinds}), {state}>"
 
     # Sending ---------------------------------------------------------------------------
@@ -333,10 +330,9 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
                 await self._close_done.wait()
             return
         self._close_done = anyio.Event()
-        self._closed = True
+        self._inbox.close()  # every call raises ClosedError from now on
         self._roster.close()
         with anyio.CancelScope(shield=True):
-            self._inbox.close()
             try:
                 async with anyio.create_task_group() as group:
                     for worker in self._roster.members:
@@ -352,8 +348,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         await self.aclose()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise ClosedError("the pool is closed; create a new pool to keep going")
+        self._inbox.check_open()
 
 
 class AsyncWorkerPool(WorkerPool[S]):

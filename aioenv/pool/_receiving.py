@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import operator
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..core._errors import NoActionInFlight, WorkerPaused
@@ -32,7 +32,7 @@ IN_LINE_WAIT = 0.001
 class Receiver:
     """The receiving side of a :class:`~aioenv.WorkerPool` (whose methods of the same names
     say what each does): takes outcomes from the pool's ``inbox``, counts episodes in
-    ``episodes``, raises through ``check_open`` once the pool is closed, and copies
+    ``episodes``, raises once the pool is closed (the inbox knows), and copies
     borrowed states where ``copy`` (else reuses a batch's rows)."""
 
     def __init__(
@@ -40,14 +40,12 @@ class Receiver:
         roster: Roster,
         inbox: Inbox,
         episodes: EpisodeCounter,
-        check_open: Callable[[], None],
         *,
         copy: bool,
     ) -> None:
         self._roster = roster
         self._inbox = inbox
         self._episodes = episodes
-        self._check_open = check_open
         self._copy = copy
         self._reused_rows = ReusedRows(len(roster))  # with copy=False
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
@@ -72,7 +70,7 @@ class Receiver:
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
     ) -> tuple[Any, int] | None:
-        self._check_open()
+        self._inbox.check_open()
         if worker_id is not None:
             if self._owes_loop_a_turn:  # that worker's state, whoever else has one
                 await self._give_loop_a_turn()
@@ -88,19 +86,25 @@ class Receiver:
             return None
         if self._in_line is not None:
             self._owes_loop_a_turn = self._in_line[outcome.worker_id]  # type: ignore[index]
+        return self._handed_out(outcome)
+
+    def _handed_out(self, outcome: Outcome) -> tuple[Any, int]:
+        """The state (and worker id) ``get_state`` hands out for ``outcome``, counted; or
+        its error, raised (its worker leaves the pool where that is its end)."""
+        worker_id: int = outcome.worker_id  # type: ignore[assignment]
         if outcome.error is not None:
-            self._roster.hand_out(outcome.worker_id, outcome.error)
+            self._roster.hand_out(worker_id, outcome.error)
             raise outcome.error
         state = outcome.state
         if outcome.borrowed and self._copy:
             state = state.owned()
-        self._episodes.record(outcome.worker_id, state)  # type: ignore[arg-type]
-        return state, outcome.worker_id  # type: ignore[return-value]
+        self._episodes.record(worker_id, state)
+        return state, worker_id
 
     async def get_batch(
         self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
     ) -> Batch[Any]:
-        self._check_open()
+        self._inbox.check_open()
         if not isinstance(min_size, int) or min_size < 1:
             raise ValueError(f"min_size must be an int >= 1, got {min_size!r}")
         if max_size is not None and (not isinstance(max_size, int) or max_size < min_size):
@@ -125,7 +129,7 @@ class Receiver:
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 break
             await inbox.wait(deadline)
-            self._check_open()
+            self._inbox.check_open()
         limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
         outcomes = inbox.take(limit)
         if outcomes and outcomes[0].error is not None:
@@ -142,20 +146,31 @@ class Receiver:
         return Batch.of_outcomes(outcomes, space, rows)
 
     async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
-        self._check_open()
-        if not self._inbox.num_owed:
+        inbox = self._inbox
+        inbox.check_open()
+        if not inbox.num_owed:
             self._roster.check_some_left("async for")
-        while self._inbox.num_owed:
-            item = await self.get_state()
-            assert item is not None
-            yield item
+        while inbox.num_owed:
+            if self._in_line is not None or inbox.closed:
+                item = await self.get_state()  # raises once closed
+                assert item is not None
+                yield item
+                continue
+            # get_state()'s branch for a pool that takes states first ready first, inlined:
+            # this is the per-state path of every `async for` loop.
+            outcome = inbox.pop_next()
+            if outcome is None:
+                self._check_loop()
+                outcome = await self._wait_next(None)
+                assert outcome is not None  # with no deadline, it waits until one is in
+            yield self._handed_out(outcome)
 
     async def drain(self) -> list[tuple[Any, int]]:
-        self._check_open()
+        self._inbox.check_open()
         inbox = self._inbox
         while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
             await inbox.wait(None)
-            self._check_open()
+            self._inbox.check_open()
         taken: list[tuple[Any, int]] = []
         while (outcome := inbox.pop_next()) is not None:
             worker_id: int = outcome.worker_id  # type: ignore[assignment]
@@ -215,7 +230,7 @@ class Receiver:
                 break
             self._owes_loop_a_turn = False  # the wait is the loop's turn
             await inbox.wait(until)
-            self._check_open()
+            self._inbox.check_open()
         if self._owes_loop_a_turn:
             await self._give_loop_a_turn()
 
@@ -224,7 +239,7 @@ class Receiver:
         after an in-line state, whose taker never waited (see ``_in_line``)."""
         self._owes_loop_a_turn = False
         await asyncio.sleep(0)
-        self._check_open()
+        self._inbox.check_open()
 
     def episode_stats(self) -> list[EpisodeStats]:
         if self._episodes.saw_custom_state:
@@ -262,7 +277,7 @@ class Receiver:
                     f"{self._roster.removed_note()}"
                 )
             await inbox.wait(deadline)
-            self._check_open()
+            self._inbox.check_open()
             outcome = inbox.pop_next()
             if outcome is not None:
                 return outcome
@@ -287,7 +302,7 @@ class Receiver:
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return None
             await inbox.wait(deadline)
-            self._check_open()
+            self._inbox.check_open()
 
     @staticmethod
     def _deadline(timeout: float | None) -> float | None:

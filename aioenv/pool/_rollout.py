@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ class Rollouts:
     """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
     what each does), over the workers of its ``roster``: requests travel where steps travel
     and their replies come back through the pool's ``inbox``; episodes played are counted in
-    ``episodes``; ``check_open`` raises once the pool is closed. Keeps the policy in force,
+    ``episodes``; raises once the pool is closed (the inbox knows). Keeps the policy in force,
     and a ledger of each env's episodes (a lane per env, counted across workers in worker
     order) that gives the rows their episode ids."""
 
@@ -43,12 +43,10 @@ class Rollouts:
         roster: Roster,
         inbox: Inbox,
         episodes: EpisodeCounter,
-        check_open: Callable[[], None],
     ) -> None:
         self._roster = roster
         self._inbox = inbox
         self._episodes = episodes
-        self._check_open = check_open
         self._package: PolicyPackage | None = None
         lane_stats = [
             episodes.stats[worker_id]
@@ -64,7 +62,7 @@ class Rollouts:
         return None if package is None else package.version
 
     async def set_policy(self, policy: Any, version: int | None = None) -> int:
-        self._check_open()
+        self._inbox.check_open()
         if not callable(policy):
             raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
         version = _next_version(self._package, version)
@@ -93,7 +91,7 @@ class Rollouts:
     async def rollout(
         self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
     ) -> Trajectories:
-        self._check_open()
+        self._inbox.check_open()
         package = self._package
         if package is None:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
@@ -155,7 +153,7 @@ class Rollouts:
                     pending.remove(worker_id)
                 if pending:
                     await self._inbox.wait(None)
-                    self._check_open()
+                    self._inbox.check_open()
         except BaseException:
             for worker_id in pending:
                 self._roster.members[worker_id].forget_request()

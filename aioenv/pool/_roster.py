@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 from ..core._errors import UnknownWorker, WorkerError, WorkerRemoved
@@ -21,20 +21,17 @@ S = TypeVar("S")
 
 class Roster:
     """The workers of a pool, addressed by id (their positions), as the pool's helpers see
-    them (:class:`~aioenv.workers._seam.Member`). ``check_open`` raises once the pool is
-    closed; ``inbox`` knows which workers are paused.
+    them (:class:`~aioenv.workers._seam.Member`). ``inbox`` knows which workers are
+    paused, and whether the pool is closed.
 
     A worker that failed for good (its ``failure``) stays in the pool until that error is
     handed out (raised, or returned by ``drain``): :meth:`hand_out` then moves it to
     ``removed``. From then on pool-wide calls leave it out and calls naming it raise
     :class:`~aioenv.WorkerRemoved`; its id is never reused, so no other id shifts."""
 
-    def __init__(
-        self, members: Sequence[Member], inbox: Inbox, check_open: Callable[[], None]
-    ) -> None:
+    def __init__(self, members: Sequence[Member], inbox: Inbox) -> None:
         self.members = list(members)
         self._inbox = inbox
-        self._check_open = check_open
         #: Per worker, the index of its first env (workers may step several together).
         self.first_env = [0, *itertools.accumulate(m.num_envs for m in self.members)]
         #: Envs over all workers.
@@ -134,14 +131,14 @@ class Roster:
 
     def pause(self, worker_id: int) -> None:
         """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
-        self._check_open()
+        self._inbox.check_open()
         index = self.live_index(worker_id)
         self._inbox.pause(index)
         self.accepting[index] = False
 
     def resume(self, worker_id: int | None) -> None:
         """Resume the worker, or every paused worker where ``worker_id`` is None."""
-        self._check_open()
+        self._inbox.check_open()
         targets = range(len(self.members)) if worker_id is None else [self.live_index(worker_id)]
         for index in targets:
             self._inbox.resume(index)
@@ -168,7 +165,7 @@ class Roster:
     def ids(self, worker_ids: Sequence[int] | None) -> list[int]:
         """Worker ids to address: ``worker_ids`` checked (none given up on), or the ids of
         every open worker not given up on."""
-        self._check_open()
+        self._inbox.check_open()
         if worker_ids is None:
             removed = self.removed
             return [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..core._commands import RESET, Command, Reset
@@ -29,14 +29,12 @@ class Sender:
         roster: Roster,
         inbox: Inbox,
         episodes: EpisodeCounter,
-        check_open: Callable[[], None],
         *,
         check_actions: bool,
     ) -> None:
         self._roster = roster
         self._inbox = inbox
         self._episodes = episodes
-        self._check_open = check_open
         self._check_actions = check_actions
 
     def addressee(self, action: Any, worker_id: int) -> Member:
@@ -44,7 +42,7 @@ class Sender:
         does (the pool is closed, the id names no worker, the worker was given up on or
         is paused, the action is not in its space where ``check_actions``). The pool's
         ``send_action`` takes the common case (none of these) itself."""
-        self._check_open()
+        self._inbox.check_open()
         roster = self._roster
         worker = roster.members[roster.index(worker_id)]
         if worker.worker_id in roster.removed:
@@ -72,7 +70,7 @@ class Sender:
         self._roster.hand_out(worker.worker_id, error)
 
     def reset(self, seed: int | None, options: dict[str, Any] | None) -> None:
-        self._check_open()
+        self._inbox.check_open()
         self._roster.check_some_left("reset()")
         targets = self._roster.active()
         for worker in targets:

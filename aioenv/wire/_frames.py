@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import pickle
 import queue
 import socket
 import struct
@@ -101,8 +102,10 @@ def encode(kind: Kind | Request, seq: int, payload: bytes = b"", slot: int = 0) 
     return HEADER.pack(len(payload), seq, kind, slot) + payload
 
 
-def encode_action(seq: int, payload: bytes, slot: int) -> bytes:
-    """A STEP message (the hot path's :func:`encode`)."""
+def encode_action(seq: int, action: Any, slot: int) -> bytes:
+    """A STEP message of ``action``, pickled (the hot path's :func:`encode`, with no call
+    to :func:`dumps`); raises what pickling raises."""
+    payload = pickle.dumps(action, protocol=5)
     return HEADER.pack(len(payload), seq, STEP, slot) + payload
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "dumps_arrays",
     "encode_infos",
     "loads",
+    "not_pickled",
     "pickled_for",
     "raw_dtype",
 ]
@@ -45,12 +46,18 @@ def pickled_for(obj: Any, what: str, worker: Any) -> bytes:
     saying what could not be pickled, with the worker's ``name`` (read only then: a
     worker's name is made each time it is read)."""
     try:
-        return pickle.dumps(obj, protocol=5)  # dumps(), without a call per action
+        return pickle.dumps(obj, protocol=5)
     except Exception as exc:
-        raise TypeError(
-            f"{worker.name}: the {what} could not be pickled to send it to the worker process "
-            f"({type(exc).__name__}: {exc})"
-        ) from exc
+        raise not_pickled(what, worker, exc) from exc
+
+
+def not_pickled(what: str, worker: Any, exc: Exception) -> TypeError:
+    """The error for ``what`` (an action, a request) that raised ``exc`` as it was pickled
+    to go to ``worker``'s process."""
+    return TypeError(
+        f"{worker.name}: the {what} could not be pickled to send it to the worker process "
+        f"({type(exc).__name__}: {exc})"
+    )
 
 
 def dumps_arrays(obj: Any) -> bytes:

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 from typing import Any
 
+from ..core._errors import pool_closed
 from ..loops._here import not_on_asyncio
 
 __all__ = ["Inbox", "Outcome"]
@@ -62,6 +63,8 @@ class Inbox:
         #: After serve_fairly(): per worker, the turn (a count) its last outcome was taken.
         self._served: dict[int | None, int] | None = None
         self._turn = 0
+        #: The pool is closed (:meth:`close`): every call of its raises (:meth:`check_open`).
+        self.closed = False
 
     def serve_fairly(self) -> None:
         """Take outcomes least recently served worker first from now on (see the class)."""
@@ -96,7 +99,13 @@ class Inbox:
 
     def close(self) -> None:
         """The pool is closing: wake every waiter (each re-checks and raises)."""
+        self.closed = True
         self._wake()
+
+    def check_open(self) -> None:
+        """Raise :class:`~aioenv.ClosedError` once the pool is closed."""
+        if self.closed:
+            raise pool_closed()
 
     def pause(self, worker_id: int | None) -> None:
         self._paused.add(worker_id)

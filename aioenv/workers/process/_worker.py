@@ -49,7 +49,7 @@ from ...wire._frames import (
     loads,
     raw_dtype,
 )
-from ...wire._pickles import pickled_for
+from ...wire._pickles import not_pickled, pickled_for
 from ...wire._requests import Request
 from ...wire._shared_memory import (
     Layout,
@@ -261,7 +261,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._submit_control_like(seq, action)
             return
         else:
-            frame = encode_action(seq, pickled_for(action, "action", self), self._slot)
+            try:
+                frame = encode_action(seq, action, self._slot)
+            except Exception as exc:
+                raise not_pickled("action", self, exc) from exc
         host = self._host
         assert host is not None, "a process worker always has a host once built"
         host.send(frame)
