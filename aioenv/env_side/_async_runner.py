@@ -10,17 +10,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
-from ..core._commands import Command, Reset
 from ..core._gymnasium import gymnasium_step
 from ..core._messages import ControlRequest, Failure
-from ..core._rollouts import Rollout
 from ._plan import drive_async
-from ._runner import EnvRunner
+from ._runner import NOT_ACTIONS, EnvRunner
 
 __all__ = ["AsyncEnvRunner"]
-
-#: Requests that are not a plain step's action.
-_NOT_ACTIONS = (ControlRequest, Command, Reset, Rollout)
 
 
 class AsyncEnvRunner(EnvRunner):
@@ -67,7 +62,7 @@ class AsyncEnvRunner(EnvRunner):
         caller awaits it and hands the result to :meth:`stepped`, or what it raised to
         :meth:`step_raised`), else None: :meth:`ahandle` or :meth:`acontrol` answers."""
         gym = self._async_gym
-        if gym is None or self._needs_reset or isinstance(request, _NOT_ACTIONS):
+        if gym is None or self._needs_reset or isinstance(request, NOT_ACTIONS):
             return None
         try:
             return gym.step(request)  # type: ignore[no-any-return]

@@ -24,8 +24,10 @@ from ..core._rollouts import Rollout
 from ._plan import Plan, drive
 from ._segment import PolicyCache, rollout_plan
 
-__all__ = ["EnvRunner", "answer_control", "with_reset"]
+__all__ = ["NOT_ACTIONS", "EnvRunner", "answer_control", "with_reset"]
 
+#: Requests that are not a plain step's action.
+NOT_ACTIONS = (ControlRequest, Command, Reset, Rollout)
 #: The adapters whose attributes are their wrapped env's.
 _ADAPTERS = (GymnasiumEnvironment, AsyncGymnasiumEnvironment)
 
@@ -56,8 +58,9 @@ class EnvRunner:
         self.episode = episode or EpisodeOptions()
         self.env: Environment[Any, Any] | None = None
         self.build_failure: Failure | None = None
-        #: The gymnasium env itself when ``env`` is its adapter (for :meth:`step_row`).
-        self._gym: Any = None
+        #: The gymnasium env itself when ``env`` is its adapter: its steps take
+        #: :meth:`step_row`'s path.
+        self.gym: Any = None
         self._needs_reset = False
         self._length = 0
         #: What the next rollout segment goes on from: a Cursor where the last segment
@@ -87,7 +90,7 @@ class EnvRunner:
             self.build_failure = Failure.from_exception(exc, "construction")
             return
         if type(self.env) is GymnasiumEnvironment:
-            self._gym = self.env.env
+            self.gym = self.env.env
 
     @property
     def built(self) -> bool:
@@ -105,6 +108,8 @@ class EnvRunner:
         """Answer ``RESET``, a ``Reset(...)``, a step or a
         :class:`~aioenv.core._rollouts.Rollout`: the state (a Segment), or a Failure. A
         reset or step between rollouts makes the next rollout start from a reset."""
+        if self.gym is not None and not isinstance(action, NOT_ACTIONS):
+            return self.step_row(action, True)
         return drive(self.handle_plan(action))
 
     def handle_plan(self, action: Any) -> Plan[Any]:
@@ -184,16 +189,16 @@ class EnvRunner:
         self.previous, self.last = self.last, failure
         return failure
 
-    def step_row(self, action: Any) -> Any:
+    def step_row(self, action: Any, as_step: bool = False) -> Any:
         """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker`` and of
         inline envs): a gymnasium env's step is answered as a plain 5-tuple
         ``(observation, reward, terminated, truncated, info)`` (reward a float, the flags
-        bools), with no Step made, where its episode goes on, where it ends under
-        autoreset "next_step", and where that autoreset resets the env (reward 0.0, both
-        flags False); any other answer is :meth:`step`'s. With a gymnasium env, no
-        ``max_episode_steps`` of aioenv's own: the cases :meth:`_end_of_step` settles
-        without a call."""
-        gym = self._gym
+        bools), with no Step made (``as_step``: as a Step, for a step alone), where its
+        episode goes on, where it ends under autoreset "next_step", and where that
+        autoreset resets the env (reward 0.0, both flags False); any other answer is
+        :meth:`step`'s. With a gymnasium env, no ``max_episode_steps`` of aioenv's own:
+        the cases :meth:`_end_of_step` settles without a call."""
+        gym = self.gym
         if gym is None or self.episode.max_episode_steps is not None:
             return self.step(action)
         if self._needs_reset:  # autoreset "next_step" (as step_plan): the action is ignored
@@ -201,7 +206,8 @@ class EnvRunner:
                 first = self._reset(self.env, None, None)
             except Exception as exc:
                 return self._step_failure(exc)
-            self.last = row = (first.observation, 0.0, False, False, first.info)
+            row = first if as_step else (first.observation, 0.0, False, False, first.info)
+            self.last = row
             return row
         try:
             result = gym.step(action)
@@ -209,17 +215,18 @@ class EnvRunner:
                 if not (result[2] or result[3]):
                     row = (result[0], float(result[1]), False, False, result[4])
                     self._length += 1
-                    self.last = row  # a rollout goes on from here (see _segment._resume)
+                    # A rollout goes on from here (see _segment._resume).
+                    self.last = row = Step(*row) if as_step else row
                     return row
                 if self.episode.autoreset == "next_step":  # as _end_of_step
                     row = (result[0], float(result[1]), bool(result[2]), bool(result[3]), result[4])
                     self._length += 1
                     self._needs_reset = True
-                    self.last = row
+                    self.last = row = Step(*row) if as_step else row
                     return row
             state = gymnasium_step(gym, result)
         except Exception as exc:
-            return self._failed(Failure.from_exception(exc, "step"))
+            return self._step_failure(exc)
         assert self.env is not None
         state, reset_now = self._settle(self.env, state)
         return drive(self._autoreset_plan(self.env, state)) if reset_now else state
@@ -297,7 +304,7 @@ class EnvRunner:
     def close_plan(self) -> Plan[Failure | None]:
         """:meth:`close`'s plan (an async ``close`` is awaited by the async driver)."""
         close = getattr(self.env, "close", None)
-        self.env = self._gym = None
+        self.env = self.gym = None
         if close is None:
             return None
         try:

@@ -14,6 +14,7 @@ from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
 from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._async_runner import AsyncEnvRunner
+from ..env_side._runner import NOT_ACTIONS
 from ..loops._here import trio_env_on_asyncio
 from ..loops._host import CoroutineHost
 from ._base import Worker
@@ -205,6 +206,10 @@ class _EnvTask:
                         result = await host.run_env_call(
                             functools.partial(_answer, runner, request)
                         )
+                    elif runner.gym is not None and not isinstance(request, NOT_ACTIONS):
+                        # A plain gymnasium env (it blocks the loop while it steps anyway):
+                        # its step is answered in line, with no plan or driver.
+                        result = runner.step_row(request, True)
                     elif (call := runner.step_call(request)) is not None:
                         # The hot path: the env's own step, awaited right here.
                         try:
