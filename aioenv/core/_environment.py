@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, Union, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Protocol,
+    TypeVar,
+    Union,
+    runtime_checkable,
+)
 
 import gymnasium
 import numpy as np
@@ -71,6 +80,8 @@ class Step(Generic[O]):
     With ``autoreset="same_step"`` the step that ends an episode carries the reset
     observation and info as ``observation``/``info``, and the finished episode's last
     observation and info as ``final_observation``/``final_info`` (None otherwise).
+
+    ``done`` is ``terminated or truncated``: the step ended its episode.
     """
 
     observation: O
@@ -102,10 +113,14 @@ class Step(Generic[O]):
         fields["info"] = {} if info is None else info
         fields["final_observation"] = final_observation
         fields["final_info"] = final_info
+        # A value, not a property: every training loop reads it on every state, and a
+        # property is a call each time. Not a field: it follows from the flags.
+        fields["done"] = terminated or truncated
 
-    @property
-    def done(self) -> bool:
-        return self.terminated or self.truncated
+    if TYPE_CHECKING:
+
+        @property
+        def done(self) -> bool: ...
 
     def with_observation(self, observation: O) -> Step[O]:
         """The same step with another observation (``dataclasses.replace``, faster)."""

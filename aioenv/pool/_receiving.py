@@ -150,7 +150,7 @@ class Receiver:
         inbox.check_open()
         if not inbox.num_owed:
             self._roster.check_some_left("async for")
-        while inbox.num_owed:
+        while inbox.num_owed if inbox.paused else inbox.owed:  # num_owed, short cut
             if self._in_line is not None or inbox.closed:
                 item = await self.get_state()  # raises once closed
                 assert item is not None
@@ -288,7 +288,7 @@ class Receiver:
         inbox = self._inbox
         self._check_loop()
         deadline = self._deadline(timeout)
-        if inbox.is_paused(worker.worker_id):
+        if worker.worker_id in inbox.paused:
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
         while True:
             outcome = inbox.pop(worker.worker_id)

@@ -117,7 +117,7 @@ class Rollouts:
         else:
             workers = [self._roster.members[i] for i in self._roster.ids(worker_ids)]
         for worker in workers:
-            if self._inbox.is_paused(worker.worker_id):
+            if worker.worker_id in self._inbox.paused:
                 raise WorkerPaused(f"rollout(): {worker.name} is paused; resume it first")
             if worker.worker_id in self._inbox.owed:
                 raise StateNotTaken(

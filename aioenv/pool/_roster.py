@@ -126,7 +126,7 @@ class Roster:
         return [
             member
             for i, member in enumerate(self.members)
-            if not member.closed and not self._inbox.is_paused(i) and i not in removed
+            if not member.closed and i not in self._inbox.paused and i not in removed
         ]
 
     def pause(self, worker_id: int) -> None:
@@ -150,7 +150,7 @@ class Roster:
 
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
-        return tuple(i for i in range(len(self.members)) if self._inbox.is_paused(i))
+        return tuple(i for i in range(len(self.members)) if i in self._inbox.paused)
 
     def send_order(self, worker_ids: Sequence[int]) -> list[int]:
         """``worker_ids`` in the order to send each of them an action: the workers that

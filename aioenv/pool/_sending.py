@@ -47,7 +47,7 @@ class Sender:
         worker = roster.members[roster.index(worker_id)]
         if worker.worker_id in roster.removed:
             raise roster.gone(worker.worker_id)
-        if self._inbox.is_paused(worker.worker_id):
+        if worker.worker_id in self._inbox.paused:
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
         if self._check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space

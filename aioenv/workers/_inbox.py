@@ -57,7 +57,9 @@ class Inbox:
         #: worker, while some are paused) or forgiven stay here, stale, until met.
         self._arrivals: collections.deque[Outcome] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
-        self._paused: set[int | None] = set()  # their outcomes wait until they are resumed
+        #: The workers paused: their outcomes wait until they are resumed (read it anywhere;
+        #: change it with pause() and resume()).
+        self.paused: set[int | None] = set()
         #: Outcomes are taken in arrival order (the async pool's hot path, ``_arrivals``).
         self._by_arrival = not ordered
         #: After serve_fairly(): per worker, the turn (a count) its last outcome was taken.
@@ -108,25 +110,22 @@ class Inbox:
             raise pool_closed()
 
     def pause(self, worker_id: int | None) -> None:
-        self._paused.add(worker_id)
+        self.paused.add(worker_id)
 
     def resume(self, worker_id: int | None) -> None:
-        self._paused.discard(worker_id)
+        self.paused.discard(worker_id)
         self._wake()
-
-    def is_paused(self, worker_id: int | None) -> bool:
-        return worker_id in self._paused
 
     # Consumer side -------------------------------------------------------------------
     @property
     def num_owed(self) -> int:
         """Outcomes owed by workers that are not paused (what a consumer can wait for)."""
-        if not self._paused:
+        if not self.paused:
             return len(self.owed)
-        return sum(1 for worker_id in self.owed if worker_id not in self._paused)
+        return sum(1 for worker_id in self.owed if worker_id not in self.paused)
 
     def num_ready(self) -> int:
-        paused = self._paused
+        paused = self.paused
         if not self.ordered:
             if not paused:
                 return len(self._ready)
@@ -142,7 +141,7 @@ class Inbox:
 
     def _next_id(self) -> int | bool | None:
         """The worker whose outcome is next in line (False: none is)."""
-        paused = self._paused
+        paused = self.paused
         if self.ordered:
             for worker_id in self.owed:
                 if worker_id not in paused:
@@ -165,7 +164,7 @@ class Inbox:
 
     def pop_next(self) -> Outcome | None:
         """The next outcome to take, or None if it has not arrived yet."""
-        if self._by_arrival and not self._paused:  # the hot path: arrival order
+        if self._by_arrival and not self.paused:  # the hot path: arrival order
             arrivals, ready = self._arrivals, self._ready
             while arrivals:
                 outcome = arrivals.popleft()
@@ -187,7 +186,7 @@ class Inbox:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
         before an error unless it comes first (so states ready before it are not lost)."""
         taken: list[Outcome] = []
-        if self._by_arrival and not self._paused:  # the hot path: arrival order
+        if self._by_arrival and not self.paused:  # the hot path: arrival order
             arrivals, ready, owed = self._arrivals, self._ready, self.owed
             while arrivals and len(taken) < limit:
                 outcome = arrivals[0]
@@ -233,7 +232,7 @@ class Inbox:
     def oldest_on_its_way(self) -> int | None:
         """After serve_fairly(): of the workers whose outcome is owed but not ready (not
         paused), the earliest turn one was last served (-1: never); None if there is none."""
-        served, ready, paused = self._served, self._ready, self._paused
+        served, ready, paused = self._served, self._ready, self.paused
         assert served is not None
         oldest: int | None = None
         for worker_id in self.owed:
@@ -245,7 +244,7 @@ class Inbox:
 
     def ready_ids(self) -> list[int | None]:
         """The workers whose outcomes are ready (not paused)."""
-        paused = self._paused
+        paused = self.paused
         return [worker_id for worker_id in self._ready if worker_id not in paused]
 
     def _record_service(self, worker_id: int | None) -> None:
