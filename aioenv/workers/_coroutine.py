@@ -90,10 +90,20 @@ class AsyncEnvWorker(Worker[S]):
         self._host = host
 
     def _submit(self, seq: int, action: Any) -> None:
-        self._current.put(seq, action)
+        """Queue request ``seq`` for the current env's task, which serves it after those
+        before it (every action's path: no call of the task's between)."""
+        env = self._current
+        env.requests.append((seq, action))
+        wake_up = env.wake_up
+        if wake_up is not None:
+            # Dropped as it is woken: a future kept until the next wait would outlive the
+            # step, and each object that does makes the garbage collector run sooner.
+            env.wake_up = None
+            if not wake_up.done():  # else the task was cancelled while it waited
+                wake_up.set_result(None)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._current.put(seq, request)
+        self._submit(seq, request)
 
     def _env_error(self, failure: Failure) -> EnvError:
         # An env that called the library of another event loop than its own: say why.
@@ -125,7 +135,7 @@ class AsyncEnvWorker(Worker[S]):
         if env_gone:
             self._current.cancel()  # it hung: cancel the step it is awaiting
         else:
-            self._current.put(0, _STOP)
+            self._submit(0, _STOP)
 
     def _start_close(self) -> None:
         self._current.cancel()  # a step in flight is cancelled; the env is then closed
@@ -155,9 +165,11 @@ class _EnvTask:
     """One env and the task that serves its requests, in order."""
 
     def __init__(self, worker: AsyncEnvWorker[Any], runner: AsyncEnvRunner) -> None:
+        #: The requests to serve, in order (queued by the worker's ``_submit``).
         self.requests: collections.deque[tuple[int, Any]] = collections.deque()
         self.task: asyncio.Task[None] | None = None
-        self._wake_up: asyncio.Future[None] | None = None  # set while the task waits
+        #: Set while the task waits for a request: what ``_submit`` wakes it with.
+        self.wake_up: asyncio.Future[None] | None = None
         self._worker = worker
         self._runner = runner
         self._cancelled = False
@@ -169,17 +181,6 @@ class _EnvTask:
             self._serve(), name=f"aioenv-async-worker ({self._worker.env_name})"
         )
         self.task.add_done_callback(lambda task: self._worker._on_task_ended(self, task))
-
-    def put(self, seq: int, request: Any) -> None:
-        """Queue request ``seq``; the task serves it after those before it."""
-        self.requests.append((seq, request))
-        wake_up = self._wake_up
-        if wake_up is not None:
-            # Dropped as it is woken: a future kept until the next wait would outlive the
-            # step, and each object that does makes the garbage collector run sooner.
-            self._wake_up = None
-            if not wake_up.done():  # else the task was cancelled while it waited
-                wake_up.set_result(None)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -196,7 +197,7 @@ class _EnvTask:
                 worker.observation_space, worker.action_space = runner.spaces
             while True:
                 while not requests:
-                    self._wake_up = wake_up = loop.create_future()
+                    self.wake_up = wake_up = loop.create_future()
                     await wake_up
                 seq, request = requests.popleft()
                 if request is _STOP:
