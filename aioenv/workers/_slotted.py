@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from ..core._environment import EnvSource
 from ..core._registry import snapshot as registry_snapshot
 from ._base import Worker
+from ._off_loop import OffLoopCalls
 
 __all__ = ["SlotHost", "SlottedWorker"]
 
@@ -46,9 +47,32 @@ class SlottedWorker(Worker[S], Generic[S, H]):
 
     #: The option that says how many workers share a host, for messages.
     _per_host_option: ClassVar[str]
+    #: The thread that starts this kind's hosts (or makes its calls) off the event loop:
+    #: it waits for the next while a worker of the kind is open (its host may be
+    #: restarted), so each open worker holds it (:meth:`_begin`).
+    _off_loop: ClassVar[OffLoopCalls]
     _host: H | None
     _slot: int
     _hosts: list[H]
+    _holds_off_loop = False
+
+    def _begin(self, start: bool) -> None:
+        """Hold the kind's off-loop thread while this worker is open, and start its host
+        (``start``: one of its own; ``hosted`` starts several workers' hosts at once)."""
+        self._off_loop.hold()
+        self._holds_off_loop = True
+        if start:
+            try:
+                self._launch([self], per_host=1)
+            except BaseException:
+                self._release_off_loop()
+                raise
+
+    def _release_off_loop(self) -> None:
+        """Closing or abandoned: no restart comes any more (once)."""
+        if self._holds_off_loop:
+            self._holds_off_loop = False
+            self._off_loop.release()
 
     @classmethod
     def _hosted(

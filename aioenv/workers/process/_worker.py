@@ -108,6 +108,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
     kind = "process"
     _discard_verb = "killed"
     _per_host_option = "envs_per_process"
+    _off_loop = CHILD_STARTS
 
     def __init__(
         self,
@@ -158,15 +159,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._context = resolve_context(context)
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
-        # Open, it may be restarted: the thread that starts children waits for that.
-        CHILD_STARTS.hold()
-        self._holds_starts = True
-        if _start:
-            try:
-                self._launch([self], per_host=1)
-            except BaseException:
-                self._release_starts()
-                raise
+        self._begin(_start)
 
     @property
     def pid(self) -> int:
@@ -282,13 +275,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
         host.send(encode(kind, seq, payload, self._slot))
         mark_shipped(host, shipped)
 
-    def _release_starts(self) -> None:
-        if self._holds_starts:
-            self._holds_starts = False
-            CHILD_STARTS.release()
-
     def _abandon(self) -> None:
-        self._release_starts()
+        self._release_off_loop()
         self._shared = None
         for host in self._hosts:
             host.kill_now()
@@ -382,7 +370,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
-        self._release_starts()  # closing: no restart comes any more
+        self._release_off_loop()  # closing: no restart comes any more
         self._ensure_loop()
         self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
         self._current_host().release(self._slot, self.cleanup_time)

@@ -93,6 +93,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
     kind = "ray"
     _per_host_option = "envs_per_actor"
+    _off_loop = ACTOR_CALLS
     _discard_verb = "killed (ray.kill)"
 
     def __init__(
@@ -145,15 +146,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         #: The resources the cluster lacked for this worker's pool when its actors started.
         self._shortage: Shortage | None = None
-        # Open, it makes actor calls: the thread that makes them waits for the next.
-        ACTOR_CALLS.hold()
-        self._holds_calls = True
-        if _start:
-            try:
-                self._launch([self], per_host=1)
-            except BaseException:
-                self._release_calls()
-                raise
+        self._begin(_start)
 
     @property
     def actor_id(self) -> str:
@@ -222,13 +215,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         request = shared_request(request)  # large values: put once, off the loop
         self._current_host().send((self._slot, seq, Request.CONTROL, request))
 
-    def _release_calls(self) -> None:
-        if self._holds_calls:
-            self._holds_calls = False
-            ACTOR_CALLS.release()
-
     def _abandon(self) -> None:
-        self._release_calls()
+        self._release_off_loop()
         for host in self._hosts:
             host.kill(self._slot, f"{self.name} was abandoned")
         self._hosts.clear()
@@ -277,7 +265,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
                 for host in hosts:
                     group.start_soon(end, host)
         finally:
-            self._release_calls()  # its last calls (close, linger) are made
+            self._release_off_loop()  # its last calls (close, linger) are made
         self._hosts = [host for host in self._hosts if host not in hosts]
         if not all(ended):
             warnings.warn(
