@@ -466,6 +466,35 @@ async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
         assert len(errors) == 1
 
 
+async def test_async_for_raises_closed_error_once_the_pool_closes(gate: str) -> None:
+    """A loop waiting in ``async for`` when the pool closes raises ClosedError, as
+    ``get_state`` does, rather than end as if every state had been taken; an ``async for``
+    over a closed pool raises at once."""
+    workers = [aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)]
+    async with aioenv.AsyncWorkerPool(workers) as pool:  # (under trio: its bridge)
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(1, 0)  # its step waits for the gate: the loop waits for it
+        errors: list[BaseException] = []
+        taken: list[int] = []
+
+        async def loop() -> None:
+            try:
+                async for _, worker_id in pool:
+                    taken.append(worker_id)
+            except aioenv.ClosedError as error:
+                errors.append(error)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(loop)
+            await anyio.wait_all_tasks_blocked()  # the loop waits in async for
+            await pool.aclose()
+        assert len(errors) == 1 and taken == []
+    with pytest.raises(aioenv.ClosedError):
+        async for _ in pool:
+            pass
+
+
 async def test_mixed_pool_runs_every_kind_together() -> None:
     async with aioenv.make_pool(
         "CartPole-v1", 4, mode=["thread", "process", "thread", "process"], seed=1

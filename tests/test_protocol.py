@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import itertools
+import pickle
 from typing import Any
 
 import numpy as np
@@ -109,3 +113,27 @@ def test_array_actions_travel_raw_with_dtype_and_shape(action: np.ndarray) -> No
     assert decoded.dtype == action.dtype and decoded.shape == action.shape
     np.testing.assert_array_equal(decoded, action)
     assert decoded.flags.writeable
+
+
+def test_a_steps_done_follows_its_flags_however_the_step_is_made() -> None:
+    """``done`` is ``terminated or truncated`` on a Step made, replaced, copied, pickled,
+    decoded or given another observation; it is no field (not compared, not shown)."""
+    for terminated, truncated in itertools.product([False, True], repeat=2):
+        step = Step(np.zeros(2), 1.0, terminated, truncated, {"k": 1})
+        decoded = decode_reply(STEP_STATE, encode_step(1, step, 0)[HEADER.size :], None)[0]
+        made = [
+            step,
+            dataclasses.replace(step),
+            step.with_observation(np.ones(2)),
+            step.owned(),
+            copy.copy(step),
+            copy.deepcopy(step),
+            pickle.loads(pickle.dumps(step)),
+            decoded,
+        ]
+        assert [one.done for one in made] == [terminated or truncated] * len(made)
+        assert dataclasses.replace(step, truncated=True).done is True
+        assert dataclasses.replace(step, terminated=False, truncated=False).done is False
+    assert "done" not in {field.name for field in dataclasses.fields(Step)}
+    assert "done" not in repr(step)
+    assert Step(1, 0.0, True, False) == Step(1, 0.0, True, False)
