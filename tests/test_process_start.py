@@ -160,6 +160,45 @@ async def test_a_start_that_fails_off_the_loop_is_the_workers_death(
     assert "process worker" in str(died.value)
 
 
+async def test_a_dead_child_is_reaped_only_while_no_start_reads_the_process_table() -> None:
+    # multiprocessing's table of children has no lock, and each start reads the exit
+    # status of every child in it: aioenv reads a dead child's status and closes it only
+    # while no start in another thread does (PROCESS_TABLE), and its event loop never
+    # waits for that meanwhile.
+    held, release = threading.Event(), threading.Event()
+
+    def a_start_reading_the_table() -> None:
+        with start_module.PROCESS_TABLE:
+            held.set()
+            release.wait(HOLD)
+
+    async with (
+        aioenv.AsyncEnvWorker(lambda: AsyncCounter(limit=1000)) as other,
+        aioenv.ProcessWorker(Dying) as worker,
+    ):
+        for started in (other, worker):
+            started.send_action(RESET)
+            await started.get_state()
+        pid = worker.pid
+        holder = threading.Thread(target=a_start_reading_the_table)
+        holder.start()
+        try:
+            assert await anyio.to_thread.run_sync(held.wait, HOLD)
+            worker.send_action("exit")
+            with anyio.fail_after(20):
+                while support.process_running(pid):  # the forkserver, its parent, reaps it
+                    await anyio.sleep(0.01)
+                await _steps(other, 20)  # the loop serves the others meanwhile
+            await anyio.sleep(0.5)  # time enough for the loop to see the child's end
+            assert worker.exitcode is None  # not read while the table is held
+        finally:
+            release.set()
+            holder.join()
+        with anyio.fail_after(20), pytest.raises(aioenv.WorkerDied):
+            await worker.get_state()
+        assert worker.exitcode == 3
+
+
 def start_threads() -> list[threading.Thread]:
     """The threads that start child processes off the loop (one, while it has work)."""
     return [thread for thread in threading.enumerate() if thread.name == "aioenv-process-start"]

@@ -30,7 +30,7 @@ from ..core._supervision import Phase, Supervision, timeout_error
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ._channel import answer_of, encoded, post_with
 from ._child import ChildPlan
-from ._start import ChildStart, Context
+from ._start import PROCESS_TABLE, ChildStart, Context
 from ._wake import Wake
 
 __all__ = ["CHILD_PROGRAM", "CLOSE_GRACE", "Child", "late", "together", "until_due"]
@@ -75,7 +75,8 @@ class Child:
         pid = self.start.process.pid
         if pid is not None:
             signal_group(pid, signal.SIGKILL)
-            self.start.process.join(TERMINATE_GRACE)
+            with PROCESS_TABLE:
+                self.start.process.join(TERMINATE_GRACE)
 
     def timed_out(self, w: int) -> WorkerTimeout:
         """Kill the child, whose request ran past its deadline, with whatever its envs
@@ -128,9 +129,11 @@ class Child:
     def exit_error(self, w: int, when: str) -> WorkerDied:
         """What the child's death is reported as: it exited ``when``."""
         process = self.start.process
-        process.join(TERMINATE_GRACE)
+        with PROCESS_TABLE:
+            process.join(TERMINATE_GRACE)
+            exitcode = process.exitcode
         return WorkerDied(
-            f"{self.name}: the child process exited with code {process.exitcode} {when}; "
+            f"{self.name}: the child process exited with code {exitcode} {when}; "
             "its envs are lost (a segfault, os._exit, or a kill from outside)"
             + (
                 ""
@@ -138,7 +141,7 @@ class Child:
                 else ". The vector env cannot go on without them: close it and make a new one"
             ),
             worker_id=w,
-            exitcode=process.exitcode,
+            exitcode=exitcode,
         )
 
     def removed(self, w: int, died: WorkerError) -> WorkerRemoved:
@@ -170,16 +173,20 @@ class Child:
         and kill it, and whatever its envs started; close what the parent holds of it."""
         process = self.start.process
         if process.pid is not None:  # else its start failed
-            process.join(grace)
+            with PROCESS_TABLE:
+                process.join(grace)
             for sig in (signal.SIGTERM, signal.SIGKILL):
-                if process.exitcode is None:
+                with PROCESS_TABLE:
+                    running = process.exitcode is None
+                if running:
                     signal_group(process.pid, sig)
-                    process.join(TERMINATE_GRACE)
+                    with PROCESS_TABLE:
+                        process.join(TERMINATE_GRACE)
             signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
         self.start.close()
         self.request.close()
         if process.pid is not None:
-            with contextlib.suppress(ValueError):  # still running: nothing more to do
+            with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
                 process.close()
 
 

@@ -27,9 +27,27 @@ from typing import Any
 
 from ..env_side._thread_caps import forkserver_load_code
 
-__all__ = ["ChildStart", "Context", "default_context", "resolve_context", "start_child"]
+__all__ = [
+    "PROCESS_TABLE",
+    "ChildStart",
+    "Context",
+    "default_context",
+    "resolve_context",
+    "start_child",
+]
 
 Context = multiprocessing.context.BaseContext
+
+#: Held while aioenv starts a child process, asks one for its exit status (``exitcode``,
+#: ``join``) or closes one, from whatever thread. multiprocessing's table of a process's
+#: children has no lock, and every start first asks each child in it for its exit status
+#: (to drop the finished ones). Without this lock, a start off the event loop and the
+#: loop reaping a child at the same moment could both read that child's status, and a
+#: child closed meanwhile could have its descriptor's number reused by a socket of a new
+#: child, which the start would then read from, waiting forever. Re-entrant: a reaped
+#: child's restart may start its replacement at once. The event loop never waits for it
+#: (see :meth:`aioenv.workers.process._host.Host._reap`).
+PROCESS_TABLE = threading.RLock()
 
 #: The forkserver's preload list, as aioenv sets it: multiprocessing's own (the main
 #: module), then what every child imports.
@@ -158,7 +176,8 @@ def _start_process(process: multiprocessing.process.BaseProcess) -> None:
     is made again."""
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            process.start()
+            with PROCESS_TABLE:
+                process.start()
             return
         except AttributeError:
             if process.pid is not None or attempt == _START_ATTEMPTS:

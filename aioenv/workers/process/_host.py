@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from ...core._messages import EpisodeOptions
-from ...engine._start import ChildStart, Context
+from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
@@ -334,11 +334,12 @@ class Host(HostSocket, Replaceable["Host"]):
         if self.exitcode is None and self._loop is None:
             self._signal(signal.SIGKILL)  # or, while it starts, once it has started
             concurrent.futures.wait([self._started])
-            if self._started.exception() is None:
-                self._process.join()
-            exitcode = self._process.exitcode
-            self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
-            self._close_resources()
+            with PROCESS_TABLE:
+                if self._started.exception() is None:
+                    self._process.join()
+                exitcode = self._process.exitcode
+                self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
+                self._close_resources()
 
     def _on_sentinel(self) -> None:
         assert self._loop is not None
@@ -348,14 +349,20 @@ class Host(HostSocket, Replaceable["Host"]):
         self._reap(attempt=0)
 
     def _reap(self, attempt: int) -> None:
-        exitcode = self._process.exitcode
-        if exitcode is None and attempt < 100:
-            # The sentinel fires as the child exits; under fork/spawn the exit status may
-            # lag by a moment. (Under forkserver it is already known.)
-            assert self._loop is not None
-            self._loop.call_later(0.001 * (attempt + 1), self._reap, attempt + 1)
+        assert self._loop is not None
+        if not PROCESS_TABLE.acquire(blocking=False):  # a start in another thread holds it
+            self._loop.call_later(0.001, self._reap, attempt)
             return
-        self._exited(exitcode if exitcode is not None else -1)
+        try:
+            exitcode = self._process.exitcode
+            if exitcode is None and attempt < 100:
+                # The sentinel fires as the child exits; under fork/spawn the exit status
+                # may lag by a moment. (Under forkserver it is already known.)
+                self._loop.call_later(0.001 * (attempt + 1), self._reap, attempt + 1)
+                return
+            self._exited(exitcode if exitcode is not None else -1)  # closes the process
+        finally:
+            PROCESS_TABLE.release()
 
     def _exited(self, exitcode: int) -> None:
         self.exitcode = exitcode
