@@ -283,9 +283,10 @@ def _rows_against_steps(env: Any, autoreset: str, limit: int | None) -> tuple[in
             assert isinstance(got, Failure)
             assert (got.during, got.message) == (expected.during, expected.message)
             return plain_ends, plain_resets
+        # A plain row wherever the step is a Step with no final observation to carry.
+        assert (type(got) is tuple) == (expected.final_info is None)
         if type(got) is tuple:
             assert type(got[1]) is float and all(type(flag) is bool for flag in got[2:4])
-            assert autoreset == "next_step" or got[2:4] == (False, False)
             plain_ends += got[2] or got[3]
             plain_resets += resetting
             got = Step(*got)
@@ -305,9 +306,9 @@ def _rows_against_steps(env: Any, autoreset: str, limit: int | None) -> tuple[in
 @pytest.mark.parametrize("env", [Walk, _FourTuple])
 def test_a_batch_row_is_the_step_of_one_env(env: Any, autoreset: str, limit: int | None) -> None:
     # A worker of several envs takes each env's step as a plain tuple (no Step per env)
-    # while its episode goes on, and under autoreset "next_step" also for the step that
-    # ends it and for the reset after: the same answer, bookkeeping and errors as a
-    # one-env step.
+    # wherever it carries no final observation: while its episode goes on, at its end
+    # but under autoreset "same_step", and for a reset that autoreset "next_step" makes:
+    # the same answer, bookkeeping and errors as a one-env step.
     _rows_against_steps(env, autoreset, limit)
 
 

@@ -17,7 +17,16 @@ from support import process_running, wait_until
 
 import aioenv
 from aioenv.core._environment import BatchStep, Step
-from aioenv.core._restarts import cut_short, cut_short_batch, restart_marker
+from aioenv.core._restarts import (
+    cut_short,
+    cut_short_batch,
+    cut_short_state,
+    open_episode,
+    restart_answers,
+    restart_marker,
+    restarted_state,
+)
+from aioenv.core._rollouts import PolicyPackage, Rollout
 
 AUTORESETS = ["disabled", "next_step", "same_step"]
 RAISE, DIE, HANG = 1, 2, 3
@@ -311,6 +320,50 @@ def test_cut_short_is_a_truncated_step_that_keeps_the_users_infos_apart() -> Non
     batch = BatchStep(np.zeros((2, 3)), np.ones(2), np.zeros(2, bool), np.zeros(2, bool))
     rows = cut_short_batch(batch, marker)
     assert rows.truncated.all() and not rows.rewards.any() and rows.infos[1] == {"aioenv": marker}
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_which_episode_a_failure_cuts_short_and_what_answers_the_request(autoreset: str) -> None:
+    # The one rule every supervisor follows (a pool's worker, envs in line, an engine's
+    # children): a failure while a step goes on cuts its episode short; under same-step
+    # autoreset an ended step carries the next episode, which is open too.
+    going_on, ended = Step(np.zeros(2), 1.0), Step(np.zeros(2), 1.0, terminated=True)
+    batch = BatchStep(np.zeros((2, 2)), np.ones(2), np.array([True, False]), np.zeros(2, bool))
+    done_batch = BatchStep(np.zeros((2, 2)), np.ones(2), np.ones(2, bool), np.zeros(2, bool))
+    segment = Rollout(PolicyPackage(1, "key", policy=lambda observation: 0), num_steps=4)
+    same_step = autoreset == "same_step"
+    assert open_episode(going_on, 1, autoreset) is going_on
+    assert open_episode(ended, 1, autoreset) is (ended if same_step else None)
+    assert open_episode(batch, 1, autoreset) is batch  # one row's episode goes on
+    assert open_episode(done_batch, 1, autoreset) is (done_batch if same_step else None)
+    for request in (aioenv.RESET, aioenv.Reset(seed=3), segment):
+        assert open_episode(going_on, request, autoreset) is None  # it cuts its own short
+    assert open_episode(None, 1, autoreset) is None
+    assert open_episode({"custom": 1}, 1, autoreset) is None
+    # The restart answers the request where nothing is cut short, or where it is carried.
+    assert restart_answers(None, autoreset)
+    assert restart_answers(going_on, autoreset) is same_step
+
+
+def test_the_states_a_cut_short_episode_and_a_restart_hand_out() -> None:
+    marker = restart_marker("EnvError: boom")
+    last, first = Step(np.zeros(2), 1.0, info={"user": 1}), Step(np.ones(2), info={"new": 2})
+    alone = cut_short_state(last, "EnvError: boom")
+    assert alone == cut_short(last.observation, marker)
+    carried = restarted_state(first, last, "EnvError: boom")
+    assert carried == cut_short(last.observation, marker, first)
+    marked = restarted_state(first, None, "EnvError: boom")  # nothing was cut short
+    assert (marked.terminated, marked.truncated) == (False, False)
+    assert marked.info == {"new": 2, "aioenv": marker}
+    rows = BatchStep(np.zeros((2, 2)), np.ones(2), np.zeros(2, bool), np.zeros(2, bool))
+    assert cut_short_state(rows, "EnvError: boom").truncated.all()
+    new_rows = BatchStep(np.ones((2, 2)), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool))
+    both = restarted_state(new_rows, rows, "EnvError: boom")
+    assert both.truncated.all() and both.final_infos == {
+        0: {"aioenv": marker},
+        1: {"aioenv": marker},
+    }
+    np.testing.assert_array_equal(both.observations, new_rows.observations)
 
 
 @pytest.mark.parametrize("kind", ["sync", "thread", "process"])

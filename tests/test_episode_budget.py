@@ -480,3 +480,21 @@ async def test_a_segment_after_a_budgets_end_starts_a_new_episode(kind: str) -> 
 
 def _go_policy(observation: Any) -> int:
     return GO
+
+
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+def test_the_budget_rule_every_supervisor_follows(autoreset: str) -> None:
+    # A pool's worker and an engine's children time episodes by this one rule: a start
+    # opens a budget, an end closes it (unless the step carries the next episode), an
+    # episode not timed yet opens one, any other state lets it run on.
+    from aioenv.core._supervision import budget_end
+
+    def end(before: float | None, starts: bool, ended: bool) -> float | None:
+        return budget_end(before, starts, ended, autoreset, now=100.0, seconds=5.0)
+
+    assert end(None, True, False) == end(103.0, True, False) == 105.0
+    assert end(103.0, False, False) == 103.0
+    assert end(None, False, False) == 105.0
+    carried = autoreset == "same_step"
+    assert end(103.0, False, True) == (105.0 if carried else None)
+    assert end(None, True, True) == (105.0 if carried else None)

@@ -19,6 +19,7 @@ __all__ = [
     "Failure",
     "PerEnv",
     "autoreset_name",
+    "resets_next",
 ]
 
 Autoreset = Literal["disabled", "same_step", "next_step"]
@@ -39,6 +40,14 @@ def autoreset_name(mode: object) -> object:
         if mode == member.value:
             return name
     return mode
+
+
+def resets_next(autoreset: str, ended: bool) -> bool:
+    """Whether an env's next request is answered by its reset, whatever it asks, after a
+    state that ``ended`` an episode or not: under autoreset ``"next_step"``, after an end.
+    The runner follows this rule; the parent's side asks it where it must know which
+    states answer a reset (to time the request, to count episodes)."""
+    return ended and autoreset == "next_step"
 
 
 @dataclasses.dataclass(frozen=True)

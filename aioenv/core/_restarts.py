@@ -8,6 +8,12 @@ is ``info["aioenv"] == {"restarted": True, "reason": "..."}`` (documented in the
 guide); it also marks the restarted env's first state. The workers write it; the episode
 counter, the collector and the rollout ledger read it; this module is the one place that
 knows its shape.
+
+It is also the one place of the cut-short rule, which every supervisor follows (a pool's
+worker, an env stepped in line, an engine child's revival): which episode a failure cuts
+short (:func:`open_episode`), whether the restarted env's reset or the cut-short step
+answers the request in flight (:func:`restart_answers`), and the states either hands out
+(:func:`cut_short_state`, :func:`restarted_state`).
 """
 
 from __future__ import annotations
@@ -17,19 +23,25 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ._commands import is_reset
 from ._environment import BatchStep, Step, take_rows
+from ._rollouts import Rollout
 
 __all__ = [
     "EPISODE_TIMEOUT",
     "RESTART_KEY",
     "cut_short",
     "cut_short_batch",
+    "cut_short_state",
     "episode_open",
     "failure_note",
     "is_restart_reset",
     "mark_restarted",
+    "open_episode",
+    "restart_answers",
     "restart_marker",
     "restart_note",
+    "restarted_state",
 ]
 
 #: The info key aioenv's own notes go under (the user's keys are never touched).
@@ -93,6 +105,45 @@ def episode_open(state: Any, autoreset: str) -> bool:
     if type(state) is BatchStep:
         return autoreset == "same_step" or not bool(np.all(state.dones))
     return False
+
+
+def open_episode(last: T | None, request: Any, autoreset: str) -> T | None:
+    """``last``, the state last handed out, if ``request`` steps the episode it left open
+    (see :func:`episode_open`): the episode that a failure of the request, or its budget's
+    end, cuts short. None where there is none: no state yet, a reset or a rollout segment
+    (which cuts its own episodes short) was asked, or that episode had ended."""
+    if last is None or is_reset(request) or type(request) is Rollout:
+        return None
+    return last if episode_open(last, autoreset) else None
+
+
+def restart_answers(open_: Any, autoreset: str) -> bool:
+    """Whether the restarted env's first state answers the request in flight, where the
+    failure cuts short the episode ``open_`` (:func:`open_episode`; None: none is open): it
+    does where none is open, and under ``autoreset="same_step"``, whose cut-short step
+    carries it (:func:`restarted_state`). Otherwise the cut-short step answers the request
+    at once (:func:`cut_short_state`), and the new env's reset answers the next one, as a
+    reset after an episode's end does."""
+    return open_ is None or autoreset == "same_step"
+
+
+def cut_short_state(last: Any, reason: str, first: Any = None) -> Any:
+    """The step that cuts short the episode ``last`` left open, for ``reason``: a Step's
+    (:func:`cut_short`), or every row's of a batch (:func:`cut_short_batch`), carrying the
+    new env's ``first`` state where it is given."""
+    marker = restart_marker(reason)
+    if type(last) is Step:
+        return cut_short(last.observation, marker, first)
+    return cut_short_batch(last, marker, first)
+
+
+def restarted_state(first: Any, cut: Any, reason: str) -> Any:
+    """The restarted env's ``first`` state as handed out: carried by the step that cuts
+    short the episode ``cut`` left open (under same-step autoreset; None: none is cut
+    short here), else marked as a restart's (:func:`mark_restarted`)."""
+    if cut is None or type(first) is not type(cut):
+        return mark_restarted(first, reason)
+    return cut_short_state(cut, reason, first)
 
 
 def mark_restarted(state: Any, note: str) -> Any:

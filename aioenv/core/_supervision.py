@@ -1,7 +1,8 @@
 """The supervision options every worker kind and the engine take, and the deadline rule:
 :class:`Supervision` (each option's default and check, in one place), which deadline a
 request gets (:func:`request_phase`) and the error of a request past it
-(:func:`timeout_error`). How one worker acts on them over time (restarts, budgets) is
+(:func:`timeout_error`), and the episode budget's rule (:func:`budget_end`). How one
+worker acts on them over time (restarts, budgets) is
 :class:`aioenv.core._supervisor.Supervisor`'s.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Literal
 from ._commands import is_reset
 from ._environment import BatchStep, Step
 from ._errors import WorkerError, WorkerTimeout
-from ._messages import Autoreset
+from ._messages import Autoreset, resets_next
 from ._rollouts import Rollout
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "SUPERVISION_DEFAULTS",
     "Phase",
     "Supervision",
+    "budget_end",
     "episode_ended",
     "report_failure",
     "request_phase",
@@ -198,7 +200,7 @@ def request_phase(action: Any, autoreset: Autoreset, episode_ended: bool) -> Pha
         return "rollout"
     if is_reset(action):
         return "reset"
-    if autoreset == "same_step" or (autoreset == "next_step" and episode_ended):
+    if autoreset == "same_step" or resets_next(autoreset, episode_ended):
         return "step and reset"
     return "step"
 
@@ -211,6 +213,24 @@ def episode_ended(state: Any) -> bool:
     if isinstance(state, BatchStep):
         return bool(state.dones.any())
     return True
+
+
+def budget_end(
+    end: float | None, starts: bool, ended: bool, autoreset: str, now: float, seconds: float
+) -> float | None:
+    """When the open episode runs out of its budget (``episode_timeout``: ``seconds``),
+    once a state is handed out at ``now``; ``end`` is when it would before (None: no
+    episode is timed). The state ``starts`` an episode (a reset's, or a restarted env's
+    first), and has ``ended`` one or not. An episode's end closes the budget (None), unless
+    under same-step autoreset the step carries the next episode's start, which opens a new
+    one, as a start does; a state of an episode not timed yet opens one; else the budget
+    runs on. Every supervisor that times episodes follows this rule (a pool's worker, an
+    engine's children)."""
+    if ended and autoreset != "same_step":
+        return None
+    if starts or ended or end is None:
+        return now + seconds
+    return end
 
 
 def timeout_error(

@@ -28,7 +28,8 @@ from typing import Any
 
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
-from ..core._restarts import EPISODE_TIMEOUT, cut_short_batch, restart_marker
+from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, restart_answers
+from ..core._supervision import budget_end
 from ._child import Revived
 from ._family import Child
 
@@ -63,11 +64,11 @@ class EpisodeBudgets:
             return None
         self.ends[w] = None
         last = last_state()
-        if self.autoreset == "same_step":
+        if restart_answers(last, self.autoreset):
             # The child resets its env and answers the step that cuts ``last`` short with it.
             return "expire", (Revived(EPISODE_TIMEOUT, last, env_kept=True), "step", request)
         # The cut-short step answers now; the child's next step answers with its reset.
-        cut = cut_short_batch(last, restart_marker(EPISODE_TIMEOUT))
+        cut = cut_short_state(last, EPISODE_TIMEOUT)
         return "expire", (Revived(EPISODE_TIMEOUT, env_kept=True), "echo", cut)
 
     def handed(self, w: int, child: Child) -> None:
@@ -96,12 +97,8 @@ class EpisodeBudgets:
         episode opens its budget (a reset, a step that carries one under same-step
         autoreset, or the first state after an episode ended), an episode's end closes it."""
         ended = bool(terminated[0] or truncated[0])
-        if reset or (ended and self.autoreset == "same_step"):
-            self.ends[w] = time.monotonic() + self.seconds
-        elif ended:
-            self.ends[w] = None
-        elif self.ends[w] is None:
-            self.ends[w] = time.monotonic() + self.seconds
+        now = time.monotonic()
+        self.ends[w] = budget_end(self.ends[w], reset, ended, self.autoreset, now, self.seconds)
 
     def stepped(self, terminated: Any, truncated: Any) -> None:
         """Every child answered a lockstep step (its row of these flags)."""

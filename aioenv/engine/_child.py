@@ -34,7 +34,7 @@ import numpy as np
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import BatchStep
 from ..core._messages import EpisodeOptions, Failure
-from ..core._restarts import cut_short_batch, mark_restarted, restart_marker
+from ..core._restarts import restarted_state
 from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import EnvRestarts
@@ -284,9 +284,7 @@ class _Envs:
         first = self._answer(STEP, request if is_reset(request) else RESET)
         if type(first) is not BatchStep:
             return first
-        if revived.cut is None or is_reset(request):
-            return mark_restarted(first, revived.reason)
-        return cut_short_batch(revived.cut, restart_marker(revived.reason), first)
+        return restarted_state(first, None if is_reset(request) else revived.cut, revived.reason)
 
     def _sent(self, data: bytes) -> bytes:
         """``data``, with the errors reported meanwhile where there are some."""

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
 from ..core._errors import WorkerError
-from ..core._restarts import EPISODE_TIMEOUT, cut_short_batch, episode_open, restart_marker
+from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, open_episode, restart_answers
 from ..core._supervision import report_failure
 from ..core._supervisor import Supervision, Supervisor
 from ..env_side._env_restarts import ThreadClock, thread_remedies
@@ -109,12 +109,12 @@ class _OneChild:
     def failed(self, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
         op, request = sent
         supervisor, clock = self.supervisor, self.owner.clock
-        last = (
-            None if op == "step" and is_reset(request) else self.owner.children.last_state(self.w)
-        )
-        open_ = last if last is not None and episode_open(last, self.owner.autoreset) else None
+        # A control in flight cuts short the episode its child's envs left open too.
+        asked = request if op == "step" else None
+        last = None if is_reset(asked) else self.owner.children.last_state(self.w)
+        open_ = open_episode(last, asked, self.owner.autoreset)
         self._given_up = None
-        if op == "step" and (open_ is None or self.owner.autoreset == "same_step"):
+        if op == "step" and restart_answers(open_, self.owner.autoreset):
             # The new child's answer to the request answers it.
             self._then, self._answer, self._cut = sent, None, open_
             supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
@@ -139,7 +139,7 @@ class _OneChild:
         supervisor, clock = self.supervisor, self.owner.clock
         last = self.owner.children.last_state(self.w)
         self._given_up = None
-        if self.owner.autoreset == "same_step":
+        if restart_answers(last, self.owner.autoreset):
             self._then, self._answer, self._cut = sent, None, last
             supervisor.end_episode(_IN_FLIGHT, clock)
         else:
@@ -163,7 +163,7 @@ class _OneChild:
         if op == "echo":
             answer = self._answer
             if answer is None:  # the open episodes end here, truncated
-                answer = cut_short_batch(request, restart_marker(reason))
+                answer = cut_short_state(request, reason)
             children.hand(self.w, answer, "echo")
         else:
             children.hand(self.w, request, op)

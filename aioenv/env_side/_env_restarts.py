@@ -28,11 +28,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..core._commands import RESET, Reset, is_reset
+from ..core._commands import RESET, Reset
 from ..core._environment import EnvSource, Step, describe_source
 from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
-from ..core._restarts import cut_short, episode_open, mark_restarted, restart_marker
+from ..core._restarts import cut_short_state, open_episode, restart_answers, restarted_state
 from ..core._seeds import GroupSeed, env_seeds
 from ..core._supervision import report_failure
 from ..core._supervisor import Remedies, Supervision, Supervisor
@@ -257,9 +257,8 @@ class _OneEnv:
         supervisor, clock = self.supervisor, self.owner.clock
         last = self._open_episode(self._sent)
         self._cut_from = None
-        if last is None or self.owner.episode.autoreset == "same_step":
-            # Restarted now: the new env's reset answers the request (the cut-short step
-            # carries it, under same-step autoreset).
+        if restart_answers(last, self.owner.episode.autoreset):
+            # Restarted now: the new env's reset answers the request.
             self._cut_from = last
             supervisor.failed(error, env_gone=False, in_flight=_IN_FLIGHT, clock=clock)
             return
@@ -267,24 +266,20 @@ class _OneEnv:
         supervisor.failed(error, env_gone=False, in_flight=0, clock=clock)
         reason = supervisor.pending_restart
         if reason is not None:
-            self._deliver(cut_short(last.observation, restart_marker(reason)))
+            self._deliver(cut_short_state(last, reason))
             self._runners[self.index] = _Pending(self, self._runners[self.index])
 
     def _open_episode(self, request: Any) -> Step[Any] | None:
         """The state last handed out (as a Step) if ``request`` steps an episode it left
         open, else None."""
         last = self._last
-        if last is None or is_reset(request):
-            return None
         if type(last) is tuple:  # a runner's row: (observation, reward, flags, info)
             last = Step(*last)
-        return last if episode_open(last, self.owner.episode.autoreset) else None
+        return open_episode(last, request, self.owner.episode.autoreset)
 
     def _restarted(self, first: Any, reason: str) -> Any:
         last, self._cut_from = self._cut_from, None
-        if last is None or type(first) is not Step:
-            return mark_restarted(first, reason)
-        return cut_short(last.observation, restart_marker(reason), first)
+        return restarted_state(first, last, reason)
 
     def _deliver(self, state: Any) -> None:
         self._answer = self._last = state

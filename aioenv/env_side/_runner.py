@@ -19,7 +19,7 @@ from ..core._gymnasium import (
     build_environment,
     gymnasium_step,
 )
-from ..core._messages import ControlRequest, EpisodeOptions, Failure
+from ..core._messages import ControlRequest, EpisodeOptions, Failure, resets_next
 from ..core._rollouts import Rollout
 from ._plan import Plan, drive
 from ._segment import PolicyCache, rollout_plan
@@ -193,43 +193,34 @@ class EnvRunner:
         """:meth:`step` for one env of a batch (the hot path of ``envs_per_worker`` and of
         inline envs): a gymnasium env's step is answered as a plain 5-tuple
         ``(observation, reward, terminated, truncated, info)`` (reward a float, the flags
-        bools), with no Step made (``as_step``: as a Step, for a step alone), where its
-        episode goes on, where it ends under autoreset "next_step", and where that
-        autoreset resets the env (reward 0.0, both flags False); any other answer is
-        :meth:`step`'s. With a gymnasium env, no ``max_episode_steps`` of aioenv's own:
-        the cases :meth:`_end_of_step` settles without a call."""
+        bools) where :meth:`step` would answer a Step with no final observation: no Step
+        is made where the episode goes on (``as_step``: as a Step, for a step alone); any
+        other answer is :meth:`step`'s. Only a step whose episode goes on is taken here
+        without :meth:`step`'s bookkeeping: every episode's end and reset is settled by
+        :meth:`_end_of_step` and :meth:`step_plan`, the one place of the autoreset rule. With
+        a gymnasium env and no ``max_episode_steps`` of aioenv's own."""
         gym = self.gym
-        if gym is None or self.episode.max_episode_steps is not None:
-            return self.step(action)
-        if self._needs_reset:  # autoreset "next_step" (as step_plan): the action is ignored
+        if gym is None or self._needs_reset or self.episode.max_episode_steps is not None:
+            state = self.step(action)
+        else:
             try:
-                first = self._reset(self.env, None, None)
-            except Exception as exc:
-                return self._step_failure(exc)
-            row = first if as_step else (first.observation, 0.0, False, False, first.info)
-            self.last = row
-            return row
-        try:
-            result = gym.step(action)
-            if type(result) is tuple and len(result) == 5:
-                if not (result[2] or result[3]):
-                    row = (result[0], float(result[1]), False, False, result[4])
+                result = gym.step(action)
+                if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
+                    row: Any = (result[0], float(result[1]), False, False, result[4])
                     self._length += 1
                     # A rollout goes on from here (see _segment._resume).
                     self.last = row = Step(*row) if as_step else row
                     return row
-                if self.episode.autoreset == "next_step":  # as _end_of_step
-                    row = (result[0], float(result[1]), bool(result[2]), bool(result[3]), result[4])
-                    self._length += 1
-                    self._needs_reset = True
-                    self.last = row = Step(*row) if as_step else row
-                    return row
-            state = gymnasium_step(gym, result)
-        except Exception as exc:
-            return self._step_failure(exc)
-        assert self.env is not None
-        state, reset_now = self._settle(self.env, state)
-        return drive(self._autoreset_plan(self.env, state)) if reset_now else state
+                state = gymnasium_step(gym, result)
+            except Exception as exc:
+                return self._step_failure(exc)
+            assert self.env is not None
+            state, reset_now = self._settle(self.env, state)
+            if reset_now:
+                state = drive(self._autoreset_plan(self.env, state))
+        if as_step or type(state) is not Step or state.final_info is not None:
+            return state
+        return (state.observation, state.reward, state.terminated, state.truncated, state.info)
 
     def _settle(self, env: Any, state: Any) -> tuple[Any, bool]:
         """The bookkeeping after a step (see :meth:`_end_of_step`): the state to answer
@@ -267,15 +258,14 @@ class EnvRunner:
                     "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
-            self._needs_reset = done and self.episode.autoreset == "next_step"
+            self._needs_reset = done and resets_next(self.episode.autoreset, done)
             return state, False
         ended = state.terminated or state.truncated  # Step.done, without a call per step
         if limit is not None and self._length >= limit and not ended:
             state, ended = dataclasses.replace(state, truncated=True), True
         if not ended:
             return state, False
-        if self.episode.autoreset == "next_step":
-            self._needs_reset = True
+        self._needs_reset = resets_next(self.episode.autoreset, ended)
         return state, self.episode.autoreset == "same_step"
 
     def control(self, request: ControlRequest) -> Any:

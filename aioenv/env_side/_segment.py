@@ -194,7 +194,7 @@ def _resume(runner: Any) -> Cursor | None:
     runner.last = None
     if type(last) is Cursor:
         return last
-    if type(last) is tuple and not runner.needs_reset:  # a batch row: its episode goes on
+    if type(last) is tuple:  # a batch row: only a step whose episode goes on is one
         return Cursor(last[0], runner.steps_in_episode)
     if type(last) is not Step or runner.needs_reset:
         return None

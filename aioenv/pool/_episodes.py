@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core._environment import Step
+from ..core._messages import resets_next
 from ..core._restarts import is_restart_reset
 
 __all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats"]
@@ -107,7 +108,7 @@ class EpisodeCounter:
         self.stats = [EpisodeStats() for _ in range(num_workers)]
         self._ledger = EpisodeLedger(num_workers, self.stats)
         self._resetting = [True] * num_workers  # the next state answers a reset
-        self._next_step = autoreset == "next_step"
+        self._next_step = resets_next(autoreset, True)  # after each episode's end
         #: A state that is not an aioenv.Step was handed out: episode ends are invisible.
         self.saw_custom_state = False
 

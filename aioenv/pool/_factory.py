@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -31,52 +33,42 @@ _KINDS: dict[str, type[Worker[Any]]] = {
 }
 #: Old spellings of a mode, still taken: ``"async"`` was the coroutine mode's first name.
 _OLD_SPELLINGS = {"async": "coroutine"}
-#: Kinds whose workers share a host (a child process, a Ray actor), by the option that
-#: says how many envs go in each.
-_HOSTED = {"process": "envs_per_process", "ray": "envs_per_actor"}
-#: The worker options each kind takes (``envs_per_*`` are applied by make_pool).
-_WORKER_OPTIONS: dict[str, frozenset[str]] = {
-    "sync": frozenset({"cleanup_time", "envs_per_worker"}),
-    "thread": frozenset({"cleanup_time", "envs_per_worker"}),
-    "process": frozenset(
-        {
-            "cleanup_time",
-            "context",
-            "envs_per_process",
-            "envs_per_worker",
-            "idle_spin",
-            "shared_memory",
-            "threads_per_env",
-        }
-    ),
-    "coroutine": frozenset({"cleanup_time"}),
-    "ray": frozenset(
-        {
-            "cleanup_time",
-            "envs_per_actor",
-            "envs_per_worker",
-            "num_cpus",
-            "num_gpus",
-            "resources",
-            "runtime_env",
-            "actor_options",
-            "direct_connection",
-            "threads_per_env",
-        }
-    ),
-}
+#: Each kind's name in ``make_pool``'s ``mode`` (Ray's class is imported on first use, see
+#: :func:`_kind_class`).
+_MODES = (*_KINDS, "ray")
+
+
+@functools.cache
+def _worker_options() -> dict[str, frozenset[str]]:
+    """The options each kind's workers take from ``make_pool``, read from the kind itself:
+    its constructor's keywords that are no pool option (``cleanup_time`` is both: a worker
+    closes within the least of its own and the pool's); ``envs_per_worker`` where the kind
+    steps several envs together, and its host's ``envs_per_*`` where workers share one
+    (``make_pool`` applies these two)."""
+    table = {}
+    for kind in _MODES:
+        worker = _kind_class(kind)
+        own = set(inspect.signature(worker).parameters) - POOL_OPTIONS - {"env", "seed", "_start"}
+        own.add("cleanup_time")
+        if worker.steps_batches:
+            own.add("envs_per_worker")
+        per_host: str | None = getattr(worker, "_per_host_option", None)
+        if per_host is not None:
+            own.add(per_host)
+        table[kind] = frozenset(own)
+    return table
 
 
 def worker_modes() -> tuple[str, ...]:
     """The worker kinds ``make_pool``'s ``mode`` names (``"async"``, the old spelling of
     ``"coroutine"``, is taken too but not listed)."""
-    return tuple(_WORKER_OPTIONS)
+    return _MODES
 
 
 def option_names() -> frozenset[str]:
     """Every option ``make_pool`` takes by keyword but ``mode``: its own ``seed`` and
     ``force_sync``, the pool options and the worker options of every kind."""
-    return POOL_OPTIONS.union({"seed", "force_sync"}, *_WORKER_OPTIONS.values())
+    return POOL_OPTIONS.union({"seed", "force_sync"}, *_worker_options().values())
 
 
 def old_spellings() -> str:
@@ -222,7 +214,12 @@ def _build_workers(
 ) -> None:
     """Append one worker per mode to ``into`` (so the caller can abandon what was built if
     a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
-    envs_per_host = {k: v for k, v in options.items() if k in _HOSTED.values()}
+    hosts: dict[str, str] = {}  # the kinds whose workers share hosts, by that option
+    for kind in dict.fromkeys(modes):
+        per_host = getattr(_kind_class(kind), "_per_host_option", None)
+        if per_host is not None:
+            hosts[kind] = per_host
+    envs_per_host = {k: v for k, v in options.items() if k in hosts.values()}
     options = {k: v for k, v in options.items() if k not in envs_per_host}
     envs_per_worker = options.pop("envs_per_worker", 1)
     if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
@@ -230,7 +227,7 @@ def _build_workers(
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     hosted: dict[str, Iterator[Worker[Any]]] = {}
-    for kind, per_host in _HOSTED.items():
+    for kind, per_host in hosts.items():
         indices = [i for i, mode in enumerate(modes) if mode == kind]
         if indices:
             hosted[kind] = iter(
@@ -257,13 +254,13 @@ def _kind_class(kind: str) -> type[Worker[Any]]:
 
 
 def _options_for(kind: str, options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if k in _WORKER_OPTIONS[kind]}
+    return {k: v for k, v in options.items() if k in _worker_options()[kind]}
 
 
 def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
     check_option_names(options, "make_pool()")
     for option in options:
-        kinds = [kind for kind, names in _WORKER_OPTIONS.items() if option in names]
+        kinds = [kind for kind, names in _worker_options().items() if option in names]
         if not any(kind in kinds for kind in modes):
             raise TypeError(
                 f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
@@ -277,7 +274,7 @@ def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
         raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
     modes = [canonical_mode(kind) if isinstance(kind, str) else kind for kind in modes]
     for index, kind in enumerate(modes):
-        if kind not in _WORKER_OPTIONS:
+        if kind not in _MODES:
             given = f"mode={kind!r}" if isinstance(mode, str) else f"mode[{index}]={kind!r}"
             raise ValueError(
                 f"make_pool() got {given}; choose one of "

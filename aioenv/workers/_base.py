@@ -81,6 +81,8 @@ class Worker(Membership, Generic[S]):
     #: Its states are delivered inside ``send_action``, not by the event loop (see
     #: :attr:`~aioenv.workers._seam.Member.answers_in_line`).
     answers_in_line: ClassVar[bool] = False
+    #: It can step several envs together (``make_pool``'s ``envs_per_worker``).
+    steps_batches: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -118,8 +120,8 @@ class Worker(Membership, Generic[S]):
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, self._remedies())
         self._episode = EpisodeOptions()
-        #: The last state delivered ended an episode (read only under autoreset
-        #: "next_step" with deadlines: the next step then resets, see request_phase).
+        #: The last state delivered ended an episode (kept only with deadlines: under
+        #: autoreset "next_step" the next step then resets, see request_phase).
         self._episode_ended = False
         self._next_reset_seed: int | None = None  # from seed_next_reset()
         self._check_first_reply: FirstReplyCheck | None = None
@@ -296,7 +298,7 @@ class Worker(Membership, Generic[S]):
             self._on_failure(self._env_error(result), env_gone=False)
             return
         reason = supervisor.restart_completed
-        if supervisor.has_deadlines and self._episode.autoreset == "next_step":
+        if supervisor.has_deadlines:  # the next request's deadline (see request_phase)
             self._episode_ended = episode_ended(result)
         if reason is not None:
             result = self._restarted(result, reason)

@@ -51,6 +51,7 @@ class AsyncEnvWorker(Worker[S]):
     """
 
     kind = "coroutine"
+    steps_batches = False  # one env, one task
     _discard_verb = "cancelled (its task was cancelled and the env closed)"
 
     def __init__(

@@ -18,14 +18,15 @@ from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import (
     EPISODE_TIMEOUT,
-    cut_short,
-    cut_short_batch,
-    episode_open,
+    cut_short_state,
     is_restart_reset,
     mark_restarted,
-    restart_marker,
+    open_episode,
+    restart_answers,
+    restarted_state,
 )
 from ..core._rollouts import Rollout
+from ..core._supervision import budget_end
 from ..core._supervisor import (
     Remedies,
     Supervision,
@@ -107,9 +108,8 @@ class SupervisedEnv(KindHooks):
             self._last = Outcome(last.worker_id, last.state.owned())
         last = self._open_episode(self._sent) if in_flight else None
         self._cut_from = None
-        if last is None or self._episode.autoreset == "same_step":
-            # Restarted now: the new env's reset answers the request in flight (the
-            # cut-short step carries it, under same-step autoreset).
+        if restart_answers(last, self._episode.autoreset):
+            # Restarted now: the new env's reset answers the request in flight.
             self._cut_from = last
             supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
             return
@@ -200,9 +200,7 @@ class SupervisedEnv(KindHooks):
         """The state last handed out if ``action`` steps an episode it left open (which a
         failure now cuts short), else None."""
         last = self._last
-        if last is None or is_reset(action) or type(action) is Rollout:
-            return None
-        return last.state if episode_open(last.state, self._episode.autoreset) else None
+        return open_episode(None if last is None else last.state, action, self._episode.autoreset)
 
     def _restart_for(self, seq: int, action: Any, reason: str) -> None:
         """Request ``seq`` (``action``) comes to a worker whose env failed and was
@@ -210,7 +208,7 @@ class SupervisedEnv(KindHooks):
         with the new env's reset), else the new env's reset answers the request."""
         self._budget.reset_next = False  # the new env's reset answers this request anyway
         last = self._open_episode(action)
-        if last is not None and self._episode.autoreset != "same_step":
+        if not restart_answers(last, self._episode.autoreset):
             self._deliver_cut_short(last, reason)
             return
         self._cut_from = last
@@ -222,11 +220,7 @@ class SupervisedEnv(KindHooks):
     def _deliver_cut_short(self, last: Any, reason: str) -> None:
         """Answer the request in flight with the step that cuts ``last``'s episode short;
         the new env starts with the next request."""
-        marker = restart_marker(reason)
-        if type(last) is Step:
-            state: Any = cut_short(last.observation, marker)
-        else:
-            state = cut_short_batch(last, marker)
+        state = cut_short_state(last, reason)
         self._budget.deadline = None
         self._flight.awaited = 0
         self._last = outcome = Outcome(self.worker_id, state)
@@ -237,11 +231,7 @@ class SupervisedEnv(KindHooks):
         the failed env's episode short and carries it (same-step autoreset), else ``first``
         marked as a restart's."""
         last, self._cut_from = self._cut_from, None
-        if last is None or type(first) is not type(last):
-            return mark_restarted(first, reason)
-        if type(last) is Step:
-            return cut_short(last.observation, restart_marker(reason), first)
-        return cut_short_batch(last, restart_marker(reason), first)
+        return restarted_state(first, last, reason)
 
     # Episode budgets -------------------------------------------------------------------
     def _check_budget(self, options: Supervision) -> None:
@@ -280,7 +270,7 @@ class SupervisedEnv(KindHooks):
             return action
         last = self._kept_last()
         self._budget.deadline = None
-        if self._episode.autoreset == "same_step":
+        if restart_answers(last, self._episode.autoreset):
             self._budget.cut = last
             return RESET
         self._budget.reset_next = True
@@ -311,7 +301,7 @@ class SupervisedEnv(KindHooks):
             )
         )
         self._discard_env(True)
-        if self._episode.autoreset == "same_step":
+        if restart_answers(last, self._episode.autoreset):
             self._cut_from = last
             self._supervisor.end_episode(seq, self._loop)
         else:
@@ -325,21 +315,23 @@ class SupervisedEnv(KindHooks):
         none once an episode ended."""
         cut, self._budget.cut = self._budget.cut, None
         if cut is not None and type(state) is Step:
-            state = cut_short(cut.observation, restart_marker(EPISODE_TIMEOUT), state)
+            state = cut_short_state(cut, EPISODE_TIMEOUT, state)
         elif self._budget.resetting:
             self._budget.resetting = False
             state = mark_restarted(state, EPISODE_TIMEOUT)
         if type(state) is not Step or type(self._sent) is Rollout:
             self._budget.deadline = None  # segments time their episodes themselves
             return state
-        ended = state.terminated or state.truncated
         starts = is_reset(self._sent) or (is_restart_reset(state) if state.info else False)
-        if ended and self._episode.autoreset == "same_step":
-            starts = True  # the step carries the next episode's reset
-        elif ended:
-            self._budget.deadline = None
-            return state
-        if starts or self._budget.deadline is None:
-            assert self._loop is not None
-            self._budget.deadline = self._loop.time() + self._supervisor.episode_timeout  # type: ignore[operator]
+        budget = self._supervisor.episode_timeout
+        assert self._loop is not None
+        assert budget is not None  # only then are episodes timed
+        self._budget.deadline = budget_end(
+            self._budget.deadline,
+            starts,
+            state.terminated or state.truncated,
+            self._episode.autoreset,
+            self._loop.time(),
+            budget,
+        )
         return state
