@@ -258,6 +258,7 @@ class EnvRunner:
                     "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
+            # The rule is asked at an episode's end only: no call on every step.
             self._needs_reset = done and resets_next(self.episode.autoreset, done)
             return state, False
         ended = state.terminated or state.truncated  # Step.done, without a call per step
