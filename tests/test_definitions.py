@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import enum
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import cloudpickle
 from envs import Counter
 
 import aioenv
+from aioenv.core._docs import documented_with, option_docs
 from aioenv.core._messages import ControlRequest, EpisodeOptions
 from aioenv.core._registry import snapshot
 from aioenv.core._supervision import Supervision
@@ -139,6 +141,105 @@ def test_every_signature_shows_the_one_default() -> None:
     for name in SUPERVISION_OPTIONS:
         assert getattr(POOL_DEFAULTS, name) == getattr(SUPERVISION_DEFAULTS, name)
     assert SUPERVISION_DEFAULTS.cleanup_time == 5.0  # the documented default
+
+
+#: Each option and the class whose docstring documents it, the one place its doc is written.
+OPTION_DOCS_AT = {
+    **{field.name: Supervision for field in dataclasses.fields(Supervision)},
+    **{field.name: EpisodeOptions for field in dataclasses.fields(EpisodeOptions)},
+    "check_actions": PoolOptions,
+    "copy": PoolOptions,
+}
+#: What takes the options and shows their docs in ``help()`` and the API reference.
+OPTION_TAKERS = (
+    aioenv.Worker,
+    aioenv.SyncWorker,
+    aioenv.ThreadWorker,
+    aioenv.AsyncEnvWorker,
+    aioenv.ProcessWorker,
+    RayWorker,
+    aioenv.WorkerPool,
+    aioenv.AsyncWorkerPool,
+    aioenv.SyncWorkerPool,
+    PoolOptions,
+)
+
+
+def test_each_option_doc_is_written_once_where_the_option_is_defined() -> None:
+    """Every docstring of aioenv as the source writes it (``__doc__`` may be added to): an
+    option's entry is written once, in the class that defines the option, and never in
+    a class that takes it. (A function that takes one to pass it on, as ``serve``, may
+    say where it goes.)"""
+    takers = {taker.__name__ for taker in OPTION_TAKERS}
+    written: dict[str, list[str]] = {option: [] for option in OPTION_DOCS_AT}
+    again: list[str] = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for option in re.findall(r":param (\w+):", ast.get_docstring(node) or ""):
+                if option not in OPTION_DOCS_AT:
+                    continue
+                if node.name == OPTION_DOCS_AT[option].__name__:
+                    written[option].append(f"{path}:{node.name}")
+                elif node.name in takers:
+                    again.append(f"{path}:{node.name}: {option}")
+    assert not again, f"option docs written again where the option is taken: {again}"
+    assert all(len(places) == 1 for places in written.values()), written
+
+
+def test_every_taker_shows_the_one_doc_of_each_option_it_takes() -> None:
+    """``help()`` and the API reference show, for every option a worker kind or a pool
+    takes, the text of the class that defines it, word for word."""
+    for taker in OPTION_TAKERS:
+        shown = option_docs(taker)
+        taken = inspect.signature(taker).parameters.keys() & OPTION_DOCS_AT.keys()
+        assert taken, taker
+        for option in taken:
+            assert shown.get(option) == option_docs(OPTION_DOCS_AT[option])[option], (
+                taker.__name__,
+                option,
+            )
+    assert option_docs(aioenv.ProcessWorker)["seed"] == option_docs(aioenv.Worker)["seed"]
+
+
+def test_documented_with_adds_entries_to_the_same_field_list_and_keeps_literals_whole() -> None:
+    long = "``a literal with spaces`` " + "x " * 40 + "``another literal``."
+
+    class Owner:
+        pass
+
+    Owner.__doc__ = f"""Options.
+
+        :param first: the first option, whose text runs on
+            to a second line.
+        :param second: {long}
+
+        Prose after the entries.
+        """
+
+    @documented_with(Owner, ["second", "first"])
+    class Taker:
+        """Takes them.
+
+        :param own: its own.
+        """
+
+    @documented_with(Owner, ["first"])
+    def function() -> None:
+        """Prose only."""
+
+    assert option_docs(Owner) == {
+        "first": "the first option, whose text runs on to a second line.",
+        "second": long,
+    }
+    doc = Taker.__doc__ or ""
+    assert list(option_docs(Taker)) == ["own", "second", "first"]
+    assert option_docs(Taker)["second"] == option_docs(Owner)["second"]
+    assert ":param own: its own.\n:param second:" in doc  # one field list
+    assert "``a literal with spaces``" in doc and "``another literal``" in doc
+    assert max(map(len, doc.splitlines())) <= 92
+    assert function.__doc__ == "Prose only.\n\n:param first: " + option_docs(Owner)["first"]
 
 
 def test_request_kinds_have_one_name_and_number() -> None:

@@ -81,8 +81,15 @@ class Failure:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeOptions:
-    """``autoreset``: what happens when an episode ends (see the README's table);
-    ``max_episode_steps``: truncate episodes after this many steps (None: no limit)."""
+    """What a worker does with episodes: the one definition of these options, their
+    defaults, checks and docs (see :class:`~aioenv.core._supervision.Supervision`).
+
+    :param autoreset: ``"disabled"`` (the default), ``"next_step"`` or ``"same_step"``
+        (gymnasium's ``AutoresetMode`` is taken too): what a worker does when an episode
+        ends (the table in the concepts guide's "Episodes and autoreset").
+    :param max_episode_steps: truncate episodes after this many steps; None (the
+        default): no limit.
+    """
 
     autoreset: Autoreset = "disabled"
     max_episode_steps: int | None = None

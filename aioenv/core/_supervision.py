@@ -55,40 +55,55 @@ _MAX_BACKOFF = 10.0
 
 @dataclasses.dataclass(frozen=True)
 class Supervision:
-    """What to do about slow and failing workers: the one definition of these options
-    and their defaults. The worker kinds, the pools and ``make_pool`` take them by these
-    names, and their signatures read the defaults from :data:`SUPERVISION_DEFAULTS`.
+    """What to do about slow and failing workers: the one definition of these options,
+    their defaults, checks and docs. The worker kinds, the pools, ``make_pool`` and
+    ``AioVectorEnv`` take them by these names; their signatures read the defaults from
+    :data:`SUPERVISION_DEFAULTS`, and their docs these entries
+    (:func:`~aioenv.core._docs.documented_with`).
 
-    :param cleanup_time: seconds a worker's env gets to close before it is forced
-        (terminated, then killed, where its kind can); default 5.
-    :param step_timeout: seconds a step may take; None (the default): no deadline.
-    :param start_timeout: the same for construction plus the first reset after a
-        (re)start; None (the default) means ``max(step_timeout, reset_timeout, 60)`` when
+    :param cleanup_time: seconds a worker's env gets to close (``aclose``, or its pool's)
+        before it is forced: terminated, then killed, where its kind can; default 5.
+    :param step_timeout: seconds a step may take before its worker fails with
+        :class:`~aioenv.WorkerTimeout` (its env is killed or abandoned); None (the
+        default): no deadline.
+    :param start_timeout: the same for building an env plus its first reset, after a
+        restart too; None (the default): ``max(step_timeout, reset_timeout, 60)`` when
         either is set, else no deadline.
     :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
-        step that may also reset (autoreset ``"same_step"``, or ``"next_step"`` after an
-        episode ended) gets ``step_timeout + reset_timeout``.
-    :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild the env after an
-        env exception, a death or a timeout. With ``"never"`` no restart budget applies:
-        an env that raised is kept (the request raises :class:`~aioenv.EnvError`), one
-        that died or hung gives its worker up.
-    :param max_restarts: the restart budget of a worker (default 10). Without a
-        ``restart_window`` (the default): restarts in a row with no progress between
-        them; the failure after ``max_restarts`` such restarts (the ``max_restarts + 1``-th
-        failure in a row) gives the worker up. Progress is a state the env answered to a
-        request after its start: a successful step, reset or rollout segment, not the
-        reset that starts a new env (a restart, a reconnect). With a window: at most this
-        many restarts within it.
+        step that may also reset an env (autoreset ``"same_step"``, or ``"next_step"``
+        after an episode ended) gets ``step_timeout + reset_timeout``; a rollout segment
+        gets ``step_timeout`` per transition it plays.
+    :param restart: ``"never"`` (the default) or ``"on_failure"``: rebuild a worker's env
+        after an env exception, a death or a timeout. The request in flight is answered by
+        the new env's reset, or, where it was a step of an episode still open, by a
+        truncated step that ends that episode (the failures guide's "An episode cut
+        short"); either is marked in ``info["aioenv"]``. With ``"never"`` no restart
+        budget applies: an env that raised is kept (the request raises
+        :class:`~aioenv.EnvError`), one that died or hung gives its worker up.
+    :param max_restarts: a worker's restart budget (default 10). Without a
+        ``restart_window`` (the default) a worker is given up only in a crash loop: its
+        env fails ``max_restarts + 1`` times in a row with no progress between the
+        failures (a state the env answered to a request after its start: a successful
+        step, reset or rollout segment; the reset that starts a new env, after a restart
+        or a reconnect, is none). A flaky env that keeps making progress is restarted for
+        as long as it runs; one that fails at every start or raises at every request is
+        given up. The failure that finds the budget spent is raised, and the worker is
+        given up.
     :param restart_window: None (the default): the crash-loop rule above. Seconds: the
-        rate rule instead, a sliding window over the times of the worker's failures (its
-        successes do not count); ``math.inf`` counts restarts over the worker's lifetime.
-    :param restart_backoff: seconds to wait before the first restart (default 0), doubling
-        for back-to-back failures, capped at 10 s.
-    :param on_failure: called with every failure, restarted or not (default None).
+        rate rule instead, at most ``max_restarts`` restarts within any window that long
+        (a sliding window over the times of the failures; progress does not count);
+        ``math.inf``: ``max_restarts`` restarts over the worker's lifetime.
+    :param restart_backoff: seconds before a restart (default 0), doubling for
+        back-to-back failures, at most 10.
+    :param on_failure: called with every failure (a :class:`~aioenv.WorkerError`),
+        restarted or not; default None.
     :param episode_timeout: seconds an episode may last, from its reset's answer to its
         end, the env's time and the wait for the next action alike; None (the default):
-        no budget. An episode past it ends truncated (reason :data:`EPISODE_TIMEOUT`); that
-        is no failure, so it spends no restart.
+        no budget. An episode past it ends truncated, as an episode cut short by a restart
+        does, with ``info["aioenv"]["reason"] == "episode_timeout"``: a step in flight is
+        abandoned and its env restarted, else the next step is not sent. A budget's end is
+        no failure: it spends no restart and never gives a worker up. It times one env
+        per worker (not with ``envs_per_worker``).
     """
 
     cleanup_time: float = 5.0

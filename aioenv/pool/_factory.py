@@ -135,8 +135,8 @@ def make_pool(
     :param options: pool options go to the pool: ``autoreset``, ``max_episode_steps``,
         ``step_timeout``, ``start_timeout``, ``reset_timeout``, ``restart``,
         ``max_restarts``, ``restart_window``, ``restart_backoff``, ``on_failure``,
-        ``episode_timeout``, ``check_actions``, ``copy`` (units, defaults and meaning:
-        "Pool options" in the docs), checked before any worker starts;
+        ``episode_timeout``, ``check_actions``, ``copy`` (see :class:`~aioenv.WorkerPool`),
+        checked before any worker starts;
         worker options go to the kinds that take them: ``cleanup_time`` (all
         kinds, and the pool); for process workers ``context``, ``shared_memory``,
         ``envs_per_process`` (how many workers share one child process; default 1) and
@@ -146,9 +146,7 @@ def make_pool(
         actor) and
         ``envs_per_actor`` (how many workers share one actor; default 1); for both,
         ``threads_per_env`` (the threads each native thread pool of a child process or
-        actor may use: OpenMP, BLAS, numexpr, torch, OpenCV; default 1, None leaves them
-        as the libraries set them; a thread variable such as ``OMP_NUM_THREADS`` set in
-        this process's environment keeps its value).
+        actor may use, default 1: see :class:`~aioenv.ProcessWorker`).
         ``envs_per_worker=k`` (any kind but coroutine; default 1): each worker steps ``k`` envs
         together; its actions are batches of ``k`` and its states
         :class:`~aioenv.BatchStep` (one message per batch for process workers).

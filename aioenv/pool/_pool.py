@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import anyio
 
 from ..core._commands import RESET, Reset
+from ..core._docs import documented_with
 from ..core._errors import WorkerError
 from ..core._messages import Autoreset
 from ..core._supervision import report_failure
@@ -44,6 +45,7 @@ __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 S = TypeVar("S")
 
 
+@documented_with(PoolOptions)
 class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
@@ -51,7 +53,8 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
     block closes every worker (timed: close, wait ``cleanup_time``, terminate, kill), even
     when the body raised or was cancelled. Worker ids are the positions in ``workers``.
 
-    The options (units, defaults, meaning) are the pool options of :func:`aioenv.make_pool`.
+    The options below are the pool options: ``make_pool``, ``get_worker_pool`` and
+    :class:`~aioenv.AioVectorEnv` take them too.
 
     A worker that fails for good (its env died or hung, or could not be restarted, with
     restarts off or their budget spent) is given up on: its last error is raised once, in
@@ -351,6 +354,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         self._inbox.check_open()
 
 
+@documented_with(PoolOptions)
 class AsyncWorkerPool(WorkerPool[S]):
     """Hands out states in the order they finish: a fast env never waits for a slow one."""
 
@@ -361,6 +365,7 @@ class AsyncWorkerPool(WorkerPool[S]):
         return for_this_loop(self)
 
 
+@documented_with(PoolOptions)
 class SyncWorkerPool(WorkerPool[S]):
     """The forced-sync twin: the same methods and rules, but states come back in the order
     their actions were sent, so a program gives the same result on every run. With

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import anyio
 
 from ..core._commands import CLOSE, is_reset
+from ..core._docs import documented_with
 from ..core._environment import EnvSource, VectorSource, describe_source
 from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
@@ -50,6 +51,10 @@ __all__ = ["FirstReplyCheck", "Worker"]
 S = TypeVar("S")
 
 
+@documented_with(
+    Supervision,
+    ("cleanup_time", "step_timeout", "start_timeout", "reset_timeout", "episode_timeout"),
+)
 class Worker(Membership, Generic[S]):
     """One environment behind the worker interface: ``send_action`` then ``get_state``.
 
@@ -57,24 +62,12 @@ class Worker(Membership, Generic[S]):
     point). At most one action is in flight per worker, and its state must be taken before
     the next action is sent.
 
+    Its deadlines and its episode budget are the worker's own: in a pool, the pool's
+    apply where the worker sets none.
+
     :param env: a gymnasium id, a zero-argument factory, or an env instance.
     :param seed: the seed of the env's first reset (a non-negative int); later resets
         continue the env's RNG. None (the default): the env seeds itself.
-    :param cleanup_time: seconds ``aclose`` waits for the env to close before forcing it
-        (default 5).
-    :param step_timeout: seconds a step may take before the worker fails with
-        :class:`~aioenv.WorkerTimeout`; None (the default): no deadline. A pool's own
-        deadlines apply where the worker sets none.
-    :param start_timeout: the same for building the env and its first reset; None (the
-        default): ``max(step_timeout, reset_timeout, 60)`` when either is in force, else
-        none.
-    :param reset_timeout: the same for a reset; None (the default): ``step_timeout``. A
-        step that may also reset (autoreset) gets ``step_timeout + reset_timeout``.
-    :param episode_timeout: seconds an episode may last, from its reset's answer to its
-        end, the env's time and the wait for the next action alike; None (the default):
-        no budget. Past it the episode ends truncated, ``info["aioenv"]["reason"] ==
-        "episode_timeout"``: a step in flight is abandoned and the env restarted, else the
-        next step is not sent. No failure: no restart is spent. One env per worker.
     """
 
     kind: ClassVar[str]

@@ -9,6 +9,7 @@ import functools
 import warnings
 from typing import Any, TypeVar
 
+from ..core._docs import documented_with
 from ..core._environment import EnvSource
 from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
@@ -30,6 +31,7 @@ _STOP = object()
 _CANCEL_GRACE = 1.0
 
 
+@documented_with(Worker)
 class AsyncEnvWorker(Worker[S]):
     """Runs a coroutine env (``async def reset``/``step``; see the README) as a task on the
     event loop: no thread, no process, so thousands of envs that wait on I/O (a remote
@@ -44,10 +46,6 @@ class AsyncEnvWorker(Worker[S]):
     cancelled (the task is cancelled and the env closed); closing the worker cancels a
     step in flight, closes the env (awaiting an async ``close``) and waits for the task,
     at most ``cleanup_time`` seconds before cancelling the close as well.
-
-    The options are :class:`Worker`'s: ``seed`` (default None), ``cleanup_time`` (seconds,
-    default 5), ``step_timeout``, ``start_timeout``, ``reset_timeout`` and
-    ``episode_timeout`` (seconds, default None).
     """
 
     kind = "coroutine"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, TypeVar
 
+from ..core._docs import documented_with
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
@@ -17,6 +18,7 @@ __all__ = ["SyncWorker"]
 S = TypeVar("S")
 
 
+@documented_with(Worker)
 class SyncWorker(Worker[S]):
     """Steps the env inside ``send_action``: no concurrency, fully deterministic, easy to
     debug (a breakpoint in the env just works). The env is built at the first action, so a

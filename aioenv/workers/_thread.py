@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ..core._docs import documented_with
 from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest, Failure
@@ -27,6 +28,7 @@ S = TypeVar("S")
 _STOP = object()
 
 
+@documented_with(Worker)
 class ThreadWorker(Worker[S]):
     """Runs the env in its own thread. Good for envs that release the GIL (simulators in
     C/C++, I/O) and for envs that cannot be pickled. Results are handed to the event loop

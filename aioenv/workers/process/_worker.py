@@ -30,6 +30,7 @@ import numpy as np
 
 from ...core import _pickling as pickling
 from ...core._commands import RESET, Reset
+from ...core._docs import documented_with
 from ...core._environment import EnvSource
 from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
@@ -58,6 +59,7 @@ from ...wire._shared_memory import (
     memory_file,
     shared_layout,
 )
+from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
 from ._host import CHILD_STARTS, TERMINATE_GRACE, Host, describe_exit
@@ -69,6 +71,7 @@ S = TypeVar("S")
 _KILL_GRACE = 5.0  # seconds to wait for the exit after SIGKILL before warning
 
 
+@documented_with(Worker)
 class ProcessWorker(SlottedWorker[S, Host]):
     """Runs the env in a child process (crash isolation, true parallelism).
 
@@ -101,8 +104,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         OpenCV as the env imports them (it never imports them itself). One of these
         variables set in this process's environment keeps its value there. None leaves
         every pool as the libraries set it.
-
-    The other parameters are :class:`~aioenv.workers.Worker`'s.
     """
 
     kind = "process"

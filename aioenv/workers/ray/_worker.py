@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ...core import _pickling as pickling
+from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
@@ -34,6 +35,7 @@ from ...core._supervisor import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
+from .._base import Worker
 from .._slotted import SlottedWorker
 from ._calls import ACTOR_CALLS
 from ._capacity import Shortage, free_resources, shortage
@@ -46,6 +48,7 @@ __all__ = ["RayWorker"]
 S = TypeVar("S")
 
 
+@documented_with(Worker)
 class RayWorker(SlottedWorker[S, ActorHost]):
     """Runs the env in a Ray actor: on the cluster Ray is initialised with
     (``ray.init(address=...)``) or ``RAY_ADDRESS`` names, else on a local Ray instance that
@@ -87,8 +90,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         keep their values in the actor.
     :param direct_connection: connect to the actor and send steps on that connection
         (default True); False sends every message as an actor call.
-
-    The other parameters are :class:`~aioenv.workers.Worker`'s.
     """
 
     kind = "ray"
