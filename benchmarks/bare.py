@@ -22,6 +22,10 @@ all the processes map (:class:`aioenv.engine._buffer.StepBuffer`), each child wo
 kernel counter of its own and every child's answer counted on one the parent sleeps on
 (:class:`aioenv.engine._wake.Wake`), the children spinning first while it pays (or
 never). It bounds what a vector step carried by the engine can reach on this machine.
+:func:`run_bare_engine` is the per-state loop over the same parts: a child per env, its row
+of one shared buffer, a request wake and an answer wake of its own, the answer wake watched
+by the event loop (``add_reader``); the parent acts on whichever env answers first. It
+bounds what a pool's process workers carried by the engine can reach.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from aioenv.engine._wake import Gone, Wake
 from aioenv.env_side._idle_spin import IdleSpin
 from aioenv.workers import default_context
 
-__all__ = ["BareEngine", "BareLockstep", "BarePipelined", "run_bare"]
+__all__ = ["BareEngine", "BareLockstep", "BarePipelined", "run_bare", "run_bare_engine"]
 
 #: How long a bare engine's children spin before they sleep (aioenv's lockstep default).
 ENGINE_SPIN = 0.002
@@ -522,3 +526,102 @@ class BareEngine:
         for wake in (*self._requests, self._answer):
             wake.close()
         self._buffer.close()
+
+
+def run_bare_engine(
+    env: EnvFactory,
+    n: int,
+    *,
+    policy: Policy,
+    seed: int,
+    timing: Timing,
+    account: CpuAccount,
+) -> Sample:
+    """Measure the per-state design over the engine's parts (see the module's docstring)
+    with ``n`` envs, a child each."""
+    return run_coroutine(_measure_engine(env, n, policy, seed, timing, account))
+
+
+async def _measure_engine(
+    env: EnvFactory, n: int, policy: Policy, seed: int, timing: Timing, account: CpuAccount
+) -> Sample:
+    loop = asyncio.get_running_loop()
+    observation_space, action_space = _spaces(env)
+    buffer = StepBuffer(observation_space, action_space, n)
+    observations, actions = buffer.observations, buffer.actions
+    seeds = aioenv.worker_seeds(seed, n)
+    context: Any = default_context()  # typeshed lacks Process on BaseContext
+    started = time.perf_counter()
+    requests: list[Wake] = []
+    answers: list[Wake] = []
+    sockets: list[socket.socket] = []
+    processes: list[Any] = []
+    finished: asyncio.Future[None] = loop.create_future()  # the window closed, or a failure
+    unanswered = set(range(n))  # the children whose first reset has not come yet
+    all_reset = asyncio.Event()
+    meter: Meter | None = None
+
+    def on_answer(row: int) -> None:
+        try:
+            answers[row].take()
+        except BlockingIOError:
+            return
+        except Gone:
+            if not finished.done():
+                finished.set_exception(ConnectionError("a bare engine child exited"))
+            return
+        if meter is None:
+            unanswered.discard(row)
+            if not unanswered:
+                all_reset.set()
+            return
+        if finished.done():
+            return
+        if not meter.running():
+            finished.set_result(None)
+            return
+        meter.count += 1
+        act(row)
+
+    def act(row: int) -> None:
+        observation = observations[row].copy()  # a pool hands out copies
+        actions[row] = policy.one(observation)
+        requests[row].post()
+
+    try:
+        for row in range(n):
+            ours, theirs = socket.socketpair()
+            sockets.append(ours)
+            request, answer = Wake.new(), Wake.new()
+            requests.append(request)
+            answers.append(answer)
+            with theirs:
+                process = context.Process(
+                    target=_engine_child,
+                    args=(theirs, env, seeds[row : row + 1], row, n, 0.0),
+                    daemon=True,
+                )
+                process.start()
+            processes.append(process)
+            socket.send_fds(
+                ours, [b"\0"], [buffer.fd, *request.descriptors(), *answer.descriptors()]
+            )
+            loop.add_reader(answer.descriptors()[0], on_answer, row)
+        waiting = asyncio.ensure_future(all_reset.wait())
+        await asyncio.wait([waiting, finished], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if finished.done():
+            finished.result()  # a child failed before its reset: raise why
+        build_s = time.perf_counter() - started
+        meter = Meter(timing, account)
+        for row in range(n):
+            act(row)
+        await finished
+    finally:
+        for answer in answers:
+            loop.remove_reader(answer.descriptors()[0])
+        _stop(sockets, processes)
+        for wake in (*requests, *answers):
+            wake.close()
+        buffer.close()
+    return meter.sample(build_s)
