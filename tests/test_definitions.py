@@ -201,6 +201,13 @@ def test_every_taker_shows_the_one_doc_of_each_option_it_takes() -> None:
                 option,
             )
     assert option_docs(aioenv.ProcessWorker)["seed"] == option_docs(aioenv.Worker)["seed"]
+    # AioVectorEnv takes the pool options as keywords; autoreset and copy are gymnasium's.
+    shown = option_docs(aioenv.AioVectorEnv)
+    assert shown == {
+        option: text
+        for option, text in option_docs(PoolOptions).items()
+        if option not in ("autoreset", "copy")
+    }
 
 
 def test_documented_with_adds_entries_to_the_same_field_list_and_keeps_literals_whole() -> None:

@@ -19,12 +19,14 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from ..core._docs import documented_with, option_docs
 from ..core._environment import EnvSource, VectorSource
 from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
 from ..pool._factory import check_option_names
+from ..pool._options import PoolOptions
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches, check_batch
 from ._calls import EnvCalls
@@ -47,6 +49,9 @@ _MODES = {
 }
 
 
+@documented_with(
+    PoolOptions, [name for name in option_docs(PoolOptions) if name not in ("autoreset", "copy")]
+)
 class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
     """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` that chooses where its envs step.
 
@@ -97,6 +102,9 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
     autoreset mode other than ``"disabled"``. gymnasium's older ``step_async(actions)`` /
     ``step_wait()`` pair works too. Lockstep calls (``step``, ``reset``) raise
     gymnasium's ``AlreadyPendingCallError`` while envs are in flight.
+
+    The pool options it takes besides ``autoreset`` and ``copy`` (whose defaults and
+    meaning are gymnasium's here, as above):
     """
 
     def __init__(
