@@ -281,7 +281,9 @@ def test_lanes_match_a_hand_loop(mode: str, autoreset: str) -> None:
 def test_grouped_process_workers_match_a_hand_loop() -> None:
     factories = [dying] * 4
     with aioenv.AioVectorEnv(factories, mode="process", envs_per_worker=2) as venv:
-        assert [worker.num_envs for worker in venv.pool.workers] == [2, 2]
+        assert venv.group_sizes == (2, 2)  # parallel envs count as one env each
+        with pytest.raises(AttributeError, match="through the engine"):
+            _ = venv.pool  # their lanes step through the engine's buffer, as any env's
         assert_lanes_match(venv, factories, 16)
 
 
