@@ -22,10 +22,10 @@ all the processes map (:class:`aioenv.engine._buffer.StepBuffer`), each child wo
 kernel counter of its own and every child's answer counted on one the parent sleeps on
 (:class:`aioenv.engine._wake.Wake`), the children spinning first while it pays (or
 never). It bounds what a vector step carried by the engine can reach on this machine.
-:func:`run_bare_engine` is the per-state loop over the same parts: a child per env, its row
-of one shared buffer, a request wake and an answer wake of its own, the answer wake watched
-by the event loop (``add_reader``); the parent acts on whichever env answers first. It
-bounds what a pool's process workers carried by the engine can reach.
+:func:`run_bare` with ``engine=True`` is the per-state loop over the same parts: a child
+per env, its row of one shared buffer, a request wake and an answer wake of its own, the
+answer wake watched by the event loop (``add_reader``); the parent acts on whichever env
+answers first. It bounds what a pool's process workers carried by the engine can reach.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from aioenv.engine._wake import Gone, Wake
 from aioenv.env_side._idle_spin import IdleSpin
 from aioenv.workers import default_context
 
-__all__ = ["BareEngine", "BareLockstep", "BarePipelined", "run_bare", "run_bare_engine"]
+__all__ = ["BareEngine", "BareLockstep", "BarePipelined", "run_bare"]
 
 #: How long a bare engine's children spin before they sleep (aioenv's lockstep default).
 ENGINE_SPIN = 0.002
@@ -224,8 +224,14 @@ def run_bare(
     timing: Timing,
     account: CpuAccount,
     envs_per_process: int = 8,
+    engine: bool = False,
 ) -> Sample:
-    """Measure the bare design with ``n`` envs, ``envs_per_process`` per child."""
+    """Measure the bare design with ``n`` envs, ``envs_per_process`` per child; with
+    ``engine``, the per-state design over the engine's parts (a child per env)."""
+    if engine:
+        if envs_per_process != 1:
+            raise ValueError("the bare engine's per-state design has a child per env")
+        return run_coroutine(_measure_engine(env, n, policy, seed, timing, account))
     return run_coroutine(_measure(env, n, policy, seed, timing, account, envs_per_process))
 
 
@@ -273,12 +279,7 @@ async def _measure(
             processes.append(process)
             children.append(_Child(loop, parent_end, shape, dtype, len(group), size, finished))
             children[-1].on_answer = on_reset
-        waiting = asyncio.ensure_future(all_reset.wait())
-        await asyncio.wait([waiting, finished], return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        if finished.done():
-            finished.result()  # a child failed before its reset: raise why
-        build_s = time.perf_counter() - started
+        build_s = await _all_reset(all_reset, finished, started)
         meter = Meter(timing, account)
         for child in children:
             child.on_answer = on_step
@@ -290,6 +291,19 @@ async def _measure(
             child.close()
         _stop([child.sock for child in children], processes)
     return meter.sample(build_s)
+
+
+async def _all_reset(
+    all_reset: asyncio.Event, finished: asyncio.Future[None], started: float
+) -> float:
+    """Wait until every child has reset, or one failed first (raised); the seconds since
+    ``started``, the build's."""
+    waiting = asyncio.ensure_future(all_reset.wait())
+    await asyncio.wait([waiting, finished], return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if finished.done():
+        finished.result()  # a child failed before its reset: raise why
+    return time.perf_counter() - started
 
 
 class BareLockstep:
@@ -528,20 +542,6 @@ class BareEngine:
         self._buffer.close()
 
 
-def run_bare_engine(
-    env: EnvFactory,
-    n: int,
-    *,
-    policy: Policy,
-    seed: int,
-    timing: Timing,
-    account: CpuAccount,
-) -> Sample:
-    """Measure the per-state design over the engine's parts (see the module's docstring)
-    with ``n`` envs, a child each."""
-    return run_coroutine(_measure_engine(env, n, policy, seed, timing, account))
-
-
 async def _measure_engine(
     env: EnvFactory, n: int, policy: Policy, seed: int, timing: Timing, account: CpuAccount
 ) -> Sample:
@@ -607,12 +607,7 @@ async def _measure_engine(
                 ours, [b"\0"], [buffer.fd, *request.descriptors(), *answer.descriptors()]
             )
             loop.add_reader(answer.descriptors()[0], on_answer, row)
-        waiting = asyncio.ensure_future(all_reset.wait())
-        await asyncio.wait([waiting, finished], return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        if finished.done():
-            finished.result()  # a child failed before its reset: raise why
-        build_s = time.perf_counter() - started
+        build_s = await _all_reset(all_reset, finished, started)
         meter = Meter(timing, account)
         for row in range(n):
             act(row)

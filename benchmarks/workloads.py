@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import envs
-from bare import run_bare, run_bare_engine
+from bare import run_bare
 from bare_ray import run_bare_ray
 from envs import EnvFactory, Policy
 from floors import FLOORS
@@ -69,7 +69,6 @@ Runner = Literal[
     "gym_sync",
     "gym_async",
     "bare",
-    "bare_engine",
     "bare_tasks",
     "lockstep",
     "rollout",
@@ -270,7 +269,8 @@ CONFIGS: list[Config] = [
     },
     {
         "label": "reference: bare engine per-state (a child per env)",
-        "runner": "bare_engine",
+        "runner": "bare",
+        "options": {"envs_per_process": 1, "engine": True},
         "workloads": ("W1",),
     },
     {
@@ -766,8 +766,6 @@ def _config_measure(config: Config, case: Case, timing: Timing, account: CpuAcco
             return run_aioenv(env, case.n, api=api, **common, **options)
         if runner == "bare":
             return run_bare(case.env, case.n, **common, **options)
-        if runner == "bare_engine":
-            return run_bare_engine(case.env, case.n, **common)
         if runner == "bare_ray":
             return run_bare_ray(case.env, case.n, num_cpus=_RAY["num_cpus"], **common, **options)
         if runner == "bare_tasks":
@@ -818,10 +816,7 @@ def _lockstep_policy(case: Case, seed: int) -> BatchPolicy:
 def _processes(config: Config, n: int) -> int:
     """How many child processes a configuration starts for ``n`` envs."""
     options = config.get("options", {})
-    if (
-        config["runner"] in ("gym_async", "torchrl", "bare_engine")
-        or config["label"] == "gym AsyncVectorEnv"
-    ):
+    if config["runner"] in ("gym_async", "torchrl") or config["label"] == "gym AsyncVectorEnv":
         return n
     if config["runner"] == "bare" or (
         config["runner"] == "aioenv" and options.get("mode") == "process"

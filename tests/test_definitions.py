@@ -35,6 +35,15 @@ PACKAGE = Path(aioenv.__file__).parent
 SUPERVISION_OPTIONS = frozenset(field.name for field in dataclasses.fields(Supervision))
 #: Worker options that are no supervision option but stand in more than one signature.
 WORKER_OPTIONS = frozenset({"idle_spin", "threads_per_env"})
+#: The worker kinds, and the base class whose signature they share.
+WORKER_KINDS = (
+    aioenv.Worker,
+    aioenv.SyncWorker,
+    aioenv.ThreadWorker,
+    aioenv.AsyncEnvWorker,
+    aioenv.ProcessWorker,
+    RayWorker,
+)
 
 
 def _modules() -> list[tuple[str, ast.Module]]:
@@ -119,15 +128,7 @@ def test_every_signature_shows_the_one_default() -> None:
     from aioenv.pool._options import POOL_DEFAULTS
 
     assert issubclass(PoolOptions, Supervision) and issubclass(PoolOptions, EpisodeOptions)
-    kinds = [
-        aioenv.Worker,
-        aioenv.SyncWorker,
-        aioenv.ThreadWorker,
-        aioenv.AsyncEnvWorker,
-        aioenv.ProcessWorker,
-        RayWorker,
-    ]
-    for kind in kinds:
+    for kind in WORKER_KINDS:
         parameters = inspect.signature(kind).parameters
         shown = {name: parameters[name].default for name in SUPERVISION_OPTIONS & parameters.keys()}
         assert {"step_timeout", "episode_timeout"} <= shown.keys(), kind
@@ -152,12 +153,7 @@ OPTION_DOCS_AT = {
 }
 #: What takes the options and shows their docs in ``help()`` and the API reference.
 OPTION_TAKERS = (
-    aioenv.Worker,
-    aioenv.SyncWorker,
-    aioenv.ThreadWorker,
-    aioenv.AsyncEnvWorker,
-    aioenv.ProcessWorker,
-    RayWorker,
+    *WORKER_KINDS,
     aioenv.WorkerPool,
     aioenv.AsyncWorkerPool,
     aioenv.SyncWorkerPool,
