@@ -14,6 +14,8 @@ import dataclasses
 import enum
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +245,16 @@ def test_documented_with_adds_entries_to_the_same_field_list_and_keeps_literals_
     assert "``a literal with spaces``" in doc and "``another literal``" in doc
     assert max(map(len, doc.splitlines())) <= 92
     assert function.__doc__ == "Prose only.\n\n:param first: " + option_docs(Owner)["first"]
+
+
+def test_aioenv_imports_with_its_docstrings_stripped() -> None:
+    """``python -OO`` drops every docstring, the options' entries among them: the classes
+    that take them are left without, and everything imports as before."""
+    code = (
+        "import aioenv, aioenv.workers.ray._worker; "
+        "assert aioenv.Worker.__doc__ is None and aioenv.WorkerPool.__doc__ is None"
+    )
+    subprocess.run([sys.executable, "-OO", "-c", code], check=True, timeout=120)
 
 
 def test_request_kinds_have_one_name_and_number() -> None:

@@ -42,6 +42,8 @@ def documented_with(owner: object, names: Iterable[str] | None = None) -> Callab
 
     def document(target: T) -> T:
         docs = option_docs(owner)
+        if not docs:
+            return target  # no docstrings to take them from: ``python -OO`` strips them
         chosen = docs if wanted is None else {name: docs[name] for name in wanted}
         entries = "\n".join(_entry(name, text) for name, text in chosen.items())
         own = inspect.cleandoc(getattr(target, "__doc__", None) or "")
