@@ -65,6 +65,36 @@ async def test_check_actions_says_dtype_shape_and_bounds() -> None:
         await pool.get_state()
 
 
+@pytest.mark.parametrize("mode", ["inline", "process", "thread"])
+def test_a_vector_env_checks_every_action_before_it_sends_any(mode: str) -> None:
+    """check_actions= on AioVectorEnv: the whole batch is checked before any env is sent
+    its action, wherever the envs step (in line, the engine's children, a pool), so an
+    invalid action leaves every env as it was; the error names the env."""
+    good = np.array([0, 1, 1, 0])
+    reference = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 4)
+    with aioenv.AioVectorEnv("CartPole-v1", 4, mode=mode, check_actions=True) as envs:
+        observations, _ = envs.reset(seed=3)
+        expected, _ = reference.reset(seed=3)
+        np.testing.assert_array_equal(observations, expected)
+        with pytest.raises(aioenv.InvalidAction, match=r"AioVectorEnv env 2: .*outside \[0, 1\]"):
+            envs.step(np.array([0, 1, 2, 0]))
+        observations = envs.step(good)[0]
+        np.testing.assert_array_equal(observations, reference.step(good)[0])  # none stepped
+    reference.close()
+
+
+def test_a_pipelined_send_checks_its_actions_before_it_sends_any() -> None:
+    with aioenv.AioVectorEnv(
+        "CartPole-v1", 4, mode="process", batch_size=2, check_actions=True
+    ) as envs:
+        envs.async_reset(seed=0)
+        env_ids = envs.recv()[4]["env_id"]
+        with pytest.raises(aioenv.InvalidAction, match=f"AioVectorEnv env {env_ids[1]}: "):
+            envs.send(np.array([0, 7]), env_ids)
+        envs.send(np.array([0, 1]), env_ids)  # nothing was sent: both envs take these
+        assert len(envs.recv()[4]["env_id"]) == 2
+
+
 async def test_episode_stats_refused_for_custom_states() -> None:
     async with aioenv.make_pool(Counter, 1, mode="sync") as pool:
         await pool.reset_all()

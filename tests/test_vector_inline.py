@@ -80,17 +80,17 @@ def test_what_needs_a_pool_or_a_process_is_not_stepped_in_line() -> None:
 
 
 def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
-    """check_actions=, step_timeout= and the like need workers: the envs get the children the
+    """shared_memory=, step_timeout= and the like need workers: the envs get the children the
     rule places without them (as many, as full); where it would step them in line, the
     pool groups them as mode="process" does. The reason names the options and figures."""
-    asked = {"check_actions": True, "step_timeout": 5.0}
+    asked = {"shared_memory": True, "step_timeout": 5.0}
     for step, n, cores in ((600e-6, 8, 2), (600e-6, 32, 16), (300e-6, 16, 8), (100e-6, 16, 4)):
         plain = _choose(step, n, cores)
         assert plain.mode == "process"
         choice = _choose(step, n, cores, **asked)
         assert (choice.mode, choice.envs_per_worker) == ("process", plain.envs_per_worker)
         assert choice.reason.startswith(
-            "auto (process): check_actions= is a pool option, which only a pool of workers "
+            "auto (process): shared_memory= is a pool option, which only a pool of workers "
             "applies, and step_timeout= sets a deadline, which a step in the calling thread "
             "cannot be held to"
         )
@@ -104,7 +104,7 @@ def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
         )
         assert f"{n} in line ~" in cheap.reason
     for grouping in ({"envs_per_worker": 2}, {"envs_per_process": 2}, {"episode_timeout": 9.0}):
-        given = _choose(600e-6, 8, 2, check_actions=True, **grouping)
+        given = _choose(600e-6, 8, 2, shared_memory=True, **grouping)
         assert (given.mode, given.envs_per_worker) == ("process", 0)  # the pool groups them
         assert f"grouped as {next(iter(grouping))}= says" in given.reason
     untimed = _choose(None, 8, 2, **asked)
@@ -113,21 +113,21 @@ def test_pool_options_rule_out_in_line_but_not_the_rules_children() -> None:
 
 def test_the_reason_says_which_options_moved_the_envs_to_children_and_why() -> None:
     needs = (
-        "check_actions= is a pool option, which only a pool of workers applies, so the envs cannot "
+        "shared_memory= is a pool option, which only a pool of workers applies, so the envs cannot "
         "step in line (mode='inline' has no pool); "
     )
-    cheap = _choose(12e-6, 16, 2, check_actions=True).reason
+    cheap = _choose(12e-6, 16, 2, shared_memory=True).reason
     assert cheap.startswith(f"auto (process): {needs}they step in child processes, grouped as ")
-    costly = _choose(600e-6, 8, 2, check_actions=True).reason
+    costly = _choose(600e-6, 8, 2, shared_memory=True).reason
     assert costly.startswith(f"auto (process): {needs}they step in the child processes the rule")
-    untimed = _choose(None, 8, 2, check_actions=True).reason
+    untimed = _choose(None, 8, 2, shared_memory=True).reason
     assert untimed == (
         f"auto (process): {needs}the probe env could not be stepped to time it, so they step "
         "in child processes, grouped as mode='process' groups them."
     )
-    grouped = _choose(600e-6, 8, 2, check_actions=True, envs_per_worker=2).reason
+    grouped = _choose(600e-6, 8, 2, shared_memory=True, envs_per_worker=2).reason
     assert grouped == (
-        "auto (process): check_actions= and envs_per_worker= are pool options, which only a "
+        "auto (process): envs_per_worker= and shared_memory= are pool options, which only a "
         "pool of "
         "workers applies, so the envs cannot step in line (mode='inline' has no pool); they "
         "step in child processes, grouped as envs_per_worker= says."
@@ -139,12 +139,12 @@ def test_pool_options_leave_busy_cores_out_as_the_rule_does(
 ) -> None:
     monkeypatch.setattr(_choice, "usable_cores", lambda: 2)
     monkeypatch.setattr(_choice, "busy_cores", lambda: 1.0)  # a CPU hog on one core
-    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"check_actions": True})
+    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"shared_memory": True})
     # one core left: one child would not beat stepping in line, so the pool groups them
     assert (choice.mode, choice.envs_per_worker) == ("process", 0)
     assert "1 child process of 8" in choice.reason and "1 of 2 cores busy" in choice.reason
     monkeypatch.setattr(_choice, "usable_cores", lambda: 4)
-    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"check_actions": True})
+    choice = _choice.choose_mode("auto", _probe(600e-6), 8, None, {"shared_memory": True})
     assert (choice.mode, choice.envs_per_worker) == ("process", 4)  # 3 cores left: 2 of 4
     assert "1 of 4 cores busy" in choice.reason
 

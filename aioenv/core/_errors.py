@@ -81,8 +81,9 @@ class WorkerPaused(AioEnvError):
 
 
 class InvalidAction(AioEnvError, ValueError):
-    """With ``check_actions=True``: an action outside the worker's action space. Nothing
-    was sent; the worker is untouched."""
+    """With ``check_actions=True``: an action outside the worker's action space (an
+    ``AioVectorEnv``'s: one env's of the batch). Nothing was sent; the worker (the vector
+    env's every env) is untouched."""
 
 
 class WorkerError(AioEnvError):

@@ -25,8 +25,9 @@ class PoolOptions(EpisodeOptions, Supervision):
     the :class:`EpisodeOptions`, and the pool's own options, whose entries come first
     below.
 
-    :param check_actions: check each action against the worker's action space before
-        sending it (:class:`~aioenv.InvalidAction`); default False.
+    :param check_actions: check each action against its env's action space before
+        sending it (:class:`~aioenv.InvalidAction`; ``AioVectorEnv`` checks a whole batch
+        before it sends any of it); default False.
     :param copy: True (the default): states own their observations. False: observations
         in shared memory are views, valid until the next action to their worker, and
         ``get_batch`` reuses its stacked array.
