@@ -99,8 +99,19 @@ def test_process_steps_go_through_the_engine_unless_an_option_needs_the_pool() -
         pytest.raises(AttributeError, match="through the engine"),
     ):
         _ = budget.pool  # episode budgets: the engine's, an env to a child
-    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", shared_memory=True) as pooled:
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", shared_memory=False) as pooled:
         assert len(pooled.pool.workers) == len(pooled.group_sizes)  # a pool option: the pool's
+    with (
+        aioenv.AioVectorEnv("CartPole-v1", N, mode="process", shared_memory=True) as shared,
+        pytest.raises(AttributeError, match="through the engine"),
+    ):
+        _ = shared.pool  # the engine's buffer is shared memory
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_process=2) as paired:
+        assert paired.group_sizes == (2, 2)  # two envs to a child, through the engine
+        with pytest.raises(AttributeError, match="through the engine"):
+            _ = paired.pool
+    with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_process=3) as uneven:
+        assert len(uneven.pool.workers) == N  # children of 3 and 1: the pool's, a worker an env
     with (
         aioenv.AioVectorEnv("CartPole-v1", N, mode="process", batch_size=2) as piped,
         pytest.raises(AttributeError, match="through the engine"),

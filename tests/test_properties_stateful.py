@@ -32,6 +32,8 @@ class AgainstSyncVectorEnv(RuleBasedStateMachine):
 
     modes: tuple[str, ...] = ("inline", "sync", "thread")
     pool_options: dict[str, Any] = {}  # noqa: RUF012 (read only)
+    #: The mode as a list, a mode per worker: a pool of those workers, whatever the mode.
+    mode_per_worker = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,7 +56,8 @@ class AgainstSyncVectorEnv(RuleBasedStateMachine):
         fns = [functools.partial(echo, space, i) for i in range(num_envs)]
         self.theirs = SyncVectorEnv(fns, autoreset_mode=AUTORESET[autoreset])
         options = {} if mode == "inline" else {"envs_per_worker": per_worker, **self.pool_options}
-        self.ours = aioenv.AioVectorEnv(fns, mode=mode, autoreset_mode=autoreset, **options)
+        modes = [mode] * (num_envs // per_worker) if self.mode_per_worker else mode
+        self.ours = aioenv.AioVectorEnv(fns, mode=modes, autoreset_mode=autoreset, **options)
         self.autoreset = autoreset
         self.num_envs = num_envs
         self.ended = np.zeros(num_envs, np.bool_)  # envs whose episode ended at the last step
@@ -125,8 +128,10 @@ TestAioVectorEnvAgainstSyncVectorEnv = AgainstSyncVectorEnv.TestCase
 
 
 class InProcesses(AgainstSyncVectorEnv):
+    # A pool of process workers (not the engine's children), their observations through
+    # shared memory where they fit its layout, else the socket.
     modes = ("process",)
-    # Observations through shared memory where they fit its layout, else the socket.
+    mode_per_worker = True
     pool_options = {"shared_memory": True} if hasattr(os, "memfd_create") else {}
 
 

@@ -13,7 +13,12 @@ from ..engine._buffer import NoLayout
 from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ._probe import Probe
 
-__all__ = ["engine_envs"]
+__all__ = ["SHARED_BY_THE_ENGINE", "engine_envs"]
+
+#: The ``shared_memory`` values the engine fulfils: its buffer is shared memory, so every
+#: observation of a fixed layout travels there. (False, never through shared memory, is a
+#: pool's process workers'.)
+SHARED_BY_THE_ENGINE = (True, "auto")
 
 
 def engine_envs(
@@ -31,14 +36,31 @@ def engine_envs(
     None where they do not go there: ``mode`` is not ``"process"``, or the pool must step
     them: a pool option beyond the engine's
     (:data:`~aioenv.engine._children.ENGINE_OPTIONS`: deadlines, restarts and episode
-    budgets are the engine's), or spaces with no fixed layout in memory. ``batch_size``:
+    budgets are the engine's; so are ``shared_memory``, but False, and
+    ``envs_per_process=k``, ``k`` envs to a child where whole children make up the envs
+    and each pipelined batch), or spaces with no fixed layout in memory. ``batch_size``:
     the pipelined calls' (their envs grouped to fit it by then). Parallel envs' lanes step
     as the envs they make up (:class:`~aioenv.core._agents.AgentLanesEnv`), whose spaces
     are a batch of one agent's per lane."""
-    if mode != "process" or set(options) - ENGINE_OPTIONS:
+    options = dict(options)  # the pool's, untouched, where the engine does not take them
+    per_process = options.pop("envs_per_process", 1)
+    if (
+        mode != "process"
+        or options.pop("shared_memory", True) not in SHARED_BY_THE_ENGINE
+        or set(options) - ENGINE_OPTIONS
+    ):
         return None
     if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
+        if per_process != 1:
+            return None  # workers of several envs, several to a process: the pool's
         groups = [group for group in grouping if isinstance(group, VectorSource)]
+    elif per_process != 1:
+        if not _whole_groups(per_process, len(sources), batch_size):
+            return None  # the pool's, which says what is wrong where something is
+        groups = [
+            VectorSource(tuple(sources[first : first + per_process]))
+            for first in range(0, len(sources), per_process)
+        ]
     else:
         groups = [VectorSource((source,)) for source in sources]
     sizes = [len(group.sources) for group in groups]
@@ -59,3 +81,14 @@ def engine_envs(
         )
     except NoLayout:
         return None
+
+
+def _whole_groups(per_process: Any, num_envs: int, batch_size: int | None) -> bool:
+    """Whether ``envs_per_process`` makes whole children of the envs for the engine: ``k``
+    envs each, and whole children in each pipelined batch."""
+    return (
+        type(per_process) is int
+        and per_process >= 1
+        and num_envs % per_process == 0
+        and (batch_size is None or batch_size % per_process == 0)
+    )

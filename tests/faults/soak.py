@@ -724,7 +724,7 @@ async def warm_up(ray: bool) -> None:
     def vector_env_in_a_thread() -> None:
         # A pool option keeps it on a pool, whose event loop is the one made in a thread
         # (without one, its children step through the engine, with no event loop).
-        with aioenv.AioVectorEnv(FaultyEnv, 2, mode="process", shared_memory=True) as envs:
+        with aioenv.AioVectorEnv(FaultyEnv, 2, mode="process", shared_memory=False) as envs:
             envs.reset(seed=0)
 
     await asyncio.to_thread(vector_env_in_a_thread)
