@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from ..core._environment import BatchStep
 from ..core._gymnasium import split_rows
 from ..env_side._infos import add_info_of
+from ..pool._actions import check_batch_actions
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
 
@@ -76,6 +77,15 @@ class VectorBatches:
         self._row_layouts: dict[int, tuple[EnvLayout, AddInfo]] = {}
 
     # Actions out --------------------------------------------------------------------------
+    #: ``check_actions``: each batch of actions is checked (:meth:`check_actions`) before
+    #: any of it is sent (a pool made by hand, ``AioVectorEnv.from_pool``, checks its own).
+    checks_actions = False
+
+    def check_actions(self, actions: Any, env_ids: Any) -> None:
+        """InvalidAction naming the env of ``env_ids`` whose action of ``actions`` (a
+        batch of theirs) is not in an env's action space (for parallel envs, its lanes')."""
+        check_batch_actions(self._single_action_space, actions, env_ids, "env")
+
     def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
         """The workers a step of every env goes to and their requests (the envs and one
         action each, where they are sent to ``by_env``)."""

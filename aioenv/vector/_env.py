@@ -25,7 +25,6 @@ from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
-from ..pool._actions import check_batch_actions
 from ..pool._factory import check_option_names
 from ..pool._options import POOL_DEFAULTS, PoolOptions
 from ..pool._pool import WorkerPool
@@ -108,10 +107,6 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
     meaning are gymnasium's here, as above):
     """
 
-    #: ``check_actions``: each batch of actions is checked here before any is sent (a
-    #: pool made by hand, :meth:`from_pool`, checks its own).
-    _check_actions = False
-
     def __init__(
         self,
         env: EnvSource | Sequence[EnvSource],
@@ -152,7 +147,7 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
             placed.batch_size,
             spin_trial=placed.spin_by_rule,
         )
-        self._check_actions = check_actions
+        self._batches.checks_actions = check_actions
 
     @classmethod
     def from_pool(
@@ -345,8 +340,8 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         return self._step(actions)
 
     def _step(self, actions: Any) -> Result:
-        if self._check_actions:
-            self._check_batch_actions(actions, range(self._layout.num_envs))
+        if self._batches.checks_actions:
+            self._batches.check_actions(actions, range(self._layout.num_envs))
         if self._spin_trial is not None:
             self._spin_trial.step_started()
         result = self._step_whole(self._envs, actions)
@@ -354,14 +349,6 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
             return result
         workers, requests = self._batches.step_requests(actions)
         return self._batches.stepped(workers, self._exchange(workers, requests))
-
-    def _check_batch_actions(self, actions: Any, env_ids: Any) -> None:
-        """``check_actions``: each env's action of ``actions`` (a batch for the envs
-        ``env_ids``; for parallel envs, each a batch of its lanes') in an env's action
-        space, or InvalidAction naming the env whose action is not."""
-        lanes = self._lanes
-        space = self.single_action_space if lanes is None else lanes.env_action_space
-        check_batch_actions(space, actions, env_ids, "env")
 
     def _lane_result(self, result: Result) -> Result:
         """An env-level result as the vector env hands it out: its lanes', for parallel

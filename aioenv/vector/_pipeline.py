@@ -201,12 +201,8 @@ class PipelinedCalls:
     _layout: EnvLayout
     _lanes: LaneView | None
     _spin_trial: SpinTrial | None
-    _check_actions: bool
 
     def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def _check_batch_actions(self, actions: Any, env_ids: Any) -> None:
         raise NotImplementedError
 
     def _lane_result(self, result: Result) -> Result:
@@ -256,8 +252,8 @@ class PipelinedCalls:
             env_id = None if env_id is None else lanes.env_ids(env_id)
             actions = lanes.env_actions(actions)
         env_ids = pipeline.targets(env_id)
-        if self._check_actions:
-            self._check_batch_actions(actions, env_ids)
+        if self._batches.checks_actions:
+            self._batches.check_actions(actions, env_ids)
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
@@ -302,8 +298,8 @@ class PipelinedCalls:
         check_batch(actions, "step_async()", self.num_envs)
         if self._lanes is not None:
             actions = self._lanes.env_actions(actions)
-        if self._check_actions:
-            self._check_batch_actions(actions, range(self._layout.num_envs))
+        if self._batches.checks_actions:
+            self._batches.check_actions(actions, range(self._layout.num_envs))
         workers, requests = self._batches.step_requests(actions)
         if self._spin_trial is not None:
             self._spin_trial.step_started()
