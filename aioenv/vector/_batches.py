@@ -16,9 +16,10 @@ import numpy.typing as npt
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ..core._environment import BatchStep
+from ..core._errors import InvalidAction
 from ..core._gymnasium import split_rows
 from ..env_side._infos import add_info_of
-from ..pool._actions import check_batch_actions
+from ..pool._actions import explain_invalid_action
 from ._infos import AddInfo
 from ._layout import EnvLayout, VectorArrays
 
@@ -84,7 +85,15 @@ class VectorBatches:
     def check_actions(self, actions: Any, env_ids: Any) -> None:
         """InvalidAction naming the env of ``env_ids`` whose action of ``actions`` (a
         batch of theirs) is not in an env's action space (for parallel envs, its lanes')."""
-        check_batch_actions(self._single_action_space, actions, env_ids, "env")
+        try:
+            per_env = split_rows(self._batched_actions(len(env_ids)), actions)
+        except (TypeError, ValueError, IndexError):
+            return  # not a batch of these envs' actions: the step says what is wrong
+        space = self._single_action_space
+        for env_id, action in zip(env_ids, per_env, strict=False):
+            if not space.contains(action):
+                reason = explain_invalid_action(action, space)
+                raise InvalidAction(f"AioVectorEnv env {env_id}: {reason}")
 
     def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
         """The workers a step of every env goes to and their requests (the envs and one
