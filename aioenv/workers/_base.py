@@ -81,8 +81,8 @@ class Worker(Membership, Generic[S]):
         self,
         env: EnvSource,
         *,
-        seed: int | None,
-        cleanup_time: float,
+        seed: int | None = None,
+        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
         step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
         start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
         reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
@@ -131,6 +131,12 @@ class Worker(Membership, Generic[S]):
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None  # the thread _loop was found running in
+        self._setup(seed)
+
+    def _setup(self, seed: int | None) -> None:
+        """Hook: set up what the kind keeps of its own and start its first env, seeded
+        with ``seed``, once every option is set. (A kind with options of its own takes
+        them in a constructor of its own, and starts its env there.)"""
 
     # Users -----------------------------------------------------------------------------
     @property

@@ -10,10 +10,8 @@ import warnings
 from typing import Any, TypeVar
 
 from ..core._docs import documented_with
-from ..core._environment import EnvSource
 from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
-from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._async_runner import AsyncEnvRunner
 from ..env_side._runner import NOT_ACTIONS
 from ..loops._here import trio_env_on_asyncio
@@ -52,26 +50,7 @@ class AsyncEnvWorker(Worker[S]):
     steps_batches = False  # one env, one task
     _discard_verb = "cancelled (its task was cancelled and the env closed)"
 
-    def __init__(
-        self,
-        env: EnvSource,
-        *,
-        seed: int | None = None,
-        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
-        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
-        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
-        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
-        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
-    ) -> None:
-        super().__init__(
-            env,
-            seed=seed,
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
+    def _setup(self, seed: int | None) -> None:
         self._envs: list[_EnvTask] = []  # the current env's, and discarded ones still closing
         self._host: CoroutineHost | None = None  # None: the env's coroutines run on the loop
         self._spawn(seed)

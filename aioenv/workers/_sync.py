@@ -6,10 +6,8 @@ import time
 from typing import Any, TypeVar
 
 from ..core._docs import documented_with
-from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
-from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._vector_runner import make_runner
 from ._base import Worker
 
@@ -32,27 +30,8 @@ class SyncWorker(Worker[S]):
     kind = "sync"
     answers_in_line = True
 
-    def __init__(
-        self,
-        env: EnvSource,
-        *,
-        seed: int | None = None,
-        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
-        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
-        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
-        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
-        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
-    ) -> None:
-        super().__init__(
-            env,
-            seed=seed,
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
-        self._runner = make_runner(self.source, seed)
+    def _setup(self, seed: int | None) -> None:
+        self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
         self._runner = make_runner(self.source, seed, self._episode)

@@ -13,10 +13,8 @@ from typing import Any, TypeVar
 import anyio
 
 from ..core._docs import documented_with
-from ..core._environment import EnvSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest, Failure
-from ..core._supervisor import SUPERVISION_DEFAULTS
 from ..env_side._thread_safety import refusal, runner_unsafe_reason
 from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
@@ -47,26 +45,7 @@ class ThreadWorker(Worker[S]):
     kind = "thread"
     _discard_verb = "abandoned (a thread cannot be killed; its late reply is ignored)"
 
-    def __init__(
-        self,
-        env: EnvSource,
-        *,
-        seed: int | None = None,
-        cleanup_time: float = SUPERVISION_DEFAULTS.cleanup_time,
-        step_timeout: float | None = SUPERVISION_DEFAULTS.step_timeout,
-        start_timeout: float | None = SUPERVISION_DEFAULTS.start_timeout,
-        reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
-        episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
-    ) -> None:
-        super().__init__(
-            env,
-            seed=seed,
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
+    def _setup(self, seed: int | None) -> None:
         self._threads: list[_EnvThread] = []
         self._spawn(seed)
 
