@@ -70,23 +70,30 @@ class StepBuffer:
     those whose post is on its way. ``infos`` (:data:`INFO_SLOT` bytes per row) holds a
     step's flat scalar infos (most envs': HalfCheetah's, Ant's, Atari's), packed as
     records, where its child's note is :data:`INFOS_IN_BUFFER`: once their keys and types
-    went as a message, they need none while they stay the same. All view the mapping."""
+    went as a message, they need none while they stay the same. Either space may be given
+    as its batch's :class:`~aioenv.wire._shared_memory.Layout` (:attr:`layouts`: a Box's
+    bounds can weigh far more than a sample, for a child to be sent). ``seqs`` (uint64, one per
+    row) numbers the request a row's data belongs to, where requests are numbered (a
+    process worker's lane, :mod:`aioenv.engine._lane`: the request's number going in, the
+    answer's coming out). All view the mapping."""
 
     def __init__(
         self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
     ) -> None:
         layouts = []
         for name, space in (("observation", observation_space), ("action", action_space)):
-            layout = Layout.of(batch_space(space, n))
+            layout = space if isinstance(space, Layout) else Layout.of(batch_space(space, n))
             if layout is None:
                 raise NoLayout(f"the {name} space {space} has no fixed layout in memory")
             layouts.append(layout)
         observations, actions = layouts
+        #: The batched spaces' layouts, which another process can be sent in their place.
+        self.layouts = (observations, actions)
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, INFO_SLOT * n):
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, INFO_SLOT * n, 8 * n):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
-        self.fd = memory_file(self.nbytes) if fd is None else fd
+        self.fd = memory_file(self.nbytes, "aioenv-steps") if fd is None else fd
         self._mapping = mmap.mmap(self.fd, self.nbytes)
         self._memory = memory = memoryview(self._mapping)
         self.actions = actions.read(actions.views(memory[starts[0] :]))
@@ -97,6 +104,7 @@ class StepBuffer:
         self.notes = np.ndarray((n,), np.uint8, memory, starts[5])
         self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
         self.infos = np.ndarray((n, INFO_SLOT), np.uint8, memory, starts[7])
+        self.seqs = np.ndarray((n,), np.uint64, memory, starts[8])
 
     def close(self) -> None:
         """Close the memory file's descriptor, and the mapping (which holds a descriptor of
@@ -106,7 +114,7 @@ class StepBuffer:
         os.close(self.fd)
         for name in ("actions", "observations", "rewards", "terminated", "truncated"):
             delattr(self, name)
-        del self.notes, self.marks, self.infos
+        del self.notes, self.marks, self.infos, self.seqs
         with contextlib.suppress(BufferError):
             self._memory.release()
         # numpy's arrays hold the mapping itself, not an export of it, so closing it with

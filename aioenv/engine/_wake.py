@@ -35,11 +35,12 @@ post was among those taken.)
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..env_side._idle_spin import IdleSpin
 
@@ -78,6 +79,19 @@ class Wake:
         self._poll = select.poll()
         self._watched: tuple[int, ...] = ()
         self._poll.register(reader, select.POLLIN)
+        #: Add one to the counter, waking a waiter. (The system call itself, bound here:
+        #: a post and a take are on every step's path, and binding leaves no Python call
+        #: between the caller and the kernel.)
+        self.post: Callable[[], object]
+        #: Every post since the last take (at least one); :class:`BlockingIOError` if
+        #: there is none. A pipe whose every writer closed reads as :class:`Gone`.
+        self.take: Callable[[], int]
+        if self._eventfd:
+            self.post = functools.partial(os.eventfd_write, writer, 1)
+            self.take = functools.partial(os.eventfd_read, reader)
+        else:
+            self.post = functools.partial(os.write, writer, b"\x01")
+            self.take = self._take_from_pipe
 
     @classmethod
     def new(cls) -> Wake:
@@ -101,18 +115,7 @@ class Wake:
         eventfd, or the pipe's two ends."""
         return (self._reader,) if self._eventfd else (self._reader, self._writer)
 
-    def post(self) -> None:
-        """Add one to the counter, waking a waiter."""
-        if self._eventfd:
-            os.eventfd_write(self._writer, 1)
-        else:
-            os.write(self._writer, b"\x01")
-
-    def take(self) -> int:
-        """Every post since the last take (at least one); :class:`BlockingIOError` if
-        there is none. A pipe whose every writer closed reads as :class:`Gone`."""
-        if self._eventfd:
-            return os.eventfd_read(self._reader)
+    def _take_from_pipe(self) -> int:
         posts = len(os.read(self._reader, 4096))
         if posts == 0:
             raise Gone(self._reader)

@@ -44,6 +44,7 @@ __all__ = [
     "BATCH_STATE",
     "FAILURE",
     "HEADER",
+    "LANE_ANSWER",
     "READY",
     "RECEIVE_SIZE",
     "STATE",
@@ -82,16 +83,18 @@ class Kind(enum.IntEnum):
     FAILURE = 18  # payload: a Failure
     STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
     BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
+    LANE_ANSWER = 21  # a LANE request served: payload b"\x01" (the lane is in use) or empty
 
 
 # The kinds the parent's hot path tests, as plain ints: a frame's kind arrives as an int,
 # and comparing two ints is cheaper than looking up and comparing an enum member.
-READY, STATE, FAILURE, STEP_STATE, BATCH_STATE = (
+READY, STATE, FAILURE, STEP_STATE, BATCH_STATE, LANE_ANSWER = (
     int(Kind.READY),
     int(Kind.STATE),
     int(Kind.FAILURE),
     int(Kind.STEP_STATE),
     int(Kind.BATCH_STATE),
+    int(Kind.LANE_ANSWER),
 )
 
 #: Bytes either side reads from the message socket at once.

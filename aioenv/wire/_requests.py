@@ -27,6 +27,7 @@ class Request(enum.IntEnum):
     SHARE = 7  # payload: a Layout; the memory file's descriptor rides along
     CLOSE = 8  # close every slot and end the child
     SPIN = 9  # payload: the seconds to poll for the next request before blocking (f64)
+    LANE = 10  # payload: a lane's offer (aioenv.engine._lane); its descriptors ride along
 
 
 # The requests the hot paths test, as plain ints: a frame's kind arrives as an int, and

@@ -122,9 +122,10 @@ class Layout:
         return _read(tree, views)
 
 
-def memory_file(nbytes: int) -> int:
-    """A new anonymous memory file of ``nbytes`` bytes; the caller closes the descriptor."""
-    fd = os.memfd_create("aioenv-observations", os.MFD_CLOEXEC)
+def memory_file(nbytes: int, name: str = "aioenv-observations") -> int:
+    """A new anonymous memory file of ``nbytes`` bytes, named ``name`` (what
+    ``/proc/PID/maps`` shows); the caller closes the descriptor."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, nbytes)
     except BaseException:

@@ -10,8 +10,10 @@ the parent's side.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import select
 import signal
 import socket
 import threading
@@ -22,6 +24,7 @@ import cloudpickle
 from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
+from ...engine._lane import ChildLane, drain
 from ...env_side._idle_spin import IdleSpin
 from ...env_side._process_group import (
     end_own_group,
@@ -83,24 +86,27 @@ def serve(
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
     slots = Slots(payloads, seeds, episode, registry, thread_caps)
-    shared: list[SharedObservations | None] = [None] * len(payloads)
+    child = _Child(
+        sock, slots, [None] * len(payloads), descriptors, IdleSpin(idle_spin, RECEIVE_SIZE)
+    )
     gone = False  # the parent
     try:
         if build:
             sock.sendall(b"".join(_ready(slot, slots) for slot in range(len(payloads))))
         decoder = FrameDecoder()
-        waiting = IdleSpin(idle_spin, RECEIVE_SIZE)
         while True:
-            data = waiting.receive(sock)  # whatever has arrived is one batch
-            if not data:
+            data, posted = child.receive()  # whatever has arrived is one batch
+            if data == b"":
                 gone = True
                 return
-            frames = decoder.feed(data)
-            if not _served(sock, slots, shared, descriptors, waiting, frames):
+            frames = decoder.feed(data) if data else []
+            if not child.served(frames, posted):
                 return
     except (BrokenPipeError, ConnectionResetError):
         gone = True
     finally:
+        if child.lane is not None:
+            child.lane.close()
         slots.close()
         while not descriptors.empty():
             os.close(descriptors.get())
@@ -110,37 +116,122 @@ def serve(
         end_own_group()
 
 
-def _served(
-    sock: socket.socket,
-    slots: Slots,
-    shared: list[SharedObservations | None],
-    descriptors: queue.SimpleQueue[int],
-    waiting: IdleSpin,
-    frames: list[Frame],
-) -> bool:
-    """Serve a batch of request frames (``(kind, seq, slot, frame)``), answering each as
-    it is served; False once one is CLOSE (the rest are not served)."""
-    for kind, seq, slot, frame in frames:
-        if kind == Request.CLOSE:
-            return False
-        if kind == Request.SHARE:
-            mapped = shared[slot] = _map_shared(frame, descriptors)
-            slots.share(slot, None if mapped is None else mapped.views)
-        elif kind == Request.CLOSE_SLOT:
-            slots.serve(slot, Request.CLOSE_SLOT, None)
-            shared[slot] = None
-            slots.share(slot, None)
-        elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
-            waiting.seconds = decode_spin(frame)
-        elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
-            sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
-        else:
-            # Each answer goes at once, not with the batch: the parent works on it while
-            # this child steps the next env, and neither side idles long enough for its
-            # core to sleep (waking a sleeping core costs far more than a write; see
-            # benchmarks/wake_latency.py).
-            sock.sendall(_answer_frame(slots, kind, seq, slot, frame, shared[slot]))
-    return True
+class _Child:
+    """The serving loop's state: the socket, the slots, each slot's shared memory, the
+    descriptors the parent sent, how it waits, and the lane of a child of one env
+    (:mod:`aioenv.engine._lane`), once the parent has sent one."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        slots: Slots,
+        shared: list[SharedObservations | None],
+        descriptors: queue.SimpleQueue[int],
+        waiting: IdleSpin,
+    ) -> None:
+        self.sock, self.slots, self.shared = sock, slots, shared
+        self.descriptors, self.waiting = descriptors, waiting
+        self.lane: ChildLane | None = None
+        self._poll = select.poll()
+
+    def receive(self) -> tuple[bytes | None, int]:
+        """What has arrived on the socket (blocking; empty once the parent is gone; None:
+        nothing, but a step posted through the lane) and the posted step's number (0:
+        none). With a post, everything the socket holds is read (see the lane's order)."""
+        lane = self.lane
+        if lane is None:
+            return self.waiting.receive(self.sock), 0
+        waiting = self.waiting
+        got = None
+        if waiting.seconds > 0 and waiting.clock() >= waiting.spin_after:
+            got = waiting.spin(self._poll_both)
+        while got is None:
+            self._poll.poll()
+            with contextlib.suppress(BlockingIOError):
+                got = self._poll_both()
+        data, posted = got
+        if posted and data:
+            data = drain(self.sock, data)
+        return data, posted
+
+    def _poll_both(self) -> tuple[bytes | None, int]:
+        assert self.lane is not None
+        posted = self.lane.posted()
+        try:
+            data: bytes | None = self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            if not posted:
+                raise
+            data = None
+        return data, posted
+
+    def served(self, frames: list[Frame], posted: int) -> bool:
+        """Serve a batch of request frames (``(kind, seq, slot, frame)``), and the step
+        ``posted`` through the lane (0: none) in its place among them, answering each as
+        it is served; False once one is CLOSE (the rest are not served)."""
+        if posted:
+            later = next((i for i, frame in enumerate(frames) if frame[1] > posted), len(frames))
+            if not self._served(frames[:later]):
+                return False
+            assert self.lane is not None
+            self._answer(posted, 0, self.slots.serve(0, STEP, self.lane.action()), True)
+            frames = frames[later:]
+        return self._served(frames)
+
+    def _served(self, frames: list[Frame]) -> bool:
+        slots, shared = self.slots, self.shared
+        for kind, seq, slot, frame in frames:
+            if kind == Request.CLOSE:
+                return False
+            if kind == Request.SHARE:
+                mapped = shared[slot] = _map_shared(frame, self.descriptors)
+                slots.share(slot, None if mapped is None else mapped.views)
+            elif kind == Request.LANE:
+                self._open_lane(frame)
+            elif kind == Request.CLOSE_SLOT:
+                slots.serve(slot, Request.CLOSE_SLOT, None)
+                shared[slot] = None
+                slots.share(slot, None)
+            elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
+                self.waiting.seconds = decode_spin(frame)
+            elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
+                self.sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
+            else:
+                # Each answer goes at once, not with the batch: the parent works on it while
+                # this child steps the next env, and neither side idles long enough for its
+                # core to sleep (waking a sleeping core costs far more than a write; see
+                # benchmarks/wake_latency.py).
+                self._answer(seq, slot, _result(slots, kind, slot, frame), kind != CONTROL)
+        return True
+
+    def _answer(self, seq: int, slot: int, result: Any, state: bool) -> None:
+        """Send the answer to request ``seq``: through the lane where it is a state the
+        lane carries, else on the socket."""
+        lane = self.lane
+        if state and lane is not None and lane.answered(seq, result):
+            return
+        self.sock.sendall(_encode_reply(seq, result, slot, self.shared[slot] if state else None))
+
+    def _open_lane(self, frame: Any) -> None:
+        """Map the lane the parent sent (its descriptors came just before the frame) and
+        say whether it is in use; if not, every step keeps the socket."""
+        try:
+            offer = loads(frame)
+            count = 1 + offer[2] + offer[3]
+            fds = [self.descriptors.get(timeout=_DESCRIPTOR_WAIT) for _ in range(count)]
+        except Exception:
+            self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", 0))
+            return
+        try:
+            self.lane = ChildLane(offer, fds)
+        except Exception:
+            for fd in fds:
+                os.close(fd)
+            self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", 0))
+            return
+        self._poll.register(self.sock, select.POLLIN)
+        self._poll.register(self.lane.request_fd, select.POLLIN)
+        self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"\x01", 0))
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
@@ -172,28 +263,18 @@ def _ready(slot: int, slots: Slots, request: int = Request.BUILD, payload: Any =
         return encode(Kind.READY, 0, dumps((None, None)), slot)
 
 
-def _answer_frame(
-    slots: Slots,
-    kind: int,
-    seq: int,
-    slot: int,
-    payload: Any,
-    shared: SharedObservations | None,
-) -> bytes:
-    """The reply frame to one request frame (``kind``, ``payload``) for ``slot``: a
-    CONTROL, or a STEP of any encoding (an empty RESET is the RESET sentinel)."""
+def _result(slots: Slots, kind: int, slot: int, payload: Any) -> Any:
+    """What ``slot`` answers to one request frame (``kind``, ``payload``): a CONTROL, or a
+    STEP of any encoding (an empty RESET is the RESET sentinel)."""
     if kind == RESET_REQUEST and not payload:
-        result = slots.serve(slot, STEP, RESET)
-    elif kind == STEP_ARRAY:
-        result = slots.serve(slot, STEP, decode_array(payload))
-    else:
-        try:
-            request = loads(payload)
-        except Exception as exc:
-            result = Failure.from_exception(exc, "unpickling the request")
-        else:
-            result = slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
-    return _encode_reply(seq, result, slot, shared if kind != CONTROL else None)
+        return slots.serve(slot, STEP, RESET)
+    if kind == STEP_ARRAY:
+        return slots.serve(slot, STEP, decode_array(payload))
+    try:
+        request = loads(payload)
+    except Exception as exc:
+        return Failure.from_exception(exc, "unpickling the request")
+    return slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
 
 
 def _encode_reply(

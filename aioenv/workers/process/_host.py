@@ -159,7 +159,7 @@ class Host(HostSocket, Replaceable["Host"]):
         self._socket.setblocking(False)  # self._alive: held open, never written
         self._receive_buffer = bytearray(RECEIVE_SIZE)
         self._decoder = FrameDecoder()
-        self._writes = SocketWrites(self._socket)
+        self.writes = SocketWrites(self._socket)
         self._queued: list[bytes] = []
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
@@ -285,7 +285,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self._queued:
             self._flush()
         if self.alive:
-            self._writes.write(encode(Request.CLOSE, 0), self._loop)
+            self.writes.write(encode(Request.CLOSE, 0), self._loop)
         if self.exitcode is None and self._loop is not None:
             self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 
@@ -326,6 +326,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self.killed_for is None:
             self.killed_for = (slot, reason)
         self._stop_reading()
+        self._close_lanes()
         if self.exitcode is None:
             self._signal(signal.SIGKILL)
 
@@ -378,9 +379,10 @@ class Host(HostSocket, Replaceable["Host"]):
             signal_group(self._pid, signal.SIGKILL)
             _running.discard(self._pid)
         self._stop_reading()
+        self._close_lanes()
         if self._force_timer is not None:
             self._force_timer.cancel()
-        self._writes.drop()
+        self.writes.drop()
         self._queued.clear()
         self._socket.close()
         self._alive.close()

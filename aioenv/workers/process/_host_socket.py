@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
-from ...wire._frames import FrameDecoder, send_descriptor
+from ...engine._lane import Lane
+from ...wire._frames import FrameDecoder, dumps, encode, send_descriptor
+from ...wire._requests import Request
+from ...wire._shared_memory import Layout, SharedObservations, memory_file
 
 __all__ = ["HostSocket", "SocketWrites"]
 
@@ -26,13 +31,17 @@ class HostSocket(abc.ABC):
     _alive: socket.socket
     _loop: asyncio.AbstractEventLoop | None
     _queued: list[bytes]
-    _writes: SocketWrites
+    writes: SocketWrites
     _reading: bool
     _receive_buffer: bytearray
     _decoder: FrameDecoder
     _deliver: list[Any]
     exitcode: int | None
     killed_for: tuple[int, str] | None
+    #: The lane its one env's steps take (:mod:`aioenv.engine._lane`), once the child has
+    #: mapped it; the one offered and not answered yet.
+    lane: Lane | None = None
+    _offered: Lane | None = None
 
     @property
     @abc.abstractmethod
@@ -46,28 +55,77 @@ class HostSocket(abc.ABC):
         if self.exitcode is not None or self.killed_for is not None:  # not self.alive, inlined
             return  # gone, or going: its death is (or was) handled elsewhere
         if self.size == 1 or self._loop is None:
-            self._writes.write(frame, self._loop)
+            self.writes.write(frame, self._loop)
             return
         if not self._queued:
             self._loop.call_soon(self._flush)
         self._queued.append(frame)
 
-    def send_with_fd(self, frame: bytes, fd: int) -> bool:
-        """Send a copy of descriptor ``fd`` ahead of ``frame``, which goes as usual. False
-        if it could not go (the caller carries on without it)."""
-        if not self.alive:
-            return False
+    def share(self, layout: Layout, slot: int) -> SharedObservations | None:
+        """Map memory laid out by ``layout`` for the observations of ``slot`` and pass it
+        to the child (a SHARE frame, its descriptor ahead of it); None if it could not go
+        (the observations keep travelling through the socket)."""
+        fd = memory_file(layout.nbytes)
         try:
-            send_descriptor(self._alive, fd)
+            shared = SharedObservations(layout, fd)
+            if not self.alive:
+                return None
+            try:
+                send_descriptor(self._alive, fd)
+            except OSError:
+                return None
+            self.send(encode(Request.SHARE, 0, dumps(layout), slot))
+            return shared
+        finally:
+            os.close(fd)  # the child has its own descriptor now
+
+    # The lane ---------------------------------------------------------------------------
+    @property
+    def has_lane(self) -> bool:
+        """A lane is in use, or offered."""
+        return self.lane is not None or self._offered is not None
+
+    def offer_lane(self, lane: Lane) -> None:
+        """Send ``lane`` to the child (its descriptors, then its offer); the child's
+        answer comes as a LANE_ANSWER frame (:meth:`lane_answered`)."""
+        if self.has_lane or not self.alive:
+            lane.close()
+            return
+        try:
+            for fd in lane.descriptors():
+                send_descriptor(self._alive, fd)
         except OSError:
-            return False
-        self.send(frame)
-        return True
+            lane.close()
+            return
+        self._offered = lane
+        self.send(encode(Request.LANE, 0, dumps(lane.offer())))
+
+    def lane_answered(self, in_use: bool, on_answer: Callable[[Lane], None]) -> None:
+        """The child's answer to the lane offered: in use (``on_answer(lane)`` is called
+        from the loop whenever the lane's answer wake may have a post, until the lane is
+        closed: when the child is killed or has exited), or closed."""
+        lane, self._offered = self._offered, None
+        if lane is None or not in_use or self._loop is None or not self.alive:
+            if lane is not None:
+                lane.close()
+            return
+        self.lane = lane
+        self._loop.add_reader(lane.answer_fd, on_answer, lane)
+
+    def _close_lanes(self) -> None:
+        lane, self.lane = self.lane, None
+        if lane is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(lane.answer_fd)
+            lane.close()
+        if self._offered is not None:
+            self._offered.close()
+            self._offered = None
 
     def _flush(self) -> None:
         frames, self._queued = self._queued, []
         if self.alive:
-            self._writes.write(b"".join(frames), self._loop)
+            self.writes.write(b"".join(frames), self._loop)
 
     # Reading -------------------------------------------------------------------------
     def _on_readable(self) -> None:
@@ -100,15 +158,16 @@ class SocketWrites:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._pending = bytearray()
+        #: What the socket has not taken yet, in order.
+        self.waiting = bytearray()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def write(self, data: bytes, loop: asyncio.AbstractEventLoop | None) -> None:
         """Send ``data`` after what waits; what the socket does not take now goes when
         ``loop`` finds it writable. A socket whose far end is gone takes nothing: its
         reader (or the process's sentinel) hears of the end."""
-        if self._pending:
-            self._pending += data
+        if self.waiting:
+            self.waiting += data
             return
         try:
             sent = self._sock.send(data)
@@ -118,24 +177,24 @@ class SocketWrites:
             return
         if sent < len(data):
             assert loop is not None, "a write the socket did not take needs an event loop"
-            self._pending += memoryview(data)[sent:]
+            self.waiting += memoryview(data)[sent:]
             self._loop = loop
             loop.add_writer(self._sock.fileno(), self._on_writable)
 
     def _on_writable(self) -> None:
         try:
-            sent = self._sock.send(self._pending)
+            sent = self._sock.send(self.waiting)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            sent = len(self._pending)
-        del self._pending[:sent]
-        if not self._pending:
+            sent = len(self.waiting)
+        del self.waiting[:sent]
+        if not self.waiting:
             self._stop_watching()
 
     def drop(self) -> None:
         """Forget what waits (the socket is about to close)."""
-        self._pending.clear()
+        self.waiting.clear()
         self._stop_watching()
 
     def _stop_watching(self) -> None:

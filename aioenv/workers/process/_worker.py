@@ -12,14 +12,18 @@ Messages for one host sent in the same loop iteration travel in one write: cheap
 one wake-up per batch of actions. The child answers each request as soon as it is done, so
 the parent works on one state while the child steps the next env.
 
-Large observations skip the socket: once the env reports its observation space, the parent
-maps a memory file laid out for that space and passes it to the child, which writes each
-observation in place (see :mod:`aioenv.wire._shared_memory`).
+A child of one env steps it through the engine's *lane* once the env has reported spaces
+of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two kernel
+wakes, the answer's watched by the event loop), with no socket and no pickle on the way.
+Large observations that take the socket skip it too: the parent maps a memory file laid
+out for the observation space and passes it to the child, which writes each observation in
+place (see :mod:`aioenv.wire._shared_memory`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from collections.abc import Sequence
@@ -36,10 +40,13 @@ from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
 from ...core._supervisor import SUPERVISION_DEFAULTS
+from ...engine._buffer import NoLayout
+from ...engine._lane import Lane
 from ...engine._start import Context, resolve_context
 from ...env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._frames import (
+    LANE_ANSWER,
     READY,
     decode_reply,
     dumps,
@@ -56,7 +63,6 @@ from ...wire._shared_memory import (
     Layout,
     SharedObservations,
     available,
-    memory_file,
     shared_layout,
 )
 from .._base import Worker
@@ -87,8 +93,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
         :func:`~aioenv.workers.default_context` (forkserver with preloads, else spawn).
     :param shared_memory: ``"auto"`` (the default: observations of 8 KiB or more, in a
         space with a fixed layout, travel through shared memory), True (whenever the space
-        allows) or False (always through the socket). Either way the states handed out own
-        their arrays unless the pool was made with ``copy=False``.
+        allows) or False (always through the socket, and steps too: no lane). Either way
+        the states handed out own their arrays unless the pool was made with ``copy=False``.
     :param idle_spin: seconds the child keeps polling for its next request after each
         answer before it sleeps (default 0: it sleeps at once). In a lockstep loop with a
         core to spare per child this saves both sides a wake-up per step; an idle pool
@@ -203,8 +209,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     def _joined(self, host: Host) -> None:
         self._shared = None  # a new process gets its own memory: a killed one cannot write it
-        if self._layout is not None:
-            self._share()
+        self._carriers()
 
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
@@ -224,18 +229,23 @@ class ProcessWorker(SlottedWorker[S, Host]):
         for slot, worker in enumerate(workers):
             worker._join(host, slot)
 
-    # Shared memory ---------------------------------------------------------------------
-    def _share(self) -> None:
-        """Map memory for this worker's observations and pass it to its current host."""
-        assert self._layout is not None
-        fd = memory_file(self._layout.nbytes)
-        try:
-            shared = SharedObservations(self._layout, fd)
-            frame = encode(Request.SHARE, 0, dumps(self._layout), self._slot)
-            if self._current_host().send_with_fd(frame, fd):
-                self._shared = shared
-        finally:
-            os.close(fd)  # the child has its own descriptor now
+    # What the steps travel in ------------------------------------------------------------
+    def _carriers(self) -> None:
+        """Set up what the current host's steps travel in besides the socket: a lane where
+        the child serves this env alone (:mod:`aioenv.engine._lane`), and shared memory for
+        the observations that take the socket, where their layout asks for it."""
+        host = self._current_host()
+        if host.size == 1 and self._shared_memory is not False and not host.has_lane:
+            views = self._layout is not None  # as shared memory's: large ones, or as asked
+            with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
+                host.offer_lane(Lane(self.observation_space, self.action_space, views))
+        if self._layout is not None and self._shared is None:
+            self._shared = host.share(self._layout, self._slot)
+
+    def _on_lane_answer(self, host: Host, lane: Lane) -> None:
+        answer = lane.answered()
+        if answer is not None and host is self._host:  # (a killed host's lane is closed)
+            self._on_reply(*answer, lane.views)
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
@@ -243,6 +253,13 @@ class ProcessWorker(SlottedWorker[S, Host]):
         host.send(encode(Request.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
+        host = self._host
+        assert host is not None, "a process worker always has a host once built"
+        lane = host.lane
+        # A step takes the lane only once all sent before it is in the socket (see the
+        # lane's order; a host of one env writes at once, queueing nothing).
+        if lane is not None and not host.writes.waiting and lane.put(seq, action):
+            return
         if action is RESET:
             frame = encode(Request.RESET, seq, b"", self._slot)
         elif isinstance(action, Reset):
@@ -259,8 +276,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 frame = encode_action(seq, action, self._slot)
             except Exception as exc:
                 raise not_pickled("action", self, exc) from exc
-        host = self._host
-        assert host is not None, "a process worker always has a host once built"
         host.send(frame)
 
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
@@ -290,6 +305,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if kind == READY:
             self._on_ready(payload)
             return
+        if kind == LANE_ANSWER:
+            host.lane_answered(payload == b"\x01", functools.partial(self._on_lane_answer, host))
+            return
         flight = self._flight
         if not seq or (seq != flight.awaited and seq not in flight.controls):
             return  # stale (see workers._in_flight): no need to decode it
@@ -301,9 +319,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._on_reply(seq, result, borrowed)
 
     def _on_ready(self, payload: Any) -> None:
-        """The env reports its spaces (once built, and again after each rebuild): map
-        shared memory for its observations, unless the child has it already (the
-        replacement of a restart gets it as it is joined). A restarted env that reports
+        """The env reports its spaces (once built, and again after each rebuild): set up
+        its lane and shared memory (:meth:`_carriers`), unless the child has them already
+        (the replacement of a restart gets them as it is joined). A restarted env that reports
         the same bytes keeps the same space objects, so its pool checks them at once; one
         that reports other spaces shows them, for its pool to refuse. Neither is needed to
         go on, so a failure here is a warning, and observations travel through the
@@ -320,8 +338,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                     # The child writes nothing that does not fit the memory it has, so
                     # what it sends before it maps the new memory travels in the socket.
                     self._layout, self._shared = layout, None
-            if self._layout is not None and self._shared is None:
-                self._share()
+            self._carriers()
         except Exception as exc:
             self._layout = self._shared = self._spaces_reported = None
             warnings.warn(

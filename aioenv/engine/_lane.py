@@ -1,0 +1,224 @@
+"""A process worker's steps through the engine: its env's row in a step buffer
+(:mod:`aioenv.engine._buffer`) of the child's own, a request wake that the child waits on
+beside its socket, and an answer wake that the parent's event loop watches
+(:mod:`aioenv.engine._wake`). Both halves are here: :class:`Lane`, the parent's, and
+:class:`ChildLane`, the child's, so the one protocol between them is written once.
+
+A child serving one env (a process worker not sharing its process, the default) gets a
+lane once the env has reported spaces of one fixed-layout array each (a Box, MultiBinary,
+MultiDiscrete or Discrete space). What a step needs then travels without the socket and
+without pickle: ``RESET``, or the action as the user gave it (an int, a numpy scalar or
+an array of the space's dtype and shape, read back in the child as that same type), and
+the answer when it is a plain step (an observation array of the space's dtype and shape,
+no info, no final observation). Everything else keeps the socket: resets with arguments,
+other actions, rollouts, control requests, answers with infos or a failure; and each
+request is still answered once, on one of the two.
+
+Order. The child serves its requests in the order the parent made them: a step posted
+through the lane is served after every request already on the socket and before any
+later one. The parent posts a step only when all it wrote to the socket before has been
+taken by the kernel (nothing waits in its writes); the child, once it has taken a post,
+reads everything the socket holds and serves the requests numbered below the step's
+first, then the step, then the rest. (Requests that are not numbered, such as the idle
+spin's setting, are served where they arrive.)
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core._commands import RESET
+from ..core._environment import Step
+from ..wire._frames import RECEIVE_SIZE
+from ._buffer import NoLayout, StepBuffer
+from ._wake import Wake
+
+__all__ = ["ChildLane", "Lane", "drain"]
+
+#: How the action in a lane was given, so the child hands the env that same type; or that
+#: the request is ``RESET``.
+_INT, _SCALAR, _ARRAY, _RESET = 1, 2, 3, 4
+
+
+def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Views of the one row's action and observation, shaped as one env's; NoLayout where
+    either space is not one array."""
+    actions, observations = buffer.actions, buffer.observations
+    if not isinstance(actions, np.ndarray) or not isinstance(observations, np.ndarray):
+        raise NoLayout("a lane carries spaces of one array each")
+    return (
+        actions[0:1].reshape(actions.shape[1:]),
+        observations[0:1].reshape(observations.shape[1:]),
+    )
+
+
+class Lane:
+    """The parent's half: a one-row buffer for ``observation_space`` and ``action_space``
+    and two wakes, new (NoLayout where the spaces do not fit one; see the module's
+    docstring). ``views``: the states read from it view its observation row (valid until
+    the next request) rather than own a copy."""
+
+    def __init__(self, observation_space: Any, action_space: Any, views: bool) -> None:
+        self.buffer = buffer = StepBuffer(observation_space, action_space, 1)
+        try:
+            self._action, self._observation = _rows(buffer)
+        except NoLayout:
+            buffer.close()
+            raise
+        self.views = views
+        self.request, self.answer = Wake.new(), Wake.new()
+
+    def descriptors(self) -> list[int]:
+        """What the child needs of this lane, in :meth:`ChildLane.from_parent`'s order."""
+        return [self.buffer.fd, *self.request.descriptors(), *self.answer.descriptors()]
+
+    def offer(self) -> tuple[Any, Any, int, int]:
+        """What the child needs besides the descriptors: the buffer's layouts, and how
+        many descriptors each wake has."""
+        request, answer = self.request.descriptors(), self.answer.descriptors()
+        return (*self.buffer.layouts, len(request), len(answer))
+
+    @property
+    def answer_fd(self) -> int:
+        """The descriptor that becomes readable when the child has answered."""
+        return self.answer.descriptors()[0]
+
+    def put(self, seq: int, action: Any) -> bool:
+        """Post step ``seq`` with ``action`` (or ``RESET``) to the child; False (nothing
+        posted) where the action is not an int, numpy scalar or array that fits the row as
+        it is."""
+        into = self._action
+        kind = type(action)
+        if action is RESET:
+            how = _RESET
+        elif kind is np.ndarray:
+            if action.dtype != into.dtype or action.shape != into.shape:
+                return False
+            np.copyto(into, action)
+            how = _ARRAY
+        elif into.ndim or into.dtype.kind not in "iu":
+            return False
+        elif kind is int:
+            try:
+                into[()] = action
+            except OverflowError:
+                return False
+            how = _INT
+        elif isinstance(action, np.generic) and action.dtype == into.dtype:
+            into[()] = action
+            how = _SCALAR
+        else:
+            return False
+        buffer = self.buffer
+        buffer.notes[0] = how
+        buffer.seqs[0] = seq
+        self.request.post()
+        return True
+
+    def answered(self) -> tuple[int, Step[Any]] | None:
+        """The child's answer, its post taken: the number of the request it answers, and
+        the step it left in the row (see ``views``); None where there is none (the
+        descriptor was readable for another reason)."""
+        try:
+            self.answer.take()
+        except (BlockingIOError, OSError):
+            return None
+        buffer = self.buffer
+        observation = self._observation if self.views else self._observation.copy()
+        step = Step(
+            observation,
+            float(buffer.rewards[0]),
+            bool(buffer.terminated[0]),
+            bool(buffer.truncated[0]),
+        )
+        return int(buffer.seqs[0]), step
+
+    def close(self) -> None:
+        """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
+        self.request.close()
+        self.answer.close()
+        del self._action, self._observation
+        self.buffer.close()
+
+
+class ChildLane:
+    """The child's half, over what the parent's :class:`Lane` sent."""
+
+    def __init__(self, offer: tuple[Any, Any, int, int], descriptors: Sequence[int]) -> None:
+        observation_space, action_space, requests, answers = offer
+        self.buffer = buffer = StepBuffer(observation_space, action_space, 1, descriptors[0])
+        self._action, self._observation = _rows(buffer)
+        self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
+        self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
+
+    @property
+    def request_fd(self) -> int:
+        return self.request.descriptors()[0]
+
+    def posted(self) -> int:
+        """The number of the step the parent posted, taking its post; 0 if none is."""
+        try:
+            self.request.take()
+        except BlockingIOError:
+            return 0
+        return int(self.buffer.seqs[0])
+
+    def action(self) -> Any:
+        """The posted step's action, as the parent's caller gave it."""
+        how, value = self.buffer.notes[0], self._action
+        if how == _ARRAY:
+            return value.copy()
+        if how == _RESET:
+            return RESET
+        return int(value) if how == _INT else value[()]
+
+    def answered(self, seq: int, result: Any) -> bool:
+        """Answer request ``seq`` with ``result`` through the lane, if it is a plain step
+        that fits the row (see the module's docstring); False: it goes on the socket."""
+        if type(result) is not Step or result.info or result.final_observation is not None:
+            return False
+        observation, into = result.observation, self._observation
+        if (
+            result.final_info is not None
+            or type(observation) is not np.ndarray
+            or observation.dtype != into.dtype
+            or observation.shape != into.shape
+        ):
+            return False
+        try:
+            reward = float(result.reward)
+        except (TypeError, ValueError):
+            return False
+        buffer = self.buffer
+        np.copyto(into, observation)
+        buffer.rewards[0] = reward
+        buffer.terminated[0] = result.terminated
+        buffer.truncated[0] = result.truncated
+        buffer.seqs[0] = seq
+        self.answer.post()
+        return True
+
+    def close(self) -> None:
+        self.request.close()
+        self.answer.close()
+        del self._action, self._observation
+        self.buffer.close()
+
+
+def drain(sock: socket.socket, first: bytes) -> bytes:
+    """``first`` and everything else ``sock`` holds now (non-blocking); what the child
+    reads once it has taken a post, so that every request made before the step is in."""
+    chunks = [first]
+    while True:
+        try:
+            data = sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)

@@ -1,0 +1,173 @@
+"""A process worker's lane (aioenv.engine._lane): the steps of a child of one env travel
+through a buffer of its own and two wakes, with the types the user gave and in the order
+the requests were made; what the lane cannot carry keeps the socket, unchanged."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium import spaces
+from support import eventually
+
+import aioenv
+from aioenv import RESET
+
+
+class Echo(gymnasium.Env[np.ndarray, Any]):
+    """Observes the action it was given and its type (0: int, 1: numpy scalar, 2: array),
+    plus ``bias``; with ``gate`` (a file path), a step waits until that file exists; with
+    ``info_every``, every such step has an info (which the lane does not carry)."""
+
+    def __init__(self, gate: str | None = None, info_every: int = 0, box: bool = False) -> None:
+        self.observation_space = spaces.Box(-1e9, 1e9, (3,), np.float64)
+        self.action_space = spaces.Box(-9, 9, (2,), np.float32) if box else spaces.Discrete(4)
+        self.gate, self.info_every, self.bias, self.t = gate, info_every, 0.0, 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        deadline = time.monotonic() + 30
+        while self.gate is not None and not os.path.exists(self.gate):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the gate never opened")
+            time.sleep(0.002)
+        self.t += 1
+        kind = 0 if type(action) is int else 1 if isinstance(action, np.generic) else 2
+        value = float(np.sum(action)) if kind == 2 else float(action)
+        info = {"t": self.t} if self.info_every and self.t % self.info_every == 0 else {}
+        return np.array([value, kind, self.bias]), float(self.t), self.t >= 5, False, info
+
+
+def lane_of(pool: aioenv.AsyncWorkerPool[Any], worker_id: int = 0) -> Any:
+    worker = pool.workers[worker_id]
+    assert isinstance(worker, aioenv.ProcessWorker)
+    return worker._host.lane  # type: ignore[union-attr]
+
+
+async def states_of(pool: aioenv.AsyncWorkerPool[Any], actions: list[Any]) -> list[Any]:
+    """Worker 0's states after a reset, for each of ``actions`` (a reset where an episode
+    ended)."""
+    pool.send_action(RESET, 0)
+    seen = []
+    state, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+    for action in actions:
+        pool.send_action(RESET if state.done else action, 0)
+        state, _ = await pool.get_state(worker_id=0)  # type: ignore[misc]
+        seen.append(state)
+    return seen
+
+
+@pytest.mark.parametrize("box", [False, True])
+async def test_steps_take_the_lane_with_the_types_given(box: bool) -> None:
+    if box:
+        actions: list[Any] = [np.array([1.0, 2.0], np.float32), np.array([0.5, 0.0], np.float32)]
+        actions += [np.array([1.0], np.float32), [1.0, 2.0]]  # the last two do not fit it
+    else:
+        actions = [1, np.int64(2), 3, np.int32(1), True]  # the last two do not fit it
+    async with aioenv.make_pool(lambda: Echo(box=box), 1, mode="process") as in_child:
+        through_child = await states_of(in_child, actions)
+        assert lane_of(in_child) is not None
+    async with aioenv.make_pool(lambda: Echo(box=box), 1, mode="sync") as in_line:
+        expected = await states_of(in_line, actions)
+    # The env saw each action as the sync worker's env did: the same value, of the same
+    # type (its observation's second entry), whether it took the lane or the socket.
+    for got, want in zip(through_child, expected, strict=True):
+        assert np.array_equal(got.observation, want.observation)
+        assert got.observation.dtype == want.observation.dtype
+        assert (got.reward, got.terminated, got.info) == (want.reward, want.terminated, want.info)
+        assert type(got.reward) is float
+
+
+async def test_a_step_through_the_lane_is_answered_there() -> None:
+    async with aioenv.make_pool(Echo, 1, mode="process") as pool:
+        await states_of(pool, [1])
+        lane = lane_of(pool)
+        assert lane is not None
+        answered = int(lane.buffer.seqs[0])
+        pool.send_action(2, 0)
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert int(lane.buffer.seqs[0]) == answered + 1  # this step's number, in the row
+        assert state.observation.tolist() == [2.0, 0.0, 0.0]
+
+
+async def test_answers_the_lane_cannot_carry_keep_the_socket() -> None:
+    async with aioenv.make_pool(lambda: Echo(info_every=2), 1, mode="process") as pool:
+        states = await states_of(pool, [1, 2, 3, 1])
+        assert lane_of(pool) is not None
+    assert [state.info for state in states] == [{}, {"t": 2}, {}, {"t": 4}]
+    assert [state.observation[0] for state in states] == [1, 2, 3, 1]
+
+
+async def test_a_request_made_before_a_step_is_served_before_it() -> None:
+    async with aioenv.make_pool(Echo, 1, mode="process") as pool:
+        await states_of(pool, [1])
+        assert lane_of(pool) is not None
+        flight = pool.workers[0]._flight  # type: ignore[attr-defined]
+        numbered = flight.next_seq
+        async with anyio.create_task_group() as group:
+            group.start_soon(pool.set_attr, "bias", 100.0)
+            # The control request is numbered as it is written to the socket.
+            assert await eventually(lambda: flight.next_seq > numbered)
+            pool.send_action(3, 0)  # through the lane
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state.observation.tolist() == [3.0, 0.0, 100.0]
+
+
+async def test_a_request_made_after_a_step_waits_for_it(tmp_path: Path) -> None:
+    gate = str(tmp_path / "gate")
+    async with aioenv.make_pool(lambda: Echo(gate), 1, mode="process") as pool:
+        Path(gate).touch()
+        await states_of(pool, [1])
+        assert lane_of(pool) is not None
+        os.remove(gate)
+        pool.send_action(2, 0)  # through the lane; the step waits for the gate
+        results: list[Any] = []
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                results.append(await pool.get_attr("t"))
+
+            group.start_soon(ask)
+            await anyio.sleep(0.1)  # a call served ahead of the step would be in by now
+            assert results == []
+            Path(gate).touch()
+        assert results == [[2]]
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state.observation.tolist() == [2.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "options", [{"shared_memory": False}, {"envs_per_process": 2}], ids=["no_shared", "hosted"]
+)
+async def test_no_lane_where_the_child_is_not_one_envs_or_memory_is_refused(
+    options: dict[str, Any],
+) -> None:
+    async with aioenv.make_pool(Echo, 2, mode="process", **options) as pool:
+        states = await states_of(pool, [1, 2])
+        assert lane_of(pool) is None and lane_of(pool, 1) is None
+    assert [state.observation[0] for state in states] == [1, 2]
+
+
+async def test_a_restarted_child_gets_a_lane_of_its_own() -> None:
+    async with aioenv.make_pool(Echo, 1, mode="process", restart="on_failure") as pool:
+        await states_of(pool, [1])
+        first = lane_of(pool)
+        assert first is not None
+        worker = pool.workers[0]
+        assert isinstance(worker, aioenv.ProcessWorker)
+        os.kill(worker.pid, 9)
+        pool.send_action(2, 0)
+        await pool.get_state()  # the restart's state, once a new child has the env
+        states = await states_of(pool, [3, 1])
+        assert [state.observation[0] for state in states] == [3, 1]
+        assert lane_of(pool) is not None and lane_of(pool) is not first
