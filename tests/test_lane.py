@@ -13,6 +13,7 @@ import anyio
 import gymnasium
 import numpy as np
 import pytest
+from envs import _ChildOnly
 from gymnasium import spaces
 from support import eventually
 
@@ -23,12 +24,16 @@ from aioenv import RESET
 class Echo(gymnasium.Env[np.ndarray, Any]):
     """Observes the action it was given and its type (0: int, 1: numpy scalar, 2: array),
     plus ``bias``; with ``gate`` (a file path), a step waits until that file exists; with
-    ``info_every``, every such step has an info (which the lane does not carry)."""
+    ``info_every``, every such step has an info: a few scalars of several types, and with
+    ``big``, a string too large for the lane's info slot."""
 
-    def __init__(self, gate: str | None = None, info_every: int = 0, box: bool = False) -> None:
+    def __init__(
+        self, gate: str | None = None, info_every: int = 0, box: bool = False, big: bool = False
+    ) -> None:
         self.observation_space = spaces.Box(-1e9, 1e9, (3,), np.float64)
         self.action_space = spaces.Box(-9, 9, (2,), np.float32) if box else spaces.Discrete(4)
         self.gate, self.info_every, self.bias, self.t = gate, info_every, 0.0, 0
+        self.big, self.child_only = big, False
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
@@ -44,7 +49,13 @@ class Echo(gymnasium.Env[np.ndarray, Any]):
         self.t += 1
         kind = 0 if type(action) is int else 1 if isinstance(action, np.generic) else 2
         value = float(np.sum(action)) if kind == 2 else float(action)
-        info = {"t": self.t} if self.info_every and self.t % self.info_every == 0 else {}
+        info: dict[str, Any] = {}
+        if self.info_every and self.t % self.info_every == 0:
+            info = {"t": self.t, "x": np.float64(self.t / 2), "ok": True, "sub": {"k": "v"}}
+            if self.big:
+                info["log"] = "x" * 4096
+            if self.child_only:
+                info["lost"] = _ChildOnly()
         return np.array([value, kind, self.bias]), float(self.t), self.t >= 5, False, info
 
 
@@ -100,12 +111,41 @@ async def test_a_step_through_the_lane_is_answered_there() -> None:
         assert state.observation.tolist() == [2.0, 0.0, 0.0]
 
 
-async def test_answers_the_lane_cannot_carry_keep_the_socket() -> None:
-    async with aioenv.make_pool(lambda: Echo(info_every=2), 1, mode="process") as pool:
-        states = await states_of(pool, [1, 2, 3, 1])
-        assert lane_of(pool) is not None
-    assert [state.info for state in states] == [{}, {"t": 2}, {}, {"t": 4}]
-    assert [state.observation[0] for state in states] == [1, 2, 3, 1]
+@pytest.mark.parametrize("big", [False, True], ids=["in_the_lane", "on_the_socket"])
+async def test_infos_come_back_as_the_env_gave_them(big: bool) -> None:
+    """A few scalars pickle into the lane's info slot; an info too large for it takes the
+    socket. Either way the state is the one a sync worker hands out."""
+    actions = [1, 2, 3, 1]
+    async with aioenv.make_pool(lambda: Echo(info_every=2, big=big), 1, mode="process") as pool:
+        states = await states_of(pool, actions)
+        lane = lane_of(pool)
+        assert lane is not None
+        # The last step's info (t=4) went through the lane's slot, unless too large.
+        in_slot = int.from_bytes(lane.buffer.infos[0, :4].tobytes(), "little")
+        assert (in_slot > 0) is not big
+    async with aioenv.make_pool(lambda: Echo(info_every=2, big=big), 1, mode="sync") as pool:
+        expected = await states_of(pool, actions)
+    assert [state.info for state in states] == [state.info for state in expected]
+    assert type(states[1].info["x"]) is np.float64 and type(states[1].info["t"]) is int
+    assert [state.observation[0] for state in states] == actions
+
+
+def child_only_infos() -> Echo:
+    env = Echo(info_every=2)
+    env.child_only = True
+    return env
+
+
+async def test_an_info_the_parent_cannot_unpickle_is_aioenvs_own_error() -> None:
+    async with aioenv.make_pool(child_only_infos, 1, mode="process") as pool:
+        states = await states_of(pool, [1])  # no info yet
+        assert lane_of(pool) is not None and states[0].info == {}
+        pool.send_action(2, 0)
+        with pytest.raises(aioenv.TransportError, match="could not decode") as raised:
+            await pool.get_state()
+        assert not isinstance(raised.value, aioenv.EnvError)
+        pool.send_action(RESET, 0)  # the env itself is fine
+        await pool.get_state()
 
 
 async def test_a_request_made_before_a_step_is_served_before_it() -> None:

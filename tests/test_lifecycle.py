@@ -20,7 +20,7 @@ from envs import BigObservation, ChildOnlyReplies, Counter
 from support import KINDS, process_running, worker_processes
 
 import aioenv
-import aioenv.workers.process._worker
+import aioenv.workers.process._host_socket
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,7 +213,7 @@ async def test_shared_memory_set_up_failures_are_reported(monkeypatch: Any) -> N
     def no_memory(nbytes: int) -> int:
         raise OSError("no memory file today")
 
-    monkeypatch.setattr(aioenv.workers.process._worker, "memory_file", no_memory)
+    monkeypatch.setattr(aioenv.workers.process._host_socket, "memory_file", no_memory)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         async with aioenv.make_pool(BigObservation, 1, mode="process") as pool:

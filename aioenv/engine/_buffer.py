@@ -67,18 +67,24 @@ class StepBuffer:
     everything else here. ``marks`` (uint8, one per row) says, in the same row, that the
     child has answered this hand-off: it writes it just before its post, and the parent
     reads it only once a deadline has passed, to tell the children that are late from
-    those whose post is on its way. ``infos`` (:data:`INFO_SLOT` bytes per row) holds a
-    step's flat scalar infos (most envs': HalfCheetah's, Ant's, Atari's), packed as
-    records, where its child's note is :data:`INFOS_IN_BUFFER`: once their keys and types
-    went as a message, they need none while they stay the same. Either space may be given
-    as its batch's :class:`~aioenv.wire._shared_memory.Layout` (:attr:`layouts`: a Box's
-    bounds can weigh far more than a sample, for a child to be sent). ``seqs`` (uint64, one per
-    row) numbers the request a row's data belongs to, where requests are numbered (a
-    process worker's lane, :mod:`aioenv.engine._lane`: the request's number going in, the
-    answer's coming out). All view the mapping."""
+    those whose post is on its way. ``infos`` (``info_slot`` bytes per row, by default
+    :data:`INFO_SLOT`) holds a step's flat scalar infos (most envs': HalfCheetah's, Ant's,
+    Atari's), packed as records, where its child's note is :data:`INFOS_IN_BUFFER`: once
+    their keys and types went as a message, they need none while they stay the same.
+    Either space may be given as its batch's :class:`~aioenv.wire._shared_memory.Layout`
+    (:attr:`layouts`: a Box's bounds can weigh far more than a sample, for a child to be
+    sent). ``seqs`` (uint64, one per row) numbers the request a row's data belongs to,
+    where requests are numbered (a process worker's lane, :mod:`aioenv.engine._lane`: the
+    request's number going in, the answer's coming out; its infos slot holds the step's
+    pickled info). All view the mapping."""
 
     def __init__(
-        self, observation_space: Any, action_space: Any, n: int, fd: int | None = None
+        self,
+        observation_space: Any,
+        action_space: Any,
+        n: int,
+        fd: int | None = None,
+        info_slot: int = INFO_SLOT,
     ) -> None:
         layouts = []
         for name, space in (("observation", observation_space), ("action", action_space)):
@@ -90,7 +96,7 @@ class StepBuffer:
         #: The batched spaces' layouts, which another process can be sent in their place.
         self.layouts = (observations, actions)
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, INFO_SLOT * n, 8 * n):
+        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, info_slot * n, 8 * n):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes, "aioenv-steps") if fd is None else fd
@@ -103,7 +109,7 @@ class StepBuffer:
         self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
         self.notes = np.ndarray((n,), np.uint8, memory, starts[5])
         self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
-        self.infos = np.ndarray((n, INFO_SLOT), np.uint8, memory, starts[7])
+        self.infos = np.ndarray((n, info_slot), np.uint8, memory, starts[7])
         self.seqs = np.ndarray((n,), np.uint64, memory, starts[8])
 
     def close(self) -> None:

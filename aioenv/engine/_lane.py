@@ -6,13 +6,14 @@ beside its socket, and an answer wake that the parent's event loop watches
 
 A child serving one env (a process worker not sharing its process, the default) gets a
 lane once the env has reported spaces of one fixed-layout array each (a Box, MultiBinary,
-MultiDiscrete or Discrete space). What a step needs then travels without the socket and
-without pickle: ``RESET``, or the action as the user gave it (an int, a numpy scalar or
+MultiDiscrete or Discrete space). What a step needs then travels without the socket, and
+nothing but an info is pickled: ``RESET``, or the action as the user gave it (an int, a numpy scalar or
 an array of the space's dtype and shape, read back in the child as that same type), and
 the answer when it is a plain step (an observation array of the space's dtype and shape,
-no info, no final observation). Everything else keeps the socket: resets with arguments,
-other actions, rollouts, control requests, answers with infos or a failure; and each
-request is still answered once, on one of the two.
+no final observation, an info whose pickle fits the row's :data:`INFO_BYTES`: most envs'
+few scalars do, and an empty one is no bytes). Everything else keeps the socket: resets
+with arguments, other actions, rollouts, control requests, answers with larger infos or
+a failure; and each request is still answered once, on one of the two.
 
 Order. The child serves its requests in the order the parent made them: a step posted
 through the lane is served after every request already on the socket and before any
@@ -34,14 +35,20 @@ import numpy as np
 from ..core._commands import RESET
 from ..core._environment import Step
 from ..wire._frames import RECEIVE_SIZE
+from ..wire._pickles import dumps, loads
 from ._buffer import NoLayout, StepBuffer
 from ._wake import Wake
 
-__all__ = ["ChildLane", "Lane", "drain"]
+__all__ = ["INFO_BYTES", "ChildLane", "Lane", "drain"]
 
 #: How the action in a lane was given, so the child hands the env that same type; or that
 #: the request is ``RESET``.
 _INT, _SCALAR, _ARRAY, _RESET = 1, 2, 3, 4
+
+
+#: Bytes of a lane's info slot: its length (4 bytes), then the pickled info.
+INFO_BYTES = 1024
+_LENGTH = 4
 
 
 def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -63,7 +70,7 @@ class Lane:
     the next request) rather than own a copy."""
 
     def __init__(self, observation_space: Any, action_space: Any, views: bool) -> None:
-        self.buffer = buffer = StepBuffer(observation_space, action_space, 1)
+        self.buffer = buffer = StepBuffer(observation_space, action_space, 1, None, INFO_BYTES)
         try:
             self._action, self._observation = _rows(buffer)
         except NoLayout:
@@ -119,23 +126,33 @@ class Lane:
         self.request.post()
         return True
 
-    def answered(self) -> tuple[int, Step[Any]] | None:
+    def answered(self) -> tuple[int, Step[Any] | Exception] | None:
         """The child's answer, its post taken: the number of the request it answers, and
-        the step it left in the row (see ``views``); None where there is none (the
-        descriptor was readable for another reason)."""
+        the step it left in the row (see ``views``), or why its info could not be
+        unpickled here; None where there is none (the descriptor was readable for another
+        reason)."""
         try:
             self.answer.take()
         except (BlockingIOError, OSError):
             return None
         buffer = self.buffer
+        seq = int(buffer.seqs[0])
+        info = None
+        length = int.from_bytes(buffer.infos[0, :_LENGTH], "little")
+        if length:
+            try:
+                info = loads(buffer.infos[0, _LENGTH : _LENGTH + length].tobytes())
+            except Exception as exc:
+                return seq, exc
         observation = self._observation if self.views else self._observation.copy()
         step = Step(
             observation,
             float(buffer.rewards[0]),
             bool(buffer.terminated[0]),
             bool(buffer.truncated[0]),
+            info,
         )
-        return int(buffer.seqs[0]), step
+        return seq, step
 
     def close(self) -> None:
         """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
@@ -150,7 +167,9 @@ class ChildLane:
 
     def __init__(self, offer: tuple[Any, Any, int, int], descriptors: Sequence[int]) -> None:
         observation_space, action_space, requests, answers = offer
-        self.buffer = buffer = StepBuffer(observation_space, action_space, 1, descriptors[0])
+        self.buffer = buffer = StepBuffer(
+            observation_space, action_space, 1, descriptors[0], INFO_BYTES
+        )
         self._action, self._observation = _rows(buffer)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
@@ -179,7 +198,7 @@ class ChildLane:
     def answered(self, seq: int, result: Any) -> bool:
         """Answer request ``seq`` with ``result`` through the lane, if it is a plain step
         that fits the row (see the module's docstring); False: it goes on the socket."""
-        if type(result) is not Step or result.info or result.final_observation is not None:
+        if type(result) is not Step or result.final_observation is not None:
             return False
         observation, into = result.observation, self._observation
         if (
@@ -191,9 +210,15 @@ class ChildLane:
             return False
         try:
             reward = float(result.reward)
-        except (TypeError, ValueError):
-            return False
+            info = dumps(result.info) if result.info else b""
+        except Exception:
+            return False  # the socket's path pickles it by value, or says what failed
         buffer = self.buffer
+        if len(info) > INFO_BYTES - _LENGTH:
+            return False
+        buffer.infos[0, :_LENGTH] = np.frombuffer(len(info).to_bytes(_LENGTH, "little"), np.uint8)
+        if info:
+            buffer.infos[0, _LENGTH : _LENGTH + len(info)] = np.frombuffer(info, np.uint8)
         np.copyto(into, observation)
         buffer.rewards[0] = reward
         buffer.terminated[0] = result.terminated

@@ -14,7 +14,7 @@ the parent works on one state while the child steps the next env.
 
 A child of one env steps it through the engine's *lane* once the env has reported spaces
 of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two kernel
-wakes, the answer's watched by the event loop), with no socket and no pickle on the way.
+wakes, the answer's watched by the event loop), with no socket on the way.
 Large observations that take the socket skip it too: the parent maps a memory file laid
 out for the observation space and passes it to the child, which writes each observation in
 place (see :mod:`aioenv.wire._shared_memory`).
@@ -36,7 +36,7 @@ from ...core import _pickling as pickling
 from ...core._commands import RESET, Reset
 from ...core._docs import documented_with
 from ...core._environment import EnvSource
-from ...core._errors import TransportError, WorkerDied
+from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
 from ...core._supervisor import SUPERVISION_DEFAULTS
@@ -245,7 +245,11 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _on_lane_answer(self, host: Host, lane: Lane) -> None:
         answer = lane.answered()
         if answer is not None and host is self._host:  # (a killed host's lane is closed)
-            self._on_reply(*answer, lane.views)
+            seq, step = answer
+            if not isinstance(step, Exception):
+                self._on_reply(seq, step, lane.views)
+            elif seq == self._flight.awaited:
+                self._on_undecodable(seq, step)
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
@@ -347,19 +351,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-    def _on_undecodable(self, seq: int, exc: Exception) -> None:
-        error = TransportError(
-            f"{self.name}: aioenv could not decode the worker's reply in the parent "
-            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
-            "(a state the parent cannot unpickle: make it plain data)",
-            worker_id=self.worker_id,
-        )
-        error.__cause__ = exc
-        if seq in self._flight.controls:
-            self._flight.controls.fail(seq, error)
-            return
-        self._on_failure(error, env_gone=False)
 
     def _on_host_exit(self, host: Host) -> None:
         with contextlib.suppress(ValueError):
