@@ -7,13 +7,14 @@ beside its socket, and an answer wake that the parent's event loop watches
 A child serving one env (a process worker not sharing its process, the default) gets a
 lane once the env has reported spaces of one fixed-layout array each (a Box, MultiBinary,
 MultiDiscrete or Discrete space). What a step needs then travels without the socket, and
-nothing but an info is pickled: ``RESET``, or the action as the user gave it (an int, a numpy scalar or
-an array of the space's dtype and shape, read back in the child as that same type), and
-the answer when it is a plain step (an observation array of the space's dtype and shape,
-no final observation, an info whose pickle fits the row's :data:`INFO_BYTES`: most envs'
-few scalars do, and an empty one is no bytes). Everything else keeps the socket: resets
-with arguments, other actions, rollouts, control requests, answers with larger infos or
-a failure; and each request is still answered once, on one of the two.
+nothing but an info is pickled: ``RESET``, or the action as the user gave it (an int, a
+numpy scalar or an array of the space's dtype and shape, read back in the child as that
+same type), and the answer when it is a plain step (an observation array of the space's
+dtype and shape, no final observation, an info whose pickle fits the row's
+:data:`INFO_BYTES`: most envs' few scalars do, and an empty one is no bytes). Everything
+else keeps the socket: resets with arguments, other actions, rollouts, control requests,
+answers with larger infos or a failure; and each request is still answered once, on one
+of the two.
 
 Order. The child serves its requests in the order the parent made them: a step posted
 through the lane is served after every request already on the socket and before any
