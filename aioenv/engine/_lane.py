@@ -28,6 +28,7 @@ spin's setting, are served where they arrive.)
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ _INT, _SCALAR, _ARRAY, _RESET = 1, 2, 3, 4
 
 #: Bytes of a lane's info slot: its length (4 bytes), then the pickled info.
 INFO_BYTES = 1024
-_LENGTH = 4
+_LENGTH = struct.Struct("<I")
 
 
 def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -78,6 +79,7 @@ class Lane:
             buffer.close()
             raise
         self.views = views
+        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
         self.request, self.answer = Wake.new(), Wake.new()
 
     def descriptors(self) -> list[int]:
@@ -139,10 +141,10 @@ class Lane:
         buffer = self.buffer
         seq = int(buffer.seqs[0])
         info = None
-        length = int.from_bytes(buffer.infos[0, :_LENGTH], "little")
+        (length,) = _LENGTH.unpack_from(self._info)
         if length:
             try:
-                info = loads(buffer.infos[0, _LENGTH : _LENGTH + length].tobytes())
+                info = loads(self._info[_LENGTH.size : _LENGTH.size + length])
             except Exception as exc:
                 return seq, exc
         observation = self._observation if self.views else self._observation.copy()
@@ -159,7 +161,8 @@ class Lane:
         """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
         self.request.close()
         self.answer.close()
-        del self._action, self._observation
+        self._info.release()
+        del self._action, self._observation, self._info
         self.buffer.close()
 
 
@@ -172,6 +175,7 @@ class ChildLane:
             observation_space, action_space, 1, descriptors[0], INFO_BYTES
         )
         self._action, self._observation = _rows(buffer)
+        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
 
@@ -215,11 +219,12 @@ class ChildLane:
         except Exception:
             return False  # the socket's path pickles it by value, or says what failed
         buffer = self.buffer
-        if len(info) > INFO_BYTES - _LENGTH:
+        size = len(info)
+        if size > INFO_BYTES - _LENGTH.size:
             return False
-        buffer.infos[0, :_LENGTH] = np.frombuffer(len(info).to_bytes(_LENGTH, "little"), np.uint8)
-        if info:
-            buffer.infos[0, _LENGTH : _LENGTH + len(info)] = np.frombuffer(info, np.uint8)
+        _LENGTH.pack_into(self._info, 0, size)
+        if size:
+            self._info[_LENGTH.size : _LENGTH.size + size] = info
         np.copyto(into, observation)
         buffer.rewards[0] = reward
         buffer.terminated[0] = result.terminated
@@ -231,7 +236,8 @@ class ChildLane:
     def close(self) -> None:
         self.request.close()
         self.answer.close()
-        del self._action, self._observation
+        self._info.release()
+        del self._action, self._observation, self._info
         self.buffer.close()
 
 

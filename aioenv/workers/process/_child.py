@@ -146,24 +146,32 @@ class _Child:
         if waiting.seconds > 0 and waiting.clock() >= waiting.spin_after:
             got = waiting.spin(self._poll_both)
         while got is None:
-            self._poll.poll()
-            with contextlib.suppress(BlockingIOError):
-                got = self._poll_both()
+            # poll(2) reports every descriptor ready when it returns: with the request's,
+            # the socket too wherever anything was written to it before the post.
+            ready = [fd for fd, _ in self._poll.poll()]
+            got = self._take(self.sock.fileno() in ready, lane.request_fd in ready)
         data, posted = got
         if posted and data:
             data = drain(self.sock, data)
         return data, posted
 
-    def _poll_both(self) -> tuple[bytes | None, int]:
+    def _take(self, from_socket: bool, posted: bool) -> tuple[bytes | None, int] | None:
+        """What the socket holds (where ``from_socket``) and the posted step's number
+        (where ``posted``); None where neither had anything."""
         assert self.lane is not None
-        posted = self.lane.posted()
-        try:
-            data: bytes | None = self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            if not posted:
-                raise
-            data = None
-        return data, posted
+        step = self.lane.posted() if posted else 0
+        data = None
+        if from_socket:
+            with contextlib.suppress(BlockingIOError):
+                data = self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+        return None if data is None and not step else (data, step)
+
+    def _poll_both(self) -> tuple[bytes | None, int]:
+        """:meth:`_take` of both, for a spin: BlockingIOError where neither had anything."""
+        got = self._take(True, True)
+        if got is None:
+            raise BlockingIOError
+        return got
 
     def served(self, frames: list[Frame], posted: int) -> bool:
         """Serve a batch of request frames (``(kind, seq, slot, frame)``), and the step
