@@ -65,25 +65,45 @@ def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any
     )
 
 
-class Lane:
+class _Half:
+    """What each half holds: the one-row ``buffer``, views of its action, observation and
+    info, and the request and answer wakes (set by each half: new, or the parent's)."""
+
+    request: Wake
+    answer: Wake
+
+    def __init__(self, buffer: StepBuffer) -> None:
+        self.buffer = buffer
+        self._action, self._observation = _rows(buffer)
+        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
+
+    def close(self) -> None:
+        """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
+        self.request.close()
+        self.answer.close()
+        self._info.release()
+        del self._action, self._observation, self._info
+        self.buffer.close()
+
+
+class Lane(_Half):
     """The parent's half: a one-row buffer for ``observation_space`` and ``action_space``
     and two wakes, new (NoLayout where the spaces do not fit one; see the module's
     docstring). ``views``: the states read from it view its observation row (valid until
     the next request) rather than own a copy."""
 
     def __init__(self, observation_space: Any, action_space: Any, views: bool) -> None:
-        self.buffer = buffer = StepBuffer(observation_space, action_space, 1, None, INFO_BYTES)
+        buffer = StepBuffer(observation_space, action_space, 1, None, INFO_BYTES)
         try:
-            self._action, self._observation = _rows(buffer)
+            super().__init__(buffer)
         except NoLayout:
             buffer.close()
             raise
         self.views = views
-        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
         self.request, self.answer = Wake.new(), Wake.new()
 
     def descriptors(self) -> list[int]:
-        """What the child needs of this lane, in :meth:`ChildLane.from_parent`'s order."""
+        """What the child needs of this lane, in the order :class:`ChildLane` takes them."""
         return [self.buffer.fd, *self.request.descriptors(), *self.answer.descriptors()]
 
     def offer(self) -> tuple[Any, Any, int, int]:
@@ -157,25 +177,14 @@ class Lane:
         )
         return seq, step
 
-    def close(self) -> None:
-        """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
-        self.request.close()
-        self.answer.close()
-        self._info.release()
-        del self._action, self._observation, self._info
-        self.buffer.close()
 
-
-class ChildLane:
-    """The child's half, over what the parent's :class:`Lane` sent."""
+class ChildLane(_Half):
+    """The child's half, over what the parent's :class:`Lane` sent (whose descriptors the
+    caller closes if this fails)."""
 
     def __init__(self, offer: tuple[Any, Any, int, int], descriptors: Sequence[int]) -> None:
         observation_space, action_space, requests, answers = offer
-        self.buffer = buffer = StepBuffer(
-            observation_space, action_space, 1, descriptors[0], INFO_BYTES
-        )
-        self._action, self._observation = _rows(buffer)
-        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
+        super().__init__(StepBuffer(observation_space, action_space, 1, descriptors[0], INFO_BYTES))
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
 
@@ -232,13 +241,6 @@ class ChildLane:
         buffer.seqs[0] = seq
         self.answer.post()
         return True
-
-    def close(self) -> None:
-        self.request.close()
-        self.answer.close()
-        self._info.release()
-        del self._action, self._observation, self._info
-        self.buffer.close()
 
 
 def drain(sock: socket.socket, first: bytes) -> bytes:

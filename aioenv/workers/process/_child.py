@@ -223,14 +223,11 @@ class _Child:
     def _open_lane(self, frame: Any) -> None:
         """Map the lane the parent sent (its descriptors came just before the frame) and
         say whether it is in use; if not, every step keeps the socket."""
+        fds: list[int] = []
         try:
             offer = loads(frame)
-            count = 1 + offer[2] + offer[3]
-            fds = [self.descriptors.get(timeout=_DESCRIPTOR_WAIT) for _ in range(count)]
-        except Exception:
-            self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", 0))
-            return
-        try:
+            for _ in range(1 + offer[2] + offer[3]):
+                fds.append(self.descriptors.get(timeout=_DESCRIPTOR_WAIT))
             self.lane = ChildLane(offer, fds)
         except Exception:
             for fd in fds:
