@@ -209,7 +209,11 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     def _joined(self, host: Host) -> None:
         self._shared = None  # a new process gets its own memory: a killed one cannot write it
-        self._carriers()
+        # Its lane waits for the child's READY: until the start is done, the child's end of
+        # the alive socket is still in this process, where a lane's three descriptors would
+        # make it readable with fewer than the 4 bytes a stale multiprocessing sentinel of
+        # the same number is read for (a start that polls it would wait for ever).
+        self._carriers(lane=False)
 
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
@@ -230,12 +234,12 @@ class ProcessWorker(SlottedWorker[S, Host]):
             worker._join(host, slot)
 
     # What the steps travel in ------------------------------------------------------------
-    def _carriers(self) -> None:
+    def _carriers(self, lane: bool = True) -> None:
         """Set up what the current host's steps travel in besides the socket: a lane where
         the child serves this env alone (:mod:`aioenv.engine._lane`), and shared memory for
         the observations that take the socket, where their layout asks for it."""
         host = self._current_host()
-        if host.size == 1 and self._shared_memory is not False and not host.has_lane:
+        if lane and host.size == 1 and self._shared_memory is not False and not host.has_lane:
             views = self._layout is not None  # as shared memory's: large ones, or as asked
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
                 host.offer_lane(Lane(self.observation_space, self.action_space, views))
