@@ -33,9 +33,9 @@ from .core._gymnasium import GymnasiumEnvironment
 from .core._seeds import worker_seeds
 from .loops import run
 from .pool._batch import Batch
-from .pool._episodes import EpisodeStats
 from .pool._factory import get_worker_pool, make_pool
 from .pool._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
+from .pool._receiving import EpisodeStats
 from .pool._remote_control import PerWorker, WorkerResults
 from .pool._trajectories import Trajectories
 from .vector._env import AioVectorEnv, VectorEnvClosed

@@ -97,6 +97,14 @@ async def test_steps_take_the_lane_with_the_types_given(box: bool) -> None:
         assert got.observation.dtype == want.observation.dtype
         assert (got.reward, got.terminated, got.info) == (want.reward, want.terminated, want.info)
         assert type(got.reward) is float
+        # The lane builds its steps field by field: the same fields, done included.
+        assert vars(got).keys() == vars(want).keys()
+        assert (got.done, got.truncated, got.final_observation, got.final_info) == (
+            want.done,
+            want.truncated,
+            None,
+            None,
+        )
 
 
 async def test_a_step_through_the_lane_is_answered_there() -> None:

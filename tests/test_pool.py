@@ -596,7 +596,7 @@ async def test_a_sync_worker_waits_its_turn_behind_the_others_answers(
     sent, yet it is not served again before every other worker served before it, whose
     answer is in the pool or on its way (the pool waits for those, at most IN_LINE_WAIT:
     made long here, so that a loaded machine changes nothing)."""
-    monkeypatch.setattr("aioenv.pool._receiving.IN_LINE_WAIT", 30.0, raising=False)
+    monkeypatch.setattr("aioenv.workers._inbox.IN_LINE_WAIT", 30.0)
     served = await _serve_mixed(mode, take, 400)
     turns = [i for i, worker_id in enumerate(served) if worker_id == 0]
     assert len(turns) >= 400 // len(mode) - 1, f"served: {served}"

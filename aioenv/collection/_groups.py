@@ -31,8 +31,8 @@ from ..core._environment import Step
 from ..core._errors import StateNotTaken, WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
-from ..pool._episodes import EpisodeLedger
 from ..pool._pool import WorkerPool, in_send_order
+from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._collect import Policy, _action_rows

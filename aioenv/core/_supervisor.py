@@ -143,23 +143,17 @@ class Supervisor:
         self.budget_restarts = 0
         self._budget_timer: Cancellable | None = None
         self._scheduled: tuple[Cancellable, str] | None = None  # a restart waiting to start
+        #: A state answered now would change nothing here: the env answered since it
+        #: started, no failure is counted against it, no restart waits for its first state
+        #: and no deadline runs. A plain attribute, read on every answer: a caller skips
+        #: :meth:`answered` while it holds. Whatever unsettles it clears it here; only
+        #: :meth:`answered` sets it again.
+        self.settled = False
 
     def configure(self, options: Supervision) -> None:
         self.options = options
         self.has_deadlines = options.has_deadlines
         self.episode_timeout = options.episode_timeout
-
-    @property
-    def settled(self) -> bool:
-        """The env answered since it started and no failure is counted against it: an
-        answer now would change nothing here (a caller that reports answers only where
-        they count, envs stepped in line, skips it)."""
-        return (
-            not self.starting
-            and not self._consecutive_failures
-            and not self._failures_since_progress
-            and self._restart_reason is None
-        )
 
     # Deadlines -------------------------------------------------------------------------
     @property
@@ -178,6 +172,7 @@ class Supervisor:
         timeout = self.timeout()
         if timeout is not None:
             self._timer = clock.call_later(timeout, self._expire, clock, seq, timeout, clock.time())
+            self.settled = False
 
     def arm_budget(self, clock: Clock, remaining: float, ran_out: Callable[[], None]) -> None:
         """Call ``ran_out`` in ``remaining`` seconds unless the request in flight is
@@ -217,6 +212,13 @@ class Supervisor:
             if not first:
                 self._failures_since_progress = 0
             self.restart_completed, self._restart_reason = self._restart_reason, None
+        self.settled = (
+            self._timer is None
+            and not self._consecutive_failures
+            and not self._failures_since_progress
+            and self._restart_reason is None
+            and self.restart_completed is None
+        )
         return first
 
     def failed(self, error: WorkerError, *, env_gone: bool, in_flight: int, clock: Clock) -> None:
@@ -228,6 +230,7 @@ class Supervisor:
         merely raised is kept."""
         self.disarm()
         options, remedies = self.options, self._remedies
+        self.settled = False
         self._restart_reason = None
         self._consecutive_failures += 1
         self._failures_since_progress += 1
@@ -299,7 +302,7 @@ class Supervisor:
             self.pending_restart = reason
             return
         self.pending_restart = None
-        self.starting = True
+        self.starting, self.settled = True, False
         self._restart_reason = reason
         if seed is None:
             seed = restart_seed(self.seed, self.restarts + self.budget_restarts)

@@ -30,10 +30,9 @@ from ..loops._stand_in import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
-from ._episodes import EpisodeCounter, EpisodeStats
 from ._options import POOL_DEFAULTS, PoolOptions
 from ._pool_calls import PoolCalls
-from ._receiving import Receiver
+from ._receiving import EpisodeCounter, EpisodeStats, Receiver
 from ._remote_control import Controls
 from ._rollout import Rollouts
 from ._roster import Roster, checked_workers

@@ -1,32 +1,156 @@
 """A pool's receiving side: ``get_state``, ``get_batch``, ``async for`` and ``drain``, and
-the episode statistics counted from the states handed out.
+the episodes counted from the states handed out.
 
 Everything here takes outcomes from the pool's :class:`~aioenv.workers._inbox.Inbox` (the one place
 where states are delivered): waiting there, never polling, and raising an env's error in
 place of its state, in the order the pool hands states out.
+
+Episodes are counted in the parent, here beside the states they are counted from (one
+module on every state's path): one ledger per counting (episode ids, the open episode's
+return and length, each finished episode added to its worker's statistics; rollouts and
+collection keep ledgers too), and the pool's running statistics per worker, counted from
+the states it hands out (rewards and step counts). Nothing is added to the env's info.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import operator
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ..core._environment import Step
 from ..core._errors import NoActionInFlight, WorkerPaused
+from ..core._messages import resets_next
+from ..core._restarts import is_restart_reset
 from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._batch import Batch, ReusedRows
-from ._episodes import EpisodeCounter, EpisodeStats
 from ._roster import Roster
 
-__all__ = ["IN_LINE_WAIT", "Receiver"]
+__all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats", "Receiver"]
 
-#: Seconds the pool waits, at most, for another worker's answer on its way before it hands
-#: out an in-line state again (see ``Receiver._let_the_others_in``).
-IN_LINE_WAIT = 0.001
+
+@dataclasses.dataclass
+class EpisodeStats:
+    """Finished episodes of one worker: how many, their total return and length (in
+    steps), and the return and length of the last one (NaN and 0 before the first)."""
+
+    episodes: int = 0
+    total_return: float = 0.0
+    total_length: int = 0
+    last_return: float = math.nan
+    last_length: int = 0
+
+    def _add(self, episode_return: float, length: int) -> None:
+        """Count an episode that ended with this return and length."""
+        self.episodes += 1
+        self.total_return += episode_return
+        self.total_length += length
+        self.last_return, self.last_length = episode_return, length
+
+    @property
+    def mean_return(self) -> float:
+        return self.total_return / self.episodes if self.episodes else math.nan
+
+    @property
+    def mean_length(self) -> float:
+        return self.total_length / self.episodes if self.episodes else math.nan
+
+
+class EpisodeLedger:
+    """The episodes of ``lanes`` envs (a lane is one env, counted across the workers in
+    worker order; one per worker where each steps one env): per lane, the episodes started
+    and the open episode's return and length so far. ``stats`` (one per lane, the lanes of
+    a worker sharing their worker's) receive each finished episode; without them the
+    ledger only counts."""
+
+    def __init__(self, lanes: int, stats: Sequence[EpisodeStats] | None = None) -> None:
+        self.lanes = lanes
+        self._stats = stats
+        self._started = [0] * lanes
+        #: Per lane, the open episode's return and length so far.
+        self.returns = [0.0] * lanes
+        self.lengths = [0] * lanes
+
+    def start(self, lane: int) -> int:
+        """Open the lane's next episode and return its id: the ``k``-th episode (from 0)
+        of lane ``l`` has id ``k * lanes + l``, unique in this ledger whatever order the
+        lanes play in (and ``id % lanes`` is its lane)."""
+        ordinal = self._started[lane]
+        self._started[lane] = ordinal + 1
+        self.returns[lane], self.lengths[lane] = 0.0, 0
+        return ordinal * self.lanes + lane
+
+    def latest(self, lane: int) -> int | None:
+        """The id of the lane's latest episode, open or not (None before its first)."""
+        started = self._started[lane]
+        return (started - 1) * self.lanes + lane if started else None
+
+    def add(self, lane: int, reward: float, done: bool = False) -> float | None:
+        """Add one step's reward to the lane's open episode; where the step ends it
+        (``done``), :meth:`finish` it and return its return."""
+        self.returns[lane] += reward  # the reward's own arithmetic: no float() rounding
+        self.lengths[lane] += 1
+        return self.finish(lane) if done else None
+
+    def cut(self, lane: int) -> None:
+        """The lane's env was replaced after a failure: its open episode (if it has steps)
+        ends, truncated, and counts as finished; the next :meth:`start` opens another."""
+        if self.lengths[lane]:
+            self.finish(lane)
+
+    def finish(self, lane: int) -> float:
+        """Close the lane's open episode, count it in the lane's worker's statistics, and
+        return its return. Steps added after it without a :meth:`start` go to the lane's
+        next episode (under ``"same_step"`` autoreset no reset state starts it)."""
+        episode_return, length = self.returns[lane], self.lengths[lane]
+        if self._stats is not None:
+            self._stats[lane]._add(episode_return, length)
+        self.returns[lane], self.lengths[lane] = 0.0, 0
+        return episode_return
+
+
+class EpisodeCounter:
+    """Adds up each worker's rewards and steps from the states it hands out, and closes an
+    episode at the state that ends it. A state that answers a reset (a ``RESET`` sent, the
+    state after a finished episode under ``"next_step"``, a restart) starts a new one.
+    Workers that step several envs together hand out states that are not a
+    :class:`~aioenv.Step`, so a worker is one lane of its ledger."""
+
+    def __init__(self, num_workers: int, autoreset: str) -> None:
+        self.stats = [EpisodeStats() for _ in range(num_workers)]
+        self._ledger = EpisodeLedger(num_workers, self.stats)
+        self._resetting = [True] * num_workers  # the next state answers a reset
+        self._next_step = resets_next(autoreset, True)  # after each episode's end
+        #: A state that is not an aioenv.Step was handed out: episode ends are invisible.
+        self.saw_custom_state = False
+
+    def expect_reset(self, worker_id: int) -> None:
+        """A reset was sent to ``worker_id``: its next state starts an episode."""
+        self._resetting[worker_id] = True
+
+    def record(self, worker_id: int, state: Any) -> None:
+        if type(state) is not Step:
+            self.saw_custom_state = True
+            return
+        # A reset, or a restarted env's reset handed out in place of a step (its marker
+        # is in the info: most steps have none). An episode a failure cut short ends as
+        # a truncated step, counted below like any other.
+        if self._resetting[worker_id] or (state.info and is_restart_reset(state)):
+            self._resetting[worker_id] = False
+            self._ledger.start(worker_id)
+            return
+        # The ledger's add(), inlined: this is every state's path.
+        ledger = self._ledger
+        ledger.returns[worker_id] += state.reward
+        ledger.lengths[worker_id] += 1
+        if state.terminated or state.truncated:
+            ledger.finish(worker_id)
+            self._resetting[worker_id] = self._next_step
 
 
 class Receiver:
@@ -200,41 +324,12 @@ class Receiver:
 
     async def _let_the_others_in(self, deadline: float | None, *, whole_batch: bool) -> None:
         """Before taking states in a pool that mixes in-line workers with others (see
-        ``_in_line``): while the next state (``whole_batch``: any state ready) is an
-        in-line worker's, served after some other worker whose answer is still on its
-        way, wait for answers, at most ``IN_LINE_WAIT`` in all and never past
-        ``deadline``: that worker is served first (it was served longer ago). So among the
-        workers whose answers are in or on their way, an in-line worker is not served
-        twice before each of the others once, unless they take longer than that; the
-        others are never held back. The wait releases the GIL and the CPU, which a thread
-        worker needs to finish its step and a process worker may need to run. With no
-        wait, the event loop still gets a turn after an in-line state, so its ready I/O
-        and timers run."""
-        inbox, in_line = self._inbox, self._in_line
-        assert in_line is not None
-        loop = asyncio.get_running_loop()
-        until: float | None = None
-        while inbox.num_owed > inbox.num_ready():  # answers on their way
-            oldest = inbox.oldest_on_its_way()
-            if oldest is None:
-                break  # only paused workers' answers
-            if whole_batch:
-                held = [i for i in inbox.ready_ids() if in_line[i]]  # type: ignore[index]
-            else:
-                upcoming = inbox.peek_next()
-                held = [upcoming.worker_id] if upcoming is not None else []
-                held = [i for i in held if in_line[i]]  # type: ignore[index]
-            if not any(inbox.last_served(i) > oldest for i in held):
-                break
-            if until is None:
-                until = loop.time() + IN_LINE_WAIT
-                if deadline is not None:
-                    until = min(until, deadline)
-            elif loop.time() >= until:
-                break
-            self._owes_loop_a_turn = False  # the wait is the loop's turn
-            await inbox.wait(until)
-            self._inbox.check_open()
+        ``_in_line``): wait for the others as :meth:`Inbox.let_the_others_in` says. With
+        no wait, the event loop still gets a turn after an in-line state, so its ready
+        I/O and timers run."""
+        assert self._in_line is not None
+        if await self._inbox.let_the_others_in(self._in_line, deadline, whole_batch=whole_batch):
+            self._owes_loop_a_turn = False  # the wait was the loop's turn
         if self._owes_loop_a_turn:
             await self._give_loop_a_turn()
 
@@ -257,7 +352,8 @@ class Receiver:
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
         raises at once (its reply is lost with that loop) rather than hang."""
-        if still_here(self._loop, self._loop_thread):
+        loop = self._loop  # still_here(loop, self._loop_thread), inlined: every wait's path
+        if self._loop_thread == thread_id() and loop is not None and loop.is_running():
             return
         loop = running_loop()
         if loop is None:
@@ -273,7 +369,7 @@ class Receiver:
         """Wait for the next outcome (after ``_check_loop``), until ``deadline``."""
         inbox = self._inbox
         while True:
-            if not inbox.num_owed:
+            if not (inbox.num_owed if inbox.paused else inbox.owed):  # num_owed, short cut
                 self._roster.check_some_left("get_state()")
                 raise NoActionInFlight(
                     "get_state() would wait forever: no unpaused worker has an action in "
@@ -281,7 +377,8 @@ class Receiver:
                     f"{self._roster.removed_note()}"
                 )
             await inbox.wait(deadline)
-            self._inbox.check_open()
+            if inbox.closed:
+                inbox.check_open()
             outcome = inbox.pop_next()
             if outcome is not None:
                 return outcome

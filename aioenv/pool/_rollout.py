@@ -23,7 +23,7 @@ from ..core._messages import ControlRequest
 from ..core._rollouts import PolicyPackage, Rollout, Segment
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
-from ._episodes import EpisodeCounter, EpisodeLedger
+from ._receiving import EpisodeCounter, EpisodeLedger
 from ._roster import Roster
 from ._trajectories import Trajectories, stack
 

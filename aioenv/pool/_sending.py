@@ -11,7 +11,7 @@ from ..core._errors import InvalidAction, StateNotTaken, WorkerError, WorkerPaus
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._actions import explain_invalid_action
-from ._episodes import EpisodeCounter
+from ._receiving import EpisodeCounter
 from ._roster import Roster
 
 __all__ = ["Sender"]

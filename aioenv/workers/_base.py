@@ -288,15 +288,17 @@ class Worker(Membership, Generic[S]):
             return  # a late reply to a request nobody waits for any more
         supervisor = self._supervisor
         failed = isinstance(result, Failure)
-        if supervisor.answered(state=not failed) and self._check_first_reply is not None:
-            mismatch = self._check_first_reply(self)
-            if mismatch is not None:  # a configuration error: no restart would fix it
-                self._fail_request(mismatch, True)
+        reason = None
+        if failed or not supervisor.settled:  # else the answer changes nothing there
+            if supervisor.answered(state=not failed) and self._check_first_reply is not None:
+                mismatch = self._check_first_reply(self)
+                if mismatch is not None:  # a configuration error: no restart would fix it
+                    self._fail_request(mismatch, True)
+                    return
+            if failed:
+                self._on_failure(self._env_error(result), env_gone=False)
                 return
-        if failed:
-            self._on_failure(self._env_error(result), env_gone=False)
-            return
-        reason = supervisor.restart_completed
+            reason = supervisor.restart_completed
         if supervisor.has_deadlines:  # the next request's deadline (see request_phase)
             self._episode_ended = episode_ended(result)
         if reason is not None:

@@ -11,12 +11,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from ..core._errors import pool_closed
 from ..loops._here import not_on_asyncio
 
-__all__ = ["Inbox", "Outcome"]
+__all__ = ["IN_LINE_WAIT", "Inbox", "Outcome"]
+
+#: Seconds a pool that serves fairly waits, at most, for another worker's answer on its
+#: way before it hands out an in-line state again (see ``Inbox.let_the_others_in``).
+IN_LINE_WAIT = 0.001
 
 
 @dataclasses.dataclass(slots=True)
@@ -247,6 +252,45 @@ class Inbox:
         paused = self.paused
         return [worker_id for worker_id in self._ready if worker_id not in paused]
 
+    async def let_the_others_in(
+        self, in_line: Sequence[bool], deadline: float | None, *, whole_batch: bool
+    ) -> bool:
+        """After :meth:`serve_fairly`, before a pool takes states, where ``in_line[i]``
+        says worker ``i`` answers in line (its state is here as soon as its action is
+        sent): while the next state (``whole_batch``: any state ready) is an in-line
+        worker's, served after some other worker whose answer is still on its way, wait
+        for answers, at most ``IN_LINE_WAIT`` in all and never past ``deadline``: that
+        worker is served first (it was served longer ago). So among the workers whose
+        answers are in or on their way, an in-line worker is not served twice before each
+        of the others once, unless they take longer than that; the others are never held
+        back. The wait releases the GIL and the CPU, which a thread worker needs to finish
+        its step and a process worker may need to run. True if it waited."""
+        loop = asyncio.get_running_loop()
+        until: float | None = None
+        waited = False
+        while self.num_owed > self.num_ready():  # answers on their way
+            oldest = self.oldest_on_its_way()
+            if oldest is None:
+                break  # only paused workers' answers
+            if whole_batch:
+                held = [i for i in self.ready_ids() if in_line[i]]  # type: ignore[index]
+            else:
+                upcoming = self.peek_next()
+                held = [upcoming.worker_id] if upcoming is not None else []
+                held = [i for i in held if in_line[i]]  # type: ignore[index]
+            if not any(self.last_served(i) > oldest for i in held):
+                break
+            if until is None:
+                until = loop.time() + IN_LINE_WAIT
+                if deadline is not None:
+                    until = min(until, deadline)
+            elif loop.time() >= until:
+                break
+            waited = True
+            await self.wait(until)
+            self.check_open()
+        return waited
+
     def _record_service(self, worker_id: int | None) -> None:
         if self._served is not None:
             self._served[worker_id] = self._turn
@@ -268,7 +312,9 @@ class Inbox:
             raise not_on_asyncio("waiting for a state (get_state, get_batch, drain)") from None
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
-        timer = None if deadline is None else loop.call_at(deadline, _wake_one, waiter)
+        # At the deadline every waiter wakes (each re-checks): no call per delivery to
+        # wake one.
+        timer = None if deadline is None else loop.call_at(deadline, self._wake)
         try:
             await waiter
         finally:
@@ -281,13 +327,10 @@ class Inbox:
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
-                _wake_one(waiter)
+                if waiter.done():
+                    continue
+                try:  # a try costs nothing here, a suppress() context would
+                    waiter.set_result(None)
+                except RuntimeError:
+                    continue  # its event loop is closed: nobody waits on it any more
 
-
-def _wake_one(waiter: asyncio.Future[None]) -> None:
-    if waiter.done():
-        return
-    try:  # a try costs nothing here, a suppress() context would on every delivery
-        waiter.set_result(None)
-    except RuntimeError:
-        return  # its event loop is closed: nobody waits on it any more
