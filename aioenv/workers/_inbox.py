@@ -333,4 +333,3 @@ class Inbox:
                     waiter.set_result(None)
                 except RuntimeError:
                     continue  # its event loop is closed: nobody waits on it any more
-
