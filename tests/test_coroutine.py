@@ -81,6 +81,32 @@ async def test_seeds_give_the_same_draws_as_sync_workers_of_the_same_env() -> No
     assert len(set(draws["async"])) == 6
 
 
+async def test_a_plain_gymnasium_env_resets_and_steps_as_in_a_sync_worker() -> None:
+    """A coroutine worker steps and resets a plain gymnasium env in line (it blocks the
+    loop anyway): plain, seeded and optioned resets and episodes that end answer as a sync
+    worker's do."""
+    requests: list[Any] = [RESET, 1, 0, aioenv.Reset(seed=5), *[1] * 40]
+    requests += [aioenv.Reset(seed=6, options={"low": -0.01, "high": 0.01}), 0, RESET, 1]
+    seen: dict[str, list[Any]] = {}
+    for mode in ("coroutine", "sync"):
+        async with aioenv.make_pool("CartPole-v1", 1, mode=mode, seed=3) as pool:
+            states = seen[mode] = []
+            for request in requests:
+                if (
+                    states
+                    and states[-1].done
+                    and not isinstance(request, (type(RESET), aioenv.Reset))
+                ):
+                    request = RESET
+                pool.send_action(request, 0)
+                state, _ = await pool.get_state()  # type: ignore[misc]
+                states.append(state)
+    assert any(state.done for state in seen["sync"])  # an episode ended on the way
+    for got, want in zip(seen["coroutine"], seen["sync"], strict=True):
+        assert np.array_equal(got.observation, want.observation)
+        assert (got.reward, got.done, got.info) == (want.reward, want.done, want.info)
+
+
 @pytest.mark.parametrize("autoreset", ["next_step", "same_step", "disabled"])
 async def test_async_gymnasium_env_matches_sync_vector_env(autoreset: str) -> None:
     modes = {

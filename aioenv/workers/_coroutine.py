@@ -9,6 +9,7 @@ import functools
 import warnings
 from typing import Any, TypeVar
 
+from ..core._commands import Command, Reset
 from ..core._docs import documented_with
 from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
@@ -23,6 +24,8 @@ __all__ = ["AsyncEnvWorker"]
 S = TypeVar("S")
 
 _STOP = object()
+#: Resets as requests: ``RESET`` (the one Command sent as a request) and ``Reset(...)``.
+_RESETS = (Command, Reset)
 
 #: Seconds ``aclose`` waits for env tasks to end once cancelled (an env that swallows the
 #: cancellation is left behind, with a warning).
@@ -187,8 +190,12 @@ class _EnvTask:
                         )
                     elif runner.gym is not None and not isinstance(request, NOT_ACTIONS):
                         # A plain gymnasium env (it blocks the loop while it steps anyway):
-                        # its step is answered in line, with no plan or driver.
+                        # its step is answered in line, with no plan or driver,
                         result = runner.step_row(request, True)
+                    elif runner.gym is not None and isinstance(request, _RESETS):
+                        # and its reset by the plain driver (only a rollout's policy may
+                        # need the async one).
+                        result = runner.handle(request)
                     elif (call := runner.step_call(request)) is not None:
                         # The hot path: the env's own step, awaited right here.
                         try:
