@@ -188,6 +188,29 @@ def test_a_success_ends_the_streak_and_names_the_restart_it_completes() -> None:
     assert [timer.when - clock.now for timer in clock.pending()] == [1.0]  # not 2.0
 
 
+def test_settled_holds_only_while_an_answer_would_change_nothing() -> None:
+    """A worker skips answered() while the supervisor is settled: a deadline running, a
+    failure counted, a restart and the state that completes it each unsettle it."""
+    sup, worker, clock = supervisor(restart="on_failure", step_timeout=1.0, restart_backoff=1.0)
+    assert not sup.settled  # starting: the first answer ends the start-up deadline
+    sup.answered(state=True)
+    assert sup.settled
+    worker.awaited = 1
+    sup.arm(clock, 1)
+    assert not sup.settled  # a step deadline runs: the answer must disarm it
+    sup.answered(state=True)
+    assert sup.settled and clock.pending() == []
+    sup.failed(error("x"), env_gone=False, in_flight=1, clock=clock)
+    assert not sup.settled
+    clock.advance(1.0)  # the restart starts a new env
+    assert not sup.settled
+    sup.answered(state=True)
+    # This state completes the restart (the worker names it on it); the next must not.
+    assert sup.restart_completed == "WorkerError: x" and not sup.settled
+    sup.answered(state=True)
+    assert sup.restart_completed is None and sup.settled
+
+
 def test_a_failure_ends_the_deadline_and_the_budget_of_the_request_it_answers() -> None:
     # The restart answers the same request: a timer left armed would time it out again
     # while it waits out its backoff, and end an episode the failure already ended.
