@@ -12,7 +12,7 @@ from envs import BigObservation, RaisesOnTwo, Structured, Walk
 from support import POOL_MODES, modes
 
 import aioenv
-from aioenv.core._environment import BatchStep, Step
+from aioenv.core._environment import PLAIN_STEP, BatchStep, Step
 from aioenv.core._messages import EpisodeOptions, Failure
 from aioenv.env_side._runner import EnvRunner
 from aioenv.wire._frames import FrameDecoder, decode_batch_step, encode_batch_step
@@ -320,6 +320,53 @@ def test_under_next_step_autoreset_an_episodes_end_and_its_reset_are_plain_rows(
     assert plain_ends > 0 and plain_resets > 0
     # A step that is not gymnasium's 5-tuple fails the plain way as it fails a one-env step.
     _rows_against_steps(_FourTuple, "next_step", None)
+
+
+class _Answers(gymnasium.Env[np.ndarray, int]):
+    """Episodes of three steps with numpy rewards and flags and no info at the second step;
+    a reset's info says its seed and options."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (1,), np.float64)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {"seed": seed, "options": options}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        info = None if self.t == 2 else {"t": self.t}
+        observation = np.full(1, self.t + action, np.float64)
+        return observation, np.float32(action), np.bool_(self.t == 3), False, info
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "disabled"])
+def test_a_gymnasium_envs_steps_and_resets_in_line_are_its_plans_answers(autoreset: str) -> None:
+    # handle() answers a built gymnasium env's steps and resets with no plan, driver or
+    # adapter, making each Step without its __init__ (from PLAIN_STEP): the same states
+    # with the same fields (done included) and types, and the same bookkeeping, as the
+    # plans give through gymnasium's adapter and Step().
+    assert PLAIN_STEP == {**vars(Step(None)), "info": None}
+    episode = EpisodeOptions(autoreset=autoreset)
+    in_line, by_plan = EnvRunner(_Answers, 5, episode), EnvRunner(_Answers, 5, episode)
+    in_line.build()
+    by_plan.build()
+    assert in_line.gym is not None
+    by_plan.gym = None  # as a custom Environment's runner: every call through the adapter
+    requests = [aioenv.RESET, 1, 0, 1, 0, aioenv.Reset(seed=3, options={"level": 2})]
+    for request in [*requests, 1, 1, 1, aioenv.RESET, 0]:
+        got, expected = in_line.handle(request), by_plan.handle(request)
+        assert type(got) is Step and vars(got).keys() == vars(expected).keys()
+        for field, want in vars(expected).items():
+            value = getattr(got, field)
+            assert type(value) is type(want)
+            assert np.array_equal(value, want) if field == "observation" else value == want
+        assert (in_line.steps_in_episode, in_line.needs_reset) == (
+            by_plan.steps_in_episode,
+            by_plan.needs_reset,
+        )
+        assert in_line.last is got
 
 
 def _no_simulator() -> Any:

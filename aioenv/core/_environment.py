@@ -24,6 +24,7 @@ import numpy as np
 from ._infos import FlatInfos, split_rows
 
 __all__ = [
+    "PLAIN_STEP",
     "BatchStep",
     "EnvSource",
     "Environment",
@@ -145,6 +146,22 @@ class Step(Generic[O]):
         if self.final_info is None and self.final_observation is None:
             return (Step, fields)
         return (Step, (*fields, self.final_observation, self.final_info))
+
+
+#: A Step's instance dict (``done`` included) where the episode goes on and nothing is
+#: final. The hot paths that make a Step without a call of its ``__init__`` (one Python call
+#: a state) update a new instance's dict with this, then with what differs: its fields are
+#: written here and in ``__init__`` alone.
+PLAIN_STEP: dict[str, Any] = {
+    "observation": None,
+    "reward": 0.0,
+    "terminated": False,
+    "truncated": False,
+    "info": None,
+    "final_observation": None,
+    "final_info": None,
+    "done": False,
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from ..core._agents import AgentLanesEnv
 from ..core._async_environment import AsyncGymnasiumEnvironment
 from ..core._commands import RESET, Command, Reset
-from ..core._environment import Environment, EnvSource, Step
+from ..core._environment import PLAIN_STEP, Environment, EnvSource, Step
 from ..core._gymnasium import (
     GymnasiumEnvironment,
     as_environment,
@@ -30,6 +30,9 @@ __all__ = ["NOT_ACTIONS", "EnvRunner", "answer_control", "with_reset"]
 NOT_ACTIONS = (ControlRequest, Command, Reset, Rollout)
 #: The adapters whose attributes are their wrapped env's.
 _ADAPTERS = (GymnasiumEnvironment, AsyncGymnasiumEnvironment)
+#: Makes a Step without its __init__ (see PLAIN_STEP): a gymnasium env's states are built
+#: here on its hot path, with no call into the adapter or the Step.
+_new_step = object.__new__
 
 
 class EnvRunner:
@@ -55,7 +58,9 @@ class EnvRunner:
         self.policies = PolicyCache() if policies is None else policies
         self._seed = seed
         self._seed_used = False
-        self.episode = episode or EpisodeOptions()
+        self.episode: EpisodeOptions
+        self._resets_after_end: bool
+        self.configure(episode or EpisodeOptions())
         self.env: Environment[Any, Any] | None = None
         self.build_failure: Failure | None = None
         #: The gymnasium env itself when ``env`` is its adapter: its steps take
@@ -70,6 +75,12 @@ class EnvRunner:
         #: What :attr:`last` was before the request that failed last (a failure's only
         #: bookkeeping: envs restarted in line cut short the episode it left open).
         self.previous: Any = None
+
+    def configure(self, episode: EpisodeOptions) -> None:
+        """Apply the episode options from now on."""
+        self.episode = episode
+        # The autoreset rule, asked once: the runner's every episode end reads it.
+        self._resets_after_end = resets_next(episode.autoreset, True)
 
     @property
     def needs_reset(self) -> bool:
@@ -108,8 +119,13 @@ class EnvRunner:
         """Answer ``RESET``, a ``Reset(...)``, a step or a
         :class:`~aioenv.core._rollouts.Rollout`: the state (a Segment), or a Failure. A
         reset or step between rollouts makes the next rollout start from a reset."""
-        if self.gym is not None and not isinstance(action, NOT_ACTIONS):
-            return self.step_row(action, True)
+        if self.gym is not None:  # a gymnasium env's steps and resets, without a plan
+            if not isinstance(action, NOT_ACTIONS):
+                return self.step_row(action, True)
+            if action is RESET:
+                return self._reset_in_line(None, None)
+            if isinstance(action, Reset):
+                return self._reset_in_line(action.seed, action.options)
         return drive(self.handle_plan(action))
 
     def handle_plan(self, action: Any) -> Plan[Any]:
@@ -140,6 +156,15 @@ class EnvRunner:
         self.last = state
         return state
 
+    def _reset_in_line(self, seed: int | None, options: dict[str, Any] | None) -> Any:
+        """:meth:`reset_plan` for a built gymnasium env, as a plain call."""
+        try:
+            state = self._reset(self.env, seed, options)
+        except Exception as exc:
+            return Failure.from_exception(exc, "reset")
+        self.last = state
+        return state
+
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
         """The episode's bookkeeping of a reset, then the env's call: its result."""
         if self.episode.max_episode_steps is not None and not isinstance(env, _ADAPTERS):
@@ -153,6 +178,13 @@ class EnvRunner:
         self._seed_used = True
         self._needs_reset = False
         self._length = 0
+        if self.gym is not None:  # the adapter's reset, with no call into it
+            observation, info = self.gym.reset(seed=seed, options=options)
+            step = _new_step(Step)
+            step.__dict__.update(
+                PLAIN_STEP, observation=observation, info={} if info is None else info
+            )
+            return step
         if options is not None:
             return env.reset(seed=seed, options=options)
         return env.reset(seed=seed)
@@ -205,13 +237,25 @@ class EnvRunner:
         else:
             try:
                 result = gym.step(action)
-                if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
-                    row: Any = (result[0], float(result[1]), False, False, result[4])
+                if type(result) is not tuple or len(result) != 5:
+                    state = gymnasium_step(gym, result)  # its error
+                elif not (result[2] or result[3]):
                     self._length += 1
                     # A rollout goes on from here (see _segment._resume).
-                    self.last = row = Step(*row) if as_step else row
-                    return row
-                state = gymnasium_step(gym, result)
+                    if not as_step:
+                        self.last = row = (result[0], float(result[1]), False, False, result[4])
+                        return row
+                    step = _new_step(Step)
+                    step.__dict__.update(
+                        PLAIN_STEP,
+                        observation=result[0],
+                        reward=float(result[1]),
+                        info={} if result[4] is None else result[4],
+                    )
+                    self.last = step
+                    return step
+                else:
+                    state = _last_step(result)
             except Exception as exc:
                 return self._step_failure(exc)
             assert self.env is not None
@@ -259,14 +303,14 @@ class EnvRunner:
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
             # The rule is asked at an episode's end only: no call on every step.
-            self._needs_reset = done and resets_next(self.episode.autoreset, done)
+            self._needs_reset = done and self._resets_after_end
             return state, False
         ended = state.terminated or state.truncated  # Step.done, without a call per step
         if limit is not None and self._length >= limit and not ended:
             state, ended = dataclasses.replace(state, truncated=True), True
         if not ended:
             return state, False
-        self._needs_reset = resets_next(self.episode.autoreset, ended)
+        self._needs_reset = self._resets_after_end
         return state, self.episode.autoreset == "same_step"
 
     def control(self, request: ControlRequest) -> Any:
@@ -277,7 +321,7 @@ class EnvRunner:
         """:meth:`control`'s plan (a coroutine method's result is awaited by
         :func:`~aioenv.env_side._plan.drive_async`, and handed over as it is by :func:`drive`)."""
         if request.op == "configure":
-            self.episode = request.kwargs["episode"]
+            self.configure(request.kwargs["episode"])
             return None
         if request.op == "policy":
             return self.policies.load(request.kwargs["package"])
@@ -308,6 +352,22 @@ class EnvRunner:
         if self.env is None:
             self.build()
         return self.env
+
+
+def _last_step(result: tuple[Any, Any, Any, Any, Any]) -> Step[Any]:
+    """The Step of a gymnasium step's 5-tuple ``result`` that ended its episode."""
+    observation, reward, terminated, truncated, info = result
+    step: Step[Any] = _new_step(Step)
+    step.__dict__.update(
+        PLAIN_STEP,
+        observation=observation,
+        reward=float(reward),
+        terminated=bool(terminated),
+        truncated=bool(truncated),
+        info={} if info is None else info,
+        done=True,
+    )
+    return step
 
 
 def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
