@@ -347,7 +347,7 @@ def test_a_gymnasium_envs_steps_and_resets_in_line_are_its_plans_answers(autores
     # adapter, making each Step without its __init__ (from PLAIN_STEP): the same states
     # with the same fields (done included) and types, and the same bookkeeping, as the
     # plans give through gymnasium's adapter and Step().
-    assert PLAIN_STEP == {**vars(Step(None)), "info": None}
+    assert {**vars(Step(None)), "info": None} == PLAIN_STEP
     episode = EpisodeOptions(autoreset=autoreset)
     in_line, by_plan = EnvRunner(_Answers, 5, episode), EnvRunner(_Answers, 5, episode)
     in_line.build()
