@@ -118,7 +118,8 @@ class EnvRunner:
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)``, a step or a
         :class:`~aioenv.core._rollouts.Rollout`: the state (a Segment), or a Failure. A
-        reset or step between rollouts makes the next rollout start from a reset."""
+        reset or step between rollouts makes the next rollout start from a reset. A built
+        gymnasium env's steps and resets are answered in line, with no plan."""
         if self.gym is not None:  # a gymnasium env's steps and resets, without a plan
             if not isinstance(action, NOT_ACTIONS):
                 return self.step_row(action, True)
@@ -166,7 +167,8 @@ class EnvRunner:
         return state
 
     def _reset(self, env: Any, seed: int | None, options: dict[str, Any] | None) -> Any:
-        """The episode's bookkeeping of a reset, then the env's call: its result."""
+        """The episode's bookkeeping of a reset, then the env's call: its result (a
+        gymnasium env's, as the Step its adapter would make)."""
         if self.episode.max_episode_steps is not None and not isinstance(env, _ADAPTERS):
             raise TypeError(
                 "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
