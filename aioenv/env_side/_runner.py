@@ -58,8 +58,6 @@ class EnvRunner:
         self.policies = PolicyCache() if policies is None else policies
         self._seed = seed
         self._seed_used = False
-        self.episode: EpisodeOptions
-        self._resets_after_end: bool
         self.configure(episode or EpisodeOptions())
         self.env: Environment[Any, Any] | None = None
         self.build_failure: Failure | None = None
