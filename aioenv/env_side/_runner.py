@@ -238,7 +238,7 @@ class EnvRunner:
             try:
                 result = gym.step(action)
                 if type(result) is not tuple or len(result) != 5:
-                    state = gymnasium_step(gym, result)  # its error
+                    state = gymnasium_step(gym, result)  # a tuple's subclass, or the error
                 elif not (result[2] or result[3]):
                     self._length += 1
                     # A rollout goes on from here (see _segment._resume).
@@ -302,7 +302,7 @@ class EnvRunner:
                     "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
-            # The rule is asked at an episode's end only: no call on every step.
+            # The autoreset rule as configure read it: no call at an episode's end.
             self._needs_reset = done and self._resets_after_end
             return state, False
         ended = state.terminated or state.truncated  # Step.done, without a call per step

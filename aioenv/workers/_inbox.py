@@ -273,11 +273,11 @@ class Inbox:
             if oldest is None:
                 break  # only paused workers' answers
             if whole_batch:
-                held = [i for i in self.ready_ids() if in_line[i]]  # type: ignore[index]
+                held = self.ready_ids()
             else:
                 upcoming = self.peek_next()
-                held = [upcoming.worker_id] if upcoming is not None else []
-                held = [i for i in held if in_line[i]]  # type: ignore[index]
+                held = [] if upcoming is None else [upcoming.worker_id]
+            held = [i for i in held if in_line[i]]  # type: ignore[index]
             if not any(self.last_served(i) > oldest for i in held):
                 break
             if until is None:
