@@ -62,7 +62,7 @@ class Echo(gymnasium.Env[np.ndarray, Any]):
 def lane_of(pool: aioenv.AsyncWorkerPool[Any], worker_id: int = 0) -> Any:
     worker = pool.workers[worker_id]
     assert isinstance(worker, aioenv.ProcessWorker)
-    return worker._host.lane  # type: ignore[union-attr]
+    return worker._host.lanes.get(worker._slot)  # type: ignore[union-attr]
 
 
 async def states_of(pool: aioenv.AsyncWorkerPool[Any], actions: list[Any]) -> list[Any]:
@@ -156,8 +156,13 @@ async def test_an_info_the_parent_cannot_unpickle_is_aioenvs_own_error() -> None
         await pool.get_state()
 
 
-async def test_a_request_made_before_a_step_is_served_before_it() -> None:
-    async with aioenv.make_pool(Echo, 1, mode="process") as pool:
+# In a child of two envs, worker 1's env shares the child with worker 0's.
+shared_or_not = pytest.mark.parametrize("envs", [1, 2], ids=["own_child", "shared_child"])
+
+
+@shared_or_not
+async def test_a_request_made_before_a_step_is_served_before_it(envs: int) -> None:
+    async with aioenv.make_pool(Echo, envs, mode="process", envs_per_process=envs) as pool:
         await states_of(pool, [1])
         assert lane_of(pool) is not None
         flight = pool.workers[0]._flight  # type: ignore[attr-defined]
@@ -171,9 +176,12 @@ async def test_a_request_made_before_a_step_is_served_before_it() -> None:
         assert state.observation.tolist() == [3.0, 0.0, 100.0]
 
 
-async def test_a_request_made_after_a_step_waits_for_it(tmp_path: Path) -> None:
+@shared_or_not
+async def test_a_request_made_after_a_step_waits_for_it(tmp_path: Path, envs: int) -> None:
     gate = str(tmp_path / "gate")
-    async with aioenv.make_pool(lambda: Echo(gate), 1, mode="process") as pool:
+    async with aioenv.make_pool(
+        lambda: Echo(gate), envs, mode="process", envs_per_process=envs
+    ) as pool:
         Path(gate).touch()
         await states_of(pool, [1])
         assert lane_of(pool) is not None
@@ -183,7 +191,7 @@ async def test_a_request_made_after_a_step_waits_for_it(tmp_path: Path) -> None:
         async with anyio.create_task_group() as group:
 
             async def ask() -> None:
-                results.append(await pool.get_attr("t"))
+                results.append(await pool.get_attr("t", worker_ids=[0]))
 
             group.start_soon(ask)
             await anyio.sleep(0.1)  # a call served ahead of the step would be in by now
@@ -194,20 +202,44 @@ async def test_a_request_made_after_a_step_waits_for_it(tmp_path: Path) -> None:
         assert state.observation.tolist() == [2.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize(
-    "options", [{"shared_memory": False}, {"envs_per_process": 2}], ids=["no_shared", "hosted"]
-)
-async def test_no_lane_where_the_child_is_not_one_envs_or_memory_is_refused(
-    options: dict[str, Any],
-) -> None:
-    async with aioenv.make_pool(Echo, 2, mode="process", **options) as pool:
+async def test_no_lane_where_shared_memory_is_refused() -> None:
+    async with aioenv.make_pool(Echo, 2, mode="process", shared_memory=False) as pool:
         states = await states_of(pool, [1, 2])
         assert lane_of(pool) is None and lane_of(pool, 1) is None
     assert [state.observation[0] for state in states] == [1, 2]
 
 
-async def test_a_restarted_child_gets_a_lane_of_its_own() -> None:
-    async with aioenv.make_pool(Echo, 1, mode="process", restart="on_failure") as pool:
+async def test_each_env_of_a_shared_child_steps_through_a_lane_of_its_own() -> None:
+    async with aioenv.make_pool(Echo, 4, mode="process", envs_per_process=2) as pool:
+        workers = pool.workers
+        assert workers[0].pid == workers[1].pid != workers[2].pid == workers[3].pid
+        pool.reset()
+        await pool.get_batch(4)
+        # Each lane is offered once its env has reported its spaces, and in use once the
+        # child has answered the offer.
+        assert await eventually(lambda: all(lane_of(pool, i) is not None for i in range(4)))
+        lanes = [lane_of(pool, worker_id) for worker_id in range(4)]
+        assert len(set(map(id, lanes))) == 4
+        answered: list[int] = []
+        for round_ in range(4):
+            if round_ == 1:
+                answered = [int(lane.buffer.seqs[0]) for lane in lanes]
+            for worker_id in range(4):
+                pool.send_action((worker_id + round_) % 4, worker_id)
+            got = {}
+            for _ in range(4):
+                state, worker_id = await pool.get_state()  # type: ignore[misc]
+                got[worker_id] = state.observation[0]
+            assert got == {worker_id: (worker_id + round_) % 4 for worker_id in range(4)}
+        # Every step was answered in its own env's lane.
+        assert [int(lane.buffer.seqs[0]) for lane in lanes] == [seq + 3 for seq in answered]
+
+
+@shared_or_not
+async def test_a_restarted_child_gets_a_lane_of_its_own(envs: int) -> None:
+    async with aioenv.make_pool(
+        Echo, envs, mode="process", envs_per_process=envs, restart="on_failure"
+    ) as pool:
         await states_of(pool, [1])
         first = lane_of(pool)
         assert first is not None

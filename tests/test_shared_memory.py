@@ -44,11 +44,13 @@ def mapped_in(pid: int) -> int:
     return Path(f"/proc/{pid}/maps").read_text().count(MEMORY_NAME)
 
 
-def open_memory_files() -> int:
+def open_memory_files(name: str = "aioenv") -> int:
+    """How many of aioenv's memory files (those whose name starts with ``name``) this
+    process has open."""
     count = 0
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:aioenv")
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name}")
     return count
 
 
@@ -240,6 +242,7 @@ async def test_restarted_processes_get_fresh_memory() -> None:
     ) as pool:
         await pool.reset_all()
         old = pool.workers[0].pid  # type: ignore[attr-defined]
+        old_host = pool.workers[0]._host  # type: ignore[attr-defined]
         for worker_id in range(2):
             pool.send_action(0, worker_id)
         await pool.get_batch(min_size=2)
@@ -255,7 +258,9 @@ async def test_restarted_processes_get_fresh_memory() -> None:
         new = pool.workers[0].pid  # type: ignore[attr-defined]
         assert new != old and mapped_in(new) >= 1
         # The old process's memory is released at once (no cycle left for the collector).
-        assert open_memory_files() == 2 and mapped_in(os.getpid()) == 2
+        assert open_memory_files("aioenv-observations") == 2 and mapped_in(os.getpid()) == 2
+        # So are the old process's lanes (one per env: their memory and wakes).
+        assert not old_host.lanes and not old_host._offered
         pool.send_action(0, 0)
         step, _ = await pool.get_state()  # type: ignore[misc]
         assert np.array_equal(step.observation, expected_big_observation(1))

@@ -4,9 +4,10 @@ beside its socket, and an answer wake that the parent's event loop watches
 (:mod:`aioenv.engine._wake`). Both halves are here: :class:`Lane`, the parent's, and
 :class:`ChildLane`, the child's, so the one protocol between them is written once.
 
-A child serving one env (a process worker not sharing its process, the default) gets a
-lane once the env has reported spaces of one fixed-layout array each (a Box, MultiBinary,
-MultiDiscrete or Discrete space). What a step needs then travels without the socket, and
+Each env a child serves (one, the default, or several with ``envs_per_process``) gets a
+lane of its own once it has reported spaces of one fixed-layout array each (a Box,
+MultiBinary, MultiDiscrete or Discrete space); the child waits on every lane's request
+wake beside its socket. What a step needs then travels without the socket, and
 nothing but an info is pickled: ``RESET``, or the action as the user gave it (an int, a
 numpy scalar or an array of the space's dtype and shape, read back in the child as that
 same type), and the answer when it is a plain step (an observation array of the space's
@@ -16,13 +17,15 @@ else keeps the socket: resets with arguments, other actions, rollouts, control r
 answers with larger infos or a failure; and each request is still answered once, on one
 of the two.
 
-Order. The child serves its requests in the order the parent made them: a step posted
-through the lane is served after every request already on the socket and before any
-later one. The parent posts a step only when all it wrote to the socket before has been
-taken by the kernel (nothing waits in its writes); the child, once it has taken a post,
-reads everything the socket holds and serves the requests numbered below the step's
-first, then the step, then the rest. (Requests that are not numbered, such as the idle
-spin's setting, are served where they arrive.)
+Order. The child serves each env's requests in the order the parent made them: a step
+posted through the env's lane is served after every request for that env already on the
+socket and before any later one. The parent posts a step only when all it wrote to the
+socket before has been taken by the kernel (nothing queued or waiting in its writes); the
+child, once it has taken its posts, reads everything the socket holds and serves its
+requests in order, each env's posted step just before that env's first request numbered
+above it (requests are numbered per env), the rest after them. (Requests that are not
+numbered, such as the idle spin's setting, are served where they arrive; a slot's closing
+drops a step posted for it, whose worker is gone.)
 """
 
 from __future__ import annotations

@@ -105,8 +105,7 @@ def serve(
     except (BrokenPipeError, ConnectionResetError):
         gone = True
     finally:
-        if child.lane is not None:
-            child.lane.close()
+        child.close()
         slots.close()
         while not descriptors.empty():
             os.close(descriptors.get())
@@ -118,7 +117,7 @@ def serve(
 
 class _Child:
     """The serving loop's state: the socket, the slots, each slot's shared memory, the
-    descriptors the parent sent, how it waits, and the lane of a child of one env
+    descriptors the parent sent, how it waits, and each slot's lane
     (:mod:`aioenv.engine._lane`), once the parent has sent one."""
 
     def __init__(
@@ -131,112 +130,137 @@ class _Child:
     ) -> None:
         self.sock, self.slots, self.shared = sock, slots, shared
         self.descriptors, self.waiting = descriptors, waiting
-        self.lane: ChildLane | None = None
+        self.lanes: dict[int, ChildLane] = {}  # by slot
+        self._slot_of: dict[int, int] = {}  # a lane's request descriptor: its slot
         self._poll = select.poll()
 
-    def receive(self) -> tuple[bytes | None, int]:
+    def receive(self) -> tuple[bytes | None, dict[int, int]]:
         """What has arrived on the socket (blocking; empty once the parent is gone; None:
-        nothing, but a step posted through the lane) and the posted step's number (0:
-        none). With a post, everything the socket holds is read (see the lane's order)."""
-        lane = self.lane
-        if lane is None:
-            return self.waiting.receive(self.sock), 0
+        nothing, but steps posted through lanes) and the steps posted, their numbers by
+        slot. With a post, everything the socket holds is read (see the lane's order)."""
+        if not self.lanes:
+            return self.waiting.receive(self.sock), {}
         waiting = self.waiting
         got = None
         if waiting.seconds > 0 and waiting.clock() >= waiting.spin_after:
-            got = waiting.spin(self._poll_both)
+            got = waiting.spin(self._poll_all)
         while got is None:
-            # poll(2) reports every descriptor ready when it returns: with the request's,
+            # poll(2) reports every descriptor ready when it returns: with a request's,
             # the socket too wherever anything was written to it before the post.
             ready = [fd for fd, _ in self._poll.poll()]
-            got = self._take(self.sock.fileno() in ready, lane.request_fd in ready)
-        data, posted = got
-        if posted and data:
+            posted = [self._slot_of[fd] for fd in ready if fd in self._slot_of]
+            got = self._take(self.sock.fileno() in ready, posted)
+        data, posts = got
+        if posts and data:
             data = drain(self.sock, data)
-        return data, posted
+        return data, posts
 
-    def _take(self, from_socket: bool, posted: bool) -> tuple[bytes | None, int] | None:
-        """What the socket holds (where ``from_socket``) and the posted step's number
-        (where ``posted``); None where neither had anything."""
-        assert self.lane is not None
-        step = self.lane.posted() if posted else 0
+    def _take(
+        self, from_socket: bool, posted: list[int]
+    ) -> tuple[bytes | None, dict[int, int]] | None:
+        """What the socket holds (where ``from_socket``) and the steps posted in the lanes
+        of slots ``posted``, taken first; None where none of them had anything."""
+        posts: dict[int, int] = {}
+        for slot in posted:
+            seq = self.lanes[slot].posted()
+            if seq:
+                posts[slot] = seq
         data = None
         if from_socket:
             with contextlib.suppress(BlockingIOError):
                 data = self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
-        return None if data is None and not step else (data, step)
+        return None if data is None and not posts else (data, posts)
 
-    def _poll_both(self) -> tuple[bytes | None, int]:
-        """:meth:`_take` of both, for a spin: BlockingIOError where neither had anything."""
-        got = self._take(True, True)
+    def _poll_all(self) -> tuple[bytes | None, dict[int, int]]:
+        """:meth:`_take` of all, for a spin: BlockingIOError where none had anything."""
+        got = self._take(True, list(self.lanes))
         if got is None:
             raise BlockingIOError
         return got
 
-    def served(self, frames: list[Frame], posted: int) -> bool:
-        """Serve a batch of request frames (``(kind, seq, slot, frame)``), and the step
-        ``posted`` through the lane (0: none) in its place among them, answering each as
-        it is served; False once one is CLOSE (the rest are not served)."""
-        if posted:
-            later = next((i for i, frame in enumerate(frames) if frame[1] > posted), len(frames))
-            if not self._served(frames[:later]):
-                return False
-            assert self.lane is not None
-            self._answer(posted, 0, self.slots.serve(0, STEP, self.lane.action()), True)
-            frames = frames[later:]
-        return self._served(frames)
-
-    def _served(self, frames: list[Frame]) -> bool:
-        slots, shared = self.slots, self.shared
+    def served(self, frames: list[Frame], posts: dict[int, int]) -> bool:
+        """Serve a batch of request frames (``(kind, seq, slot, frame)``), and the steps
+        ``posts`` (numbers by slot) through the lanes, each just before its slot's first
+        later request, answering each as it is served; False once one is CLOSE (the rest
+        are not served)."""
         for kind, seq, slot, frame in frames:
+            if seq > posts.get(slot, seq):
+                self._serve_post(slot, posts.pop(slot))
             if kind == Request.CLOSE:
                 return False
-            if kind == Request.SHARE:
-                mapped = shared[slot] = _map_shared(frame, self.descriptors)
-                slots.share(slot, None if mapped is None else mapped.views)
-            elif kind == Request.LANE:
-                self._open_lane(frame)
-            elif kind == Request.CLOSE_SLOT:
-                slots.serve(slot, Request.CLOSE_SLOT, None)
-                shared[slot] = None
-                slots.share(slot, None)
-            elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
-                self.waiting.seconds = decode_spin(frame)
-            elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
-                self.sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
-            else:
-                # Each answer goes at once, not with the batch: the parent works on it while
-                # this child steps the next env, and neither side idles long enough for its
-                # core to sleep (waking a sleeping core costs far more than a write; see
-                # benchmarks/wake_latency.py).
-                self._answer(seq, slot, _result(slots, kind, slot, frame), kind != CONTROL)
+            self._serve(kind, seq, slot, frame)
+            if kind == Request.CLOSE_SLOT:
+                posts.pop(slot, None)  # (its worker is gone: no one awaits it)
+        for slot, seq in posts.items():
+            self._serve_post(slot, seq)
         return True
 
+    def _serve_post(self, slot: int, seq: int) -> None:
+        self._answer(seq, slot, self.slots.serve(slot, STEP, self.lanes[slot].action()), True)
+
+    def _serve(self, kind: int, seq: int, slot: int, frame: Any) -> None:
+        slots, shared = self.slots, self.shared
+        if kind == Request.SHARE:
+            mapped = shared[slot] = _map_shared(frame, self.descriptors)
+            slots.share(slot, None if mapped is None else mapped.views)
+        elif kind == Request.LANE:
+            self._open_lane(frame, slot)
+        elif kind == Request.CLOSE_SLOT:
+            slots.serve(slot, Request.CLOSE_SLOT, None)
+            shared[slot] = None
+            slots.share(slot, None)
+            self._close_lane(slot)
+        elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
+            self.waiting.seconds = decode_spin(frame)
+        elif kind == Request.REBUILD:  # reported as a build is: the new env's spaces
+            self.sock.sendall(_ready(slot, slots, Request.REBUILD, loads(frame)))
+        else:
+            # Each answer goes at once, not with the batch: the parent works on it while
+            # this child steps the next env, and neither side idles long enough for its
+            # core to sleep (waking a sleeping core costs far more than a write; see
+            # benchmarks/wake_latency.py).
+            self._answer(seq, slot, _result(slots, kind, slot, frame), kind != CONTROL)
+
     def _answer(self, seq: int, slot: int, result: Any, state: bool) -> None:
-        """Send the answer to request ``seq``: through the lane where it is a state the
-        lane carries, else on the socket."""
-        lane = self.lane
+        """Send the answer to request ``seq``: through the slot's lane where it is a state
+        the lane carries, else on the socket."""
+        lane = self.lanes.get(slot)
         if state and lane is not None and lane.answered(seq, result):
             return
         self.sock.sendall(_encode_reply(seq, result, slot, self.shared[slot] if state else None))
 
-    def _open_lane(self, frame: Any) -> None:
-        """Map the lane the parent sent (its descriptors came just before the frame) and
-        say whether it is in use; if not, every step keeps the socket."""
+    def _open_lane(self, frame: Any, slot: int) -> None:
+        """Map the lane the parent sent for ``slot`` (its descriptors came just before the
+        frame) and say whether it is in use; if not, the slot's steps keep the socket."""
         fds: list[int] = []
         try:
             offer = loads(frame)
             for _ in range(1 + offer[2] + offer[3]):
                 fds.append(self.descriptors.get(timeout=_DESCRIPTOR_WAIT))
-            self.lane = ChildLane(offer, fds)
+            lane = ChildLane(offer, fds)
         except Exception:
             for fd in fds:
                 os.close(fd)
-            self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", 0))
+            self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", slot))
             return
-        self._poll.register(self.sock, select.POLLIN)
-        self._poll.register(self.lane.request_fd, select.POLLIN)
-        self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"\x01", 0))
+        if not self.lanes:
+            self._poll.register(self.sock, select.POLLIN)
+        self._close_lane(slot)  # (a lane offered again replaces the slot's last)
+        self.lanes[slot] = lane
+        self._slot_of[lane.request_fd] = slot
+        self._poll.register(lane.request_fd, select.POLLIN)
+        self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"\x01", slot))
+
+    def _close_lane(self, slot: int) -> None:
+        lane = self.lanes.pop(slot, None)
+        if lane is not None:
+            del self._slot_of[lane.request_fd]
+            self._poll.unregister(lane.request_fd)
+            lane.close()
+
+    def close(self) -> None:
+        for slot in list(self.lanes):
+            self._close_lane(slot)
 
 
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:

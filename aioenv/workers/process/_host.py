@@ -160,7 +160,8 @@ class Host(HostSocket, Replaceable["Host"]):
         self._receive_buffer = bytearray(RECEIVE_SIZE)
         self._decoder = FrameDecoder()
         self.writes = SocketWrites(self._socket)
-        self._queued: list[bytes] = []
+        self.queued: list[bytes] = []
+        self.lanes, self._offered = {}, {}
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -279,10 +280,11 @@ class Host(HostSocket, Replaceable["Host"]):
         """The env in ``slot`` is done: close it; the last one closes the process, which is
         forced out if it does not exit within ``cleanup_time`` seconds."""
         self._open_slots.discard(slot)
+        self._close_lanes(slot)
         if self._open_slots:
             self.send(encode(Request.CLOSE_SLOT, 0, b"", slot))
             return
-        if self._queued:
+        if self.queued:
             self._flush()
         if self.alive:
             self.writes.write(encode(Request.CLOSE, 0), self._loop)
@@ -383,7 +385,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self._force_timer is not None:
             self._force_timer.cancel()
         self.writes.drop()
-        self._queued.clear()
+        self.queued.clear()
         self._socket.close()
         self._alive.close()
         with contextlib.suppress(ValueError):  # a start that failed half-way

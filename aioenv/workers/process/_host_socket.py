@@ -30,7 +30,8 @@ class HostSocket(abc.ABC):
     _socket: socket.socket
     _alive: socket.socket
     _loop: asyncio.AbstractEventLoop | None
-    _queued: list[bytes]
+    #: Frames sent in this loop iteration, written together at its end (several envs).
+    queued: list[bytes]
     writes: SocketWrites
     _reading: bool
     _receive_buffer: bytearray
@@ -38,10 +39,10 @@ class HostSocket(abc.ABC):
     _deliver: list[Any]
     exitcode: int | None
     killed_for: tuple[int, str] | None
-    #: The lane its one env's steps take (:mod:`aioenv.engine._lane`), once the child has
-    #: mapped it; the one offered and not answered yet.
-    lane: Lane | None = None
-    _offered: Lane | None = None
+    #: The lane each slot's steps take (:mod:`aioenv.engine._lane`), once the child has
+    #: mapped it; those offered and not answered yet.
+    lanes: dict[int, Lane]
+    _offered: dict[int, Lane]
 
     @property
     @abc.abstractmethod
@@ -57,9 +58,9 @@ class HostSocket(abc.ABC):
         if self.size == 1 or self._loop is None:
             self.writes.write(frame, self._loop)
             return
-        if not self._queued:
+        if not self.queued:
             self._loop.call_soon(self._flush)
-        self._queued.append(frame)
+        self.queued.append(frame)
 
     def share(self, layout: Layout, slot: int) -> SharedObservations | None:
         """Map memory laid out by ``layout`` for the observations of ``slot`` and pass it
@@ -79,16 +80,15 @@ class HostSocket(abc.ABC):
         finally:
             os.close(fd)  # the child has its own descriptor now
 
-    # The lane ---------------------------------------------------------------------------
-    @property
-    def has_lane(self) -> bool:
-        """A lane is in use, or offered."""
-        return self.lane is not None or self._offered is not None
+    # The lanes --------------------------------------------------------------------------
+    def has_lane(self, slot: int) -> bool:
+        """A lane is in use for ``slot``, or offered."""
+        return slot in self.lanes or slot in self._offered
 
-    def offer_lane(self, lane: Lane) -> None:
-        """Send ``lane`` to the child (its descriptors, then its offer); the child's
-        answer comes as a LANE_ANSWER frame (:meth:`lane_answered`)."""
-        if self.has_lane or not self.alive:
+    def offer_lane(self, lane: Lane, slot: int) -> None:
+        """Send ``lane`` for ``slot`` to the child (its descriptors, then its offer); the
+        child's answer comes as a LANE_ANSWER frame (:meth:`lane_answered`)."""
+        if self.has_lane(slot) or not self.alive:
             lane.close()
             return
         try:
@@ -97,33 +97,35 @@ class HostSocket(abc.ABC):
         except OSError:
             lane.close()
             return
-        self._offered = lane
-        self.send(encode(Request.LANE, 0, dumps(lane.offer())))
+        self._offered[slot] = lane
+        self.send(encode(Request.LANE, 0, dumps(lane.offer()), slot))
 
-    def lane_answered(self, in_use: bool, on_answer: Callable[[Lane], None]) -> None:
-        """The child's answer to the lane offered: in use (``on_answer(lane)`` is called
-        from the loop whenever the lane's answer wake may have a post, until the lane is
-        closed: when the child is killed or has exited), or closed."""
-        lane, self._offered = self._offered, None
+    def lane_answered(self, slot: int, in_use: bool, on_answer: Callable[[Lane], None]) -> None:
+        """The child's answer to the lane offered for ``slot``: in use (``on_answer(lane)``
+        is called from the loop whenever the lane's answer wake may have a post, until the
+        lane is closed: when the slot is released, or the child is killed or has exited),
+        or closed."""
+        lane = self._offered.pop(slot, None)
         if lane is None or not in_use or self._loop is None or not self.alive:
             if lane is not None:
                 lane.close()
             return
-        self.lane = lane
+        self.lanes[slot] = lane
         self._loop.add_reader(lane.answer_fd, on_answer, lane)
 
-    def _close_lanes(self) -> None:
-        lane, self.lane = self.lane, None
-        if lane is not None:
-            if self._loop is not None and not self._loop.is_closed():
+    def _close_lanes(self, *slots: int) -> None:
+        """Close the lanes of ``slots`` (all: every slot's), in use or offered."""
+        for slot in slots or [*self.lanes, *self._offered]:
+            lane = self.lanes.pop(slot, None)
+            if lane is not None and self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(lane.answer_fd)
-            lane.close()
-        if self._offered is not None:
-            self._offered.close()
-            self._offered = None
+            offered = self._offered.pop(slot, None)
+            for each in (lane, offered):
+                if each is not None:
+                    each.close()
 
     def _flush(self) -> None:
-        frames, self._queued = self._queued, []
+        frames, self.queued = self.queued, []
         if self.alive:
             self.writes.write(b"".join(frames), self._loop)
 

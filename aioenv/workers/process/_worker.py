@@ -8,12 +8,12 @@ child; the child's loop (:mod:`aioenv.workers.process._child`) steps the env and
 the host reads it and calls back :meth:`ProcessWorker._on_host_message`, which decodes it
 and delivers it through :meth:`~aioenv.workers.Worker._on_reply`.
 
-Messages for one host sent in the same loop iteration travel in one write: cheap envs pay
-one wake-up per batch of actions. The child answers each request as soon as it is done, so
-the parent works on one state while the child steps the next env.
+Messages for one host's socket sent in the same loop iteration travel in one write. The
+child answers each request as soon as it is done, so the parent works on one state while
+the child steps the next env.
 
-A child of one env steps it through the engine's *lane* once the env has reported spaces
-of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two kernel
+Each env of a child steps through its own *lane* of the engine once it has reported
+spaces of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two kernel
 wakes, the answer's watched by the event loop), with no socket on the way.
 Large observations that take the socket skip it too: the parent maps a memory file laid
 out for the observation space and passes it to the child, which writes each observation in
@@ -235,14 +235,14 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     # What the steps travel in ------------------------------------------------------------
     def _carriers(self, lane: bool = True) -> None:
-        """Set up what the current host's steps travel in besides the socket: a lane where
-        the child serves this env alone (:mod:`aioenv.engine._lane`), and shared memory for
-        the observations that take the socket, where their layout asks for it."""
-        host = self._current_host()
-        if lane and host.size == 1 and self._shared_memory is not False and not host.has_lane:
+        """Set up what the current host's steps travel in besides the socket: this env's
+        lane (:mod:`aioenv.engine._lane`), and shared memory for the observations that take
+        the socket, where their layout asks for it."""
+        host, slot = self._current_host(), self._slot
+        if lane and self._shared_memory is not False and not host.has_lane(slot):
             views = self._layout is not None  # as shared memory's: large ones, or as asked
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
-                host.offer_lane(Lane(self.observation_space, self.action_space, views))
+                host.offer_lane(Lane(self.observation_space, self.action_space, views), slot)
         if self._layout is not None and self._shared is None:
             self._shared = host.share(self._layout, self._slot)
 
@@ -263,10 +263,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _submit(self, seq: int, action: Any) -> None:
         host = self._host
         assert host is not None, "a process worker always has a host once built"
-        lane = host.lane
+        lane = host.lanes.get(self._slot)
         # A step takes the lane only once all sent before it is in the socket (see the
-        # lane's order; a host of one env writes at once, queueing nothing).
-        if lane is not None and not host.writes.waiting and lane.put(seq, action):
+        # lane's order): nothing queued for this loop iteration's write, or waiting in it.
+        if lane is not None and not (host.writes.waiting or host.queued) and lane.put(seq, action):
             return
         if action is RESET:
             frame = encode(Request.RESET, seq, b"", self._slot)
@@ -314,7 +314,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._on_ready(payload)
             return
         if kind == LANE_ANSWER:
-            host.lane_answered(payload == b"\x01", functools.partial(self._on_lane_answer, host))
+            in_use = payload == b"\x01"
+            host.lane_answered(self._slot, in_use, functools.partial(self._on_lane_answer, host))
             return
         flight = self._flight
         if not seq or (seq != flight.awaited and seq not in flight.controls):
