@@ -251,3 +251,53 @@ async def test_a_restarted_child_gets_a_lane_of_its_own(envs: int) -> None:
         states = await states_of(pool, [3, 1])
         assert [state.observation[0] for state in states] == [3, 1]
         assert lane_of(pool) is not None and lane_of(pool) is not first
+
+
+async def batches_of(pool: aioenv.AsyncWorkerPool[Any], rounds: int) -> list[Any]:
+    """Worker 0's BatchSteps: its reset's, then one per round of actions (each env's
+    action its row number plus the round, so each row's observation tells them apart)."""
+    pool.send_action(RESET, 0)
+    batches = [(await pool.get_state(worker_id=0))[0]]  # type: ignore[misc]
+    for round_ in range(rounds):
+        pool.send_action(np.array([round_ % 4, (round_ + 1) % 4]), 0)
+        batches.append((await pool.get_state(worker_id=0))[0])  # type: ignore[misc]
+    return batches
+
+
+@pytest.mark.parametrize("autoreset", ["next_step", "same_step"])
+@pytest.mark.parametrize("big", [False, True], ids=["in_the_lane", "on_the_socket"])
+async def test_a_worker_of_several_envs_gets_its_batches_through_the_lane(
+    autoreset: str, big: bool
+) -> None:
+    """A BatchStep's observations come back in the lane's row, its rewards, flags and
+    infos in the info slot; infos too large for it take the socket. Either way the batch
+    is the one a sync worker of the same envs hands out: the same rows, infos in both
+    forms and final observations."""
+    options: dict[str, Any] = {"envs_per_worker": 2, "autoreset": autoreset}
+    make = lambda: Echo(info_every=2, big=big)  # noqa: E731
+    async with aioenv.make_pool(make, 1, mode="process", **options) as pool:
+        got = await batches_of(pool, 14)
+        lane = lane_of(pool)
+        assert lane is not None
+        # The last batch (each env at an even step of its episode: an info on each row)
+        # was answered in the lane, its observations in the row, unless its infos were too
+        # large for the slot.
+        assert np.array_equal(lane._observation, got[-1].observations) is not big
+    async with aioenv.make_pool(make, 1, mode="sync", **options) as pool:
+        expected = await batches_of(pool, 14)
+    assert set(expected[-1].infos) == {0, 1}
+    for batch, want in zip(got, expected, strict=True):
+        assert isinstance(batch, aioenv.BatchStep)
+        assert np.array_equal(batch.observations, want.observations)
+        assert batch.observations.dtype == want.observations.dtype
+        for field in ("rewards", "terminated", "truncated"):
+            mine, theirs = getattr(batch, field), getattr(want, field)
+            assert np.array_equal(mine, theirs) and mine.dtype == theirs.dtype
+        assert batch.infos == want.infos
+        assert batch.final_infos == want.final_infos
+        assert batch.final_observations.keys() == want.final_observations.keys()
+        for row, final in want.final_observations.items():
+            assert np.array_equal(batch.final_observations[row], final)
+    assert any(batch.infos for batch in got) and any(batch.terminated.any() for batch in got)
+    if autoreset == "same_step":
+        assert any(batch.final_observations for batch in got)

@@ -12,8 +12,11 @@ nothing but an info is pickled: ``RESET``, or the action as the user gave it (an
 numpy scalar or an array of the space's dtype and shape, read back in the child as that
 same type), and the answer when it is a plain step (an observation array of the space's
 dtype and shape, no final observation, an info whose pickle fits the row's
-:data:`INFO_BYTES`: most envs' few scalars do, and an empty one is no bytes). Everything
-else keeps the socket: resets with arguments, other actions, rollouts, control requests,
+:data:`INFO_BYTES`: most envs' few scalars do, and an empty one is no bytes). A worker of
+several envs (``envs_per_worker``) has a lane too, for its batches: the batch of actions
+as an array of the batched space, and a BatchStep back whose infos (final observations
+included) fit the slot as a BATCH_STATE message's tail carries them. Everything else
+keeps the socket: resets with arguments, other actions, rollouts, control requests,
 answers with larger infos or a failure; and each request is still answered once, on one
 of the two.
 
@@ -38,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from ..core._commands import RESET
-from ..core._environment import PLAIN_STEP, Step
+from ..core._environment import PLAIN_STEP, BatchStep, Step
 from ..wire._frames import RECEIVE_SIZE
-from ..wire._pickles import dumps, loads
+from ..wire._pickles import decode_infos, dumps, encode_infos, loads
 from ._buffer import NoLayout, StepBuffer
 from ._wake import Wake
 
@@ -51,10 +54,15 @@ __all__ = ["INFO_BYTES", "ChildLane", "Lane", "drain"]
 _INT, _SCALAR, _ARRAY, _RESET = 1, 2, 3, 4
 
 
-#: Bytes of a lane's info slot: its length (4 bytes), then the pickled info.
+#: Bytes of a lane's info slot: its length (4 bytes), then the pickled info. A lane of a
+#: worker of several envs has its rewards and flags first (see _Half).
 INFO_BYTES = 1024
 _LENGTH = struct.Struct("<I")
 _new_step = object.__new__  # see Lane.answered
+
+
+def _info_bytes(envs: int) -> int:
+    return INFO_BYTES if envs == 1 else INFO_BYTES + 10 * envs
 
 
 def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -71,15 +79,27 @@ def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any
 
 class _Half:
     """What each half holds: the one-row ``buffer``, views of its action, observation and
-    info, and the request and answer wakes (set by each half: new, or the parent's)."""
+    info, and the request and answer wakes (set by each half: new, or the parent's).
+
+    ``envs``: the envs its worker steps. One: the answer is a Step. More
+    (``envs_per_worker``): the row holds the batch of actions and of observations, and
+    the answer is a BatchStep, whose rewards, terminated and truncated flags lead the
+    info slot, then its infos' length, their flag and their bytes, as a BATCH_STATE
+    message's tail carries them (:func:`~aioenv.wire._pickles.encode_infos`)."""
 
     request: Wake
     answer: Wake
 
-    def __init__(self, buffer: StepBuffer) -> None:
-        self.buffer = buffer
+    def __init__(self, buffer: StepBuffer, envs: int) -> None:
+        self.buffer, self.envs = buffer, envs
         self._action, self._observation = _rows(buffer)
-        self._info = memoryview(buffer.infos[0])  # (uint8: a view of bytes)
+        info = buffer.infos[0]
+        if envs > 1:
+            self._rewards = np.ndarray((envs,), np.float64, info, 0)
+            self._terminated = np.ndarray((envs,), np.bool_, info, 8 * envs)
+            self._truncated = np.ndarray((envs,), np.bool_, info, 9 * envs)
+            info = info[10 * envs :]
+        self._info = memoryview(info)  # (uint8: a view of bytes)
 
     def close(self) -> None:
         """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
@@ -87,6 +107,8 @@ class _Half:
         self.answer.close()
         self._info.release()
         del self._action, self._observation, self._info
+        if self.envs > 1:
+            del self._rewards, self._terminated, self._truncated
         self.buffer.close()
 
 
@@ -96,10 +118,10 @@ class Lane(_Half):
     docstring). ``views``: the states read from it view its observation row (valid until
     the next request) rather than own a copy."""
 
-    def __init__(self, observation_space: Any, action_space: Any, views: bool) -> None:
-        buffer = StepBuffer(observation_space, action_space, 1, None, INFO_BYTES)
+    def __init__(self, observation_space: Any, action_space: Any, views: bool, envs: int) -> None:
+        buffer = StepBuffer(observation_space, action_space, 1, None, _info_bytes(envs))
         try:
-            super().__init__(buffer)
+            super().__init__(buffer, envs)
         except NoLayout:
             buffer.close()
             raise
@@ -110,11 +132,11 @@ class Lane(_Half):
         """What the child needs of this lane, in the order :class:`ChildLane` takes them."""
         return [self.buffer.fd, *self.request.descriptors(), *self.answer.descriptors()]
 
-    def offer(self) -> tuple[Any, Any, int, int]:
-        """What the child needs besides the descriptors: the buffer's layouts, and how
-        many descriptors each wake has."""
+    def offer(self) -> tuple[Any, Any, int, int, int]:
+        """What the child needs besides the descriptors: the buffer's layouts, the envs of
+        the worker, and how many descriptors each wake has."""
         request, answer = self.request.descriptors(), self.answer.descriptors()
-        return (*self.buffer.layouts, len(request), len(answer))
+        return (*self.buffer.layouts, self.envs, len(request), len(answer))
 
     @property
     def answer_fd(self) -> int:
@@ -153,7 +175,7 @@ class Lane(_Half):
         self.request.post()
         return True
 
-    def answered(self) -> tuple[int, Step[Any] | Exception] | None:
+    def answered(self) -> tuple[int, Step[Any] | BatchStep[Any] | Exception] | None:
         """The child's answer, its post taken: the number of the request it answers, and
         the step it left in the row (see ``views``), or why its info could not be
         unpickled here; None where there is none (the descriptor was readable for another
@@ -166,6 +188,8 @@ class Lane(_Half):
         seq = int(buffer.seqs[0])
         info = None
         (length,) = _LENGTH.unpack_from(self._info)
+        if self.envs > 1:
+            return seq, self._batch(length)
         if length:
             try:
                 info = loads(self._info[_LENGTH.size : _LENGTH.size + length])
@@ -186,14 +210,30 @@ class Lane(_Half):
         )
         return seq, step
 
+    def _batch(self, length: int) -> BatchStep[Any] | Exception:
+        parts = (
+            self._observation if self.views else self._observation.copy(),
+            self._rewards.copy(),
+            self._terminated.copy(),
+            self._truncated.copy(),
+        )
+        if not length:
+            return BatchStep(*parts)
+        tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]
+        try:
+            return decode_infos(self._info[_LENGTH.size], tail, *parts)
+        except Exception as exc:
+            return exc
+
 
 class ChildLane(_Half):
     """The child's half, over what the parent's :class:`Lane` sent (whose descriptors the
     caller closes if this fails)."""
 
-    def __init__(self, offer: tuple[Any, Any, int, int], descriptors: Sequence[int]) -> None:
-        observation_space, action_space, requests, answers = offer
-        super().__init__(StepBuffer(observation_space, action_space, 1, descriptors[0], INFO_BYTES))
+    def __init__(self, offer: tuple[Any, Any, int, int, int], descriptors: Sequence[int]) -> None:
+        observation_space, action_space, envs, requests, answers = offer
+        buffer = StepBuffer(observation_space, action_space, 1, descriptors[0], _info_bytes(envs))
+        super().__init__(buffer, envs)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
 
@@ -221,6 +261,8 @@ class ChildLane(_Half):
     def answered(self, seq: int, result: Any) -> bool:
         """Answer request ``seq`` with ``result`` through the lane, if it is a plain step
         that fits the row (see the module's docstring); False: it goes on the socket."""
+        if self.envs > 1:
+            return self._answered_batch(seq, result)
         if type(result) is not Step or result.final_observation is not None:
             return False
         observation, into = result.observation, self._observation
@@ -248,6 +290,36 @@ class ChildLane(_Half):
         buffer.terminated[0] = result.terminated
         buffer.truncated[0] = result.truncated
         buffer.seqs[0] = seq
+        self.answer.post()
+        return True
+
+    def _answered_batch(self, seq: int, result: Any) -> bool:
+        """:meth:`answered` for a BatchStep: its observations in the row, the rest in the
+        info slot; its infos there as :func:`~aioenv.wire._pickles.encode_infos` gives
+        them, where they fit."""
+        if type(result) is not BatchStep:
+            return False
+        observations, into = result.observations, self._observation
+        if (
+            type(observations) is not np.ndarray
+            or observations.dtype != into.dtype
+            or observations.shape != into.shape
+        ):
+            return False
+        try:
+            flag, data = encode_infos(result) or (0, b"")
+        except Exception:
+            return False  # the socket's path pickles it by value, or says what failed
+        if _LENGTH.size + 1 + len(data) > len(self._info):
+            return False
+        _LENGTH.pack_into(self._info, 0, len(data))
+        self._info[_LENGTH.size] = flag
+        self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + len(data)] = data
+        np.copyto(into, observations)
+        self._rewards[:] = result.rewards
+        self._terminated[:] = result.terminated
+        self._truncated[:] = result.truncated
+        self.buffer.seqs[0] = seq
         self.answer.post()
         return True
 

@@ -235,7 +235,7 @@ class _Child:
         fds: list[int] = []
         try:
             offer = loads(frame)
-            for _ in range(1 + offer[2] + offer[3]):
+            for _ in range(1 + offer[3] + offer[4]):
                 fds.append(self.descriptors.get(timeout=_DESCRIPTOR_WAIT))
             lane = ChildLane(offer, fds)
         except Exception:

@@ -242,7 +242,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
         if lane and self._shared_memory is not False and not host.has_lane(slot):
             views = self._layout is not None  # as shared memory's: large ones, or as asked
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
-                host.offer_lane(Lane(self.observation_space, self.action_space, views), slot)
+                spaces = self.observation_space, self.action_space
+                host.offer_lane(Lane(*spaces, views, self.num_envs), slot)
         if self._layout is not None and self._shared is None:
             self._shared = host.share(self._layout, self._slot)
 
