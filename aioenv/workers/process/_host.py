@@ -157,10 +157,8 @@ class Host(HostSocket, Replaceable["Host"]):
         self._open_slots = set(range(self.size)) if build else set()
         self._deliver = list(deliver)
         self._socket.setblocking(False)  # self._alive: held open, never written
-        self._receive_buffer = bytearray(RECEIVE_SIZE)
-        self._decoder = FrameDecoder()
-        self.writes = SocketWrites(self._socket)
-        self.queued: list[bytes] = []
+        self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
+        self.writes, self.queued = SocketWrites(self._socket), []
         self.lanes, self._offered = {}, {}
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
