@@ -143,10 +143,11 @@ class Lane(_Half):
         """The descriptor that becomes readable when the child has answered."""
         return self.answer.descriptors()[0]
 
-    def put(self, seq: int, action: Any) -> bool:
-        """Post step ``seq`` with ``action`` (or ``RESET``) to the child; False (nothing
-        posted) where the action is not an int, numpy scalar or array that fits the row as
-        it is."""
+    def put(self, seq: int, action: Any, post: bool = True) -> bool:
+        """Write step ``seq`` with ``action`` (or ``RESET``) into the row and post it to the
+        child (``post``; else the caller posts it later, :meth:`post`); False (nothing
+        written) where the action is not an int, numpy scalar or array that fits the row
+        as it is."""
         into = self._action
         kind = type(action)
         if action is RESET:
@@ -172,8 +173,13 @@ class Lane(_Half):
         buffer = self.buffer
         buffer.notes[0] = how
         buffer.seqs[0] = seq
-        self.request.post()
+        if post:
+            self.request.post()
         return True
+
+    def post(self) -> None:
+        """Post the step :meth:`put` wrote without posting it."""
+        self.request.post()
 
     def answered(self) -> tuple[int, Step[Any] | BatchStep[Any] | Exception] | None:
         """The child's answer, its post taken: the number of the request it answers, and

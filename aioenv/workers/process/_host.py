@@ -159,7 +159,7 @@ class Host(HostSocket, Replaceable["Host"]):
         self._socket.setblocking(False)  # self._alive: held open, never written
         self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
         self.writes, self.queued = SocketWrites(self._socket), []
-        self.lanes, self._offered = {}, {}
+        self.lanes, self._offered, self._posts = {}, {}, []
         self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -282,7 +282,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self._open_slots:
             self.send(encode(Request.CLOSE_SLOT, 0, b"", slot))
             return
-        if self.queued:
+        if self.queued or self._posts:
             self._flush()
         if self.alive:
             self.writes.write(encode(Request.CLOSE, 0), self._loop)
@@ -384,6 +384,7 @@ class Host(HostSocket, Replaceable["Host"]):
             self._force_timer.cancel()
         self.writes.drop()
         self.queued.clear()
+        self._posts.clear()
         self._socket.close()
         self._alive.close()
         with contextlib.suppress(ValueError):  # a start that failed half-way

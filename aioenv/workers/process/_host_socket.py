@@ -32,6 +32,8 @@ class HostSocket(abc.ABC):
     _loop: asyncio.AbstractEventLoop | None
     #: Frames sent in this loop iteration, written together at its end (several envs).
     queued: list[bytes]
+    #: The lanes whose steps were written in this loop iteration, posted at its end.
+    _posts: list[Lane]
     writes: SocketWrites
     _reading: bool
     _receive_buffer: bytearray
@@ -61,6 +63,16 @@ class HostSocket(abc.ABC):
         if not self.queued:
             self._loop.call_soon(self._flush)
         self.queued.append(frame)
+
+    def post_soon(self, lane: Lane) -> None:
+        """Post ``lane``'s step (written, not posted) at the end of this loop iteration,
+        before the frames sent meanwhile: a child of several envs is woken once for the
+        steps its envs are sent together, as it is for their frames, not once for each
+        (with more children than cores, each wake may preempt the parent mid-batch)."""
+        if not self.queued and not self._posts:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._posts.append(lane)
 
     def share(self, layout: Layout, slot: int) -> SharedObservations | None:
         """Map memory laid out by ``layout`` for the observations of ``slot`` and pass it
@@ -117,6 +129,8 @@ class HostSocket(abc.ABC):
         """Close the lanes of ``slots`` (all: every slot's), in use or offered."""
         for slot in slots or [*self.lanes, *self._offered]:
             lane = self.lanes.pop(slot, None)
+            if lane in self._posts:
+                self._posts.remove(lane)  # (its step goes with it)
             if lane is not None and self._loop is not None and not self._loop.is_closed():
                 self._loop.remove_reader(lane.answer_fd)
             offered = self._offered.pop(slot, None)
@@ -125,8 +139,12 @@ class HostSocket(abc.ABC):
                     each.close()
 
     def _flush(self) -> None:
+        # The posts first: a frame queued after a step was written is a later request.
+        posts, self._posts = self._posts, []
+        for lane in posts:
+            lane.post()
         frames, self.queued = self.queued, []
-        if self.alive:
+        if frames and self.alive:
             self.writes.write(b"".join(frames), self._loop)
 
     # Reading -------------------------------------------------------------------------

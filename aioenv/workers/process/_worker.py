@@ -13,11 +13,11 @@ child answers each request as soon as it is done, so the parent works on one sta
 the child steps the next env.
 
 Each env of a child steps through its own *lane* of the engine once it has reported
-spaces of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two kernel
-wakes, the answer's watched by the event loop), with no socket on the way.
-Large observations that take the socket skip it too: the parent maps a memory file laid
-out for the observation space and passes it to the child, which writes each observation in
-place (see :mod:`aioenv.wire._shared_memory`).
+spaces of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two
+kernel wakes, the answer's watched by the event loop), with no socket on the way. Large
+observations that take the socket skip it too: the parent maps a memory file laid out for
+the observation space and passes it to the child, which writes each observation in place
+(see :mod:`aioenv.wire._shared_memory`).
 """
 
 from __future__ import annotations
@@ -264,10 +264,12 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _submit(self, seq: int, action: Any) -> None:
         host = self._host
         assert host is not None, "a process worker always has a host once built"
-        lane = host.lanes.get(self._slot)
-        # A step takes the lane only once all sent before it is in the socket (see the
-        # lane's order): nothing queued for this loop iteration's write, or waiting in it.
-        if lane is not None and not (host.writes.waiting or host.queued) and lane.put(seq, action):
+        # A step takes the lane once nothing sent before it is queued or waiting (the
+        # lane's order); in a child of several envs, it is posted with that write.
+        lane = host.lanes.get(self._slot) if not (host.writes.waiting or host.queued) else None
+        if lane is not None and lane.put(seq, action, host.size == 1):
+            if host.size > 1:
+                host.post_soon(lane)
             return
         if action is RESET:
             frame = encode(Request.RESET, seq, b"", self._slot)
