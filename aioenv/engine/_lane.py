@@ -266,18 +266,28 @@ class ChildLane(_Half):
 
     def answered(self, seq: int, result: Any) -> bool:
         """Answer request ``seq`` with ``result`` through the lane, if it is a plain step
-        that fits the row (see the module's docstring); False: it goes on the socket."""
-        if self.envs > 1:
-            return self._answered_batch(seq, result)
+        (a BatchStep, for a worker of several envs) that fits the row (see the module's
+        docstring); False: it goes on the socket."""
+        written = self._batch_written(result) if self.envs > 1 else self._step_written(result)
+        if written:
+            self.buffer.seqs[0] = seq
+            self.answer.post()
+        return written
+
+    def _fits(self, observation: Any) -> bool:
+        """``observation`` is an array of the row's dtype and shape."""
+        into = self._observation
+        return (
+            type(observation) is np.ndarray
+            and observation.dtype == into.dtype
+            and observation.shape == into.shape
+        )
+
+    def _step_written(self, result: Any) -> bool:
+        """A plain Step written into the row and the info slot, where it fits."""
         if type(result) is not Step or result.final_observation is not None:
             return False
-        observation, into = result.observation, self._observation
-        if (
-            result.final_info is not None
-            or type(observation) is not np.ndarray
-            or observation.dtype != into.dtype
-            or observation.shape != into.shape
-        ):
+        if result.final_info is not None or not self._fits(result.observation):
             return False
         try:
             reward = float(result.reward)
@@ -291,26 +301,17 @@ class ChildLane(_Half):
         _LENGTH.pack_into(self._info, 0, size)
         if size:
             self._info[_LENGTH.size : _LENGTH.size + size] = info
-        np.copyto(into, observation)
+        np.copyto(self._observation, result.observation)
         buffer.rewards[0] = reward
         buffer.terminated[0] = result.terminated
         buffer.truncated[0] = result.truncated
-        buffer.seqs[0] = seq
-        self.answer.post()
         return True
 
-    def _answered_batch(self, seq: int, result: Any) -> bool:
-        """:meth:`answered` for a BatchStep: its observations in the row, the rest in the
-        info slot; its infos there as :func:`~aioenv.wire._pickles.encode_infos` gives
-        them, where they fit."""
-        if type(result) is not BatchStep:
-            return False
-        observations, into = result.observations, self._observation
-        if (
-            type(observations) is not np.ndarray
-            or observations.dtype != into.dtype
-            or observations.shape != into.shape
-        ):
+    def _batch_written(self, result: Any) -> bool:
+        """A BatchStep written: its observations into the row, the rest into the info
+        slot, its infos there as :func:`~aioenv.wire._pickles.encode_infos` gives them,
+        where they fit."""
+        if type(result) is not BatchStep or not self._fits(result.observations):
             return False
         try:
             flag, data = encode_infos(result) or (0, b"")
@@ -321,12 +322,10 @@ class ChildLane(_Half):
         _LENGTH.pack_into(self._info, 0, len(data))
         self._info[_LENGTH.size] = flag
         self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + len(data)] = data
-        np.copyto(into, observations)
+        np.copyto(self._observation, result.observations)
         self._rewards[:] = result.rewards
         self._terminated[:] = result.terminated
         self._truncated[:] = result.truncated
-        self.buffer.seqs[0] = seq
-        self.answer.post()
         return True
 
 
