@@ -301,3 +301,20 @@ async def test_a_worker_of_several_envs_gets_its_batches_through_the_lane(
     assert any(batch.infos for batch in got) and any(batch.terminated.any() for batch in got)
     if autoreset == "same_step":
         assert any(batch.final_observations for batch in got)
+
+
+async def test_the_steps_sent_to_a_shared_childs_envs_together_are_posted_together() -> None:
+    """A child of several envs is woken once for the steps sent to its envs in one loop
+    iteration: each is written into its lane at once and posted at the iteration's end."""
+    async with aioenv.make_pool(Echo, 2, mode="process", envs_per_process=2) as pool:
+        await states_of(pool, [1])
+        assert await eventually(lambda: all(lane_of(pool, i) is not None for i in range(2)))
+        host = pool.workers[0]._host  # type: ignore[attr-defined]
+        pool.send_action(2, 0)
+        pool.send_action(3, 1)
+        assert host._posts == [lane_of(pool, 0), lane_of(pool, 1)]  # written, not posted
+        got = {}
+        for _ in range(2):
+            state, worker_id = await pool.get_state()  # type: ignore[misc]
+            got[worker_id] = state.observation[0]
+        assert host._posts == [] and got == {0: 2.0, 1: 3.0}
