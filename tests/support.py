@@ -4,6 +4,7 @@ collecting states and errors."""
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Any
 import anyio
 
 import aioenv
+from aioenv.wire._shared_memory import Layout, SharedObservations
 
 KINDS = ["sync", "thread", "process", "async"]
 WORKERS: dict[str, Any] = {
@@ -31,6 +33,12 @@ POOL_MODES: dict[str, Any] = {
     "mixed": ["process", "thread", "sync"],
     "mixed_async": ["async", "process", "thread"],
 }
+
+
+def mapped(layout: Layout, fd: int) -> SharedObservations:
+    """Observations laid out by ``layout`` in memory file ``fd``, mapped here (a mapping
+    of its own: the caller may close ``fd``), as a lane maps its row."""
+    return SharedObservations(layout, layout.views(mmap.mmap(fd, layout.nbytes)))
 
 
 def modes(mode: Any, n: int) -> Any:

@@ -156,6 +156,34 @@ async def test_an_info_the_parent_cannot_unpickle_is_aioenvs_own_error() -> None
         await pool.get_state()
 
 
+class DictActions(Echo):
+    """Echo with an action space that is not one array: a Dict of a Discrete and a Box."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = spaces.Dict(
+            {"move": spaces.Discrete(4), "force": spaces.Box(-1, 1, (2,), np.float32)}
+        )
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        flat = action["move"] + float(np.sum(action["force"]))
+        return super().step(flat)
+
+
+async def test_actions_not_of_one_array_take_the_socket_and_their_states_the_lane() -> None:
+    actions = [{"move": move, "force": np.array([0.5, 0.25], np.float32)} for move in (1, 2, 3)]
+    async with aioenv.make_pool(DictActions, 1, mode="process") as pool:
+        states = await states_of(pool, actions[:1])
+        lane = lane_of(pool)
+        assert lane is not None
+        answered = int(lane.buffer.seqs[0])
+        assert not lane.put(answered + 1, actions[1], post=False)  # no row for such actions
+        states += await states_of(pool, actions[1:])
+        # Each answer came back in the row: the reset's, then each step's.
+        assert int(lane.buffer.seqs[0]) == answered + 3
+    assert [state.observation[0] for state in states] == [1.75, 2.75, 3.75]
+
+
 # In a child of two envs, worker 1's env shares the child with worker 0's.
 shared_or_not = pytest.mark.parametrize("envs", [1, 2], ids=["own_child", "shared_child"])
 
@@ -282,7 +310,7 @@ async def test_a_worker_of_several_envs_gets_its_batches_through_the_lane(
         # The last batch (each env at an even step of its episode: an info on each row)
         # was answered in the lane, its observations in the row, unless its infos were too
         # large for the slot.
-        assert np.array_equal(lane._observation, got[-1].observations) is not big
+        assert np.array_equal(lane.observations.views, got[-1].observations) is not big
     async with aioenv.make_pool(make, 1, mode="sync", **options) as pool:
         expected = await batches_of(pool, 14)
     assert set(expected[-1].infos) == {0, 1}

@@ -20,7 +20,7 @@ from envs import BigObservation, ChildOnlyReplies, Counter
 from support import KINDS, process_running, worker_processes
 
 import aioenv
-import aioenv.workers.process._host_socket
+import aioenv.engine._buffer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,10 +210,10 @@ async def test_a_reply_the_parent_cannot_decode_is_aioenvs_own_error() -> None:
 
 
 async def test_shared_memory_set_up_failures_are_reported(monkeypatch: Any) -> None:
-    def no_memory(nbytes: int) -> int:
+    def no_memory(nbytes: int, name: str) -> int:
         raise OSError("no memory file today")
 
-    monkeypatch.setattr(aioenv.workers.process._host_socket, "memory_file", no_memory)
+    monkeypatch.setattr(aioenv.engine._buffer, "memory_file", no_memory)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         async with aioenv.make_pool(BigObservation, 1, mode="process") as pool:

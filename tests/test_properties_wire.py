@@ -17,6 +17,7 @@ from gymnasium import spaces
 from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from support import mapped
 
 from aioenv import Step
 from aioenv.core._environment import BatchStep
@@ -34,7 +35,7 @@ from aioenv.wire._frames import (
 )
 from aioenv.wire._pickles import dumps_arrays, raw_dtype
 from aioenv.wire._requests import STEP_ARRAY
-from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
+from aioenv.wire._shared_memory import Layout, memory_file
 
 # Every dtype an array can have, both byte orders where there are two; structured dtypes
 # (fields of any of these, nested) and objects among them. Dates and durations in native
@@ -305,7 +306,7 @@ def test_observations_written_to_shared_memory_read_back_the_same(
         return
     fd = memory_file(layout.nbytes)
     try:
-        child, parent = SharedObservations(layout, fd), SharedObservations(layout, fd)
+        child, parent = mapped(layout, fd), mapped(layout, fd)
     finally:
         os.close(fd)
     for seed in seeds:  # one observation after another, as a worker's steps write them
@@ -355,7 +356,7 @@ def test_an_observation_that_does_not_fit_is_refused_and_leaves_the_memory_as_it
         return
     fd = memory_file(layout.nbytes)
     try:
-        shared = SharedObservations(layout, fd)
+        shared = mapped(layout, fd)
     finally:
         os.close(fd)
     space.seed(seed)

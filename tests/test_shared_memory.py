@@ -4,6 +4,7 @@ pool hands out, restarts, fallbacks and leaks."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import os
 from pathlib import Path
@@ -13,17 +14,17 @@ import numpy as np
 import pytest
 from envs import BigObservation, DyingBig, Structured, expected_big_observation
 from gymnasium import spaces
-from support import wait_until
+from support import mapped, wait_until
 
 import aioenv
-from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
+from aioenv.wire._shared_memory import Layout, memory_file
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs memfd_create (Linux)"),
 ]
 
-MEMORY_NAME = "memfd:aioenv-observations"
+MEMORY_NAME = "memfd:aioenv-steps"
 
 
 def same(a: Any, b: Any) -> bool:
@@ -109,7 +110,7 @@ def test_write_then_read_is_exact_and_refuses_what_does_not_fit() -> None:
     assert layout is not None
     fd = memory_file(layout.nbytes)
     try:
-        memory = SharedObservations(layout, fd)
+        memory = mapped(layout, fd)
         assert memory.write(observation)
         assert same(memory.read(), observation)
         # A view, not a copy: the next write shows through.
@@ -146,13 +147,66 @@ async def test_observations_through_shared_memory_equal_the_socket_path(
             assert same(x, y) and same(x, z)
 
 
+async def lane_states(pool: aioenv.AsyncWorkerPool[Any], steps: int) -> tuple[list[Any], Any]:
+    """Worker 0's states: its reset's, then one per action (0, 1, 0, ...), each with its
+    observation copied as it came (a view of the lane's row changes with the next step);
+    and its lane (None: it has none, or is no process worker)."""
+    pool.send_action(aioenv.RESET, 0)
+    states = []
+    for t in range(steps + 1):
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        states.append((state, copy.deepcopy(state.observation)))
+        if t < steps:
+            pool.send_action(t % 2, 0)
+    worker = pool.workers[0]
+    if not isinstance(worker, aioenv.ProcessWorker):
+        return states, None
+    return states, worker._host.lanes.get(worker._slot)  # type: ignore[union-attr]
+
+
+async def test_nested_observations_are_answered_in_the_lane() -> None:
+    """A Dict observation (a Discrete among its arrays, a Tuple inside) is laid out in the
+    lane's row too: its steps are answered there, with the types the env gave."""
+    options: dict[str, Any] = {"seed": 3, "copy": False}
+    in_child = {"mode": "process", "shared_memory": True}
+    async with aioenv.make_pool(Structured, 1, **in_child, **options) as pool:
+        states, lane = await lane_states(pool, 4)
+        assert lane is not None
+        answered = int(lane.buffer.seqs[0])
+        pool.send_action(1, 0)
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        states.append((state, copy.deepcopy(state.observation)))
+        assert int(lane.buffer.seqs[0]) == answered + 1  # answered in the lane's row
+        assert np.shares_memory(state.observation["image"], lane.observations.views["image"])
+        assert type(state.observation["mode"]) is int
+    async with aioenv.make_pool(Structured, 1, mode="sync", **options) as pool:
+        expected, _ = await lane_states(pool, 5)
+    assert all(same(got, want) for (_, got), (_, want) in zip(states, expected, strict=True))
+
+
+async def test_an_answer_on_the_socket_leaves_its_observation_in_the_lane() -> None:
+    """A step with a final observation (autoreset in the same step) takes the socket, but
+    its observation is written in the lane's row, the worker's one shared memory."""
+    options: dict[str, Any] = {"seed": 3, "copy": False, "autoreset": "same_step"}
+    in_child = {"mode": "process", "shared_memory": True}
+    async with aioenv.make_pool(Structured, 1, **in_child, **options) as pool:
+        states, lane = await lane_states(pool, 6)  # the sixth step ends the episode
+        (last, observation) = states[-1]
+        assert lane is not None and last.final_observation is not None
+        assert np.shares_memory(last.observation["image"], lane.observations.views["image"])
+    async with aioenv.make_pool(Structured, 1, mode="sync", **options) as pool:
+        expected, _ = await lane_states(pool, 6)
+    assert same(observation, expected[-1][1])
+    assert same(last.final_observation, expected[-1][0].final_observation)
+
+
 async def test_the_child_writes_into_memory_the_parent_mapped() -> None:
     async with aioenv.make_pool(BigObservation, 2, mode="process") as pool:  # "auto": 400 KB
         await pool.reset_all()
         for worker in pool.workers:
             assert isinstance(worker, aioenv.ProcessWorker)
-            # The child maps the memory when it reads the SHARE message, which the parent
-            # sends once the env reported its space: that may come after the first reset.
+            # The child maps the lane's memory when it reads the LANE message, which the
+            # parent sends once the env reported its space: maybe after the first reset.
             assert wait_until(lambda pid=worker.pid: mapped_in(pid) == 1)
         assert mapped_in(os.getpid()) == 2
     async with aioenv.make_pool(BigObservation, 1, mode="process", shared_memory=False) as pool:
@@ -160,10 +214,21 @@ async def test_the_child_writes_into_memory_the_parent_mapped() -> None:
         assert mapped_in(pool.workers[0].pid) == 0  # type: ignore[attr-defined]
 
 
-async def test_small_observations_stay_on_the_socket_under_auto() -> None:
-    async with aioenv.make_pool(lambda: BigObservation((8, 8)), 1, mode="process") as pool:
-        await pool.reset_all()
-        assert mapped_in(pool.workers[0].pid) == 0  # type: ignore[attr-defined]
+async def test_small_observations_are_copies_under_auto() -> None:
+    """Under "auto", an observation below AUTO_THRESHOLD is handed out as a copy of the
+    lane's row, even with copy=False: no view of it changes under the caller."""
+    make = lambda: BigObservation((8, 8))  # noqa: E731
+    async with aioenv.make_pool(make, 1, mode="process", copy=False) as pool:
+        pool.reset()
+        await pool.get_state()  # may come before the lane is in place
+        pool.send_action(0, 0)
+        first, _ = await pool.get_state()  # type: ignore[misc]
+        assert wait_until(lambda: mapped_in(pool.workers[0].pid) == 1)  # type: ignore[attr-defined]
+        pool.send_action(0, 0)
+        second, _ = await pool.get_state()  # type: ignore[misc]
+        assert first.observation.flags.owndata and second.observation.flags.owndata
+        assert np.array_equal(first.observation, expected_big_observation(1, (8, 8)))
+        assert np.array_equal(second.observation, expected_big_observation(2, (8, 8)))
 
 
 @pytest.mark.parametrize("wrong", ["dtype", "shape", "numpy_int"])
@@ -257,9 +322,12 @@ async def test_restarted_processes_get_fresh_memory() -> None:
         assert np.array_equal(restarted.observation, expected_big_observation(0))
         new = pool.workers[0].pid  # type: ignore[attr-defined]
         assert new != old and mapped_in(new) >= 1
-        # The old process's memory is released at once (no cycle left for the collector).
-        assert open_memory_files("aioenv-observations") == 2 and mapped_in(os.getpid()) == 2
-        # So are the old process's lanes (one per env: their memory and wakes).
+        # The old process's lanes (one per env: their memory and wakes) are released at
+        # once (no cycle left for the collector): what is mapped is the new one's.
+        new_host = pool.workers[0]._host  # type: ignore[attr-defined]
+        lanes = len(new_host.lanes) + len(new_host._offered)
+        assert lanes >= 1 and mapped_in(os.getpid()) == lanes
+        assert open_memory_files("aioenv-steps") == 2 * lanes  # its descriptor, its mapping's
         assert not old_host.lanes and not old_host._offered
         pool.send_action(0, 0)
         step, _ = await pool.get_state()  # type: ignore[misc]

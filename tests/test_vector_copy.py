@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 from envs import BigObservation, EndlessBig, expected_big_observation
+from support import mapped
 
 import aioenv
 from aioenv.core._environment import VectorSource
 from aioenv.env_side._vector_runner import VectorRunner
 from aioenv.wire._frames import HEADER, decode_batch_step, encode_batch_step
-from aioenv.wire._shared_memory import Layout, SharedObservations, memory_file
+from aioenv.wire._shared_memory import Layout, memory_file
 
 N = 4
 HEADER_SIZE = HEADER.size
@@ -191,7 +192,7 @@ def test_a_child_stacks_its_envs_observations_straight_into_shared_memory(
     assert layout is not None
     fd = memory_file(layout.nbytes)
     try:
-        shared = SharedObservations(layout, fd)
+        shared = mapped(layout, fd)
     finally:
         os.close(fd)
     runner.stack_into = shared.views

@@ -103,7 +103,10 @@ class StepBuffer:
         self._mapping = mmap.mmap(self.fd, self.nbytes)
         self._memory = memory = memoryview(self._mapping)
         self.actions = actions.read(actions.views(memory[starts[0] :]))
-        self.observations = observations.read(observations.views(memory[starts[1] :]))
+        #: The observations' views as laid out (a Discrete leaf as a 0-d array, where
+        #: :attr:`observations` reads it).
+        self.observation_views = observations.views(memory[starts[1] :])
+        self.observations = observations.read(self.observation_views)
         self.rewards = np.ndarray((n,), np.float64, memory, starts[2])
         self.terminated = np.ndarray((n,), np.bool_, memory, starts[3])
         self.truncated = np.ndarray((n,), np.bool_, memory, starts[4])
@@ -118,9 +121,9 @@ class StepBuffer:
         ``copy=False`` steps keep it until the last of them goes. The buffer's own arrays
         are gone."""
         os.close(self.fd)
-        for name in ("actions", "observations", "rewards", "terminated", "truncated"):
+        for name in ("actions", "observations", "observation_views", "rewards"):
             delattr(self, name)
-        del self.notes, self.marks, self.infos, self.seqs
+        del self.terminated, self.truncated, self.notes, self.marks, self.infos, self.seqs
         with contextlib.suppress(BufferError):
             self._memory.release()
         # numpy's arrays hold the mapping itself, not an export of it, so closing it with
@@ -160,12 +163,13 @@ def write_rows(into: Any, tree: Any) -> None:
 
 
 def copied(tree: Any) -> Any:
-    """A copy of a tree of arrays (what a step returns with ``copy=True``)."""
+    """A copy of a tree of arrays (what a step returns with ``copy=True``); a Python int
+    in it (a Discrete's, read from its row) is its own copy."""
     if isinstance(tree, dict):
         return {key: copied(sub) for key, sub in tree.items()}
     if isinstance(tree, tuple):
         return tuple(copied(sub) for sub in tree)
-    return tree.copy()
+    return tree.copy() if type(tree) is np.ndarray else tree
 
 
 def rows_state(buffer: StepBuffer, rows: slice) -> BatchStep[Any]:

@@ -5,20 +5,24 @@ beside its socket, and an answer wake that the parent's event loop watches
 :class:`ChildLane`, the child's, so the one protocol between them is written once.
 
 Each env a child serves (one, the default, or several with ``envs_per_process``) gets a
-lane of its own once it has reported spaces of one fixed-layout array each (a Box,
-MultiBinary, MultiDiscrete or Discrete space); the child waits on every lane's request
-wake beside its socket. What a step needs then travels without the socket, and
-nothing but an info is pickled: ``RESET``, or the action as the user gave it (an int, a
-numpy scalar or an array of the space's dtype and shape, read back in the child as that
-same type), and the answer when it is a plain step (an observation array of the space's
-dtype and shape, no final observation, an info whose pickle fits the row's
-:data:`INFO_BYTES`: most envs' few scalars do, and an empty one is no bytes). A worker of
+lane of its own once it has reported an observation space of a fixed layout (a Box,
+MultiBinary, MultiDiscrete or Discrete space, or a Dict or Tuple of them); the child waits
+on every lane's request wake beside its socket. What a step needs then travels without
+the socket, and nothing but an info is pickled: ``RESET``, or the action as the user gave
+it (an int, a numpy scalar or an array of the space's dtype and shape, read back in the
+child as that same type, where the action space is one such array), and the answer when
+it is a plain step (an observation that fits the row's layout exactly, no final
+observation, an info whose pickle fits the row's :data:`INFO_BYTES`: most envs' few
+scalars do, and an empty one is no bytes). A worker of
 several envs (``envs_per_worker``) has a lane too, for its batches: the batch of actions
 as an array of the batched space, and a BatchStep back whose infos (final observations
 included) fit the slot as a BATCH_STATE message's tail carries them. Everything else
 keeps the socket: resets with arguments, other actions, rollouts, control requests,
 answers with larger infos or a failure; and each request is still answered once, on one
-of the two.
+of the two. The lane's observation row is the env's one shared memory: a state answered
+on the socket has its observation there too where it fits (:attr:`Lane.observations`,
+the ``shared`` of :func:`~aioenv.wire._frames.encode_step`), and so has a worker of
+several envs' batch, stacked there in place (:meth:`~aioenv.env_side._serving.Slots.share`).
 
 Order. The child serves each env's requests in the order the parent made them: a step
 posted through the env's lane is served after every request for that env already on the
@@ -39,12 +43,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from ..core._commands import RESET
 from ..core._environment import PLAIN_STEP, BatchStep, Step
 from ..wire._frames import RECEIVE_SIZE
 from ..wire._pickles import decode_infos, dumps, encode_infos, loads
-from ._buffer import NoLayout, StepBuffer
+from ..wire._shared_memory import Layout, SharedObservations
+from ._buffer import NoLayout, StepBuffer, copied
 from ._wake import Wake
 
 __all__ = ["INFO_BYTES", "ChildLane", "Lane", "drain"]
@@ -65,16 +71,9 @@ def _info_bytes(envs: int) -> int:
     return INFO_BYTES if envs == 1 else INFO_BYTES + 10 * envs
 
 
-def _rows(buffer: StepBuffer) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Views of the one row's action and observation, shaped as one env's; NoLayout where
-    either space is not one array."""
-    actions, observations = buffer.actions, buffer.observations
-    if not isinstance(actions, np.ndarray) or not isinstance(observations, np.ndarray):
-        raise NoLayout("a lane carries spaces of one array each")
-    return (
-        actions[0:1].reshape(actions.shape[1:]),
-        observations[0:1].reshape(observations.shape[1:]),
-    )
+#: A lane's action row where the action space has no fixed layout: its actions take the
+#: socket, its observations the row.
+_NO_ACTIONS = spaces.MultiBinary(1)
 
 
 class _Half:
@@ -92,12 +91,23 @@ class _Half:
 
     def __init__(self, buffer: StepBuffer, envs: int) -> None:
         self.buffer, self.envs = buffer, envs
-        self._action, self._observation = _rows(buffer)
+        actions = buffer.actions
+        self._action = (
+            actions[0:1].reshape(actions.shape[1:]) if isinstance(actions, np.ndarray) else None
+        )
+        #: The row's observation, laid out as the worker's observation space (its buffer's
+        #: observations are one observation, not a batch of one).
+        self.observations = SharedObservations(buffer.layouts[0], buffer.observation_views)
+        views = buffer.observation_views
+        #: The row as one array, where the observation is one (the common case, read with
+        #: no call), else None (a Dict, a Tuple, a Discrete's int: read by the layout).
+        self._row = views if type(views) is np.ndarray and views.ndim else None
         info = buffer.infos[0]
         if envs > 1:
             self._rewards = np.ndarray((envs,), np.float64, info, 0)
             self._terminated = np.ndarray((envs,), np.bool_, info, 8 * envs)
             self._truncated = np.ndarray((envs,), np.bool_, info, 9 * envs)
+            self._batch_parts = (self._rewards, self._terminated, self._truncated)
             info = info[10 * envs :]
         self._info = memoryview(info)  # (uint8: a view of bytes)
 
@@ -106,25 +116,31 @@ class _Half:
         self.request.close()
         self.answer.close()
         self._info.release()
-        del self._action, self._observation, self._info
+        del self._action, self.observations, self._row, self._info
         if self.envs > 1:
-            del self._rewards, self._terminated, self._truncated
+            del self._rewards, self._terminated, self._truncated, self._batch_parts
         self.buffer.close()
 
 
 class Lane(_Half):
     """The parent's half: a one-row buffer for ``observation_space`` and ``action_space``
-    and two wakes, new (NoLayout where the spaces do not fit one; see the module's
-    docstring). ``views``: the states read from it view its observation row (valid until
-    the next request) rather than own a copy."""
+    and two wakes, new (NoLayout where the observation space has no fixed layout; see the
+    module's docstring). ``views``: the states read from it view its observation row
+    (valid until the next request) rather than own a copy; the child answers on the
+    socket with its observation in the row only then (as :attr:`observations`)."""
 
     def __init__(self, observation_space: Any, action_space: Any, views: bool, envs: int) -> None:
-        buffer = StepBuffer(observation_space, action_space, 1, None, _info_bytes(envs))
+        observations = Layout.of(observation_space)
+        if observations is None:
+            raise NoLayout(f"the observation space {observation_space} has no fixed layout")
         try:
-            super().__init__(buffer, envs)
+            buffer = StepBuffer(observations, action_space, 1, None, _info_bytes(envs))
         except NoLayout:
-            buffer.close()
-            raise
+            buffer = StepBuffer(observations, _NO_ACTIONS, 1, None, _info_bytes(envs))
+            action_space = None
+        super().__init__(buffer, envs)
+        if action_space is None:
+            self._action = None
         self.views = views
         self.request, self.answer = Wake.new(), Wake.new()
 
@@ -132,11 +148,11 @@ class Lane(_Half):
         """What the child needs of this lane, in the order :class:`ChildLane` takes them."""
         return [self.buffer.fd, *self.request.descriptors(), *self.answer.descriptors()]
 
-    def offer(self) -> tuple[Any, Any, int, int, int]:
+    def offer(self) -> tuple[Any, Any, int, int, int, bool]:
         """What the child needs besides the descriptors: the buffer's layouts, the envs of
-        the worker, and how many descriptors each wake has."""
+        the worker, how many descriptors each wake has, and ``views``."""
         request, answer = self.request.descriptors(), self.answer.descriptors()
-        return (*self.buffer.layouts, self.envs, len(request), len(answer))
+        return (*self.buffer.layouts, self.envs, len(request), len(answer), self.views)
 
     @property
     def answer_fd(self) -> int:
@@ -152,6 +168,8 @@ class Lane(_Half):
         kind = type(action)
         if action is RESET:
             how = _RESET
+        elif into is None:
+            return False
         elif kind is np.ndarray:
             if action.dtype != into.dtype or action.shape != into.shape:
                 return False
@@ -192,53 +210,56 @@ class Lane(_Half):
             return None
         buffer = self.buffer
         seq = int(buffer.seqs[0])
-        info = None
         (length,) = _LENGTH.unpack_from(self._info)
-        if self.envs > 1:
-            return seq, self._batch(length)
-        if length:
-            try:
-                info = loads(self._info[_LENGTH.size : _LENGTH.size + length])
-            except Exception as exc:
-                return seq, exc
+        row = self._row
+        try:
+            if row is not None:
+                observation = row if self.views else row.copy()
+            else:
+                observation = self._nested_observation()
+            if self.envs > 1:
+                return seq, self._batch(observation, length)
+            info = loads(self._info[_LENGTH.size : _LENGTH.size + length]) if length else {}
+        except Exception as exc:  # an info that does not unpickle here
+            return seq, exc
         terminated, truncated = bool(buffer.terminated[0]), bool(buffer.truncated[0])
         # Step(...) without its __init__, the one Python call of the answer that this one
         # can do without (see PLAIN_STEP).
         step: Step[Any] = _new_step(Step)
         step.__dict__.update(
             PLAIN_STEP,
-            observation=self._observation if self.views else self._observation.copy(),
+            observation=observation,
             reward=float(buffer.rewards[0]),
             terminated=terminated,
             truncated=truncated,
-            info={} if info is None else info,
+            info=info,
             done=terminated or truncated,
         )
         return seq, step
 
-    def _batch(self, length: int) -> BatchStep[Any] | Exception:
-        parts = (
-            self._observation if self.views else self._observation.copy(),
-            self._rewards.copy(),
-            self._terminated.copy(),
-            self._truncated.copy(),
-        )
+    def _nested_observation(self) -> Any:
+        """The row's observation where it is not one array: views of it (``views``),
+        else copies."""
+        observation = self.observations.read()
+        return observation if self.views else copied(observation)
+
+    def _batch(self, observations: Any, length: int) -> BatchStep[Any]:
+        parts = (observations, *(part.copy() for part in self._batch_parts))
         if not length:
             return BatchStep(*parts)
         tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]
-        try:
-            return decode_infos(self._info[_LENGTH.size], tail, *parts)
-        except Exception as exc:
-            return exc
+        return decode_infos(self._info[_LENGTH.size], tail, *parts)
 
 
 class ChildLane(_Half):
     """The child's half, over what the parent's :class:`Lane` sent (whose descriptors the
     caller closes if this fails)."""
 
-    def __init__(self, offer: tuple[Any, Any, int, int, int], descriptors: Sequence[int]) -> None:
-        observation_space, action_space, envs, requests, answers = offer
-        buffer = StepBuffer(observation_space, action_space, 1, descriptors[0], _info_bytes(envs))
+    def __init__(
+        self, offer: tuple[Any, Any, int, int, int, bool], descriptors: Sequence[int]
+    ) -> None:
+        observations, actions, envs, requests, answers, self.views = offer
+        buffer = StepBuffer(observations, actions, 1, descriptors[0], _info_bytes(envs))
         super().__init__(buffer, envs)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
@@ -258,10 +279,11 @@ class ChildLane(_Half):
     def action(self) -> Any:
         """The posted step's action, as the parent's caller gave it."""
         how, value = self.buffer.notes[0], self._action
-        if how == _ARRAY:
-            return value.copy()
         if how == _RESET:
             return RESET
+        assert value is not None, "a lane without an action row is posted only RESET"
+        if how == _ARRAY:
+            return value.copy()
         return int(value) if how == _INT else value[()]
 
     def answered(self, seq: int, result: Any) -> bool:
@@ -274,20 +296,30 @@ class ChildLane(_Half):
             self.answer.post()
         return written
 
-    def _fits(self, observation: Any) -> bool:
-        """``observation`` is an array of the row's dtype and shape."""
-        into = self._observation
-        return (
-            type(observation) is np.ndarray
-            and observation.dtype == into.dtype
-            and observation.shape == into.shape
-        )
+    @property
+    def shared(self) -> SharedObservations | None:
+        """Where an answer on the socket leaves its observation: the row, where the parent
+        reads it there (``views``)."""
+        return self.observations if self.views else None
+
+    def _written(self, observation: Any) -> bool:
+        """``observation`` written into the row, where it fits the row's layout exactly."""
+        row = self._row
+        if row is None:
+            return self.observations.write(observation)
+        if type(observation) is not np.ndarray or observation.dtype != row.dtype:
+            return False
+        if observation.shape != row.shape:
+            return False
+        if observation is not row:  # (else stacked there in place: see Slots.share)
+            np.copyto(row, observation)
+        return True
 
     def _step_written(self, result: Any) -> bool:
         """A plain Step written into the row and the info slot, where it fits."""
         if type(result) is not Step or result.final_observation is not None:
             return False
-        if result.final_info is not None or not self._fits(result.observation):
+        if result.final_info is not None:
             return False
         try:
             reward = float(result.reward)
@@ -296,12 +328,11 @@ class ChildLane(_Half):
             return False  # the socket's path pickles it by value, or says what failed
         buffer = self.buffer
         size = len(info)
-        if size > INFO_BYTES - _LENGTH.size:
+        if size > INFO_BYTES - _LENGTH.size or not self._written(result.observation):
             return False
         _LENGTH.pack_into(self._info, 0, size)
         if size:
             self._info[_LENGTH.size : _LENGTH.size + size] = info
-        np.copyto(self._observation, result.observation)
         buffer.rewards[0] = reward
         buffer.terminated[0] = result.terminated
         buffer.truncated[0] = result.truncated
@@ -311,7 +342,7 @@ class ChildLane(_Half):
         """A BatchStep written: its observations into the row, the rest into the info
         slot, its infos there as :func:`~aioenv.wire._pickles.encode_infos` gives them,
         where they fit."""
-        if type(result) is not BatchStep or not self._fits(result.observations):
+        if type(result) is not BatchStep:
             return False
         try:
             flag, data = encode_infos(result) or (0, b"")
@@ -319,10 +350,11 @@ class ChildLane(_Half):
             return False  # the socket's path pickles it by value, or says what failed
         if _LENGTH.size + 1 + len(data) > len(self._info):
             return False
+        if not self._written(result.observations):
+            return False
         _LENGTH.pack_into(self._info, 0, len(data))
         self._info[_LENGTH.size] = flag
         self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + len(data)] = data
-        np.copyto(self._observation, result.observations)
         self._rewards[:] = result.rewards
         self._terminated[:] = result.terminated
         self._truncated[:] = result.truncated

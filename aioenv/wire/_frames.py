@@ -17,10 +17,11 @@ whatever bytes have arrived); the child reads and writes with plain blocking cal
 
 **The alive socket.** Only the parent holds its far end, and never writes data on it, so
 end-of-file there tells the child that the parent died. It also carries file descriptors
-(shared memory, see :mod:`aioenv.wire._shared_memory`): one byte with one descriptor attached
-(SCM_RIGHTS), sent just before the SHARE message that describes it. Descriptors ride on
-this socket, read by the child's watchdog thread, because receiving them on the message
-socket would need ``recvmsg`` for every request, several times slower than ``recv``.
+(a lane's memory and wakes, see :mod:`aioenv.engine._lane`): one byte with each descriptor
+attached (SCM_RIGHTS), sent just before the LANE message that describes them. Descriptors
+ride on this socket, read by the child's watchdog thread, because receiving them on the
+message socket would need ``recvmsg`` for every request, several times slower than
+``recv``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ class Request(enum.IntEnum):
     # Only on a process child's socket: a STEP in another encoding, and the child's own.
     RESET = 5  # a STEP whose request is a reset: payload empty (RESET) or a Reset(...)
     STEP_ARRAY = 6  # a STEP whose action is a numeric array: raw bytes, no pickling
-    SHARE = 7  # payload: a Layout; the memory file's descriptor rides along
     CLOSE = 8  # close every slot and end the child
     SPIN = 9  # payload: the seconds to poll for the next request before blocking (f64)
     LANE = 10  # payload: a lane's offer (aioenv.engine._lane); its descriptors ride along

@@ -1,13 +1,13 @@
 """Observations in shared memory: a layout computed from the observation space, the
 child's writes into it and the parent's views of it.
 
-A process worker's observations normally travel through its socket. When the observation
-space has a fixed layout (Box, Discrete, MultiBinary, MultiDiscrete, and Dict or Tuple of
-those), the parent can instead map an anonymous memory file (``memfd``) and pass its file
-descriptor to the child over the socket: the child writes each observation in place and
-the reply carries only the small header. There is no name to unlink and nothing in
-``/dev/shm``: the memory is freed when the last mapping is gone (in the parent, the last
-array viewing it), even if a process is killed.
+When the observation space has a fixed layout (Box, Discrete, MultiBinary, MultiDiscrete,
+and Dict or Tuple of those), a process worker's observations travel in memory both
+processes map: its lane's observation row (:mod:`aioenv.engine._lane`), an anonymous
+memory file (``memfd``) whose descriptor the parent passes to the child. The child
+writes each observation in place and the answer carries only the rest. There is no name
+to unlink and nothing in ``/dev/shm``: the memory is freed when the last mapping is gone
+(in the parent, the last array viewing it), even if a process is killed.
 
 An observation that does not fit the layout exactly (another dtype or shape, a numpy
 scalar for a Discrete space) is sent through the socket instead, never converted.
@@ -16,7 +16,6 @@ scalar for a Discrete space) is sent through the socket instead, never converted
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 from typing import Any
 
@@ -135,13 +134,12 @@ def memory_file(nbytes: int, name: str = "aioenv-observations") -> int:
 
 
 class SharedObservations:
-    """One memory file mapped for one worker on one process: the layout and its views.
-    The caller keeps (and closes) ``fd``: the mapping holds a descriptor of its own."""
+    """Observations laid out by ``layout`` in memory both processes map: ``views``, the
+    layout's views of it (:meth:`Layout.views`), which keep the mapping alive while an
+    array still uses them."""
 
-    def __init__(self, layout: Layout, fd: int) -> None:
-        self.layout = layout
-        # The views keep the mapping alive; nothing closes it while an array still uses it.
-        self.views = layout.views(mmap.mmap(fd, layout.nbytes))
+    def __init__(self, layout: Layout, views: Any) -> None:
+        self.layout, self.views = layout, views
 
     def read(self) -> Any:
         return self.layout.read(self.views)

@@ -43,8 +43,8 @@ H = TypeVar("H", bound=SlotHost)
 
 
 class SlottedWorker(Worker[S], Generic[S, H]):
-    """A worker in slot ``_slot`` of host ``_host``; kinds name their hosts (``_where``),
-    start them (``_start_hosts``) and say what joining one means for them (``_joined``)."""
+    """A worker in slot ``_slot`` of host ``_host``; kinds name their hosts (``_where``)
+    and start them (``_start_hosts``)."""
 
     #: The option that says how many workers share a host, for messages.
     _per_host_option: ClassVar[str]
@@ -125,9 +125,6 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     def _where(self, host: H) -> str:
         """The host, for the worker's name: ``pid 123``, ``actor 0f3a…``."""
 
-    def _joined(self, host: H) -> None:
-        """Hook: the worker now runs in ``host``."""
-
     @property
     def name(self) -> str:
         where = "" if self.worker_id is None else f" {self.worker_id}"
@@ -148,7 +145,6 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         self._hosts.append(host)
         if self._loop is not None:
             host.watch(self._loop)
-        self._joined(host)
 
     def _host_for_restart(self) -> H:
         """The host a restarted env runs in: the current one if it is alive, else the

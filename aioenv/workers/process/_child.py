@@ -53,7 +53,7 @@ from ...wire._shared_memory import SharedObservations
 
 __all__ = ["serve"]
 
-_DESCRIPTOR_WAIT = 5.0  # seconds to wait for a SHARE message's descriptor
+_DESCRIPTOR_WAIT = 5.0  # seconds to wait for a LANE message's descriptors
 
 
 def serve(
@@ -82,13 +82,11 @@ def serve(
     lead_own_group()
     keep_own_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
-    descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for SHARE messages, in order
+    descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for LANE messages, in order
     threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
     sock.setblocking(True)
     slots = Slots(payloads, seeds, episode, registry, thread_caps)
-    child = _Child(
-        sock, slots, [None] * len(payloads), descriptors, IdleSpin(idle_spin, RECEIVE_SIZE)
-    )
+    child = _Child(sock, slots, descriptors, IdleSpin(idle_spin, RECEIVE_SIZE))
     gone = False  # the parent
     try:
         if build:
@@ -116,19 +114,18 @@ def serve(
 
 
 class _Child:
-    """The serving loop's state: the socket, the slots, each slot's shared memory, the
-    descriptors the parent sent, how it waits, and each slot's lane
-    (:mod:`aioenv.engine._lane`), once the parent has sent one."""
+    """The serving loop's state: the socket, the slots, the descriptors the parent sent,
+    how it waits, and each slot's lane (:mod:`aioenv.engine._lane`), once the parent has
+    sent one."""
 
     def __init__(
         self,
         sock: socket.socket,
         slots: Slots,
-        shared: list[SharedObservations | None],
         descriptors: queue.SimpleQueue[int],
         waiting: IdleSpin,
     ) -> None:
-        self.sock, self.slots, self.shared = sock, slots, shared
+        self.sock, self.slots = sock, slots
         self.descriptors, self.waiting = descriptors, waiting
         self.lanes: dict[int, ChildLane] = {}  # by slot
         self._slot_of: dict[int, int] = {}  # a lane's request descriptor: its slot
@@ -199,16 +196,11 @@ class _Child:
         self._answer(seq, slot, self.slots.serve(slot, STEP, self.lanes[slot].action()), True)
 
     def _serve(self, kind: int, seq: int, slot: int, frame: Any) -> None:
-        slots, shared = self.slots, self.shared
-        if kind == Request.SHARE:
-            mapped = shared[slot] = _map_shared(frame, self.descriptors)
-            slots.share(slot, None if mapped is None else mapped.views)
-        elif kind == Request.LANE:
+        slots = self.slots
+        if kind == Request.LANE:
             self._open_lane(frame, slot)
         elif kind == Request.CLOSE_SLOT:
             slots.serve(slot, Request.CLOSE_SLOT, None)
-            shared[slot] = None
-            slots.share(slot, None)
             self._close_lane(slot)
         elif kind == Request.SPIN:  # one child, one way of waiting: any slot's
             self.waiting.seconds = decode_spin(frame)
@@ -224,10 +216,10 @@ class _Child:
     def _answer(self, seq: int, slot: int, result: Any, state: bool) -> None:
         """Send the answer to request ``seq``: through the slot's lane where it is a state
         the lane carries, else on the socket."""
-        lane = self.lanes.get(slot)
-        if state and lane is not None and lane.answered(seq, result):
+        lane = self.lanes.get(slot) if state else None
+        if lane is not None and lane.answered(seq, result):
             return
-        self.sock.sendall(_encode_reply(seq, result, slot, self.shared[slot] if state else None))
+        self.sock.sendall(_encode_reply(seq, result, slot, None if lane is None else lane.shared))
 
     def _open_lane(self, frame: Any, slot: int) -> None:
         """Map the lane the parent sent for ``slot`` (its descriptors came just before the
@@ -249,11 +241,13 @@ class _Child:
         self.lanes[slot] = lane
         self._slot_of[lane.request_fd] = slot
         self._poll.register(lane.request_fd, select.POLLIN)
+        self.slots.share(slot, lane.shared and lane.shared.views)  # (batches stacked there)
         self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"\x01", slot))
 
     def _close_lane(self, slot: int) -> None:
         lane = self.lanes.pop(slot, None)
         if lane is not None:
+            self.slots.share(slot, None)
             del self._slot_of[lane.request_fd]
             self._poll.unregister(lane.request_fd)
             lane.close()
@@ -266,21 +260,6 @@ class _Child:
 def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
     receive_descriptors(alive, descriptors)  # returns once the parent is gone
     exit_with_own_group(1)
-
-
-def _map_shared(frame: Any, descriptors: queue.SimpleQueue[int]) -> SharedObservations | None:
-    """Map the memory the parent passed; None (observations keep travelling through the
-    socket) if that fails."""
-    try:
-        fd = descriptors.get(timeout=_DESCRIPTOR_WAIT)  # sent just before the frame
-    except queue.Empty:
-        return None
-    try:
-        return SharedObservations(loads(frame), fd)
-    except Exception:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _ready(slot: int, slots: Slots, request: int = Request.BUILD, payload: Any = None) -> bytes:

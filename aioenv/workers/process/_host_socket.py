@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 from ...engine._lane import Lane
 from ...wire._frames import FrameDecoder, dumps, encode, send_descriptor
 from ...wire._requests import Request
-from ...wire._shared_memory import Layout, SharedObservations, memory_file
 
 __all__ = ["HostSocket", "SocketWrites"]
 
@@ -73,24 +71,6 @@ class HostSocket(abc.ABC):
             assert self._loop is not None
             self._loop.call_soon(self._flush)
         self._posts.append(lane)
-
-    def share(self, layout: Layout, slot: int) -> SharedObservations | None:
-        """Map memory laid out by ``layout`` for the observations of ``slot`` and pass it
-        to the child (a SHARE frame, its descriptor ahead of it); None if it could not go
-        (the observations keep travelling through the socket)."""
-        fd = memory_file(layout.nbytes)
-        try:
-            shared = SharedObservations(layout, fd)
-            if not self.alive:
-                return None
-            try:
-                send_descriptor(self._alive, fd)
-            except OSError:
-                return None
-            self.send(encode(Request.SHARE, 0, dumps(layout), slot))
-            return shared
-        finally:
-            os.close(fd)  # the child has its own descriptor now
 
     # The lanes --------------------------------------------------------------------------
     def has_lane(self, slot: int) -> bool:

@@ -12,12 +12,11 @@ Messages for one host's socket sent in the same loop iteration travel in one wri
 child answers each request as soon as it is done, so the parent works on one state while
 the child steps the next env.
 
-Each env of a child steps through its own *lane* of the engine once it has reported
-spaces of one array each (:mod:`aioenv.engine._lane`: its row in a shared buffer and two
-kernel wakes, the answer's watched by the event loop), with no socket on the way. Large
-observations that take the socket skip it too: the parent maps a memory file laid out for
-the observation space and passes it to the child, which writes each observation in place
-(see :mod:`aioenv.wire._shared_memory`).
+Each env of a child steps through its own *lane* of the engine once it has reported an
+observation space of a fixed layout (:mod:`aioenv.engine._lane`: its row in a shared
+buffer and two kernel wakes, the answer's watched by the event loop), with no socket on
+the way. Large observations of an answer that takes the socket skip it too: the child
+writes them in the lane's row (see :mod:`aioenv.wire._shared_memory`).
 """
 
 from __future__ import annotations
@@ -59,12 +58,7 @@ from ...wire._frames import (
 )
 from ...wire._pickles import not_pickled, pickled_for
 from ...wire._requests import Request
-from ...wire._shared_memory import (
-    Layout,
-    SharedObservations,
-    available,
-    shared_layout,
-)
+from ...wire._shared_memory import available, shared_layout
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
@@ -160,9 +154,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._shared_memory = shared_memory
         self._idle_spin = checked_idle_spin(idle_spin)
         self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
-        self._layout: Layout | None = None  # known once the env reports its space
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
-        self._shared: SharedObservations | None = None  # mapped for the current host
         self._context = resolve_context(context)
         self._slot = 0
         self._hosts: list[Host] = []  # every host this worker used that may still run
@@ -207,14 +199,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _where(self, host: Host) -> str:
         return host.label
 
-    def _joined(self, host: Host) -> None:
-        self._shared = None  # a new process gets its own memory: a killed one cannot write it
-        # Its lane waits for the child's READY: until the start is done, the child's end of
-        # the alive socket is still in this process, where a lane's three descriptors would
-        # make it readable with fewer than the 4 bytes a stale multiprocessing sentinel of
-        # the same number is read for (a start that polls it would wait for ever).
-        self._carriers(lane=False)
-
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
         first = workers[0]
@@ -234,18 +218,22 @@ class ProcessWorker(SlottedWorker[S, Host]):
             worker._join(host, slot)
 
     # What the steps travel in ------------------------------------------------------------
-    def _carriers(self, lane: bool = True) -> None:
-        """Set up what the current host's steps travel in besides the socket: this env's
-        lane (:mod:`aioenv.engine._lane`), and shared memory for the observations that take
-        the socket, where their layout asks for it."""
+    def _lane(self) -> None:
+        """Offer the current host this env's lane (:mod:`aioenv.engine._lane`), unless it
+        has one. Its states view the lane's row where shared memory is asked for, or the
+        observations are large (``"auto"``); the others are copies.
+
+        A new process (a restart's) gets a lane of its own, which a killed one cannot
+        write, once its child's READY comes: until the start is done, the child's end of
+        the alive socket is still in this process, where a lane's three descriptors would
+        make it readable with fewer than the 4 bytes a stale multiprocessing sentinel of
+        the same number is read for (a start that polls it would wait for ever)."""
         host, slot = self._current_host(), self._slot
-        if lane and self._shared_memory is not False and not host.has_lane(slot):
-            views = self._layout is not None  # as shared memory's: large ones, or as asked
+        if self._shared_memory is not False and not host.has_lane(slot):
+            views = shared_layout(self.observation_space, self._shared_memory) is not None
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
                 spaces = self.observation_space, self.action_space
                 host.offer_lane(Lane(*spaces, views, self.num_envs), slot)
-        if self._layout is not None and self._shared is None:
-            self._shared = host.share(self._layout, self._slot)
 
     def _on_lane_answer(self, host: Host, lane: Lane) -> None:
         answer = lane.answered()
@@ -304,7 +292,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     def _abandon(self) -> None:
         self._release_off_loop()
-        self._shared = None
         for host in self._hosts:
             host.kill_now()
         self._hosts.clear()
@@ -323,20 +310,22 @@ class ProcessWorker(SlottedWorker[S, Host]):
         flight = self._flight
         if not seq or (seq != flight.awaited and seq not in flight.controls):
             return  # stale (see workers._in_flight): no need to decode it
+        lane = host.lanes.get(self._slot)
         try:
-            result, borrowed = decode_reply(kind, payload, self._shared)
+            shared = None if lane is None else lane.observations
+            result, borrowed = decode_reply(kind, payload, shared)
         except Exception as exc:
             self._on_undecodable(seq, exc)
             return
         self._on_reply(seq, result, borrowed)
 
     def _on_ready(self, payload: Any) -> None:
-        """The env reports its spaces (once built, and again after each rebuild): set up
-        its lane and shared memory (:meth:`_carriers`), unless the child has them already
-        (the replacement of a restart gets them as it is joined). A restarted env that reports
-        the same bytes keeps the same space objects, so its pool checks them at once; one
-        that reports other spaces shows them, for its pool to refuse. Neither is needed to
-        go on, so a failure here is a warning, and observations travel through the
+        """The env reports its spaces (once built, and again after each rebuild): offer
+        its lane (:meth:`_lane`), unless the child has it already. A restarted env that
+        reports the same bytes keeps the same space objects, so its pool checks them at
+        once; one that reports other spaces shows them, for its pool to refuse (its lane,
+        laid out for the first, carries none of their observations). The lane is not
+        needed to go on, so a failure here is a warning, and steps travel through the
         socket."""
         try:
             if self._spaces_reported is None or payload != self._spaces_reported:
@@ -345,16 +334,11 @@ class ProcessWorker(SlottedWorker[S, Host]):
                     return  # a rebuild that failed: its reset says so; the spaces stay
                 self.observation_space, self.action_space = spaces
                 self._spaces_reported = bytes(payload)
-                layout = shared_layout(self.observation_space, self._shared_memory)
-                if layout != self._layout:
-                    # The child writes nothing that does not fit the memory it has, so
-                    # what it sends before it maps the new memory travels in the socket.
-                    self._layout, self._shared = layout, None
-            self._carriers()
+            self._lane()
         except Exception as exc:
-            self._layout = self._shared = self._spaces_reported = None
+            self._spaces_reported = None
             warnings.warn(
-                f"{self.name}: aioenv could not set up shared memory for its observations "
+                f"{self.name}: aioenv could not set up shared memory for its steps "
                 f"({type(exc).__name__}: {exc}); they travel through the socket instead",
                 RuntimeWarning,
                 stacklevel=2,
@@ -389,7 +373,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _start_close(self) -> None:
         self._release_off_loop()  # closing: no restart comes any more
         self._ensure_loop()
-        self._shared = None  # unmapped as soon as no array handed out (copy=False) views it
         self._current_host().release(self._slot, self.cleanup_time)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
