@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from ..core import _pickling as pickling
 from ..core._environment import EnvSource
 from ..core._errors import TransportError
 from ..core._registry import snapshot as registry_snapshot
@@ -52,10 +53,24 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     #: it waits for the next while a worker of the kind is open (its host may be
     #: restarted), so each open worker holds it (:meth:`_begin`).
     _off_loop: ClassVar[OffLoopCalls]
+    #: Where the env is sent to be built, for the message of one that will not pickle.
+    _sent_to: ClassVar[str]
     _host: H | None
     _slot: int
     _hosts: list[H]
     _holds_off_loop = False
+
+    def _pickled(self, source: EnvSource) -> bytes:
+        """The env's ``source`` as its host is sent it; TypeError, saying what to do
+        instead, where it will not pickle."""
+        try:
+            return pickling.dumps(source)
+        except Exception as exc:
+            raise TypeError(
+                f"{self.name}: the env could not be pickled to send it to {self._sent_to} "
+                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
+                "or use a thread worker"
+            ) from exc
 
     def _begin(self, start: bool) -> None:
         """Hold the kind's off-loop thread while this worker is open, and start its host

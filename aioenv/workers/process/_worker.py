@@ -31,7 +31,6 @@ from typing import Any, Literal, TypeVar
 import anyio
 import numpy as np
 
-from ...core import _pickling as pickling
 from ...core._commands import RESET, Reset
 from ...core._docs import documented_with
 from ...core._environment import EnvSource
@@ -110,6 +109,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
     _discard_verb = "killed"
     _per_host_option = "envs_per_process"
     _off_loop = CHILD_STARTS
+    _sent_to = "a worker process"
 
     def __init__(
         self,
@@ -137,14 +137,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             reset_timeout=reset_timeout,
             episode_timeout=episode_timeout,
         )
-        try:
-            self._payload = pickling.dumps(self.source)
-        except Exception as exc:
-            raise TypeError(
-                f"{self.name}: the env could not be pickled to send it to a worker process "
-                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
-                "or use a thread worker"
-            ) from exc
+        self._payload = self._pickled(self.source)
         if shared_memory not in (True, False, "auto"):
             raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
         if shared_memory is True and not available():

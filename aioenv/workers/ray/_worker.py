@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ...core import _pickling as pickling
 from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
@@ -95,6 +94,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     kind = "ray"
     _per_host_option = "envs_per_actor"
     _off_loop = ACTOR_CALLS
+    _sent_to = "a Ray actor"
     _discard_verb = "killed (ray.kill)"
 
     def __init__(
@@ -127,13 +127,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             reset_timeout=reset_timeout,
             episode_timeout=episode_timeout,
         )
-        try:
-            self._payload = pickling.dumps(env)
-        except Exception as exc:
-            raise TypeError(
-                f"{self.name}: the env could not be pickled to send it to a Ray actor "
-                f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead"
-            ) from exc
+        self._payload = self._pickled(env)
         self._actor_options = _actor_options(
             num_cpus, num_gpus, resources, runtime_env, actor_options
         )
