@@ -510,7 +510,8 @@ def guide_costs(f: Figures) -> str:
         "- **Shared memory** against the socket, process workers, N=8: "
         f"{f.over('W3', '84x84x4 N=8', _SHARED, _SOCKET)} the socket's rate at 84x84x4 (28 KB), "
         f"{f.over('W3', _IMAGES, _SHARED, _SOCKET)} at 210x160x3 (100 KB); "
-        '`shared_memory="auto"` leaves observations under 8 KiB on the socket. '
+        '`shared_memory="auto"` reads observations of 8 KiB or more in place (views with '
+        "`copy=False`) and copies smaller ones out. "
         f"{inline} (W3's `SyncVectorEnv`: {f.rate('W3', _IMAGES, SYNC)} steps/s at "
         "210x160x3).\n"
         "- **Coroutine envs**: at 1,000 envs the envs wait in parallel and the loop's own work "
