@@ -304,7 +304,7 @@ def test_observations_written_to_shared_memory_read_back_the_same(
     if layout is None:  # nothing to share: every array of it is empty
         assert all(np.prod(shape) == 0 for shape in _shapes(space))
         return
-    fd = memory_file(layout.nbytes)
+    fd = memory_file(layout.nbytes, "aioenv-test")
     try:
         child, parent = mapped(layout, fd), mapped(layout, fd)
     finally:
@@ -354,7 +354,7 @@ def test_an_observation_that_does_not_fit_is_refused_and_leaves_the_memory_as_it
     layout = Layout.of(space)
     if layout is None:
         return
-    fd = memory_file(layout.nbytes)
+    fd = memory_file(layout.nbytes, "aioenv-test")
     try:
         shared = mapped(layout, fd)
     finally:

@@ -108,7 +108,7 @@ def test_write_then_read_is_exact_and_refuses_what_does_not_fit() -> None:
     observation, _ = env.reset(seed=3)
     layout = Layout.of(env.observation_space)
     assert layout is not None
-    fd = memory_file(layout.nbytes)
+    fd = memory_file(layout.nbytes, "aioenv-test")
     try:
         memory = mapped(layout, fd)
         assert memory.write(observation)

@@ -190,7 +190,7 @@ def test_a_child_stacks_its_envs_observations_straight_into_shared_memory(
     runner.reset()
     layout = Layout.of(runner.spaces[0])
     assert layout is not None
-    fd = memory_file(layout.nbytes)
+    fd = memory_file(layout.nbytes, "aioenv-test")
     try:
         shared = mapped(layout, fd)
     finally:

@@ -107,7 +107,6 @@ class _Half:
             self._rewards = np.ndarray((envs,), np.float64, info, 0)
             self._terminated = np.ndarray((envs,), np.bool_, info, 8 * envs)
             self._truncated = np.ndarray((envs,), np.bool_, info, 9 * envs)
-            self._batch_parts = (self._rewards, self._terminated, self._truncated)
             info = info[10 * envs :]
         self._info = memoryview(info)  # (uint8: a view of bytes)
 
@@ -118,7 +117,7 @@ class _Half:
         self._info.release()
         del self._action, self.observations, self._row, self._info
         if self.envs > 1:
-            del self._rewards, self._terminated, self._truncated, self._batch_parts
+            del self._rewards, self._terminated, self._truncated
         self.buffer.close()
 
 
@@ -135,12 +134,13 @@ class Lane(_Half):
             raise NoLayout(f"the observation space {observation_space} has no fixed layout")
         try:
             buffer = StepBuffer(observations, action_space, 1, None, _info_bytes(envs))
+            acts = True
         except NoLayout:
             buffer = StepBuffer(observations, _NO_ACTIONS, 1, None, _info_bytes(envs))
-            action_space = None
+            acts = False
         super().__init__(buffer, envs)
-        if action_space is None:
-            self._action = None
+        if not acts:
+            self._action = None  # (the placeholder's row takes no action: put refuses all)
         self.views = views
         self.request, self.answer = Wake.new(), Wake.new()
 
@@ -244,7 +244,12 @@ class Lane(_Half):
         return observation if self.views else copied(observation)
 
     def _batch(self, observations: Any, length: int) -> BatchStep[Any]:
-        parts = (observations, *(part.copy() for part in self._batch_parts))
+        parts = (
+            observations,
+            self._rewards.copy(),
+            self._terminated.copy(),
+            self._truncated.copy(),
+        )
         if not length:
             return BatchStep(*parts)
         tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]

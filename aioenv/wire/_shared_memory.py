@@ -121,7 +121,7 @@ class Layout:
         return _read(tree, views)
 
 
-def memory_file(nbytes: int, name: str = "aioenv-observations") -> int:
+def memory_file(nbytes: int, name: str) -> int:
     """A new anonymous memory file of ``nbytes`` bytes, named ``name`` (what
     ``/proc/PID/maps`` shows); the caller closes the descriptor."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
