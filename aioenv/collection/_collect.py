@@ -31,7 +31,7 @@ from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
 from ._rows import EpisodeRows, PolicyVersioned, detach_rows, trajectories
 
-__all__ = ["Collector", "Policy", "collect"]
+__all__ = ["Collector", "Policy", "PoolDriver", "collect"]
 
 #: A sync or async callable from a :class:`Batch` to one action per row (a sequence or an
 #: array whose first axis is the rows).
@@ -52,7 +52,60 @@ class _Track:
     finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
 
 
-class Collector(PolicyVersioned):
+class PoolDriver(PolicyVersioned):
+    """What :class:`Collector` and :class:`~aioenv.GroupCollector` share: they own the
+    stepping of ``pool``, choose actions with ``policy``, and are named in their errors by
+    ``_caller``."""
+
+    pool: WorkerPool[Any]
+    policy: Policy
+    _caller = "collect()"
+    _started = False
+
+    def _start(self) -> None:
+        """Before the first step: the pool must be idle (the driver owns its stepping)."""
+        if self._started:
+            return
+        for worker_id in range(len(self.pool)):
+            if self.pool.has_pending(worker_id):
+                raise StateNotTaken(
+                    f"{self._caller}: worker {worker_id} has an action in flight or a state "
+                    "not taken; await pool.drain() (after resuming paused workers) first"
+                )
+        self._started = True
+
+    async def _policy_actions(
+        self, rows: list[int], states: list[Any]
+    ) -> list[tuple[int, tuple[Any, Any]]]:
+        """One policy call for ``states`` (waiting for an action, worker ``rows[k]``'s is
+        ``states[k]``): each worker with its state and action, in the pool's send order
+        (sync workers last: they step in the send)."""
+        batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
+        actions = self.policy(batch)
+        if inspect.isawaitable(actions):
+            actions = await actions  # cancelled here: the states still wait, nothing lost
+        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
+        return in_send_order(self.pool, rows, sends)
+
+    def _bad_reply(self, worker_id: int, sent: Any, state: Any) -> Exception:
+        """The error for a reply this driver cannot take: it answers nothing the driver
+        sent (``sent`` is None), or it is not an :class:`~aioenv.Step`."""
+        if sent is None:
+            return RuntimeError(
+                f"{self._caller}: worker {worker_id} answered an action this collector did "
+                "not send; do not send actions to a pool a collector is using"
+            )
+        return TypeError(
+            f"{self._caller} needs gymnasium envs (aioenv.Step states); worker {worker_id} "
+            f"returned a {type(state).__name__}"
+        )
+
+    def _own(self, observation: Any) -> Any:
+        # With copy=False the pool hands out views that the worker's next step overwrites.
+        return observation if self.pool.copy else copy.deepcopy(observation)
+
+
+class Collector(PoolDriver):
     """Drives ``pool`` with ``policy`` (see :meth:`collect`), keeping what a call does not
     return for the next call. The collector owns the pool's stepping: between calls, do not
     send actions to the pool yourself (``call``, ``get_attr``, ``set_attr`` and ``pause`` are
@@ -64,11 +117,9 @@ class Collector(PolicyVersioned):
         self.pool = pool
         #: The callable that chooses actions; may be replaced between calls.
         self.policy = policy
-        self._version = 0
         self._tracks = [_Track() for _ in range(len(pool))]
         # A lane per worker: collect() steps workers of one env (aioenv.Step states).
         self._ledger = EpisodeLedger(len(pool))
-        self._started = False
         self._running = False
         self._finish_counter = 0
 
@@ -113,7 +164,7 @@ class Collector(PolicyVersioned):
         bar = Progress(progress, total=total if quota.unit == "steps" else None)
         try:
             self._start()
-            while not quota.met(self._tracks, active := self._active_ids()):
+            while not quota.met(self._tracks, active := self.pool.active_ids):
                 if not active:
                     self._none_left()
                 await self._act(quota, active)
@@ -129,20 +180,6 @@ class Collector(PolicyVersioned):
         return self._take(quota)
 
     # Stepping --------------------------------------------------------------------------
-    def _start(self) -> None:
-        if self._started:
-            return
-        for worker_id in range(len(self.pool)):
-            if self.pool.has_pending(worker_id):
-                raise StateNotTaken(
-                    f"collect(): worker {worker_id} has an action in flight or a state not "
-                    "taken; await pool.drain() (after resuming paused workers) first"
-                )
-        self._started = True
-
-    def _active_ids(self) -> list[int]:
-        return self.pool.active_ids
-
     def _none_left(self) -> None:
         """No worker to step: say whether the pool gave them up (every worker left is
         removed or closed) or they are paused."""
@@ -168,14 +205,9 @@ class Collector(PolicyVersioned):
             track.waiting, track.in_flight = None, RESET
         if not rows:
             return
-        states = [self._tracks[w].waiting for w in rows]
-        batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
         version = self._version
-        actions = self.policy(batch)
-        if inspect.isawaitable(actions):
-            actions = await actions  # cancelled here: the states still wait, nothing lost
-        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
-        for worker_id, (state, action) in in_send_order(self.pool, rows, sends):
+        states = [self._tracks[w].waiting for w in rows]
+        for worker_id, (state, action) in await self._policy_actions(rows, states):
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
             track.waiting, track.in_flight = None, (state.observation, action, version)
@@ -186,16 +218,8 @@ class Collector(PolicyVersioned):
         for state, worker_id in batch:
             track = self._tracks[worker_id]
             sent, track.in_flight = track.in_flight, None
-            if sent is None:
-                raise RuntimeError(
-                    f"collect(): worker {worker_id} answered an action this collector did not "
-                    "send; do not send actions to a pool a collector is using"
-                )
-            if not isinstance(state, Step):
-                raise TypeError(
-                    f"collect() needs gymnasium envs (aioenv.Step states); worker {worker_id} "
-                    f"returned a {type(state).__name__}"
-                )
+            if sent is None or not isinstance(state, Step):
+                raise self._bad_reply(worker_id, sent, state)
             # A failure that cut an episode short answers as a truncated step (recorded
             # below like any other); a restarted env's reset answers a reset, or a step
             # sent when no episode was open.
@@ -238,29 +262,19 @@ class Collector(PolicyVersioned):
         track.episode = None
         track.waiting = _NEEDS_RESET
 
-    def _cut(self, track: _Track) -> None:
-        """End a worker's open episode early (its action failed and restarts are off): the
-        rows so far are kept, the last marked truncated (gymnasium's "ended for a reason
-        outside the task")."""
-        episode = track.episode
-        if episode is not None and len(episode):
-            episode.truncated[-1] = True
-            self._finish(track)
-        track.episode = None
-
     def _on_failure(self, error: WorkerError) -> None:
         """A worker's action failed (restarts off): that action has no outcome; its episode
-        is cut, and the worker is reset before its next action."""
+        is cut (the rows so far are kept, the last marked truncated: gymnasium's "ended for
+        a reason outside the task"), and the worker is reset before its next action."""
         if error.worker_id is None:
             return
         track = self._tracks[error.worker_id]
         track.in_flight = None
-        self._cut(track)
-        track.waiting = _NEEDS_RESET
-
-    def _own(self, observation: Any) -> Any:
-        # With copy=False the pool hands out views that the worker's next step overwrites.
-        return observation if self.pool.copy else copy.deepcopy(observation)
+        episode = track.episode
+        if episode is not None and len(episode):
+            episode.truncated[-1] = True
+            self._finish(track)
+        track.episode, track.waiting = None, _NEEDS_RESET
 
     # Returning -------------------------------------------------------------------------
     def _take(self, quota: Quota) -> Trajectories:

@@ -16,9 +16,7 @@ group comes out incomplete. An episode that ran out of its budget (the pool opti
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import inspect
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -28,15 +26,15 @@ import numpy.typing as npt
 
 from ..core._commands import Reset
 from ..core._environment import Step
-from ..core._errors import StateNotTaken, WorkerError, describe_failure
+from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
-from ..pool._pool import WorkerPool, in_send_order
+from ..pool._pool import WorkerPool
 from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
-from ._collect import Policy, _action_rows
-from ._rows import EpisodeRows, PolicyVersioned, trajectories
+from ._collect import Policy, PoolDriver
+from ._rows import EpisodeRows, trajectories
 
 __all__ = ["Group", "GroupCollector", "collect_groups"]
 
@@ -105,10 +103,12 @@ class _Track:
     in_flight: Any = None
 
 
-class GroupCollector(PolicyVersioned):
+class GroupCollector(PoolDriver):
     """An async iterator of :class:`Group`: ``group_size`` rollouts of each of ``tasks``
     on ``pool`` with ``policy`` (see :func:`collect_groups`). The collector owns the pool's
     stepping until it is exhausted or closed (:meth:`aclose`)."""
+
+    _caller = "collect_groups()"
 
     def __init__(
         self,
@@ -132,7 +132,6 @@ class GroupCollector(PolicyVersioned):
                 f"pool with autoreset='disabled', not {pool.autoreset!r}"
             )
         self._tasks = _checked_tasks(tasks)
-        self._version = 0
         self._tracks = [_Track() for _ in range(len(pool))]
         self._ledger = EpisodeLedger(len(pool))  # a lane per worker: episode ids
         self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
@@ -140,7 +139,7 @@ class GroupCollector(PolicyVersioned):
         self._ready: deque[Group] = deque()  # ended, in the order they ended
         self._next_task_id = 0
         self._exhausted = False
-        self._started = self._running = self._closed = False
+        self._running = self._closed = False
 
     def __aiter__(self) -> GroupCollector:
         return self
@@ -186,17 +185,6 @@ class GroupCollector(PolicyVersioned):
         self._ready.clear()
 
     # Scheduling ------------------------------------------------------------------------
-    def _start(self) -> None:
-        if self._started:
-            return
-        for worker_id in range(len(self.pool)):
-            if self.pool.has_pending(worker_id):
-                raise StateNotTaken(
-                    f"collect_groups(): worker {worker_id} has an action in flight or a state "
-                    "not taken; await pool.drain() (after resuming paused workers) first"
-                )
-        self._started = True
-
     def _start_members(self) -> bool:
         """Every free worker takes the next member (a retry first, else the next task's), in
         the pool's send order (sync workers last: they reset in the send); True if some
@@ -243,15 +231,9 @@ class GroupCollector(PolicyVersioned):
         rows = [w for w in self.pool.active_ids if self._tracks[w].waiting is not None]
         if not rows:
             return
-        states = [self._tracks[w].waiting for w in rows]
-        batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
         version = self._version
-        actions = self.policy(batch)
-        if inspect.isawaitable(actions):
-            actions = await actions  # cancelled here: the states still wait, nothing lost
-        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
-        # Sync workers last: they step in the send.
-        for worker_id, (state, action) in in_send_order(self.pool, rows, sends):
+        states = [self._tracks[w].waiting for w in rows]
+        for worker_id, (state, action) in await self._policy_actions(rows, states):
             assert state is not None
             track = self._tracks[worker_id]
             try:
@@ -265,16 +247,8 @@ class GroupCollector(PolicyVersioned):
         for state, worker_id in batch:
             track = self._tracks[worker_id]
             sent, track.in_flight = track.in_flight, None
-            if sent is None:
-                raise RuntimeError(
-                    f"collect_groups(): worker {worker_id} answered an action this collector "
-                    "did not send; do not send actions to a pool a collector is using"
-                )
-            if not isinstance(state, Step):
-                raise TypeError(
-                    f"collect_groups() needs gymnasium envs (aioenv.Step states); worker "
-                    f"{worker_id} returned a {type(state).__name__}"
-                )
+            if sent is None or not isinstance(state, Step):
+                raise self._bad_reply(worker_id, sent, state)
             if sent is _RESETTING:  # the member's episode starts (a restarted env's too)
                 track.episode = EpisodeRows(self._ledger.start(worker_id))
                 track.waiting = state
@@ -342,10 +316,6 @@ class GroupCollector(PolicyVersioned):
                 tuple(group.retried),
             )
         )
-
-    def _own(self, observation: Any) -> Any:
-        # With copy=False the pool hands out views that the worker's next step overwrites.
-        return observation if self.pool.copy else copy.deepcopy(observation)
 
 
 def collect_groups(
