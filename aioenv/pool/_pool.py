@@ -42,6 +42,7 @@ from ._spaces import SpaceCheck
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 
 S = TypeVar("S")
+P = TypeVar("P", bound="WorkerPool[Any]")
 
 
 @documented_with(PoolOptions)
@@ -303,7 +304,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
 
     def has_pending(self, worker_id: int) -> bool:
         """The worker has an action in flight or a state not yet taken."""
-        return self._roster.member(worker_id).worker_id in self._inbox.owed
+        return self._roster.index(worker_id) in self._inbox.owed
 
     @property
     def num_pending(self) -> int:
@@ -342,7 +343,7 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
             finally:
                 self._close_done.set()
 
-    async def __aenter__(self) -> WorkerPool[S]:
+    async def __aenter__(self: P) -> P:
         self._check_open()
         return for_this_loop(self)
 
@@ -359,10 +360,6 @@ class AsyncWorkerPool(WorkerPool[S]):
 
     _ordered = False
 
-    async def __aenter__(self) -> AsyncWorkerPool[S]:
-        self._check_open()
-        return for_this_loop(self)
-
 
 @documented_with(PoolOptions)
 class SyncWorkerPool(WorkerPool[S]):
@@ -372,10 +369,6 @@ class SyncWorkerPool(WorkerPool[S]):
     concurrently at all."""
 
     _ordered = True
-
-    async def __aenter__(self) -> SyncWorkerPool[S]:
-        self._check_open()
-        return for_this_loop(self)
 
 
 T = TypeVar("T")

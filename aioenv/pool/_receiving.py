@@ -171,7 +171,7 @@ class Receiver:
         self._inbox = inbox
         self._episodes = episodes
         self._copy = copy
-        self._reused_rows = ReusedRows(len(roster))  # with copy=False
+        self._reused_rows = None if copy else ReusedRows(len(roster))
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
         self._loop_thread: int | None = None  # the thread _loop was found running in
         #: Which workers answer in line (sync workers: their state is in the inbox as soon
@@ -198,9 +198,15 @@ class Receiver:
         if worker_id is not None:
             if self._owes_loop_a_turn:  # that worker's state, whoever else has one
                 await self._give_loop_a_turn()
-            outcome = await self._wait_for(self._roster.live(worker_id), timeout)
-        elif self._in_line is not None:
-            outcome = await self._take_fairly(timeout)
+            worker = self._roster.members[self._roster.live_index(worker_id)]
+            outcome = await self._wait_for(worker, timeout)
+        elif self._in_line is not None:  # in-line workers mixed with others: see _in_line
+            self._check_loop()
+            deadline = self._deadline(timeout)
+            await self._let_the_others_in(deadline, whole_batch=False)
+            outcome = self._inbox.pop_next()
+            if outcome is None:
+                outcome = await self._wait_next(deadline)
         else:
             outcome = self._inbox.pop_next()
             if outcome is None:
@@ -266,8 +272,7 @@ class Receiver:
             in_line = self._in_line
             self._owes_loop_a_turn = any(in_line[o.worker_id] for o in outcomes)  # type: ignore[index]
         space = self._roster.members[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
-        rows = None if self._copy else self._reused_rows
-        return Batch.of_outcomes(outcomes, space, rows)
+        return Batch.of_outcomes(outcomes, space, self._reused_rows)
 
     async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
         inbox = self._inbox
@@ -301,26 +306,12 @@ class Receiver:
             self._inbox.check_open()
         taken: list[tuple[Any, int]] = []
         while (outcome := inbox.pop_next()) is not None:
-            worker_id: int = outcome.worker_id  # type: ignore[assignment]
-            if outcome.error is not None:
-                self._roster.hand_out(worker_id, outcome.error)
-                taken.append((outcome.error, worker_id))
-                continue
-            state = outcome.state.owned() if outcome.borrowed and self._copy else outcome.state
-            self._episodes.record(worker_id, state)
-            taken.append((state, worker_id))
+            if outcome.error is None:
+                taken.append(self._handed_out(outcome))
+            else:  # returned, not raised: its worker leaves the pool where that is its end
+                self._roster.hand_out(outcome.worker_id, outcome.error)
+                taken.append((outcome.error, outcome.worker_id))  # type: ignore[arg-type]
         return sorted(taken, key=operator.itemgetter(1))
-
-    async def _take_fairly(self, timeout: float | None) -> Outcome | None:
-        """``get_state()``'s next outcome in a pool that mixes in-line workers with others
-        (see ``_in_line``)."""
-        self._check_loop()
-        deadline = self._deadline(timeout)
-        await self._let_the_others_in(deadline, whole_batch=False)
-        outcome = self._inbox.pop_next()
-        if outcome is None:
-            outcome = await self._wait_next(deadline)
-        return outcome
 
     async def _let_the_others_in(self, deadline: float | None, *, whole_batch: bool) -> None:
         """Before taking states in a pool that mixes in-line workers with others (see

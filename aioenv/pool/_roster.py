@@ -51,10 +51,6 @@ class Roster:
     def __len__(self) -> int:
         return len(self.members)
 
-    def member(self, worker_id: int) -> Member:
-        """The worker with this id (UnknownWorker otherwise)."""
-        return self.members[self.index(worker_id)]
-
     def index(self, worker_id: int) -> int:
         """``worker_id`` checked: an int naming one of the workers (UnknownWorker
         otherwise)."""
@@ -69,11 +65,6 @@ class Roster:
                 f"no worker {worker_id!r}: this pool has workers 0..{len(self.members) - 1}"
             )
         return index
-
-    def live(self, worker_id: int) -> Member:
-        """The worker with this id, named by a call (UnknownWorker, or WorkerRemoved where
-        it was given up on)."""
-        return self.members[self.live_index(worker_id)]
 
     def live_index(self, worker_id: int) -> int:
         """``worker_id`` checked as :meth:`index` does, and not given up on (WorkerRemoved

@@ -44,9 +44,7 @@ class Sender:
         ``send_action`` takes the common case (none of these) itself."""
         self._inbox.check_open()
         roster = self._roster
-        worker = roster.members[roster.index(worker_id)]
-        if worker.worker_id in roster.removed:
-            raise roster.gone(worker.worker_id)
+        worker = roster.members[roster.live_index(worker_id)]
         if worker.worker_id in self._inbox.paused:
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
         if self._check_actions and not isinstance(action, (Command, Reset)):
