@@ -22,7 +22,6 @@ class Progress:
         enabled: bool,
         *,
         total: int | None,
-        unit: str = "step",
         file: IO[str] | None = None,
         mininterval: float = 0.1,
     ) -> None:
@@ -30,7 +29,7 @@ class Progress:
         if enabled:
             self._bar = tqdm(
                 total=total,
-                unit=unit,
+                unit="step",
                 dynamic_ncols=True,
                 disable=None,  # tqdm's "only on a terminal"
                 file=file,

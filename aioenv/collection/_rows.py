@@ -26,10 +26,6 @@ _ROW_FIELDS = (
 )
 
 
-def _as_is(observation: Any) -> Any:
-    return observation
-
-
 class PolicyVersioned:
     """The collectors' ``policy_version`` (``collect`` and ``collect_groups``): one rule."""
 
@@ -73,7 +69,7 @@ class EpisodeRows:
         action: Any,
         version: int,
         state: Step[Any],
-        own: Callable[[Any], Any] = _as_is,
+        own: Callable[[Any], Any],
     ) -> bool:
         """Add the transition from ``observation`` by ``action`` (chosen by policy
         ``version``) to ``state``; True if it ends the episode. The last transition's next

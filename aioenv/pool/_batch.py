@@ -133,17 +133,17 @@ class Batch(Generic[S]):
         batch = cls(ids, states, space, out)
         if not any(outcome.borrowed for outcome in outcomes):
             return batch
-        if not all(type(state) is Step for state in states):  # BatchSteps: each owns its rows
-            if reused is None:
-                for row, outcome in enumerate(outcomes):
-                    if outcome.borrowed:
-                        states[row] = outcome.state.owned()
+        steps = all(type(state) is Step for state in states)  # else BatchSteps: not stacked
+        observations: Any = batch.observations if steps else None  # stacked now, from the views
+        if reused is not None:  # the states keep their views
             return batch
-        observations = batch.observations
-        if reused is None:
-            for row, outcome in enumerate(outcomes):
-                if outcome.borrowed:
-                    states[row] = _with_row(outcome.state, space, observations, row)
+        # A Box observation becomes its row of the freshly stacked batch (the batch's copy is
+        # the state's copy); any other is copied by its state.
+        box = steps and isinstance(space, Box)
+        for row, outcome in enumerate(outcomes):
+            if outcome.borrowed:
+                state = outcome.state
+                states[row] = state.with_observation(observations[row]) if box else state.owned()
         return batch
 
     def sorted(self) -> Batch[S]:
@@ -172,11 +172,3 @@ class ReusedRows:
         if buffer is None or buffer.shape[1:] != space.shape or buffer.dtype != space.dtype:
             buffer = self._buffer = create_empty_array(space, self._capacity)
         return buffer[:count]
-
-
-def _with_row(step: Step[Any], space: Any, observations: Any, row: int) -> Step[Any]:
-    """``step`` whose observation (a view of shared memory) is replaced by its row of the
-    freshly stacked batch: the batch's copy is the state's copy."""
-    if isinstance(space, Box):
-        return step.with_observation(observations[row])
-    return step.owned()

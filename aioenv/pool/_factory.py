@@ -225,17 +225,16 @@ def _build_workers(
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     hosted: dict[str, Iterator[Worker[Any]]] = {}
-    for kind, per_host in hosts.items():
+    for kind, per_host in hosts.items():  # each kind of hosts is one of modes
         indices = [i for i, mode in enumerate(modes) if mode == kind]
-        if indices:
-            hosted[kind] = iter(
-                _kind_class(kind).hosted(  # type: ignore[attr-defined]
-                    [sources[i] for i in indices],
-                    [seeds[i] for i in indices],
-                    envs_per_host.get(per_host, 1),
-                    **_options_for(kind, options),
-                )
+        hosted[kind] = iter(
+            _kind_class(kind).hosted(  # type: ignore[attr-defined]
+                [sources[i] for i in indices],
+                [seeds[i] for i in indices],
+                envs_per_host.get(per_host, 1),
+                **_options_for(kind, options),
             )
+        )
     for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
         if kind in hosted:
             into.append(next(hosted[kind]))

@@ -11,6 +11,7 @@ pool's restart policy, and a reply nobody waits for any more is dropped as stale
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 import uuid
 from collections.abc import Sequence
@@ -215,10 +216,7 @@ class Rollouts:
     def _trajectories(self, parts: list[dict[str, Any]]) -> Trajectories:
         space = next((w.observation_space for w in self._roster.members if w.num_envs == 1), None)
         columns: dict[str, Any] = {}
-        for name in (
-            "observations", "actions", "rewards", "terminated", "truncated",
-            "next_observations", "worker_id", "episode_id", "step", "policy_version", "open",
-        ):  # fmt: skip
+        for name in (field.name for field in dataclasses.fields(Trajectories)):
             values = [part[name] for part in parts]
             columns[name] = _concatenated(values, space if "observations" in name else None)
         trajectories = Trajectories(**columns)
