@@ -17,6 +17,7 @@ group comes out incomplete. An episode that ran out of its budget (the pool opti
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -371,14 +372,8 @@ def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, 
     first = next(iterator, empty)
     if first is empty:
         raise ValueError("collect_groups(): tasks is empty; give at least one task")
-    _check_task(0, first)
-
-    def checked() -> Iterator[Mapping[str, Any]]:
-        yield first  # type: ignore[misc]
-        for task_id, task in enumerate(iterator, start=1):
-            yield _check_task(task_id, task)
-
-    return checked()
+    rest = (_check_task(task_id, task) for task_id, task in enumerate(iterator, start=1))
+    return itertools.chain([_check_task(0, first)], rest)
 
 
 def _check_task(task_id: int, task: Any) -> Mapping[str, Any]:

@@ -176,16 +176,14 @@ class Receiver:
         self._loop_thread: int | None = None  # the thread _loop was found running in
         #: Which workers answer in line (sync workers: their state is in the inbox as soon
         #: as their action is sent), where the pool also has workers whose states come in
-        #: through the event loop; else None. A loop that keeps taking in-line states and
-        #: sending them actions would never wait: the event loop would never run, the
-        #: others' states (and every deadline) would never come in, and a thread worker
-        #: would not even get the GIL to finish its step. Such a pool serves fairly (the
-        #: inbox takes the worker served longest ago first) and lets the others in (see
-        #: _let_the_others_in).
-        in_line = [member.answers_in_line for member in roster.members]
-        mixed = any(in_line) and not all(in_line) and not inbox.ordered
-        self._in_line: list[bool] | None = in_line if mixed else None
-        if mixed:
+        #: through the event loop and hands states out first ready; else None. A loop that
+        #: keeps taking in-line states and sending them actions would never wait: the event
+        #: loop would never run, the others' states (and every deadline) would never come
+        #: in, and a thread worker would not even get the GIL to finish its step. Such a
+        #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
+        #: the others in (see _let_the_others_in).
+        self._in_line = None if inbox.ordered else roster.in_line
+        if self._in_line is not None:
             inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
         #: in before it takes anything (so a cancelled call loses nothing).

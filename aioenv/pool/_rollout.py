@@ -244,8 +244,7 @@ def _concatenated(values: list[Any], space: Any) -> Any:
     arrays = values and all(isinstance(value, np.ndarray) for value in values)
     if arrays and len({value.shape[1:] for value in values}) == 1:
         return np.concatenate(values)
-    items = [item for value in values for item in value]
-    return stack(space, items) if space is not None else np.asarray(items)
+    return stack(space, [item for value in values for item in value])
 
 
 def _next_version(package: PolicyPackage | None, version: int | None) -> int:

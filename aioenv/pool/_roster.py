@@ -46,7 +46,7 @@ class Roster:
         #: Where some workers answer in line (sync workers step during their send) and
         #: others do not: which do (see :meth:`send_order`); else None.
         in_line = [member.answers_in_line for member in self.members]
-        self._in_line = in_line if any(in_line) and not all(in_line) else None
+        self.in_line = in_line if any(in_line) and not all(in_line) else None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -99,11 +99,8 @@ class Roster:
     def check_some_left(self, call: str) -> None:
         """Raise WorkerRemoved for a pool-wide ``call`` if every worker that is not closed
         was given up on (at least one was): nothing is left to do it with."""
-        if not self.removed or any(
-            not member.closed and i not in self.removed for i, member in enumerate(self.members)
-        ):
-            return
-        raise none_left(call, self.removed)
+        if self.removed and not self._open_ids():
+            raise none_left(call, self.removed)
 
     def removed_note(self) -> str:
         """For a message about the workers left: how many were given up on, if any."""
@@ -148,7 +145,7 @@ class Roster:
         answer in line last. A sync worker steps its env inside the send, so any worker
         sent an action after it would wait for that step before starting its own; sent
         last, it steps while the others do."""
-        in_line = self._in_line
+        in_line = self.in_line
         if in_line is None:
             return list(worker_ids)
         return sorted(worker_ids, key=lambda worker_id: in_line[worker_id])
@@ -158,11 +155,15 @@ class Roster:
         every open worker not given up on."""
         self._inbox.check_open()
         if worker_ids is None:
-            removed = self.removed
-            return [
-                i for i, member in enumerate(self.members) if not member.closed and i not in removed
-            ]
+            return self._open_ids()
         return [self.live_index(worker_id) for worker_id in worker_ids]
+
+    def _open_ids(self) -> list[int]:
+        """The ids of the workers that are open and not given up on."""
+        removed = self.removed
+        return [
+            i for i, member in enumerate(self.members) if not member.closed and i not in removed
+        ]
 
 
 def none_left(call: str, removed: dict[int, WorkerError]) -> WorkerRemoved:
