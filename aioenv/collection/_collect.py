@@ -9,9 +9,9 @@ back-pressure: a slow policy leaves every worker idle after one step, never queu
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 import math
+import operator
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Union
@@ -29,7 +29,7 @@ from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
 from ._quota import Boundary, Quota, make_quota
-from ._rows import EpisodeRows, PolicyVersioned, detach_rows, trajectories
+from ._rows import NEEDS_RESET, EpisodeRows, Track, detach_rows, trajectories
 
 __all__ = ["Collector", "Policy", "PoolDriver", "collect"]
 
@@ -37,30 +37,30 @@ __all__ = ["Collector", "Policy", "PoolDriver", "collect"]
 #: array whose first axis is the rows).
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
 
-_NEEDS_RESET = "needs reset"  # a worker's marker: its episode ended, send RESET next
 
-
-@dataclasses.dataclass(eq=False)
-class _Track:
-    """One worker as the collector sees it. Exactly one of ``waiting`` (a state, or
-    ``_NEEDS_RESET``) and ``in_flight`` (``(observation, action, version)``, or ``RESET``)
-    is set, except before the first call."""
-
-    episode: EpisodeRows | None = None
-    waiting: Any = _NEEDS_RESET
-    in_flight: Any = None
-    finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
-
-
-class PoolDriver(PolicyVersioned):
+class PoolDriver:
     """What :class:`Collector` and :class:`~aioenv.GroupCollector` share: they own the
-    stepping of ``pool``, choose actions with ``policy``, and are named in their errors by
-    ``_caller``."""
+    stepping of ``pool``, choose actions with ``policy`` (its version: one rule), and are
+    named in their errors by ``_caller``."""
 
     pool: WorkerPool[Any]
     policy: Policy
     _caller = "collect()"
     _started = False
+    _version: int = 0
+
+    @property
+    def policy_version(self) -> int:
+        """An int you set when the policy changes (default 0; it may not decrease). Each
+        transition records the version in force when its action was chosen."""
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        version = operator.index(version)
+        if version < self._version:
+            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
+        self._version = version
 
     def _start(self) -> None:
         """Before the first step: the pool must be idle (the driver owns its stepping)."""
@@ -117,7 +117,7 @@ class Collector(PoolDriver):
         self.pool = pool
         #: The callable that chooses actions; may be replaced between calls.
         self.policy = policy
-        self._tracks = [_Track() for _ in range(len(pool))]
+        self._tracks = [Track() for _ in range(len(pool))]
         # A lane per worker: collect() steps workers of one env (aioenv.Step states).
         self._ledger = EpisodeLedger(len(pool))
         self._running = False
@@ -198,7 +198,7 @@ class Collector(PoolDriver):
             track = self._tracks[worker_id]
             if track.waiting is None or not quota.wants_more(track):
                 continue
-            (resets if track.waiting is _NEEDS_RESET else rows).append(worker_id)
+            (resets if track.waiting is NEEDS_RESET else rows).append(worker_id)
         for worker_id in self.pool.send_order(resets):
             self.pool.send_action(RESET, worker_id)
             track = self._tracks[worker_id]
@@ -232,12 +232,12 @@ class Collector(PoolDriver):
                 returns.append(ended)
         bar.update(steps, returns)
 
-    def _begin(self, track: _Track, worker_id: int, state: Step[Any]) -> None:
+    def _begin(self, track: Track, worker_id: int, state: Step[Any]) -> None:
         track.episode = EpisodeRows(self._ledger.start(worker_id))
         track.waiting = state
 
     def _record(
-        self, track: _Track, worker_id: int, sent: tuple[Any, Any, int], state: Step[Any]
+        self, track: Track, worker_id: int, sent: tuple[Any, Any, int], state: Step[Any]
     ) -> float | None:
         """Add one transition; returns the episode's return if it ended."""
         observation, action, version = sent
@@ -253,14 +253,14 @@ class Collector(PoolDriver):
             self._begin(track, worker_id, Step(state.observation, info=state.info))
         return episode_return
 
-    def _finish(self, track: _Track) -> None:
+    def _finish(self, track: Track) -> None:
         episode = track.episode
         assert episode is not None
         episode.finish_order = self._finish_counter
         self._finish_counter += 1
         track.finished.append(episode)
         track.episode = None
-        track.waiting = _NEEDS_RESET
+        track.waiting = NEEDS_RESET
 
     def _on_failure(self, error: WorkerError) -> None:
         """A worker's action failed (restarts off): that action has no outcome; its episode
@@ -274,7 +274,7 @@ class Collector(PoolDriver):
         if episode is not None and len(episode):
             episode.truncated[-1] = True
             self._finish(track)
-        track.episode, track.waiting = None, _NEEDS_RESET
+        track.episode, track.waiting = None, NEEDS_RESET
 
     # Returning -------------------------------------------------------------------------
     def _take(self, quota: Quota) -> Trajectories:

@@ -5,25 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
+
+from ._rows import Track
 
 __all__ = ["Boundary", "Quota", "make_quota"]
 
 Boundary = Literal["episode", "step"]
-
-
-class Track(Protocol):
-    """What a quota reads of one worker's collected data."""
-
-    @property
-    def finished(self) -> Sequence[Episode]: ...
-
-    @property
-    def episode(self) -> Episode | None: ...
-
-
-class Episode(Protocol):
-    def __len__(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""The rows a :class:`~aioenv.Collector` keeps per episode until a call returns them, and
-how the returned ones become :class:`~aioenv.Trajectories`."""
+"""The rows a :class:`~aioenv.Collector` keeps per episode until a call returns them (and
+per worker, its :class:`Track`), and how the returned ones become
+:class:`~aioenv.Trajectories`."""
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 from ..core._environment import Step
 from ..pool._trajectories import Trajectories, stack
 
-__all__ = ["EpisodeRows", "PolicyVersioned", "detach_rows", "trajectories"]
+__all__ = ["NEEDS_RESET", "EpisodeRows", "Track", "detach_rows", "trajectories"]
 
 _ROW_FIELDS = (
     "observations",
@@ -24,25 +24,6 @@ _ROW_FIELDS = (
     "next_observations",
     "versions",
 )
-
-
-class PolicyVersioned:
-    """The collectors' ``policy_version`` (``collect`` and ``collect_groups``): one rule."""
-
-    _version: int = 0
-
-    @property
-    def policy_version(self) -> int:
-        """An int you set when the policy changes (default 0; it may not decrease). Each
-        transition records the version in force when its action was chosen."""
-        return self._version
-
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        version = operator.index(version)
-        if version < self._version:
-            raise ValueError(f"policy_version may not decrease: {self._version} -> {version}")
-        self._version = version
 
 
 @dataclasses.dataclass(eq=False)
@@ -85,6 +66,22 @@ class EpisodeRows:
         self.next_observations.append(own(state.observation if final is None else final))
         self.versions.append(version)
         return done
+
+
+#: A worker's marker in its :class:`Track`: its episode ended, send RESET next.
+NEEDS_RESET = "needs reset"
+
+
+@dataclasses.dataclass(eq=False)
+class Track:
+    """One worker as a :class:`~aioenv.Collector` sees it (and its quota counts). Exactly
+    one of ``waiting`` (a state, or ``NEEDS_RESET``) and ``in_flight`` (``(observation,
+    action, version)``, or ``RESET``) is set, except before the first call."""
+
+    episode: EpisodeRows | None = None
+    waiting: Any = NEEDS_RESET
+    in_flight: Any = None
+    finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
 
 
 def detach_rows(episode: EpisodeRows) -> EpisodeRows:
