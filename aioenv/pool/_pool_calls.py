@@ -38,7 +38,7 @@ class PoolCalls:
         :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
         :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on.
         """
-        return await self._controls.call(name, *args, worker_ids=worker_ids, **kwargs)
+        return await self._controls.calls("call", name, args, kwargs, worker_ids)
 
     async def apply(
         self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
@@ -50,7 +50,7 @@ class PoolCalls:
         worker's ``None`` leaves its env alone and answers None). A worker that steps
         several envs runs it on each and answers a list. ``function`` must pickle for
         process workers."""
-        return await self._controls.apply(function, *args, worker_ids=worker_ids, **kwargs)
+        return await self._controls.calls("apply", "", (function, *args), kwargs, worker_ids)
 
     async def get_attr(
         self, name: str, worker_ids: Sequence[int] | None = None

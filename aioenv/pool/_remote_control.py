@@ -65,22 +65,13 @@ class PerWorker:
 
 class Controls:
     """The remote control of a :class:`~aioenv.WorkerPool` (whose methods of the same names
-    say what each does), over the workers of its ``roster``."""
+    say what each does; :meth:`calls` does ``call`` and ``apply``), over the workers of its
+    ``roster``."""
 
     def __init__(self, roster: Roster) -> None:
         self._roster = roster
 
-    async def call(
-        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        return await self._calls("call", name, args, kwargs, worker_ids)
-
-    async def apply(
-        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        return await self._calls("apply", "", (function, *args), kwargs, worker_ids)
-
-    async def _calls(
+    async def calls(
         self,
         op: Literal["call", "apply"],
         name: str,
@@ -88,6 +79,8 @@ class Controls:
         kwargs: dict[str, Any],
         worker_ids: Sequence[int] | None,
     ) -> WorkerResults[Any]:
+        """``call`` method ``name`` of each env addressed, or ``apply`` ``args[0]`` to it,
+        with ``args`` and ``kwargs`` (each :class:`PerWorker` one spread over the workers)."""
         ids = self._roster.ids(worker_ids)
         per_worker = [v for v in (*args, *kwargs.values()) if isinstance(v, PerWorker)]
         if not per_worker:
@@ -135,7 +128,7 @@ class Controls:
         if mode != "rgb_array":
             raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
         ids = [worker.worker_id for worker in self._roster.active()]
-        frames = await self.call("render", worker_ids=ids)  # type: ignore[arg-type]
+        frames = await self.calls("call", "render", (), {}, ids)  # type: ignore[arg-type]
         for worker_id, frame in zip(ids, frames, strict=True):
             if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
                 raise TypeError(
