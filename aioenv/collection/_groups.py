@@ -235,7 +235,6 @@ class GroupCollector(PoolDriver):
         version = self._version
         states = [self._tracks[w].waiting for w in rows]
         for worker_id, (state, action) in await self._policy_actions(rows, states):
-            assert state is not None
             track = self._tracks[worker_id]
             try:
                 self.pool.send_action(action, worker_id)

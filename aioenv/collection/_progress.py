@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import IO, Any
 
 from tqdm import tqdm
@@ -39,19 +38,16 @@ class Progress:
         self.episodes = 0
         self._return_sum = 0.0
 
-    @property
-    def mean_return(self) -> float:
-        return self._return_sum / self.episodes if self.episodes else math.nan
-
     def update(self, steps: int, returns: list[float]) -> None:
         """``steps`` more transitions, and the returns of the episodes that just ended."""
         self.episodes += len(returns)
         self._return_sum += sum(returns)
         if self._bar is None:
             return
-        if returns:
+        if returns:  # so at least one episode counted
+            mean_return = self._return_sum / self.episodes
             self._bar.set_postfix(
-                episodes=self.episodes, mean_return=f"{self.mean_return:.1f}", refresh=False
+                episodes=self.episodes, mean_return=f"{mean_return:.1f}", refresh=False
             )
         self._bar.update(steps)
 
