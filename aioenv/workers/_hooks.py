@@ -7,7 +7,7 @@ import abc
 import asyncio
 from typing import Any
 
-from ..core._messages import ControlRequest, EpisodeOptions
+from ..core._messages import ControlRequest
 from ..loops._host import CoroutineHost
 
 __all__ = ["KindHooks"]
@@ -39,10 +39,6 @@ class KindHooks(abc.ABC):
     @abc.abstractmethod
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         """Send control request ``seq`` to the env without blocking."""
-
-    def _configure(self, episode: EpisodeOptions) -> None:
-        """Give the running env new episode options (sent ahead of any request)."""
-        self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
 
     def _start_delay_cause(self) -> str | None:
         """Hook: why the env may not have started yet, for a start-up timeout's message;

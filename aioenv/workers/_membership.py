@@ -70,7 +70,8 @@ class Membership(SupervisedEnv):
         self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
             self._episode = episode
-            self._configure(episode)
+            # The running env's new episode options, sent ahead of any request.
+            self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
 
     def seed_next_reset(self, seed: int) -> None:
         """Seed the next reset (unless it names its own seed); later resets continue."""
