@@ -111,9 +111,7 @@ class Supervisor:
     """
 
     def __init__(self, options: Supervision, seed: int | None, remedies: Remedies) -> None:
-        self.options = options
-        #: Deadlines are set: the per-request path checks this plain attribute first.
-        self.has_deadlines = options.has_deadlines
+        self.configure(options)
         self.seed = seed
         #: Restarts so far (each rebuilt the env after a failure).
         self.restarts = 0
@@ -137,8 +135,6 @@ class Supervisor:
         self.request_phase: Phase = "step"
         self.request_steps = 1
         self._timer: Cancellable | None = None
-        #: The open episode's budget (``episode_timeout``), read on every request.
-        self.episode_timeout = options.episode_timeout
         #: Envs rebuilt because their episode ran past its budget (no restart spent).
         self.budget_restarts = 0
         self._budget_timer: Cancellable | None = None
@@ -152,7 +148,9 @@ class Supervisor:
 
     def configure(self, options: Supervision) -> None:
         self.options = options
+        #: Deadlines are set: the per-request path checks this plain attribute first.
         self.has_deadlines = options.has_deadlines
+        #: The open episode's budget (``episode_timeout``), read on every request.
         self.episode_timeout = options.episode_timeout
 
     # Deadlines -------------------------------------------------------------------------
