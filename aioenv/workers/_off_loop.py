@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["OffLoopCalls", "call_soon_threadsafe", "on_event_loop"]
+__all__ = ["OffLoopCalls", "call_soon_threadsafe"]
 
 #: How long :meth:`OffLoopCalls.release` waits for an idle thread to end; it is woken
 #: and has nothing left to do, so only a stalled machine would take this long.
@@ -113,14 +113,6 @@ class OffLoopCalls:
         # the thread done with its calls, and waits for it to end.
         with self._lock:
             self._calling = False
-
-
-def on_event_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def call_soon_threadsafe(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:

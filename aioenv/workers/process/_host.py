@@ -32,9 +32,10 @@ from ...core._messages import EpisodeOptions
 from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
+from ...loops._here import running_loop
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
 from ...wire._requests import Request
-from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
+from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
 from ._host_socket import HostSocket, SocketWrites
 
@@ -172,7 +173,7 @@ class Host(HostSocket, Replaceable["Host"]):
         written to the child meanwhile waits in its socket. Other start methods run here,
         where SIGINT can be ignored while they start (see _start)."""
         forkserver = self._recipe.context.get_start_method() == "forkserver"
-        loop = on_event_loop() if forkserver else None
+        loop = running_loop() if forkserver else None
         if loop is None:
             try:
                 self._launch(child)

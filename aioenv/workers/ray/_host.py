@@ -38,9 +38,10 @@ import cloudpickle
 
 from ...core._messages import EpisodeOptions, Failure
 from ...env_side._thread_caps import ThreadCaps
+from ...loops._here import running_loop
 from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
-from .._off_loop import OffLoopCalls, call_soon_threadsafe, on_event_loop
+from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
 from ._calls import OUTBOXES, Call, send_off_loop
 from ._channel import DirectConnection, goes_direct
@@ -122,7 +123,7 @@ class ActorHost(Replaceable["ActorHost"]):
         self._actor: Any = None
         #: Its creation, asked of Ray off the event loop when made on one.
         self._created: concurrent.futures.Future[Any]
-        loop = on_event_loop()
+        loop = running_loop()
         if loop is None:
             self._created = concurrent.futures.Future()
             self._created.set_result(create())
@@ -377,7 +378,7 @@ class ActorHost(Replaceable["ActorHost"]):
             with contextlib.suppress(Exception):  # never created, or already gone
                 ray.kill(created.result(), no_restart=True)
 
-        if on_event_loop() is None:
+        if running_loop() is None:
             kill()
         else:
             _CONTROL_CALLS.submit(kill)
