@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from ._environment import EnvSource, describe_source
+from ._environment import EnvAdapter, EnvSource, describe_source
 
 __all__ = [
     "LANES_KEY",
@@ -233,13 +233,13 @@ class AgentsStep:
         return not self.agents
 
 
-class ParallelEnvironment:
+class ParallelEnvironment(EnvAdapter):
     """A PettingZoo parallel env as an :class:`~aioenv.Environment` with
     :class:`AgentsStep` states; an action is a dict of actions by agent, as the env takes
     it. Its spaces are dicts by agent of the agents' own."""
 
     def __init__(self, env: Any) -> None:
-        self.env = env
+        super().__init__(env)
         agents = list(env.possible_agents)
         self.observation_space = gymnasium.spaces.Dict(
             {agent: env.observation_space(agent) for agent in agents}
@@ -258,14 +258,5 @@ class ParallelEnvironment:
             observations, rewards, terminations, truncations, infos, tuple(self.env.agents)
         )
 
-    def terminated(self, state: AgentsStep) -> bool:
-        return state.done
-
     def close(self) -> None:
         self.env.close()
-
-    def get_attr(self, name: str) -> Any:
-        return getattr(self.env, name)
-
-    def set_attr(self, name: str, value: Any) -> None:
-        setattr(self.env, name, value)

@@ -16,19 +16,16 @@ from __future__ import annotations
 import inspect
 from typing import Any, Generic, TypeVar
 
-from ._environment import Environment, Step
-from ._gymnasium import as_environment, gymnasium_step, is_coroutine_env
+from ._environment import EnvAdapter, Environment, Step
+from ._gymnasium import as_environment, describe_result, gymnasium_step, is_coroutine_env
 
 __all__ = ["AsyncGymnasiumEnvironment", "as_async_environment"]
 
 O = TypeVar("O")
 
 
-class AsyncGymnasiumEnvironment(Generic[O]):
+class AsyncGymnasiumEnvironment(EnvAdapter, Generic[O]):
     """Adapts an async gymnasium env (see the module) to :class:`Step` states."""
-
-    def __init__(self, env: Any) -> None:
-        self.env = env
 
     @property
     def observation_space(self) -> Any:
@@ -44,7 +41,7 @@ class AsyncGymnasiumEnvironment(Generic[O]):
         result = await self.env.reset(seed=seed, options=options)
         if not isinstance(result, tuple) or len(result) != 2:
             raise TypeError(
-                f"{type(self.env).__name__}.reset() returned {_describe(result)}; aioenv "
+                f"{type(self.env).__name__}.reset() returned {describe_result(result)}; aioenv "
                 "expects gymnasium's pair (observation, info)"
             )
         observation, info = result
@@ -53,21 +50,12 @@ class AsyncGymnasiumEnvironment(Generic[O]):
     async def step(self, action: Any) -> Step[O]:
         return gymnasium_step(self.env, await self.env.step(action))
 
-    def terminated(self, state: Step[O]) -> bool:
-        return state.done
-
     async def close(self) -> None:
         close = getattr(self.env, "close", None)
         if close is not None:
             result = close()
             if inspect.isawaitable(result):
                 await result
-
-    def get_attr(self, name: str) -> Any:
-        return getattr(self.env, name)
-
-    def set_attr(self, name: str, value: Any) -> None:
-        setattr(self.env, name, value)
 
 
 def as_async_environment(obj: object) -> Environment[Any, Any]:
@@ -81,9 +69,3 @@ def as_async_environment(obj: object) -> Environment[Any, Any]:
     if callable(getattr(obj, "terminated", None)):
         return obj  # type: ignore[return-value]
     return AsyncGymnasiumEnvironment(obj)
-
-
-def _describe(result: object) -> str:
-    if isinstance(result, tuple):
-        return f"a {len(result)}-tuple"
-    return f"a {type(result).__name__}"

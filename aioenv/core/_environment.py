@@ -26,6 +26,7 @@ from ._infos import FlatInfos, split_rows
 __all__ = [
     "PLAIN_STEP",
     "BatchStep",
+    "EnvAdapter",
     "EnvSource",
     "Environment",
     "Step",
@@ -71,6 +72,24 @@ def is_environment(obj: object) -> bool:
     if isinstance(obj, type):
         return False
     return all(callable(getattr(obj, name, None)) for name in ("reset", "step", "terminated"))
+
+
+class EnvAdapter:
+    """What the adapters of other envs to :class:`Environment` share: the env they wrap
+    (``env``), whose states say themselves whether they end an episode (``done``), and
+    whose attributes ``get_attr``/``set_attr`` reach (the pool's ``get_attr``, ``set_attr``)."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def terminated(self, state: Any) -> bool:
+        return bool(state.done)
+
+    def get_attr(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        setattr(self.env, name, value)
 
 
 @dataclasses.dataclass(frozen=True)

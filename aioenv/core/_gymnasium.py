@@ -17,7 +17,7 @@ from gymnasium.spaces import Box
 from gymnasium.vector.utils import iterate
 
 from ._agents import AEC_PROBLEM, ParallelEnvironment, is_aec_env, is_parallel_env
-from ._environment import Environment, EnvSource, Step, describe_source, is_environment
+from ._environment import EnvAdapter, Environment, EnvSource, Step, describe_source, is_environment
 from ._registry import find_spec, shippable
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "NotAnEnvironment",
     "as_environment",
     "build_environment",
+    "describe_result",
     "gymnasium_step",
     "is_coroutine_env",
     "resolve_source",
@@ -36,11 +37,10 @@ __all__ = [
 O = TypeVar("O")
 
 
-class GymnasiumEnvironment(Generic[O]):
+class GymnasiumEnvironment(EnvAdapter, Generic[O]):
     """Adapts a ``gymnasium.Env`` to :class:`Environment` with :class:`Step` states."""
 
-    def __init__(self, env: gymnasium.Env[Any, Any]) -> None:
-        self.env = env
+    env: gymnasium.Env[Any, Any]
 
     @property
     def observation_space(self) -> gymnasium.Space[Any]:
@@ -57,9 +57,6 @@ class GymnasiumEnvironment(Generic[O]):
     def step(self, action: Any) -> Step[O]:
         return gymnasium_step(self.env, self.env.step(action))
 
-    def terminated(self, state: Step[O]) -> bool:
-        return state.done
-
     def close(self) -> None:
         self.env.close()
 
@@ -75,14 +72,16 @@ def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
     says what came instead."""
     if not isinstance(result, tuple) or len(result) != 5:
         raise TypeError(
-            f"{type(env).__name__}.step() returned {_describe_result(result)}; aioenv "
+            f"{type(env).__name__}.step() returned {describe_result(result)}; aioenv "
             "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
         )
     observation, reward, terminated, truncated, info = result
     return Step(observation, float(reward), bool(terminated), bool(truncated), info)
 
 
-def _describe_result(result: object) -> str:
+def describe_result(result: object) -> str:
+    """What an env's ``reset`` or ``step`` returned, for the error that refuses it: ``a
+    3-tuple``, ``a dict``."""
     if isinstance(result, tuple):
         return f"a {len(result)}-tuple"
     return f"a {type(result).__name__}"
