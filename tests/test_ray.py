@@ -40,7 +40,7 @@ from aioenv.core._commands import RESET
 from aioenv.core._environment import BatchStep
 from aioenv.core._messages import EpisodeOptions
 from aioenv.core._registry import snapshot as registry_snapshot
-from aioenv.core._supervisor import restart_seed
+from aioenv.core._seeds import restart_seed
 from aioenv.wire._requests import Request
 from aioenv.workers.ray._actor import TIMED_REQUESTS
 

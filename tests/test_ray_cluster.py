@@ -27,7 +27,7 @@ from node_loss import (
 from support import SESSION_HELPERS, direct_children, wait_until
 
 import aioenv
-from aioenv.core._supervisor import restart_seed
+from aioenv.core._seeds import restart_seed
 
 # A scenario takes about 20 s on an idle 2-core machine, most of it Ray starting worker
 # processes, and up to 125 s beside three CPU-bound processes (as beside the rest of the suite).

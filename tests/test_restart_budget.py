@@ -13,7 +13,7 @@ import envs
 import pytest
 
 import aioenv
-from aioenv.core._supervisor import SUPERVISION_DEFAULTS
+from aioenv.core._supervision import SUPERVISION_DEFAULTS
 
 #: Worker kinds, each with its Breakable (action 0 steps, action 1 raises ValueError).
 BREAKABLE: dict[str, Any] = {

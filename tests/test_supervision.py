@@ -12,15 +12,9 @@ import pytest
 import aioenv
 import aioenv.pool._options
 from aioenv.core._environment import BatchStep, Step
-from aioenv.core._supervisor import (
-    Remedies,
-    Supervision,
-    Supervisor,
-    episode_ended,
-    request_phase,
-    restart_seed,
-    timeout_error,
-)
+from aioenv.core._seeds import restart_seed
+from aioenv.core._supervision import Supervision, episode_ended, request_phase, timeout_error
+from aioenv.core._supervisor import Remedies, Supervisor
 
 
 class FakeClock:

@@ -3,7 +3,7 @@
 :class:`Supervisor` is one worker's state machine over the options
 (:class:`~aioenv.core._supervision.Supervision`, a pool's merged with a worker's own
 deadlines, and the deadline rule, which the engine's children share: they live in
-:mod:`aioenv.core._supervision` and are named here too). Timers run on the worker's event
+:mod:`aioenv.core._supervision`). Timers run on the worker's event
 loop through :class:`Clock` (asyncio's ``call_later``: the worker level uses asyncio's
 primitives, which uvloop speeds up), or in the calling thread where envs step there (in
 line, and in the engine's children and parent: :mod:`aioenv.env_side._env_restarts`).
@@ -19,35 +19,9 @@ from typing import Any, Protocol
 from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import EPISODE_TIMEOUT
 from ..core._seeds import restart_seed
-from ..core._supervision import (
-    DEFAULT_MAX_RESTARTS,
-    DEFAULT_RESTART_WINDOW,
-    DEFAULT_START_TIMEOUT,
-    SUPERVISION_DEFAULTS,
-    Phase,
-    Supervision,
-    episode_ended,
-    report_failure,
-    request_phase,
-    timeout_error,
-)
+from ..core._supervision import Phase, Supervision, report_failure
 
-__all__ = [
-    "DEFAULT_MAX_RESTARTS",
-    "DEFAULT_RESTART_WINDOW",
-    "DEFAULT_START_TIMEOUT",
-    "SUPERVISION_DEFAULTS",
-    "Clock",
-    "Phase",
-    "Remedies",
-    "Supervision",
-    "Supervisor",
-    "describe_failure",
-    "episode_ended",
-    "request_phase",
-    "restart_seed",
-    "timeout_error",
-]
+__all__ = ["Clock", "Remedies", "Supervisor"]
 
 
 class Clock(Protocol):
@@ -129,9 +103,9 @@ class Supervisor:
         #: The reason of the restart the last state answered completes (see answered).
         self.restart_completed: str | None = None
         self._restart_reason: str | None = None
-        #: What the request in flight is (see :func:`request_phase`), and how many
-        #: transitions it plays (a rollout segment: its deadline is that many step
-        #: deadlines).
+        #: What the request in flight is (see
+        #: :func:`~aioenv.core._supervision.request_phase`), and how many transitions it
+        #: plays (a rollout segment: its deadline is that many step deadlines).
         self.request_phase: Phase = "step"
         self.request_steps = 1
         self._timer: Cancellable | None = None
@@ -292,7 +266,7 @@ class Supervisor:
     def restart(self, seq: int, reason: str, seed: int | None = None) -> None:
         """Start a new env whose reset answers request ``seq``, unless that is no longer
         awaited. Its seed is ``seed`` (a seeded reset asked for it) or deterministic
-        (:func:`restart_seed`)."""
+        (:func:`~aioenv.core._seeds.restart_seed`)."""
         self._scheduled = None
         if not self._remedies.awaiting(seq):
             # Nobody waits for it any more: the next request restarts the env, as after a

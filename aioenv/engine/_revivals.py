@@ -26,8 +26,8 @@ from ..core._commands import is_reset
 from ..core._environment import BatchStep
 from ..core._errors import WorkerError
 from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, open_episode, restart_answers
-from ..core._supervision import report_failure
-from ..core._supervisor import Supervision, Supervisor
+from ..core._supervision import Supervision, report_failure
+from ..core._supervisor import Supervisor
 from ..env_side._env_restarts import ThreadClock, thread_remedies
 from ._child import ChildPlan, Revived
 

@@ -34,8 +34,8 @@ from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short_state, open_episode, restart_answers, restarted_state
 from ..core._seeds import GroupSeed, env_seeds
-from ..core._supervision import report_failure
-from ..core._supervisor import Remedies, Supervision, Supervisor
+from ..core._supervision import Supervision, report_failure
+from ..core._supervisor import Remedies, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 

@@ -8,8 +8,7 @@ import operator
 from collections.abc import Sequence
 from typing import TypeVar
 
-from ..core._errors import UnknownWorker, WorkerError, WorkerRemoved
-from ..core._supervisor import describe_failure
+from ..core._errors import UnknownWorker, WorkerError, WorkerRemoved, describe_failure
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ..workers._seam import Member

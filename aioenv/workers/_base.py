@@ -33,12 +33,8 @@ from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTake
 from ..core._gymnasium import resolve_source
 from ..core._messages import EpisodeOptions, Failure
 from ..core._seeds import check_seed, seeded_reset
-from ..core._supervisor import (
-    SUPERVISION_DEFAULTS,
-    Supervision,
-    Supervisor,
-    episode_ended,
-)
+from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
+from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id
 from ._in_flight import InFlight
 from ._inbox import Outcome

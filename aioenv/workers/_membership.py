@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core._errors import ClosedError, StateNotTaken, WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions
-from ..core._supervisor import Supervision
+from ..core._supervision import Supervision
 from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
 from ._inbox import Inbox
 from ._seam import FirstReplyCheck

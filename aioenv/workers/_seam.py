@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ..core._errors import WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions
-from ..core._supervisor import Supervision
+from ..core._supervision import Supervision
 from ._inbox import Inbox
 
 __all__ = ["FirstReplyCheck", "Member"]

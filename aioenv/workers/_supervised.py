@@ -26,14 +26,8 @@ from ..core._restarts import (
     restarted_state,
 )
 from ..core._rollouts import Rollout
-from ..core._supervision import budget_end
-from ..core._supervisor import (
-    Remedies,
-    Supervision,
-    Supervisor,
-    request_phase,
-    timeout_error,
-)
+from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
+from ..core._supervisor import Remedies, Supervisor
 from ._hooks import KindHooks
 from ._in_flight import InFlight
 from ._inbox import Outcome

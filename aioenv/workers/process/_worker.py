@@ -37,7 +37,7 @@ from ...core._environment import EnvSource
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
-from ...core._supervisor import SUPERVISION_DEFAULTS
+from ...core._supervision import SUPERVISION_DEFAULTS
 from ...engine._buffer import NoLayout
 from ...engine._lane import Lane
 from ...engine._start import Context, resolve_context

@@ -30,7 +30,7 @@ from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
-from ...core._supervisor import SUPERVISION_DEFAULTS
+from ...core._supervision import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
