@@ -83,9 +83,6 @@ class AsyncEnvWorker(Worker[S]):
             if not wake_up.done():  # else the task was cancelled while it waited
                 wake_up.set_result(None)
 
-    def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._submit(seq, request)
-
     def _env_error(self, failure: Failure) -> EnvError:
         # An env that called the library of another event loop than its own: say why.
         if self._host is None:

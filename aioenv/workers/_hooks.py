@@ -36,9 +36,10 @@ class KindHooks(abc.ABC):
     def _submit(self, seq: int, action: Any) -> None:
         """Start request ``seq`` (RESET or a step) without blocking."""
 
-    @abc.abstractmethod
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        """Send control request ``seq`` to the env without blocking."""
+        """Send control request ``seq`` to the env without blocking: by default as a
+        request, which the env answers in order with the others."""
+        self._submit(seq, request)
 
     def _start_delay_cause(self) -> str | None:
         """Hook: why the env may not have started yet, for a start-up timeout's message;

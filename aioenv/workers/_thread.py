@@ -56,9 +56,6 @@ class ThreadWorker(Worker[S]):
     def _submit(self, seq: int, action: Any) -> None:
         self._current.requests.put((seq, action))
 
-    def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._current.requests.put((seq, request))
-
     def _on_thread_reply(self, env_thread: _EnvThread, seq: int, result: Any) -> None:
         if env_thread is self._current:  # an abandoned thread's reply is never delivered
             self._on_reply(seq, result)
