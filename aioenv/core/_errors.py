@@ -72,9 +72,6 @@ class WorkerRemoved(AioEnvError):
         super().__init__(message)
         self.worker_id = worker_id
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.args[0], self.worker_id))
-
 
 class WorkerPaused(AioEnvError):
     """An action was sent to a paused worker; resume it first."""
