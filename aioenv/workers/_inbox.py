@@ -247,11 +247,6 @@ class Inbox:
                     oldest = turn
         return oldest
 
-    def ready_ids(self) -> list[int | None]:
-        """The workers whose outcomes are ready (not paused)."""
-        paused = self.paused
-        return [worker_id for worker_id in self._ready if worker_id not in paused]
-
     async def let_the_others_in(
         self, in_line: Sequence[bool], deadline: float | None, *, whole_batch: bool
     ) -> bool:
@@ -272,8 +267,8 @@ class Inbox:
             oldest = self.oldest_on_its_way()
             if oldest is None:
                 break  # only paused workers' answers
-            if whole_batch:
-                held = self.ready_ids()
+            if whole_batch:  # every worker whose outcome is ready (not paused)
+                held = [i for i in self._ready if i not in self.paused]
             else:
                 upcoming = self.peek_next()
                 held = [] if upcoming is None else [upcoming.worker_id]
