@@ -106,13 +106,10 @@ class FlatInfos(NamedTuple):
     codes: tuple[str, ...]
     data: bytes
 
-    def records(self) -> Any:
-        return np.frombuffer(self.data, record_dtype(self.keys, self.codes))
-
     def expanded(self) -> tuple[dict[str, Any], Kinds]:
         """The group's vector infos and kinds, as
         :func:`~aioenv.env_side._infos.group_infos` gives them."""
-        records = self.records()
+        records = np.frombuffer(self.data, record_dtype(self.keys, self.codes))
         return flat_columns(records, self.keys, len(records)), {
             (key,): _CODE_TYPES[code] for key, code in zip(self.keys, self.codes, strict=True)
         }
