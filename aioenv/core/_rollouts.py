@@ -77,10 +77,6 @@ class PolicyPackage:
         """The package without its payload: for a process that was sent it already."""
         return PolicyPackage(self.version, self.key)
 
-    def with_payload(self, payload: Any) -> PolicyPackage:
-        """The package carrying ``payload`` (a Ray object reference) instead."""
-        return PolicyPackage(self.version, self.key, payload)
-
     def __reduce__(self) -> tuple[Any, ...]:
         # The object itself never travels: its bytes (pickled once), a reference, or nothing.
         payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload

@@ -67,4 +67,4 @@ def through_object_store(request: Any) -> Any:
         import ray
 
         package.stored = ray.put(package.pickled())
-    return _with_package(request, package.with_payload(package.stored))
+    return _with_package(request, PolicyPackage(package.version, package.key, package.stored))
