@@ -203,12 +203,10 @@ class LaneSource:
     source: EnvSource
 
     def __call__(self) -> AgentLanesEnv:
-        built = (
-            self.source()
-            if callable(self.source) and not is_parallel_env(self.source)
-            else self.source
-        )
-        return AgentLanesEnv(built)
+        source = self.source
+        if callable(source) and not is_parallel_env(source):
+            return AgentLanesEnv(source())
+        return AgentLanesEnv(source)
 
     @property
     def description(self) -> str:
