@@ -179,13 +179,7 @@ class Inbox:
                     return outcome
             return None
         worker_id = self._next_id()
-        if worker_id is False:
-            return None
-        del self.owed[worker_id]
-        outcome = self._ready.pop(worker_id)
-        self._left_out_of_order()
-        self._record_service(worker_id)
-        return outcome
+        return None if worker_id is False else self.pop(worker_id)
 
     def take(self, limit: int) -> list[Outcome]:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
