@@ -203,10 +203,8 @@ class _EnvTask:
                             result, autoreset = runner.stepped(result)
                             if autoreset is not None:
                                 result = await autoreset
-                    elif isinstance(request, ControlRequest):
-                        result = await runner.acontrol(request)
                     else:
-                        result = await runner.ahandle(request)
+                        result = await _answer(runner, request)
                 except (SystemExit, KeyboardInterrupt) as exc:
                     # Raised in a task, these would end the whole event loop: this env is
                     # done instead, as a process worker's would be.
@@ -220,6 +218,8 @@ class _EnvTask:
 
 
 async def _answer(runner: AsyncEnvRunner, request: Any) -> Any:
+    """The answer to ``request`` by the env's async driver: a control request's, or any
+    other request's."""
     if isinstance(request, ControlRequest):
         return await runner.acontrol(request)
     return await runner.ahandle(request)
