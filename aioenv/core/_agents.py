@@ -122,13 +122,8 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         env = self.parallel_env
         present = set(env.agents)
-        actions = {
-            agent: lane_action
-            for agent, lane_action in zip(
-                self.lane_agents, iterate(self.action_space, action), strict=True
-            )
-            if agent in present
-        }
+        lanes = zip(self.lane_agents, iterate(self.action_space, action), strict=True)
+        actions = {agent: lane_action for agent, lane_action in lanes if agent in present}
         observations, rewards, terminations, truncations, infos = env.step(actions)
         agents = self.lane_agents
         step = LaneStep(
@@ -140,14 +135,9 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
         )
         done = not env.agents
         truncated = done and bool(step.truncated.any())
+        terminated = done and not truncated
         reward = float(step.rewards.sum())
-        return (
-            self._observations(observations),
-            reward,
-            done and not truncated,
-            truncated,
-            {LANES_KEY: step},
-        )
+        return self._observations(observations), reward, terminated, truncated, {LANES_KEY: step}
 
     #: The seed of the env's last seeded reset, as gymnasium envs report it (the vector
     #: env's ``np_random_seed`` reads it), rather than the parallel env's own attribute.
