@@ -101,18 +101,15 @@ class SupervisedEnv(KindHooks):
             # Kept, not viewed: the new env may write its observations where it viewed.
             self._last = Outcome(last.worker_id, last.state.owned())
         last = self._open_episode(self._sent) if in_flight else None
-        self._cut_from = None
-        if restart_answers(last, self._episode.autoreset):
-            # Restarted now: the new env's reset answers the request in flight.
-            self._cut_from = last
-            supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
-            return
-        # The episode ends here, as a truncated one: the new env is started by the next
+        # Restarted now: the new env's reset answers the request in flight. Else the
+        # episode ends here, as a truncated one: the new env is started by the next
         # request, whose state its reset is (as an autoreset's, next-step or by hand).
-        supervisor.failed(error, env_gone=env_gone, in_flight=0, clock=self._loop)
-        reason = supervisor.pending_restart
-        if reason is not None:
-            self._deliver_cut_short(last, reason)
+        restarted_now = restart_answers(last, self._episode.autoreset)
+        self._cut_from = last if restarted_now else None
+        in_flight = in_flight if restarted_now else 0
+        supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
+        if not restarted_now and supervisor.pending_restart is not None:
+            self._deliver_cut_short(last, supervisor.pending_restart)
 
     def _supervised_request(self, seq: int, action: Any) -> Any:
         """The request ``seq`` sends for ``action`` once its deadline is armed: the action,
