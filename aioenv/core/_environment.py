@@ -144,15 +144,10 @@ class Step(Generic[O]):
 
     def with_observation(self, observation: O) -> Step[O]:
         """The same step with another observation (``dataclasses.replace``, faster)."""
-        return Step(
-            observation,
-            self.reward,
-            self.terminated,
-            self.truncated,
-            self.info,
-            self.final_observation,
-            self.final_info,
-        )
+        # Its instance dict copied, as BatchStep.owned does: no __init__ call either.
+        step = object.__new__(Step)
+        step.__dict__.update(self.__dict__, observation=observation)
+        return step
 
     def owned(self) -> Step[O]:
         """The same step with every array of its observation copied: what to keep of a step
