@@ -236,9 +236,8 @@ class Worker(Membership, Generic[S]):
         """Close the env and stop the worker: ask it to close, wait ``cleanup_time``
         seconds (at most the worker's own), then force it. Idempotent; runs to the end
         even if cancelled."""
-        timeout = self.cleanup_time
-        if cleanup_time is not None:
-            timeout = min(cleanup_time, timeout)
+        own = self.cleanup_time
+        timeout = own if cleanup_time is None else min(cleanup_time, own)
         with anyio.CancelScope(shield=True):
             self._ensure_loop(closing=True)  # a pool may be closed from a later event loop
             self._last = None  # it may view shared memory, which closing unmaps
