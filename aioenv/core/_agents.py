@@ -49,13 +49,10 @@ def is_parallel_env(obj: object) -> bool:
     AEC env (whose agents take turns: see :func:`is_aec_env`)."""
     if isinstance(obj, (type, gymnasium.Env)) or is_aec_env(obj):
         return False
-    return (
-        hasattr(obj, "possible_agents")
-        and callable(getattr(obj, "observation_space", None))
-        and callable(getattr(obj, "action_space", None))
-        and callable(getattr(obj, "step", None))
-        and callable(getattr(obj, "reset", None))
-    )
+    if not hasattr(obj, "possible_agents"):
+        return False
+    methods = ("observation_space", "action_space", "step", "reset")
+    return all(callable(getattr(obj, name, None)) for name in methods)
 
 
 def is_aec_env(obj: object) -> bool:
