@@ -154,11 +154,8 @@ class Supervision:
 
     @property
     def has_deadlines(self) -> bool:
-        return (
-            self.step_timeout is not None
-            or self.start_timeout is not None
-            or self.reset_timeout is not None
-        )
+        deadlines = (self.step_timeout, self.start_timeout, self.reset_timeout)
+        return any(deadline is not None for deadline in deadlines)
 
     def deadline(self, phase: Phase, steps: int = 1) -> float | None:
         """Seconds a request of ``phase`` may take (None: no deadline); a rollout segment
