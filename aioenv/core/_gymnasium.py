@@ -181,8 +181,7 @@ class GymnasiumFactory:
             # the env's spec names the registered entry point, not the catcher
             made = env.unwrapped.spec
             if made is not None:
-                entry_point = self.env_id.entry_point
-                env.unwrapped.spec = dataclasses.replace(made, entry_point=entry_point)
+                env.unwrapped.spec = dataclasses.replace(made, entry_point=self.env_id.entry_point)
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
@@ -230,12 +229,11 @@ def _parallel_aware(env_id: str | EnvSpec) -> str | EnvSpec:
     (the common case: nothing changes)."""
     if not isinstance(env_id, EnvSpec):
         return env_id  # gymnasium.make looks it up (a resolved source is a spec)
-    spec = env_id
-    entry = spec.entry_point
+    entry = env_id.entry_point
     creator = entry if callable(entry) else load_env_creator(entry) if entry else None
     if creator is None or (isinstance(creator, type) and issubclass(creator, gymnasium.Env)):
         return env_id
-    return dataclasses.replace(spec, entry_point=_ParallelCatcher(creator))
+    return dataclasses.replace(env_id, entry_point=_ParallelCatcher(creator))
 
 
 def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
