@@ -75,10 +75,7 @@ class ThreadWorker(Worker[S]):
 
     async def _wait_closed(self, cleanup_time: float) -> None:
         loop = asyncio.get_running_loop()
-        pending = [t for t in self._threads if not t.finished.is_set()]
-        done = [loop.create_future() for _ in pending]
-        for env_thread, future in zip(pending, done, strict=True):
-            env_thread.notify(loop, future)
+        done = [t.finished_future(loop) for t in self._threads if not t.finished.is_set()]
         with anyio.move_on_after(cleanup_time):
             for future in done:
                 await future
@@ -112,8 +109,9 @@ class _EnvThread:
     def join(self) -> None:
         self._thread.join(timeout=1.0)
 
-    def notify(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-        """Complete ``future`` on ``loop`` when the thread has finished."""
+    def finished_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A future of ``loop``, completed there when the thread has finished."""
+        future: asyncio.Future[None] = loop.create_future()
 
         def on_finished() -> None:
             loop.call_soon_threadsafe(_set_done, future)
@@ -123,6 +121,7 @@ class _EnvThread:
         self._on_finished = on_finished
         if self.finished.is_set():
             _set_done(future)
+        return future
 
     def _serve(self) -> None:
         worker, runner = self._worker, self._runner
