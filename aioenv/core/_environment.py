@@ -163,19 +163,11 @@ class Step(Generic[O]):
 
 
 #: A Step's instance dict (``done`` included) where the episode goes on and nothing is
-#: final. The hot paths that make a Step without a call of its ``__init__`` (one Python call
-#: a state) update a new instance's dict with this, then with what differs: its fields are
-#: written here and in ``__init__`` alone.
-PLAIN_STEP: dict[str, Any] = {
-    "observation": None,
-    "reward": 0.0,
-    "terminated": False,
-    "truncated": False,
-    "info": None,
-    "final_observation": None,
-    "final_info": None,
-    "done": False,
-}
+#: final: the one ``__init__`` writes, its info left for the maker to set. The hot paths
+#: that make a Step without a call of its ``__init__`` (one Python call a state) update a
+#: new instance's dict with this, then with what differs: its fields are written in
+#: ``__init__`` alone.
+PLAIN_STEP: dict[str, Any] = {**vars(Step(None)), "info": None}
 
 
 @dataclasses.dataclass(frozen=True)
