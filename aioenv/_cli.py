@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -20,8 +21,8 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import gymnasium
 from tqdm import tqdm
@@ -44,6 +45,8 @@ from .wire import _shared_memory
 from .workers import default_context
 
 __all__ = ["main"]
+
+N = TypeVar("N", int, float)
 
 _PACKAGES = ("aioenv", "numpy", "gymnasium", "anyio", "uvloop", "cloudpickle", "tqdm")
 _DESCRIPTION = (
@@ -112,12 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         "observation and action spaces, its measured step time, and the mode "
         "AioVectorEnv's default (mode='auto') would choose for N envs, with its reason.",
     )
-    info.add_argument(
-        "env_id",
-        metavar="ENV_ID",
-        nargs="?",
-        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
-    )
+    _add_env_id(info, nargs="?")
     info.add_argument(
         "--num-envs",
         type=_positive,
@@ -132,11 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         "workers and AioVectorEnv, then under gymnasium's SyncVectorEnv and AsyncVectorEnv, "
         "with a recommendation for this env on this machine.",
     )
-    bench.add_argument(
-        "env_id",
-        metavar="ENV_ID",
-        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
-    )
+    _add_env_id(bench)
     bench.add_argument("--workers", type=_positive, default=4, help="envs (default 4)")
     bench.add_argument(
         "--modes",
@@ -170,12 +164,7 @@ def _add_serve(commands: Any) -> None:
         "/ws (its own worker), and stateless HTTP /reset, /step, /state. Stops on Ctrl-C or "
         "SIGTERM, closing every worker.",
     )
-    serve.add_argument(
-        "env_id",
-        metavar="ENV_ID",
-        nargs="?",
-        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
-    )
+    _add_env_id(serve, nargs="?")
     serve.add_argument(
         "--factory",
         metavar="MODULE:FUNCTION",
@@ -223,14 +212,35 @@ def _add_serve(commands: Any) -> None:
     )
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text}")
-    return value
+def _add_env_id(parser: argparse.ArgumentParser, nargs: str | None = None) -> None:
+    parser.add_argument(
+        "env_id",
+        metavar="ENV_ID",
+        nargs=nargs,
+        help="a gymnasium id, e.g. CartPole-v1 (MODULE:ID imports MODULE first)",
+    )
+
+
+def _checked(
+    convert: Callable[[str], N], valid: Callable[[N], bool], wanted: str
+) -> Callable[[str], N]:
+    """An argparse type: the text converted where it is valid, else the error "must be
+    WANTED, got TEXT"."""
+
+    def parse(text: str) -> N:
+        with contextlib.suppress(ValueError):
+            value = convert(text)
+            if valid(value):
+                return value
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+
+    return parse
+
+
+_port = _checked(int, lambda value: 0 <= value <= 65535, "a port number 0-65535")
+_positive = _checked(int, lambda value: value >= 1, "an int >= 1")
+# `value > 0` also refuses nan.
+_positive_seconds = _checked(float, lambda value: value > 0, "a number of seconds > 0")
 
 
 def _mode(text: str) -> str:
@@ -240,26 +250,6 @@ def _mode(text: str) -> str:
             f"unknown mode {text}; choose among {', '.join(worker_modes())}"
         )
     return mode
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
-    return value
 
 
 def _modes(text: str) -> list[str]:
@@ -287,14 +277,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         source = _factory(prog, arguments.factory)
         name = arguments.factory
     else:
-        try:
-            resolve_spec(arguments.env_id)
-        except (gymnasium.error.Error, ImportError) as exc:
-            _fail(
-                prog,
-                f"unknown env id {arguments.env_id!r} ({exc}): register it first, or pass "
-                "MODULE:ID to import the module that registers it",
-            )
+        _check_env_id(prog, arguments.env_id)
         source = name = arguments.env_id
     options = ServeOptions(
         mode=arguments.mode,
