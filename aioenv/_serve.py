@@ -14,10 +14,10 @@ or ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
 "reward": ..., "done": ...}}``, ``{"type": "state", "data": {"episode_id": ...,
 "step_count": ...}}`` or ``{"type": "error", "data": {"message": ..., "code": ...}}``.
 
-This module holds the server: its options, its sessions (each one's pool), the starlette
-app and its endpoints (:func:`aioenv.serve.serve` runs it with uvicorn). What the protocol
-says (its error codes, the checks of a request's data, the answers to a session's
-messages, a session's episode and the ``/schema`` document) is
+This module holds the server: its options, its sessions (each one's pool, and its answer
+to each message), the starlette app and its endpoints (:func:`aioenv.serve.serve` runs it
+with uvicorn). What the protocol says (its error codes, the checks of a request's data,
+the observation payload, a session's episode and the ``/schema`` document) is
 :mod:`aioenv.wire._openenv_protocol`'s, which needs no web framework.
 """
 
@@ -45,10 +45,10 @@ from .wire._openenv_json import action_from_json
 from .wire._openenv_protocol import (
     CAPACITY_REACHED,
     SESSION_ERROR,
+    UNKNOWN_TYPE,
     VALIDATION_ERROR,
     Episode,
     SessionError,
-    answer_message,
     observation_payload,
     request_body,
     reset_command,
@@ -133,8 +133,17 @@ class _Session:
         state = await self._request(self.server.action(data["action"]))
         return self.episode.stepped(state)
 
-    def state(self) -> dict[str, Any]:
-        return self.episode.state()
+    async def answer(self, kind: Any, data: Any) -> dict[str, Any]:
+        """The answer to the client's message of type ``kind`` (its ``data`` checked)."""
+        if not isinstance(data, dict):
+            raise SessionError("a message's data must be an object", VALIDATION_ERROR)
+        if kind == "reset":
+            return {"type": "observation", "data": await self.reset(data)}
+        if kind == "step":
+            return {"type": "observation", "data": await self.step(data)}
+        if kind == "state":
+            return {"type": "state", "data": self.episode.state()}
+        raise SessionError(f"Unknown message type: {kind}", UNKNOWN_TYPE)
 
     async def _request(self, request: Any) -> Any:
         if self.pool is None:
@@ -233,57 +242,48 @@ class _Server:
         messages: asyncio.Queue[str | None] = asyncio.Queue()
         reader = asyncio.ensure_future(_read(websocket, messages))
         try:
-            await self._serve_messages(websocket, session, messages, reader)
+            idle = self.options.idle_timeout
+            while True:
+                try:
+                    raw = await asyncio.wait_for(messages.get(), idle)
+                except asyncio.TimeoutError:
+                    await _send_error(
+                        websocket,
+                        SessionError(f"session idle for {idle:g} s: closed", SESSION_ERROR),
+                    )
+                    return
+                if raw is None:  # the client left
+                    return
+                try:
+                    message = session_message(raw)
+                except SessionError as error:
+                    await _send_error(websocket, error)
+                    continue
+                kind = message.get("type")
+                if kind == "close":
+                    return
+                answer = asyncio.ensure_future(session.answer(kind, message.get("data") or {}))
+                racing: set[asyncio.Future[Any]] = {answer, reader}
+                await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+                if not answer.done():  # the client left mid-request
+                    session.abandoned = True
+                    answer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, SessionError):
+                        await answer
+                    return
+                try:
+                    reply = answer.result()
+                except SessionError as error:
+                    await _send_error(websocket, error)
+                    continue
+                except Exception as exc:  # an action the worker cannot take, say: still an answer
+                    await _send_error(websocket, SessionError(f"{type(exc).__name__}: {exc}"))
+                    continue
+                await websocket.send_text(json.dumps(reply))
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
-
-    async def _serve_messages(
-        self,
-        websocket: WebSocket,
-        session: _Session,
-        messages: asyncio.Queue[str | None],
-        reader: asyncio.Future[None],
-    ) -> None:
-        idle = self.options.idle_timeout
-        while True:
-            try:
-                raw = await asyncio.wait_for(messages.get(), idle)
-            except asyncio.TimeoutError:
-                await _send_error(
-                    websocket,
-                    SessionError(f"session idle for {idle:g} s: closed", SESSION_ERROR),
-                )
-                return
-            if raw is None:  # the client left
-                return
-            try:
-                message = session_message(raw)
-            except SessionError as error:
-                await _send_error(websocket, error)
-                continue
-            kind = message.get("type")
-            if kind == "close":
-                return
-            answer = asyncio.ensure_future(answer_message(session, kind, message.get("data") or {}))
-            racing: set[asyncio.Future[Any]] = {answer, reader}
-            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-            if not answer.done():  # the client left mid-request
-                session.abandoned = True
-                answer.cancel()
-                with contextlib.suppress(asyncio.CancelledError, SessionError):
-                    await answer
-                return
-            try:
-                reply = answer.result()
-            except SessionError as error:
-                await _send_error(websocket, error)
-                continue
-            except Exception as exc:  # an action the worker cannot take, say: still an answer
-                await _send_error(websocket, SessionError(f"{type(exc).__name__}: {exc}"))
-                continue
-            await websocket.send_text(json.dumps(reply))
 
     # HTTP: one fresh env per request ------------------------------------------------
     async def http_reset(self, request: Request) -> JSONResponse:
@@ -308,7 +308,7 @@ class _Server:
         return await self._stateless(step)
 
     async def http_state(self, request: Request) -> JSONResponse:
-        return JSONResponse(_Session(self).state())
+        return JSONResponse(Episode().state())
 
     async def _stateless(self, serve: Callable[[_Session], Any]) -> JSONResponse:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Protocol
+from typing import Any
 
 from ..core._commands import Reset
 from ..core._environment import Step
@@ -26,9 +26,7 @@ __all__ = [
     "UNKNOWN_TYPE",
     "VALIDATION_ERROR",
     "Episode",
-    "Session",
     "SessionError",
-    "answer_message",
     "observation_payload",
     "request_body",
     "reset_command",
@@ -99,31 +97,6 @@ def reset_command(data: dict[str, Any]) -> Reset:
     if options is not None and not isinstance(options, dict):
         raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
     return Reset(seed=seed, options=options)
-
-
-class Session(Protocol):
-    """What answers a client's reset, step and state messages: the server's session of
-    one client's env."""
-
-    async def reset(self, data: dict[str, Any]) -> dict[str, Any]: ...
-
-    async def step(self, data: dict[str, Any]) -> dict[str, Any]: ...
-
-    def state(self) -> dict[str, Any]: ...
-
-
-async def answer_message(session: Session, kind: Any, data: Any) -> dict[str, Any]:
-    """The answer to a client's message of type ``kind`` (its ``data`` checked), as
-    ``session`` gives it."""
-    if not isinstance(data, dict):
-        raise SessionError("a message's data must be an object", VALIDATION_ERROR)
-    if kind == "reset":
-        return {"type": "observation", "data": await session.reset(data)}
-    if kind == "step":
-        return {"type": "observation", "data": await session.step(data)}
-    if kind == "state":
-        return {"type": "state", "data": session.state()}
-    raise SessionError(f"Unknown message type: {kind}", UNKNOWN_TYPE)
 
 
 class Episode:
