@@ -43,7 +43,7 @@ from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
-from ._calls import OUTBOXES, Call, send_off_loop
+from ._calls import Call, add_outbox, send_off_loop
 from ._channel import DirectConnection, goes_direct
 from ._cluster import import_ray, init_ray
 
@@ -177,8 +177,7 @@ class ActorHost(Replaceable["ActorHost"]):
         if error is not None:
             self._die(f"its Ray actor could not be created ({_first_line(error)})")
             return
-        if self._queued and self._loop is not None:
-            self._schedule_flush()
+        self._schedule_flush()
         self._connect()
 
     @property
@@ -193,8 +192,7 @@ class ActorHost(Replaceable["ActorHost"]):
         if self._loop is not None:
             return
         self._loop = loop
-        if self._queued:
-            self._schedule_flush()
+        self._schedule_flush()
         self._connect()
 
     # Sending -------------------------------------------------------------------------
@@ -203,14 +201,13 @@ class ActorHost(Replaceable["ActorHost"]):
         if not self.alive:
             return  # its death is (or was) reported to every slot
         self._queued.append(message)
-        if self._loop is not None:
-            self._schedule_flush()
+        self._schedule_flush()
 
     def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            assert self._loop is not None
+        """Have what is queued flushed as this loop iteration ends (once a loop watches)."""
+        if self._queued and self._loop is not None and not self._flush_scheduled:
             self._flush_scheduled = True
-            OUTBOXES.add(self._loop, self._flush)
+            add_outbox(self._loop, self._flush)
 
     def _flush(self) -> Call | None:
         """Send what is queued, as a frame on the direct connection, or as the call
@@ -251,7 +248,7 @@ class ActorHost(Replaceable["ActorHost"]):
             self._ray,
             lambda: self.label,
             self._on_direct,
-            self._on_direct_open,
+            self._schedule_flush,
             lambda reason: self._die(f"its Ray actor is gone ({reason})"),
         )
 
@@ -259,12 +256,8 @@ class ActorHost(Replaceable["ActorHost"]):
         """Replies that came on the direct connection (a CLOSE_SLOT's is empty)."""
         self.answered = True
         self._deliver([reply for reply in replies if reply[1:] != (0, None)], borrowed=False)
-        if self._queued and self._direct is not None and not self._direct.unanswered:
+        if self._direct is not None and not self._direct.unanswered:
             self._schedule_flush()  # what waited for these answers
-
-    def _on_direct_open(self) -> None:
-        if self._queued:
-            self._schedule_flush()
 
     # Answers -------------------------------------------------------------------------
     def _on_reply(self, _: object) -> None:
@@ -282,7 +275,7 @@ class ActorHost(Replaceable["ActorHost"]):
                 self._fail_call(call, _call_failure(error))
             else:
                 self._die(f"its Ray actor is gone ({_first_line(error)})")
-        if self._queued and not calls and self._loop is not None:
+        if not calls:
             self._schedule_flush()  # what waited for the other way's answers
 
     def _deliver(self, replies: list[Reply], borrowed: bool) -> None:
