@@ -88,19 +88,16 @@ class EnvActor:
         """Answer ``messages`` in order (the steps of several slots side by side where
         that pays, see the module's docstring); messages that need no answer get none."""
         with self._lock:
-            return self._serve(messages)
-
-    def _serve(self, messages: list[Message]) -> list[Reply]:
-        if self._side_by_side(messages):
-            if self._threads is None:
-                self._threads = concurrent.futures.ThreadPoolExecutor(
-                    len(self._took) - 1, thread_name_prefix="aioenv-actor-slot"
-                )
-            # The first here, on the thread that waits for the others anyway.
-            others = [self._threads.submit(self.answer, message) for message in messages[1:]]
-            answers = [self.answer(messages[0]), *(other.result() for other in others)]
-        else:
-            answers = [self.answer(message) for message in messages]
+            if self._side_by_side(messages):
+                if self._threads is None:
+                    self._threads = concurrent.futures.ThreadPoolExecutor(
+                        len(self._took) - 1, thread_name_prefix="aioenv-actor-slot"
+                    )
+                # The first here, on the thread that waits for the others anyway.
+                others = [self._threads.submit(self.answer, message) for message in messages[1:]]
+                answers = [self.answer(messages[0]), *(other.result() for other in others)]
+            else:
+                answers = [self.answer(message) for message in messages]
         return [reply for reply in answers if reply is not None]
 
     def _side_by_side(self, messages: list[Message]) -> bool:

@@ -188,7 +188,20 @@ class RayWorker(SlottedWorker[S, ActorHost]):
 
     @classmethod
     def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
-        _start_actor(workers, registry)
+        first = workers[0]
+        host = ActorHost(
+            first._actor_options,
+            [worker._payload for worker in workers],
+            [worker.seed for worker in workers],
+            first._episode,
+            deliver=[worker._on_actor_reply for worker in workers],
+            on_death=[worker._on_actor_death for worker in workers],
+            registry=registry,
+            thread_caps=first._thread_caps,
+            direct=first._direct,
+        )
+        for slot, worker in enumerate(workers):
+            worker._join(host, slot)
 
     def _start_delay_cause(self) -> str | None:
         if self._shortage is None or self._host is None or self._host.answered:
@@ -302,21 +315,3 @@ def _actor_options(
         options["runtime_env"] = dict(runtime_env)
     options.update(actor_options or {})
     return options
-
-
-def _start_actor(workers: Sequence[RayWorker[Any]], registry: bytes) -> None:
-    """Start one actor serving ``workers`` (slot ``i`` is ``workers[i]``) and join them."""
-    first = workers[0]
-    host = ActorHost(
-        first._actor_options,
-        [worker._payload for worker in workers],
-        [worker.seed for worker in workers],
-        first._episode,
-        deliver=[worker._on_actor_reply for worker in workers],
-        on_death=[worker._on_actor_death for worker in workers],
-        registry=registry,
-        thread_caps=first._thread_caps,
-        direct=first._direct,
-    )
-    for slot, worker in enumerate(workers):
-        worker._join(host, slot)
