@@ -27,7 +27,7 @@ from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._policy_shipping import through_object_store
 from ._values import with_references
 
-__all__ = ["ACTOR_CALLS", "OUTBOXES", "Call", "Outboxes", "send_off_loop"]
+__all__ = ["ACTOR_CALLS", "Call", "add_outbox", "send_off_loop"]
 
 #: The process's actor calls, made in the order asked for. Each open Ray worker holds it
 #: (the thread waits for its next call, rather than a thread started for each:
@@ -39,30 +39,26 @@ ACTOR_CALLS = OffLoopCalls("aioenv-ray-calls")
 Call = tuple[Any, tuple[Any, ...], asyncio.Future[Any], bool]
 
 
-class Outboxes:
-    """The hosts with messages queued in this iteration of each event loop, as the
-    functions that take each one's call: at the iteration's end, one hand-off to
-    :data:`ACTOR_CALLS` carries every host's call."""
-
-    def __init__(self) -> None:
-        self._flushes: dict[asyncio.AbstractEventLoop, list[Callable[[], Call | None]]] = {}
-
-    def add(self, loop: asyncio.AbstractEventLoop, flush: Callable[[], Call | None]) -> None:
-        """``flush`` (on the loop, once this iteration's callbacks have run) returns the
-        host's call, or None if it has none to make now."""
-        flushes = self._flushes.get(loop)
-        if flushes is None:
-            flushes = self._flushes[loop] = []
-            loop.call_soon(self._hand_off, loop)
-        flushes.append(flush)
-
-    def _hand_off(self, loop: asyncio.AbstractEventLoop) -> None:
-        calls = [call for flush in self._flushes.pop(loop) if (call := flush()) is not None]
-        if calls:
-            send_off_loop(calls)
+#: Per event loop, the hosts with messages queued in its current iteration, as the
+#: functions that take each one's call: at the iteration's end, one hand-off to
+#: :data:`ACTOR_CALLS` carries every host's call.
+_OUTBOXES: dict[asyncio.AbstractEventLoop, list[Callable[[], Call | None]]] = {}
 
 
-OUTBOXES = Outboxes()
+def add_outbox(loop: asyncio.AbstractEventLoop, flush: Callable[[], Call | None]) -> None:
+    """``flush`` (on the loop, once this iteration's callbacks have run) returns the
+    host's call, or None if it has none to make now."""
+    flushes = _OUTBOXES.get(loop)
+    if flushes is None:
+        flushes = _OUTBOXES[loop] = []
+        loop.call_soon(_hand_off, loop)
+    flushes.append(flush)
+
+
+def _hand_off(loop: asyncio.AbstractEventLoop) -> None:
+    calls = [call for flush in _OUTBOXES.pop(loop) if (call := flush()) is not None]
+    if calls:
+        send_off_loop(calls)
 
 
 def send_off_loop(calls: list[Call]) -> None:

@@ -47,29 +47,24 @@ class _Put:
         return self._ref
 
 
-class _PutOnce:
-    """The values marked to be put in this loop iteration, by the id of the value (held
-    by its mark, so the id cannot be reused); forgotten at the next iteration."""
+#: The values marked to be put in this loop iteration, by the id of the value (held by its
+#: mark, so the id cannot be reused); forgotten at the next iteration.
+_MARKS: dict[int, _Put] = {}
 
-    def __init__(self) -> None:
-        self._marks: dict[int, _Put] = {}
 
-    def mark(self, value: Any) -> _Put:
-        put = self._marks.get(id(value))
-        if put is not None:
-            return put
-        put = _Put(value)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return put  # outside a loop no sends are batched: nothing to share it with
-        if not self._marks:
-            loop.call_soon(self._marks.clear)
-        self._marks[id(value)] = put
+def _mark(value: Any) -> _Put:
+    put = _MARKS.get(id(value))
+    if put is not None:
         return put
-
-
-_PUT_ONCE = _PutOnce()
+    put = _Put(value)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return put  # outside a loop no sends are batched: nothing to share it with
+    if not _MARKS:
+        loop.call_soon(_MARKS.clear)
+    _MARKS[id(value)] = put
+    return put
 
 
 def shared_request(request: ControlRequest) -> ControlRequest:
@@ -80,8 +75,8 @@ def shared_request(request: ControlRequest) -> ControlRequest:
         return request
     if not any(_large(v) for v in (*request.args, *request.kwargs.values())):
         return request
-    args = tuple(_PUT_ONCE.mark(v) if _large(v) else v for v in request.args)
-    kwargs = {k: _PUT_ONCE.mark(v) if _large(v) else v for k, v in request.kwargs.items()}
+    args = tuple(_mark(v) if _large(v) else v for v in request.args)
+    kwargs = {k: _mark(v) if _large(v) else v for k, v in request.kwargs.items()}
     return dataclasses.replace(request, args=args, kwargs=kwargs)
 
 
