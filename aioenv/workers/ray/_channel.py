@@ -37,7 +37,7 @@ from ...wire._requests import Request
 from ..process._host_socket import SocketWrites
 from ._calls import send_off_loop
 
-__all__ = ["CONNECT_TIMEOUT", "Channel", "DirectConnection", "connect", "goes_direct"]
+__all__ = ["CONNECT_TIMEOUT", "DirectConnection", "connect", "goes_direct"]
 
 #: Seconds the parent gives a connection to the actor to be made.
 CONNECT_TIMEOUT = 10.0
@@ -52,9 +52,10 @@ _UNREACHED: set[str] = set()
 
 
 class DirectConnection:
-    """An actor host's direct connection, from asking the actor to listen to closing.
-    ``label()`` names the actor for the warning where it cannot be reached;
-    ``on_replies(replies)`` gets what comes back, ``on_open()`` says it can carry
+    """An actor host's direct connection, from asking the actor to listen to closing; once
+    made, its socket is read and written from the loop. ``label()`` names the actor for
+    the warning where it cannot be reached; ``on_replies(replies)`` gets each frame's
+    replies (every message sent is answered by one), ``on_open()`` says it can carry
     messages, ``on_lost(reason)`` that the actor is gone (its end of the connection
     closed, or the actor call that serves it failed as Ray found the actor gone)."""
 
@@ -71,14 +72,14 @@ class DirectConnection:
         self._begun = self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Task[None] | None = None
-        self._channel: Channel | None = None
+        #: The connection once made, and its writes not taken by it yet.
+        self._sock: socket.socket | None = None
+        self._writes: SocketWrites | None = None
+        self._inbox = bytearray()
+        #: It can carry messages.
+        self.open = False
         #: Messages sent on it that are not answered yet.
         self.unanswered = 0
-
-    @property
-    def open(self) -> bool:
-        """It can carry messages."""
-        return self._channel is not None and self._channel.open
 
     def begin(self, loop: asyncio.AbstractEventLoop, actor: Any) -> None:
         """Ask ``actor`` to listen (an actor call, off the loop), then connect from
@@ -120,7 +121,8 @@ class DirectConnection:
             sock.close()
             return
         assert self._loop is not None
-        self._channel = Channel(self._loop, sock, self._replied, self._on_lost)
+        self._sock, self._writes, self.open = sock, SocketWrites(sock), True
+        self._loop.add_reader(sock.fileno(), self._on_readable, sock)
         self._on_open()
 
     def _on_served(self, serving: asyncio.Future[Any]) -> None:
@@ -131,23 +133,61 @@ class DirectConnection:
             self._on_lost(f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
 
     def send(self, messages: list[Message]) -> list[Reply]:
-        """Send ``messages`` (see :meth:`Channel.send`): the Failures of those not sent."""
-        assert self._channel is not None
-        failed = self._channel.send(messages)
-        self.unanswered += len(messages) - len(failed)
+        """Send ``messages`` in one frame, each payload pickled on its own (one that will
+        not load on the actor fails its own request there): the Failures of those whose
+        payloads would not pickle, which are not sent."""
+        assert self._writes is not None
+        sent: list[tuple[int, int, Request, bytes]] = []
+        failed: list[Reply] = []
+        for slot, seq, request, payload in messages:
+            try:
+                sent.append((slot, seq, request, cloudpickle.dumps(payload, protocol=5)))
+            except Exception as exc:
+                failure = Failure.from_exception(exc, "pickling a request for a Ray actor")
+                failed.append((slot, seq, failure.without_exception()))
+        if sent:
+            self._writes.write(framed(pickle.dumps(sent, protocol=5)), self._loop)
+            self.unanswered += len(sent)
         return failed
 
-    def _replied(self, replies: list[Reply]) -> None:
-        self.unanswered -= len(replies)
-        self._on_replies(replies)
+    def _on_readable(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(_RECEIVE_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            self._on_lost("its direct connection closed")
+            return
+        inbox = self._inbox
+        inbox += data
+        while self.open and len(inbox) >= FRAME.size:
+            (size,) = FRAME.unpack_from(inbox)
+            end = FRAME.size + size
+            if len(inbox) < end:
+                return
+            body = inbox[FRAME.size : end]
+            del inbox[:end]
+            replies = [(slot, seq, _loaded(data)) for slot, seq, data in pickle.loads(body)]
+            self.unanswered -= len(replies)
+            self._on_replies(replies)
 
     def close(self) -> None:
-        """Close it, or stop making it: nothing more comes from it."""
+        """Close it, or stop making it: nothing more comes from it (the actor's end of it
+        then stops answering; what was sent and not answered is never answered)."""
         self._closed = True
         if self._connecting is not None:
             self._connecting.cancel()
-        if self._channel is not None:
-            self._channel.close()
+        if self.open:
+            self.open = False
+            assert self._loop is not None
+            assert self._sock is not None
+            assert self._writes is not None
+            self._loop.remove_reader(self._sock.fileno())
+            self._writes.drop()
+            self._sock.close()
 
 
 def goes_direct(message: Message) -> bool:
@@ -172,75 +212,6 @@ async def connect(address: str, port: int, token: bytes) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-class Channel:
-    """The parent's end of an actor's direct connection, ``sock``, read and written from
-    ``loop``: ``on_replies(replies)`` gets each frame's replies (every message sent is
-    answered by one), ``on_lost(reason)`` the end of a connection not closed from here
-    (the actor is gone)."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
-        on_replies: Callable[[list[Reply]], None],
-        on_lost: Callable[[str], None],
-    ) -> None:
-        self._loop, self._sock = loop, sock
-        self._on_replies, self._on_lost = on_replies, on_lost
-        self._inbox = bytearray()
-        self._writes = SocketWrites(sock)
-        self.open = True
-        loop.add_reader(sock.fileno(), self._on_readable)
-
-    def send(self, messages: list[Message]) -> list[Reply]:
-        """Send ``messages`` in one frame, each payload pickled on its own (one that will
-        not load on the actor fails its own request there): the Failures of those whose
-        payloads would not pickle, which are not sent."""
-        sent: list[tuple[int, int, Request, bytes]] = []
-        failed: list[Reply] = []
-        for slot, seq, request, payload in messages:
-            try:
-                sent.append((slot, seq, request, cloudpickle.dumps(payload, protocol=5)))
-            except Exception as exc:
-                failure = Failure.from_exception(exc, "pickling a request for a Ray actor")
-                failed.append((slot, seq, failure.without_exception()))
-        if sent:
-            self._writes.write(framed(pickle.dumps(sent, protocol=5)), self._loop)
-        return failed
-
-    def _on_readable(self) -> None:
-        try:
-            data = self._sock.recv(_RECEIVE_SIZE)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.close()
-            self._on_lost("its direct connection closed")
-            return
-        inbox = self._inbox
-        inbox += data
-        while self.open and len(inbox) >= FRAME.size:
-            (size,) = FRAME.unpack_from(inbox)
-            end = FRAME.size + size
-            if len(inbox) < end:
-                return
-            body = inbox[FRAME.size : end]
-            del inbox[:end]
-            self._on_replies([(slot, seq, _loaded(data)) for slot, seq, data in pickle.loads(body)])
-
-    def close(self) -> None:
-        """Stop reading and writing, and close the connection (the actor's end of it then
-        stops answering): what was sent and not answered is never answered."""
-        if not self.open:
-            return
-        self.open = False
-        self._loop.remove_reader(self._sock.fileno())
-        self._writes.drop()
-        self._sock.close()
 
 
 def _loaded(data: bytes) -> Any:
