@@ -40,9 +40,8 @@ def jsonable(value: Any) -> Any:
 def action_from_json(value: Any, space: Any) -> Any:
     """A JSON action as the env takes it: a list becomes a numpy array (of the action
     ``space``'s dtype where it is a Box or MultiDiscrete/MultiBinary)."""
-    dtype = getattr(space, "dtype", None)
     if isinstance(value, list):
-        return np.asarray(value, dtype=dtype) if dtype is not None else np.asarray(value)
+        return np.asarray(value, dtype=getattr(space, "dtype", None))
     return value
 
 
@@ -112,8 +111,9 @@ def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
         return spaces.Discrete(described["n"], start=described.get("start", 0))
     if kind == "Box":
         dtype = np.dtype(described["dtype"])
-        low = np.asarray(_finite_or_inf(described["low"]), dtype=np.float64)
-        high = np.asarray(_finite_or_inf(described["high"]), dtype=np.float64)
+        # jsonable() writes infinite bounds as their repr ('inf', '-inf'), which numpy reads.
+        low = np.asarray(described["low"], dtype=np.float64)
+        high = np.asarray(described["high"], dtype=np.float64)
         return spaces.Box(low.astype(dtype), high.astype(dtype), tuple(described["shape"]), dtype)
     if kind == "MultiDiscrete":
         return spaces.MultiDiscrete(np.asarray(described["nvec"]), dtype=described["dtype"])
@@ -127,10 +127,3 @@ def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
             return spaces.Dict(parts)  # type: ignore[arg-type]
         return spaces.Tuple(list(parts.values()))  # type: ignore[arg-type]
     return None
-
-
-def _finite_or_inf(value: Any) -> Any:
-    # jsonable() writes infinite bounds as their repr ('inf', '-inf').
-    if isinstance(value, list):
-        return [_finite_or_inf(item) for item in value]
-    return float(value) if isinstance(value, str) else value

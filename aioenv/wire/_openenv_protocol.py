@@ -141,16 +141,13 @@ class Episode:
             self.needs_reset = True
             raise SessionError(f"the env failed and was restarted ({note}); reset to go on")
         self.step_count += 1
-        result = observation_payload(state, reward=_reward(state))
+        reward = float(state.reward) if isinstance(state, Step) else 0.0
+        result = observation_payload(state, reward=reward)
         self.needs_reset = bool(result["done"])
         return result
 
     def state(self) -> dict[str, Any]:
         return {"episode_id": self.episode_id, "step_count": self.step_count}
-
-
-def _reward(state: Any) -> float:
-    return float(state.reward) if isinstance(state, Step) else 0.0
 
 
 def observation_payload(state: Any, reward: float | None) -> dict[str, Any]:
