@@ -161,9 +161,7 @@ class ActorHost(Replaceable["ActorHost"]):
     @property
     def label(self) -> str:
         """The actor's id, short, or that it is being created (without waiting)."""
-        if not self._created.done() or self._created.exception() is not None:
-            return "being created"
-        return self.actor_id[:8]
+        return "being created" if self._handle() is None else self.actor_id[:8]
 
     def _handle(self) -> Any:
         """The actor's handle, or None while it is being created (or could not be)."""
@@ -177,8 +175,7 @@ class ActorHost(Replaceable["ActorHost"]):
         if error is not None:
             self._die(f"its Ray actor could not be created ({_first_line(error)})")
             return
-        self._schedule_flush()
-        self._connect()
+        self._start_sending()
 
     @property
     def in_use(self) -> bool:
@@ -192,8 +189,7 @@ class ActorHost(Replaceable["ActorHost"]):
         if self._loop is not None:
             return
         self._loop = loop
-        self._schedule_flush()
-        self._connect()
+        self._start_sending()
 
     # Sending -------------------------------------------------------------------------
     def send(self, message: Message) -> None:
@@ -238,8 +234,10 @@ class ActorHost(Replaceable["ActorHost"]):
         return (actor.serve, (messages,), reply, True)
 
     # The direct connection -------------------------------------------------------------
-    def _connect(self) -> None:
-        """Once the actor exists and a loop watches: open the direct connection."""
+    def _start_sending(self) -> None:
+        """Once the actor exists and a loop watches: send what waits, and open the direct
+        connection."""
+        self._schedule_flush()
         if self._direct is not None and self._loop is not None and self._handle() is not None:
             self._direct.begin(self._loop, self._handle())
 
@@ -271,8 +269,7 @@ class ActorHost(Replaceable["ActorHost"]):
                 self.answered = True
                 self._deliver(call.reply.result(), borrowed=True)
             elif isinstance(error, self._ray.exceptions.RayTaskError):
-                # The actor lives; only this call failed.
-                self._fail_call(call, _call_failure(error))
+                self._fail_call(call, error)
             else:
                 self._die(f"its Ray actor is gone ({_first_line(error)})")
         if not calls:
@@ -287,7 +284,14 @@ class ActorHost(Replaceable["ActorHost"]):
                 result = _unpickled(result)
             deliver[slot](self, seq, result, borrowed)
 
-    def _fail_call(self, call: _ActorCall, failure: Failure) -> None:
+    def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
+        """The actor lives; only this call failed: its requests that wait get the Failure."""
+        failure = Failure(
+            exception_type=type(error).__name__,
+            message=_first_line(error),
+            traceback=str(error),
+            during="a Ray actor call (the reply may not have pickled)",
+        )
         deliver = self._recipe.deliver
         for slot, seq, op, _payload in call.messages:
             if seq and op in (Request.STEP, Request.CONTROL) and self.alive:
@@ -386,15 +390,6 @@ def _actor_class(ray: Any) -> Any:
 
     # The calls run one at a time, in order; the direct connection's in a group beside.
     return ray.remote(concurrency_groups={CHANNEL_GROUP: 1})(EnvActor)
-
-
-def _call_failure(error: BaseException) -> Failure:
-    return Failure(
-        exception_type=type(error).__name__,
-        message=_first_line(error),
-        traceback=str(error),
-        during="a Ray actor call (the reply may not have pickled)",
-    )
 
 
 def _first_line(error: BaseException) -> str:
