@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
@@ -279,17 +280,10 @@ def _serve(arguments: argparse.Namespace) -> int:
     else:
         _check_env_id(prog, arguments.env_id)
         source = name = arguments.env_id
-    options = ServeOptions(
-        mode=arguments.mode,
-        max_sessions=arguments.max_sessions,
-        idle_timeout=arguments.idle_timeout,
-        step_timeout=arguments.step_timeout,
-        reset_timeout=arguments.reset_timeout,
-        start_timeout=arguments.start_timeout,
-        name=name,
-        **{key: vars(arguments)[key] for key in ("keepalive", "cleanup_time") if key in arguments},
-    )
-    serve(source, options, arguments.host, arguments.port)
+    # The options are named as ServeOptions' fields (the ones not given keep its defaults).
+    fields = {field.name for field in dataclasses.fields(ServeOptions)}
+    given = {key: value for key, value in vars(arguments).items() if key in fields}
+    serve(source, ServeOptions(name=name, **given), arguments.host, arguments.port)
     return 0
 
 
