@@ -10,7 +10,6 @@ SB3's ``Monitor`` module, to keep that env's episodes out of the user's monitor 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,6 @@ from .vector._probe import probing
 
 __all__ = ["EnvFactory", "call_method", "get_attr", "has_attr", "is_wrapped", "set_attr"]
 
-_MONITOR_MODULE = "stable_baselines3.common.monitor"
 _WRITER = "ResultsWriter"
 _patch_lock = threading.Lock()
 
@@ -52,7 +50,8 @@ def _monitors_write_nothing() -> Iterator[None]:
     """SB3 ``Monitor``s built by this thread in the block get a writer that writes nothing
     (``Monitor`` makes its writer when it is built, and keeps it). Other threads' monitors
     are built as usual: the stand-in asks :func:`probing`, which is per thread."""
-    monitor = importlib.import_module(_MONITOR_MODULE)
+    from stable_baselines3.common import monitor
+
     with _patch_lock:
         if _ProbeAwareWriter.users == 0:
             _ProbeAwareWriter.real = getattr(monitor, _WRITER)
