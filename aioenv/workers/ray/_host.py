@@ -127,7 +127,6 @@ class ActorHost(Replaceable["ActorHost"]):
         if loop is None:
             self._created = concurrent.futures.Future()
             self._created.set_result(create())
-            self._actor = self._created.result()
         else:
             self._created = _CONTROL_CALLS.submit(create)
             self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
