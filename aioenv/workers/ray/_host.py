@@ -190,6 +190,13 @@ class ActorHost(Replaceable["ActorHost"]):
         self._loop = loop
         self._start_sending()
 
+    def _start_sending(self) -> None:
+        """Once the actor exists and a loop watches: send what waits, and open the direct
+        connection."""
+        self._schedule_flush()
+        if self._direct is not None and self._loop is not None and self._handle() is not None:
+            self._direct.begin(self._loop, self._handle())
+
     # Sending -------------------------------------------------------------------------
     def send(self, message: Message) -> None:
         """Queue ``message``; everything queued in this loop iteration goes in one call."""
@@ -233,13 +240,6 @@ class ActorHost(Replaceable["ActorHost"]):
         return (actor.serve, (messages,), reply, True)
 
     # The direct connection -------------------------------------------------------------
-    def _start_sending(self) -> None:
-        """Once the actor exists and a loop watches: send what waits, and open the direct
-        connection."""
-        self._schedule_flush()
-        if self._direct is not None and self._loop is not None and self._handle() is not None:
-            self._direct.begin(self._loop, self._handle())
-
     def _direct_connection(self) -> DirectConnection:
         return DirectConnection(
             self._ray,
