@@ -354,10 +354,8 @@ class ActorHost(Replaceable["ActorHost"]):
         # ray.kill only asks: a call made now fails once the kill has taken effect.
         try:
             await asyncio.wait_for(self._call("linger", KILL_GRACE), KILL_GRACE + 1)
-        except self._ray.exceptions.RayActorError:
-            return True
-        except Exception:
-            return False
+        except Exception as exc:
+            return isinstance(exc, self._ray.exceptions.RayActorError)
         return False
 
     def _call(self, method: str, *args: Any) -> asyncio.Future[Any]:
