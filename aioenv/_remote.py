@@ -178,11 +178,11 @@ class RemoteEnv:
         if not isinstance(schema, dict):
             return None, None
 
-        def inner(part: str, key: str) -> gymnasium.Space[Any] | None:
+        def inner(part: str) -> gymnasium.Space[Any] | None:
             properties = (schema.get(part) or {}).get("properties") or {}
-            return space_from_schema(properties.get(key))
+            return space_from_schema(properties.get(part))
 
-        return inner("observation", "observation"), inner("action", "action")
+        return inner("observation"), inner("action")
 
     async def _connect(self) -> Any:
         if self._connection is not None:
