@@ -321,7 +321,7 @@ async def test_restarted_processes_get_fresh_memory() -> None:
         assert restarted.info["aioenv"]["restarted"] and not restarted.truncated
         assert np.array_equal(restarted.observation, expected_big_observation(0))
         new = pool.workers[0].pid  # type: ignore[attr-defined]
-        assert new != old and mapped_in(new) >= 1
+        assert new != old
         # The old process's lanes (one per env: their memory and wakes) are released at
         # once (no cycle left for the collector): what is mapped is the new one's.
         new_host = pool.workers[0]._host  # type: ignore[attr-defined]
@@ -332,6 +332,9 @@ async def test_restarted_processes_get_fresh_memory() -> None:
         pool.send_action(0, 0)
         step, _ = await pool.get_state()  # type: ignore[misc]
         assert np.array_equal(step.observation, expected_big_observation(1))
+        # The new child maps its lane as it reads the offer, which the restart's READY
+        # brings after the reset it answers: read in order before this step, at the latest.
+        assert mapped_in(new) >= 1
 
 
 def test_shared_memory_option_is_checked() -> None:
