@@ -74,6 +74,14 @@ class Pipeline:
         self.last_env_ids: list[int] | None = None
         self.step_pending = False
 
+    @staticmethod
+    def step_wait_pending(call: str) -> AlreadyPendingCallError:
+        """The error of ``call`` made while a ``step_async`` waits for its ``step_wait``."""
+        return AlreadyPendingCallError(
+            f"{call} was called while step_async() waits for step_wait(); call step_wait() first",
+            "step",
+        )
+
     def flying(self, envs: Envs) -> list[int]:
         """The workers whose envs the pipelined calls have in flight (sent, not received);
         when there are none, the pool's pending states are no longer theirs."""
@@ -87,11 +95,7 @@ class Pipeline:
     def check_idle(self, envs: Envs, call: str) -> None:
         """Before a lockstep call: nothing of the pipelined calls may be in flight."""
         if self.step_pending:
-            raise AlreadyPendingCallError(
-                f"{call} was called while step_async() waits for step_wait(); call "
-                "step_wait() first",
-                "step",
-            )
+            raise self.step_wait_pending(call)
         flying = self.flying(envs)
         if flying:
             raise AlreadyPendingCallError(
@@ -104,11 +108,7 @@ class Pipeline:
     def targets(self, env_id: Any) -> list[int]:
         """The env ids a ``send`` goes to, checked: known and distinct."""
         if self.step_pending:
-            raise AlreadyPendingCallError(
-                "send() was called while step_async() waits for step_wait(); call "
-                "step_wait() first",
-                "step",
-            )
+            raise self.step_wait_pending("send()")
         last = self.last_env_ids
         if (
             type(env_id) is np.ndarray
@@ -118,20 +118,20 @@ class Pipeline:
             and env_id.tolist() == last
         ):
             return last  # the last recv's envs (its infos["env_id"]): checked by then
-        num_envs = self.layout.num_envs
         if env_id is None:
-            if self.last_env_ids is None:
+            if last is None:
                 raise NoAsyncCallError(
                     "send() without env_id sends to the envs of the last recv(), and there is "
                     "none (no recv() returned since the last reset, or it raised); pass "
                     "env_id=, or async_reset() and recv() first",
                     "step",
                 )
-            return self.last_env_ids
+            return last
         ids = np.asarray(env_id)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"send() takes env_id as a sequence of env indices, got {env_id!r}")
         env_ids = [int(i) for i in ids]
+        num_envs = self.layout.num_envs
         unknown = [i for i in env_ids if not 0 <= i < num_envs]
         if unknown:
             raise ValueError(f"send(): env_id {unknown} not in 0..{num_envs - 1}")
@@ -152,11 +152,7 @@ class Pipeline:
 
     def check_recv(self, envs: Envs) -> None:
         if self.step_pending:
-            raise AlreadyPendingCallError(
-                "recv() was called while step_async() waits for step_wait(); call "
-                "step_wait() first",
-                "step",
-            )
+            raise self.step_wait_pending("recv()")
         # the pool owes no state the pipelined calls did not send (those are dropped first)
         in_flight = envs.num_pending + len(self.held) if self.active else 0
         if in_flight < self.workers_per_batch:
@@ -177,10 +173,6 @@ class Pipeline:
             for w in worker_ids
             for env in range(layout.starts[w], layout.starts[w] + layout.sizes[w])
         ]
-
-    def started(self) -> None:
-        """Envs were sent by a pipelined call."""
-        self.active = True
 
     def clear(self) -> None:
         """Everything in flight was dropped (async_reset)."""
@@ -230,7 +222,7 @@ class PipelinedCalls:
         pipeline = self._pipeline
         ids, requests = self._layout.reset_requests(seed, options, "async_reset()", pipelined=True)
         pipeline.clear()
-        pipeline.started()
+        pipeline.active = True
         self._envs.dispatch(ids, requests, True)
 
     def send(
@@ -257,7 +249,7 @@ class PipelinedCalls:
         workers, requests = self._batches.send_requests(actions, env_ids)
         pipeline.check_not_flying(self._envs, workers)
         leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
-        pipeline.started()
+        pipeline.active = True
         self._envs.dispatch(workers, requests, leftovers)
 
     def recv(self) -> Result:
