@@ -60,14 +60,10 @@ class VectorBatches:
         latest: Callable[[], Any] | None = None,
     ) -> None:
         self._layout = layout
-        self._copy = copy
         self._latest = latest
-        self._single_observation_space = single_observation_space
         self._single_action_space = single_action_space
         self._action_space = action_space
         self._add_info = add_info
-        self._all_workers = list(range(len(layout.sizes)))
-        self._env_obs: list[Any] = [None] * layout.num_envs
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(single_observation_space, layout.num_envs, copy=copy)
         self._parts = layout.slices()
@@ -106,7 +102,7 @@ class VectorBatches:
             )
         if self._layout.batched and not self._layout.by_env:
             requests = self._layout.actions(self._single_action_space, actions, batch)
-            return list(self._all_workers), requests
+            return list(self._layout.all_workers), requests
         return list(range(num_envs)), batch
 
     def send_requests(self, actions: Any, env_ids: list[int]) -> tuple[list[int], list[Any]]:
@@ -195,11 +191,13 @@ class VectorBatches:
         arrays = self._arrays
         arrays.new_step()
         if self._layout.batched:
-            return self._layout.scatter(workers, states, arrays, self._add_info)
+            self._layout.write(workers, states, arrays)
+            return self._layout.infos_of(workers, states, self._add_info)
         infos: dict[str, Any] = {}
+        observations = arrays.per_env
         rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
         for i, step in zip(workers, states, strict=True):
-            self._env_obs[i] = step.observation
+            observations[i] = step.observation
             rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
             if step.final_info is not None:
                 final = {"final_obs": step.final_observation, "final_info": step.final_info}
@@ -221,10 +219,10 @@ class VectorBatches:
                 return arrays.batch(self._parts)
             parts = self._whole_parts(rows)
             return arrays.batch(self._parts)[rows] if parts is None else arrays.batch(parts)
-        per_env = arrays.per_env if self._layout.batched else self._env_obs
+        per_env = arrays.per_env
         chosen = per_env if rows is None else [per_env[i] for i in rows]
-        space = self._single_observation_space
-        if self._copy or rows is not None:
+        space = arrays.single_space
+        if arrays.copy or rows is not None:
             out = create_empty_array(space, len(chosen))
         else:
             if self._out is None:

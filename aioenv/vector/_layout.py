@@ -55,7 +55,7 @@ class EnvLayout:
         self.batched = batched or any(size > 1 for size in sizes)
         self._lists = batched  # even a worker of one env answers controls with a list
         self.by_env = by_env
-        self._all_workers = list(range(len(sizes)))
+        self.all_workers = list(range(len(sizes)))
 
     def env_of(self, worker_id: int | None, in_batch: int | None) -> tuple[int | None, str]:
         """The env of the vector env that a worker's env ``in_batch`` is (None when the
@@ -202,21 +202,6 @@ class EnvLayout:
                 out.extend(result if size > 1 or self._lists else [result])
         return out
 
-    def scatter(
-        self,
-        worker_ids: list[int],
-        batches: list[BatchStep[Any]],
-        into: VectorArrays,
-        add_info: AddInfo,
-    ) -> dict[str, Any]:
-        """Write each worker's BatchStep into the vector env's arrays; return the infos:
-        the workers' vector forms joined where they allow it (see
-        :func:`~aioenv.vector._infos.joined_infos`), else merged worker by worker with a
-        slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
-        with ``add_info`` for a worker that sent its infos per row."""
-        self.write(worker_ids, batches, into)
-        return self.infos_of(worker_ids, batches, add_info)
-
     def write(
         self, worker_ids: list[int], batches: list[BatchStep[Any]], into: VectorArrays
     ) -> None:
@@ -240,8 +225,12 @@ class EnvLayout:
     def infos_of(
         self, worker_ids: list[int], batches: list[BatchStep[Any]], add_info: AddInfo
     ) -> dict[str, Any]:
-        """The infos of the workers ``worker_ids``' batches, in gymnasium's vector form."""
-        if worker_ids == self._all_workers:
+        """The infos of the workers ``worker_ids``' batches, in gymnasium's vector form:
+        every worker's vector forms joined where they allow it (see
+        :func:`~aioenv.vector._infos.joined_infos`), else merged worker by worker with a
+        slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
+        with ``add_info`` for a worker that sent its infos per row."""
+        if worker_ids == self.all_workers:
             joined = _joined(batches)
             if joined is not None:
                 return joined
@@ -295,7 +284,9 @@ class VectorArrays:
         self.box = isinstance(single_space, Box)
         self.copy = copy
         self.single_space = single_space
-        self.per_env: list[Any] = [None] * num_envs  # for spaces other than Box
+        #: Each env's latest observation: for spaces other than Box, and for any space where
+        #: every worker steps one env (its state holds one observation, not a batch).
+        self.per_env: list[Any] = [None] * num_envs
         self._batched: dict[int, Any] = {}  # the batched space of a group of each size
         #: Box observations by first env: the rows of the worker that gave them.
         self._latest: dict[int, tuple[slice, Any]] = {}
