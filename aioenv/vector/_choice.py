@@ -163,7 +163,7 @@ def place_envs(
         one = sources if isinstance(one, list) else sources[0]
     choice = choose_mode(mode, probe, len(sources), batch_size, options)
     if choice.mode == "inline":
-        inline = _inline(sources, autoreset, batch_size, options)
+        inline = _inline(sources, autoreset, options)
         return Placement(inline, [len(sources)], probe, choice, batch_size)
     if choice.envs_per_worker and options.get("episode_timeout") is None:
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
@@ -175,23 +175,12 @@ def place_envs(
     engine = alike and engine_envs(*placed, autoreset, options, copy)
     if engine:
         return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
-    runtime = _pooled(grouping, count, choice.mode, autoreset, options)
+    # The vector env copies observations once, into what it returns (its own ``copy``):
+    # the pool hands them over as they arrive, views of shared memory included.
+    options["copy"] = False
+    runtime = Runtime(make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options))
     sizes = [worker.num_envs for worker in runtime.pool.workers]
     return Placement(runtime, sizes, probe, choice, batch_size, spin_by_rule)
-
-
-def _pooled(
-    grouping: EnvSource | list[EnvSource],
-    count: int | None,
-    mode: str | Sequence[str],
-    autoreset: object,
-    options: dict[str, Any],
-) -> Runtime:
-    """The pool of ``mode`` workers that steps the envs of ``grouping``, behind its runtime.
-    The vector env copies observations once, into what it returns (its own ``copy``): the
-    pool hands them over as they arrive, views of shared memory included."""
-    options["copy"] = False
-    return Runtime(make_pool(grouping, count, mode=mode, autoreset=autoreset, **options))
 
 
 def vector_modes() -> tuple[str, ...]:
@@ -402,9 +391,7 @@ def _children_cost(step: float, per_worker: int, children: int) -> float:
     return per_worker * step + HAND_OFF + PER_CHILD * (children - 1)
 
 
-def _inline(
-    sources: list[EnvSource], autoreset: object, batch_size: int | None, options: dict[str, Any]
-) -> InlineEnvs:
+def _inline(sources: list[EnvSource], autoreset: object, options: dict[str, Any]) -> InlineEnvs:
     """The envs of ``mode="inline"``, or why the options need another mode."""
     unknown = sorted(set(options) - INLINE_OPTIONS)
     if unknown:
