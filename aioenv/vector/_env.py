@@ -30,7 +30,7 @@ from ..pool._options import POOL_DEFAULTS, PoolOptions
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches, check_batch
 from ._calls import EnvCalls
-from ._choice import AUTO, ModeChoice, in_parent, place_envs
+from ._choice import AUTO, ModeChoice, Placement, in_parent, place_envs
 from ._grouping import LOCKSTEP_IDLE_SPIN
 from ._lanes import LaneView
 from ._layout import EnvLayout
@@ -138,15 +138,7 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
             alike=observation_mode == "same",
             copy=self.copy,
         )
-        self.mode_choice = placed.choice
-        self._setup(
-            placed.envs,
-            placed.sizes,
-            placed.probe,
-            observation_mode,
-            placed.batch_size,
-            spin_trial=placed.spin_by_rule,
-        )
+        self._setup(placed, observation_mode)
         self._batches.checks_actions = check_actions
 
     @classmethod
@@ -168,7 +160,7 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         venv = cls.__new__(cls)
         venv.copy = pool.copy
         kinds = sorted({worker.kind for worker in pool.workers})
-        venv.mode_choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
+        choice = ModeChoice(kinds[0] if len(kinds) == 1 else kinds, 0, "from_pool")
         sizes = [worker.num_envs for worker in pool.workers]
         first = pool.workers[0].source
         if isinstance(first, VectorSource):
@@ -179,33 +171,25 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
                 "AioVectorEnv.from_pool() takes a pool of gymnasium envs; for PettingZoo "
                 "parallel envs pass their factories to AioVectorEnv(...), which makes their lanes"
             )
-        venv._setup(Runtime(pool), sizes, probe, observation_mode, batch_size)
+        venv._setup(Placement(Runtime(pool), sizes, probe, choice, batch_size), observation_mode)
         return venv
 
-    def _setup(
-        self,
-        envs: Envs,
-        sizes: list[int],
-        probe: Probe,
-        observation_mode: ObservationMode,
-        batch_size: int | None,
-        *,
-        spin_trial: bool = False,
-    ) -> None:
-        self._envs = envs
+    def _setup(self, placed: Placement, observation_mode: ObservationMode) -> None:
+        envs = self._envs = placed.envs
+        self.mode_choice = placed.choice
         # Children that poll between steps by the rule are tried asleep now and then.
         self._spin_trial = (
             SpinTrial(functools.partial(_spin_children, envs))
-            if spin_trial and envs.idle_spin is not None
+            if placed.spin_by_rule and envs.idle_spin is not None
             else None
         )
         # Closes the envs when this vector env is garbage collected unclosed.
         self._finalizer = weakref.finalize(self, envs.close)
         self._finalizer.atexit = not envs.closes_at_exit
         try:
-            self._layout = EnvLayout(sizes, batched=envs.batched, by_env=envs.by_env)
-            self._define(envs, probe, observation_mode)
-            self._pipeline = Pipeline(self._layout, batch_size, envs.autoreset)
+            self._layout = EnvLayout(placed.sizes, batched=envs.batched, by_env=envs.by_env)
+            self._define(envs, placed.probe, observation_mode)
+            self._pipeline = Pipeline(self._layout, placed.batch_size, envs.autoreset)
             observations, actions = envs.start()
             layout = self._layout
             env_observation, env_action = self._env_spaces
