@@ -42,12 +42,6 @@ from ._spin_trial import SpinTrial
 
 __all__ = ["VECTOR_KEYWORDS", "AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 
-_MODES = {
-    "next_step": AutoresetMode.NEXT_STEP,
-    "same_step": AutoresetMode.SAME_STEP,
-    "disabled": AutoresetMode.DISABLED,
-}
-
 
 @documented_with(
     PoolOptions, [name for name in option_docs(PoolOptions) if name not in ("autoreset", "copy")]
@@ -221,7 +215,8 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         self.spec = None
         self.metadata = metadata
         self.render_mode = render_mode
-        self.autoreset_mode = _MODES[envs.autoreset]
+        # aioenv's names ("next_step", ...) are the members' in lower case
+        self.autoreset_mode = AutoresetMode[envs.autoreset.upper()]
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.observation_mode = observation_mode
         self.single_action_space = action_space
@@ -234,7 +229,7 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         self._env_spaces: tuple[Any, Any]
         if lanes is None:
             self._env_spaces = (self.single_observation_space, self.single_action_space)
-            env_actions, add_info = self.action_space, add_info_of(self.num_envs)
+            env_actions = self.action_space
         else:
             if observation_mode != "same":
                 raise ValueError(
@@ -243,12 +238,11 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
                 )
             self._env_spaces = (lanes.env_observation_space, lanes.env_action_space)
             env_actions = batch_space(lanes.env_action_space, count)
-            add_info = add_info_of(count)
         self._batches = VectorBatches(
             self._layout,
             *self._env_spaces,
             env_actions,
-            add_info,
+            add_info_of(count),
             copy=self.copy,
             latest=envs.observations,
         )
