@@ -35,7 +35,6 @@ class LaneView:
     ``observation_space`` and ``action_space``."""
 
     def __init__(self, agents: tuple[Any, ...], observation_space: Any, action_space: Any):
-        self.agents = agents
         self.width = len(agents)
         self.observation_space = observation_space
         self.action_space = action_space
