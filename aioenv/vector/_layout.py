@@ -291,9 +291,7 @@ class VectorArrays:
         #: Box observations by first env: the rows of the worker that gave them.
         self._latest: dict[int, tuple[slice, Any]] = {}
         self._reused: Any = None  # with copy=False: the array batches are stacked into
-        self.rewards = np.zeros(num_envs, np.float64)
-        self.terminated = np.zeros(num_envs, np.bool_)
-        self.truncated = np.zeros(num_envs, np.bool_)
+        self.new_step()
 
     def observe(self, part: slice, observations: Any) -> None:
         if self.box:
@@ -335,7 +333,8 @@ class VectorArrays:
         return out
 
     def new_step(self) -> None:
-        size = len(self.rewards)
+        """New arrays of rewards and flags (those handed out before stay as they were)."""
+        size = len(self.per_env)
         self.rewards = np.zeros(size, np.float64)
         self.terminated = np.zeros(size, np.bool_)
         self.truncated = np.zeros(size, np.bool_)
