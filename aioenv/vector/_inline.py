@@ -125,7 +125,13 @@ class InlineEnvs:
         """Answer the request (a batch of actions, or a reset): the envs' BatchStep, or
         the error."""
         self._check_usable()
-        return self._answer(requests[0])
+        result = self._runner.handle(requests[0])
+        if isinstance(result, Failure):
+            return [], [self._failed(result)]
+        restarts = self.restarts
+        if restarts is not None and restarts.unsettled:
+            restarts.progress(self._answered(requests[0]))
+        return [result], []
 
     # The pipelined calls, env by env: ``send`` queues, ``recv`` steps ---------------------
     def dispatch(self, env_ids: list[int], requests: list[Any], drop: bool) -> None:
@@ -219,15 +225,6 @@ class InlineEnvs:
         self.closed = True
         self.drop_queued()
         self._runner.close()
-
-    def _answer(self, request: Any) -> tuple[list[Any], list[WorkerError]]:
-        result = self._runner.handle(request)
-        if isinstance(result, Failure):
-            return [], [self._failed(result)]
-        restarts = self.restarts
-        if restarts is not None and restarts.unsettled:
-            restarts.progress(self._answered(request))
-        return [result], []
 
     def _answered(self, request: Any) -> range | list[int]:
         """The envs that answered ``request`` (a reset's mask leaves some out)."""
