@@ -289,13 +289,13 @@ class VectorArrays:
         self.per_env: list[Any] = [None] * num_envs
         self._batched: dict[int, Any] = {}  # the batched space of a group of each size
         #: Box observations by first env: the rows of the worker that gave them.
-        self._latest: dict[int, tuple[slice, Any]] = {}
+        self._latest: dict[int, Any] = {}
         self._reused: Any = None  # with copy=False: the array batches are stacked into
         self.new_step()
 
     def observe(self, part: slice, observations: Any) -> None:
         if self.box:
-            self._latest[part.start] = (part, observations)
+            self._latest[part.start] = observations
             return
         size = part.stop - part.start
         batched = self._batched.get(size)
@@ -310,8 +310,8 @@ class VectorArrays:
         space = self.single_space
         count = sum(part.stop - part.start for part in parts)
         chosen = [self._latest.get(part.start) for part in parts]
-        if not self.copy and len(chosen) == 1 and chosen[0] is not None:
-            given = chosen[0][1]
+        if not self.copy and len(chosen) == 1:
+            given = chosen[0]
             if (
                 type(given) is np.ndarray
                 and given.dtype == space.dtype
@@ -328,7 +328,7 @@ class VectorArrays:
         at = 0
         for part, latest in zip(parts, chosen, strict=True):
             size = part.stop - part.start
-            out[at : at + size] = 0 if latest is None else latest[1]
+            out[at : at + size] = 0 if latest is None else latest
             at += size
         return out
 
