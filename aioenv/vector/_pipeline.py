@@ -61,7 +61,6 @@ class Pipeline:
                 "convention) or 'same_step'"
             )
         self.layout = layout
-        self.by_env = by_env
         #: What is sent and comes back together, counted: workers, or envs (``by_env``).
         self.units = num_envs if by_env else len(layout.sizes)
         self.batch_size = size
@@ -165,9 +164,9 @@ class Pipeline:
 
     def envs(self, worker_ids: list[int]) -> list[int]:
         """The env ids stepped by these workers (these envs, ``by_env``)."""
-        if self.by_env:
-            return list(worker_ids)
         layout = self.layout
+        if layout.by_env:
+            return list(worker_ids)
         return [
             env
             for w in worker_ids
