@@ -66,8 +66,7 @@ class VectorBatches:
         self._add_info = add_info
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
         self._arrays = VectorArrays(single_observation_space, layout.num_envs, copy=copy)
-        self._parts = layout.slices()
-        self._part_at = {part.start: part for part in self._parts}
+        self._part_at = {part.start: part for part in layout.parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
         #: group of them and the rule of adding infos (``add_info``) over them.
@@ -216,9 +215,9 @@ class VectorBatches:
         arrays = self._arrays
         if self._layout.batched and arrays.box:
             if rows is None:
-                return arrays.batch(self._parts)
+                return arrays.batch(self._layout.parts)
             parts = self._whole_parts(rows)
-            return arrays.batch(self._parts)[rows] if parts is None else arrays.batch(parts)
+            return arrays.batch(self._layout.parts)[rows] if parts is None else arrays.batch(parts)
         per_env = arrays.per_env
         chosen = per_env if rows is None else [per_env[i] for i in rows]
         space = arrays.single_space

@@ -49,6 +49,8 @@ class EnvLayout:
     def __init__(self, sizes: list[int], *, batched: bool = False, by_env: bool = False) -> None:
         self.sizes = sizes
         self.starts = [0, *itertools.accumulate(sizes)][:-1]
+        #: Each worker's envs, as the slice of the vector env's rows they are.
+        self.parts = [slice(lo, lo + k) for lo, k in zip(self.starts, sizes, strict=True)]
         self.num_envs = sum(sizes)
         #: Some worker steps several envs (or ``batched``, envs stepped in line, even one):
         #: the vector env exchanges BatchSteps.
@@ -68,9 +70,6 @@ class EnvLayout:
             return env, f"env {env}"
         return env, f"env {env}, one of envs {lo}-{lo + size - 1} (worker {worker_id})"
 
-    def slices(self) -> list[slice]:
-        return [slice(lo, lo + k) for lo, k in zip(self.starts, self.sizes, strict=True)]
-
     def actions(self, single_space: Any, actions: Any, per_env: list[Any]) -> list[Any]:
         """One batch of actions per worker, in the form of the batched space of its envs
         (what gymnasium's ``iterate`` over that space splits into the same per-env
@@ -83,9 +82,8 @@ class EnvLayout:
         tuple with an item per env. So each env receives exactly the object gymnasium's
         ``iterate`` gives it. A space with a ``batch_space`` of its own (registered by
         its author) is split by ``iterate`` and joined again by ``concatenate``."""
-        parts = self.slices()
         try:
-            return [_part(single_space, actions, part) for part in parts]
+            return [_part(single_space, actions, part) for part in self.parts]
         except _OwnBatching:
             return [
                 concatenate(
@@ -93,7 +91,7 @@ class EnvLayout:
                     per_env[part],
                     create_empty_array(single_space, part.stop - part.start),  # type: ignore[arg-type]
                 )
-                for part in parts
+                for part in self.parts
             ]
 
     def sends(
@@ -107,7 +105,7 @@ class EnvLayout:
         row_of = {env: row for row, env in enumerate(env_ids)}
         worker_ids: list[int] = []
         requests: list[Any] = []
-        for worker_id, part in enumerate(self.slices()):
+        for worker_id, part in enumerate(self.parts):
             rows = [row_of.get(env) for env in range(part.start, part.stop)]
             if all(row is None for row in rows):
                 continue
@@ -150,7 +148,7 @@ class EnvLayout:
         where only some of a worker's envs are reset."""
         ids: list[int] = []
         requests: list[Any] = []
-        for worker_id, part in enumerate(self.slices()):
+        for worker_id, part in enumerate(self.parts):
             sub_mask = mask[part]
             if not sub_mask.any():
                 continue
@@ -172,7 +170,7 @@ class EnvLayout:
             return values
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr() got {len(values)} values for {self.num_envs} envs")
-        return [PerEnv(tuple(values[part])) for part in self.slices()]
+        return [PerEnv(tuple(values[part])) for part in self.parts]
 
     def functions(self, function: Any, env_ids: list[int]) -> list[Any]:
         """What ``apply_envs`` sends each worker for ``function`` to run on ``env_ids``
@@ -180,7 +178,7 @@ class EnvLayout:
         of it and Nones for a worker that steps several envs)."""
         wanted = set(env_ids)
         out: list[Any] = []
-        for part in self.slices():
+        for part in self.parts:
             chosen = [function if env in wanted else None for env in range(part.start, part.stop)]
             if not any(item is not None for item in chosen):
                 out.append(None)
@@ -207,8 +205,7 @@ class EnvLayout:
     ) -> None:
         """Write each worker's BatchStep into its envs' rows of the vector env's arrays."""
         for worker_id, batch in zip(worker_ids, batches, strict=True):
-            lo = self.starts[worker_id]
-            part = slice(lo, lo + self.sizes[worker_id])
+            part = self.parts[worker_id]
             into.observe(part, batch.observations)
             into.rewards[part] = batch.rewards
             into.terminated[part] = batch.terminated
