@@ -37,11 +37,10 @@ def merge_infos(
     first: int,
     num_envs: int,
     add_info: AddInfo,
-) -> dict[str, Any]:
+) -> None:
     """Merge a group's vector infos (its row 0 is env ``first``) into the vector env's
-    ``into``, as adding each env's info with ``add_info`` would; return ``into``."""
+    ``into``, as adding each env's info with ``add_info`` would."""
     _Merge(into, kinds, first, num_envs, add_info).level(into, group, ())
-    return into
 
 
 class _Merge:
