@@ -85,14 +85,7 @@ class EnvLayout:
         try:
             return [_part(single_space, actions, part) for part in self.parts]
         except _OwnBatching:
-            return [
-                concatenate(
-                    single_space,
-                    per_env[part],
-                    create_empty_array(single_space, part.stop - part.start),  # type: ignore[arg-type]
-                )
-                for part in self.parts
-            ]
+            return [_stacked(single_space, per_env[part]) for part in self.parts]
 
     def sends(
         self, single_space: Any, actions: Any, per_env: list[Any], env_ids: list[int]
@@ -348,8 +341,13 @@ def _rows_of(single_space: Any, actions: Any, per_env: list[Any], rows: list[int
     if rows == list(range(first, first + len(rows))):
         with contextlib.suppress(_OwnBatching):
             return _part(single_space, actions, slice(first, first + len(rows)))
-    out = create_empty_array(single_space, len(rows))
-    return concatenate(single_space, [per_env[row] for row in rows], out)  # type: ignore[arg-type]
+    return _stacked(single_space, [per_env[row] for row in rows])
+
+
+def _stacked(space: Any, items: list[Any]) -> Any:
+    """``items``, one per env, joined into a batch of ``space`` by gymnasium's
+    ``concatenate``."""
+    return concatenate(space, items, create_empty_array(space, len(items)))  # type: ignore[arg-type]
 
 
 def _part(space: Any, batch: Any, part: slice) -> Any:
