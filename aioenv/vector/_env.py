@@ -186,11 +186,9 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
             self._pipeline = Pipeline(self._layout, placed.batch_size, envs.autoreset)
             observations, actions = envs.start()
             layout = self._layout
-            env_observation, env_action = self._env_spaces
             batched = check_env_spaces(
                 self.observation_mode,
-                env_observation,
-                env_action,
+                *self._env_spaces,
                 layout.flatten(observations),
                 layout.flatten(actions),
             )
