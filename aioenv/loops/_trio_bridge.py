@@ -37,6 +37,7 @@ import abc
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -97,12 +98,7 @@ class _Call:
             self._task.cancel()
 
     def _done(self, task: asyncio.Future[Any]) -> None:
-        if task.cancelled():
-            self._reply(outcome.Error(asyncio.CancelledError()))
-        elif (error := task.exception()) is not None:
-            self._reply(outcome.Error(error))
-        else:
-            self._reply(outcome.Value(task.result()))
+        self._reply(outcome.capture(task.result))  # a cancelled task's raises CancelledError
 
     def _reply(self, result: outcome.Outcome[Any]) -> None:
         self._token.run_sync_soon(trio.lowlevel.reschedule, self._waiter, result)
@@ -144,7 +140,7 @@ class _Bridge:
         cancels the call there and waits for it to end before raising."""
         self.check_open()
         call = _Call(self.token, trio.lowlevel.current_task())
-        target = function if not kwargs else _with_keywords(function, kwargs)
+        target = function if not kwargs else functools.partial(function, **kwargs)
         self.background.post(call.start, target, args)
         raise_cancel: Callable[[], Any] | None = None
 
@@ -343,10 +339,7 @@ class TrioPool(_Forwarder):
     def __len__(self) -> int:
         return len(self._target)  # fixed at construction
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Any]:
+    async def __aiter__(self) -> AsyncIterator[Any]:
         iterator = self._target.__aiter__()  # created here, run on the bridge
 
         async def step() -> Any:
@@ -382,12 +375,3 @@ class TrioPool(_Forwarder):
             self._bridge.background.call(self._target.aclose, timeout=60.0)
         finally:
             self._bridge.stop()
-
-
-def _with_keywords(
-    function: Callable[..., Coroutine[Any, Any, T]], kwargs: dict[str, Any]
-) -> Callable[..., Coroutine[Any, Any, T]]:
-    def call(*args: Any) -> Coroutine[Any, Any, T]:
-        return function(*args, **kwargs)
-
-    return call
