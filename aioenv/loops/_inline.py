@@ -22,6 +22,7 @@ anyio on trio, that context says trio runs the thread: see
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine
@@ -89,21 +90,18 @@ class InlineLoop:
 
 def _in_helper_thread(call: Callable[[], T]) -> T:
     """``call()`` in a new thread (which runs no event loop), waited for here."""
-    outcome: list[Any] = []
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
         try:
-            outcome.append((True, call()))
+            done.set_result(call())
         except BaseException as exc:  # carried to the caller's thread
-            outcome.append((False, exc))
+            done.set_exception(exc)
 
     helper = threading.Thread(target=run, name="aioenv-inline-loop-call", daemon=True)
     helper.start()
     helper.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value  # type: ignore[no-any-return]
+    return done.result()
 
 
 async def _within(coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
