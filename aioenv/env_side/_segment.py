@@ -111,12 +111,10 @@ def _rows(
     truncated, and the env is reset."""
     rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     if cursor is None or seed is not None:
-        cursor = Cursor(_observation((yield from _answered(runner.reset_plan(seed)))), 0)
+        cursor = Cursor((yield from _answered(runner.reset_plan(seed))).observation, 0)
     for _ in range(num_steps):
         action = policy(cursor.observation)
         state = yield from _answered(runner.step_plan(action))
-        if not isinstance(state, Step):
-            raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
         done = state.terminated or state.truncated
         same_step = done and state.final_info is not None  # autoreset "same_step" reset it
         final = state.final_observation if same_step else state.observation
@@ -131,25 +129,22 @@ def _rows(
         elif same_step:
             cursor = Cursor(state.observation, 0)
         else:
-            cursor = Cursor(_observation((yield from _answered(runner.reset_plan()))), 0)
+            cursor = Cursor((yield from _answered(runner.reset_plan())).observation, 0)
     return rows, cursor
 
 
-def _answered(plan: Plan[Any]) -> Plan[Any]:
-    """What ``plan`` answers; a Failure ends the segment (:class:`_Stop`)."""
+def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
+    """What ``plan`` answers, a Step; a Failure ends the segment (:class:`_Stop`), and any
+    other state is a TypeError."""
     answer = yield from plan
     if isinstance(answer, Failure):
         raise _Stop(answer)
+    if not isinstance(answer, Step):
+        raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
     return answer
 
 
 _COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "next", "step")
-
-
-def _observation(state: Any) -> Any:
-    if not isinstance(state, Step):
-        raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
-    return state.observation
 
 
 class _Stop(Exception):
@@ -168,11 +163,11 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (loading the policy)")
     try:
-        seed, budget = _seed(request, env), request.episode_timeout
+        seed = None if request.seed is None else request.seed + env
         cursor = _resume(runner)
         if request.fresh:
             cursor = None
-        plan = _rows(runner, cursor, request.num_steps, seed, policy, budget)
+        plan = _rows(runner, cursor, request.num_steps, seed, policy, request.episode_timeout)
         rows, runner.last = yield from plan
     except _Stop as stop:
         return stop.failure
@@ -202,10 +197,6 @@ def _resume(runner: Any) -> Cursor | None:
     if (last.terminated or last.truncated) and not same_step:
         return None
     return Cursor(last.observation, runner.steps_in_episode)
-
-
-def _seed(request: Rollout, env: int) -> int | None:
-    return None if request.seed is None else request.seed + env
 
 
 def _segment(rows: dict[str, list[Any]], env: int, version: int) -> Segment:
