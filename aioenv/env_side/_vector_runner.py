@@ -165,14 +165,17 @@ class VectorRunner:
         self.build()
         if self.build_failure is not None:
             return self.build_failure
-        try:
-            seeds, mask, options = _reset_arguments(seed, options, self.size)
+        try:  # the seeds and the mask, read as a vector env reads them
+            seeds = per_env_seeds(seed, self.size, "reset")
+            mask, rest = reset_mask(options, self.size)
         except (TypeError, ValueError) as exc:
             return Failure.from_exception(exc, "reset")
+        if mask is not None:
+            options = rest or None  # the envs' own reset has no mask to see
         states: list[Any] = []
         failures: list[Failure] = []
         for index, runner in enumerate(self.runners):
-            if not mask[index]:
+            if mask is not None and not mask[index]:
                 continue
             state = runner.reset(seeds[index], options)
             if isinstance(state, Failure) and self.recover is not None:
@@ -182,7 +185,7 @@ class VectorRunner:
             states.append((index, state))
         if failures:
             return _first_of(failures)
-        return self._batch(states, np.zeros(self.size), np.zeros(self.size, np.bool_))
+        return self._batch(states)
 
     def step(self, actions: Any) -> Any:
         self.build()
@@ -313,11 +316,10 @@ class VectorRunner:
             *batch_vector_infos(entries, infos, size),
         )
 
-    def _batch(
-        self, states: list[tuple[int, Any]], rewards: Any, terminated: Any, truncated: Any = None
-    ) -> Any:
-        """A BatchStep from the states of the envs in ``states`` (the others keep their last
-        observation: a masked reset)."""
+    def _batch(self, states: list[tuple[int, Any]]) -> Any:
+        """The BatchStep of a reset, from the states of the envs in ``states`` (the others
+        keep their last observation: a masked reset); its rewards are zeros, its flags
+        False."""
         infos: dict[int, dict[str, Any]] = {}
         finals: dict[int, Any] = {}
         final_infos: dict[int, dict[str, Any]] = {}
@@ -333,14 +335,11 @@ class VectorRunner:
             if state.info:
                 infos[index] = state.info
                 entries.append((index, state.info))
-        flags = (
-            np.zeros(self.size, np.bool_) if truncated is None else np.array(truncated, np.bool_)
-        )
         return BatchStep(
             stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
-            rewards,
-            terminated,
-            flags,
+            np.zeros(self.size),
+            np.zeros(self.size, np.bool_),
+            np.zeros(self.size, np.bool_),
             infos,
             finals,
             final_infos,
@@ -368,17 +367,6 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
-
-
-def _reset_arguments(
-    seed: Any, options: dict[str, Any] | None, size: int
-) -> tuple[Sequence[int | None], Any, dict[str, Any] | None]:
-    """A batch reset's seeds, mask and other options, read as a vector env reads them."""
-    seeds = per_env_seeds(seed, size, "reset")
-    mask, rest = reset_mask(options, size)
-    if mask is None:
-        return seeds, np.ones(size, np.bool_), options
-    return seeds, mask, rest or None  # the envs' own reset has no mask to see
 
 
 def _for_env(request: ControlRequest, index: int) -> ControlRequest:
