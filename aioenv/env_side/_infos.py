@@ -34,10 +34,6 @@ class _Ungroupable(Exception):
     """Infos that only the per-env path gets exactly right (see :func:`group_infos`)."""
 
 
-class _NotOneType(Exception):
-    pass
-
-
 def add_info(
     num_envs: int, infos: dict[Any, Any], info: dict[Any, Any], row: int
 ) -> dict[Any, Any]:
@@ -156,7 +152,7 @@ def _column(
     kind = type(values[0])
     try:
         if any(type(value) is not kind for value in values):
-            raise _NotOneType
+            raise TypeError  # not one type: the values go one by one
         if kind is dict:
             return _group(list(zip(rows, values, strict=True)), size, path, kinds)
         if kind in PYTHON_SCALARS or issubclass(kind, np.number):
@@ -171,9 +167,9 @@ def _column(
             kinds[path] = kind
             return _arrays(rows, values, size)
         if isinstance(values[0], (dict, np.ndarray)):  # subclasses: gymnasium's own rules
-            raise _NotOneType
+            raise TypeError
         return _objects(rows, values, size)
-    except (_NotOneType, ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError):
         kinds[path] = Mixed(tuple(rows), tuple(values))
         return _one_by_one(key, rows, values, size)
 
@@ -181,7 +177,7 @@ def _column(
 def _arrays(rows: list[int], values: list[Any], size: int) -> Any:
     first = values[0]
     if any(value.shape != first.shape or value.dtype != first.dtype for value in values):
-        raise _NotOneType
+        raise TypeError  # not one shape and dtype: the caller goes one by one
     stacked = np.stack(values)
     if len(rows) == size:
         return stacked
