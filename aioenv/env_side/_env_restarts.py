@@ -34,7 +34,7 @@ from ..core._errors import EnvError, WorkerError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import cut_short_state, open_episode, restart_answers, restarted_state
 from ..core._seeds import GroupSeed, env_seeds
-from ..core._supervision import Supervision, report_failure
+from ..core._supervision import Supervision
 from ..core._supervisor import Remedies, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
@@ -115,14 +115,14 @@ class EnvRestarts:
         self.where, self.first, self.worker_id = where, first, worker_id
         self.episode = episode
         self.clock = ThreadClock()
-        self.failures = 0
-        callback = options.on_failure
+        # The restart options alone (see RESTART_OPTIONS); each env's supervisor reports
+        # its failures to on_failure, as a pool's worker's does.
         options = Supervision(
             restart=options.restart,
             max_restarts=options.max_restarts,
             restart_window=options.restart_window,
             restart_backoff=options.restart_backoff,
-            on_failure=lambda error: self._report(callback, error),
+            on_failure=options.on_failure,
         )
         # The seeds the runner gave its envs: a restart's seed is drawn from its env's, as
         # a worker's is from the worker's (a process worker of one env has that seed).
@@ -140,11 +140,6 @@ class EnvRestarts:
         #: The error of the env given up on in the request being answered.
         self._given_up: WorkerError | None = None
         runner.recover = self.recover
-
-    @property
-    def restarts(self) -> int:
-        """Restarts so far, over all envs."""
-        return sum(env.supervisor.restarts for env in self.envs)
 
     def recover(self, index: int, request: Any, failure: Failure) -> Any:
         """What env ``index`` answers to ``request`` in place of ``failure``: the step
@@ -179,12 +174,6 @@ class EnvRestarts:
         self.removed.setdefault(index, error)
         if self._given_up is None:
             self._given_up = error
-
-    def _report(self, callback: Callable[[WorkerError], None] | None, error: WorkerError) -> None:
-        """A failure, restarted or not, as a pool reports it: counted, and passed to
-        ``on_failure`` (whose own error is a warning, not the caller's)."""
-        self.failures += 1
-        report_failure(callback, error)
 
 
 class _OneEnv:
@@ -250,7 +239,8 @@ class _OneEnv:
             return
         reason = supervisor.restart_completed
         if reason is not None:
-            result = self._restarted(result, reason)
+            result = restarted_state(result, self._cut_from, reason)
+            self._cut_from = None
         self._deliver(result)
 
     def _on_failure(self, error: EnvError) -> None:
@@ -276,10 +266,6 @@ class _OneEnv:
         if type(last) is tuple:  # a runner's row: (observation, reward, flags, info)
             last = Step(*last)
         return open_episode(last, request, self.owner.episode.autoreset)
-
-    def _restarted(self, first: Any, reason: str) -> Any:
-        last, self._cut_from = self._cut_from, None
-        return restarted_state(first, last, reason)
 
     def _deliver(self, state: Any) -> None:
         self._answer = self._last = state
