@@ -108,12 +108,9 @@ def exit_with_own_group_when_gone(alive: socket.socket) -> NoReturn:
     """Wait until the parent's end of ``alive`` closes (the parent is gone: nothing is
     ever sent on it), then :func:`exit_with_own_group`. The target of a thread of its own,
     in a child whose main thread may be held by an env for any time (a step that hangs)."""
-    while True:
-        try:
-            if not alive.recv(1 << 10):
-                break
-        except OSError:
-            break
+    with contextlib.suppress(OSError):
+        while alive.recv(1 << 10):
+            pass
     exit_with_own_group(1)
 
 
