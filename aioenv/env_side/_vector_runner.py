@@ -95,11 +95,12 @@ class VectorRunner:
         ]
         self.size = len(self.runners)
         self.build_failure: Failure | None = None
-        self._spaces: tuple[Any, Any] = (None, None)
+        #: The batched observation and action spaces, once built.
+        self.spaces: tuple[Any, Any] = (None, None)
         self._single_space: Any = None
         self._action_batch: Any = None  # env 0's action space batched: splits the actions
         self._observations: list[Any] = [None] * self.size
-        self._built = False
+        self.built = False
         #: Where a Box batch is stacked when every row fits it exactly: the worker's
         #: shared memory, which the reply then points to instead of copying into it.
         self.stack_into: np.ndarray[Any, Any] | None = None
@@ -108,14 +109,10 @@ class VectorRunner:
         #: env's state or the failure to report. None: the failure is reported.
         self.recover: Callable[[int, Any, Failure], Any] | None = None
 
-    @property
-    def built(self) -> bool:
-        return self._built
-
     def build(self) -> None:
-        if self._built:
+        if self.built:
             return
-        self._built = True
+        self.built = True
         for index, runner in enumerate(self.runners):
             runner.build()
             if runner.build_failure is not None:
@@ -125,11 +122,7 @@ class VectorRunner:
         actions = [runner.spaces[1] for runner in self.runners]
         self._single_space = observations[0]
         self._action_batch = batched_space(actions[:1] * self.size)
-        self._spaces = (batched_space(observations), batched_space(actions))
-
-    @property
-    def spaces(self) -> tuple[Any, Any]:
-        return self._spaces
+        self.spaces = (batched_space(observations), batched_space(actions))
 
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
