@@ -28,11 +28,8 @@ class AsyncEnvRunner(EnvRunner):
     of the env (thousands of envs on one loop pay that per step)."""
 
     _adapt = staticmethod(as_async_environment)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: The async gymnasium env itself when ``env`` is its adapter (for :meth:`step_call`).
-        self._async_gym: Any = None
+    #: The async gymnasium env itself when ``env`` is its adapter (for :meth:`step_call`).
+    _async_gym: Any = None
 
     def build(self) -> None:
         super().build()
