@@ -189,6 +189,7 @@ class _OneEnv:
         options: Supervision,
     ) -> None:
         self.owner, self.index, self.source = owner, index, source
+        self._runners: list[Any] = owner.runner.runners  # the vector runner's, by env
         self.name = f"{owner.where} {owner.first + index} ({describe_source(source)})"
         remedies = thread_remedies(self._discard_env, self._start_env, self._fail)
         self.supervisor = Supervisor(options, seed, remedies)
@@ -197,10 +198,6 @@ class _OneEnv:
         self._cut_from: Any = None  # the state whose episode the restart in flight cuts
         self._failure: Failure | None = None  # the failure being handled
         self._answer: Any = None  # what answers the request, once known
-
-    @property
-    def _runners(self) -> list[Any]:
-        return self.owner.runner.runners
 
     # What the vector runner asks -------------------------------------------------------
     def failed(self, request: Any, failure: Failure) -> Any:
@@ -306,18 +303,14 @@ class _Pending:
 
     def __init__(self, env: _OneEnv, old: Any) -> None:
         self._env, self._old = env, old
-        self.previous = None
-
-    def step_row(self, action: Any) -> Any:
-        return self._env.restart_for(action)
-
-    step = step_row
-
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        return self._env.restart_for(Reset(seed, options))
 
     def handle(self, request: Any) -> Any:
         return self._env.restart_for(request)
+
+    step = step_row = handle
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return self._env.restart_for(Reset(seed, options))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._old, name)
