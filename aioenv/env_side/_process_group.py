@@ -77,8 +77,7 @@ def end_own_group(grace: float = TERMINATE_GRACE) -> None:
         if group != os.getpid():
             return
         try:
-            left = _leave(group)
-            if not left or _exists(group):
+            if not _leave(group) or _exists(group):
                 _end(group, grace)
         finally:
             # Only now: should this process die meanwhile (an env's thread crashes it),
