@@ -121,17 +121,10 @@ class _Bridge:
         thread waits for it."""
         if self.background.in_loop_thread:
             return function(*args, **kwargs)
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                done.set_result(function(*args, **kwargs))
-            except BaseException as exc:
-                done.set_exception(exc)
-
+        done: concurrent.futures.Future[outcome.Outcome[T]] = concurrent.futures.Future()
         self.check_open()
-        self.background.post(run)
-        return done.result()
+        self.background.post(lambda: done.set_result(outcome.capture(function, *args, **kwargs)))
+        return done.result().unwrap()
 
     async def run(
         self, function: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
