@@ -115,15 +115,9 @@ class EnvRestarts:
         self.where, self.first, self.worker_id = where, first, worker_id
         self.episode = episode
         self.clock = ThreadClock()
-        # The restart options alone (see RESTART_OPTIONS); each env's supervisor reports
-        # its failures to on_failure, as a pool's worker's does.
-        options = Supervision(
-            restart=options.restart,
-            max_restarts=options.max_restarts,
-            restart_window=options.restart_window,
-            restart_backoff=options.restart_backoff,
-            on_failure=options.on_failure,
-        )
+        # The restart options alone; each env's supervisor reports its failures to
+        # on_failure, as a pool's worker's does.
+        options = Supervision(**{name: getattr(options, name) for name in RESTART_OPTIONS})
         # The seeds the runner gave its envs: a restart's seed is drawn from its env's, as
         # a worker's is from the worker's (a process worker of one env has that seed).
         seeds = env_seeds(seed, len(sources))
