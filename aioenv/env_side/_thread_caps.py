@@ -104,10 +104,6 @@ class ThreadCaps:
         value = dict(self.variables).get(variable, "")
         return int(value) if value.isdecimal() and int(value) > 0 else None
 
-    @property
-    def torch_threads(self) -> int:
-        return self.limit("OMP_NUM_THREADS") or self.threads
-
 
 #: In the environment of aioenv's forkserver server only, while it preloads numpy:
 #: OPENBLAS_NUM_THREADS=1 is there for that load alone (see :func:`forkserver_load_code`).
@@ -180,7 +176,7 @@ def cap_imported(caps: ThreadCaps | None) -> None:
 
 
 def _cap_torch(torch: Any, caps: ThreadCaps) -> None:
-    torch.set_num_threads(caps.torch_threads)
+    torch.set_num_threads(caps.limit("OMP_NUM_THREADS") or caps.threads)  # OpenMP's count
     # Settable once per process, and only before torch's inter-op pool has run anything:
     # an env that already used it keeps it.
     with contextlib.suppress(RuntimeError):
