@@ -38,7 +38,6 @@ __all__ = [
     "ThreadCaps",
     "cap_threads",
     "cap_imported",
-    "check_threads",
     "forkserver_load_code",
     "forkserver_loaded",
 ]
@@ -60,22 +59,6 @@ THREAD_VARIABLES: dict[str, str | None] = {
 }
 
 
-def check_threads(threads_per_env: Any, owner: str) -> int | None:
-    """``threads_per_env`` if it is an int >= 1 or None; else a ValueError naming
-    ``owner`` (the worker) and saying what is allowed."""
-    if threads_per_env is None or (
-        isinstance(threads_per_env, int)
-        and not isinstance(threads_per_env, bool)
-        and threads_per_env >= 1
-    ):
-        return threads_per_env
-    raise ValueError(
-        f"{owner}: threads_per_env must be an int >= 1 (the threads each native thread pool of an "
-        "env process may use) or None (leave them as the libraries set them), got "
-        f"{threads_per_env!r}"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class ThreadCaps:
     """The caps of one env process: ``variables``, the thread variables and their values
@@ -87,14 +70,19 @@ class ThreadCaps:
 
     @classmethod
     def resolve(
-        cls, threads_per_env: int | None, environ: Mapping[str, str], owner: str
+        cls, threads: int | None, environ: Mapping[str, str], owner: str
     ) -> ThreadCaps | None:
-        """The caps for ``threads_per_env`` (None: no caps), each variable set in
-        ``environ`` (the parent's environment) keeping its value; a bad value is a
-        ValueError naming ``owner``."""
-        threads = check_threads(threads_per_env, owner)
+        """The caps for ``threads`` (``threads_per_env``; None: no caps), each variable set in
+        ``environ`` (the parent's environment) keeping its value; a value that is not an
+        int >= 1 is a ValueError naming ``owner`` (the worker) and saying what is allowed."""
         if threads is None:
             return None
+        if not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
+            raise ValueError(
+                f"{owner}: threads_per_env must be an int >= 1 (the threads each native thread "
+                "pool of an env process may use) or None (leave them as the libraries set "
+                f"them), got {threads!r}"
+            )
         variables = tuple((name, environ.get(name, str(threads))) for name in THREAD_VARIABLES)
         return cls(variables, threads)
 
