@@ -168,7 +168,7 @@ class _Bridge:
         try:
             result = await asyncio.shield(ended)
         except asyncio.CancelledError:
-            self.token.run_sync_soon(job.cancel)
+            self.token.run_sync_soon(job.scope.cancel)
             await asyncio.shield(ended)  # the task ends once cancelled
             raise
         return result.unwrap()
@@ -190,7 +190,7 @@ class _Bridge:
 
 class _TrioJob:
     """One coroutine env call run as a trio task; its outcome goes to ``ended`` on the
-    bridge loop. ``cancel`` runs in the trio run."""
+    bridge loop. ``scope.cancel`` runs in the trio run."""
 
     def __init__(
         self,
@@ -201,15 +201,13 @@ class _TrioJob:
         self._function = function
         self._loop = loop
         self._ended = ended
-        self._scope: trio.CancelScope | None = None
-        self._cancelled = False
+        #: The task's cancel scope, made here so that a cancellation that comes before
+        #: the task enters it (``run_sync_soon`` may call it first) still counts.
+        self.scope = trio.CancelScope()
 
     async def run(self) -> None:
         result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
-        with trio.CancelScope() as scope:
-            self._scope = scope
-            if self._cancelled:
-                scope.cancel()
+        with self.scope as scope:
             result = await outcome.acapture(self._function)
             if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
                 result.unwrap()  # the scope catches its own cancellation
@@ -221,11 +219,6 @@ class _TrioJob:
     def _finish(self, result: outcome.Outcome[Any]) -> None:
         if not self._ended.done():
             self._ended.set_result(result)
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        if self._scope is not None:
-            self._scope.cancel()
 
 
 class _Forwarder:
