@@ -16,10 +16,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from ..core._errors import EnvError
 from ..core._messages import Failure
+from ..wire._pickles import pickled_answer
 from ._wake import Wake
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "encoded_infos",
     "post_with",
     "receive_message",
-    "send_message",
 ]
 
 #: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
@@ -63,25 +61,11 @@ class GivenUp:
     error: Any
 
 
-def send_message(sock: socket.socket, message: Any) -> None:
-    """Send ``message`` (see :func:`encoded`)."""
-    sock.sendall(encoded(message))
-
-
 def encoded(message: Any) -> bytes:
-    """``message`` as it travels. What the standard pickle cannot take (a class of the
-    user's main module, shipped with the env) goes by value (cloudpickle); a
-    :class:`Failure` whose exception will not pickle at all goes without it, its text and
-    traceback kept."""
-    try:
-        data = pickle.dumps(message, protocol=5)
-    except Exception:
-        try:
-            data = cloudpickle.dumps(message, protocol=5)
-        except Exception as exc:
-            if not isinstance(message, Failure):
-                message = Failure.from_exception(exc, "pickling the answer to send it back")
-            data = pickle.dumps(message.without_exception(), protocol=5)
+    """``message`` as it travels, pickled by :func:`~aioenv.wire._pickles.pickled_answer`
+    (by value where it must be; a :class:`Failure` whose exception will not pickle goes
+    without it)."""
+    data, _ = pickled_answer(message)
     return _HEAD.pack(len(data), _PICKLED) + data
 
 

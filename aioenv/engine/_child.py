@@ -58,7 +58,6 @@ from ._channel import (
     encoded_infos,
     post_with,
     receive_message,
-    send_message,
 )
 from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
@@ -135,7 +134,7 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         slots = Slots([plan.payload], [seeds], plan.episode, plan.registry, plan.thread_caps)
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
-        send_message(sock, spaces if failure is None else failure)
+        sock.sendall(encoded(spaces if failure is None else failure))
         gone = failure is None and _loop(
             sock, alive, _Envs(slots, buffer, plan), request, answer, plan
         )

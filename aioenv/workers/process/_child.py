@@ -19,8 +19,6 @@ import socket
 import threading
 from typing import Any
 
-import cloudpickle
-
 from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
@@ -48,6 +46,7 @@ from ...wire._frames import (
     loads,
     receive_descriptors,
 )
+from ...wire._pickles import pickled_answer
 from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
 from ...wire._shared_memory import SharedObservations
 
@@ -288,30 +287,12 @@ def _result(slots: Slots, kind: int, slot: int, payload: Any) -> Any:
 def _encode_reply(
     seq: int, result: Any, slot: int, shared: SharedObservations | None = None
 ) -> bytes:
-    if isinstance(result, Failure):
-        try:
-            return encode(Kind.FAILURE, seq, _dumps_by_value(result), slot)
-        except Exception:
-            return encode(Kind.FAILURE, seq, dumps(result.without_exception()), slot)
     try:
         if type(result) is Step:
             return encode_step(seq, result, slot, shared)
         if type(result) is BatchStep:
             return encode_batch_step(seq, result, slot, shared)
-        return encode(Kind.STATE, seq, dumps(result), slot)
     except Exception:
-        pass
-    try:
-        # Classes from the user's __main__ (shipped here by value with the env) pickle by
-        # value too; cloudpickle hands the parent back its own class objects.
-        return encode(Kind.STATE, seq, cloudpickle.dumps(result, protocol=5), slot)
-    except Exception as exc:
-        failure = Failure.from_exception(exc, "pickling the state to send it to the parent")
-        return encode(Kind.FAILURE, seq, dumps(failure.without_exception()), slot)
-
-
-def _dumps_by_value(obj: Any) -> bytes:
-    try:
-        return dumps(obj)
-    except Exception:
-        return cloudpickle.dumps(obj, protocol=5)  # type: ignore[no-any-return]
+        pass  # pickled whole below, by value where it must be
+    data, failed = pickled_answer(result)
+    return encode(Kind.FAILURE if failed else Kind.STATE, seq, data, slot)
