@@ -198,7 +198,7 @@ class Host(HostSocket, Replaceable["Host"]):
             self._launched = True
             doomed = self._doomed
         if doomed:
-            self._kill_process()
+            self._signal(signal.SIGKILL)
 
     @property
     def pid(self) -> int:
@@ -315,11 +315,6 @@ class Host(HostSocket, Replaceable["Host"]):
             self._process.kill()
         else:
             self._process.terminate()
-
-    def _kill_process(self) -> None:
-        assert self._pid is not None
-        signal_group(self._pid, signal.SIGKILL)
-        self._process.kill()
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
