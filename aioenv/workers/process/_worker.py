@@ -261,7 +261,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
-            self._submit_control_like(seq, action)
+            self._submit_control(seq, action)
             return
         else:
             try:
@@ -270,10 +270,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
                 raise not_pickled("action", self, exc) from exc
         host.send(frame)
 
-    def _submit_control(self, seq: int, request: ControlRequest) -> None:
-        self._submit_control_like(seq, request)
-
-    def _submit_control_like(self, seq: int, request: ControlRequest | Rollout) -> None:
+    def _submit_control(self, seq: int, request: ControlRequest | Rollout) -> None:
         """A control request, or a rollout (which goes as a step): a policy they carry goes
         to each child process with its bytes once."""
         host = self._current_host()
