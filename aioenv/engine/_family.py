@@ -102,12 +102,11 @@ class Child:
     @classmethod
     def of(cls, w: int, context: Context, plan: ChildPlan) -> Child:
         """Child ``w``, to serve ``plan``, not started yet (:meth:`launch`)."""
-        size = plan.last - plan.first
-        envs = f"env {plan.first}" if size == 1 else f"envs {plan.first}-{plan.last - 1}"
-        name = f"process worker {w} ({envs})"
+        rows = slice(plan.first, plan.last)
+        name = f"process worker {w} ({_envs(rows)})"
         start = ChildStart(context, name, [plan], CHILD_PROGRAM)
         replaced = plan.restarts is not None and plan.restarts.restart == "on_failure"
-        return cls(name, start, Wake.new(), slice(plan.first, plan.last), replaced=replaced)
+        return cls(name, start, Wake.new(), rows, replaced=replaced)
 
     def launch(self, buffer_fd: int, answer: Wake) -> None:
         """Start the child and send it the buffer's descriptor, its request wake's and the
@@ -147,9 +146,7 @@ class Child:
     def removed(self, w: int, died: WorkerError) -> WorkerRemoved:
         """What every call raises once the child died or hung (``died``), as for a pool's
         worker given up on."""
-        size = self.rows.stop - self.rows.start
-        envs = f"env {self.first}" if size == 1 else f"envs {self.first}-{self.rows.stop - 1}"
-        return env_given_up(envs, self.name, died, w)
+        return env_given_up(_envs(self.rows), self.name, died, w)
 
     def built(self, w: int) -> Any:
         """Child ``w``'s first message (its spaces, or the EnvError of its build), by the
@@ -188,6 +185,12 @@ class Child:
         if process.pid is not None:
             with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
                 process.close()
+
+
+def _envs(rows: slice) -> str:
+    """A child's envs, for messages: ``env 3``, or ``envs 4-7``."""
+    last = rows.stop - 1
+    return f"env {last}" if rows.start == last else f"envs {rows.start}-{last}"
 
 
 def until_due(children: Iterable[Child]) -> float | None:
