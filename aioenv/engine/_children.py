@@ -94,7 +94,6 @@ class EngineChildren(HandOffs):
         **supervision: Any,
     ) -> None:
         episode = EpisodeOptions(autoreset=autoreset, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
-        self.autoreset: str = episode.autoreset
         self.sizes = list(sizes)
         n = sum(sizes)
         # Every option is checked before the buffer and the wake take descriptors.
@@ -123,8 +122,7 @@ class EngineChildren(HandOffs):
         except BaseException:
             buffer.close()
             raise
-        super().__init__(buffer, answer, options, self.autoreset, copy, spin)
-        self._every = range(len(self._plans))
+        super().__init__(buffer, answer, options, episode.autoreset, copy, spin)
         if options.episode_timeout is not None:
             self.budgets = EpisodeBudgets(options.episode_timeout, n, self.autoreset)
             self.timed = True
@@ -268,7 +266,7 @@ class EngineChildren(HandOffs):
 
     def set_attr(self, name: str, values: Any) -> None:
         per_child = values if isinstance(values, list) else [values] * len(self)
-        self._control({w: ControlRequest("set", name, (per_child[w],)) for w in self._every})
+        self._control({w: ControlRequest("set", name, (per_child[w],)) for w in range(len(self))})
 
     def __len__(self) -> int:
         return len(self._plans)

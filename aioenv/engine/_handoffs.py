@@ -57,7 +57,7 @@ class HandOffs:
         self.answer = answer
         self.options = options
         self.timed = options.has_deadlines
-        self._autoreset = autoreset
+        self.autoreset = autoreset
         self.children: list[Child] = []
         self.requests: list[Wake] = []  # each child's request wake
         self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
@@ -183,7 +183,7 @@ class HandOffs:
             return "step and reset"
         rows, buffer = self.children[w].rows, self.buffer
         ended = bool(buffer.terminated[rows].any() or buffer.truncated[rows].any())
-        return request_phase(None, self._autoreset, ended)  # type: ignore[arg-type]
+        return request_phase(None, self.autoreset, ended)  # type: ignore[arg-type]
 
     # Controls, spins among them (the vector env's spin trial, between steps) ----------------
     def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
