@@ -43,12 +43,10 @@ from ._shared_memory import SharedObservations
 
 __all__ = [
     "BATCH_STATE",
-    "FAILURE",
     "HEADER",
     "LANE_ANSWER",
     "READY",
     "RECEIVE_SIZE",
-    "STATE",
     "STEP_STATE",
     "FrameDecoder",
     "Kind",
@@ -89,10 +87,8 @@ class Kind(enum.IntEnum):
 
 # The kinds the parent's hot path tests, as plain ints: a frame's kind arrives as an int,
 # and comparing two ints is cheaper than looking up and comparing an enum member.
-READY, STATE, FAILURE, STEP_STATE, BATCH_STATE, LANE_ANSWER = (
+READY, STEP_STATE, BATCH_STATE, LANE_ANSWER = (
     int(Kind.READY),
-    int(Kind.STATE),
-    int(Kind.FAILURE),
     int(Kind.STEP_STATE),
     int(Kind.BATCH_STATE),
     int(Kind.LANE_ANSWER),
