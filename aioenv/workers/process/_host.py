@@ -173,8 +173,7 @@ class Host(HostSocket, Replaceable["Host"]):
         written to the child meanwhile waits in its socket. Other start methods run here,
         where SIGINT can be ignored while they start (see _start)."""
         forkserver = self._recipe.context.get_start_method() == "forkserver"
-        loop = running_loop() if forkserver else None
-        if loop is None:
+        if not forkserver or running_loop() is None:
             try:
                 self._launch(child)
             except BaseException:
@@ -236,11 +235,7 @@ class Host(HostSocket, Replaceable["Host"]):
             self.start_error = error
             self._stop_reading()
             self._exited(-1)
-        elif self._loop is not None and not self._loop.is_closed():
-            self._watch_sentinel()
-
-    def _watch_sentinel(self) -> None:
-        if not self._sentinel_watched and self._loop is not None and self.exitcode is None:
+        elif self._loop is not None and not self._loop.is_closed() and not self._sentinel_watched:
             self._sentinel_watched = True
             self._loop.add_reader(self._process.sentinel, self._on_sentinel)
 
