@@ -71,15 +71,12 @@ class Layout:
     @classmethod
     def of(cls, space: Any) -> Layout | None:
         """The layout for ``space``, or None if it has no fixed one."""
-        leaves: list[_Leaf] = []
-        end = [0]
+        end = [0]  # of the leaves placed so far
 
         def place(dtype: np.dtype[Any], shape: tuple[int, ...], scalar: bool) -> _Leaf:
             offset = -(-end[0] // _ALIGN) * _ALIGN
-            leaf = _Leaf(offset, dtype.str, shape, scalar)
             end[0] = offset + dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-            leaves.append(leaf)
-            return leaf
+            return _Leaf(offset, dtype.str, shape, scalar)
 
         def build(node: Any) -> Any:
             if isinstance(node, spaces.Discrete):
@@ -98,7 +95,7 @@ class Layout:
             tree = build(space)
         except _Unsupported:
             return None
-        if not leaves or end[0] == 0:
+        if end[0] == 0:  # no leaf, or none with a byte
             return None
         return cls(tree, end[0])
 
