@@ -143,13 +143,10 @@ class EngineChildren(HandOffs):
                 self.add(child)  # closed with the others, even where it did not start
             if self.timed:
                 child.handed(self.options, "start-up")
-        for w, child in enumerate(self.children):
-            try:
-                built = child.built(w)
-            except (EOFError, OSError):
-                raise self.died(w, "while it built its envs") from None
-            if isinstance(built, EnvError):
-                raise built
+        for w in range(len(self.children)):
+            error = self._built(w)
+            if error is not None:
+                raise error
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
@@ -164,8 +161,13 @@ class EngineChildren(HandOffs):
         self._sentinels[w] = child.sentinel
         if self.timed:
             child.handed(self.options, "start-up")
+        return self._built(w)
+
+    def _built(self, w: int) -> WorkerError | None:
+        """Child ``w``'s envs built: None, or the error of its start (its env's, its death,
+        its deadline)."""
         try:
-            built = child.built(w)
+            built = self.children[w].built(w)
         except WorkerTimeout as timeout:
             return timeout
         except (EOFError, OSError):
