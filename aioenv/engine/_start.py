@@ -33,7 +33,6 @@ __all__ = [
     "Context",
     "default_context",
     "resolve_context",
-    "start_child",
 ]
 
 Context = multiprocessing.context.BaseContext
@@ -87,23 +86,6 @@ def resolve_context(context: Context | str | None) -> Context:
     if isinstance(context, str):
         return multiprocessing.get_context(context)
     return context
-
-
-def start_child(
-    context: Context,
-    name: str,
-    arguments: Sequence[Any],
-    program: str | Callable[..., None],
-) -> tuple[multiprocessing.process.BaseProcess, socket.socket, socket.socket]:
-    """Start a child process serving envs at once (see :class:`ChildStart`). Returns the
-    process and the parent's ends of its sockets."""
-    child = ChildStart(context, name, arguments, program)
-    try:
-        child.start()
-    except BaseException:
-        child.close()
-        raise
-    return child.process, child.socket, child.alive
 
 
 class ChildStart:

@@ -33,7 +33,7 @@ from ..core._environment import EnvSource, describe_source
 from ..core._gymnasium import GymnasiumEnvironment, build_environment
 from ..core._registry import merge as merge_registry
 from ..core._registry import snapshot as registry_snapshot
-from ..engine._start import Context, resolve_context, start_child
+from ..engine._start import ChildStart, Context, resolve_context
 from ..env_side._process_group import (
     end_own_group,
     exit_with_own_group_when_gone,
@@ -215,9 +215,13 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
         payload = pickling.dumps(source)
     except Exception:
         return None
-    process, sock, alive = start_child(
-        context, "probe", [payload, registry_snapshot(), timed], _serve_probe
-    )
+    child = ChildStart(context, "probe", [payload, registry_snapshot(), timed], _serve_probe)
+    try:
+        child.start()
+    except BaseException:
+        child.close()
+        raise
+    process, sock, alive = child.process, child.socket, child.alive
     try:
         sock.setblocking(True)
         data = bytearray()
