@@ -161,7 +161,7 @@ class Lane(_Half):
 
     def put(self, seq: int, action: Any, post: bool = True) -> bool:
         """Write step ``seq`` with ``action`` (or ``RESET``) into the row and post it to the
-        child (``post``; else the caller posts it later, :meth:`post`); False (nothing
+        child (``post``; else the caller posts it later, on :attr:`request`); False (nothing
         written) where the action is not an int, numpy scalar or array that fits the row
         as it is."""
         into = self._action
@@ -194,10 +194,6 @@ class Lane(_Half):
         if post:
             self.request.post()
         return True
-
-    def post(self) -> None:
-        """Post the step :meth:`put` wrote without posting it."""
-        self.request.post()
 
     def answered(self) -> tuple[int, Step[Any] | BatchStep[Any] | Exception] | None:
         """The child's answer, its post taken: the number of the request it answers, and

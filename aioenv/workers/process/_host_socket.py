@@ -122,7 +122,7 @@ class HostSocket(abc.ABC):
         # The posts first: a frame queued after a step was written is a later request.
         posts, self._posts = self._posts, []
         for lane in posts:
-            lane.post()
+            lane.request.post()
         frames, self.queued = self.queued, []
         if frames and self.alive:
             self.writes.write(b"".join(frames), self._loop)
