@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from envs import Walk
@@ -137,6 +138,42 @@ def test_a_child_that_dies_is_replaced_and_its_open_episodes_end_cut_short(autor
     calm = _run(autoreset, [ExitsOnTwo] * N, fault=ZEROS)
     np.testing.assert_array_equal(faulty[0][:2], calm[1][0][:2])
     np.testing.assert_array_equal(after[0][:2], calm[3][0][:2])
+
+
+async def _pool_restart(seed: int) -> Any:
+    """The first observations of the new envs of a pool's process worker of envs 2-3 (the
+    second of two, ``envs_per_worker=2``) whose child died: what an engine child of the
+    same envs starts with when it replaces one that died."""
+    async with aioenv.make_pool(
+        ExitsOnTwo,
+        2,
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        seed=seed,
+        on_failure=lambda error: None,
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([2, 0]), 1)
+        cut, _ = await pool.get_state(1)  # type: ignore[misc]
+        assert cut.truncated.all()
+        pool.send_action(np.array([0, 0]), 1)
+        new, _ = await pool.get_state(1)  # type: ignore[misc]
+        return new.observations
+
+
+def test_a_new_child_seeds_its_envs_by_the_restart_rule_of_a_pool_worker() -> None:
+    # The new child's envs are seeded from its child's seed by the restart rule, as a
+    # restarted process worker of those envs is, not with its predecessor's first seeds.
+    _, _, _, after, *_ = _run("next_step", [ExitsOnTwo] * N)
+    new, info = after[::4]
+    assert "WorkerDied" in (_marker(info, 2) or "")
+    expected = anyio.run(_pool_restart, 5)
+    np.testing.assert_array_equal(new[2:], expected)
+    # Not the draws the envs' own first seeds give: the envs are new, and so are their seeds.
+    with aioenv.AioVectorEnv([ExitsOnTwo] * N, mode="process", envs_per_worker=2, seed=5) as envs:
+        unseeded = envs.reset()[0]
+    assert not np.array_equal(new[2:, 0], unseeded[2:, 0])
 
 
 class DiesWritingALongAnswer(Walk):

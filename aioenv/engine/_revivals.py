@@ -151,7 +151,10 @@ class _OneChild:
 
     def _start(self, seq: int, seed: int | None, reason: str) -> None:
         """A new child, seeded ``seed``, handed what answers the request in flight."""
-        plan = dataclasses.replace(self.plan, seed=seed, revived=Revived(reason, self._cut))
+        # Its envs' seeds are drawn from ``seed``, as a restarted worker's are (not its
+        # predecessor's first ones).
+        revived = Revived(reason, self._cut)
+        plan = dataclasses.replace(self.plan, seed=seed, env_seeds=None, revived=revived)
         children = self.owner.children
         error = children.respawn(self.w, plan)
         if error is not None:  # the new child failed too: a failure like any other
