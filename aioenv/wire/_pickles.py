@@ -59,7 +59,7 @@ def pickled_answer(answer: Any) -> tuple[bytes, bool]:
             return cloudpickle.dumps(answer, protocol=5), failed
         except Exception as exc:
             if not failed:
-                answer = Failure.from_exception(exc, "pickling the answer to send it back")
+                answer = Failure.from_exception(exc, "pickling the answer to send it to the parent")
             return pickle.dumps(answer.without_exception(), protocol=5), True
 
 

@@ -179,7 +179,14 @@ class Inbox:
                     return outcome
             return None
         worker_id = self._next_id()
-        return None if worker_id is False else self.pop(worker_id)
+        if worker_id is False:
+            return None
+        # In line rather than through pop(): a sync pool's (and a fair pool's) every state.
+        del self.owed[worker_id]
+        outcome = self._ready.pop(worker_id)
+        self._left_out_of_order()
+        self._record_service(worker_id)
+        return outcome
 
     def take(self, limit: int) -> list[Outcome]:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
