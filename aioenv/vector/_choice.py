@@ -137,19 +137,7 @@ def place_envs(
     through the engine's buffer, laid out for those spaces (see :func:`engine_envs`);
     ``copy``: the vector env's (the engine's steps copy the observations out, or not)."""
     check_mode(mode)
-    if isinstance(env, (list, tuple)):
-        sources = [resolve_source(source) for source in env]
-        if not sources:
-            raise ValueError("AioVectorEnv needs at least one env factory")
-        if num_envs is not None and num_envs != len(sources):
-            raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
-        one: EnvSource | list[EnvSource] = sources
-    else:
-        if num_envs is None:
-            raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
-        check_num_envs(num_envs, "AioVectorEnv(env, num_envs)")
-        one = resolve_source(env)  # an unknown id fails here
-        sources = [one] * num_envs
+    sources, one = _sources(env, num_envs)
     probe = probe_env(
         sources[0],
         timed=mode == AUTO,
@@ -181,6 +169,25 @@ def place_envs(
     runtime = Runtime(make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options))
     sizes = [worker.num_envs for worker in runtime.pool.workers]
     return Placement(runtime, sizes, probe, choice, batch_size, spin_by_rule)
+
+
+def _sources(
+    env: EnvSource | Sequence[EnvSource], num_envs: int | None
+) -> tuple[list[EnvSource], EnvSource | list[EnvSource]]:
+    """The env sources of ``AioVectorEnv(env, num_envs)``, one per env, and ``env``
+    resolved: the list of them, or the one source every env is built from."""
+    if isinstance(env, (list, tuple)):
+        sources = [resolve_source(source) for source in env]
+        if not sources:
+            raise ValueError("AioVectorEnv needs at least one env factory")
+        if num_envs is not None and num_envs != len(sources):
+            raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
+        return sources, sources
+    if num_envs is None:
+        raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
+    check_num_envs(num_envs, "AioVectorEnv(env, num_envs)")
+    one = resolve_source(env)  # an unknown id fails here
+    return [one] * num_envs, one
 
 
 def vector_modes() -> tuple[str, ...]:
