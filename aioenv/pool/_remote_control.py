@@ -1,4 +1,5 @@
-"""A pool's remote control: call env methods, read and write env attributes, render.
+"""A pool's remote control: call env methods, read and write env attributes, render (the
+envs' frames tiled into one image).
 
 Requests go to each worker's env in order with its steps (a step in flight finishes first;
 its state is delivered as usual), and the pool waits for every answer before raising the
@@ -10,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ..core._messages import ControlRequest
-from ._render import tile_images
 from ._roster import Roster
 
-__all__ = ["Controls", "PerWorker", "WorkerResults"]
+__all__ = ["Controls", "PerWorker", "WorkerResults", "tile_images"]
 
 T = TypeVar("T")
 
@@ -164,3 +166,23 @@ class Controls:
 def _own(value: Any, index: int) -> Any:
     """The ``index``-th worker's value of an argument."""
     return value.values[index] if isinstance(value, PerWorker) else value
+
+
+def tile_images(frames: Sequence[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    """Lay ``H x W x C`` frames out on a near-square grid, row by row (8 frames: 4 x 2);
+    frames of different sizes are padded to the largest, and empty cells are black."""
+    if not frames:
+        raise ValueError("no frames to tile")
+    height = max(frame.shape[0] for frame in frames)
+    width = max(frame.shape[1] for frame in frames)
+    channels = frames[0].shape[2] if frames[0].ndim == 3 else 1
+    square = math.ceil(math.sqrt(len(frames)))
+    columns = min((square, square + 1), key=lambda c: math.ceil(len(frames) / c) * c - len(frames))
+    rows = math.ceil(len(frames) / columns)
+    canvas = np.zeros((rows * height, columns * width, channels), dtype=frames[0].dtype)
+    for index, frame in enumerate(frames):
+        row, column = divmod(index, columns)
+        image = frame if frame.ndim == 3 else frame[..., None]
+        top, left = row * height, column * width
+        canvas[top : top + image.shape[0], left : left + image.shape[1]] = image
+    return canvas if channels > 1 or frames[0].ndim == 3 else canvas[..., 0]
