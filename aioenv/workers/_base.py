@@ -246,7 +246,7 @@ class Worker(Membership, Generic[S]):
                 self._supervisor.disarm()
                 self._start_close()
             self._flight.inbox.forgive(self.worker_id)
-            self._flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
+            self._flight.fail_controls(ClosedError(f"{self.name} was closed"))
             if not self._closed:
                 await self._wait_closed(timeout)
                 self._closed = True
@@ -279,7 +279,7 @@ class Worker(Membership, Generic[S]):
         flight = self._flight
         if not seq or seq != flight.awaited:
             if seq in flight.controls:
-                flight.controls.answer(seq, result, self._env_error)
+                flight.answer_control(seq, result, self._env_error)
             return  # a late reply to a request nobody waits for any more
         supervisor = self._supervisor
         failed = isinstance(result, Failure)

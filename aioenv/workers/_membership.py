@@ -88,7 +88,7 @@ class Membership(SupervisedEnv):
         try:
             self._submit_control(seq, request)
         except BaseException:
-            self._flight.controls.discard(seq)
+            self._flight.controls.pop(seq, None)
             raise
         return future
 
@@ -129,7 +129,7 @@ class Membership(SupervisedEnv):
             self._supervisor.disarm()
             if flight.awaited:
                 flight.forget(self.worker_id)
-            flight.controls.fail_all(ClosedError(f"{self.name} was closed"))
+            flight.fail_controls(ClosedError(f"{self.name} was closed"))
         self._loop, self._loop_thread = loop, thread_id()
         self._bind_loop(loop)
         return loop

@@ -194,6 +194,6 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         )
         error.__cause__ = exc
         if seq in self._flight.controls:
-            self._flight.controls.fail(seq, error)
+            self._flight.fail_control(seq, error)
             return
         self._on_failure(error, env_gone=False)

@@ -145,7 +145,7 @@ class SupervisedEnv(KindHooks):
             discard_env=self._discard_env,
             start_env=self._start_env,
             fail=self._fail_request,
-            fail_controls=self._flight.controls.fail_all,
+            fail_controls=self._flight.fail_controls,
             awaiting=self._awaiting,
             time_out=self._timed_out,
         )
@@ -284,7 +284,7 @@ class SupervisedEnv(KindHooks):
         assert self._loop is not None
         last = self._kept_last()
         self._budget.deadline = None
-        self._flight.controls.fail_all(
+        self._flight.fail_controls(
             WorkerError(
                 f"{self.name}: its env was dropped, its episode having run past "
                 f"episode_timeout={self._supervisor.episode_timeout:g} s",
