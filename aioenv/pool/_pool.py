@@ -136,10 +136,10 @@ class WorkerPool(PoolCalls, abc.ABC, Generic[S]):
         supervision = options.supervision(self._on_worker_failure)
         for worker_id, member in enumerate(roster.members):
             member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
-        self._receiver = Receiver(roster, inbox, episodes, copy=self.copy)
-        self._sender = Sender(roster, inbox, episodes, check_actions=self.check_actions)
+        self._receiver = Receiver(roster, episodes, copy=self.copy)
+        self._sender = Sender(roster, episodes, check_actions=self.check_actions)
         self._controls = Controls(roster)
-        self._rollouts = Rollouts(roster, inbox, episodes)
+        self._rollouts = Rollouts(roster, episodes)
 
     @property
     def restarts(self) -> int:

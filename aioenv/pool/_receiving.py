@@ -26,7 +26,7 @@ from ..core._errors import NoActionInFlight, WorkerPaused
 from ..core._messages import resets_next
 from ..core._restarts import is_restart_reset
 from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
-from ..workers._inbox import Inbox, Outcome
+from ..workers._inbox import Outcome
 from ..workers._seam import Member
 from ._batch import Batch, ReusedRows
 from ._roster import Roster
@@ -155,20 +155,19 @@ class EpisodeCounter:
 
 class Receiver:
     """The receiving side of a :class:`~aioenv.WorkerPool` (whose methods of the same names
-    say what each does): takes outcomes from the pool's ``inbox``, counts episodes in
-    ``episodes``, raises once the pool is closed (the inbox knows), and copies
+    say what each does): takes outcomes from the pool's inbox (its ``roster``'s), counts
+    episodes in ``episodes``, raises once the pool is closed (the inbox knows), and copies
     borrowed states where ``copy`` (else reuses a batch's rows)."""
 
     def __init__(
         self,
         roster: Roster,
-        inbox: Inbox,
         episodes: EpisodeCounter,
         *,
         copy: bool,
     ) -> None:
         self._roster = roster
-        self._inbox = inbox
+        self._inbox = roster.inbox
         self._episodes = episodes
         self._copy = copy
         self._reused_rows = None if copy else ReusedRows(len(roster))
@@ -182,9 +181,9 @@ class Receiver:
         #: in, and a thread worker would not even get the GIL to finish its step. Such a
         #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
         #: the others in (see _let_the_others_in).
-        self._in_line = None if inbox.ordered else roster.in_line
+        self._in_line = None if self._inbox.ordered else roster.in_line
         if self._in_line is not None:
-            inbox.serve_fairly()
+            self._inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
         #: in before it takes anything (so a cancelled call loses nothing).
         self._owes_loop_a_turn = False

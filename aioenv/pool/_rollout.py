@@ -22,7 +22,6 @@ import numpy as np
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
 from ..core._rollouts import PolicyPackage, Rollout, Segment
-from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
 from ._roster import Roster
@@ -34,19 +33,18 @@ __all__ = ["Rollouts"]
 class Rollouts:
     """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
     what each does), over the workers of its ``roster``: requests travel where steps travel
-    and their replies come back through the pool's ``inbox``; episodes played are counted in
-    ``episodes``; raises once the pool is closed (the inbox knows). Keeps the policy in force,
-    and a ledger of each env's episodes (a lane per env, counted across workers in worker
-    order) that gives the rows their episode ids."""
+    and their replies come back through the pool's inbox (the roster's); episodes played are
+    counted in ``episodes``; raises once the pool is closed (the inbox knows). Keeps the
+    policy in force, and a ledger of each env's episodes (a lane per env, counted across
+    workers in worker order) that gives the rows their episode ids."""
 
     def __init__(
         self,
         roster: Roster,
-        inbox: Inbox,
         episodes: EpisodeCounter,
     ) -> None:
         self._roster = roster
-        self._inbox = inbox
+        self._inbox = roster.inbox
         self._episodes = episodes
         self._package: PolicyPackage | None = None
         lane_stats = [

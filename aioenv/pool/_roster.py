@@ -20,8 +20,8 @@ S = TypeVar("S")
 
 class Roster:
     """The workers of a pool, addressed by id (their positions), as the pool's helpers see
-    them (:class:`~aioenv.workers._seam.Member`). ``inbox`` knows which workers are
-    paused, and whether the pool is closed.
+    them (:class:`~aioenv.workers._seam.Member`). ``inbox``, the pool's, knows which
+    workers are paused, and whether the pool is closed; the helpers read it here.
 
     A worker that failed for good (its ``failure``) stays in the pool until that error is
     handed out (raised, or returned by ``drain``): :meth:`hand_out` then moves it to
@@ -30,7 +30,7 @@ class Roster:
 
     def __init__(self, members: Sequence[Member], inbox: Inbox) -> None:
         self.members = list(members)
-        self._inbox = inbox
+        self.inbox = inbox
         #: Per worker, the index of its first env (workers may step several together).
         self.first_env = [0, *itertools.accumulate(m.num_envs for m in self.members)]
         #: Envs over all workers.
@@ -113,22 +113,22 @@ class Roster:
         return [
             member
             for i, member in enumerate(self.members)
-            if not member.closed and i not in self._inbox.paused and i not in removed
+            if not member.closed and i not in self.inbox.paused and i not in removed
         ]
 
     def pause(self, worker_id: int) -> None:
         """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
-        self._inbox.check_open()
+        self.inbox.check_open()
         index = self.live_index(worker_id)
-        self._inbox.pause(index)
+        self.inbox.pause(index)
         self.accepting[index] = False
 
     def resume(self, worker_id: int | None) -> None:
         """Resume the worker, or every paused worker where ``worker_id`` is None."""
-        self._inbox.check_open()
+        self.inbox.check_open()
         targets = range(len(self.members)) if worker_id is None else [self.live_index(worker_id)]
         for index in targets:
-            self._inbox.resume(index)
+            self.inbox.resume(index)
             self.accepting[index] = index not in self.removed
 
     def close(self) -> None:
@@ -137,7 +137,7 @@ class Roster:
 
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
-        return tuple(i for i in range(len(self.members)) if i in self._inbox.paused)
+        return tuple(i for i in range(len(self.members)) if i in self.inbox.paused)
 
     def send_order(self, worker_ids: Sequence[int]) -> list[int]:
         """``worker_ids`` in the order to send each of them an action: the workers that
@@ -152,7 +152,7 @@ class Roster:
     def ids(self, worker_ids: Sequence[int] | None) -> list[int]:
         """Worker ids to address: ``worker_ids`` checked (none given up on), or the ids of
         every open worker not given up on."""
-        self._inbox.check_open()
+        self.inbox.check_open()
         if worker_ids is None:
             return self._open_ids()
         return [self.live_index(worker_id) for worker_id in worker_ids]

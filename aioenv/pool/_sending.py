@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core._commands import RESET, Command, Reset
 from ..core._errors import InvalidAction, StateNotTaken, WorkerError, WorkerPaused
-from ..workers._inbox import Inbox, Outcome
+from ..workers._inbox import Outcome
 from ..workers._seam import Member
 from ._actions import explain_invalid_action
 from ._receiving import EpisodeCounter
@@ -21,19 +21,19 @@ class Sender:
     """The sending side of a :class:`~aioenv.WorkerPool` (whose methods ``send_action``,
     ``reset`` and ``set_seeds`` say what each does; ``send_action`` asks :meth:`addressee`
     where the action is not the common case), over the workers of its ``roster``:
-    tells ``episodes`` where a reset starts a new episode, asks ``inbox`` which workers are
-    paused or owe a state, and checks actions against the spaces where ``check_actions``."""
+    tells ``episodes`` where a reset starts a new episode, asks the pool's inbox (the
+    roster's) which workers are paused or owe a state, and checks actions against the spaces
+    where ``check_actions``."""
 
     def __init__(
         self,
         roster: Roster,
-        inbox: Inbox,
         episodes: EpisodeCounter,
         *,
         check_actions: bool,
     ) -> None:
         self._roster = roster
-        self._inbox = inbox
+        self._inbox = roster.inbox
         self._episodes = episodes
         self._check_actions = check_actions
 
