@@ -142,10 +142,10 @@ class SlottedWorker(Worker[S], Generic[S, H]):
 
     @property
     def name(self) -> str:
-        where = "" if self.worker_id is None else f" {self.worker_id}"
         host = self._host
         if host is None:
-            return f"{self.kind} worker{where} ({self.env_name})"
+            return super().name
+        where = "" if self.worker_id is None else f" {self.worker_id}"
         slot = f", slot {self._slot}" if host.size > 1 else ""
         return f"{self.kind} worker{where} ({self.env_name}, {self._where(host)}{slot})"
 
