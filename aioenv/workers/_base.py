@@ -121,7 +121,6 @@ class Worker(Membership, Generic[S]):
         #: the new env's reset is carried by the cut-short step); None: nothing to cut.
         self._cut_from: Any = None
         self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
-        self._in_pool = False
         self._failure: WorkerError | None = None  # set once the worker can take no more
         self._closing = False
         self._closed = False
@@ -211,7 +210,7 @@ class Worker(Membership, Generic[S]):
         :raises WorkerTimeout: the request ran past its deadline.
         :raises NoActionInFlight: nothing was sent, or the worker belongs to a pool.
         """
-        if self._in_pool:
+        if self.worker_id is not None:  # in a pool
             raise NoActionInFlight(
                 f"{self.name} belongs to a pool; take its states with pool.get_state()"
             )

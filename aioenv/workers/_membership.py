@@ -23,7 +23,6 @@ class Membership(SupervisedEnv):
     """The pool seam and the event loop, over the fields of
     :class:`~aioenv.workers.Worker` named here."""
 
-    _in_pool: bool
     _loop_thread: int | None
     _check_first_reply: FirstReplyCheck | None
     _next_reset_seed: int | None
@@ -31,8 +30,8 @@ class Membership(SupervisedEnv):
     # Pools (the seam, _seam.Member) --------------------------------------------------
     @property
     def in_pool(self) -> bool:
-        """The worker belongs to a pool, which takes its states."""
-        return self._in_pool
+        """The worker belongs to a pool, which takes its states (and gave it its id)."""
+        return self.worker_id is not None
 
     @property
     def failure(self) -> WorkerError | None:
@@ -55,7 +54,7 @@ class Membership(SupervisedEnv):
         """Deliver to the pool's ``inbox`` as worker ``worker_id``, under the pool's
         ``supervision`` (the worker's own deadlines win) and ``episode`` options.
         ``check_first_reply`` runs when the env first answers (the pool's space check)."""
-        if self._in_pool:
+        if self.worker_id is not None:
             raise ValueError(f"{self.name} already belongs to a pool")
         flight = self._flight
         if flight.inbox.num_owed:
@@ -66,7 +65,6 @@ class Membership(SupervisedEnv):
         self._check_budget(options)
         self._supervisor.configure(options)
         flight.inbox, self.worker_id = inbox, worker_id
-        self._in_pool = True
         self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
             self._episode = episode
