@@ -212,27 +212,25 @@ def _build_workers(
 ) -> None:
     """Append one worker per mode to ``into`` (so the caller can abandon what was built if
     a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
-    hosts: dict[str, str] = {}  # the kinds whose workers share hosts, by that option
-    for kind in dict.fromkeys(modes):
-        per_host = getattr(_kind_class(kind), "_per_host_option", None)
-        if per_host is not None:
-            hosts[kind] = per_host
-    envs_per_host = {k: v for k, v in options.items() if k in hosts.values()}
-    options = {k: v for k, v in options.items() if k not in envs_per_host}
+    options = dict(options)  # the caller's left whole
     envs_per_worker = options.pop("envs_per_worker", 1)
     if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     hosted: dict[str, Iterator[Worker[Any]]] = {}
-    for kind, per_host in hosts.items():  # each kind of hosts is one of modes
+    for kind in dict.fromkeys(modes):  # the kinds whose workers share hosts, envs_per_* each
+        per_host = getattr(_kind_class(kind), "_per_host_option", None)
+        if per_host is None:
+            continue
         indices = [i for i, mode in enumerate(modes) if mode == kind]
+        kind_options = _options_for(kind, options)
         hosted[kind] = iter(
             _kind_class(kind).hosted(  # type: ignore[attr-defined]
                 [sources[i] for i in indices],
                 [seeds[i] for i in indices],
-                envs_per_host.get(per_host, 1),
-                **_options_for(kind, options),
+                kind_options.pop(per_host, 1),
+                **kind_options,
             )
         )
     for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
