@@ -13,7 +13,7 @@ import inspect
 import math
 import operator
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Union
 
 import numpy as np
@@ -40,14 +40,22 @@ Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runt
 
 class PoolDriver:
     """What :class:`Collector` and :class:`~aioenv.GroupCollector` share: they own the
-    stepping of ``pool``, choose actions with ``policy`` (its version: one rule), and are
-    named in their errors by ``_caller``."""
+    stepping of ``pool``, choose actions with ``policy`` (its version: one rule), keep a
+    :class:`Track` per worker and its episodes' ids, and are named in their errors by
+    ``_caller``."""
 
-    pool: WorkerPool[Any]
-    policy: Policy
     _caller = "collect()"
     _started = False
     _version: int = 0
+
+    def __init__(self, pool: WorkerPool[Any], policy: Policy, tracks: Sequence[Track]) -> None:
+        self.pool = pool
+        #: The callable that chooses actions; may be replaced between calls.
+        self.policy = policy
+        self._tracks = tracks
+        # A lane per worker: the drivers step workers of one env (aioenv.Step states).
+        self._ledger = EpisodeLedger(len(pool))
+        self._running = False
 
     @property
     def policy_version(self) -> int:
@@ -74,18 +82,27 @@ class PoolDriver:
                 )
         self._started = True
 
-    async def _policy_actions(
-        self, rows: list[int], states: list[Any]
-    ) -> list[tuple[int, tuple[Any, Any]]]:
-        """One policy call for ``states`` (waiting for an action, worker ``rows[k]``'s is
-        ``states[k]``): each worker with its state and action, in the pool's send order
-        (sync workers last: they step in the send)."""
+    async def _policy_actions(self, rows: list[int]) -> list[tuple[int, tuple[Any, Any]]]:
+        """One policy call for the states of workers ``rows`` (each waiting for an action):
+        each worker with its action and what is in flight for it once sent (``(observation,
+        action, version)``, the version in force when the policy was called), in the
+        pool's send order (sync workers last: they step in the send)."""
+        version = self._version
+        states = [self._tracks[w].waiting for w in rows]
         batch = Batch(rows, states, self.pool.workers[rows[0]].observation_space)
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        sends = list(zip(states, _action_rows(actions, len(rows)), strict=True))
+        sends = [
+            (action, (state.observation, action, version))
+            for state, action in zip(states, _action_rows(actions, len(rows)), strict=True)
+        ]
         return in_send_order(self.pool, rows, sends)
+
+    def _begin(self, track: Track, worker_id: int, state: Step[Any]) -> None:
+        """Worker ``worker_id``'s episode starts from ``state``, which waits for an action."""
+        track.episode = EpisodeRows(self._ledger.start(worker_id))
+        track.waiting = state
 
     def _bad_reply(self, worker_id: int, sent: Any, state: Any) -> Exception:
         """The error for a reply this driver cannot take: it answers nothing the driver
@@ -114,13 +131,7 @@ class Collector(PoolDriver):
     """
 
     def __init__(self, pool: WorkerPool[Any], policy: Policy) -> None:
-        self.pool = pool
-        #: The callable that chooses actions; may be replaced between calls.
-        self.policy = policy
-        self._tracks = [Track() for _ in range(len(pool))]
-        # A lane per worker: collect() steps workers of one env (aioenv.Step states).
-        self._ledger = EpisodeLedger(len(pool))
-        self._running = False
+        super().__init__(pool, policy, [Track() for _ in range(len(pool))])
         self._finish_counter = 0
 
     async def collect(
@@ -205,12 +216,10 @@ class Collector(PoolDriver):
             track.waiting, track.in_flight = None, RESET
         if not rows:
             return
-        version = self._version
-        states = [self._tracks[w].waiting for w in rows]
-        for worker_id, (state, action) in await self._policy_actions(rows, states):
+        for worker_id, (action, sent) in await self._policy_actions(rows):
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
-            track.waiting, track.in_flight = None, (state.observation, action, version)
+            track.waiting, track.in_flight = None, sent
 
     def _receive(self, batch: Batch[Any], bar: Progress) -> None:
         returns: list[float] = []
@@ -231,10 +240,6 @@ class Collector(PoolDriver):
             if ended is not None:
                 returns.append(ended)
         bar.update(steps, returns)
-
-    def _begin(self, track: Track, worker_id: int, state: Step[Any]) -> None:
-        track.episode = EpisodeRows(self._ledger.start(worker_id))
-        track.waiting = state
 
     def _record(
         self, track: Track, worker_id: int, sent: tuple[Any, Any, int], state: Step[Any]

@@ -31,11 +31,10 @@ from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
 from ..pool._pool import WorkerPool
-from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._collect import Policy, PoolDriver
-from ._rows import EpisodeRows, trajectories
+from ._rows import EpisodeRows, Track, trajectories
 
 __all__ = ["Group", "GroupCollector", "collect_groups"]
 
@@ -94,14 +93,13 @@ class _OpenGroup:
 
 
 @dataclasses.dataclass(eq=False)
-class _Track:
+class _Track(Track):
     """One worker: the member it plays, and the state waiting for an action or what is in
-    flight (``(observation, action, version)`` or ``_RESETTING``). Idle: no member."""
+    flight (``(observation, action, version)`` or ``_RESETTING``). Idle: no member (and
+    nothing waiting). Its ``finished`` stays empty: a member's episode goes to its group."""
 
     member: tuple[_OpenGroup, int] | None = None
-    episode: EpisodeRows | None = None
-    waiting: Step[Any] | None = None
-    in_flight: Any = None
+    waiting: Any = None
 
 
 class GroupCollector(PoolDriver):
@@ -110,6 +108,7 @@ class GroupCollector(PoolDriver):
     stepping until it is exhausted or closed (:meth:`aclose`)."""
 
     _caller = "collect_groups()"
+    _tracks: list[_Track]
 
     def __init__(
         self,
@@ -120,9 +119,7 @@ class GroupCollector(PoolDriver):
         group_size: int,
         max_retries: int = 1,
     ) -> None:
-        self.pool = pool
-        #: The callable that chooses actions; may be replaced between groups.
-        self.policy = policy
+        super().__init__(pool, policy, [_Track() for _ in range(len(pool))])
         self.group_size = _count("group_size", group_size, 1)
         self.max_retries = _count("max_retries", max_retries, 0)
         if not callable(policy):
@@ -133,14 +130,12 @@ class GroupCollector(PoolDriver):
                 f"pool with autoreset='disabled', not {pool.autoreset!r}"
             )
         self._tasks = _checked_tasks(tasks)
-        self._tracks = [_Track() for _ in range(len(pool))]
-        self._ledger = EpisodeLedger(len(pool))  # a lane per worker: episode ids
         self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
         self._open = 0  # groups not yet handed out
         self._ready: deque[Group] = deque()  # ended, in the order they ended
         self._next_task_id = 0
         self._exhausted = False
-        self._running = self._closed = False
+        self._closed = False
 
     def __aiter__(self) -> GroupCollector:
         return self
@@ -232,16 +227,14 @@ class GroupCollector(PoolDriver):
         rows = [w for w in self.pool.active_ids if self._tracks[w].waiting is not None]
         if not rows:
             return
-        version = self._version
-        states = [self._tracks[w].waiting for w in rows]
-        for worker_id, (state, action) in await self._policy_actions(rows, states):
+        for worker_id, (action, sent) in await self._policy_actions(rows):
             track = self._tracks[worker_id]
             try:
                 self.pool.send_action(action, worker_id)
             except WorkerError as error:  # it failed for good while idle: now given up
                 self._member_failed(track, describe_failure(error))
                 continue
-            track.waiting, track.in_flight = None, (state.observation, action, version)
+            track.waiting, track.in_flight = None, sent
 
     def _receive(self, batch: Batch[Any]) -> None:
         for state, worker_id in batch:
@@ -250,8 +243,7 @@ class GroupCollector(PoolDriver):
             if sent is None or not isinstance(state, Step):
                 raise self._bad_reply(worker_id, sent, state)
             if sent is _RESETTING:  # the member's episode starts (a restarted env's too)
-                track.episode = EpisodeRows(self._ledger.start(worker_id))
-                track.waiting = state
+                self._begin(track, worker_id, state)
                 continue
             if is_restart_reset(state):  # a new env answered the step: the episode is lost
                 self._member_failed(track, restart_note(state) or "the env was restarted")
