@@ -15,20 +15,11 @@ from ..pool._trajectories import Trajectories, stack
 
 __all__ = ["NEEDS_RESET", "EpisodeRows", "Track", "detach_rows", "trajectories"]
 
-_ROW_FIELDS = (
-    "observations",
-    "actions",
-    "rewards",
-    "terminated",
-    "truncated",
-    "next_observations",
-    "versions",
-)
-
 
 @dataclasses.dataclass(eq=False)
 class EpisodeRows:
-    """The rows of one episode not yet returned (``first_step``: the step of row 0)."""
+    """The rows of one episode not yet returned, a list per column (``first_step``: the step
+    of row 0)."""
 
     episode_id: int
     first_step: int = 0
@@ -87,8 +78,9 @@ class Track:
 def detach_rows(episode: EpisodeRows) -> EpisodeRows:
     """Move an open episode's rows out (to be returned now); it goes on from the next step."""
     rows = dataclasses.replace(episode)  # shares the row lists, which the episode gives up
-    for field in _ROW_FIELDS:
-        setattr(episode, field, [])
+    for field in dataclasses.fields(episode):
+        if field.default_factory is list:  # a list of rows
+            setattr(episode, field.name, [])
     episode.first_step += len(rows)
     return rows
 
