@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from gymnasium.spaces import Box
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from ..core._environment import BatchStep
@@ -21,7 +22,7 @@ from ..core._gymnasium import split_rows
 from ..env_side._infos import add_info_of
 from ..pool._actions import explain_invalid_action
 from ._infos import AddInfo
-from ._layout import EnvLayout, VectorArrays
+from ._layout import EnvLayout
 
 __all__ = ["Result", "VectorBatches"]
 
@@ -46,7 +47,17 @@ class VectorBatches:
     one worker gives them all), valid until the next call. Where the envs keep every
     env's latest observation in one batch themselves (the engine's buffer), ``latest()``
     returns it, as handed out (None where they do not), and every env's observations come
-    from there."""
+    from there.
+
+    Between calls it keeps every env's latest observation (a masked reset leaves the other
+    envs' as they were). A Box space's observations are kept as each worker last gave them,
+    not copied: an array of its own, or a view of its shared memory, which stays what the
+    worker last answered until the vector env sends it another step or reset (controls
+    leave it alone), and every call that sends one takes the answer before it returns, or
+    drops it; the view then shows the env's newest observation, as gymnasium's
+    ``AsyncVectorEnv`` with shared memory does. :meth:`_box_batch` copies them once, into
+    the array the vector env returns: a new one each time with ``copy``, else one array
+    reused (or, for a single worker's rows, its view itself), valid until the next call."""
 
     def __init__(
         self,
@@ -65,12 +76,22 @@ class VectorBatches:
         self._action_space = action_space
         self._add_info = add_info
         self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
-        self._arrays = VectorArrays(single_observation_space, layout.num_envs, copy=copy)
         self._part_at = {part.start: part for part in layout.parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
         #: group of them and the rule of adding infos (``add_info``) over them.
         self._row_layouts: dict[int, tuple[EnvLayout, AddInfo]] = {}
+        self._box = isinstance(single_observation_space, Box)
+        self._copy = copy
+        self._single_space = single_observation_space
+        #: Each env's latest observation: for spaces other than Box, and for any space where
+        #: every worker steps one env (its state holds one observation, not a batch).
+        self._per_env: list[Any] = [None] * layout.num_envs
+        self._batched: dict[int, Any] = {}  # the batched space of a group of each size
+        #: Box observations by first env: the rows of the worker that gave them.
+        self._given: dict[int, Any] = {}
+        self._reused: Any = None  # with copy=False: the array Box batches are stacked into
+        self._new_step()
 
     # Actions out --------------------------------------------------------------------------
     #: ``check_actions``: each batch of actions is checked (:meth:`check_actions`) before
@@ -131,8 +152,7 @@ class VectorBatches:
     def stepped(self, workers: list[int], states: list[Any]) -> Result:
         """What a lockstep step returns, from these workers' states."""
         infos = self.gather(workers, states)
-        arrays = self._arrays
-        return self.observations(), arrays.rewards, arrays.terminated, arrays.truncated, infos
+        return self.observations(), self._rewards, self._terminated, self._truncated, infos
 
     def received(self, workers: list[int], states: list[Any], env_ids: list[int]) -> Result:
         """What ``recv`` returns, from these workers' states: a row per env of
@@ -148,16 +168,15 @@ class VectorBatches:
         if joined is None:
             infos = info_rows(self.gather(workers, states), rows)
         else:
-            self._arrays.new_step()
-            self._layout.write(workers, states, self._arrays)
+            self._new_step()
+            self._write(workers, states)
             infos = joined
         infos["env_id"] = rows
-        arrays = self._arrays
         return (
             self.observations(rows),
-            arrays.rewards[rows],
-            arrays.terminated[rows],
-            arrays.truncated[rows],
+            self._rewards[rows],
+            self._terminated[rows],
+            self._truncated[rows],
             infos,
         )
 
@@ -187,14 +206,13 @@ class VectorBatches:
         """Write these workers' states into the envs' observations, and into new arrays of
         rewards and flags (those handed out before stay as they were); their infos,
         indexed by env."""
-        arrays = self._arrays
-        arrays.new_step()
+        self._new_step()
         if self._layout.batched:
-            self._layout.write(workers, states, arrays)
+            self._write(workers, states)
             return self._layout.infos_of(workers, states, self._add_info)
         infos: dict[str, Any] = {}
-        observations = arrays.per_env
-        rewards, terminated, truncated = arrays.rewards, arrays.terminated, arrays.truncated
+        observations = self._per_env
+        rewards, terminated, truncated = self._rewards, self._terminated, self._truncated
         for i, step in zip(workers, states, strict=True):
             observations[i] = step.observation
             rewards[i], terminated[i], truncated[i] = step.reward, step.terminated, step.truncated
@@ -212,22 +230,78 @@ class VectorBatches:
             latest = self._latest()
             if latest is not None:
                 return latest
-        arrays = self._arrays
-        if self._layout.batched and arrays.box:
+        if self._layout.batched and self._box:
             if rows is None:
-                return arrays.batch(self._layout.parts)
+                return self._box_batch(self._layout.parts)
             parts = self._whole_parts(rows)
-            return arrays.batch(self._layout.parts)[rows] if parts is None else arrays.batch(parts)
-        per_env = arrays.per_env
+            if parts is None:
+                return self._box_batch(self._layout.parts)[rows]
+            return self._box_batch(parts)
+        per_env = self._per_env
         chosen = per_env if rows is None else [per_env[i] for i in rows]
-        space = arrays.single_space
-        if arrays.copy or rows is not None:
+        space = self._single_space
+        if self._copy or rows is not None:
             out = create_empty_array(space, len(chosen))
         else:
             if self._out is None:
                 self._out = create_empty_array(space, len(chosen))
             out = self._out
         return concatenate(space, chosen, out)  # type: ignore[arg-type]
+
+    def _write(self, worker_ids: list[int], batches: list[BatchStep[Any]]) -> None:
+        """Write each worker's BatchStep into its envs' rows."""
+        for worker_id, batch in zip(worker_ids, batches, strict=True):
+            part = self._layout.parts[worker_id]
+            self._observe(part, batch.observations)
+            self._rewards[part] = batch.rewards
+            self._terminated[part] = batch.terminated
+            self._truncated[part] = batch.truncated
+
+    def _observe(self, part: slice, observations: Any) -> None:
+        if self._box:
+            self._given[part.start] = observations
+            return
+        size = part.stop - part.start
+        batched = self._batched.get(size)
+        if batched is None:
+            batched = self._batched[size] = batch_space(self._single_space, size)
+        for index, observation in enumerate(iterate(batched, observations), part.start):
+            self._per_env[index] = observation
+
+    def _box_batch(self, parts: list[slice]) -> Any:
+        """The Box observations of the envs ``parts`` (each a worker's rows), in that
+        order: one copy of what the workers gave (zeros for an env never observed)."""
+        space = self._single_space
+        count = sum(part.stop - part.start for part in parts)
+        chosen = [self._given.get(part.start) for part in parts]
+        if not self._copy and len(chosen) == 1:
+            given = chosen[0]
+            if (
+                type(given) is np.ndarray
+                and given.dtype == space.dtype
+                and given.shape == (count, *space.shape)
+            ):
+                return given  # zero copies: valid until the worker's next step
+        if self._copy:
+            out = np.empty((count, *space.shape), space.dtype)
+        else:
+            reused = self._reused
+            if reused is None or len(reused) < count:
+                reused = self._reused = np.empty((len(self._per_env), *space.shape), space.dtype)
+            out = reused[:count]
+        at = 0
+        for part, latest in zip(parts, chosen, strict=True):
+            size = part.stop - part.start
+            out[at : at + size] = 0 if latest is None else latest
+            at += size
+        return out
+
+    def _new_step(self) -> None:
+        """New arrays of rewards and flags (those handed out before stay as they were)."""
+        size = len(self._per_env)
+        self._rewards = np.zeros(size, np.float64)
+        self._terminated = np.zeros(size, np.bool_)
+        self._truncated = np.zeros(size, np.bool_)
 
     def _whole_parts(self, rows: npt.NDArray[np.int64]) -> list[slice] | None:
         """The workers' rows that ``rows`` are, one worker after another; None if they

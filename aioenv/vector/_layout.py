@@ -27,7 +27,7 @@ from gymnasium.spaces import (
     Text,
     Tuple,
 )
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from ..core._commands import RESET, Reset
 from ..core._environment import BatchStep
@@ -35,7 +35,7 @@ from ..core._messages import PerEnv
 from ..core._seeds import per_env_seeds, reset_mask
 from ._infos import AddInfo, joined_flat, joined_infos, merge_infos
 
-__all__ = ["EnvLayout", "VectorArrays"]
+__all__ = ["EnvLayout"]
 
 #: ``flatten``'s default: every worker was asked.
 _ALL_ASKED = object()
@@ -193,17 +193,6 @@ class EnvLayout:
                 out.extend(result if size > 1 or self._lists else [result])
         return out
 
-    def write(
-        self, worker_ids: list[int], batches: list[BatchStep[Any]], into: VectorArrays
-    ) -> None:
-        """Write each worker's BatchStep into its envs' rows of the vector env's arrays."""
-        for worker_id, batch in zip(worker_ids, batches, strict=True):
-            part = self.parts[worker_id]
-            into.observe(part, batch.observations)
-            into.rewards[part] = batch.rewards
-            into.terminated[part] = batch.terminated
-            into.truncated[part] = batch.truncated
-
     @staticmethod
     def joined_rows(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
         """The infos of these workers' batches over their own rows alone, one worker's
@@ -254,80 +243,6 @@ def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
     if any(infos is None for infos, _ in groups):
         return None
     return joined_infos(groups)  # type: ignore[arg-type]
-
-
-class VectorArrays:
-    """The vector env's latest observations (kept between steps: a masked reset leaves
-    the other envs' as they were) and one step's rewards and flags.
-
-    A Box space's observations are kept as each worker last gave them, not copied: an
-    array of its own, or a view of its shared memory, which stays what the worker last
-    answered until the vector env sends it another step or reset (controls leave it
-    alone), and every call that sends one takes the answer before it returns, or drops
-    it; the view then shows the env's newest observation, as gymnasium's
-    ``AsyncVectorEnv`` with shared memory does. :meth:`batch` copies them once, into
-    the array the vector env returns: a new one each time with ``copy``, else one array
-    reused (or, for a single worker's rows, its view itself), valid until the next call.
-    """
-
-    def __init__(self, single_space: Any, num_envs: int, *, copy: bool = True) -> None:
-        self.box = isinstance(single_space, Box)
-        self.copy = copy
-        self.single_space = single_space
-        #: Each env's latest observation: for spaces other than Box, and for any space where
-        #: every worker steps one env (its state holds one observation, not a batch).
-        self.per_env: list[Any] = [None] * num_envs
-        self._batched: dict[int, Any] = {}  # the batched space of a group of each size
-        #: Box observations by first env: the rows of the worker that gave them.
-        self._latest: dict[int, Any] = {}
-        self._reused: Any = None  # with copy=False: the array batches are stacked into
-        self.new_step()
-
-    def observe(self, part: slice, observations: Any) -> None:
-        if self.box:
-            self._latest[part.start] = observations
-            return
-        size = part.stop - part.start
-        batched = self._batched.get(size)
-        if batched is None:
-            batched = self._batched[size] = batch_space(self.single_space, size)
-        for index, observation in enumerate(iterate(batched, observations), part.start):
-            self.per_env[index] = observation
-
-    def batch(self, parts: list[slice]) -> Any:
-        """The Box observations of the envs ``parts`` (each a worker's rows), in that
-        order: one copy of what the workers gave (zeros for an env never observed)."""
-        space = self.single_space
-        count = sum(part.stop - part.start for part in parts)
-        chosen = [self._latest.get(part.start) for part in parts]
-        if not self.copy and len(chosen) == 1:
-            given = chosen[0]
-            if (
-                type(given) is np.ndarray
-                and given.dtype == space.dtype
-                and given.shape == (count, *space.shape)
-            ):
-                return given  # zero copies: valid until the worker's next step
-        if self.copy:
-            out = np.empty((count, *space.shape), space.dtype)
-        else:
-            reused = self._reused
-            if reused is None or len(reused) < count:
-                reused = self._reused = np.empty((len(self.per_env), *space.shape), space.dtype)
-            out = reused[:count]
-        at = 0
-        for part, latest in zip(parts, chosen, strict=True):
-            size = part.stop - part.start
-            out[at : at + size] = 0 if latest is None else latest
-            at += size
-        return out
-
-    def new_step(self) -> None:
-        """New arrays of rewards and flags (those handed out before stay as they were)."""
-        size = len(self.per_env)
-        self.rewards = np.zeros(size, np.float64)
-        self.terminated = np.zeros(size, np.bool_)
-        self.truncated = np.zeros(size, np.bool_)
 
 
 class _OwnBatching(Exception):
