@@ -9,12 +9,13 @@ back-pressure: a slow policy leaves every worker idle after one step, never queu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import math
 import operator
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 
@@ -28,14 +29,15 @@ from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
-from ._quota import Boundary, Quota, make_quota
 from ._rows import NEEDS_RESET, EpisodeRows, Track, detach_rows, trajectories
 
-__all__ = ["Collector", "Policy", "PoolDriver", "collect"]
+__all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", "make_quota"]
 
 #: A sync or async callable from a :class:`Batch` to one action per row (a sequence or an
 #: array whose first axis is the rows).
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
+#: Where a collect() call may cut an episode: whole episodes only, or at any step.
+Boundary = Literal["episode", "step"]
 
 
 class PoolDriver:
@@ -351,3 +353,56 @@ async def collect(
         boundary=boundary,
         progress=progress,
     )
+
+
+# How much a collect() call gathers: the quota options, checked, and how they count ------
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """What one collect() call must gather, and how to count it per worker."""
+
+    amount: int
+    unit: Literal["steps", "episodes"]
+    per_worker: bool
+    fraction: float
+    boundary: Boundary
+
+    def count(self, track: Track) -> int:
+        if self.unit == "episodes":
+            return len(track.finished)
+        rows = sum(len(episode) for episode in track.finished)
+        if self.boundary == "step" and track.episode is not None:
+            rows += len(track.episode)
+        return rows
+
+    def met(self, tracks: Sequence[Track], active: list[int]) -> bool:
+        if not self.per_worker:
+            return sum(self.count(track) for track in tracks) >= self.amount
+        needed = max(1, math.ceil(self.fraction * len(active) - 1e-9))
+        return sum(self.count(tracks[w]) >= self.amount for w in active) >= needed
+
+    def wants_more(self, track: Track) -> bool:
+        return not self.per_worker or self.count(track) < self.amount
+
+
+def make_quota(
+    num_steps: int | None,
+    num_episodes: int | None,
+    per_worker: bool,
+    fraction: float,
+    boundary: Boundary,
+) -> Quota:
+    if (num_steps is None) == (num_episodes is None):
+        raise ValueError("collect() needs exactly one of num_steps= or num_episodes=")
+    amount = num_steps if num_steps is not None else num_episodes
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
+        raise ValueError(f"num_steps/num_episodes must be an int >= 1, got {amount!r}")
+    if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
+    if fraction != 1 and not per_worker:
+        raise ValueError("fraction < 1 needs per_worker=True (it counts workers that met theirs)")
+    if boundary not in ("episode", "step"):
+        raise ValueError(f"boundary must be 'episode' or 'step', got {boundary!r}")
+    if boundary == "step" and num_steps is None:
+        raise ValueError("boundary='step' applies to num_steps (num_episodes counts whole ones)")
+    unit: Literal["steps", "episodes"] = "steps" if num_steps is not None else "episodes"
+    return Quota(amount, unit, bool(per_worker), float(fraction), boundary)
