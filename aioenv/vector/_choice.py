@@ -288,11 +288,10 @@ def choose_mode(
             "step in child processes, grouped as mode='process' groups them.",
         )
     batch = _below(batch_size, num_envs)
-    if cores is not None:
-        return _by_cost(step, num_envs, cores, batch, workers_asked=workers_asked)
-    cores = usable_cores()
+    given = cores is not None  # then other work's share of them is not watched
+    cores = usable_cores() if cores is None else cores
     choice = _by_cost(step, num_envs, cores, batch, workers_asked=workers_asked)
-    if choice.mode != "process":
+    if given or choice.mode != "process":
         return choice
     taken = int(busy_cores() + 1 - BUSY_SHARE)
     if not taken:
