@@ -296,14 +296,20 @@ class ActorHost(Replaceable["ActorHost"]):
             if seq and op in (Request.STEP, Request.CONTROL) and self.alive:
                 deliver[slot](self, seq, failure, False)
 
-    def _die(self, reason: str) -> None:
-        """The actor is gone: tell every slot still in use, once."""
-        if self.death is None:
-            self.death = reason
-            self._queued.clear()
-            self._close_direct()
-            self._kill_actor()  # merely unreachable, it might come back: make sure it won't
+    def _die(self, reason: str, killed_for: int | None = None) -> None:
+        """The actor is gone, or is killed because the env in slot ``killed_for`` failed:
+        tell every slot still in use, once (after a kill, in the next loop iteration)."""
+        if self.death is not None:
+            return
+        self.killed_for = killed_for
+        self.death = reason
+        self._queued.clear()
+        self._close_direct()
+        self._kill_actor()  # merely unreachable, it might come back: make sure it won't
+        if killed_for is None:
             self._report_death()
+        elif self._loop is not None:
+            self._loop.call_soon(self._report_death)
 
     def _close_direct(self) -> None:
         if self._direct is not None:
@@ -319,15 +325,7 @@ class ActorHost(Replaceable["ActorHost"]):
     def kill(self, slot: int, reason: str) -> None:
         """Kill the actor at once because the env in ``slot`` failed (``reason`` says how);
         the other slots hear of it in the next loop iteration."""
-        if self.death is not None:
-            return
-        self.killed_for = slot
-        self.death = f"its Ray actor was killed because {reason}"
-        self._queued.clear()
-        self._close_direct()
-        self._kill_actor()
-        if self._loop is not None:
-            self._loop.call_soon(self._report_death)
+        self._die(f"its Ray actor was killed because {reason}", killed_for=slot)
 
     def release(self, slot: int) -> None:
         """The env in ``slot`` is done: close it; the last one closes the actor's envs
