@@ -230,21 +230,19 @@ def _column(items: list[Any]) -> Any:
 
 
 def joined(segments: list[Segment]) -> Segment:
-    """The segments of a worker's envs, one after the other."""
-    return Segment(
-        observations=_joined([s.observations for s in segments]),
-        actions=_joined([s.actions for s in segments]),
-        rewards=np.concatenate([s.rewards for s in segments]),
-        terminated=np.concatenate([s.terminated for s in segments]),
-        truncated=np.concatenate([s.truncated for s in segments]),
-        next_observations=_joined([s.next_observations for s in segments]),
-        step=np.concatenate([s.step for s in segments]),
-        env=np.concatenate([s.env for s in segments]),
-        version=segments[0].version,
-    )
+    """The segments of a worker's envs, one after the other (each column joined by
+    :func:`_joined`: the 1-d arrays of rewards, flags, steps and envs are concatenated)."""
+    columns = {name: _joined([getattr(s, name) for s in segments]) for name in _SEGMENT_COLUMNS}
+    return Segment(**columns, version=segments[0].version)
+
+
+#: A Segment's columns: every field but its version.
+_SEGMENT_COLUMNS = tuple(f.name for f in dataclasses.fields(Segment) if f.name != "version")
 
 
 def _joined(parts: list[Any]) -> Any:
+    """One column of several segments: arrays of one row shape concatenated, else the
+    items listed."""
     if all(isinstance(part, np.ndarray) for part in parts):
         shapes = {part.shape[1:] for part in parts}
         if len(shapes) == 1:
