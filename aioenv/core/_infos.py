@@ -110,8 +110,9 @@ class FlatInfos(NamedTuple):
         """The group's vector infos and kinds, as
         :func:`~aioenv.env_side._infos.group_infos` gives them."""
         records = np.frombuffer(self.data, record_dtype(self.keys, self.codes))
+        types = _code_types(self.codes)
         return flat_columns(records, self.keys, len(records)), {
-            (key,): _CODE_TYPES[code] for key, code in zip(self.keys, self.codes, strict=True)
+            (key,): kind for key, kind in zip(self.keys, types, strict=True)
         }
 
 
@@ -127,37 +128,25 @@ def flat_columns(records: Any, keys: tuple[str, ...], size: int) -> dict[str, An
 
 @functools.cache
 def record_dtype(keys: tuple[str, ...], codes: tuple[str, ...]) -> np.dtype[Any]:
-    """The numpy dtype of one record of :class:`FlatInfos` with these keys and codes."""
-    return np.dtype([(key, _CODE_DTYPES[code]) for key, code in zip(keys, codes, strict=True)])
+    """The numpy dtype of one record of :class:`FlatInfos` with these keys and codes (a
+    Python type's name is numpy's name of its dtype too: ``np.dtype("int")``)."""
+    return np.dtype([(key, np.dtype(code)) for key, code in zip(keys, codes, strict=True)])
 
 
 def scalar_code(kind: type) -> str | None:
     """The code of a scalar type in a :class:`FlatInfos` record: its name for Python's,
     its dtype string for numpy's, None for any other type."""
-    code: str | None = _CODES[kind]
-    return code
-
-
-class _Codes(dict[type, str]):
-    def __missing__(self, kind: type) -> Any:
-        if not (isinstance(kind, type) and issubclass(kind, np.number)):
-            return None
-        code = self[kind] = np.dtype(kind).str
+    if kind in PYTHON_SCALARS:
+        return kind.__name__
+    if isinstance(kind, type) and issubclass(kind, np.number):
+        code: str = np.dtype(kind).str
         return code
+    return None
 
 
-class _CodeDtypes(dict[str, Any]):
-    def __missing__(self, code: str) -> Any:
-        dtype = self[code] = np.dtype(code)
-        return dtype
-
-
-class _CodeTypes(dict[str, Any]):
-    def __missing__(self, code: str) -> Any:
-        kind = self[code] = np.dtype(code).type
-        return kind
-
-
-_CODES = _Codes({int: "int", float: "float", bool: "bool"})
-_CODE_DTYPES = _CodeDtypes({"int": np.dtype(int), "float": np.dtype(float), "bool": np.dtype(bool)})
-_CODE_TYPES = _CodeTypes({"int": int, "float": float, "bool": bool})
+@functools.cache
+def _code_types(codes: tuple[str, ...]) -> tuple[type, ...]:
+    """The type of each code's values: the Python type a name codes, else the numpy
+    scalar type of the dtype string."""
+    python = {kind.__name__: kind for kind in PYTHON_SCALARS}
+    return tuple(python.get(code) or np.dtype(code).type for code in codes)
