@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -29,28 +29,6 @@ from ._segment import PolicyCache, joined, play
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
 _NOT_STEPS = "envs_per_worker needs gymnasium envs (aioenv.Step states)"
-
-
-class Runner(Protocol):
-    """What every worker kind drives: an :class:`EnvRunner` or a :class:`VectorRunner`."""
-
-    build_failure: Failure | None
-
-    def build(self) -> None: ...
-
-    @property
-    def built(self) -> bool: ...
-
-    @property
-    def spaces(self) -> tuple[Any, Any]: ...
-
-    def handle(self, action: Any) -> Any: ...
-
-    def reset(self) -> Any: ...
-
-    def control(self, request: ControlRequest) -> Any: ...
-
-    def close(self) -> Failure | None: ...
 
 
 def make_runner(
@@ -360,6 +338,10 @@ class VectorRunner:
     def close(self) -> Failure | None:
         failures = [runner.close() for runner in self.runners]
         return next((failure for failure in failures if failure is not None), None)
+
+
+#: What every worker kind drives: an :class:`EnvRunner` or a :class:`VectorRunner`.
+Runner = EnvRunner | VectorRunner
 
 
 def _for_env(request: ControlRequest, index: int) -> ControlRequest:
