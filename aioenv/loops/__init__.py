@@ -2,7 +2,7 @@
 
 The public name is this re-export (and the same name at ``aioenv``'s top level); the
 modules themselves are private: ``_choice`` (the one rule for uvloop against asyncio's own
-loop), ``_host`` (the :class:`~aioenv.loops._host.LoopHost` protocol and the choice of a
+loop), ``_host`` (:data:`~aioenv.loops._host.LoopHost`, either host, and the choice of a
 host for synchronous callers), ``_inline`` and ``_background`` (the two hosts), ``_here``
 (what runs the calling thread) and ``_trio_bridge`` (pools under trio; the only module
 that imports trio, itself imported only once trio runs).

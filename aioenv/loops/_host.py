@@ -1,7 +1,7 @@
 """What hosts an event loop for synchronous callers, and what hosts a coroutine env's calls
 away from its pool's loop.
 
-A :class:`LoopHost` is an asyncio loop that synchronous code hands coroutines to:
+A :data:`LoopHost` is an asyncio loop that synchronous code hands coroutines to:
 :class:`~aioenv.loops._inline.InlineLoop` runs it in the caller's own thread during each
 call, :class:`~aioenv.loops._background.BackgroundLoop` in a daemon thread of its own.
 :func:`host_for_sync_calls` chooses between them. A :class:`CoroutineHost` is handed to
@@ -11,8 +11,8 @@ loop (under trio, in the trio run: see :mod:`aioenv.loops._trio_bridge`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from ._background import BackgroundLoop
 from ._here import loop_running_here
@@ -23,29 +23,13 @@ __all__ = ["CoroutineHost", "LoopHost", "host_for_sync_calls"]
 T = TypeVar("T")
 
 
-class LoopHost(Protocol):
-    """An event loop that synchronous code runs coroutines on."""
-
-    @property
-    def running(self) -> bool:
-        """Calls can still be made (not stopped)."""
-
-    @property
-    def in_loop_thread(self) -> bool:
-        """The caller runs on the loop right now, so a call from it would wait on itself."""
-
-    def call(
-        self,
-        function: Callable[..., Coroutine[Any, Any, T]],
-        *args: Any,
-        timeout: float | None = None,
-    ) -> T:
-        """Run ``function(*args)`` on the loop and return its result, ``timeout`` seconds
-        at most. If the caller is interrupted (Ctrl-C), the coroutine is cancelled before
-        the exception goes on."""
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop, waiting up to ``timeout`` seconds for what runs it to end."""
+#: An event loop that synchronous code runs coroutines on, one of the two hosts. Both have
+#: ``running`` (calls can still be made), ``in_loop_thread`` (the caller runs on the loop
+#: right now, so a call from it would wait on itself), ``call(function, *args,
+#: timeout=None)`` (run ``function(*args)`` on the loop and return its result; if the
+#: caller is interrupted, the coroutine is cancelled before the exception goes on) and
+#: ``stop(timeout=5.0)``.
+LoopHost = InlineLoop | BackgroundLoop
 
 
 class CoroutineHost(Protocol):
