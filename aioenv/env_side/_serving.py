@@ -85,9 +85,9 @@ class Slots:
 
     def _runner(self, slot: int, seed: GroupSeed, episode: EpisodeOptions) -> Runner:
         source = self.sources[slot]
-        if isinstance(source, _Unpicklable):
+        if isinstance(source, Failure):  # the source could not be unpickled here
             failed = EnvRunner(None, None, episode, self._policies)
-            failed.build_failure = source.failure  # reported by every request, as a build's
+            failed.build_failure = source  # reported by every request, as a build's
             return failed
         return make_runner(source, seed, episode, self._policies)
 
@@ -97,15 +97,10 @@ def _stack_into(runner: Runner, views: Any) -> None:
         runner.stack_into = views if type(views) is np.ndarray else None
 
 
-class _Unpicklable:
-    """Stands in for an env source that could not be unpickled here."""
-
-    def __init__(self, failure: Failure) -> None:
-        self.failure = failure
-
-
 def _unpickled(payload: bytes) -> Any:
+    """The env source ``payload`` pickles, or the Failure that stands in for it where it
+    cannot be unpickled here (no env source is a Failure)."""
     try:
         return cloudpickle.loads(payload)
     except Exception as exc:
-        return _Unpicklable(Failure.from_exception(exc, "construction (unpickling)"))
+        return Failure.from_exception(exc, "construction (unpickling)")
