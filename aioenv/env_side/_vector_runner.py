@@ -108,15 +108,12 @@ class VectorRunner:
             return self._rollout(action)
         try:
             if isinstance(action, Reset):
-                return self._reset(action.seed, action.options)
+                return self.reset(action.seed, action.options)
             if isinstance(action, Command) and action is RESET:
-                return self._reset(None, None)
+                return self.reset()
             return self.step(action)
         except Exception as exc:  # stacking the envs' answers: reported like an env's error
             return Failure.from_exception(exc, "batching the envs' states")
-
-    def reset(self) -> Any:
-        return self._reset(None, None)
 
     def _rollout(self, request: Rollout) -> Segment | Failure:
         """Each env plays the segment in turn (``num_steps`` transitions each), with the
@@ -132,7 +129,9 @@ class VectorRunner:
             segments.append(segment)
         return joined(segments)
 
-    def _reset(self, seed: Any, options: dict[str, Any] | None) -> Any:
+    def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
+        """Reset the envs (see the class's docstring for ``seed`` and the reset mask in
+        ``options``): a BatchStep, or a Failure."""
         self.build()
         if self.build_failure is not None:
             return self.build_failure
