@@ -386,35 +386,24 @@ def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
 
 def answer_control(env: Any, request: ControlRequest) -> Any:
     """The answer to a call, get or set (a method's result may be a coroutine)."""
+    adapted = isinstance(env, _ADAPTERS)  # its attributes are the wrapped env's
     if request.op == "set":
-        _set_attr(env, request.name, request.args[0])
+        if adapted:
+            env.set_attr(request.name, request.args[0])
+        else:
+            setattr(env, request.name, request.args[0])
         return None
     if request.op == "apply":
         function, *args = request.args
         if function is None:
             return None
-        return function(_as_built(env), *args, **request.kwargs)
-    value = _get_attr(env, request.name)
+        # The env as its factory built it: a gymnasium env with its own wrappers, a
+        # parallel env (not its lanes), or the Environment itself.
+        built = env.env if adapted else env
+        if isinstance(built, AgentLanesEnv):
+            built = built.parallel_env
+        return function(built, *args, **request.kwargs)
+    value = env.get_attr(request.name) if adapted else getattr(env, request.name)
     if request.op == "call" and callable(value):
         return value(*request.args, **request.kwargs)
     return value
-
-
-def _as_built(env: Any) -> Any:
-    """The env as its factory built it: a gymnasium env with its own wrappers, a parallel
-    env (not its lanes), or the Environment itself."""
-    built = env.env if isinstance(env, _ADAPTERS) else env
-    return built.parallel_env if isinstance(built, AgentLanesEnv) else built
-
-
-def _get_attr(env: Any, name: str) -> Any:
-    if isinstance(env, _ADAPTERS):
-        return env.get_attr(name)
-    return getattr(env, name)
-
-
-def _set_attr(env: Any, name: str, value: Any) -> None:
-    if isinstance(env, _ADAPTERS):
-        env.set_attr(name, value)
-    else:
-        setattr(env, name, value)
