@@ -160,15 +160,33 @@ class _Bridge:
         for it to end (a second cancellation stops waiting: the task is left to trio)."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[outcome.Outcome[T]] = loop.create_future()
-        job = _TrioJob(function, loop, ended)
+        # The task's cancel scope, made here so that a cancellation that comes before the
+        # task enters it (``run_sync_soon`` may call it first) still counts.
+        scope = trio.CancelScope()
+
+        def finish(result: outcome.Outcome[T]) -> None:  # on the bridge loop
+            if not ended.done():
+                ended.set_result(result)
+
+        async def run() -> None:  # the trio task; its outcome goes to ``ended``
+            result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
+            with scope:
+                result = await outcome.acapture(function)
+                if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
+                    result.unwrap()  # the scope catches its own cancellation
+            if scope.cancelled_caught:
+                result = outcome.Error(asyncio.CancelledError())
+            with contextlib.suppress(RuntimeError):  # the bridge loop closed: nobody waits
+                loop.call_soon_threadsafe(finish, result)
+
         try:
-            self.token.run_sync_soon(trio.lowlevel.spawn_system_task, job.run)
+            self.token.run_sync_soon(trio.lowlevel.spawn_system_task, run)
         except trio.RunFinishedError:  # closed at interpreter exit: best effort, here
             return await function()
         try:
             result = await asyncio.shield(ended)
         except asyncio.CancelledError:
-            self.token.run_sync_soon(job.scope.cancel)
+            self.token.run_sync_soon(scope.cancel)
             await asyncio.shield(ended)  # the task ends once cancelled
             raise
         return result.unwrap()
@@ -186,39 +204,6 @@ class _Bridge:
     def stop(self) -> None:
         self.closed = True
         self.background.stop()
-
-
-class _TrioJob:
-    """One coroutine env call run as a trio task; its outcome goes to ``ended`` on the
-    bridge loop. ``scope.cancel`` runs in the trio run."""
-
-    def __init__(
-        self,
-        function: Callable[[], Awaitable[Any]],
-        loop: asyncio.AbstractEventLoop,
-        ended: asyncio.Future[Any],
-    ) -> None:
-        self._function = function
-        self._loop = loop
-        self._ended = ended
-        #: The task's cancel scope, made here so that a cancellation that comes before
-        #: the task enters it (``run_sync_soon`` may call it first) still counts.
-        self.scope = trio.CancelScope()
-
-    async def run(self) -> None:
-        result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
-        with self.scope as scope:
-            result = await outcome.acapture(self._function)
-            if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
-                result.unwrap()  # the scope catches its own cancellation
-        if scope.cancelled_caught:
-            result = outcome.Error(asyncio.CancelledError())
-        with contextlib.suppress(RuntimeError):  # the bridge loop closed: nobody waits
-            self._loop.call_soon_threadsafe(self._finish, result)
-
-    def _finish(self, result: outcome.Outcome[Any]) -> None:
-        if not self._ended.done():
-            self._ended.set_result(result)
 
 
 class _Forwarder:
