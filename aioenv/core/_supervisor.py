@@ -38,6 +38,20 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
+def _no_controls(error: WorkerError) -> None:
+    """No control request is in flight beside the one answered."""
+
+
+def _always_awaited(seq: int) -> bool:
+    return True  # the request in flight is awaited until it is answered
+
+
+def _no_deadline(seq: int, timeout: float, elapsed: float) -> None:
+    raise AssertionError(
+        "a request answered in the calling thread has no deadline here"
+    )  # pragma: no cover
+
+
 @dataclasses.dataclass(frozen=True)
 class Remedies:
     """What a supervisor can do to its worker; the worker gives these callbacks.
@@ -50,14 +64,19 @@ class Remedies:
     worker is open and sent nothing since). ``time_out(seq, timeout, elapsed)``: request
     ``seq`` ran past its deadline. ``start_env`` also gets the failure that caused the
     restart, for its own error if the start fails.
+
+    The last three default to those of a supervisor whose request in flight is answered
+    in the calling thread (envs in line, an engine's children): it is awaited until it is
+    answered (it cannot be abandoned, so it has no deadline of the supervisor's), and no
+    control request is in flight beside it.
     """
 
     discard_env: Callable[[bool], None]
     start_env: Callable[[int, int | None, str], None]
     fail: Callable[[WorkerError, bool], None]
-    fail_controls: Callable[[WorkerError], None]
-    awaiting: Callable[[int], bool]
-    time_out: Callable[[int, float, float], None]
+    fail_controls: Callable[[WorkerError], None] = _no_controls
+    awaiting: Callable[[int], bool] = _always_awaited
+    time_out: Callable[[int, float, float], None] = _no_deadline
 
 
 class Supervisor:

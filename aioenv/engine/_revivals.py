@@ -27,8 +27,8 @@ from ..core._environment import BatchStep
 from ..core._errors import WorkerError
 from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, open_episode, restart_answers
 from ..core._supervision import Supervision, report_failure
-from ..core._supervisor import Supervisor
-from ..env_side._env_restarts import ThreadClock, thread_remedies
+from ..core._supervisor import Remedies, Supervisor
+from ..env_side._env_restarts import ThreadClock
 from ._child import ChildPlan, Revived
 
 __all__ = ["Revivals"]
@@ -99,7 +99,7 @@ class _OneChild:
     def __init__(self, owner: Revivals, w: int, plan: ChildPlan, options: Supervision) -> None:
         self.owner, self.w, self.plan = owner, w, plan
         # The child is dead or killed, nothing to discard: its new one ends it.
-        remedies = thread_remedies(_kept, self._start, self._fail)
+        remedies = Remedies(_kept, self._start, self._fail)
         self.supervisor = Supervisor(options, plan.seed, remedies)
         self._then: tuple[str, Any] = ("step", None)  # what the new child is handed
         self._answer: Any = None  # the state the new child answers with, if known now

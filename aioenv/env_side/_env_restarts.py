@@ -39,7 +39,7 @@ from ..core._supervisor import Remedies, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 
-__all__ = ["RESTART_OPTIONS", "EnvRestarts", "ThreadClock", "thread_remedies"]
+__all__ = ["RESTART_OPTIONS", "EnvRestarts", "ThreadClock"]
 
 #: The supervision options envs stepped in line take (deadlines need a worker to abandon).
 RESTART_OPTIONS = frozenset(
@@ -185,7 +185,7 @@ class _OneEnv:
         self.owner, self.index, self.source = owner, index, source
         self._runners: list[Any] = owner.runner.runners  # the vector runner's, by env
         self.name = f"{owner.where} {owner.first + index} ({describe_source(source)})"
-        remedies = thread_remedies(self._discard_env, self._start_env, self._fail)
+        remedies = Remedies(self._discard_env, self._start_env, self._fail)
         self.supervisor = Supervisor(options, seed, remedies)
         self._sent: Any = None  # the request being answered
         self._last: Any = None  # the state last handed out before it (a Step or a row)
@@ -308,28 +308,3 @@ class _Pending:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._old, name)
-
-
-def thread_remedies(
-    discard_env: Callable[[bool], None],
-    start_env: Callable[[int, int | None, str], None],
-    fail: Callable[[WorkerError, bool], None],
-) -> Remedies:
-    """The remedies of a supervisor whose request in flight is answered in the calling
-    thread: awaited until it is answered (it cannot be abandoned, so it has no deadline
-    of the supervisor's), and no control request in flight beside it."""
-    return Remedies(discard_env, start_env, fail, _nothing, _always, _never)
-
-
-def _nothing(error: WorkerError) -> None:
-    """No control request is in flight beside the one answered."""
-
-
-def _always(seq: int) -> bool:
-    return True  # the request in flight is awaited until it is answered
-
-
-def _never(seq: int, timeout: float, elapsed: float) -> None:
-    raise AssertionError(
-        "a request answered in the calling thread has no deadline here"
-    )  # pragma: no cover
