@@ -34,10 +34,8 @@ _GYMNASIUM_NAMES = {
 def autoreset_name(mode: object) -> object:
     """aioenv's name for an autoreset mode given as gymnasium's ``AutoresetMode`` member or
     its value (``"NextStep"``, ``"SameStep"``, ``"Disabled"``); anything else unchanged."""
-    if isinstance(mode, AutoresetMode):
-        return _GYMNASIUM_NAMES[mode]
     for member, name in _GYMNASIUM_NAMES.items():
-        if mode == member.value:
+        if mode is member or mode == member.value:
             return name
     return mode
 
