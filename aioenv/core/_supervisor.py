@@ -167,12 +167,9 @@ class Supervisor:
 
     def arm_budget(self, clock: Clock, remaining: float, ran_out: Callable[[], None]) -> None:
         """Call ``ran_out`` in ``remaining`` seconds unless the request in flight is
-        answered (or given up) first: the open episode's budget ends while it runs."""
-        self._budget_timer = clock.call_later(remaining, self._budget_ended, ran_out)
-
-    def _budget_ended(self, ran_out: Callable[[], None]) -> None:
-        self._budget_timer = None
-        ran_out()
+        answered (or given up) first: the open episode's budget ends while it runs. (A
+        timer that fired is cancelled by the next :meth:`disarm` to no effect.)"""
+        self._budget_timer = clock.call_later(remaining, ran_out)
 
     def disarm(self) -> None:
         if self._timer is not None:
