@@ -144,7 +144,11 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
     return answer
 
 
-_COLUMNS = ("observations", "actions", "rewards", "terminated", "truncated", "next", "step")
+#: A Segment's columns, in the order a transition's row gives them: every field but the
+#: env (the same for every row of a runner) and the version.
+_COLUMNS = tuple(f.name for f in dataclasses.fields(Segment) if f.name not in ("env", "version"))
+#: The dtype of each numeric column (the others are stacked where numpy can: _column).
+_DTYPES = {"rewards": np.float64, "terminated": np.bool_, "truncated": np.bool_, "step": np.int64}
 
 
 class _Stop(Exception):
@@ -200,18 +204,16 @@ def _resume(runner: Any) -> Cursor | None:
 
 
 def _segment(rows: dict[str, list[Any]], env: int, version: int) -> Segment:
+    """The Segment of ``rows`` (by column) played on env ``env``: each numeric column an
+    array of its dtype, the others stacked where numpy can."""
     count = len(rows["rewards"])
-    return Segment(
-        observations=_column(rows["observations"]),
-        actions=_column(rows["actions"]),
-        rewards=np.asarray(rows["rewards"], np.float64).reshape(count),
-        terminated=np.asarray(rows["terminated"], np.bool_).reshape(count),
-        truncated=np.asarray(rows["truncated"], np.bool_).reshape(count),
-        next_observations=_column(rows["next"]),
-        step=np.asarray(rows["step"], np.int64).reshape(count),
-        env=np.full(count, env, np.int64),
-        version=version,
-    )
+    columns = {
+        name: np.asarray(values, _DTYPES[name]).reshape(count)
+        if name in _DTYPES
+        else _column(values)
+        for name, values in rows.items()
+    }
+    return Segment(**columns, env=np.full(count, env, np.int64), version=version)
 
 
 _NUMERIC = (np.ndarray, np.generic, int, float, bool)
@@ -232,12 +234,9 @@ def _column(items: list[Any]) -> Any:
 def joined(segments: list[Segment]) -> Segment:
     """The segments of a worker's envs, one after the other (each column joined by
     :func:`_joined`: the 1-d arrays of rewards, flags, steps and envs are concatenated)."""
-    columns = {name: _joined([getattr(s, name) for s in segments]) for name in _SEGMENT_COLUMNS}
+    names = (*_COLUMNS, "env")
+    columns = {name: _joined([getattr(s, name) for s in segments]) for name in names}
     return Segment(**columns, version=segments[0].version)
-
-
-#: A Segment's columns: every field but its version.
-_SEGMENT_COLUMNS = tuple(f.name for f in dataclasses.fields(Segment) if f.name != "version")
 
 
 def _joined(parts: list[Any]) -> Any:
