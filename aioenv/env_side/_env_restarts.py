@@ -226,7 +226,9 @@ class _OneEnv:
         supervisor.answered(state=not failed)
         if failed:
             self._failure = result
-            self._on_failure(self._error(result))
+            error = EnvError.from_failure(result, self.name, self.owner.worker_id)
+            error.env = self.owner.first + self.index  # which env of the vector env
+            self._on_failure(error)
             return
         reason = supervisor.restart_completed
         if reason is not None:
@@ -260,12 +262,6 @@ class _OneEnv:
 
     def _deliver(self, state: Any) -> None:
         self._answer = self._last = state
-
-    def _error(self, failure: Failure) -> EnvError:
-        owner = self.owner
-        error = EnvError.from_failure(failure, self.name, owner.worker_id)
-        error.env = owner.first + self.index  # which env of the vector env
-        return error
 
     # Remedies --------------------------------------------------------------------------
     def _discard_env(self, env_gone: bool) -> None:
