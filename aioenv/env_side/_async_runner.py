@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
-from ..core._gymnasium import gymnasium_step
+from ..core._gymnasium import AsyncGymnasiumEnvironment, as_async_environment, gymnasium_step
 from ..core._messages import ControlRequest, Failure
 from ._plan import drive_async
 from ._runner import NOT_ACTIONS, EnvRunner

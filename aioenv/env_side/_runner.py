@@ -10,10 +10,10 @@ import dataclasses
 from typing import Any
 
 from ..core._agents import AgentLanesEnv
-from ..core._async_environment import AsyncGymnasiumEnvironment
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import PLAIN_STEP, Environment, EnvSource, Step
 from ..core._gymnasium import (
+    AsyncGymnasiumEnvironment,
     GymnasiumEnvironment,
     as_environment,
     build_environment,

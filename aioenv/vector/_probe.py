@@ -28,9 +28,13 @@ import cloudpickle
 
 from ..core import _pickling as pickling
 from ..core._agents import AgentLanesEnv, is_parallel_env
-from ..core._async_environment import AsyncGymnasiumEnvironment, as_async_environment
 from ..core._environment import EnvSource, describe_source
-from ..core._gymnasium import GymnasiumEnvironment, build_environment
+from ..core._gymnasium import (
+    AsyncGymnasiumEnvironment,
+    GymnasiumEnvironment,
+    as_async_environment,
+    build_environment,
+)
 from ..core._registry import merge as merge_registry
 from ..core._registry import snapshot as registry_snapshot
 from ..engine._start import ChildStart, Context, resolve_context
