@@ -119,7 +119,6 @@ class GroupCollector(PoolDriver):
         group_size: int,
         max_retries: int = 1,
     ) -> None:
-        super().__init__(pool, policy, [_Track() for _ in range(len(pool))])
         self.group_size = _count("group_size", group_size, 1)
         self.max_retries = _count("max_retries", max_retries, 0)
         if not callable(policy):
@@ -129,6 +128,7 @@ class GroupCollector(PoolDriver):
                 "collect_groups() starts every member with a reset given its task: it needs a "
                 f"pool with autoreset='disabled', not {pool.autoreset!r}"
             )
+        super().__init__(pool, policy, [_Track() for _ in range(len(pool))])
         self._tasks = _checked_tasks(tasks)
         self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
         self._open = 0  # groups not yet handed out

@@ -45,7 +45,7 @@ H = TypeVar("H", bound=SlotHost)
 
 class SlottedWorker(Worker[S], Generic[S, H]):
     """A worker in slot ``_slot`` of host ``_host``; kinds name their hosts (``_where``)
-    and start them (``_start_hosts``)."""
+    and start them (``_new_host``)."""
 
     #: The option that says how many workers share a host, for messages.
     _per_host_option: ClassVar[str]
@@ -124,7 +124,10 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         cls._starting(workers, hosts=-(-len(workers) // per_host))
         registry = registry_snapshot()
         for first in range(0, len(workers), per_host):
-            cls._start_hosts(workers[first : first + per_host], registry)
+            served = workers[first : first + per_host]
+            host = cls._new_host(served, registry)
+            for slot, worker in enumerate(served):
+                worker._join(host, slot)
 
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
@@ -132,9 +135,10 @@ class SlottedWorker(Worker[S], Generic[S, H]):
 
     @classmethod
     @abc.abstractmethod
-    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
-        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``) and join them;
-        ``registry``: this process's gymnasium ids (:func:`aioenv.core._registry.snapshot`)."""
+    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> H:
+        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``), which then
+        join it; ``registry``: this process's gymnasium ids
+        (:func:`aioenv.core._registry.snapshot`)."""
 
     @abc.abstractmethod
     def _where(self, host: H) -> str:

@@ -193,9 +193,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
         return host.label
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> Host:
         first = workers[0]
-        host = Host(
+        return Host(
             first._context,
             first.env_name,
             [worker._payload for worker in workers],
@@ -207,8 +207,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
             thread_caps=first._thread_caps,
             idle_spin=first._idle_spin,
         )
-        for slot, worker in enumerate(workers):
-            worker._join(host, slot)
 
     # What the steps travel in ------------------------------------------------------------
     def _lane(self) -> None:

@@ -187,9 +187,9 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         )
 
     @classmethod
-    def _start_hosts(cls, workers: Sequence[Any], registry: bytes) -> None:
+    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> ActorHost:
         first = workers[0]
-        host = ActorHost(
+        return ActorHost(
             first._actor_options,
             [worker._payload for worker in workers],
             [worker.seed for worker in workers],
@@ -200,8 +200,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             thread_caps=first._thread_caps,
             direct=first._direct,
         )
-        for slot, worker in enumerate(workers):
-            worker._join(host, slot)
 
     def _start_delay_cause(self) -> str | None:
         if self._shortage is None or self._host is None or self._host.answered:
