@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import signal
 import socket
-import threading
 from typing import Any
 
 import numpy as np
@@ -39,13 +37,7 @@ from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import EnvRestarts
 from ..env_side._idle_spin import IdleSpin
-from ..env_side._process_group import (
-    end_own_group,
-    exit_with_own_group,
-    exit_with_own_group_when_gone,
-    keep_own_group,
-    lead_own_group,
-)
+from ..env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
@@ -113,12 +105,7 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
     buffer's and the wakes' descriptors come first on ``sock``; ``alive`` is never written:
     it becomes readable when the parent is gone. What the envs start ends with this
     process (see :mod:`aioenv.env_side._process_group`)."""
-    lead_own_group()
-    keep_own_group()
-    # The loop below notices the parent's end between requests; an env that holds this
-    # thread (a step that hangs) would keep this process and its group alive without it.
-    threading.Thread(target=exit_with_own_group_when_gone, args=(alive,), daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
+    begin_serving(alive)
     sock.setblocking(True)
     slots: Slots | None = None
     gone = True  # the parent, unless it asks this child to close

@@ -37,10 +37,12 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 __all__ = [
     "TERMINATE_GRACE",
+    "begin_serving",
     "end_own_group",
     "exit_with_own_group",
     "exit_with_own_group_when_gone",
@@ -103,13 +105,35 @@ def exit_with_own_group(status: int, grace: float = TERMINATE_GRACE) -> NoReturn
     os._exit(status)
 
 
-def exit_with_own_group_when_gone(alive: socket.socket) -> NoReturn:
+def begin_serving(alive: socket.socket, keep: Callable[[int], None] = os.close) -> None:
+    """What a child process that serves envs does first, before it builds any: lead a
+    group of its own (:func:`lead_own_group`) with its keeper (:func:`keep_own_group`),
+    leave Ctrl-C to the parent (which decides when this child stops), and start the
+    thread that notices the parent's end (:func:`exit_with_own_group_when_gone`: the
+    child's loop notices it between requests, but an env that holds the main thread, a
+    step that hangs, would keep this process and its group alive without it).
+    ``keep``: what takes each descriptor the parent sends on ``alive``."""
+    lead_own_group()
+    keep_own_group()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=exit_with_own_group_when_gone, args=(alive, keep), daemon=True).start()
+
+
+def exit_with_own_group_when_gone(
+    alive: socket.socket, keep: Callable[[int], None] = os.close
+) -> NoReturn:
     """Wait until the parent's end of ``alive`` closes (the parent is gone: nothing is
-    ever sent on it), then :func:`exit_with_own_group`. The target of a thread of its own,
-    in a child whose main thread may be held by an env for any time (a step that hangs)."""
+    ever sent on it but descriptors, one byte with each, which go to ``keep`` in order,
+    and are closed by default), then :func:`exit_with_own_group`. The target of a thread
+    of its own, in a child whose main thread may be held by an env for any time (a step
+    that hangs)."""
     with contextlib.suppress(OSError):
-        while alive.recv(1 << 10):
-            pass
+        while True:
+            data, fds, _, _ = socket.recv_fds(alive, 1, 1)
+            if not data:
+                break
+            for fd in fds:
+                keep(fd)
     exit_with_own_group(1)
 
 

@@ -19,9 +19,10 @@ whatever bytes have arrived); the child reads and writes with plain blocking cal
 end-of-file there tells the child that the parent died. It also carries file descriptors
 (a lane's memory and wakes, see :mod:`aioenv.engine._lane`): one byte with each descriptor
 attached (SCM_RIGHTS), sent just before the LANE message that describes them. Descriptors
-ride on this socket, read by the child's watchdog thread, because receiving them on the
-message socket would need ``recvmsg`` for every request, several times slower than
-``recv``.
+ride on this socket, read by the child's watchdog thread
+(:func:`aioenv.env_side._process_group.exit_with_own_group_when_gone`), because
+receiving them on the message socket would need ``recvmsg`` for every request, several
+times slower than ``recv``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import enum
 import functools
 import pickle
-import queue
 import socket
 import struct
 from typing import Any
@@ -66,7 +66,6 @@ __all__ = [
     "loads",
     "Frame",
     "raw_dtype",
-    "receive_descriptors",
     "send_descriptor",
 ]
 
@@ -325,17 +324,3 @@ def send_descriptor(alive: socket.socket, fd: int) -> None:
     """Send a copy of descriptor ``fd`` to the child (it arrives before any message sent
     on the message socket after this call returns). Raises OSError if the child is gone."""
     socket.send_fds(alive, [b"\0"], [fd])
-
-
-def receive_descriptors(alive: socket.socket, into: queue.SimpleQueue[int]) -> None:
-    """The child's watchdog: put every descriptor the parent sends into ``into``, in order;
-    return at end-of-file (the parent died) or on any error."""
-    try:
-        while True:
-            data, fds, _, _ = socket.recv_fds(alive, 1, 1)
-            if not data:
-                return
-            for fd in fds:
-                into.put(fd)
-    except OSError:
-        return

@@ -14,9 +14,7 @@ import contextlib
 import os
 import queue
 import select
-import signal
 import socket
-import threading
 from typing import Any
 
 from ...core._commands import RESET
@@ -24,12 +22,7 @@ from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
 from ...engine._lane import ChildLane, drain
 from ...env_side._idle_spin import IdleSpin
-from ...env_side._process_group import (
-    end_own_group,
-    exit_with_own_group,
-    keep_own_group,
-    lead_own_group,
-)
+from ...env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...wire._frames import (
@@ -44,7 +37,6 @@ from ...wire._frames import (
     encode_batch_step,
     encode_step,
     loads,
-    receive_descriptors,
 )
 from ...wire._pickles import pickled_answer
 from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
@@ -78,11 +70,8 @@ def serve(
     What the envs start ends with this process: it leads a process group of its own, which
     it ends once its envs are closed (or the parent is gone); see
     :mod:`aioenv.env_side._process_group`."""
-    lead_own_group()
-    keep_own_group()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this child stops
     descriptors: queue.SimpleQueue[int] = queue.SimpleQueue()  # for LANE messages, in order
-    threading.Thread(target=_exit_when_parent_dies, args=(alive, descriptors), daemon=True).start()
+    begin_serving(alive, descriptors.put)
     sock.setblocking(True)
     slots = Slots(payloads, seeds, episode, registry, thread_caps)
     child = _Child(sock, slots, descriptors, IdleSpin(idle_spin, RECEIVE_SIZE))
@@ -254,11 +243,6 @@ class _Child:
     def close(self) -> None:
         for slot in list(self.lanes):
             self._close_lane(slot)
-
-
-def _exit_when_parent_dies(alive: socket.socket, descriptors: queue.SimpleQueue[int]) -> None:
-    receive_descriptors(alive, descriptors)  # returns once the parent is gone
-    exit_with_own_group(1)
 
 
 def _ready(slot: int, slots: Slots, request: int = Request.BUILD, payload: Any = None) -> bytes:
