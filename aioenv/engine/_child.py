@@ -33,7 +33,7 @@ from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import BatchStep
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import restarted_state
-from ..core._seeds import reset_mask
+from ..core._seeds import GroupSeed, reset_mask
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import EnvRestarts
 from ..env_side._idle_spin import IdleSpin
@@ -65,7 +65,8 @@ class ChildPlan:
     """What engine child ``child`` serves: ``payload`` (its group of env sources,
     cloudpickled), seeded with ``seed``, under ``episode``; the buffer of ``n`` rows of
     these single ``spaces`` (observation, action), its rows ``first`` to ``last - 1``.
-    ``env_seeds``: each env's seed (None: drawn from ``seed``, a revived child's).
+    ``env_seeds``: each env's seed, or one seed they are drawn from (a revived child's:
+    its ``seed``).
     ``restarts``: each env's restart options (``on_failure`` left out: its failures are
     reported to the parent with the answer, :class:`Reported`); None, an env's failure is
     the request's. ``revived``: this child replaces one that died or hung, for that reason
@@ -82,7 +83,7 @@ class ChildPlan:
     last: int
     n: int
     child: int = 0
-    env_seeds: tuple[int | None, ...] | None = None
+    env_seeds: GroupSeed = None
     restarts: Supervision | None = None
     revived: Revived | None = None
 
@@ -117,8 +118,9 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         wakes = fds[1:]
         half = len(wakes) // 2
         request, answer = Wake.from_descriptors(wakes[:half]), Wake.from_descriptors(wakes[half:])
-        seeds = plan.seed if plan.env_seeds is None else plan.env_seeds
-        slots = Slots([plan.payload], [seeds], plan.episode, plan.registry, plan.thread_caps)
+        slots = Slots(
+            [plan.payload], [plan.env_seeds], plan.episode, plan.registry, plan.thread_caps
+        )
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
         sock.sendall(encoded(spaces if failure is None else failure))
@@ -189,12 +191,10 @@ class _Envs:
         self.restarts: EnvRestarts | None = None
         if plan.restarts is not None:
             options = dataclasses.replace(plan.restarts, on_failure=self.reports.append)
-            runner = slots.runners[0]
-            sources = list(slots.sources[0].sources)
             self.restarts = EnvRestarts(
-                runner,  # type: ignore[arg-type]
-                sources,
-                plan.seed if plan.env_seeds is None else plan.env_seeds,
+                slots.runners[0],  # type: ignore[arg-type]
+                list(slots.sources[0].sources),
+                plan.env_seeds,
                 plan.episode,
                 options,
                 where="process env",

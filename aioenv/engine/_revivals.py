@@ -154,7 +154,7 @@ class _OneChild:
         # Its envs' seeds are drawn from ``seed``, as a restarted worker's are (not its
         # predecessor's first ones).
         revived = Revived(reason, self._cut)
-        plan = dataclasses.replace(self.plan, seed=seed, env_seeds=None, revived=revived)
+        plan = dataclasses.replace(self.plan, seed=seed, env_seeds=seed, revived=revived)
         children = self.owner.children
         error = children.respawn(self.w, plan)
         if error is not None:  # the new child failed too: a failure like any other
