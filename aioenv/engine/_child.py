@@ -124,9 +124,7 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
         sock.sendall(encoded(spaces if failure is None else failure))
-        gone = failure is None and _loop(
-            sock, alive, _Envs(slots, buffer, plan), request, answer, plan
-        )
+        gone = failure is None and _loop(sock, alive, _Envs(slots, buffer, plan), request, answer)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         return
     except BaseException:
@@ -147,12 +145,11 @@ def _loop(
     envs: _Envs,
     request: Wake,
     answer: Wake,
-    plan: ChildPlan,
 ) -> bool:
     """Serve requests until the parent asks this child to close (False) or is gone (True)."""
-    first, buffer = plan.first, envs.buffer
+    first, buffer = envs.rows.start, envs.buffer
     notes, marks = buffer.notes, buffer.marks
-    spin = IdleSpin(plan.idle_spin, 0)
+    spin = envs.spin
     envs.slots.share(0, envs.observations)  # a Box batch is stacked straight into the buffer
     watch = (alive.fileno(),)
     while True:
@@ -164,7 +161,7 @@ def _loop(
             asked = receive_message(sock)
             if asked is None:
                 return False  # close
-            data = envs.served(spin, *asked)
+            data = envs.served(*asked)
             notes[first] = bool(data)
         else:
             notes[first], data = envs.stepped()
@@ -187,6 +184,7 @@ class _Envs:
         self.child = plan.child
         self.packed = PackedInfos()  # the keys and types of the packed infos told so far
         self.revived = plan.revived
+        self.spin = IdleSpin(plan.idle_spin, 0)  # how the child waits for a request
         self.reports: list[Any] = []
         self.restarts: EnvRestarts | None = None
         if plan.restarts is not None:
@@ -207,7 +205,7 @@ class _Envs:
         note for the answer, and the message that goes with it (their infos, or a
         failure), or b"" for none (:data:`INFOS_IN_BUFFER`: the infos are in the rows)."""
         if self.revived is not None:
-            return 1, self.served(None, "step", copied(self.actions))
+            return 1, self.served("step", copied(self.actions))
         result = self._answer(STEP, copied(self.actions))
         if type(result) is not BatchStep:
             return 1, self._sent(encoded(result))  # a Failure, or an env given up
@@ -222,7 +220,7 @@ class _Envs:
         data = self._sent(b"" if infos is None else encoded_infos(*infos))
         return bool(data), data
 
-    def served(self, spin: IdleSpin | None, op: str, payload: Any) -> bytes:
+    def served(self, op: str, payload: Any) -> bytes:
         """The answer to a request that came as a message: a reset's BatchStep (written
         into the buffer too, which keeps every env's latest state), a control's result, None
         for a new idle spin (``payload`` seconds), what the parent answers through this
@@ -230,8 +228,7 @@ class _Envs:
         Failure. ``"expire"``: the env's episode ran out of its budget; the request it
         carries is answered as a new child's first (:class:`Revived`)."""
         if op == "spin":
-            assert spin is not None
-            spin.seconds = payload
+            self.spin.seconds = payload
             return encoded(None)
         if op == "expire":  # its env's episode ran out of its budget (see engine._budgets)
             self.revived, op, payload = payload
