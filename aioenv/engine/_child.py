@@ -64,7 +64,7 @@ _DESCRIPTORS = 5
 class ChildPlan:
     """What engine child ``child`` serves: ``payload`` (its group of env sources,
     cloudpickled), seeded with ``seed``, under ``episode``; the buffer of ``n`` rows of
-    these single ``spaces`` (observation, action), its rows ``first`` to ``last - 1``.
+    these single ``spaces`` (observation, action), its ``rows`` of them.
     ``env_seeds``: each env's seed, or one seed they are drawn from (a revived child's:
     its ``seed``).
     ``restarts``: each env's restart options (``on_failure`` left out: its failures are
@@ -79,8 +79,7 @@ class ChildPlan:
     thread_caps: ThreadCaps | None
     idle_spin: float
     spaces: tuple[Any, Any]
-    first: int
-    last: int
+    rows: slice
     n: int
     child: int = 0
     env_seeds: GroupSeed = None
@@ -177,7 +176,7 @@ class _Envs:
 
     def __init__(self, slots: Slots, buffer: StepBuffer, plan: ChildPlan) -> None:
         self.slots, self.buffer = slots, buffer
-        self.rows = rows = slice(plan.first, plan.last)
+        self.rows = rows = plan.rows
         self.actions = rows_of(buffer.actions, rows)
         self.observations = rows_of(buffer.observations, rows)
         self.infos = buffer.infos[rows]
@@ -196,7 +195,7 @@ class _Envs:
                 plan.episode,
                 options,
                 where="process env",
-                first=plan.first,
+                first=rows.start,
                 worker_id=plan.child,
             )
 

@@ -102,7 +102,7 @@ class Child:
     @classmethod
     def of(cls, w: int, context: Context, plan: ChildPlan) -> Child:
         """Child ``w``, to serve ``plan``, not started yet (:meth:`launch`)."""
-        rows = slice(plan.first, plan.last)
+        rows = plan.rows
         name = f"process worker {w} ({_envs(rows)})"
         start = ChildStart(context, name, [plan], CHILD_PROGRAM)
         replaced = plan.restarts is not None and plan.restarts.restart == "on_failure"
