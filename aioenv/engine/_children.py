@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,7 +103,7 @@ class EngineChildren(HandOffs):
                 f"{max(sizes)} envs in a child (envs_per_worker): use one env per worker"
             )
         self._context = resolve_context(context)
-        thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, "AioVectorEnv")
+        thread_caps = ThreadCaps.resolve(threads_per_env, "AioVectorEnv")
         #: What each child is sent to build and serve its envs.
         self._plans = _plans(
             groups,

@@ -29,7 +29,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
@@ -69,12 +69,10 @@ class ThreadCaps:
     threads: int
 
     @classmethod
-    def resolve(
-        cls, threads: int | None, environ: Mapping[str, str], owner: str
-    ) -> ThreadCaps | None:
+    def resolve(cls, threads: int | None, owner: str) -> ThreadCaps | None:
         """The caps for ``threads`` (``threads_per_env``; None: no caps), each variable set in
-        ``environ`` (the parent's environment) keeping its value; a value that is not an
-        int >= 1 is a ValueError naming ``owner`` (the worker) and saying what is allowed."""
+        this (the parent's) environment keeping its value; a value that is not an int >= 1
+        is a ValueError naming ``owner`` (the worker) and saying what is allowed."""
         if threads is None:
             return None
         if not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
@@ -83,7 +81,7 @@ class ThreadCaps:
                 "pool of an env process may use) or None (leave them as the libraries set "
                 f"them), got {threads!r}"
             )
-        variables = tuple((name, environ.get(name, str(threads))) for name in THREAD_VARIABLES)
+        variables = tuple((name, os.environ.get(name, str(threads))) for name in THREAD_VARIABLES)
         return cls(variables, threads)
 
     def limit(self, variable: str) -> int | None:

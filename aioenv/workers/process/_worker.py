@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
@@ -146,7 +145,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             )
         self._shared_memory = shared_memory
         self._idle_spin = checked_idle_spin(idle_spin)
-        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
         self._context = resolve_context(context)
         self._slot = 0

@@ -131,7 +131,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._actor_options = _actor_options(
             num_cpus, num_gpus, resources, runtime_env, actor_options
         )
-        self._thread_caps = ThreadCaps.resolve(threads_per_env, os.environ, self.name)
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         if not isinstance(direct_connection, bool):
             raise TypeError(
                 f"{self.name}: direct_connection must be True or False, got {direct_connection!r}"
