@@ -105,19 +105,21 @@ class EnvActor:
         return (
             len(slots) > 1
             and len(slots) == len(messages)
-            and all(request == Request.STEP for _, _, request, _ in messages)
-            and self.side_by_side_safe()
-            and all(self.slow(s) for s in slots)
+            and all(self.side_by_side(slot, request) for slot, _, request, _ in messages)
         )
 
-    def side_by_side_safe(self) -> bool:
-        """Every slot's envs are safe in threads (by the thread workers' rule)."""
-        return all(self._thread_safe)
-
-    def slow(self, slot: int) -> bool:
-        """Each of ``slot``'s last requests took :data:`SIDE_BY_SIDE_STEP` or longer."""
+    def side_by_side(self, slot: int, request: Request) -> bool:
+        """``request`` for ``slot`` may be answered beside other slots' (see the module's
+        docstring): it is a step, every slot's envs are safe in threads (by the thread
+        workers' rule), and each of ``slot``'s last requests took :data:`SIDE_BY_SIDE_STEP`
+        or longer."""
         took = self._took[slot]
-        return bool(took) and min(took) >= SIDE_BY_SIDE_STEP
+        return (
+            request == Request.STEP
+            and all(self._thread_safe)
+            and bool(took)
+            and min(took) >= SIDE_BY_SIDE_STEP
+        )
 
     def answer(self, message: Message) -> Reply | None:
         """The reply to one message (None: it needs none)."""

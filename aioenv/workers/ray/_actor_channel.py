@@ -64,11 +64,8 @@ class Answering(Protocol):
     def answer(self, message: Message) -> Reply | None:
         """The reply to one message (None: it needs none)."""
 
-    def side_by_side_safe(self) -> bool:
-        """Every slot's envs are safe in threads."""
-
-    def slow(self, slot: int) -> bool:
-        """``slot``'s last requests were slow enough to step beside others'."""
+    def side_by_side(self, slot: int, request: Request) -> bool:
+        """``request`` for ``slot`` may be answered beside other slots'."""
 
 
 class ChannelServer:
@@ -110,13 +107,8 @@ class ChannelServer:
         last = self._last[slot]
         if last is not None and not last.done():
             return True  # after what its lane has to answer first
-        actor = self._actor  # alone in the actor, a slot has nothing to wait for here
-        return (
-            len(self._lanes) > 1
-            and request == Request.STEP
-            and actor.side_by_side_safe()
-            and actor.slow(slot)
-        )
+        # Alone in the actor, a slot has nothing to wait for here.
+        return len(self._lanes) > 1 and self._actor.side_by_side(slot, request)
 
     def _lane(self, slot: int) -> concurrent.futures.ThreadPoolExecutor:
         lane = self._lanes[slot]
