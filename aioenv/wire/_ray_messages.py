@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from typing import Any
 
+from ..core._messages import ControlRequest
 from ._requests import Request
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "Ready",
     "Reply",
     "framed",
+    "with_arguments",
 ]
 
 
@@ -61,3 +64,16 @@ TOKEN_BYTES = 32
 def framed(body: bytes) -> bytes:
     """``body`` with its frame's head."""
     return FRAME.pack(len(body)) + body
+
+
+def with_arguments(
+    request: ControlRequest, picked: Callable[[Any], bool], replaced: Callable[[Any], Any]
+) -> ControlRequest:
+    """``request`` with each argument that ``picked`` picks replaced by ``replaced`` of it
+    (the request itself where none is): how a control request's large arguments go into
+    Ray's object store on the parent's side, and come out of it on the actor's."""
+    if not any(picked(value) for value in (*request.args, *request.kwargs.values())):
+        return request
+    args = tuple(replaced(v) if picked(v) else v for v in request.args)
+    kwargs = {k: replaced(v) if picked(v) else v for k, v in request.kwargs.items()}
+    return dataclasses.replace(request, args=args, kwargs=kwargs)

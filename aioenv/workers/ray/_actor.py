@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import secrets
 import socket
 import threading
@@ -45,7 +44,7 @@ from ...core._messages import ControlRequest, EpisodeOptions, Failure
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...env_side._thread_safety import runner_unsafe_reason
-from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Ready, Reply
+from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Ready, Reply, with_arguments
 from ...wire._requests import Request
 from ._actor_channel import ChannelServer, accepted
 
@@ -210,13 +209,9 @@ def _portable(result: Any) -> Any:
 def _resolved(request: ControlRequest) -> ControlRequest:
     """The request with the arguments the parent put in the object store fetched here.
     (Ray resolves only an actor call's top-level arguments, and these are nested.)"""
-    if not any(_is_ref(value) for value in (*request.args, *request.kwargs.values())):
-        return request
     import ray  # only reached inside a Ray actor, where ray is importable
 
-    args = tuple(ray.get(value) if _is_ref(value) else value for value in request.args)
-    kwargs = {k: ray.get(v) if _is_ref(v) else v for k, v in request.kwargs.items()}
-    return dataclasses.replace(request, args=args, kwargs=kwargs)
+    return with_arguments(request, _is_ref, ray.get)
 
 
 def _is_ref(value: Any) -> bool:

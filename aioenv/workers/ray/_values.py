@@ -14,12 +14,12 @@ cost more than it saves.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import numpy as np
 
 from ...core._messages import ControlRequest
+from ...wire._ray_messages import with_arguments
 
 __all__ = ["SHARE_THRESHOLD", "shared_request", "with_references"]
 
@@ -73,22 +73,13 @@ def shared_request(request: ControlRequest) -> ControlRequest:
     :func:`with_references`)."""
     if request.op not in ("call", "set"):
         return request
-    if not any(_large(v) for v in (*request.args, *request.kwargs.values())):
-        return request
-    args = tuple(_mark(v) if _large(v) else v for v in request.args)
-    kwargs = {k: _mark(v) if _large(v) else v for k, v in request.kwargs.items()}
-    return dataclasses.replace(request, args=args, kwargs=kwargs)
+    return with_arguments(request, _large, _mark)
 
 
 def with_references(request: ControlRequest) -> ControlRequest:
     """``request`` with its marked arguments put (the first time) and replaced by their
     object references: where the actor call is made, off the event loop."""
-    marked = [type(v) is _Put for v in (*request.args, *request.kwargs.values())]
-    if not any(marked):
-        return request
-    args = tuple(v.ref() if type(v) is _Put else v for v in request.args)
-    kwargs = {k: v.ref() if type(v) is _Put else v for k, v in request.kwargs.items()}
-    return dataclasses.replace(request, args=args, kwargs=kwargs)
+    return with_arguments(request, lambda value: type(value) is _Put, _Put.ref)
 
 
 def _large(value: Any) -> bool:
