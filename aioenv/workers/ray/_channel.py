@@ -37,7 +37,7 @@ from ...wire._requests import Request
 from ..process._host_socket import SocketWrites
 from ._calls import send_off_loop
 
-__all__ = ["CONNECT_TIMEOUT", "DirectConnection", "connect", "goes_direct"]
+__all__ = ["CONNECT_TIMEOUT", "DirectConnection", "connect", "first_line", "goes_direct"]
 
 #: Seconds the parent gives a connection to the actor to be made.
 CONNECT_TIMEOUT = 10.0
@@ -130,7 +130,7 @@ class DirectConnection:
         is not the call's own is the actor's death, as Ray learnt it (a lost node)."""
         error = None if serving.cancelled() else serving.exception()
         if error is not None and not isinstance(error, self._ray.exceptions.RayTaskError):
-            self._on_lost(f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+            self._on_lost(first_line(error))
 
     def send(self, messages: list[Message]) -> list[Reply]:
         """Send ``messages`` in one frame, each payload pickled on its own (one that will
@@ -212,6 +212,12 @@ async def connect(address: str, port: int, token: bytes) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def first_line(error: BaseException) -> str:
+    """``error``'s type and the first line of its text, to say why an actor is gone."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _loaded(data: bytes) -> Any:

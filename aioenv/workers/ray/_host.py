@@ -44,7 +44,7 @@ from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
 from ._calls import Call, add_outbox, send_off_loop
-from ._channel import DirectConnection, goes_direct
+from ._channel import DirectConnection, first_line, goes_direct
 from ._cluster import import_ray, init_ray
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath"]
@@ -172,7 +172,7 @@ class ActorHost(Replaceable["ActorHost"]):
         """On the loop, once Ray has created the actor (or failed to): send what waits."""
         error = self._created.exception()
         if error is not None:
-            self._die(f"its Ray actor could not be created ({_first_line(error)})")
+            self._die(f"its Ray actor could not be created ({first_line(error)})")
             return
         self._start_sending()
 
@@ -270,7 +270,7 @@ class ActorHost(Replaceable["ActorHost"]):
             elif isinstance(error, self._ray.exceptions.RayTaskError):
                 self._fail_call(call, error)
             else:
-                self._die(f"its Ray actor is gone ({_first_line(error)})")
+                self._die(f"its Ray actor is gone ({first_line(error)})")
         if not calls:
             self._schedule_flush()  # what waited for the other way's answers
 
@@ -287,7 +287,7 @@ class ActorHost(Replaceable["ActorHost"]):
         """The actor lives; only this call failed: its requests that wait get the Failure."""
         failure = Failure(
             exception_type=type(error).__name__,
-            message=_first_line(error),
+            message=first_line(error),
             traceback=str(error),
             during="a Ray actor call (the reply may not have pickled)",
         )
@@ -385,11 +385,6 @@ def _actor_class(ray: Any) -> Any:
 
     # The calls run one at a time, in order; the direct connection's in a group beside.
     return ray.remote(concurrency_groups={CHANNEL_GROUP: 1})(EnvActor)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _unpickled(reply: Pickled) -> Any:
