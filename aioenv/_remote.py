@@ -304,12 +304,12 @@ class RemoteEnv:
         return observation, reward, done, False, metadata if isinstance(metadata, dict) else {}
 
     def _observation(self, value: Any) -> Any:
-        # Arrays travel as lists: back to the space's dtype where a Box says which.
+        # Arrays travel as lists: back to the space's dtype where an array space says which
+        # (a MultiBinary's is always int8).
         space = self.observation_space
-        if isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.MultiDiscrete)):
+        spaces = gymnasium.spaces
+        if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
             return np.asarray(value, dtype=space.dtype)
-        if isinstance(space, gymnasium.spaces.MultiBinary):
-            return np.asarray(value, dtype=np.int8)
         return value
 
 
