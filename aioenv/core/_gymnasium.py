@@ -31,7 +31,7 @@ from gymnasium.vector.utils import iterate
 
 from ._agents import AEC_PROBLEM, ParallelEnvironment, is_aec_env, is_parallel_env
 from ._environment import EnvAdapter, Environment, EnvSource, Step, describe_source, is_environment
-from ._registry import find_spec, shippable
+from ._registry import resolve_spec
 
 __all__ = [
     "AsyncGymnasiumEnvironment",
@@ -296,14 +296,6 @@ def _parallel_aware(env_id: str | EnvSpec) -> str | EnvSpec:
     if creator is None or (isinstance(creator, type) and issubclass(creator, gymnasium.Env)):
         return env_id
     return dataclasses.replace(env_id, entry_point=_ParallelCatcher(creator))
-
-
-def resolve_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
-    """The registered spec of ``env_id``, looked up here (gymnasium's ``NameNotFound`` and
-    friends for an unknown id; ``module:Id`` imports ``module`` first). An entry point in
-    ``__main__`` is resolved to the class itself, which cloudpickle then ships by value to
-    worker processes."""
-    return shippable(find_spec(env_id))
 
 
 def resolve_source(source: EnvSource) -> EnvSource:

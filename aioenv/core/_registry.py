@@ -9,8 +9,8 @@ and the host :func:`merge`\\ s it into its own before it builds any env: the ids
 are added, the ones it has are kept.
 
 Also here: ``module:Id`` ids (``gymnasium.make`` imports ``module`` first, and so does
-:func:`find_spec`), and the rule that an entry point defined in ``__main__`` travels as
-the object itself, which cloudpickle ships by value (:func:`shippable`).
+:func:`resolve_spec`), and the rule that an entry point defined in ``__main__`` travels
+as the object itself, which cloudpickle ships by value (:func:`shippable`).
 
 Both sides use this module: of aioenv it imports only :mod:`aioenv.core._pickling`.
 """
@@ -29,13 +29,14 @@ from gymnasium.envs.registration import EnvSpec
 
 from . import _pickling as pickling
 
-__all__ = ["find_spec", "merge", "shippable", "snapshot"]
+__all__ = ["merge", "resolve_spec", "shippable", "snapshot"]
 
 
-def find_spec(env_id: str) -> EnvSpec:
-    """The registered spec of ``env_id``; an id ``module:Id`` imports ``module`` first (it
-    registers ``Id``), as ``gymnasium.make`` does. gymnasium's ``NameNotFound`` and friends
-    for an unknown id."""
+def resolve_spec(env_id: str) -> EnvSpec:
+    """The registered spec of ``env_id``, looked up in this process and made
+    :func:`shippable` (an entry point in ``__main__`` resolved to the object itself); an id
+    ``module:Id`` imports ``module`` first (it registers ``Id``), as ``gymnasium.make``
+    does. gymnasium's ``NameNotFound`` and friends for an unknown id."""
     module, separator, name = env_id.rpartition(":")
     if separator:
         try:
@@ -47,13 +48,13 @@ def find_spec(env_id: str) -> EnvSpec:
                 f"{exc}); install it or put it on sys.path, or drop the '{module}:' prefix"
             ) from exc
         try:
-            return gymnasium.spec(name)
+            return shippable(gymnasium.spec(name))
         except gymnasium.error.Error as exc:  # the same error, saying where it was looked for
             raise type(exc)(
                 f"{exc} The env id {env_id!r} imported {module!r} first, and that did not "
                 f"register {name!r}: check the id, or the module that registers it"
             ) from None
-    return gymnasium.spec(name)
+    return shippable(gymnasium.spec(name))
 
 
 def shippable(spec: EnvSpec) -> EnvSpec:
