@@ -273,11 +273,8 @@ class _Server:
                     return
                 try:
                     reply = answer.result()
-                except SessionError as error:
-                    await _send_error(websocket, error)
-                    continue
                 except Exception as exc:  # an action the worker cannot take, say: still an answer
-                    await _send_error(websocket, SessionError(f"{type(exc).__name__}: {exc}"))
+                    await _send_error(websocket, _session_error(exc))
                     continue
                 await websocket.send_text(json.dumps(reply))
         finally:
@@ -314,10 +311,8 @@ class _Server:
         try:
             async with self.session() as session:
                 return JSONResponse(await serve(session))
-        except SessionError as error:
-            return _http_error(error)
         except Exception as exc:  # still an answer saying why, as a session's would be
-            return _http_error(SessionError(f"{type(exc).__name__}: {exc}"))
+            return _http_error(_session_error(exc))
 
     async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "healthy"})
@@ -357,6 +352,12 @@ async def _read(websocket: WebSocket, messages: asyncio.Queue[str | None]) -> No
             messages.put_nowait(text)
     finally:
         messages.put_nowait(None)
+
+
+def _session_error(exc: Exception) -> SessionError:
+    """What the protocol's error frame says of ``exc``: a SessionError as it is, anything
+    else (an action the worker cannot take, say) by its type's name and its text."""
+    return exc if isinstance(exc, SessionError) else SessionError(f"{type(exc).__name__}: {exc}")
 
 
 def _http_error(error: SessionError) -> JSONResponse:
