@@ -37,7 +37,7 @@ from ...wire._requests import Request
 from ..process._host_socket import SocketWrites
 from ._calls import send_off_loop
 
-__all__ = ["CONNECT_TIMEOUT", "DirectConnection", "connect", "first_line", "goes_direct"]
+__all__ = ["CONNECT_TIMEOUT", "DirectConnection", "connect", "first_line", "goes_direct", "loaded"]
 
 #: Seconds the parent gives a connection to the actor to be made.
 CONNECT_TIMEOUT = 10.0
@@ -170,7 +170,7 @@ class DirectConnection:
                 return
             body = inbox[FRAME.size : end]
             del inbox[:end]
-            replies = [(slot, seq, _loaded(data)) for slot, seq, data in pickle.loads(body)]
+            replies = [(slot, seq, loaded(data)) for slot, seq, data in pickle.loads(body)]
             self.unanswered -= len(replies)
             self._on_replies(replies)
 
@@ -220,10 +220,11 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _loaded(data: bytes) -> Any:
-    """A reply's result, or the Failure that says why it would not load here."""
+def loaded(data: bytes) -> Any:
+    """A reply's result from its bytes (a frame's, or an actor call's
+    :class:`~aioenv.wire._ray_messages.Pickled`), or the Failure that says why it would
+    not load here (the same whichever way the reply came)."""
     try:
         return cloudpickle.loads(data)
     except Exception as exc:
-        failure = Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")
-        return failure.without_exception()
+        return Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")

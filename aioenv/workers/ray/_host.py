@@ -34,8 +34,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
-
 from ...core._messages import EpisodeOptions, Failure
 from ...env_side._thread_caps import ThreadCaps
 from ...loops._here import running_loop
@@ -44,7 +42,7 @@ from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
 from ._calls import Call, add_outbox, send_off_loop
-from ._channel import DirectConnection, first_line, goes_direct
+from ._channel import DirectConnection, first_line, goes_direct, loaded
 from ._cluster import import_ray, init_ray
 
 __all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath"]
@@ -280,7 +278,7 @@ class ActorHost(Replaceable["ActorHost"]):
             if not self.alive:
                 return
             if type(result) is Pickled:
-                result = _unpickled(result)
+                result = loaded(result.data)
             deliver[slot](self, seq, result, borrowed)
 
     def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
@@ -385,11 +383,3 @@ def _actor_class(ray: Any) -> Any:
 
     # The calls run one at a time, in order; the direct connection's in a group beside.
     return ray.remote(concurrency_groups={CHANNEL_GROUP: 1})(EnvActor)
-
-
-def _unpickled(reply: Pickled) -> Any:
-    """A :class:`Pickled` reply's value, or the Failure that says why it would not load."""
-    try:
-        return cloudpickle.loads(reply.data)
-    except Exception as exc:
-        return Failure.from_exception(exc, "reading a Ray actor's reply (unpickling)")
