@@ -69,7 +69,8 @@ class DirectConnection:
     ) -> None:
         self._ray, self._label = ray, label
         self._on_replies, self._on_open, self._on_lost = on_replies, on_open, on_lost
-        self._begun = self._closed = False
+        self._closed = False
+        #: The loop it was begun from (once): None until then.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Task[None] | None = None
         #: The connection once made, and its writes not taken by it yet.
@@ -84,9 +85,9 @@ class DirectConnection:
     def begin(self, loop: asyncio.AbstractEventLoop, actor: Any) -> None:
         """Ask ``actor`` to listen (an actor call, off the loop), then connect from
         ``loop`` (once)."""
-        if self._begun or self._closed:
+        if self._loop is not None or self._closed:
             return
-        self._begun, self._loop = True, loop
+        self._loop = loop
         listening = loop.create_future()
         listening.add_done_callback(lambda done: self._on_listening(done, actor))
         send_off_loop([(actor.open_channel, (), listening, False)])
