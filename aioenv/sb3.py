@@ -75,7 +75,6 @@ class AioVecEnv(VecEnv):
             options["context"] = start_method
         factories = [envs_side.EnvFactory(env_fn) for env_fn in env_fns]
         self.venv = AioVectorEnv(factories, mode=mode, autoreset_mode=_AUTORESET, **options)
-        self._actions: Any = None
         try:
             super().__init__(
                 len(factories),
