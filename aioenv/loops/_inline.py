@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from ._choice import new_loop
 from ._here import loop_running_here
 
-__all__ = ["InlineLoop"]
+__all__ = ["InlineLoop", "in_helper_thread"]
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ class InlineLoop:
         is interrupted (Ctrl-C), the coroutine is cancelled and run to its end before the
         exception goes on, so nothing of it is left half done."""
         if loop_running_here():
-            return _in_helper_thread(lambda: self.call(function, *args, timeout=timeout))
+            return in_helper_thread(lambda: self.call(function, *args, timeout=timeout))
         loop = self._loop
         task = loop.create_task(_within(function(*args), timeout))
         try:
@@ -88,7 +88,7 @@ class InlineLoop:
         loop.close()
 
 
-def _in_helper_thread(call: Callable[[], T]) -> T:
+def in_helper_thread(call: Callable[[], T]) -> T:
     """``call()`` in a new thread (which runs no event loop), waited for here."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
 

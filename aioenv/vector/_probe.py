@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import inspect
 import signal
 import socket
@@ -21,7 +22,6 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 import cloudpickle
@@ -44,6 +44,7 @@ from ..env_side._process_group import (
     lead_own_group,
     signal_group,
 )
+from ..loops._inline import in_helper_thread
 
 __all__ = ["Probe", "probe_env", "probing"]
 
@@ -183,26 +184,11 @@ def _close(env: Any) -> None:
         return
     closing = close()
     if inspect.iscoroutine(closing):
-        _run_aside(closing)
-
-
-def _run_aside(coroutine: Coroutine[Any, Any, Any]) -> None:
-    """Run ``coroutine`` to its end on a private event loop in a short-lived thread: the
-    caller may be inside a running loop (where ``asyncio.run`` refuses to start), and the
-    vector env's own loop does not exist yet. What the coroutine raises is raised here."""
-    raised: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(coroutine)
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=run, name="aioenv-probe-close")
-    thread.start()
-    thread.join()
-    if raised:
-        raise raised[0]
+        # Run to its end on a private event loop in a short-lived thread: the caller may
+        # be inside a running loop (where ``asyncio.run`` refuses to start), and the
+        # vector env's own loop does not exist yet. What the coroutine raises is raised
+        # here.
+        in_helper_thread(functools.partial(asyncio.run, closing))
 
 
 class RemoteTraceback(Exception):
