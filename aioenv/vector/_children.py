@@ -11,6 +11,7 @@ from gymnasium.vector.utils import batch_space
 from ..core._environment import EnvSource, VectorSource
 from ..engine._buffer import NoLayout
 from ..engine._children import ENGINE_OPTIONS, EngineChildren
+from ._grouping import groups_of
 from ._probe import Probe
 
 __all__ = ["SHARED_BY_THE_ENGINE", "engine_envs"]
@@ -54,15 +55,10 @@ def engine_envs(
         if per_process != 1:
             return None  # workers of several envs, several to a process: the pool's
         groups = [group for group in grouping if isinstance(group, VectorSource)]
-    elif per_process != 1:
-        if not _whole_groups(per_process, len(sources), batch_size):
-            return None  # the pool's, which says what is wrong where something is
-        groups = [
-            VectorSource(tuple(sources[first : first + per_process]))
-            for first in range(0, len(sources), per_process)
-        ]
+    elif per_process == 1 or _whole_groups(per_process, len(sources), batch_size):
+        groups = groups_of(sources, int(per_process))  # an env to a child, or k
     else:
-        groups = [VectorSource((source,)) for source in sources]
+        return None  # the pool's, which says what is wrong where something is
     sizes = [len(group.sources) for group in groups]
     observation_space, action_space = probe.observation_space, probe.action_space
     if probe.agents is not None:  # an env of parallel envs' lanes: a batch of one per agent

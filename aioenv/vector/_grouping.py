@@ -18,6 +18,7 @@ __all__ = [
     "busy_cores",
     "envs_per_worker",
     "grouped",
+    "groups_of",
     "usable_cores",
 ]
 
@@ -61,11 +62,15 @@ def grouped(
     _spin_where_children_have_cores(mode, len(sources) // per_worker, options)
     if per_worker == 1:
         return env, num_envs
-    groups = [
-        VectorSource(tuple(sources[first : first + per_worker]))
-        for first in range(0, len(sources), per_worker)
-    ]
+    groups = groups_of(sources, per_worker)
     return list(groups), len(groups)
+
+
+def groups_of(sources: list[EnvSource], size: int) -> list[VectorSource]:
+    """``sources`` in groups of ``size`` consecutive envs, one per worker (or child)."""
+    return [
+        VectorSource(tuple(sources[first : first + size])) for first in range(0, len(sources), size)
+    ]
 
 
 def _spin_where_children_have_cores(
