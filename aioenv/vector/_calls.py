@@ -45,19 +45,14 @@ class EnvCalls:
         lanes'. ``function`` must pickle for process workers."""
         self._check_open()
         count = self._layout.num_envs
-        ids = list(range(count)) if env_ids is None else self._env_ids(env_ids, count)
+        ids = list(range(count) if env_ids is None else env_ids)
+        for env in ids:
+            if not -count <= env < count:
+                raise IndexError(f"env index {env} is out of range for {count} envs")
+        ids = [int(env) % count for env in ids]
         answers = self._envs.apply_envs(self._layout.functions(function, ids), args, kwargs)
         per_env = self._layout.flatten(answers, unasked=None)
         return tuple(per_env[env] for env in ids)
-
-    @staticmethod
-    def _env_ids(env_ids: Sequence[int], count: int) -> list[int]:
-        ids = []
-        for env in env_ids:
-            if not -count <= env < count:
-                raise IndexError(f"env index {env} is out of range for {count} envs")
-            ids.append(int(env) % count)
-        return ids
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         self._check_open()
