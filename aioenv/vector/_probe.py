@@ -114,34 +114,30 @@ def probe_env(
 def _probe_here(source: EnvSource, timed: bool) -> Probe:
     token = _PROBING.set(True)
     try:
-        return _probe_built(source, timed)
+        env = build_environment(source, _as_lanes_or_env)
+        try:
+            if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
+                raise TypeError(
+                    f"AioVectorEnv needs gymnasium envs (plain or async), and "
+                    f"{describe_source(source)} built a {type(env).__name__}; drive other envs "
+                    "with a pool (aioenv.make_pool)"
+                )
+            single = env.env
+            is_async = isinstance(env, AsyncGymnasiumEnvironment)
+            lanes = single if isinstance(single, AgentLanesEnv) else None
+            return Probe(
+                dict(getattr(single, "metadata", {})),
+                getattr(single, "render_mode", None),
+                single.observation_space if lanes is None else lanes.single_observation_space,
+                single.action_space if lanes is None else lanes.single_action_space,
+                _step_seconds(single) if timed and not is_async else None,
+                is_async,
+                None if lanes is None else lanes.lane_agents,
+            )
+        finally:
+            _close(env)
     finally:
         _PROBING.reset(token)
-
-
-def _probe_built(source: EnvSource, timed: bool) -> Probe:
-    env = build_environment(source, _as_lanes_or_env)
-    try:
-        if not isinstance(env, (GymnasiumEnvironment, AsyncGymnasiumEnvironment)):
-            raise TypeError(
-                f"AioVectorEnv needs gymnasium envs (plain or async), and "
-                f"{describe_source(source)} built a {type(env).__name__}; drive other envs "
-                "with a pool (aioenv.make_pool)"
-            )
-        single = env.env
-        is_async = isinstance(env, AsyncGymnasiumEnvironment)
-        lanes = single if isinstance(single, AgentLanesEnv) else None
-        return Probe(
-            dict(getattr(single, "metadata", {})),
-            getattr(single, "render_mode", None),
-            single.observation_space if lanes is None else lanes.single_observation_space,
-            single.action_space if lanes is None else lanes.single_action_space,
-            _step_seconds(single) if timed and not is_async else None,
-            is_async,
-            None if lanes is None else lanes.lane_agents,
-        )
-    finally:
-        _close(env)
 
 
 def _as_lanes_or_env(obj: object) -> Any:
