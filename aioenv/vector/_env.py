@@ -326,11 +326,6 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         workers, requests = self._batches.step_requests(actions)
         return self._batches.stepped(workers, self._exchange(workers, requests))
 
-    def _lane_result(self, result: Result) -> Result:
-        """An env-level result as the vector env hands it out: its lanes', for parallel
-        envs."""
-        return result if self._lanes is None else self._lanes.result(result)
-
     def _step_whole(self, envs: Envs, actions: Any) -> Result | None:
         """A lockstep step of envs that step the whole batch in one call (in line, at about
         ``SyncVectorEnv``'s cost; the engine's children); None where the envs have no such

@@ -197,7 +197,9 @@ class PipelinedCalls:
         raise NotImplementedError
 
     def _lane_result(self, result: Result) -> Result:
-        raise NotImplementedError
+        """An env-level result as the vector env hands it out: its lanes', for parallel
+        envs."""
+        return result if self._lanes is None else self._lanes.result(result)
 
     @property
     def batch_size(self) -> int:
