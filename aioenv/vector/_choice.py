@@ -45,8 +45,7 @@ from ..core._agents import LaneSource
 from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
-from ._children import engine_envs
-from ._grouping import busy_cores, grouped, usable_cores
+from ._grouping import busy_cores, engine_envs, grouped, usable_cores
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime
