@@ -170,10 +170,10 @@ def test_grouped_process_workers_spin_only_with_a_core_each(
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
     options = dict(options)
-    _layout.grouped("CartPole-v1", 16, "process", options)
+    _layout.group_size(16, "process", options)
     assert options.get("idle_spin") == spin
     options = {}
-    _layout.grouped("CartPole-v1", 16, "thread", options)
+    _layout.group_size(16, "thread", options)
     assert "idle_spin" not in options
 
 
@@ -197,7 +197,7 @@ def test_process_workers_in_a_list_of_modes_spin_only_with_a_core_each(
 
     monkeypatch.setattr(_layout, "usable_cores", lambda: cores)
     options: dict[str, Any] = {"envs_per_worker": 4}
-    _layout.grouped("CartPole-v1", 4 * len(mode), mode, options)
+    _layout.group_size(4 * len(mode), mode, options)
     assert options.get("idle_spin") == spin
 
 

@@ -45,7 +45,7 @@ from ..core._agents import LaneSource
 from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
-from ._grouping import busy_cores, engine_envs, grouped, usable_cores
+from ._grouping import busy_cores, engine_envs, group_size, groups_of, usable_cores
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime
@@ -80,7 +80,7 @@ IN_PARENT = frozenset({"inline", "sync", "thread", "coroutine", "async"})
 HAND_OFF = 190e-6
 PER_CHILD = 100e-6
 #: Pool options that decide how envs are grouped into workers themselves: given one, the
-#: pool's own grouping applies (see :func:`~aioenv.vector._grouping.grouped`).
+#: pool's own grouping applies (see :func:`~aioenv.vector._grouping.group_size`).
 LAYOUT_OPTIONS = frozenset({"envs_per_worker", "envs_per_process", "episode_timeout"})
 #: Pool options that hold a step to a deadline (an episode to its budget): a step in the
 #: calling thread cannot be abandoned, so they need the envs in workers.
@@ -156,15 +156,17 @@ def place_envs(
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
         options.setdefault("envs_per_worker", choice.envs_per_worker)
     asked_spin = "idle_spin" in options
-    grouping, count = grouped(one, len(sources), choice.mode, options, batch_size)
+    per_worker = group_size(len(sources), choice.mode, options, batch_size)
     spin_by_rule = not asked_spin and "idle_spin" in options
-    placed = (choice.mode, batch_size, grouping, sources, probe)
+    placed = (choice.mode, batch_size, per_worker, sources, probe)
     engine = alike and engine_envs(*placed, autoreset, options, copy)
     if engine:
         return Placement(engine, engine.sizes, probe, choice, batch_size, spin_by_rule)
     # The vector env copies observations once, into what it returns (its own ``copy``):
     # the pool hands them over as they arrive, views of shared memory included.
     options["copy"] = False
+    grouping = one if per_worker == 1 else groups_of(sources, per_worker)
+    count = len(sources) // per_worker
     runtime = Runtime(make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options))
     sizes = [worker.num_envs for worker in runtime.pool.workers]
     return Placement(runtime, sizes, probe, choice, batch_size, spin_by_rule)
@@ -321,7 +323,7 @@ def _by_cost(
     wins the other; the children's groups then divide ``batch_size`` (a ``recv``
     returns whole groups). ``workers_asked``: why the envs cannot step in line (pool
     options given): the children the rule places where it places children, else the
-    pool's own grouping (see :func:`~aioenv.vector._grouping.grouped`)."""
+    pool's own grouping (see :func:`~aioenv.vector._grouping.group_size`)."""
     inline = num_envs * step
     fits = num_envs if batch_size is None else math.gcd(num_envs, batch_size)
     per_worker, children = min(

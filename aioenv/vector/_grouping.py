@@ -26,7 +26,7 @@ __all__ = [
     "busy_cores",
     "engine_envs",
     "envs_per_worker",
-    "grouped",
+    "group_size",
     "groups_of",
     "usable_cores",
 ]
@@ -39,40 +39,36 @@ __all__ = [
 LOCKSTEP_IDLE_SPIN = 0.002
 
 
-def grouped(
-    env: EnvSource | list[EnvSource],
-    num_envs: int | None,
+def group_size(
+    num_envs: int,
     mode: str | Sequence[str],
     options: dict[str, Any],
     batch_size: int | None = None,
-) -> tuple[EnvSource | list[EnvSource], int | None]:
-    """Envs grouped ``k`` to a worker: ``envs_per_worker=k`` if given (popped from
-    ``options``), else for process workers ``k`` chosen from the cores (a core for the
-    script, the others for the children: 16 envs on 2 cores run as 1 worker of 16, on 16
-    cores as 8 workers of 2) unless ``envs_per_process`` is given. One message per worker
-    and step instead of one per env. Process workers that each have a core of their own
-    poll for the next step a moment before they sleep (``idle_spin``, unless given; in a
-    list of modes too).
+) -> int:
+    """How many consecutive envs of the ``num_envs`` each worker steps, ``k``:
+    ``envs_per_worker=k`` if given (popped from ``options``), else for process workers
+    ``k`` chosen from the cores (a core for the script, the others for the children: 16
+    envs on 2 cores run as 1 worker of 16, on 16 cores as 8 workers of 2) unless
+    ``envs_per_process`` is given; 1 otherwise (:func:`groups_of` makes the groups). One
+    message per worker and step instead of one per env. Process workers that each have a
+    core of their own poll for the next step a moment before they sleep (``idle_spin``,
+    unless given; in a list of modes too).
     The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
-    sources = env if isinstance(env, list) else [env] * (num_envs or 0)
     if "envs_per_worker" in options:
         per_worker = options.pop("envs_per_worker")
-        if not isinstance(per_worker, int) or per_worker < 1 or len(sources) % per_worker:
+        if not isinstance(per_worker, int) or per_worker < 1 or num_envs % per_worker:
             raise ValueError(
-                f"envs_per_worker must be an int >= 1 that divides the {len(sources)} envs, "
+                f"envs_per_worker must be an int >= 1 that divides the {num_envs} envs, "
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
         timed = options.get("episode_timeout") is not None
-        per_worker = 1 if timed else envs_per_worker(len(sources), usable_cores(), batch_size)
+        per_worker = 1 if timed else envs_per_worker(num_envs, usable_cores(), batch_size)
     else:
         per_worker = 1
-    _spin_where_children_have_cores(mode, len(sources) // per_worker, options)
-    if per_worker == 1:
-        return env, num_envs
-    groups = groups_of(sources, per_worker)
-    return list(groups), len(groups)
+    _spin_where_children_have_cores(mode, num_envs // per_worker, options)
+    return per_worker
 
 
 def groups_of(sources: list[EnvSource], size: int) -> list[VectorSource]:
@@ -91,7 +87,7 @@ SHARED_BY_THE_ENGINE = (True, "auto")
 def engine_envs(
     mode: str | Sequence[str],
     batch_size: int | None,
-    grouping: EnvSource | list[EnvSource],
+    per_worker: int,
     sources: list[EnvSource],
     probe: Probe,
     autoreset: object,
@@ -99,7 +95,7 @@ def engine_envs(
     copy: bool = True,
 ) -> EngineChildren | None:
     """The envs in child processes, stepped through the engine (:mod:`aioenv.engine`), a
-    child per group of ``grouping`` (each env a child of its own where it is not grouped);
+    child per worker's ``per_worker`` envs (each env a child of its own where that is 1);
     None where they do not go there: ``mode`` is not ``"process"``, or the pool must step
     them: a pool option beyond the engine's
     (:data:`~aioenv.engine._children.ENGINE_OPTIONS`: deadlines, restarts and episode
@@ -117,15 +113,15 @@ def engine_envs(
         or set(options) - ENGINE_OPTIONS
     ):
         return None
-    if isinstance(grouping, list) and len(grouping) < len(sources):  # k envs to a child
+    if per_worker > 1:  # k envs to a child
         if per_process != 1:
             return None  # workers of several envs, several to a process: the pool's
-        groups = [group for group in grouping if isinstance(group, VectorSource)]
     elif per_process == 1 or _whole_groups(per_process, len(sources), batch_size):
-        groups = groups_of(sources, int(per_process))  # an env to a child, or k
+        per_worker = int(per_process)  # an env to a child, or k
     else:
         return None  # the pool's, which says what is wrong where something is
-    sizes = [len(group.sources) for group in groups]
+    groups = groups_of(sources, per_worker)
+    sizes = [per_worker] * len(groups)
     observation_space, action_space = probe.observation_space, probe.action_space
     if probe.agents is not None:  # an env of parallel envs' lanes: a batch of one per agent
         lanes = len(probe.agents)

@@ -45,7 +45,7 @@ class Pipeline:
             raise ValueError(
                 f"batch_size must be an int from 1 to num_envs={num_envs}, got {batch_size!r}"
             )
-        # every worker steps as many (see ``grouped``)
+        # every worker steps as many (see ``group_size``)
         per_worker = 1 if by_env else layout.sizes[0]
         if size % per_worker:
             raise ValueError(
