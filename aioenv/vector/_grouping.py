@@ -113,11 +113,11 @@ def engine_envs(
         or set(options) - ENGINE_OPTIONS
     ):
         return None
-    if per_worker > 1:  # k envs to a child
+    if per_worker > 1:  # a worker's k envs to a child
         if per_process != 1:
             return None  # workers of several envs, several to a process: the pool's
     elif per_process == 1 or _whole_groups(per_process, len(sources), batch_size):
-        per_worker = int(per_process)  # an env to a child, or k
+        per_worker = int(per_process)  # a child per env, or per envs_per_process envs
     else:
         return None  # the pool's, which says what is wrong where something is
     groups = groups_of(sources, per_worker)
