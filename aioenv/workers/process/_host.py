@@ -33,11 +33,11 @@ from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...env_side._thread_caps import ThreadCaps
 from ...loops._here import running_loop
-from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
+from ...wire._frames import encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable
-from ._host_socket import HostSocket, SocketWrites
+from ._host_socket import HostSocket
 
 __all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
 
@@ -134,36 +134,25 @@ class Host(HostSocket, Replaceable["Host"]):
             thread_caps,
         )
         child = recipe.child(build)
-        self._socket, self._alive = child.socket, child.alive
-        self.size = len(payloads)
-        #: The start is done (the child runs, or its start failed), and a signal asked for
-        #: before that: under the lock, which the start's thread takes too.
+        super().__init__(child.socket, child.alive, len(payloads), deliver)
+        #: The child's process id, known once it has started (the process object may
+        #: close), and a signal asked for before that: under the lock, which the start's
+        #: thread takes too.
         self._lock = threading.Lock()
-        self._launched = False
+        self._pid: int | None = None
         self._doomed = False
-        self._pid: int | None = None  # known once started (the process object may close)
         #: Why the child could not be started (set once the start failed).
         self.start_error: BaseException | None = None
         self._sentinel_watched = False
         self._process = child.process
-        self.exitcode: int | None = None
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
-        #: The slot whose failure killed the child, and why, for the others' messages.
-        self.killed_for: tuple[int, str] | None = None
         #: The key of the last policy package sent to this child with its bytes: the
         #: child's own policy cache has it, so later requests carry the key alone.
         self.shipped_policy: str | None = None
         # Slots in use; a replacement gains them as their workers move over.
         self._open_slots = set(range(self.size)) if build else set()
-        self._deliver = list(deliver)
-        self._socket.setblocking(False)  # self._alive: held open, never written
-        self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
-        self.writes, self.queued = SocketWrites(self._socket), []
-        self.lanes, self._offered, self._posts = {}, {}, []
-        self._reading = False
         self._force_timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._begin(child)  # last, once every attribute is set: see there
 
     def _begin(self, child: ChildStart) -> None:
@@ -194,7 +183,6 @@ class Host(HostSocket, Replaceable["Host"]):
         _running.add(pid)
         with self._lock:
             self._pid = pid
-            self._launched = True
             doomed = self._doomed
         if doomed:
             self._signal(signal.SIGKILL)
@@ -238,11 +226,6 @@ class Host(HostSocket, Replaceable["Host"]):
         elif self._loop is not None and not self._loop.is_closed() and not self._sentinel_watched:
             self._sentinel_watched = True
             self._loop.add_reader(self._process.sentinel, self._on_sentinel)
-
-    @property
-    def alive(self) -> bool:
-        """Running and not being killed."""
-        return self.exitcode is None and self.killed_for is None
 
     @property
     def in_use(self) -> bool:
@@ -301,10 +284,9 @@ class Host(HostSocket, Replaceable["Host"]):
         """``sig`` to the child's process group, and to the child itself (which may not
         lead its group yet, or ever)."""
         with self._lock:
-            if not self._launched:
+            if self._pid is None:
                 self._doomed = True  # killed as soon as it has started
                 return
-        assert self._pid is not None
         signal_group(self._pid, sig)
         if sig == signal.SIGKILL:
             self._process.kill()

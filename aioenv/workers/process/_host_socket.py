@@ -7,47 +7,54 @@ child. Its writes (:class:`SocketWrites`) are a Ray actor's direct connection's 
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import socket
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from ...engine._lane import Lane
-from ...wire._frames import FrameDecoder, dumps, encode, send_descriptor
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, dumps, encode, send_descriptor
 from ...wire._requests import Request
 
 __all__ = ["HostSocket", "SocketWrites"]
 
 
-class HostSocket(abc.ABC):
-    """The writing and reading half of :class:`~aioenv.workers.process._host.Host`, over
-    its fields named here."""
+class HostSocket:
+    """The writing and reading half of :class:`~aioenv.workers.process._host.Host`: the
+    parent's end ``sock`` of its child's socket of requests and replies (made
+    non-blocking), and ``alive``, held open and never written, over which lanes'
+    descriptors travel; ``size`` slots, whose messages go to ``deliver``."""
 
-    size: int
-    _socket: socket.socket
-    _alive: socket.socket
-    _loop: asyncio.AbstractEventLoop | None
-    #: Frames sent in this loop iteration, written together at its end (several envs).
-    queued: list[bytes]
-    #: The lanes whose steps were written in this loop iteration, posted at its end.
-    _posts: list[Lane]
-    writes: SocketWrites
-    _reading: bool
-    _receive_buffer: bytearray
-    _decoder: FrameDecoder
-    _deliver: list[Any]
-    exitcode: int | None
-    killed_for: tuple[int, str] | None
-    #: The lane each slot's steps take (:mod:`aioenv.engine._lane`), once the child has
-    #: mapped it; those offered and not answered yet.
-    lanes: dict[int, Lane]
-    _offered: dict[int, Lane]
+    def __init__(
+        self,
+        sock: socket.socket,
+        alive: socket.socket,
+        size: int,
+        deliver: Sequence[Callable[..., None]],
+    ) -> None:
+        self.size = size
+        self._socket, self._alive = sock, alive
+        sock.setblocking(False)
+        self._deliver = list(deliver)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.exitcode: int | None = None
+        #: The slot whose failure killed the child, and why, for the others' messages.
+        self.killed_for: tuple[int, str] | None = None
+        self.writes = SocketWrites(sock)
+        #: Frames sent in this loop iteration, written together at its end (several envs).
+        self.queued: list[bytes] = []
+        #: The lanes whose steps were written in this loop iteration, posted at its end.
+        self._posts: list[Lane] = []
+        #: The lane each slot's steps take (:mod:`aioenv.engine._lane`), once the child has
+        #: mapped it; those offered and not answered yet.
+        self.lanes: dict[int, Lane] = {}
+        self._offered: dict[int, Lane] = {}
+        self._reading = False
+        self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
 
     @property
-    @abc.abstractmethod
     def alive(self) -> bool:
         """Running and not being killed."""
+        return self.exitcode is None and self.killed_for is None
 
     # Writing -------------------------------------------------------------------------
     def send(self, frame: bytes) -> None:
