@@ -3,7 +3,6 @@ start another like itself, once, whose slots' envs are built only as their worke
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -24,9 +23,6 @@ class Replaceable(Generic[_Host]):
         """The host that takes over after this one died or was killed: started once,
         shared by every slot, each slot's env built when its worker asks (REBUILD)."""
         if self.successor is None:
-            recipe = self._recipe
-            fields = dataclasses.fields(recipe)
-            arguments = {field.name: getattr(recipe, field.name) for field in fields}
             start: Callable[..., Any] = type(self)  # a host of this one's class
-            self.successor = start(**arguments, build=False)
+            self.successor = start(**vars(self._recipe), build=False)  # its fields, by name
         return self.successor
