@@ -124,13 +124,11 @@ class ChildStart:
 
     def start(self) -> None:
         """Start the child (once); the parent's copies of its ends are closed either way."""
+        # Under forkserver, the server's children start with SIGINT ignored.
+        forkserver = self._context.get_start_method() == "forkserver"
         try:
-            with _child_start():
-                if self._context.get_start_method() == "forkserver":
-                    _start_process(self.process)  # the server's children start with SIGINT ignored
-                else:
-                    with _sigint_ignored():
-                        _start_process(self.process)
+            with _child_start(), contextlib.nullcontext() if forkserver else _sigint_ignored():
+                _start_process(self.process)
         finally:
             self._child_end.close()
             self._alive_child.close()
