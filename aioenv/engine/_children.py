@@ -167,11 +167,9 @@ class EngineChildren(HandOffs):
         its deadline)."""
         try:
             built = self.children[w].built(w)
-        except WorkerTimeout as timeout:
-            return timeout
         except (EOFError, OSError):
             return self.died(w, "while it built its envs")
-        return built if isinstance(built, EnvError) else None
+        return built if isinstance(built, (EnvError, WorkerTimeout)) else None
 
     def last_state(self, w: int) -> BatchStep[Any]:
         """Child ``w``'s rows as it left them: its envs' last state (no infos)."""

@@ -150,12 +150,12 @@ class Child:
 
     def built(self, w: int) -> Any:
         """Child ``w``'s first message (its spaces, or the EnvError of its build), by the
-        start-up deadline it was :meth:`handed`, if any: WorkerTimeout past it (the child
-        killed). EOFError or OSError where it is gone."""
+        start-up deadline it was :meth:`handed`, if any: past it, the WorkerTimeout that
+        says so (the child killed). EOFError or OSError where it is gone."""
         if self.timeout is not None:
             left = max(0.0, self.due - time.monotonic())
             if not select.select([self.start.socket.fileno(), self.sentinel], [], [], left)[0]:
-                raise self.timed_out(w)
+                return self.timed_out(w)
         return answer_of(self.start.socket, self.name, w)
 
     def ask_to_close(self, notes: Any) -> None:
