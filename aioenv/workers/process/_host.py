@@ -221,8 +221,7 @@ class Host(HostSocket, Replaceable["Host"]):
         error = self._started.exception()
         if error is not None:
             self.start_error = error
-            self._stop_reading()
-            self._exited(-1)
+            self._exited(-1)  # its reading stops there
         elif self._loop is not None and not self._loop.is_closed() and not self._sentinel_watched:
             self._sentinel_watched = True
             self._loop.add_reader(self._process.sentinel, self._on_sentinel)
