@@ -260,8 +260,7 @@ class Host(HostSocket, Replaceable["Host"]):
         if self._open_slots:
             self.send(encode(Request.CLOSE_SLOT, 0, b"", slot))
             return
-        if self.queued or self._posts:
-            self._flush()
+        self._flush()  # what this loop iteration queued goes first (if anything)
         if self.alive:
             self.writes.write(encode(Request.CLOSE, 0), self._loop)
         if self.exitcode is None and self._loop is not None:
