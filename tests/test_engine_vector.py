@@ -310,7 +310,7 @@ def test_closing_while_a_child_hangs_in_a_step_ends_it() -> None:
         envs.step_async(np.array([0, 0, 2, 0]))  # the second child never answers
     finally:
         started = time.monotonic()
-        envs.close()  # waits CLOSE_GRACE for answers and for the children, then kills
+        envs.close()  # waits cleanup_time for answers and for the children, then kills
     assert time.monotonic() - started < 60  # bounded; no_leaks checks nothing is left
 
 

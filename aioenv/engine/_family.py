@@ -33,12 +33,10 @@ from ._child import ChildPlan
 from ._start import PROCESS_TABLE, ChildStart, Context
 from ._wake import Wake
 
-__all__ = ["CHILD_PROGRAM", "CLOSE_GRACE", "Child", "late", "together", "until_due"]
+__all__ = ["CHILD_PROGRAM", "Child", "late", "together", "until_due"]
 
 #: The program of an engine child, imported in the child only.
 CHILD_PROGRAM = "aioenv.engine._child:serve"
-#: Seconds a child is given to close its envs and exit before it is terminated.
-CLOSE_GRACE = 5.0
 
 
 @dataclasses.dataclass
@@ -165,7 +163,7 @@ class Child:
             notes[self.first] = 1
             post_with(self.start.socket, self.request, encoded(None))
 
-    def end(self, grace: float = CLOSE_GRACE) -> None:
+    def end(self, grace: float) -> None:
         """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
         and kill it, and whatever its envs started; close what the parent holds of it."""
         process = self.start.process
