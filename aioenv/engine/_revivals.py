@@ -101,8 +101,9 @@ class _OneChild:
         # The child is dead or killed, nothing to discard: its new one ends it.
         remedies = Remedies(_kept, self._start, self._fail)
         self.supervisor = Supervisor(options, plan.seed, remedies)
-        self._then: tuple[str, Any] = ("step", None)  # what the new child is handed
-        self._answer: Any = None  # the state the new child answers with, if known now
+        # What the new child is handed: a request with its op, or ("cut", rows): the
+        # state that ends the episodes of these rows here, truncated, echoed.
+        self._then: tuple[str, Any] = ("step", None)
         self._cut: BatchStep[Any] | None = None  # the rows whose episodes it cuts short
         self._given_up: WorkerError | None = None
 
@@ -116,14 +117,13 @@ class _OneChild:
         self._given_up = None
         if op == "step" and restart_answers(open_, self.owner.autoreset):
             # The new child's answer to the request answers it.
-            self._then, self._answer, self._cut = sent, None, open_
+            self._then, self._cut = sent, open_
             supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
         else:
             # A step ends the open episodes here, truncated; a control fails. The new
             # child's first step then starts new episodes (cutting short those still open).
-            self._answer = error if op != "step" else None
-            self._cut = open_ if op != "step" else None
-            self._then = ("echo", open_)
+            self._then = ("cut", open_) if op == "step" else ("echo", error)
+            self._cut = None if op == "step" else open_
             supervisor.failed(error, env_gone=True, in_flight=0, clock=clock)
             reason = supervisor.pending_restart
             if reason is not None:
@@ -140,10 +140,10 @@ class _OneChild:
         last = self.owner.children.last_state(self.w)
         self._given_up = None
         if restart_answers(last, self.owner.autoreset):
-            self._then, self._answer, self._cut = sent, None, last
+            self._then, self._cut = sent, last
             supervisor.end_episode(_IN_FLIGHT, clock)
         else:
-            self._then, self._answer, self._cut = ("echo", last), None, None
+            self._then, self._cut = ("cut", last), None
             supervisor.end_episode(0, clock)
             supervisor.restart_later(_IN_FLIGHT, EPISODE_TIMEOUT, clock)
         clock.run()
@@ -163,11 +163,8 @@ class _OneChild:
             )
             return
         op, request = self._then
-        if op == "echo":
-            answer = self._answer
-            if answer is None:  # the open episodes end here, truncated
-                answer = cut_short_state(request, reason)
-            children.hand(self.w, answer, "echo")
+        if op == "cut":  # the open episodes end here, truncated
+            children.hand(self.w, cut_short_state(request, reason), "echo")
         else:
             children.hand(self.w, request, op)
 
