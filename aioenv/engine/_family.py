@@ -115,10 +115,6 @@ class Child:
         socket.send_fds(self.start.socket, [b"\0"], fds)
 
     @property
-    def first(self) -> int:
-        return int(self.rows.start)
-
-    @property
     def sentinel(self) -> int:
         """Readable once the child's process has exited."""
         return int(self.start.process.sentinel)
@@ -160,7 +156,7 @@ class Child:
         """Ask the child to close its envs and exit (a message of nothing); a child
         already gone is not asked. ``notes``: the buffer's."""
         with contextlib.suppress(OSError):
-            notes[self.first] = 1
+            notes[self.rows.start] = 1
             post_with(self.start.socket, self.request, encoded(None))
 
     def end(self, grace: float) -> None:
@@ -201,7 +197,7 @@ def late(children: dict[int, Child], marks: Any) -> list[int]:
     """The ids of these children past their deadlines that have not answered (``marks``:
     the buffer's; one that has is about to post)."""
     now = time.monotonic()
-    return [w for w, child in children.items() if child.due <= now and not marks[child.first]]
+    return [w for w, child in children.items() if child.due <= now and not marks[child.rows.start]]
 
 
 def together(errors: list[WorkerError]) -> WorkerError:

@@ -238,7 +238,7 @@ class HandOffs:
             posts = self.answer.wait(until_due(children.values()) if timed else timeout, watch)
         except Gone as gone:
             w = waiting[watch.index(gone.fd)]
-            if self.buffer.marks[self.children[w].first]:
+            if self.buffer.marks[self.children[w].rows.start]:
                 # It posted before it died (Gone comes only once every post is taken):
                 # that post was counted, and is not the answer of the child that replaces
                 # it, whose own post would otherwise be left over for the next call.
