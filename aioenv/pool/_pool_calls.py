@@ -1,8 +1,7 @@
-"""The pool's calls into its envs, as the pool's methods: ``call``, ``apply``,
-``get_attr``, ``set_attr`` and ``render`` (the pool's :class:`Controls`, in order with each
-worker's steps), and the rollouts its workers play with the policy they were sent
-(:class:`Rollouts`). :class:`~aioenv.WorkerPool` inherits them; this module holds only
-their signatures and docs, the helpers do the work.
+"""The rollouts a pool's workers play with the policy they were sent, as the pool's
+methods: ``set_policy``, ``rollout`` and ``policy_version``. :class:`~aioenv.WorkerPool`
+inherits them; this module holds only their signatures and docs, :class:`Rollouts` does
+the work.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._remote_control import Controls, WorkerResults
 from ._rollout import Rollouts
 from ._trajectories import Trajectories
 
@@ -18,59 +16,9 @@ __all__ = ["PoolCalls"]
 
 
 class PoolCalls:
-    """The envs' calls and the rollouts of a :class:`~aioenv.WorkerPool`."""
+    """The rollouts of a :class:`~aioenv.WorkerPool`."""
 
-    _controls: Controls
     _rollouts: Rollouts
-
-    # Remote control (the pool's Controls) ----------------------------------------------
-    async def call(
-        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        """Call method ``name`` of each env (or read it, if it is not callable) and return
-        the results in ``worker_ids`` order: by default every open worker not given up on,
-        in id order. The result is a list that says which worker gave each entry
-        (:class:`WorkerResults`: ``worker_ids``, ``by_id()``), so once a worker was given
-        up on no position shifts unnoticed. A worker with a step in flight finishes that
-        step first; its state is delivered as usual. An argument (positional or keyword)
-        wrapped in :class:`PerWorker` gives each worker its own value.
-
-        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
-        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on.
-        """
-        return await self._controls.calls("call", name, args, kwargs, worker_ids)
-
-    async def apply(
-        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
-    ) -> WorkerResults[Any]:
-        """Run ``function(env, *args, **kwargs)`` on each env, in its worker, in order with
-        its steps: ``env`` is the env as its factory built it (a gymnasium env with its own
-        wrappers, or the :class:`Environment`). Results, ``worker_ids`` and
-        :class:`PerWorker` arguments as for :meth:`call` (``function`` may be one too; a
-        worker's ``None`` leaves its env alone and answers None). A worker that steps
-        several envs runs it on each and answers a list. ``function`` must pickle for
-        process workers."""
-        return await self._controls.calls("apply", "", (function, *args), kwargs, worker_ids)
-
-    async def get_attr(
-        self, name: str, worker_ids: Sequence[int] | None = None
-    ) -> WorkerResults[Any]:
-        """Attribute ``name`` of each env, in ``worker_ids`` order, as :meth:`call` returns
-        its results (by default every open worker not given up on)."""
-        return await self._controls.get_attr(name, worker_ids)
-
-    async def set_attr(
-        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
-    ) -> None:
-        """Set attribute ``name`` of each env: ``values`` is a list with one value per
-        worker addressed (by default every open worker not given up on, in id order), or a
-        single value for all."""
-        await self._controls.set_attr(name, values, worker_ids)
-
-    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
-        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
-        envs must have been made with ``render_mode="rgb_array"``."""
-        return await self._controls.render(mode, tiled)
 
     # Rollouts inside workers (the pool's Rollouts) -------------------------------------
     @property

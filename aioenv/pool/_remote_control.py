@@ -21,7 +21,7 @@ import numpy.typing as npt
 from ..core._messages import ControlRequest
 from ._roster import Roster
 
-__all__ = ["Controls", "PerWorker", "WorkerResults", "tile_images"]
+__all__ = ["PerWorker", "RemoteControl", "WorkerResults", "tile_images"]
 
 T = TypeVar("T")
 
@@ -65,15 +65,81 @@ class PerWorker:
         object.__setattr__(self, "values", tuple(self.values))
 
 
-class Controls:
-    """The remote control of a :class:`~aioenv.WorkerPool` (whose methods of the same names
-    say what each does; :meth:`calls` does ``call`` and ``apply``), over the workers of its
-    ``roster``."""
+class RemoteControl:
+    """The remote control of a :class:`~aioenv.WorkerPool`, which inherits it: the envs'
+    calls, in order with each worker's steps, over the workers of the pool's roster."""
 
-    def __init__(self, roster: Roster) -> None:
-        self._roster = roster
+    _roster: Roster
 
-    async def calls(
+    async def call(
+        self, name: str, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> WorkerResults[Any]:
+        """Call method ``name`` of each env (or read it, if it is not callable) and return
+        the results in ``worker_ids`` order: by default every open worker not given up on,
+        in id order. The result is a list that says which worker gave each entry
+        (:class:`WorkerResults`: ``worker_ids``, ``by_id()``), so once a worker was given
+        up on no position shifts unnoticed. A worker with a step in flight finishes that
+        step first; its state is delivered as usual. An argument (positional or keyword)
+        wrapped in :class:`PerWorker` gives each worker its own value.
+
+        :raises ValueError: a :class:`PerWorker` holds more or fewer values than workers.
+        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on.
+        """
+        return await self._calls("call", name, args, kwargs, worker_ids)
+
+    async def apply(
+        self, function: Any, *args: Any, worker_ids: Sequence[int] | None = None, **kwargs: Any
+    ) -> WorkerResults[Any]:
+        """Run ``function(env, *args, **kwargs)`` on each env, in its worker, in order with
+        its steps: ``env`` is the env as its factory built it (a gymnasium env with its own
+        wrappers, or the :class:`Environment`). Results, ``worker_ids`` and
+        :class:`PerWorker` arguments as for :meth:`call` (``function`` may be one too; a
+        worker's ``None`` leaves its env alone and answers None). A worker that steps
+        several envs runs it on each and answers a list. ``function`` must pickle for
+        process workers."""
+        return await self._calls("apply", "", (function, *args), kwargs, worker_ids)
+
+    async def get_attr(
+        self, name: str, worker_ids: Sequence[int] | None = None
+    ) -> WorkerResults[Any]:
+        """Attribute ``name`` of each env, in ``worker_ids`` order, as :meth:`call` returns
+        its results (by default every open worker not given up on)."""
+        ids = self._roster.ids(worker_ids)
+        return await self._ask(ids, [ControlRequest("get", name)] * len(ids))
+
+    async def set_attr(
+        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
+    ) -> None:
+        """Set attribute ``name`` of each env: ``values`` is a list with one value per
+        worker addressed (by default every open worker not given up on, in id order), or a
+        single value for all."""
+        ids = self._roster.ids(worker_ids)
+        if isinstance(values, (list, tuple)):
+            if len(values) != len(ids):
+                raise ValueError(
+                    f"set_attr() got {len(values)} values for {len(ids)} workers ({ids})"
+                    f"{self._roster.removed_note()}"
+                )
+        else:
+            values = [values] * len(ids)
+        await self._ask(ids, [ControlRequest("set", name, (value,)) for value in values])
+
+    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
+        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
+        envs must have been made with ``render_mode="rgb_array"``."""
+        if mode != "rgb_array":
+            raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
+        ids = [worker.worker_id for worker in self._roster.active()]
+        frames = await self._calls("call", "render", (), {}, ids)  # type: ignore[arg-type]
+        for worker_id, frame in zip(ids, frames, strict=True):
+            if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
+                raise TypeError(
+                    f"{self._roster.members[worker_id].name}: render() returned "  # type: ignore[index]
+                    f"{type(frame).__name__}; make the env with render_mode='rgb_array'"
+                )
+        return tile_images(frames) if tiled else frames
+
+    async def _calls(
         self,
         op: Literal["call", "apply"],
         name: str,
@@ -105,39 +171,6 @@ class Controls:
             for index in range(len(ids))
         ]
         return await self._ask(ids, requests)
-
-    async def get_attr(
-        self, name: str, worker_ids: Sequence[int] | None = None
-    ) -> WorkerResults[Any]:
-        ids = self._roster.ids(worker_ids)
-        return await self._ask(ids, [ControlRequest("get", name)] * len(ids))
-
-    async def set_attr(
-        self, name: str, values: Any, worker_ids: Sequence[int] | None = None
-    ) -> None:
-        ids = self._roster.ids(worker_ids)
-        if isinstance(values, (list, tuple)):
-            if len(values) != len(ids):
-                raise ValueError(
-                    f"set_attr() got {len(values)} values for {len(ids)} workers ({ids})"
-                    f"{self._roster.removed_note()}"
-                )
-        else:
-            values = [values] * len(ids)
-        await self._ask(ids, [ControlRequest("set", name, (value,)) for value in values])
-
-    async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
-        if mode != "rgb_array":
-            raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
-        ids = [worker.worker_id for worker in self._roster.active()]
-        frames = await self.calls("call", "render", (), {}, ids)  # type: ignore[arg-type]
-        for worker_id, frame in zip(ids, frames, strict=True):
-            if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
-                raise TypeError(
-                    f"{self._roster.members[worker_id].name}: render() returned "  # type: ignore[index]
-                    f"{type(frame).__name__}; make the env with render_mode='rgb_array'"
-                )
-        return tile_images(frames) if tiled else frames
 
     async def _ask(self, ids: list[int], requests: list[ControlRequest]) -> WorkerResults[Any]:
         """Send ``requests[k]`` to worker ``ids[k]``, wait for every answer (they are
