@@ -15,7 +15,7 @@ import math
 import operator
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal, NoReturn, Union
 
 import numpy as np
 
@@ -101,6 +101,14 @@ class PoolDriver:
         ]
         return in_send_order(self.pool, rows, sends)
 
+    def _none_left(self, paused: str) -> NoReturn:
+        """No worker to step: raise WorkerRemoved where the pool gave them up (every worker
+        left is removed or closed), else ValueError(``paused``): they are paused."""
+        removed = self.pool.removed
+        if removed and not self.pool.paused:
+            raise none_left(self._caller, removed)
+        raise ValueError(paused)
+
     def _begin(self, track: Track, worker_id: int, state: Step[Any]) -> None:
         """Worker ``worker_id``'s episode starts from ``state``, which waits for an action."""
         track.episode = EpisodeRows(self._ledger.start(worker_id))
@@ -179,7 +187,11 @@ class Collector(PoolDriver):
             self._start()
             while not quota.met(self._tracks, active := self.pool.active_ids):
                 if not active:
-                    self._none_left()
+                    removed = len(self.pool.removed)
+                    note = (
+                        f" ({removed} worker(s) were given up on: pool.removed)" if removed else ""
+                    )
+                    self._none_left(f"collect() has no open, unpaused worker to step{note}")
                 await self._act(quota, active)
                 try:
                     batch = await self.pool.get_batch()
@@ -193,15 +205,6 @@ class Collector(PoolDriver):
         return self._take(quota)
 
     # Stepping --------------------------------------------------------------------------
-    def _none_left(self) -> None:
-        """No worker to step: say whether the pool gave them up (every worker left is
-        removed or closed) or they are paused."""
-        removed = self.pool.removed
-        if removed and not self.pool.paused:
-            raise none_left("collect()", removed)
-        note = f" ({len(removed)} worker(s) were given up on: pool.removed)" if removed else ""
-        raise ValueError(f"collect() has no open, unpaused worker to step{note}")
-
     async def _act(self, quota: Quota, active: list[int]) -> None:
         """Send RESET or a policy action to every active worker that waits and may go on,
         each batch in the pool's send order (sync workers last: they step in the send)."""

@@ -31,7 +31,6 @@ from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
 from ..pool._pool import WorkerPool
-from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._collect import Policy, PoolDriver
 from ._rows import EpisodeRows, Track, trajectories
@@ -153,7 +152,10 @@ class GroupCollector(PoolDriver):
                 if not self._start_members():
                     if self._exhausted and not self._open:
                         raise StopAsyncIteration
-                    self._none_left()  # members left to play, and no worker to play them
+                    # Members left to play, and no worker to play them.
+                    self._none_left(
+                        "collect_groups() has no open, unpaused worker to play its members"
+                    )
                 await self._act()
                 if not self.pool.num_pending:  # every send failed: start the members again
                     continue
@@ -214,12 +216,6 @@ class GroupCollector(PoolDriver):
                 self._open += 1
                 self._queue.extend((group, index) for index in range(self.group_size))
         return self._queue.popleft() if self._queue else None
-
-    def _none_left(self) -> None:
-        removed = self.pool.removed
-        if removed and not self.pool.paused:
-            raise none_left("collect_groups()", removed)
-        raise ValueError("collect_groups() has no open, unpaused worker to play its members")
 
     # Stepping --------------------------------------------------------------------------
     async def _act(self) -> None:
@@ -358,13 +354,11 @@ def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, 
             f"collect_groups(): tasks must be an iterable of dicts (reset options), got "
             f"{type(tasks).__name__}"
         )
-    iterator = iter(tasks)
-    empty = object()
-    first = next(iterator, empty)
-    if first is empty:
+    checked = (_check_task(task_id, task) for task_id, task in enumerate(tasks))
+    first = next(checked, None)  # a task is a dict: None only where there is none
+    if first is None:
         raise ValueError("collect_groups(): tasks is empty; give at least one task")
-    rest = (_check_task(task_id, task) for task_id, task in enumerate(iterator, start=1))
-    return itertools.chain([_check_task(0, first)], rest)
+    return itertools.chain([first], checked)
 
 
 def _check_task(task_id: int, task: Any) -> Mapping[str, Any]:
