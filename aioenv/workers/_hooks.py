@@ -46,10 +46,12 @@ class KindHooks(abc.ABC):
         None: nothing known."""
         return None
 
-    @abc.abstractmethod
     def _discard_env(self, env_gone: bool) -> None:
         """Drop the current env at once; its late replies must never be delivered.
-        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept."""
+        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept.
+        By default it is asked to close, as at :meth:`_start_close` (sync and thread
+        workers: their next env is a new runner, or a new thread)."""
+        self._start_close()
 
     @abc.abstractmethod
     def _start_close(self) -> None:

@@ -60,9 +60,6 @@ class SyncWorker(Worker[S]):
     def _submit_control(self, seq: int, request: ControlRequest) -> None:
         self._on_reply(seq, self._runner.control(request))
 
-    def _discard_env(self, env_gone: bool) -> None:
-        self._runner.close()
-
     def _start_close(self) -> None:
         self._runner.close()
 

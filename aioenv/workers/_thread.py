@@ -64,9 +64,6 @@ class ThreadWorker(Worker[S]):
         if env_thread is self._current:
             self._on_death(env_ended_worker(self.name, self.worker_id, exc))
 
-    def _discard_env(self, env_gone: bool) -> None:
-        self._current.requests.put((0, _STOP))
-
     def _start_close(self) -> None:
         self._current.requests.put((0, _STOP))
 
