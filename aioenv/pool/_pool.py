@@ -4,11 +4,11 @@ The pool does not know which kind its workers are: it talks to them only through
 pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
 with them; the only difference between the async pool and the forced-sync twin is the
 order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
-(:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`Rollouts`,
-:class:`SpaceCheck`) do the work; its methods hand over to them, but for ``send_action``,
-which asks the Sender only where an action is not the common case (a call per action
-saved). The envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``, ``render``)
-are :class:`RemoteControl`'s, which it inherits.
+(:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`SpaceCheck`) do the work;
+its methods hand over to them, but for ``send_action``, which asks the Sender only where
+an action is not the common case (a call per action saved). The envs' calls (``call``,
+``apply``, ``get_attr``, ``set_attr``, ``render``) are :class:`RemoteControl`'s, and the
+rollouts (``set_policy``, ``rollout``) :class:`PoolRollouts`', which it inherits.
 
 Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
 structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
@@ -32,10 +32,9 @@ from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
 from ._options import POOL_DEFAULTS, PoolOptions
-from ._pool_calls import PoolCalls
 from ._receiving import EpisodeCounter, EpisodeStats, Receiver
 from ._remote_control import RemoteControl
-from ._rollout import Rollouts
+from ._rollout import PoolRollouts
 from ._roster import Roster, checked_workers
 from ._sending import Sender
 from ._spaces import SpaceCheck
@@ -47,7 +46,7 @@ P = TypeVar("P", bound="WorkerPool[Any]")
 
 
 @documented_with(PoolOptions)
-class WorkerPool(RemoteControl, PoolCalls, abc.ABC, Generic[S]):
+class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
@@ -139,7 +138,7 @@ class WorkerPool(RemoteControl, PoolCalls, abc.ABC, Generic[S]):
             member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
         self._receiver = Receiver(roster, episodes, copy=self.copy)
         self._sender = Sender(roster, episodes, check_actions=self.check_actions)
-        self._rollouts = Rollouts(roster, episodes)
+        self._start_rollouts()
 
     @property
     def restarts(self) -> int:

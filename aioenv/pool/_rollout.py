@@ -22,37 +22,37 @@ import numpy as np
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
 from ..core._rollouts import PolicyPackage, Rollout, Segment
+from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
 from ._roster import Roster
 from ._trajectories import Trajectories, stack
 
-__all__ = ["Rollouts"]
+__all__ = ["PoolRollouts"]
 
 
-class Rollouts:
-    """The rollouts of a :class:`~aioenv.WorkerPool` (whose methods of the same names say
-    what each does), over the workers of its ``roster``: requests travel where steps travel
-    and their replies come back through the pool's inbox (the roster's); episodes played are
-    counted in ``episodes``; raises once the pool is closed (the inbox knows). Keeps the
-    policy in force, and a ledger of each env's episodes (a lane per env, counted across
-    workers in worker order) that gives the rows their episode ids."""
+class PoolRollouts:
+    """The rollouts of a :class:`~aioenv.WorkerPool`, which inherits them, over the workers
+    of its roster: requests travel where steps travel and their replies come back through
+    the pool's inbox; episodes played are counted in the pool's ``_episodes``; they raise
+    once the pool is closed (the inbox knows). :meth:`_start_rollouts` sets up what they
+    keep: the policy in force, and a ledger of each env's episodes (a lane per env, counted
+    across workers in worker order) that gives the rows their episode ids."""
 
-    def __init__(
-        self,
-        roster: Roster,
-        episodes: EpisodeCounter,
-    ) -> None:
-        self._roster = roster
-        self._inbox = roster.inbox
-        self._episodes = episodes
+    _roster: Roster
+    _inbox: Inbox
+    _episodes: EpisodeCounter
+
+    def _start_rollouts(self) -> None:
+        """No policy yet; the ledger's lanes count their finished episodes in their
+        workers' statistics."""
         self._package: PolicyPackage | None = None
         lane_stats = [
-            episodes.stats[worker_id]
-            for worker_id, member in enumerate(roster.members)
+            self._episodes.stats[worker_id]
+            for worker_id, member in enumerate(self._roster.members)
             for _ in range(member.num_envs)
         ]
-        self._ledger = EpisodeLedger(roster.lanes, lane_stats)
+        self._rollout_ledger = EpisodeLedger(self._roster.lanes, lane_stats)
 
     @property
     def policy_version(self) -> int | None:
@@ -61,6 +61,25 @@ class Rollouts:
         return None if package is None else package.version
 
     async def set_policy(self, policy: Any, version: int | None = None) -> int:
+        """Ship ``policy`` to every open worker for :meth:`rollout`; return its version.
+
+        ``policy`` is a callable from ONE observation to one action (a worker that steps
+        several envs calls it once per env; there is no batch form). ``version``: an int
+        greater than the previous one; None (the default) is the previous one plus 1, or 0
+        for the first policy. Every transition a later rollout plays carries it.
+
+        The policy is pickled once, in the parent, with cloudpickle, and only when a
+        worker needs it so: each child process is sent the bytes once (workers sharing a
+        child through ``envs_per_process`` share one unpickled copy), each Ray actor gets
+        them through Ray's object store (one ``ray.put``). Sync, thread and async workers
+        run in this process and share the object itself: thread workers call it from
+        their threads, concurrently (a numpy policy is fine; guard any state it mutates).
+
+        :raises ValueError: ``version`` does not increase.
+        :raises TypeError: the policy is not callable or cannot be pickled for a process or
+            Ray worker (the error names the worker).
+        :raises EnvError: a worker could not unpickle it (names the worker).
+        """
         self._inbox.check_open()
         if not callable(policy):
             raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
@@ -90,13 +109,41 @@ class Rollouts:
     async def rollout(
         self, num_steps: int, *, seed: int | None = None, worker_ids: Sequence[int] | None = None
     ) -> Trajectories:
+        """Each worker (``worker_ids``, default every open, unpaused worker not given up on)
+        plays ``num_steps`` transitions per env with the policy of :meth:`set_policy` and
+        answers one message; the result has exactly ``num_steps`` rows per env, ordered as
+        :class:`~aioenv.Trajectories` are, each tagged with the policy's version.
+
+        An env goes on from where its last segment stopped (its open episode's rows are
+        marked ``open`` and continue in the next call, with the same episode id), or from
+        the state of a reset or step sent to it by hand since;
+        ``seed=s`` starts every env afresh from a reset seeded ``s + i`` (env ``i``
+        counted across workers in worker order). Episodes end under the pool's
+        ``max_episode_steps``; whatever the autoreset mode, the env is reset at once and
+        ``next_observations`` holds the final observation. ``episode_stats()`` counts the
+        episodes played.
+
+        Failures: a worker whose segment fails loses that segment whole (no partial rows).
+        Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
+        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
+        error once every other worker has answered; the others' segments are on the
+        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
+        segments, and replies still in flight are dropped when they come: the pool can be
+        used at once (a worker's env finishes the forgotten segment first).
+
+        :raises RuntimeError: no policy was set.
+        :raises ValueError: ``num_steps`` is not an int >= 1.
+        :raises StateNotTaken: a worker has an action in flight or a state not taken.
+        :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on, or
+            every worker was.
+        """
         self._inbox.check_open()
         package = self._package
         if package is None:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         if type(num_steps) is not int or num_steps < 1:
             raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
-        workers = self._targets(worker_ids)
+        workers = self._rollout_targets(worker_ids)
         requests = {
             worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
             for worker in workers
@@ -109,7 +156,7 @@ class Rollouts:
         return self._assemble(segments)
 
     # Internals -------------------------------------------------------------------------
-    def _targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
+    def _rollout_targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
         if worker_ids is None:
             self._roster.check_some_left("rollout()")
             workers = self._roster.active()
@@ -164,7 +211,7 @@ class Rollouts:
         its statistics. Their rows in the failed segment are lost with it."""
         first = self._roster.first_env[worker_id]
         for lane in range(first, first + self._roster.members[worker_id].num_envs):
-            self._ledger.cut(lane)
+            self._rollout_ledger.cut(lane)
 
     def _assemble(self, results: dict[int, Segment | WorkerError]) -> Trajectories:
         parts = []
@@ -193,7 +240,9 @@ class Rollouts:
             rows = np.flatnonzero(segment.env == env)
             lane = self._roster.first_env[worker_id] + env
             starts = segment.step[rows] == 0
-            episode_id[rows] = _enter(self._ledger, lane, segment.rewards[rows], starts, done[rows])
+            episode_id[rows] = _enter(
+                self._rollout_ledger, lane, segment.rewards[rows], starts, done[rows]
+            )
             ends = np.flatnonzero(done[rows])
             last_end = ends[-1] if len(ends) else -1
             open_rows[rows[last_end + 1 :]] = True
