@@ -4,11 +4,12 @@ The pool does not know which kind its workers are: it talks to them only through
 pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
 with them; the only difference between the async pool and the forced-sync twin is the
 order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
-(:class:`Roster`, :class:`Sender`, :class:`Receiver`, :class:`SpaceCheck`) do the work;
-its methods hand over to them, but for ``send_action``, which asks the Sender only where
-an action is not the common case (a call per action saved). The envs' calls (``call``,
-``apply``, ``get_attr``, ``set_attr``, ``render``) are :class:`RemoteControl`'s, and the
-rollouts (``set_policy``, ``rollout``) :class:`PoolRollouts`', which it inherits.
+(:class:`Roster`, :class:`Receiver`, :class:`SpaceCheck`) do the work; its methods hand
+over to them. It inherits the rest: ``reset``, ``set_seeds`` and the checks
+``send_action`` makes where an action is not the common case from
+:class:`PoolSending`, the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
+``render``) from :class:`RemoteControl`, and the rollouts (``set_policy``, ``rollout``)
+from :class:`PoolRollouts`.
 
 Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
 structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
@@ -36,7 +37,7 @@ from ._receiving import EpisodeCounter, EpisodeStats, Receiver
 from ._remote_control import RemoteControl
 from ._rollout import PoolRollouts
 from ._roster import Roster, checked_workers
-from ._sending import Sender
+from ._sending import PoolSending
 from ._spaces import SpaceCheck
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
@@ -46,7 +47,7 @@ P = TypeVar("P", bound="WorkerPool[Any]")
 
 
 @documented_with(PoolOptions)
-class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
+class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
@@ -137,7 +138,6 @@ class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         for worker_id, member in enumerate(roster.members):
             member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
         self._receiver = Receiver(roster, episodes, copy=self.copy)
-        self._sender = Sender(roster, episodes, check_actions=self.check_actions)
         self._start_rollouts()
 
     @property
@@ -173,11 +173,11 @@ class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         if common and not self.check_actions:  # the common case, checked first
             worker = self._roster.members[worker_id]
         else:
-            worker = self._sender.addressee(action, worker_id)
+            worker = self._addressee(action, worker_id)
         try:
             worker.send_action(action)
         except WorkerError as error:
-            self._sender.on_send_error(worker, error)
+            self._on_send_error(worker, error)
             raise
         if action is RESET or isinstance(action, Reset):
             self._episodes.expect_reset(worker_id)
@@ -192,18 +192,6 @@ class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         roster = self._roster
         return roster.send_order([roster.index(worker_id) for worker_id in worker_ids])
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Send ``RESET`` to every open, unpaused worker not given up on; the replies come
-        back through ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env
-        ``i`` with ``s + i`` (gymnasium's vector convention; envs counted across all the
-        pool's workers, in worker order, removed ones included) for this reset only. A
-        worker that failed for good while idle gets no reset: its error comes back in
-        place of its reset state, raised once.
-
-        :raises WorkerRemoved: every worker was given up on.
-        """
-        self._sender.reset(seed, options)
-
     async def reset_all(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> Batch[S]:
@@ -212,12 +200,6 @@ class WorkerPool(RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         self.reset(seed=seed, options=options)
         batch = await self.get_batch(min_size=len(self._roster.active()))
         return batch.sorted()
-
-    async def set_seeds(self, seeds: Sequence[int | None]) -> None:
-        """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
-        worker alone). Later resets continue the env's RNG. ``seeds`` has one entry per
-        worker, removed ones included (their seeds go unused), so positions never shift."""
-        self._sender.set_seeds(seeds)
 
     # Receiving: states, the episodes they end, the spaces they come in --------------
     async def get_state(

@@ -8,36 +8,29 @@ from typing import Any
 
 from ..core._commands import RESET, Command, Reset
 from ..core._errors import InvalidAction, StateNotTaken, WorkerError, WorkerPaused
-from ..workers._inbox import Outcome
+from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._actions import explain_invalid_action
 from ._receiving import EpisodeCounter
 from ._roster import Roster
 
-__all__ = ["Sender"]
+__all__ = ["PoolSending"]
 
 
-class Sender:
-    """The sending side of a :class:`~aioenv.WorkerPool` (whose methods ``send_action``,
-    ``reset`` and ``set_seeds`` say what each does; ``send_action`` asks :meth:`addressee`
-    where the action is not the common case), over the workers of its ``roster``:
-    tells ``episodes`` where a reset starts a new episode, asks the pool's inbox (the
-    roster's) which workers are paused or owe a state, and checks actions against the spaces
-    where ``check_actions``."""
+class PoolSending:
+    """The sending side of a :class:`~aioenv.WorkerPool`, which inherits it, over the
+    workers of its roster: ``reset`` and ``set_seeds``, and the checks its ``send_action``
+    makes where the action is not the common case (:meth:`_addressee`). Tells the pool's
+    ``_episodes`` where a reset starts a new episode, asks the pool's inbox which workers
+    are paused or owe a state, and checks actions against the spaces where
+    ``check_actions``."""
 
-    def __init__(
-        self,
-        roster: Roster,
-        episodes: EpisodeCounter,
-        *,
-        check_actions: bool,
-    ) -> None:
-        self._roster = roster
-        self._inbox = roster.inbox
-        self._episodes = episodes
-        self._check_actions = check_actions
+    _roster: Roster
+    _inbox: Inbox
+    _episodes: EpisodeCounter
+    check_actions: bool
 
-    def addressee(self, action: Any, worker_id: int) -> Member:
+    def _addressee(self, action: Any, worker_id: int) -> Member:
         """The worker ``action`` to ``worker_id`` goes to, or the error that says why none
         does (the pool is closed, the id names no worker, the worker was given up on or
         is paused, the action is not in its space where ``check_actions``). The pool's
@@ -47,13 +40,13 @@ class Sender:
         worker = roster.members[roster.live_index(worker_id)]
         if worker.worker_id in self._inbox.paused:
             raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker_id}) first")
-        if self._check_actions and not isinstance(action, (Command, Reset)):
+        if self.check_actions and not isinstance(action, (Command, Reset)):
             space = worker.action_space
             if space is not None and not space.contains(action):
                 raise InvalidAction(f"{worker.name}: {explain_invalid_action(action, space)}")
         return worker
 
-    def on_send_error(self, worker: Member, error: WorkerError) -> None:
+    def _on_send_error(self, worker: Member, error: WorkerError) -> None:
         """An action to ``worker`` raised ``error``. Where that is the error it failed for
         good with, it is handed out (the worker leaves the pool), unless it is still to be
         taken in place of its last state: it is raised once, there, and this action gets
@@ -67,7 +60,16 @@ class Sender:
             ) from None
         self._roster.hand_out(worker.worker_id, error)
 
-    def reset(self, seed: int | None, options: dict[str, Any] | None) -> None:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Send ``RESET`` to every open, unpaused worker not given up on; the replies come
+        back through ``get_state``/``get_batch`` like any other state. ``seed=s`` seeds env
+        ``i`` with ``s + i`` (gymnasium's vector convention; envs counted across all the
+        pool's workers, in worker order, removed ones included) for this reset only. A
+        worker that failed for good while idle gets no reset: its error comes back in
+        place of its reset state, raised once.
+
+        :raises WorkerRemoved: every worker was given up on.
+        """
         self._inbox.check_open()
         self._roster.check_some_left("reset()")
         targets = self._roster.active()
@@ -95,7 +97,10 @@ class Sender:
                 worker.send_action(Reset(seed=worker_seed, options=options))
             self._episodes.expect_reset(worker_id)
 
-    def set_seeds(self, seeds: Sequence[int | None]) -> None:
+    async def set_seeds(self, seeds: Sequence[int | None]) -> None:
+        """Seed each worker's next reset (``seeds[i]`` for worker ``i``; None leaves that
+        worker alone). Later resets continue the env's RNG. ``seeds`` has one entry per
+        worker, removed ones included (their seeds go unused), so positions never shift."""
         workers = self._roster.members
         if len(seeds) != len(workers):
             raise ValueError(f"set_seeds() needs {len(workers)} seeds, got {len(seeds)}")
