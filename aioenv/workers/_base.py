@@ -4,9 +4,10 @@ Three faces:
 
 - **Users**: ``send_action``, ``get_state``, ``aclose`` (and ``async with``).
 - **Pools** (the pool↔worker seam, :class:`~aioenv.workers._seam.Member`): ``join_pool``,
-  ``control``, ``seed_next_reset``, ``forget_request``, ``enter_loop``, ``abandon``, what
-  the worker is and whether it failed (:class:`~aioenv.workers._membership.Membership`,
-  with the event loop the worker is bound to). A pool uses nothing else of a worker and
+  ``control``, ``seed_next_reset``, ``forget_request``, ``enter_loop``, what the worker
+  is and whether it failed (:class:`~aioenv.workers._membership.Membership`, with the
+  event loop the worker is bound to, and ``abandon`` for ``make_pool``, which drops the
+  workers it built when a later one fails). A pool uses nothing else of a worker and
   never asks which kind it is.
 - **Kinds** implement the hooks of :class:`~aioenv.workers._hooks.KindHooks` (start an
   env, submit a request, drop a failed env, close) and hand replies to ``_on_reply``, which

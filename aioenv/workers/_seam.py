@@ -2,11 +2,13 @@
 
 :class:`Member` is a worker as pool-side code sees it (the pool and its helpers, the
 collector): what it is (``name``, ``kind``, ``worker_id``, ``num_envs``, its spaces), its
-health (``closed``, ``failure``, ``restarts``, ``in_pool``, ``event_loop``), and what a
-pool does to it: join it to the pool's inbox, send it actions and control requests, seed
-its next reset, forget a request, move it to a new event loop, abandon or close it. The
-pool never reaches into a worker and never asks which kind it is; every
-:class:`~aioenv.workers.Worker` is a :class:`Member`.
+health (``closed``, ``failure``, ``restarts``), and what a pool does to it: join it to the
+pool's inbox, send it actions and control requests, seed its next reset, forget a
+request, move it to a new event loop, close it. The pool never reaches into a worker and
+never asks which kind it is; every :class:`~aioenv.workers.Worker` is a :class:`Member`.
+(Before a worker joins, ``make_pool`` and the pool's checks use the
+:class:`~aioenv.workers.Worker` itself: whether it is in a pool already, its event loop,
+abandoning it.)
 """
 
 from __future__ import annotations
@@ -68,16 +70,8 @@ class Member(Protocol):
         """How many times its env was rebuilt after a failure."""
 
     @property
-    def in_pool(self) -> bool:
-        """It belongs to a pool, which takes its states."""
-
-    @property
     def failure(self) -> WorkerError | None:
         """The error every later action raises, once it failed for good."""
-
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop it is bound to (at its first action), or None."""
 
     def join_pool(
         self,
@@ -103,9 +97,6 @@ class Member(Protocol):
 
     def enter_loop(self) -> None:
         """Bind to the running event loop (a pool about to wait on a new loop)."""
-
-    def abandon(self) -> None:
-        """Stop at once, without an event loop."""
 
     async def aclose(self, cleanup_time: float | None = None) -> None:
         """Close the env and stop the worker."""
