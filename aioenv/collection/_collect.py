@@ -250,10 +250,9 @@ class Collector(PoolDriver):
         self, track: Track, worker_id: int, sent: tuple[Any, Any, int], state: Step[Any]
     ) -> float | None:
         """Add one transition; returns the episode's return if it ended."""
-        observation, action, version = sent
         episode = track.episode
         assert episode is not None
-        done = episode.append(observation, action, version, state, self._own)
+        done = episode.append(sent, state, self._own)
         episode_return = self._ledger.add(worker_id, float(state.reward), done)
         if not done:
             track.waiting = state

@@ -246,8 +246,7 @@ class GroupCollector(PoolDriver):
                 continue
             episode = track.episode
             assert episode is not None
-            observation, action, version = sent
-            if not episode.append(observation, action, version, state, self._own):
+            if not episode.append(sent, state, self._own):
                 track.waiting = state
             elif (note := failure_note(state)) is not None:
                 self._member_failed(track, note)

@@ -36,17 +36,14 @@ class EpisodeRows:
         return len(self.rewards)
 
     def append(
-        self,
-        observation: Any,
-        action: Any,
-        version: int,
-        state: Step[Any],
-        own: Callable[[Any], Any],
+        self, sent: tuple[Any, Any, int], state: Step[Any], own: Callable[[Any], Any]
     ) -> bool:
-        """Add the transition from ``observation`` by ``action`` (chosen by policy
-        ``version``) to ``state``; True if it ends the episode. The last transition's next
-        observation is the episode's final one, whatever the autoreset mode. ``own`` makes
-        the observations kept the rows' own (a copy of a view of shared memory, say)."""
+        """Add the transition ``sent`` (what was in flight: ``(observation, action,
+        version)``, the action chosen by policy ``version``) led to ``state``; True if it
+        ends the episode. The last transition's next observation is the episode's final
+        one, whatever the autoreset mode. ``own`` makes the observations kept the rows' own
+        (a copy of a view of shared memory, say)."""
+        observation, action, version = sent
         done = state.terminated or state.truncated
         final = state.final_observation if done else None
         self.observations.append(own(observation))
