@@ -84,7 +84,6 @@ class _OpenGroup:
     finished: dict[int, tuple[int, EpisodeRows]] = dataclasses.field(default_factory=dict)
     failed: dict[int, str] = dataclasses.field(default_factory=dict)
     retried: list[tuple[int, str]] = dataclasses.field(default_factory=list)
-    failures: dict[int, int] = dataclasses.field(default_factory=dict)  # member -> count
 
     @property
     def ended(self) -> bool:
@@ -132,7 +131,6 @@ class GroupCollector(PoolDriver):
         self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
         self._open = 0  # groups not yet handed out
         self._ready: deque[Group] = deque()  # ended, in the order they ended
-        self._next_task_id = 0
         self._exhausted = False
         self._closed = False
 
@@ -207,12 +205,11 @@ class GroupCollector(PoolDriver):
 
     def _next_member(self) -> tuple[_OpenGroup, int] | None:
         if not self._queue and not self._exhausted:
-            task = next(self._tasks, None)
+            task = next(self._tasks, None)  # (task_id, task)
             if task is None:
                 self._exhausted = True
             else:
-                group = _OpenGroup(self._next_task_id, task, self.group_size)
-                self._next_task_id += 1
+                group = _OpenGroup(*task, self.group_size)
                 self._open += 1
                 self._queue.extend((group, index) for index in range(self.group_size))
         return self._queue.popleft() if self._queue else None
@@ -271,7 +268,8 @@ class GroupCollector(PoolDriver):
 
     def _member_failed(self, track: _Track, reason: str) -> None:
         group, index = self._release(track)
-        failures = group.failures[index] = group.failures.get(index, 0) + 1
+        # Each earlier failure of the member was played again (else it would not play).
+        failures = 1 + sum(member == index for member, _ in group.retried)
         if failures <= self.max_retries:
             group.retried.append((index, reason))
             self._queue.appendleft((group, index))
@@ -345,25 +343,25 @@ def _count(name: str, value: Any, least: int) -> int:
     return value
 
 
-def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-    """``tasks`` as an iterator of dicts, each checked as it comes (the first at once);
-    refused at once if empty."""
+def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """``tasks`` as an iterator of ``(task_id, task)`` (its position), each task checked to
+    be a dict as it comes (the first at once); refused at once if empty."""
     if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
         raise TypeError(
             f"collect_groups(): tasks must be an iterable of dicts (reset options), got "
             f"{type(tasks).__name__}"
         )
-    checked = (_check_task(task_id, task) for task_id, task in enumerate(tasks))
-    first = next(checked, None)  # a task is a dict: None only where there is none
+    checked = itertools.starmap(_check_task, enumerate(tasks))
+    first = next(checked, None)
     if first is None:
         raise ValueError("collect_groups(): tasks is empty; give at least one task")
     return itertools.chain([first], checked)
 
 
-def _check_task(task_id: int, task: Any) -> Mapping[str, Any]:
+def _check_task(task_id: int, task: Any) -> tuple[int, Mapping[str, Any]]:
     if not isinstance(task, Mapping):
         raise TypeError(
             f"collect_groups(): task {task_id} is a {type(task).__name__}, not a dict of "
             "reset options"
         )
-    return task
+    return task_id, task
