@@ -70,7 +70,13 @@ class Roster:
         otherwise)."""
         index = self.index(worker_id)
         if index in self.removed:
-            raise self.gone(index)
+            error = self.removed[index]
+            raise WorkerRemoved(
+                f"{self.members[index].name} was given up on and left the pool after it "
+                f"failed for good ({describe_failure(error)}); address the others "
+                "(pool.active_ids), or make a new pool to have it back",
+                index,
+            ) from error
         return index
 
     def hand_out(self, worker_id: int | None, error: BaseException) -> None:
@@ -82,18 +88,6 @@ class Roster:
         if isinstance(error, WorkerError) and self.members[worker_id].failure is error:
             self.removed[worker_id] = error
             self.accepting[worker_id] = False
-
-    def gone(self, worker_id: int) -> WorkerRemoved:
-        """The error of a call naming worker ``worker_id``, which was given up on."""
-        error = self.removed[worker_id]
-        removed = WorkerRemoved(
-            f"{self.members[worker_id].name} was given up on and left the pool after it "
-            f"failed for good ({describe_failure(error)}); address the others "
-            "(pool.active_ids), or make a new pool to have it back",
-            worker_id,
-        )
-        removed.__cause__ = error
-        return removed
 
     def check_some_left(self, call: str) -> None:
         """Raise WorkerRemoved for a pool-wide ``call`` if every worker that is not closed
