@@ -5,9 +5,9 @@ pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class
 with them; the only difference between the async pool and the forced-sync twin is the
 order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
 (:class:`Roster`, :class:`Receiver`, :class:`SpaceCheck`) do the work; its methods hand
-over to them. It inherits the rest: ``reset``, ``set_seeds`` and the checks
-``send_action`` makes where an action is not the common case from
-:class:`PoolSending`, the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
+over to them. It inherits the rest: ``reset`` and ``set_seeds`` from :class:`PoolSending`
+(whose checks ``send_action`` asks only where an action is not the common case: a call
+per action saved), the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
 ``render``) from :class:`RemoteControl`, and the rollouts (``set_policy``, ``rollout``)
 from :class:`PoolRollouts`.
 
