@@ -123,7 +123,6 @@ class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         self.copy = options.copy
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
-        self._on_failure = options.on_failure
         self._close_done: anyio.Event | None = None
 
     def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
@@ -147,7 +146,7 @@ class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
 
     def _on_worker_failure(self, error: WorkerError) -> None:
         self.failures += 1
-        report_failure(self._on_failure, error)
+        report_failure(self.options.on_failure, error)
 
     @property
     def workers(self) -> tuple[Worker[S], ...]:
