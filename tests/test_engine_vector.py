@@ -432,6 +432,41 @@ def test_a_build_past_the_start_deadline_fails_the_constructor_and_leaves_nothin
         )
 
 
+#: The test process, where a HangsInChildren space loads at once (None in children).
+_MAIN_PID: int | None = None
+
+
+class HangsInChildren(gymnasium.spaces.Box):
+    """A Box whose copy in any other process than the test's takes far past any deadline
+    to load: a child handed it (with its plan) hangs before its program starts."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if os.getpid() != _MAIN_PID:
+            time.sleep(3600)
+        super().__setstate__(state)
+
+
+class HangingSpace(Chatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = HangsInChildren(-1e6, 1e6, (3,), np.float64)
+
+
+def test_a_child_that_hangs_before_its_program_starts_is_killed() -> None:
+    # The child loads its plan (the spaces in it) before it leads a process group of its
+    # own: killing that group alone would leave it running.
+    globals()["_MAIN_PID"] = os.getpid()
+    try:
+        with pytest.raises(
+            aioenv.WorkerTimeout, match=r"process worker 0 \(envs 0-1\): .*start-up"
+        ):
+            aioenv.AioVectorEnv(
+                [HangingSpace] * 2, mode="process", envs_per_worker=2, start_timeout=2.0
+            )
+    finally:
+        globals()["_MAIN_PID"] = None
+
+
 def _go_round(envs: aioenv.AioVectorEnv) -> None:
     """Receive and send back until a recv raises (envs 2-3 may come back first, as often as
     they do)."""

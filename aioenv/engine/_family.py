@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import select
 import signal
 import socket
@@ -70,9 +71,8 @@ class Child:
 
     def kill(self) -> None:
         """Kill the child now, with whatever its envs started."""
-        pid = self.start.process.pid
-        if pid is not None:
-            signal_group(pid, signal.SIGKILL)
+        if self.start.process.pid is not None:
+            self._signal(signal.SIGKILL)
             with PROCESS_TABLE:
                 self.start.process.join(TERMINATE_GRACE)
 
@@ -170,7 +170,7 @@ class Child:
                 with PROCESS_TABLE:
                     running = process.exitcode is None
                 if running:
-                    signal_group(process.pid, sig)
+                    self._signal(sig)
                     with PROCESS_TABLE:
                         process.join(TERMINATE_GRACE)
             signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
@@ -179,6 +179,16 @@ class Child:
         if process.pid is not None:
             with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
                 process.close()
+
+    def _signal(self, sig: int) -> None:
+        """``sig`` to the child's process group, and to the child itself: it leads its group
+        only once its program runs, and it may hang before that (loading its plan)."""
+        process = self.start.process
+        assert process.pid is not None
+        signal_group(process.pid, sig)
+        with PROCESS_TABLE:
+            if process.exitcode is None:
+                os.kill(process.pid, sig)
 
 
 def _envs(rows: slice) -> str:
