@@ -7,27 +7,8 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.vector.utils import batch_space, iterate
 
-from ..core._errors import InvalidAction
-
-__all__ = ["check_batch_actions", "explain_invalid_action"]
-
-
-def check_batch_actions(space: gymnasium.Space[Any], actions: Any, ids: Any, unit: str) -> None:
-    """Raise :class:`~aioenv.InvalidAction` for the first of ``actions`` (a batch of
-    ``space``'s, one per id of ``ids``) that is not in ``space``, naming its ``unit`` ("env",
-    "lane") by its id. A batch that is not one of ``space`` at all is left to the step,
-    which says what is wrong with it."""
-    ids = list(ids)
-    try:
-        rows = list(iterate(batch_space(space, len(ids)), actions))
-    except (TypeError, ValueError, IndexError):
-        return
-    for where, action in zip(ids, rows, strict=False):
-        if not space.contains(action):
-            reason = explain_invalid_action(action, space)
-            raise InvalidAction(f"AioVectorEnv {unit} {where}: {reason}")
+__all__ = ["explain_invalid_action"]
 
 
 def explain_invalid_action(action: Any, space: gymnasium.Space[Any]) -> str:
