@@ -27,13 +27,11 @@ import pickle
 import socket
 from typing import Any
 
-import numpy as np
-
-from ..core._commands import RESET, Reset, is_reset
+from ..core._commands import RESET, is_reset
 from ..core._environment import BatchStep
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import restarted_state
-from ..core._seeds import GroupSeed, reset_mask
+from ..core._seeds import GroupSeed
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import EnvRestarts
 from ..env_side._idle_spin import IdleSpin
@@ -190,9 +188,6 @@ class _Envs:
             options = dataclasses.replace(plan.restarts, on_failure=self.reports.append)
             self.restarts = EnvRestarts(
                 slots.runners[0],  # type: ignore[arg-type]
-                list(slots.sources[0].sources),
-                plan.env_seeds,
-                plan.episode,
                 options,
                 where="process env",
                 first=rows.start,
@@ -250,9 +245,7 @@ class _Envs:
             given_up = restarts.take_given_up()
             return result if given_up is None else GivenUp(_portable(given_up))
         if restarts.unsettled:
-            options = payload.options if isinstance(payload, Reset) else None
-            mask, _ = reset_mask(options, len(result))
-            restarts.progress(range(len(result)) if mask is None else np.flatnonzero(mask).tolist())
+            restarts.progress_of(payload)
         return result
 
     def _revived(self, request: Any) -> Any:

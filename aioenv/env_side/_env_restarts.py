@@ -28,12 +28,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from ..core._commands import RESET, Reset
 from ..core._environment import EnvSource, Step, describe_source
 from ..core._errors import EnvError, WorkerError
-from ..core._messages import EpisodeOptions, Failure
+from ..core._messages import Failure
 from ..core._restarts import cut_short_state, open_episode, restart_answers, restarted_state
-from ..core._seeds import GroupSeed, env_seeds
+from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
 from ..core._supervisor import Remedies, Supervisor
 from ._runner import EnvRunner
@@ -102,9 +104,6 @@ class EnvRestarts:
     def __init__(
         self,
         runner: VectorRunner,
-        sources: list[EnvSource],
-        seed: GroupSeed,
-        episode: EpisodeOptions,
         options: Supervision,
         *,
         where: str = "inline env",
@@ -113,20 +112,21 @@ class EnvRestarts:
     ) -> None:
         self.runner = runner
         self.where, self.first, self.worker_id = where, first, worker_id
-        self.episode = episode
+        # The episode options the runner gave its envs (a new env gets them too).
+        self.episode = runner.runners[0].episode
         self.clock = ThreadClock()
         # The restart options alone; each env's supervisor reports its failures to
         # on_failure, as a pool's worker's does.
         options = Supervision(**{name: getattr(options, name) for name in RESTART_OPTIONS})
-        # The seeds the runner gave its envs: a restart's seed is drawn from its env's, as
-        # a worker's is from the worker's (a process worker of one env has that seed).
-        seeds = env_seeds(seed, len(sources))
+        # Each env is rebuilt from the source its runner has, and a restart's seed is
+        # drawn from the seed the runner gave it, as a worker's is from the worker's (a
+        # process worker of one env has that seed).
         self.envs = [
-            _OneEnv(self, index, source, env_seed, options)
-            for index, (source, env_seed) in enumerate(zip(sources, seeds, strict=True))
+            _OneEnv(self, index, env.source, env.seed, options)
+            for index, env in enumerate(runner.runners)
         ]
         #: The envs whose supervisor an answer would change (every env, until it answered).
-        self.unsettled: set[int] = set(range(len(sources)))
+        self.unsettled: set[int] = set(range(len(self.envs)))
         #: The envs given up on, with the error that did it.
         self.removed: dict[int, WorkerError] = {}
         #: Envs answered by a restart in the request being answered (no progress of theirs).
@@ -144,6 +144,13 @@ class EnvRestarts:
         self.unsettled.add(index)
         self._restarted.add(index)
         return self.envs[index].failed(request, failure)
+
+    def progress_of(self, request: Any) -> None:
+        """:meth:`progress` of the envs that answered ``request``, a batch of actions or a
+        reset (whose mask leaves some out)."""
+        options = request.options if isinstance(request, Reset) else None
+        mask, _ = reset_mask(options, len(self.envs))
+        self.progress(range(len(self.envs)) if mask is None else np.flatnonzero(mask).tolist())
 
     def progress(self, envs: Iterable[int]) -> None:
         """The envs ``envs`` answered the request (a state each): where a failure is

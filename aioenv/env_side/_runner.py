@@ -54,9 +54,10 @@ class EnvRunner:
         episode: EpisodeOptions | None = None,
         policies: PolicyCache | None = None,
     ) -> None:
-        self._source = source
+        #: What the env is built from, and the seed of its first reset.
+        self.source = source
         self.policies = PolicyCache() if policies is None else policies
-        self._seed = seed
+        self.seed = seed
         self._seed_used = False
         self.configure(episode or EpisodeOptions())
         self.env: Environment[Any, Any] | None = None
@@ -94,7 +95,7 @@ class EnvRunner:
         if self.env is not None or self.build_failure is not None:
             return
         try:
-            self.env = build_environment(self._source, self._adapt)
+            self.env = build_environment(self.source, self._adapt)
         except Exception as exc:
             self.build_failure = Failure.from_exception(exc, "construction")
             return
@@ -174,7 +175,7 @@ class EnvRunner:
                 "terminated(state)) and drop the max_episode_steps option"
             )
         if seed is None and not self._seed_used:
-            seed = self._seed
+            seed = self.seed
         self._seed_used = True
         self._needs_reset = False
         self._length = 0

@@ -18,13 +18,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import numpy as np
-
-from ..core._commands import Reset, is_reset
+from ..core._commands import is_reset
 from ..core._environment import EnvSource, Stepped, VectorSource
 from ..core._errors import EnvError, WorkerError, env_given_up, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions, Failure
-from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
 from ..env_side._env_restarts import RESTART_OPTIONS, EnvRestarts
 from ..env_side._vector_runner import VectorRunner
@@ -73,7 +70,7 @@ class InlineEnvs:
         #: request's, and nothing else happens.
         self.restarts: EnvRestarts | None = None
         if options.restart == "on_failure" or options.on_failure is not None:
-            self.restarts = EnvRestarts(self._runner, sources, seed, episode, options)
+            self.restarts = EnvRestarts(self._runner, options)
         #: The pipelined calls' requests not yet answered, by env, in the order sent.
         self._queued: dict[int, Any] = {}
         #: The envs among them whose request is a reset (async_reset's), not an action.
@@ -130,7 +127,7 @@ class InlineEnvs:
             return [], [self._failed(result)]
         restarts = self.restarts
         if restarts is not None and restarts.unsettled:
-            restarts.progress(self._answered(requests[0]))
+            restarts.progress_of(requests[0])
         return [result], []
 
     # The pipelined calls, env by env: ``send`` queues, ``recv`` steps ---------------------
@@ -225,12 +222,6 @@ class InlineEnvs:
         self.closed = True
         self.drop_queued()
         self._runner.close()
-
-    def _answered(self, request: Any) -> range | list[int]:
-        """The envs that answered ``request`` (a reset's mask leaves some out)."""
-        options = request.options if isinstance(request, Reset) else None
-        mask, _ = reset_mask(options, self.num_envs)
-        return range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
 
     def _failed(self, failure: Failure) -> WorkerError:
         """The error a request whose answer is ``failure`` raises: an env given up on
