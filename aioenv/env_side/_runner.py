@@ -238,9 +238,7 @@ class EnvRunner:
         else:
             try:
                 result = gym.step(action)
-                if type(result) is not tuple or len(result) != 5:
-                    state = gymnasium_step(gym, result)  # a tuple's subclass, or the error
-                elif not (result[2] or result[3]):
+                if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
                     self._length += 1
                     # A rollout goes on from here (see _segment._resume).
                     if not as_step:
@@ -255,8 +253,8 @@ class EnvRunner:
                     )
                     self.last = step
                     return step
-                else:
-                    state = _last_step(result)
+                # The episode's end, a tuple's subclass, or the error that refuses it.
+                state = gymnasium_step(gym, result)
             except Exception as exc:
                 return self._step_failure(exc)
             assert self.env is not None
@@ -353,22 +351,6 @@ class EnvRunner:
         if self.env is None:
             self.build()
         return self.env
-
-
-def _last_step(result: tuple[Any, Any, Any, Any, Any]) -> Step[Any]:
-    """The Step of a gymnasium step's 5-tuple ``result`` that ended its episode."""
-    observation, reward, terminated, truncated, info = result
-    step: Step[Any] = _new_step(Step)
-    step.__dict__.update(
-        PLAIN_STEP,
-        observation=observation,
-        reward=float(reward),
-        terminated=bool(terminated),
-        truncated=bool(truncated),
-        info={} if info is None else info,
-        done=True,
-    )
-    return step
 
 
 def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
