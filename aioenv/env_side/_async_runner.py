@@ -51,7 +51,7 @@ class AsyncEnvRunner(EnvRunner):
     # most of what thousands of envs on one loop ask: the worker's task awaits the env's
     # own step coroutine (no plan, no driver, no adapter between them, each of which is
     # passed through on every resumption) and hands its result to :meth:`stepped`, which
-    # answers it with the bookkeeping of step_plan's own code (_settle, _step_failure).
+    # answers it with the bookkeeping of step_plan's own code (_settle, step_raised).
 
     def step_call(self, request: Any) -> Coroutine[Any, Any, Any] | None:
         """The env's step coroutine for ``request`` where the short cut applies (the
@@ -74,15 +74,11 @@ class AsyncEnvRunner(EnvRunner):
         try:
             state = gymnasium_step(self._async_gym, result)
         except Exception as exc:
-            return self._step_failure(exc), None
+            return self.step_raised(exc), None
         state, reset_now = self._settle(env, state)
         if reset_now:
             return state, drive_async(self._autoreset_plan(env, state))
         return state, None
-
-    def step_raised(self, exc: Exception) -> Failure:
-        """The answer to a step whose env raised ``exc``."""
-        return self._step_failure(exc)
 
 
 async def _raise(exc: Exception) -> Any:

@@ -206,14 +206,15 @@ class EnvRunner:
                 return state
             state = yield env.step(action)
         except Exception as exc:
-            return self._step_failure(exc)
+            return self.step_raised(exc)
         state, reset_now = self._settle(env, state)
         if reset_now:
             return (yield from self._autoreset_plan(env, state))
         return state
 
-    def _step_failure(self, exc: Exception) -> Failure:
-        """What a step whose env raised ``exc`` answers."""
+    def step_raised(self, exc: Exception) -> Failure:
+        """What a step whose env raised ``exc`` answers (an async env's step call too,
+        see :meth:`~aioenv.env_side._async_runner.AsyncEnvRunner.step_call`)."""
         return self._failed(Failure.from_exception(exc, "step"))
 
     def _failed(self, failure: Failure) -> Failure:
@@ -256,7 +257,7 @@ class EnvRunner:
                 # The episode's end, a tuple's subclass, or the error that refuses it.
                 state = gymnasium_step(gym, result)
             except Exception as exc:
-                return self._step_failure(exc)
+                return self.step_raised(exc)
             assert self.env is not None
             state, reset_now = self._settle(self.env, state)
             if reset_now:
