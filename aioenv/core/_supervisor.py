@@ -228,12 +228,10 @@ class Supervisor:
         for_good = not restarting and (env_gone or restarts_on)
         if restarting or for_good:
             remedies.fail_controls(error)
+            remedies.discard_env(env_gone)
         if not restarting:
-            if for_good:
-                remedies.discard_env(env_gone)
             remedies.fail(error, for_good)
             return
-        remedies.discard_env(env_gone)
         reason = describe_failure(error)
         if not in_flight:
             self.pending_restart = reason
