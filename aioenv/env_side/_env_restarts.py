@@ -244,18 +244,16 @@ class _OneEnv:
         self._deliver(result)
 
     def _on_failure(self, error: EnvError) -> None:
-        supervisor, clock = self.supervisor, self.owner.clock
+        supervisor = self.supervisor
         last = self._open_episode(self._sent)
-        self._cut_from = None
-        if restart_answers(last, self.owner.episode.autoreset):
-            # Restarted now: the new env's reset answers the request.
-            self._cut_from = last
-            supervisor.failed(error, env_gone=False, in_flight=_IN_FLIGHT, clock=clock)
-            return
-        # The episode ends here, truncated: the new env starts with the env's next request.
-        supervisor.failed(error, env_gone=False, in_flight=0, clock=clock)
+        # Restarted now: the new env's reset answers the request. Else the episode ends
+        # here, truncated: the new env starts with the env's next request.
+        restarted_now = restart_answers(last, self.owner.episode.autoreset)
+        self._cut_from = last if restarted_now else None
+        in_flight = _IN_FLIGHT if restarted_now else 0
+        supervisor.failed(error, env_gone=False, in_flight=in_flight, clock=self.owner.clock)
         reason = supervisor.pending_restart
-        if reason is not None:
+        if not restarted_now and reason is not None:
             self._deliver(cut_short_state(last, reason))
             self._runners[self.index] = _Pending(self, self._runners[self.index])
 
