@@ -79,12 +79,11 @@ def _load(package: PolicyPackage) -> Any:
             import ray  # a reference into Ray's object store: only inside a Ray actor
 
             payload = ray.get(payload)
-        policy = cloudpickle.loads(payload)
+        return cloudpickle.loads(payload)
     except Exception as exc:
         failure = Failure.from_exception(exc, "loading the policy")
         message = f"could not be unpickled here ({type(exc).__name__}: {exc})"
         return dataclasses.replace(failure, message=message)
-    return policy
 
 
 @dataclasses.dataclass
