@@ -24,19 +24,15 @@ __all__ = [
 
 Autoreset = Literal["disabled", "same_step", "next_step"]
 AUTORESET_MODES: tuple[str, ...] = ("disabled", "same_step", "next_step")
-_GYMNASIUM_NAMES = {
-    AutoresetMode.DISABLED: "disabled",
-    AutoresetMode.SAME_STEP: "same_step",
-    AutoresetMode.NEXT_STEP: "next_step",
-}
 
 
 def autoreset_name(mode: object) -> object:
     """aioenv's name for an autoreset mode given as gymnasium's ``AutoresetMode`` member or
-    its value (``"NextStep"``, ``"SameStep"``, ``"Disabled"``); anything else unchanged."""
-    for member, name in _GYMNASIUM_NAMES.items():
+    its value (``"NextStep"``, ``"SameStep"``, ``"Disabled"``): the member's name in lower
+    case (``"next_step"``); anything else unchanged."""
+    for member in AutoresetMode:
         if mode is member or mode == member.value:
-            return name
+            return member.name.lower()
     return mode
 
 
