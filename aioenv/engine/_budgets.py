@@ -89,18 +89,18 @@ class EpisodeBudgets:
         budget hears of it: a reset's or a step's rows (a control's result is not)."""
         if type(answer) is BatchStep:
             op, request = sent
-            reset = op == "step" and is_reset(request)
-            self.answered(w, reset, answer.terminated, answer.truncated)
-
-    def answered(self, w: int, reset: bool, terminated: Any, truncated: Any) -> None:
-        """Child ``w`` answered a reset (``reset``) or a step with these flags: a new
-        episode opens its budget (a reset, a step that carries one under same-step
-        autoreset, or the first state after an episode ended), an episode's end closes it."""
-        ended = bool(terminated[0] or truncated[0])
-        now = time.monotonic()
-        self.ends[w] = budget_end(self.ends[w], reset, ended, self.autoreset, now, self.seconds)
+            ended = bool(answer.terminated[0] or answer.truncated[0])
+            self._answered(w, op == "step" and is_reset(request), ended)
 
     def stepped(self, terminated: Any, truncated: Any) -> None:
         """Every child answered a lockstep step (its row of these flags)."""
         for w in range(len(self.ends)):
-            self.answered(w, False, terminated[w : w + 1], truncated[w : w + 1])
+            self._answered(w, False, bool(terminated[w] or truncated[w]))
+
+    def _answered(self, w: int, reset: bool, ended: bool) -> None:
+        """Child ``w`` answered a reset (``reset``) or a step that ``ended`` an episode or
+        not: a new episode opens its budget (a reset, a step that carries one under
+        same-step autoreset, or the first state after an episode ended), an episode's end
+        closes it."""
+        now = time.monotonic()
+        self.ends[w] = budget_end(self.ends[w], reset, ended, self.autoreset, now, self.seconds)
