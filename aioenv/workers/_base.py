@@ -310,4 +310,6 @@ class Worker(Membership, Generic[S]):
             self._on_failure(error, env_gone=True)
 
     def _env_error(self, failure: Failure) -> EnvError:
+        """``failure`` (an env's exception, as its runner reported it) as this worker's
+        error."""
         return EnvError.from_failure(failure, self.name, self.worker_id)

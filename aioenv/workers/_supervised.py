@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import Step
-from ..core._errors import EnvError, WorkerError
-from ..core._messages import EpisodeOptions, Failure
+from ..core._errors import WorkerError
+from ..core._messages import EpisodeOptions
 from ..core._restarts import (
     EPISODE_TIMEOUT,
     cut_short_state,
@@ -81,11 +81,6 @@ class SupervisedEnv(KindHooks):
     @abc.abstractmethod
     def name(self) -> str:
         """The worker's name, for messages."""
-
-    @abc.abstractmethod
-    def _env_error(self, failure: Failure) -> EnvError:
-        """``failure`` (an env's exception, as its runner reported it) as this worker's
-        error."""
 
     # Failures ----------------------------------------------------------------------------
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
