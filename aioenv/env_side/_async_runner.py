@@ -58,7 +58,7 @@ class AsyncEnvRunner(EnvRunner):
         caller awaits it and hands the result to :meth:`stepped`, or what it raised to
         :meth:`step_raised`), else None: :meth:`ahandle` or :meth:`acontrol` answers."""
         gym = self._async_gym
-        if gym is None or self._needs_reset or isinstance(request, NOT_ACTIONS):
+        if gym is None or self.needs_reset or isinstance(request, NOT_ACTIONS):
             return None
         try:
             return gym.step(request)  # type: ignore[no-any-return]

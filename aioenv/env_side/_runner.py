@@ -65,8 +65,10 @@ class EnvRunner:
         #: The gymnasium env itself when ``env`` is its adapter: its steps take
         #: :meth:`step_row`'s path.
         self.gym: Any = None
-        self._needs_reset = False
-        self._length = 0
+        #: Autoreset "next_step" resets the env at the next step.
+        self.needs_reset = False
+        #: Steps since the env's last reset.
+        self.steps_in_episode = 0
         #: What the next rollout segment goes on from: a Cursor where the last segment
         #: stopped, or the state last answered by hand (one store per step on the hot
         #: path; a :meth:`step_row` tuple in a batch), or None (a reset).
@@ -80,16 +82,6 @@ class EnvRunner:
         self.episode = episode
         # The autoreset rule, asked once: the runner's every episode end reads it.
         self._resets_after_end = resets_next(episode.autoreset, True)
-
-    @property
-    def needs_reset(self) -> bool:
-        """Autoreset "next_step" resets the env at the next step."""
-        return self._needs_reset
-
-    @property
-    def steps_in_episode(self) -> int:
-        """Steps since the env's last reset."""
-        return self._length
 
     def build(self) -> None:
         if self.env is not None or self.build_failure is not None:
@@ -177,8 +169,8 @@ class EnvRunner:
         if seed is None and not self._seed_used:
             seed = self.seed
         self._seed_used = True
-        self._needs_reset = False
-        self._length = 0
+        self.needs_reset = False
+        self.steps_in_episode = 0
         if self.gym is not None:  # the adapter's reset, with no call into it
             observation, info = self.gym.reset(seed=seed, options=options)
             step = _new_step(Step)
@@ -201,7 +193,7 @@ class EnvRunner:
             assert self.build_failure is not None
             return self._failed(self.build_failure)
         try:
-            if self._needs_reset:  # autoreset "next_step": this action is ignored
+            if self.needs_reset:  # autoreset "next_step": this action is ignored
                 self.last = state = yield self._reset(env, None, None)
                 return state
             state = yield env.step(action)
@@ -234,13 +226,13 @@ class EnvRunner:
         :meth:`_end_of_step` and :meth:`step_plan`, the one place of the autoreset rule. With
         a gymnasium env and no ``max_episode_steps`` of aioenv's own."""
         gym = self.gym
-        if gym is None or self._needs_reset or self.episode.max_episode_steps is not None:
+        if gym is None or self.needs_reset or self.episode.max_episode_steps is not None:
             state = self.step(action)
         else:
             try:
                 result = gym.step(action)
                 if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
-                    self._length += 1
+                    self.steps_in_episode += 1
                     # A rollout goes on from here (see _segment._resume).
                     if not as_step:
                         self.last = row = (result[0], float(result[1]), False, False, result[4])
@@ -293,7 +285,7 @@ class EnvRunner:
         """The bookkeeping after ``env`` returned ``state``: the state to answer, and
         whether the env must be reset now (autoreset "same_step": the caller resets it and
         merges the two with :func:`with_reset`)."""
-        self._length += 1
+        self.steps_in_episode += 1
         limit = self.episode.max_episode_steps
         if not isinstance(state, Step):
             done = env.terminated(state)
@@ -303,14 +295,14 @@ class EnvRunner:
                     "carry the final observation; use 'next_step' or 'disabled'"
                 )
             # The autoreset rule as configure read it: no call at an episode's end.
-            self._needs_reset = done and self._resets_after_end
+            self.needs_reset = done and self._resets_after_end
             return state, False
         ended = state.terminated or state.truncated  # Step.done, without a call per step
-        if limit is not None and self._length >= limit and not ended:
+        if limit is not None and self.steps_in_episode >= limit and not ended:
             state, ended = dataclasses.replace(state, truncated=True), True
         if not ended:
             return state, False
-        self._needs_reset = self._resets_after_end
+        self.needs_reset = self._resets_after_end
         return state, self.episode.autoreset == "same_step"
 
     def control(self, request: ControlRequest) -> Any:
