@@ -203,10 +203,7 @@ class VectorRunner:
         for index, request in zip(order, requests, strict=True):
             runner = runners[index]
             if resets and isinstance(request, (Reset, Command)):
-                if isinstance(request, Reset):
-                    state = runner.reset(request.seed, request.options)
-                else:
-                    state = runner.reset() if request is RESET else runner.step_row(request)
+                state = runner.handle(request)  # RESET or a Reset(...): answered as reset() does
             else:
                 state = runner.step_row(request)
             if type(state) is not tuple:
