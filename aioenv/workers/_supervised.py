@@ -20,7 +20,6 @@ from ..core._restarts import (
     EPISODE_TIMEOUT,
     cut_short_state,
     is_restart_reset,
-    mark_restarted,
     open_episode,
     restart_answers,
     restarted_state,
@@ -300,11 +299,12 @@ class SupervisedEnv(KindHooks):
         budget of the episode it leaves open: a new one from an episode's first state,
         none once an episode ended."""
         cut, self._budget.cut = self._budget.cut, None
-        if cut is not None and type(state) is Step:
-            state = cut_short_state(cut, EPISODE_TIMEOUT, state)
-        elif self._budget.resetting:
+        if cut is not None or self._budget.resetting:
+            # The reset that answers in place of a step, after an episode ran out of its
+            # budget: as a restarted env's first state, carried by the step that cuts
+            # the episode ``cut`` short (same-step autoreset), else marked.
             self._budget.resetting = False
-            state = mark_restarted(state, EPISODE_TIMEOUT)
+            state = restarted_state(state, cut, EPISODE_TIMEOUT)
         if type(state) is not Step or type(self._sent) is Rollout:
             self._budget.deadline = None  # segments time their episodes themselves
             return state
