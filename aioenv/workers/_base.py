@@ -118,8 +118,9 @@ class Worker(Membership, Generic[S]):
         #: The last request sent and the last outcome handed out: what a failure cuts short.
         self._sent: Any = None
         self._last: Outcome | None = None
-        #: The state whose episode the restart in flight cuts short (same-step autoreset:
-        #: the new env's reset is carried by the cut-short step); None: nothing to cut.
+        #: The state whose episode the restart in flight (or the reset after an episode ran
+        #: out of its budget) cuts short (same-step autoreset: the reset is carried by the
+        #: cut-short step); None: nothing to cut.
         self._cut_from: Any = None
         self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
         self._failure: WorkerError | None = None  # set once the worker can take no more

@@ -45,16 +45,16 @@ class EpisodeBudget:
     #: An episode ran out of its budget while no step was in flight: its env goes on, and
     #: its reset answers the next request (marked, as a restarted env's would be).
     reset_next: bool = False
-    #: The request in flight is that reset.
+    #: The request in flight is a reset sent in place of a step after an episode ran out
+    #: of its budget: that owed reset, or under same-step autoreset the reset that the step
+    #: cutting the episode short carries (the worker's ``_cut_from`` holds that episode's
+    #: last state, as for a restart's reset).
     resetting: bool = False
-    #: Same-step autoreset: the state whose episode ran out of its budget while idle; the
-    #: reset in flight answers with the step that cuts it short.
-    cut: Any = None
 
     def clear(self) -> None:
         """The env failed: its episode is over, and so is anything its budget had due
         (a reset still owed by an idle budget's end stays owed)."""
-        self.deadline, self.cut, self.resetting = None, None, False
+        self.deadline, self.resetting = None, False
 
 
 class SupervisedEnv(KindHooks):
@@ -212,9 +212,10 @@ class SupervisedEnv(KindHooks):
         self._flight.inbox.deliver(outcome)
 
     def _restarted(self, first: Any, reason: str) -> Any:
-        """The restarted env's first state ``first`` as handed out: the step that cuts
-        the failed env's episode short and carries it (same-step autoreset), else ``first``
-        marked as a restart's."""
+        """The restarted env's first state ``first`` (or the reset that answers after an
+        episode ran out of its budget) as handed out: the step that cuts short the episode
+        of ``_cut_from`` and carries it (same-step autoreset), else ``first`` marked as a
+        restart's."""
         last, self._cut_from = self._cut_from, None
         return restarted_state(first, last, reason)
 
@@ -256,7 +257,7 @@ class SupervisedEnv(KindHooks):
         last = self._kept_last()
         self._budget.deadline = None
         if restart_answers(last, self._episode.autoreset):
-            self._budget.cut = last
+            self._cut_from, self._budget.resetting = last, True
             return RESET
         self._budget.reset_next = True
         self._deliver_cut_short(last, EPISODE_TIMEOUT)
@@ -298,13 +299,12 @@ class SupervisedEnv(KindHooks):
         cuts an episode short, or a reset that starts one after a budget's end), and the
         budget of the episode it leaves open: a new one from an episode's first state,
         none once an episode ended."""
-        cut, self._budget.cut = self._budget.cut, None
-        if cut is not None or self._budget.resetting:
+        if self._budget.resetting:
             # The reset that answers in place of a step, after an episode ran out of its
-            # budget: as a restarted env's first state, carried by the step that cuts
-            # the episode ``cut`` short (same-step autoreset), else marked.
+            # budget: as a restarted env's first state (carried by the step that cuts the
+            # episode short, under same-step autoreset).
             self._budget.resetting = False
-            state = restarted_state(state, cut, EPISODE_TIMEOUT)
+            state = self._restarted(state, EPISODE_TIMEOUT)
         if type(state) is not Step or type(self._sent) is Rollout:
             self._budget.deadline = None  # segments time their episodes themselves
             return state
