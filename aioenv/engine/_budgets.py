@@ -79,11 +79,6 @@ class EpisodeBudgets:
         if child.ends_episode:
             child.due = end  # type: ignore[assignment]
 
-    def over(self, w: int) -> None:
-        """Child ``w``'s episode ran out of its budget in flight: the new child's answer
-        opens the next one."""
-        self.ends[w] = None
-
     def opened(self, w: int, sent: tuple[str, Any], answer: Any) -> None:
         """Child ``w``'s ``answer`` to ``sent`` (its op and request), as its env's episode
         budget hears of it: a reset's or a step's rows (a control's result is not)."""
