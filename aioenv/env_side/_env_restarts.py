@@ -302,10 +302,7 @@ class _Pending:
     def handle(self, request: Any) -> Any:
         return self._env.restart_for(request)
 
-    step = step_row = handle
-
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        return self._env.restart_for(Reset(seed, options))
+    step_row = handle
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._old, name)

@@ -147,9 +147,10 @@ class VectorRunner:
         for index, runner in enumerate(self.runners):
             if mask is not None and not mask[index]:
                 continue
-            state = runner.reset(seeds[index], options)
+            request = Reset(seeds[index], options)
+            state = runner.handle(request)
             if isinstance(state, Failure) and self.recover is not None:
-                state = self.recover(index, Reset(seeds[index], options), state)
+                state = self.recover(index, request, state)
             if isinstance(state, Failure):
                 failures.append(_in_env(state, index))
             states.append((index, state))
