@@ -23,9 +23,9 @@ import numpy as np
 from ..core._environment import Step
 from ..core._messages import Failure
 from ..core._rollouts import PolicyPackage, Rollout, Segment
-from ._plan import Plan, drive
+from ._plan import Plan
 
-__all__ = ["PolicyCache", "joined", "play", "rollout_plan"]
+__all__ = ["PolicyCache", "joined", "rollout_plan"]
 
 _NOT_LOADED = object()
 
@@ -177,11 +177,6 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (the policy)")
     return _segment(rows, env, request.policy.version)
-
-
-def play(runner: Any, request: Rollout, env: int = 0) -> Segment | Failure:
-    """Play ``request`` on ``runner``, a plain env's runner (see :func:`rollout_plan`)."""
-    return drive(rollout_plan(runner, request, env))
 
 
 def _resume(runner: Any) -> Cursor | None:

@@ -23,8 +23,9 @@ from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
 from ._batch_rows import batched_space, columns_of, flag_array, stack_rows
 from ._infos import batch_vector_infos, final_entry, flat_infos
+from ._plan import drive
 from ._runner import EnvRunner
-from ._segment import PolicyCache, joined, play
+from ._segment import PolicyCache, joined, rollout_plan
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
@@ -123,7 +124,7 @@ class VectorRunner:
             return self.build_failure
         segments: list[Segment] = []
         for index, runner in enumerate(self.runners):
-            segment = play(runner, request, index)
+            segment = drive(rollout_plan(runner, request, index))
             if isinstance(segment, Failure):
                 return _in_env(segment, index)
             segments.append(segment)
