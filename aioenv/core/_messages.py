@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gymnasium.vector import AutoresetMode
 
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 Autoreset = Literal["disabled", "same_step", "next_step"]
-AUTORESET_MODES: tuple[str, ...] = ("disabled", "same_step", "next_step")
+AUTORESET_MODES: tuple[str, ...] = get_args(Autoreset)
 
 
 def autoreset_name(mode: object) -> object:
