@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from ..core._environment import BatchStep
+from ..core._environment import BatchStep, take_rows
 from ..wire._shared_memory import Layout, memory_file
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "NoLayout",
     "StepBuffer",
     "copied",
-    "rows_of",
     "rows_state",
     "write_rows",
 ]
@@ -133,15 +132,6 @@ class StepBuffer:
             self._mapping.close()
 
 
-def rows_of(tree: Any, rows: slice) -> Any:
-    """The rows ``rows`` of a tree of arrays, as views."""
-    if isinstance(tree, dict):
-        return {key: rows_of(sub, rows) for key, sub in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(rows_of(sub, rows) for sub in tree)
-    return tree[rows]
-
-
 def write_rows(into: Any, tree: Any) -> None:
     """Write a tree of arrays (or of what converts to them) into ``into``'s. ValueError or
     TypeError unless it is alike exactly: the same keys, the same shapes (nothing is
@@ -176,7 +166,7 @@ def rows_state(buffer: StepBuffer, rows: slice) -> BatchStep[Any]:
     """``buffer``'s rows ``rows`` as a child left them: its envs' last state (copied; no
     infos, which travel beside the buffer)."""
     return BatchStep(
-        copied(rows_of(buffer.observations, rows)),
+        copied(take_rows(buffer.observations, rows)),
         buffer.rewards[rows].copy(),
         buffer.terminated[rows].copy(),
         buffer.truncated[rows].copy(),

@@ -28,7 +28,7 @@ import socket
 from typing import Any
 
 from ..core._commands import RESET, is_reset
-from ..core._environment import BatchStep
+from ..core._environment import BatchStep, take_rows
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import restarted_state
 from ..core._seeds import GroupSeed
@@ -40,7 +40,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -175,8 +175,8 @@ class _Envs:
     def __init__(self, slots: Slots, buffer: StepBuffer, plan: ChildPlan) -> None:
         self.slots, self.buffer = slots, buffer
         self.rows = rows = plan.rows
-        self.actions = rows_of(buffer.actions, rows)
-        self.observations = rows_of(buffer.observations, rows)
+        self.actions = take_rows(buffer.actions, rows)
+        self.observations = take_rows(buffer.observations, rows)
         self.infos = buffer.infos[rows]
         self.child = plan.child
         self.packed = PackedInfos()  # the keys and types of the packed infos told so far

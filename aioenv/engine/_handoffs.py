@@ -19,11 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core._commands import Command, Reset, is_reset
-from ..core._environment import BatchStep, Stepped
+from ..core._environment import BatchStep, Stepped, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_of, rows_state, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_state, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._packed_infos import PackedInfos
@@ -107,7 +107,7 @@ class HandOffs:
         message = op != "step" or isinstance(request, (Reset, Command))
         if not message:
             try:
-                write_rows(rows_of(buffer.actions, child.rows), request)
+                write_rows(take_rows(buffer.actions, child.rows), request)
             except (ValueError, TypeError):
                 message = True  # not the space's layout: the child's runner says what is wrong
         buffer.notes[child.rows.start] = message
@@ -287,7 +287,7 @@ class HandOffs:
         """Child ``w``'s request in flight, with its op."""
         if self._lockstep:  # a lockstep step's actions are in the child's rows
             rows = self.children[w].rows
-            self.sent[w] = ("step", copied(rows_of(self.buffer.actions, rows)))
+            self.sent[w] = ("step", copied(take_rows(self.buffer.actions, rows)))
         return self.sent[w]
 
     def answers(self, timeout: float | None = None) -> dict[int, Any]:
@@ -360,7 +360,7 @@ class HandOffs:
         if not stepped or isinstance(answer, WorkerError) or type(answer) is BatchStep:
             return answer  # a whole reset's BatchStep, a control's result, an error
         parts = (
-            rows_of(buffer.observations, rows),
+            take_rows(buffer.observations, rows),
             buffer.rewards[rows].copy(),
             buffer.terminated[rows].copy(),
             buffer.truncated[rows].copy(),
