@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from . import _pickling as pickling
 
-__all__ = ["PolicyPackage", "Rollout", "Segment"]
+__all__ = ["PolicyPackage", "Rollout", "Segment", "Transitions"]
 
 _NO_OBJECT = object()
 
@@ -101,11 +101,10 @@ class Rollout:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Segment:
-    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
-    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
-    its episode (0 after a reset). Observations and actions are arrays where numpy can
-    stack them, else lists."""
+class Transitions:
+    """The columns of transitions, one row each, that a worker's :class:`Segment` and the
+    :class:`~aioenv.Trajectories` made of segments (and of collected episodes) share: the
+    observation the policy saw, the action it chose, and the env's answer."""
 
     observations: Any
     actions: Any
@@ -113,9 +112,18 @@ class Segment:
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     next_observations: Any
-    step: npt.NDArray[np.int64]
-    env: npt.NDArray[np.int64]
-    version: int
 
     def __len__(self) -> int:
         return len(self.rewards)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Segment(Transitions):
+    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
+    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
+    its episode (0 after a reset). Observations and actions are arrays where numpy can
+    stack them, else lists."""
+
+    step: npt.NDArray[np.int64]
+    env: npt.NDArray[np.int64]
+    version: int

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
-from ..core._rollouts import PolicyPackage, Rollout, Segment
+from ..core._rollouts import PolicyPackage, Rollout, Segment, Transitions
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
@@ -246,13 +246,10 @@ class PoolRollouts:
             ends = np.flatnonzero(done[rows])
             last_end = ends[-1] if len(ends) else -1
             open_rows[rows[last_end + 1 :]] = True
+        # The columns every transition has, as the segment holds them.
+        shared = dataclasses.fields(Transitions)
         return {
-            "observations": segment.observations,
-            "actions": segment.actions,
-            "rewards": segment.rewards,
-            "terminated": segment.terminated,
-            "truncated": segment.truncated,
-            "next_observations": segment.next_observations,
+            **{field.name: getattr(segment, field.name) for field in shared},
             "worker_id": np.full(count, worker_id, np.int64),
             "episode_id": episode_id,
             "step": segment.step,

@@ -13,12 +13,13 @@ from gymnasium.spaces import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ..core._environment import take_rows
+from ..core._rollouts import Transitions
 
 __all__ = ["Trajectories", "stack"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Trajectories:
+class Trajectories(Transitions):
     """Transitions, one per row, with the rows of one episode contiguous and in step order;
     episodes are ordered by worker id, then by episode id (so per worker, in the order they
     were played).
@@ -34,12 +35,6 @@ class Trajectories:
     for a Dict space, ...); everything else is a 1-D array with one entry per row.
     """
 
-    observations: Any
-    actions: Any
-    rewards: npt.NDArray[np.float64]
-    terminated: npt.NDArray[np.bool_]
-    truncated: npt.NDArray[np.bool_]
-    next_observations: Any
     #: The worker that played the row's episode.
     worker_id: npt.NDArray[np.int64]
     #: Unique per collector (or per pool's rollouts): the ``k``-th episode (from 0) of lane
@@ -54,9 +49,6 @@ class Trajectories:
     #: True for rows of an episode still running: ``collect(boundary="step")`` returns them
     #: and the next call returns the episode's later rows (``step`` goes on from here).
     open: npt.NDArray[np.bool_]
-
-    def __len__(self) -> int:
-        return len(self.rewards)
 
     def __repr__(self) -> str:
         return (
