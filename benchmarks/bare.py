@@ -46,7 +46,8 @@ from machine import CpuAccount
 from runners import Meter, Sample, Timing, run_coroutine
 
 import aioenv
-from aioenv.engine._buffer import StepBuffer, copied
+from aioenv.core._environment import copy_arrays
+from aioenv.engine._buffer import StepBuffer
 from aioenv.engine._wake import Gone, Wake
 from aioenv.env_side._idle_spin import IdleSpin
 from aioenv.workers import default_context
@@ -519,7 +520,7 @@ class BareEngine:
             answered += self._answer.wait(watch=self._watch)
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
-        return copied(self._buffer.observations), {}
+        return copy_arrays(self._buffer.observations), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         buffer = self._buffer
@@ -528,7 +529,7 @@ class BareEngine:
             request.post()
         self._wait_answers()
         return (
-            copied(buffer.observations),
+            copy_arrays(buffer.observations),
             buffer.rewards.copy(),
             buffer.terminated.copy(),
             buffer.truncated.copy(),

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from aioenv.engine._buffer import StepBuffer, copied
+from aioenv.core._environment import copy_arrays
+from aioenv.engine._buffer import StepBuffer
 from aioenv.engine._wake import Gone, Wake, kernel_counter
 from aioenv.env_side._idle_spin import IdleSpin
 
@@ -106,7 +107,7 @@ def test_what_another_process_wrote_before_it_posted_is_there_after_the_wait(
             buffer.actions[...] = actions
             request.post()
             assert answer.wait(timeout=PATIENCE) == 1
-            seen = copied({key: part[1:3] for key, part in buffer.observations.items()})
+            seen = copy_arrays({key: part[1:3] for key, part in buffer.observations.items()})
             expected = [int(sum(actions[row]) * 10) + step for row in (1, 2)]
             assert [int(seen["pixels"][i][0, 0]) for i in (0, 1)] == expected
             assert seen["pixels"].shape == (2, 4, 3) and seen["pixels"].dtype == np.uint8
@@ -197,7 +198,7 @@ def test_each_part_is_a_batch_of_its_space() -> None:
             (5,)
         ] * 3
         boxes[2] = 0.5
-        copy = copied(buffer.observations)
+        copy = copy_arrays(buffer.observations)
         boxes[2] = -0.5
         assert copy[0][2].tolist() == [0.5] * 3  # a copy, not a view
         assert buffer.observations[0][2:3].tolist() == [[-0.5] * 3]  # a view

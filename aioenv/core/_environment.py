@@ -32,6 +32,7 @@ __all__ = [
     "Step",
     "Stepped",
     "VectorSource",
+    "copy_arrays",
     "describe_source",
     "is_environment",
     "take_rows",
@@ -152,7 +153,7 @@ class Step(Generic[O]):
     def owned(self) -> Step[O]:
         """The same step with every array of its observation copied: what to keep of a step
         whose observation views shared memory (valid only until the worker's next action)."""
-        return self.with_observation(_copy_arrays(self.observation))
+        return self.with_observation(copy_arrays(self.observation))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Explicit so pickling is fast and works for frozen dataclasses on every Python.
@@ -270,7 +271,7 @@ class BatchStep(Generic[O]):
         """The same batch with its observations copied (see :meth:`Step.owned`)."""
         # The instance dict as it is: infos not derived yet stay so, packed ones packed.
         copy = object.__new__(BatchStep)
-        copy.__dict__.update(self.__dict__, observations=_copy_arrays(self.observations))
+        copy.__dict__.update(self.__dict__, observations=copy_arrays(self.observations))
         return copy
 
 
@@ -312,13 +313,16 @@ def take_rows(stacked: Any, rows: Any) -> Any:
     return stacked[rows]
 
 
-def _copy_arrays(observation: Any) -> Any:
+def copy_arrays(observation: Any) -> Any:
+    """A copy of an observation (or of a tree of arrays: dicts and tuples of them, as a
+    batch's observations and actions are) with every array copied; anything else in it (a
+    Python int, a Discrete's, read from its row) is its own copy."""
     if type(observation) is np.ndarray:
         return observation.copy()
     if type(observation) is dict:
-        return {key: _copy_arrays(value) for key, value in observation.items()}
+        return {key: copy_arrays(value) for key, value in observation.items()}
     if type(observation) is tuple:
-        return tuple(_copy_arrays(value) for value in observation)
+        return tuple(copy_arrays(value) for value in observation)
     return observation
 
 

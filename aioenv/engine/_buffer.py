@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from ..core._environment import BatchStep, take_rows
+from ..core._environment import BatchStep, copy_arrays, take_rows
 from ..wire._shared_memory import Layout, memory_file
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "INFO_SLOT",
     "NoLayout",
     "StepBuffer",
-    "copied",
     "rows_state",
     "write_rows",
 ]
@@ -152,21 +151,11 @@ def write_rows(into: Any, tree: Any) -> None:
         np.copyto(into, value, casting="same_kind")
 
 
-def copied(tree: Any) -> Any:
-    """A copy of a tree of arrays (what a step returns with ``copy=True``); a Python int
-    in it (a Discrete's, read from its row) is its own copy."""
-    if isinstance(tree, dict):
-        return {key: copied(sub) for key, sub in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(copied(sub) for sub in tree)
-    return tree.copy() if type(tree) is np.ndarray else tree
-
-
 def rows_state(buffer: StepBuffer, rows: slice) -> BatchStep[Any]:
     """``buffer``'s rows ``rows`` as a child left them: its envs' last state (copied; no
     infos, which travel beside the buffer)."""
     return BatchStep(
-        copied(take_rows(buffer.observations, rows)),
+        copy_arrays(take_rows(buffer.observations, rows)),
         buffer.rewards[rows].copy(),
         buffer.terminated[rows].copy(),
         buffer.truncated[rows].copy(),

@@ -28,7 +28,7 @@ import socket
 from typing import Any
 
 from ..core._commands import RESET, is_reset
-from ..core._environment import BatchStep, take_rows
+from ..core._environment import BatchStep, copy_arrays, take_rows
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import restarted_state
 from ..core._seeds import GroupSeed
@@ -40,7 +40,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._frames import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -199,8 +199,8 @@ class _Envs:
         note for the answer, and the message that goes with it (their infos, or a
         failure), or b"" for none (:data:`INFOS_IN_BUFFER`: the infos are in the rows)."""
         if self.revived is not None:
-            return 1, self.served("step", copied(self.actions))
-        result = self._answer(STEP, copied(self.actions))
+            return 1, self.served("step", copy_arrays(self.actions))
+        result = self._answer(STEP, copy_arrays(self.actions))
         if type(result) is not BatchStep:
             return 1, self._sent(encoded(result))  # a Failure, or an env given up
         failed = self._written(result)

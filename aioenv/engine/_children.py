@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import _pickling as pickling
-from ..core._environment import BatchStep, EnvSource
+from ..core._environment import BatchStep, EnvSource, copy_arrays
 from ..core._errors import EnvError, WorkerError, WorkerTimeout, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
@@ -42,7 +42,7 @@ from ..core._supervision import Supervision
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ._budgets import EpisodeBudgets
-from ._buffer import StepBuffer, copied, rows_state
+from ._buffer import StepBuffer, rows_state
 from ._child import ChildPlan
 from ._family import Child, together
 from ._handoffs import HandOffs
@@ -241,7 +241,7 @@ class EngineChildren(HandOffs):
         there): a copy, or with ``copy=False`` the buffer's own, valid until the next
         call."""
         observations = self.buffer.observations
-        return copied(observations) if self.copy else observations
+        return copy_arrays(observations) if self.copy else observations
 
     @property
     def pool(self) -> Any:

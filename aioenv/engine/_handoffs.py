@@ -19,11 +19,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core._commands import Command, Reset, is_reset
-from ..core._environment import BatchStep, Stepped, take_rows
+from ..core._environment import BatchStep, Stepped, copy_arrays, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._frames import decode_infos
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, copied, rows_state, write_rows
+from ._buffer import INFOS_IN_BUFFER, StepBuffer, rows_state, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._packed_infos import PackedInfos
@@ -167,7 +167,7 @@ class HandOffs:
             self._lockstep = False
         observations = buffer.observations
         if self.copy:
-            observations = copied(observations)
+            observations = copy_arrays(observations)
         if self.revivals is not None and self.unsettled:
             self.revivals.progress(every)
         rewards, terminated, truncated = buffer.rewards, buffer.terminated, buffer.truncated
@@ -287,7 +287,7 @@ class HandOffs:
         """Child ``w``'s request in flight, with its op."""
         if self._lockstep:  # a lockstep step's actions are in the child's rows
             rows = self.children[w].rows
-            self.sent[w] = ("step", copied(take_rows(self.buffer.actions, rows)))
+            self.sent[w] = ("step", copy_arrays(take_rows(self.buffer.actions, rows)))
         return self.sent[w]
 
     def answers(self, timeout: float | None = None) -> dict[int, Any]:

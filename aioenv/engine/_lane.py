@@ -46,11 +46,11 @@ import numpy as np
 from gymnasium import spaces
 
 from ..core._commands import RESET
-from ..core._environment import PLAIN_STEP, BatchStep, Step
+from ..core._environment import PLAIN_STEP, BatchStep, Step, copy_arrays
 from ..wire._frames import RECEIVE_SIZE
 from ..wire._pickles import decode_infos, dumps, encode_infos, loads
 from ..wire._shared_memory import Layout, SharedObservations
-from ._buffer import NoLayout, StepBuffer, copied
+from ._buffer import NoLayout, StepBuffer
 from ._wake import Wake
 
 __all__ = ["INFO_BYTES", "ChildLane", "Lane", "drain"]
@@ -237,7 +237,7 @@ class Lane(_Half):
         """The row's observation where it is not one array: views of it (``views``),
         else copies."""
         observation = self.observations.read()
-        return observation if self.views else copied(observation)
+        return observation if self.views else copy_arrays(observation)
 
     def _batch(self, observations: Any, length: int) -> BatchStep[Any]:
         parts = (
