@@ -73,10 +73,6 @@ class PolicyPackage:
         payload: bytes = self.payload
         return payload
 
-    def reference(self) -> PolicyPackage:
-        """The package without its payload: for a process that was sent it already."""
-        return PolicyPackage(self.version, self.key)
-
     def __reduce__(self) -> tuple[Any, ...]:
         # The object itself never travels: its bytes (pickled once), a reference, or nothing.
         payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload

@@ -46,8 +46,8 @@ def without_shipped(host: Host, request: Any) -> tuple[Any, str | None]:
     package = package_of(request)
     if package is None:
         return request, None
-    if host.shipped_policy == package.key:
-        return _with_package(request, package.reference()), None
+    if host.shipped_policy == package.key:  # the package without its payload
+        return _with_package(request, PolicyPackage(package.version, package.key)), None
     return request, package.key
 
 
