@@ -1,28 +1,65 @@
-"""What a host (a process worker's child, a Ray actor) does to be replaced after a death:
-start another like itself, once, whose slots' envs are built only as their workers ask."""
+"""What a host (a process worker's child, a Ray actor) keeps of its slots and does to be
+replaced after a death: its recipe starts another like itself, once, whose slots' envs are
+built only as their workers ask."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Replaceable"]
+from ..core._messages import EpisodeOptions
+from ..env_side._thread_caps import ThreadCaps
+
+__all__ = ["Replaceable", "SlotRecipe"]
 
 _Host = TypeVar("_Host")
 
 
-class Replaceable(Generic[_Host]):
-    """A host whose ``_recipe`` (a dataclass) holds the arguments that started it, each
-    field named as the host's own parameter, so that its replacement starts the same way."""
+@dataclasses.dataclass(frozen=True)
+class SlotRecipe:
+    """What starts a host serving ``len(payloads)`` env slots, as each kind's recipe starts
+    it: slot ``i`` runs the env pickled in ``payloads[i]``, seeded with ``seeds[i]``.
+    ``registry``: the gymnasium ids the host adds to its own before it builds any env
+    (:func:`aioenv.core._registry.snapshot`). ``thread_caps``: how the host caps its native
+    thread pools before it builds any env (None: it leaves them as they are)."""
+
+    payloads: Sequence[bytes]
+    seeds: Sequence[int | None]
+    episode: EpisodeOptions
+    registry: bytes
+    thread_caps: ThreadCaps | None
+
+
+_Recipe = TypeVar("_Recipe", bound=SlotRecipe)
+
+
+class Replaceable(Generic[_Host, _Recipe]):
+    """A host started from ``recipe``, kept so that its replacement starts the same way.
+    ``build``: every slot's env is built at once, and every slot is in use (a replacement
+    builds each slot's env when its worker asks for a REBUILD, and gains the slot as that
+    worker moves over: :meth:`open_slot`)."""
 
     #: The host that took over from this one (None until :meth:`replacement` is called).
     successor: _Host | None = None
-    _recipe: Any
+
+    def __init__(self, recipe: _Recipe, build: bool) -> None:
+        self._recipe = recipe
+        # Slots in use; a replacement gains them as their workers move over.
+        self._open_slots = set(range(len(recipe.payloads))) if build else set()
+
+    @property
+    def in_use(self) -> bool:
+        """Some slot still uses this host (it has not been released by every worker)."""
+        return bool(self._open_slots)
+
+    def open_slot(self, slot: int) -> None:
+        self._open_slots.add(slot)
 
     def replacement(self) -> _Host:
         """The host that takes over after this one died or was killed: started once,
         shared by every slot, each slot's env built when its worker asks (REBUILD)."""
         if self.successor is None:
             start: Callable[..., Any] = type(self)  # a host of this one's class
-            self.successor = start(**vars(self._recipe), build=False)  # its fields, by name
+            self.successor = start(self._recipe, build=False)
         return self.successor

@@ -28,18 +28,24 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 
-from ...core._messages import EpisodeOptions
 from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
-from ...env_side._thread_caps import ThreadCaps
 from ...loops._here import running_loop
 from ...wire._frames import encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
-from .._replaceable import Replaceable
+from .._replaceable import Replaceable, SlotRecipe
 from ._host_socket import HostSocket
 
-__all__ = ["CHILD_STARTS", "TERMINATE_GRACE", "Deliver", "Host", "OnExit", "describe_exit"]
+__all__ = [
+    "CHILD_STARTS",
+    "TERMINATE_GRACE",
+    "ChildRecipe",
+    "Deliver",
+    "Host",
+    "OnExit",
+    "describe_exit",
+]
 
 #: The program of a process worker's child, imported in the child only.
 CHILD_PROGRAM = "aioenv.workers.process._child:serve"
@@ -67,20 +73,17 @@ def _kill_running_groups() -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Recipe:
-    """What starts a child: kept so that a replacement can be started after a death
-    (each field is named as the host's parameter, see :class:`Replaceable`)."""
+class ChildRecipe(SlotRecipe):
+    """What starts a child (see :class:`SlotRecipe`), kept so that a replacement can be
+    started after a death: its multiprocessing ``context``, the env's ``name`` (the
+    process is named after it), per slot the ``deliver`` and ``on_exit`` callbacks, and the
+    child's ``idle_spin``."""
 
     context: Context
     name: str
-    payloads: Sequence[bytes]
-    seeds: Sequence[int | None]
-    episode: EpisodeOptions
     deliver: Sequence[Deliver]
     on_exit: Sequence[OnExit]
     idle_spin: float
-    registry: bytes
-    thread_caps: ThreadCaps | None
 
     def child(self, build: bool) -> ChildStart:
         """The child's start: its program and what it is handed (``build``: it builds every
@@ -97,44 +100,15 @@ class _Recipe:
         return ChildStart(self.context, self.name, handed, CHILD_PROGRAM)
 
 
-class Host(HostSocket, Replaceable["Host"]):
-    """One child process serving ``len(payloads)`` env slots; slot ``i`` runs the env
-    pickled in ``payloads[i]``, seeded with ``seeds[i]``, and its messages go to
-    ``deliver[i]``. ``registry``: the gymnasium ids the child adds to its own before it
-    builds any env (:func:`aioenv.core._registry.snapshot`). ``thread_caps``: how the child caps its
-    native thread pools before it builds any env (None: it leaves them as they are).
-    ``build``: the child builds every env at once (a replacement after a death builds each
-    slot only when asked to, see :meth:`replacement`)."""
+class Host(HostSocket, Replaceable["Host", ChildRecipe]):
+    """One child process serving the env slots of ``recipe``; slot ``i``'s messages go to
+    ``recipe.deliver[i]``. ``build``: the child builds every env at once (a replacement
+    after a death builds each slot only when asked to, see :meth:`replacement`)."""
 
-    def __init__(
-        self,
-        context: Context,
-        name: str,
-        payloads: Sequence[bytes],
-        seeds: Sequence[int | None],
-        episode: EpisodeOptions,
-        *,
-        deliver: Sequence[Deliver],
-        on_exit: Sequence[OnExit],
-        registry: bytes,
-        thread_caps: ThreadCaps | None,
-        build: bool = True,
-        idle_spin: float,
-    ) -> None:
-        self._recipe = recipe = _Recipe(
-            context,
-            name,
-            payloads,
-            seeds,
-            episode,
-            deliver,
-            on_exit,
-            idle_spin,
-            registry,
-            thread_caps,
-        )
+    def __init__(self, recipe: ChildRecipe, build: bool = True) -> None:
+        Replaceable.__init__(self, recipe, build)
         child = recipe.child(build)
-        super().__init__(child.socket, child.alive, len(payloads), deliver)
+        HostSocket.__init__(self, child.socket, child.alive, len(recipe.payloads), recipe.deliver)
         #: The child's process id, known once it has started (the process object may
         #: close), and a signal asked for before that: under the lock, which the start's
         #: thread takes too.
@@ -150,8 +124,6 @@ class Host(HostSocket, Replaceable["Host"]):
         #: The key of the last policy package sent to this child with its bytes: the
         #: child's own policy cache has it, so later requests carry the key alone.
         self.shipped_policy: str | None = None
-        # Slots in use; a replacement gains them as their workers move over.
-        self._open_slots = set(range(self.size)) if build else set()
         self._force_timer: asyncio.TimerHandle | None = None
         self._begin(child)  # last, once every attribute is set: see there
 
@@ -225,14 +197,6 @@ class Host(HostSocket, Replaceable["Host"]):
         elif self._loop is not None and not self._loop.is_closed() and not self._sentinel_watched:
             self._sentinel_watched = True
             self._loop.add_reader(self._process.sentinel, self._on_sentinel)
-
-    @property
-    def in_use(self) -> bool:
-        """Some slot still uses this child (it has not been released by every worker)."""
-        return bool(self._open_slots)
-
-    def open_slot(self, slot: int) -> None:
-        self._open_slots.add(slot)
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start reading replies and watching for the exit from ``loop`` (once; again

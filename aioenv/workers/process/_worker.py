@@ -60,7 +60,7 @@ from ...wire._shared_memory import available, shared_layout
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
-from ._host import CHILD_STARTS, TERMINATE_GRACE, Host, describe_exit
+from ._host import CHILD_STARTS, TERMINATE_GRACE, ChildRecipe, Host, describe_exit
 
 __all__ = ["ProcessWorker"]
 
@@ -194,18 +194,19 @@ class ProcessWorker(SlottedWorker[S, Host]):
     @classmethod
     def _new_host(cls, workers: Sequence[Any], registry: bytes) -> Host:
         first = workers[0]
-        return Host(
-            first._context,
-            first.env_name,
-            [worker._payload for worker in workers],
-            [worker.seed for worker in workers],
-            first._episode,
-            deliver=[worker._on_host_message for worker in workers],
-            on_exit=[worker._on_host_exit for worker in workers],
+        recipe = ChildRecipe(
+            payloads=[worker._payload for worker in workers],
+            seeds=[worker.seed for worker in workers],
+            episode=first._episode,
             registry=registry,
             thread_caps=first._thread_caps,
+            context=first._context,
+            name=first.env_name,
+            deliver=[worker._on_host_message for worker in workers],
+            on_exit=[worker._on_host_exit for worker in workers],
             idle_spin=first._idle_spin,
         )
+        return Host(recipe)
 
     # What the steps travel in ------------------------------------------------------------
     def _lane(self) -> None:

@@ -34,18 +34,17 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...core._messages import EpisodeOptions, Failure
-from ...env_side._thread_caps import ThreadCaps
+from ...core._messages import Failure
 from ...loops._here import running_loop
 from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
-from .._replaceable import Replaceable
+from .._replaceable import Replaceable, SlotRecipe
 from ._calls import Call, add_outbox, send_off_loop
 from ._channel import DirectConnection, first_line, goes_direct, loaded
 from ._cluster import import_ray, init_ray
 
-__all__ = ["KILL_GRACE", "ActorHost", "Deliver", "OnDeath"]
+__all__ = ["KILL_GRACE", "ActorHost", "ActorRecipe", "Deliver", "OnDeath"]
 
 #: ``deliver(host, seq, result, borrowed)``: an answer for one slot; ``borrowed``: its
 #: arrays are Ray's read-only views (it came as an actor call), else its own.
@@ -62,18 +61,15 @@ _CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
 
 
 @dataclasses.dataclass(frozen=True)
-class _Recipe:
-    """What starts an actor: kept so that a replacement can be started after a death
-    (each field is named as the host's parameter, see :class:`Replaceable`)."""
+class ActorRecipe(SlotRecipe):
+    """What starts an actor (see :class:`SlotRecipe`), kept so that a replacement can be
+    started after a death: its Ray ``options``, per slot the ``deliver`` and ``on_death``
+    callbacks, and ``direct``: connect to the actor and send steps on that connection
+    (:mod:`aioenv.workers.ray._channel`)."""
 
     options: dict[str, Any]
-    payloads: Sequence[bytes]
-    seeds: Sequence[int | None]
-    episode: EpisodeOptions
     deliver: Sequence[Deliver]
     on_death: Sequence[OnDeath]
-    registry: bytes
-    thread_caps: ThreadCaps | None
     direct: bool
 
 
@@ -85,37 +81,24 @@ class _ActorCall:
     reply: asyncio.Future[Any]
 
 
-class ActorHost(Replaceable["ActorHost"]):
-    """One Ray actor serving ``len(payloads)`` env slots. ``registry``: the gymnasium ids
-    the actor adds to its own before it builds any env (:func:`aioenv.core._registry.snapshot`).
-    ``thread_caps``: how the actor caps its native thread pools before it builds any env
-    (None: it leaves them as they are). ``build``: every slot's env is built at once (a
-    replacement builds each slot when its worker asks for a REBUILD). ``direct``: connect
-    to the actor and send steps on that connection (:mod:`aioenv.workers.ray._channel`)."""
+class ActorHost(Replaceable["ActorHost", ActorRecipe]):
+    """One Ray actor serving the env slots of ``recipe``. ``build``: every slot's env is
+    built at once (a replacement builds each slot when its worker asks for a REBUILD)."""
 
-    def __init__(
-        self,
-        options: dict[str, Any],
-        payloads: Sequence[bytes],
-        seeds: Sequence[int | None],
-        episode: EpisodeOptions,
-        *,
-        deliver: Sequence[Deliver],
-        on_death: Sequence[OnDeath],
-        registry: bytes,
-        thread_caps: ThreadCaps | None,
-        direct: bool = True,
-        build: bool = True,
-    ) -> None:
-        self._recipe = _Recipe(
-            options, payloads, seeds, episode, deliver, on_death, registry, thread_caps, direct
-        )
+    def __init__(self, recipe: ActorRecipe, build: bool = True) -> None:
+        super().__init__(recipe, build)
         self._ray = ray = import_ray()
         init_ray(ray)
-        actor_class = _actor_class(ray).options(**options)  # bad options fail here, at once
+        actor_class = _actor_class(ray).options(**recipe.options)  # bad options fail here, at once
 
         def create() -> Any:
-            return actor_class.remote(list(payloads), list(seeds), episode, registry, thread_caps)
+            return actor_class.remote(
+                list(recipe.payloads),
+                list(recipe.seeds),
+                recipe.episode,
+                recipe.registry,
+                recipe.thread_caps,
+            )
 
         #: The actor's handle once it is created (None until then).
         self._actor: Any = None
@@ -128,14 +111,13 @@ class ActorHost(Replaceable["ActorHost"]):
         else:
             self._created = _CONTROL_CALLS.submit(create)
             self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
-        self.size = len(payloads)
+        self.size = len(recipe.payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
         #: The slot whose failure killed the actor, for the other slots' messages.
         self.killed_for: int | None = None
         #: The actor answered a call: it has started.
         self.answered = False
-        self._open_slots = set(range(self.size)) if build else set()
         self._queued: list[Message] = (
             [(slot, 0, Request.BUILD, None) for slot in range(self.size)] if build else []
         )
@@ -143,7 +125,7 @@ class ActorHost(Replaceable["ActorHost"]):
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The direct connection (None: every message goes as an actor call).
-        self._direct = self._direct_connection() if direct else None
+        self._direct = self._direct_connection() if recipe.direct else None
 
     @property
     def alive(self) -> bool:
@@ -173,13 +155,6 @@ class ActorHost(Replaceable["ActorHost"]):
             self._die(f"its Ray actor could not be created ({first_line(error)})")
             return
         self._start_sending()
-
-    @property
-    def in_use(self) -> bool:
-        return bool(self._open_slots)
-
-    def open_slot(self, slot: int) -> None:
-        self._open_slots.add(slot)
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send and await from ``loop`` (once); messages queued before go now."""

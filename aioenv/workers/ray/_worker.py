@@ -39,7 +39,7 @@ from .._slotted import SlottedWorker
 from ._calls import ACTOR_CALLS
 from ._capacity import Shortage, free_resources, shortage
 from ._cluster import import_ray, init_ray
-from ._host import KILL_GRACE, ActorHost
+from ._host import KILL_GRACE, ActorHost, ActorRecipe
 from ._values import shared_request
 
 __all__ = ["RayWorker"]
@@ -189,17 +189,18 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     @classmethod
     def _new_host(cls, workers: Sequence[Any], registry: bytes) -> ActorHost:
         first = workers[0]
-        return ActorHost(
-            first._actor_options,
-            [worker._payload for worker in workers],
-            [worker.seed for worker in workers],
-            first._episode,
-            deliver=[worker._on_actor_reply for worker in workers],
-            on_death=[worker._on_actor_death for worker in workers],
+        recipe = ActorRecipe(
+            payloads=[worker._payload for worker in workers],
+            seeds=[worker.seed for worker in workers],
+            episode=first._episode,
             registry=registry,
             thread_caps=first._thread_caps,
+            options=first._actor_options,
+            deliver=[worker._on_actor_reply for worker in workers],
+            on_death=[worker._on_actor_death for worker in workers],
             direct=first._direct,
         )
+        return ActorHost(recipe)
 
     def _start_delay_cause(self) -> str | None:
         if self._shortage is None or self._host is None or self._host.answered:
