@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -55,8 +56,10 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     _off_loop: ClassVar[OffLoopCalls]
     #: Where the env is sent to be built, for the message of one that will not pickle.
     _sent_to: ClassVar[str]
-    _host: H | None
-    _slot: int
+    #: The host serving this worker's env now (None until it joins one), and its slot there.
+    _host: H | None = None
+    _slot = 0
+    #: Every host this worker used that may still run (from :meth:`_begin` on).
     _hosts: list[H]
     _holds_off_loop = False
 
@@ -75,6 +78,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     def _begin(self, start: bool) -> None:
         """Hold the kind's off-loop thread while this worker is open, and start its host
         (``start``: one of its own; ``hosted`` starts several workers' hosts at once)."""
+        self._hosts = []
         self._off_loop.hold()
         self._holds_off_loop = True
         if start:
@@ -176,6 +180,15 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         if host is not self._host:
             self._join(host, self._slot)
         return host
+
+    def _forget_host(self, host: H, killed_slot: int | None) -> bool:
+        """``host`` is gone: it is no longer one this worker used that may still run.
+        Whether its death is this worker's own to report: not once the host was replaced
+        or the worker is closing, nor when it was killed for the failure of this worker's
+        env (in ``killed_slot``), which is already handled."""
+        with contextlib.suppress(ValueError):
+            self._hosts.remove(host)
+        return host is self._host and not self._closing and killed_slot != self._slot
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         for host in self._hosts:

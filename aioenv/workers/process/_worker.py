@@ -126,7 +126,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         _start: bool = True,
     ) -> None:
-        self._host: Host | None = None  # the child serving this worker's env now
         super().__init__(
             env,
             seed=seed,
@@ -148,8 +147,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
         self._context = resolve_context(context)
-        self._slot = 0
-        self._hosts: list[Host] = []  # every host this worker used that may still run
         self._begin(_start)
 
     @property
@@ -333,13 +330,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
             )
 
     def _on_host_exit(self, host: Host) -> None:
-        with contextlib.suppress(ValueError):
-            self._hosts.remove(host)
         killed_for = host.killed_for
-        if host is not self._host or self._closing:
+        if not self._forget_host(host, None if killed_for is None else killed_for[0]):
             return
-        if killed_for is not None and killed_for[0] == self._slot:
-            return  # killed for this worker's own failure, which is already handled
         cause = "" if killed_for is None else f"; its process was killed because {killed_for[1]}"
         if host.start_error is not None:
             error = host.start_error

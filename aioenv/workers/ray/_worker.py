@@ -15,7 +15,6 @@ Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import types
@@ -117,7 +116,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         _start: bool = True,
     ) -> None:
         import_ray()  # a clear error now if Ray is missing
-        self._host: ActorHost | None = None  # the actor serving this worker's env now
         super().__init__(
             env,
             seed=seed,
@@ -137,8 +135,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
                 f"{self.name}: direct_connection must be True or False, got {direct_connection!r}"
             )
         self._direct = direct_connection
-        self._slot = 0
-        self._hosts: list[ActorHost] = []  # every actor this worker used that may still run
         #: The resources the cluster lacked for this worker's pool when its actors started.
         self._shortage: Shortage | None = None
         self._begin(_start)
@@ -243,12 +239,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._on_reply(seq, result, borrowed=borrowed and type(result) in (Step, BatchStep))
 
     def _on_actor_death(self, host: ActorHost, reason: str) -> None:
-        with contextlib.suppress(ValueError):
-            self._hosts.remove(host)
-        if host is not self._host or self._closing:
+        if not self._forget_host(host, host.killed_for):
             return
-        if host.killed_for == self._slot:
-            return  # killed for this worker's own failure, which is already handled
         self._on_death(
             WorkerDied(f"{self.name} died: {reason}", worker_id=self.worker_id, exitcode=None)
         )
