@@ -32,6 +32,11 @@ class SlotHost(Protocol):
     @property
     def alive(self) -> bool: ...
 
+    @property
+    def label(self) -> str:
+        """The host, for its workers' names, without waiting for its start: ``pid 123``,
+        ``actor 0f3a…``."""
+
     def replacement(self) -> Any: ...
 
     def open_slot(self, slot: int) -> None: ...
@@ -45,8 +50,8 @@ H = TypeVar("H", bound=SlotHost)
 
 
 class SlottedWorker(Worker[S], Generic[S, H]):
-    """A worker in slot ``_slot`` of host ``_host``; kinds name their hosts (``_where``)
-    and start them (``_new_host``)."""
+    """A worker in slot ``_slot`` of host ``_host``; kinds start their hosts
+    (``_new_host``)."""
 
     #: The option that says how many workers share a host, for messages.
     _per_host_option: ClassVar[str]
@@ -144,10 +149,6 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         join it; ``registry``: this process's gymnasium ids
         (:func:`aioenv.core._registry.snapshot`)."""
 
-    @abc.abstractmethod
-    def _where(self, host: H) -> str:
-        """The host, for the worker's name: ``pid 123``, ``actor 0f3a…``."""
-
     @property
     def name(self) -> str:
         host = self._host
@@ -155,7 +156,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
             return super().name
         where = "" if self.worker_id is None else f" {self.worker_id}"
         slot = f", slot {self._slot}" if host.size > 1 else ""
-        return f"{self.kind} worker{where} ({self.env_name}, {self._where(host)}{slot})"
+        return f"{self.kind} worker{where} ({self.env_name}, {host.label}{slot})"
 
     def _current_host(self) -> H:
         assert self._host is not None, f"a {self.kind} worker always has a host once built"

@@ -185,9 +185,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         ``env`` is one env source for all, or a list with one per seed."""
         return cls._hosted(env, seeds, envs_per_process, **options)
 
-    def _where(self, host: Host) -> str:
-        return host.label
-
     @classmethod
     def _new_host(cls, workers: Sequence[Any], registry: bytes) -> Host:
         first = workers[0]

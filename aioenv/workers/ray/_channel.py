@@ -110,7 +110,7 @@ class DirectConnection:
             if address not in _UNREACHED:  # once per node: a pool may have hundreds there
                 _UNREACHED.add(address)
                 warnings.warn(
-                    f"aioenv: no direct connection to Ray actor {self._label()} at {address}:"
+                    f"aioenv: no direct connection to Ray {self._label()} at {address}:"
                     f"{port} ({type(exc).__name__}: {exc}); the messages of the actors on "
                     "that node go as actor calls, which are slower (a firewall between the "
                     "nodes? make_pool(..., direct_connection=False) skips the attempt)",

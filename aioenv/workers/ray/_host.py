@@ -139,8 +139,9 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
 
     @property
     def label(self) -> str:
-        """The actor's id, short, or that it is being created (without waiting)."""
-        return "being created" if self._handle() is None else self.actor_id[:8]
+        """The actor's id, short, or that it is being created (without waiting): ``actor
+        0f3a…``."""
+        return "actor being created" if self._handle() is None else f"actor {self.actor_id[:8]}"
 
     def _handle(self) -> Any:
         """The actor's handle, or None while it is being created (or could not be)."""

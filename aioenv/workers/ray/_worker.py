@@ -156,9 +156,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         one env source for all, or a list with one per seed."""
         return cls._hosted(env, seeds, envs_per_actor, **options)
 
-    def _where(self, host: ActorHost) -> str:
-        return f"actor {host.label}"
-
     @classmethod
     def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
         """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
