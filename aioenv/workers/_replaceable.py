@@ -30,6 +30,17 @@ class SlotRecipe:
     registry: bytes
     thread_caps: ThreadCaps | None
 
+    def slots(self) -> list[Any]:
+        """The arguments of the host's :class:`~aioenv.env_side._serving.Slots` (made in the
+        child or the actor), as the host is handed them first."""
+        return [
+            list(self.payloads),
+            list(self.seeds),
+            self.episode,
+            self.registry,
+            self.thread_caps,
+        ]
+
 
 _Recipe = TypeVar("_Recipe", bound=SlotRecipe)
 

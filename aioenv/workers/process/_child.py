@@ -53,17 +53,17 @@ def serve(
     payloads: list[bytes],
     seeds: list[int | None],
     episode: EpisodeOptions,
-    build: bool,
     registry: bytes,
     thread_caps: ThreadCaps | None,
+    build: bool,
     idle_spin: float,
 ) -> None:
     """Serve one env per payload (cloudpickled env sources), slot ``i`` seeded with
-    ``seeds[i]``, until CLOSE or until the parent is gone. ``build``: build every env now
-    and report its spaces (READY); otherwise each slot waits for a REBUILD. ``registry``:
-    the parent's gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this
-    process's before any env is built. ``thread_caps``: the caps of this process's native
-    thread pools, applied before any env is built (:mod:`aioenv.env_side._thread_caps`).
+    ``seeds[i]``, until CLOSE or until the parent is gone. ``registry``: the parent's
+    gymnasium ids (:func:`aioenv.core._registry.snapshot`), added to this process's before
+    any env is built. ``thread_caps``: the caps of this process's native thread pools,
+    applied before any env is built (:mod:`aioenv.env_side._thread_caps`). ``build``: build
+    every env now and report its spaces (READY); otherwise each slot waits for a REBUILD.
     ``idle_spin``: seconds to poll for the next request before blocking on it, while
     polling pays (:class:`~aioenv.env_side._idle_spin.IdleSpin`).
 

@@ -88,15 +88,7 @@ class ChildRecipe(SlotRecipe):
     def child(self, build: bool) -> ChildStart:
         """The child's start: its program and what it is handed (``build``: it builds every
         env at once)."""
-        handed = [
-            list(self.payloads),
-            list(self.seeds),
-            self.episode,
-            build,
-            self.registry,
-            self.thread_caps,
-            self.idle_spin,
-        ]
+        handed = [*self.slots(), build, self.idle_spin]
         return ChildStart(self.context, self.name, handed, CHILD_PROGRAM)
 
 

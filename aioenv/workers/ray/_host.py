@@ -92,13 +92,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         actor_class = _actor_class(ray).options(**recipe.options)  # bad options fail here, at once
 
         def create() -> Any:
-            return actor_class.remote(
-                list(recipe.payloads),
-                list(recipe.seeds),
-                recipe.episode,
-                recipe.registry,
-                recipe.thread_caps,
-            )
+            return actor_class.remote(*recipe.slots())
 
         #: The actor's handle once it is created (None until then).
         self._actor: Any = None
