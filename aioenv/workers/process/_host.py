@@ -37,15 +37,7 @@ from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable, SlotRecipe
 from ._host_socket import HostSocket
 
-__all__ = [
-    "CHILD_STARTS",
-    "TERMINATE_GRACE",
-    "ChildRecipe",
-    "Deliver",
-    "Host",
-    "OnExit",
-    "describe_exit",
-]
+__all__ = ["CHILD_STARTS", "ChildRecipe", "Deliver", "Host", "OnExit", "describe_exit"]
 
 #: The program of a process worker's child, imported in the child only.
 CHILD_PROGRAM = "aioenv.workers.process._child:serve"

@@ -41,6 +41,7 @@ from ...engine._buffer import NoLayout
 from ...engine._lane import Lane
 from ...engine._start import Context, resolve_context
 from ...env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
+from ...env_side._process_group import TERMINATE_GRACE
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._frames import (
     LANE_ANSWER,
@@ -60,7 +61,7 @@ from ...wire._shared_memory import available, shared_layout
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
-from ._host import CHILD_STARTS, TERMINATE_GRACE, ChildRecipe, Host, describe_exit
+from ._host import CHILD_STARTS, ChildRecipe, Host, describe_exit
 
 __all__ = ["ProcessWorker"]
 
