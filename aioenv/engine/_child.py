@@ -64,7 +64,8 @@ class ChildPlan:
     cloudpickled), seeded with ``seed``, under ``episode``; the buffer of ``n`` rows of
     these single ``spaces`` (observation, action), its ``rows`` of them.
     ``env_seeds``: each env's seed, or one seed they are drawn from (a revived child's:
-    its ``seed``).
+    its ``seed``); None, the default, leaves them unseeded (``seed`` is then the restart
+    seeds' alone).
     ``restarts``: each env's restart options (``on_failure`` left out: its failures are
     reported to the parent with the answer, :class:`Reported`); None, an env's failure is
     the request's. ``revived``: this child replaces one that died or hung, for that reason

@@ -209,9 +209,13 @@ def _portable(result: Any) -> Any:
 def _resolved(request: ControlRequest) -> ControlRequest:
     """The request with the arguments the parent put in the object store fetched here.
     (Ray resolves only an actor call's top-level arguments, and these are nested.)"""
-    import ray  # only reached inside a Ray actor, where ray is importable
+    return with_arguments(request, _is_ref, _fetched)
 
-    return with_arguments(request, _is_ref, ray.get)
+
+def _fetched(ref: Any) -> Any:
+    import ray  # only reached for a reference, inside a Ray actor, where ray is importable
+
+    return ray.get(ref)
 
 
 def _is_ref(value: Any) -> bool:
