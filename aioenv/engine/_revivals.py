@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
 from ..core._errors import WorkerError
-from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, open_episode, restart_answers
+from ..core._restarts import cut_short_state, open_episode, restart_answers
 from ..core._supervision import Supervision, report_failure
 from ..core._supervisor import Remedies, Supervisor
 from ..env_side._env_restarts import ThreadClock
@@ -109,7 +109,7 @@ class _OneChild:
 
     def failed(self, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
         op, request = sent
-        supervisor, clock = self.supervisor, self.owner.clock
+        clock = self.owner.clock
         # A control in flight cuts short the episode its child's envs left open too.
         asked = request if op == "step" else None
         last = None if is_reset(asked) else self.owner.children.last_state(self.w)
@@ -118,16 +118,13 @@ class _OneChild:
         if op == "step" and restart_answers(open_, self.owner.autoreset):
             # The new child's answer to the request answers it.
             self._then, self._cut = sent, open_
-            supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
         else:
             # A step ends the open episodes here, truncated; a control fails. The new
             # child's first step then starts new episodes (cutting short those still open).
             self._then = ("cut", open_) if op == "step" else ("echo", error)
             self._cut = None if op == "step" else open_
-            supervisor.failed(error, env_gone=True, in_flight=0, clock=clock)
-            reason = supervisor.pending_restart
-            if reason is not None:
-                supervisor.restart_later(_IN_FLIGHT, reason, clock)
+        # Either way the restart (after its backoff) hands the new child ``_then``.
+        self.supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
         clock.run()
         return self._given_up
 
@@ -136,17 +133,14 @@ class _OneChild:
         autoreset the new child answers it with its env's reset, carried by the step that
         cuts the episode short; else that step answers it, and the new child answers its
         next step with its reset."""
-        supervisor, clock = self.supervisor, self.owner.clock
         last = self.owner.children.last_state(self.w)
         self._given_up = None
         if restart_answers(last, self.owner.autoreset):
             self._then, self._cut = sent, last
-            supervisor.end_episode(_IN_FLIGHT, clock)
         else:
             self._then, self._cut = ("cut", last), None
-            supervisor.end_episode(0, clock)
-            supervisor.restart_later(_IN_FLIGHT, EPISODE_TIMEOUT, clock)
-        clock.run()
+        self.supervisor.end_episode(_IN_FLIGHT, self.owner.clock)
+        self.owner.clock.run()
         return self._given_up
 
     def _start(self, seq: int, seed: int | None, reason: str) -> None:
