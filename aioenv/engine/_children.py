@@ -52,12 +52,11 @@ from ._wake import Wake
 
 __all__ = ["ENGINE_OPTIONS", "EngineChildren"]
 
-#: The options of a vector env whose envs step through the engine; any other pool option
-#: still takes the pool.
+#: The options of a vector env whose envs step through the engine (every supervision
+#: option among them); any other pool option still takes the pool.
 ENGINE_OPTIONS = frozenset(
     {"seed", "max_episode_steps", "context", "idle_spin", "threads_per_env"}
-    | {"cleanup_time", "step_timeout", "reset_timeout", "start_timeout", "episode_timeout"}
-    | {"restart", "max_restarts", "restart_window", "restart_backoff", "on_failure"}
+    | {field.name for field in dataclasses.fields(Supervision)}
 )
 
 
