@@ -28,7 +28,7 @@ from ..core._errors import WorkerError
 from ..core._restarts import cut_short_state, open_episode, restart_answers
 from ..core._supervision import Supervision, report_failure
 from ..core._supervisor import Remedies, Supervisor
-from ..env_side._env_restarts import ThreadClock
+from ..env_side._env_restarts import Supervisors
 from ._child import ChildPlan, Revived
 
 __all__ = ["Revivals"]
@@ -45,7 +45,7 @@ class Children(Protocol):
     def last_state(self, w: int) -> BatchStep[Any]: ...
 
 
-class Revivals:
+class Revivals(Supervisors["_OneChild"]):
     """The supervision of every child of ``plans`` (one each), under ``options`` (its
     ``on_failure`` is called with each failure), for envs of ``autoreset``."""
 
@@ -55,10 +55,7 @@ class Revivals:
         self.children = children
         self.autoreset = autoreset
         self.on_failure = options.on_failure
-        self.clock = ThreadClock()
-        self.each = [_OneChild(self, w, plan, options) for w, plan in enumerate(plans)]
-        #: The children whose supervisor an answer would change (every one, until it answered).
-        self.unsettled: set[int] = set(range(len(plans)))
+        super().__init__([_OneChild(self, w, plan, options) for w, plan in enumerate(plans)])
 
     def revive(self, w: int, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
         """Child ``w`` died or hung (``error``) with ``sent`` (its op and request) in
@@ -80,16 +77,6 @@ class Revivals:
         up), passed to ``on_failure``, whose own error is a warning, not the caller's."""
         for error in errors:
             report_failure(self.on_failure, error)
-
-    def progress(self, children: Any) -> None:
-        """These children answered a request: where a failure is counted against one (or
-        it had not answered yet), its supervisor hears of it."""
-        for w in children:
-            if w in self.unsettled:
-                supervisor = self.each[w].supervisor
-                supervisor.answered(state=True)
-                if supervisor.settled:
-                    self.unsettled.discard(w)
 
 
 class _OneChild:

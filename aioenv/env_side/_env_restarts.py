@@ -17,7 +17,7 @@ request raises its error, and the vector env cannot go on
 Nothing of this runs while no env fails: the runner calls :meth:`EnvRestarts.recover`
 in place of reporting a failure, an env waiting for its restart answers through a
 stand-in runner (:class:`_Pending`), and answers are reported to the supervisors only of
-the envs with a failure counted against them (:meth:`EnvRestarts.progress`). The module
+the envs with a failure counted against them (:meth:`Supervisors.progress`). The module
 imports nothing from the parent's side.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -41,12 +41,21 @@ from ..core._supervisor import Remedies, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 
-__all__ = ["RESTART_OPTIONS", "EnvRestarts", "ThreadClock"]
+__all__ = ["RESTART_OPTIONS", "EnvRestarts", "Supervisors", "ThreadClock"]
 
 #: The supervision options envs stepped in line take (deadlines need a worker to abandon).
 RESTART_OPTIONS = frozenset(
     {"restart", "max_restarts", "restart_window", "restart_backoff", "on_failure"}
 )
+
+
+class _Supervised(Protocol):
+    """What a :class:`Supervisors` supervises, one each: an env, or an engine child."""
+
+    supervisor: Supervisor
+
+
+_One = TypeVar("_One", bound=_Supervised)
 
 #: The request in flight, as a supervisor numbers it: an env in line has one at a time.
 _IN_FLIGHT = 1
@@ -94,7 +103,35 @@ class ThreadClock:
             call.callback(*call.args)
 
 
-class EnvRestarts:
+class Supervisors(Generic[_One]):
+    """Supervisors in the calling thread, one for each of ``each`` (an env, or an engine
+    child: :class:`~aioenv.engine._revivals.Revivals`; each with its ``supervisor``), on
+    one :class:`ThreadClock`, told of progress only while a failure is counted against
+    one of them."""
+
+    def __init__(self, each: list[_One]) -> None:
+        self.each = each
+        self.clock = ThreadClock()
+        #: Those whose supervisor an answer would change (every one, until it answered).
+        self.unsettled: set[int] = set(range(len(each)))
+        #: Those answered by a restart in the request being answered (no progress of theirs).
+        self._restarted: set[int] = set()
+
+    def progress(self, answered: Iterable[int]) -> None:
+        """These answered the request (a state each): where a failure is counted against
+        one (or it had not answered yet), its supervisor hears of it, unless a restart
+        answered for it."""
+        restarted, unsettled = self._restarted, self.unsettled
+        for i in answered:
+            if i in unsettled and i not in restarted:
+                supervisor = self.each[i].supervisor
+                supervisor.answered(state=True)
+                if supervisor.settled:
+                    unsettled.discard(i)
+        restarted.clear()
+
+
+class EnvRestarts(Supervisors["_OneEnv"]):
     """The supervision of every env of an :class:`~aioenv.env_side._vector_runner.VectorRunner`
     stepped in the calling thread: installed as its ``recover``, it answers an env's
     failure with what a process worker of that env would have answered. Its errors name
@@ -114,23 +151,16 @@ class EnvRestarts:
         self.where, self.first, self.worker_id = where, first, worker_id
         # The episode options the runner gave its envs (a new env gets them too).
         self.episode = runner.runners[0].episode
-        self.clock = ThreadClock()
         # The restart options alone; each env's supervisor reports its failures to
         # on_failure, as a pool's worker's does.
         options = Supervision(**{name: getattr(options, name) for name in RESTART_OPTIONS})
         # Each env is rebuilt from the source its runner has, and a restart's seed is
         # drawn from the seed the runner gave it, as a worker's is from the worker's (a
         # process worker of one env has that seed).
-        self.envs = [
-            _OneEnv(self, index, env.source, env.seed, options)
-            for index, env in enumerate(runner.runners)
-        ]
-        #: The envs whose supervisor an answer would change (every env, until it answered).
-        self.unsettled: set[int] = set(range(len(self.envs)))
+        runners = enumerate(runner.runners)
+        super().__init__([_OneEnv(self, i, env.source, env.seed, options) for i, env in runners])
         #: The envs given up on, with the error that did it.
         self.removed: dict[int, WorkerError] = {}
-        #: Envs answered by a restart in the request being answered (no progress of theirs).
-        self._restarted: set[int] = set()
         #: The error of the env given up on in the request being answered.
         self._given_up: WorkerError | None = None
         runner.recover = self.recover
@@ -143,27 +173,14 @@ class EnvRestarts:
             return failure
         self.unsettled.add(index)
         self._restarted.add(index)
-        return self.envs[index].failed(request, failure)
+        return self.each[index].failed(request, failure)
 
     def progress_of(self, request: Any) -> None:
         """:meth:`progress` of the envs that answered ``request``, a batch of actions or a
         reset (whose mask leaves some out)."""
         options = request.options if isinstance(request, Reset) else None
-        mask, _ = reset_mask(options, len(self.envs))
-        self.progress(range(len(self.envs)) if mask is None else np.flatnonzero(mask).tolist())
-
-    def progress(self, envs: Iterable[int]) -> None:
-        """The envs ``envs`` answered the request (a state each): where a failure is
-        counted against one (or it had not answered yet), its supervisor hears of it,
-        unless a restart answered for it."""
-        restarted, unsettled = self._restarted, self.unsettled
-        for index in envs:
-            if index in unsettled and index not in restarted:
-                supervisor = self.envs[index].supervisor
-                supervisor.answered(state=True)
-                if supervisor.settled:
-                    unsettled.discard(index)
-        restarted.clear()
+        mask, _ = reset_mask(options, len(self.each))
+        self.progress(range(len(self.each)) if mask is None else np.flatnonzero(mask).tolist())
 
     def take_given_up(self) -> WorkerError | None:
         """The error of the env the request just answered gave up on (then None)."""

@@ -239,7 +239,7 @@ class InlineEnvs:
         if restarts is not None and restarts.removed:
             index = min(restarts.removed)
             error = restarts.removed[index]
-            raise env_given_up(f"env {index}", restarts.envs[index].name, error, _WORKER_ID)
+            raise env_given_up(f"env {index}", restarts.each[index].name, error, _WORKER_ID)
 
     def _control(self, request: ControlRequest) -> Any:
         self._check_usable()
