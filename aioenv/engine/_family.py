@@ -89,12 +89,7 @@ class Child:
             time.monotonic() - self.due + timeout,
             timeout,
             "its process was killed and its envs are lost"
-            + (
-                ""
-                if self.replaced
-                else ". The vector env cannot go on without them: close it and make a new one "
-                "(restart='on_failure' rebuilds a failed env instead)"
-            ),
+            + self._unless_replaced(" (restart='on_failure' rebuilds a failed env instead)"),
         )
 
     @classmethod
@@ -128,14 +123,17 @@ class Child:
         return WorkerDied(
             f"{self.name}: the child process exited with code {exitcode} {when}; "
             "its envs are lost (a segfault, os._exit, or a kill from outside)"
-            + (
-                ""
-                if self.replaced
-                else ". The vector env cannot go on without them: close it and make a new one"
-            ),
+            + self._unless_replaced(),
             worker_id=w,
             exitcode=exitcode,
         )
+
+    def _unless_replaced(self, hint: str = "") -> str:
+        """What an error of the child adds once its envs are lost, where no new child
+        replaces it: that the vector env cannot go on (and ``hint``)."""
+        if self.replaced:
+            return ""
+        return ". The vector env cannot go on without them: close it and make a new one" + hint
 
     def removed(self, w: int, died: WorkerError) -> WorkerRemoved:
         """What every call raises once the child died or hung (``died``), as for a pool's
