@@ -53,7 +53,8 @@ class HandOffs:
     ) -> None:
         self.buffer = buffer
         self.copy = copy
-        self._idle_spin = idle_spin
+        #: Seconds each child polls for its next request before it sleeps (:meth:`set_idle_spin`).
+        self.idle_spin = idle_spin
         self.answer = answer
         self.options = options
         self.timed = options.has_deadlines
@@ -204,15 +205,10 @@ class HandOffs:
         """Every child's answer to the same request."""
         return self._control(dict.fromkeys(range(len(self.children)), request), op)
 
-    @property
-    def idle_spin(self) -> float:
-        """Seconds each child polls for its next request before it sleeps."""
-        return self._idle_spin
-
     def set_idle_spin(self, seconds: float) -> None:
         """Make every child poll ``seconds`` for its next request before it sleeps."""
-        self._idle_spin = float(seconds)  # the vector env's spin trial's (checked at start)
-        self._to_every(self._idle_spin, "spin")
+        self.idle_spin = float(seconds)  # the vector env's spin trial's (checked at start)
+        self._to_every(self.idle_spin, "spin")
 
     # Answers in ------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> dict[int, WorkerError]:
