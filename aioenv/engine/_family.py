@@ -69,10 +69,11 @@ class Child:
         self.due = math.inf if self.timeout is None else time.monotonic() + self.timeout
         self.ends_episode = False
 
-    def kill(self) -> None:
-        """Kill the child now, with whatever its envs started."""
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the child now, with whatever its envs started (or send them ``sig``), and
+        give it :data:`TERMINATE_GRACE` to exit."""
         if self.start.process.pid is not None:
-            self._signal(signal.SIGKILL)
+            self._signal(sig)
             with PROCESS_TABLE:
                 self.start.process.join(TERMINATE_GRACE)
 
@@ -168,9 +169,7 @@ class Child:
                 with PROCESS_TABLE:
                     running = process.exitcode is None
                 if running:
-                    self._signal(sig)
-                    with PROCESS_TABLE:
-                        process.join(TERMINATE_GRACE)
+                    self.kill(sig)
             signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
         self.start.close()
         self.request.close()
