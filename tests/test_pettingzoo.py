@@ -491,6 +491,30 @@ def test_a_pool_hands_out_the_envs_dicts_by_agent(mode: str) -> None:
         assert any(state.done for state in states)  # an episode ended and the env went on
 
 
+@pytest.mark.parametrize("mode", ["sync", "process"])
+def test_a_pools_calls_reach_the_parallel_env(mode: str) -> None:
+    """``get_attr``, ``set_attr`` and ``apply`` reach the PettingZoo env the factory built,
+    not the adapter that makes it an Environment."""
+
+    async def run() -> tuple[Any, Any, Any]:
+        async with aioenv.make_pool([dying, dying], mode=mode, seed=3) as pool:
+            pool.reset()
+            for _ in range(2):
+                await pool.get_state()
+            forever = await pool.get_attr("forever")
+            await pool.set_attr("forever", True, worker_ids=[1])
+            return forever, await pool.get_attr("forever"), await pool.apply(_type_name)
+
+    forever, changed, names = asyncio.run(run())
+    assert list(forever) == [False, False]
+    assert list(changed) == [False, True]
+    assert list(names) == ["Dying", "Dying"]
+
+
+def _type_name(env: Any) -> str:
+    return type(env).__name__
+
+
 # Errors ------------------------------------------------------------------------------------
 def test_agents_with_differing_spaces_are_named() -> None:
     with pytest.raises(ValueError, match=r"action space.*: c differ from a's Discrete\(4\)"):

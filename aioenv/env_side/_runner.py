@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core._agents import AgentLanesEnv
 from ..core._commands import RESET, Command, Reset
-from ..core._environment import PLAIN_STEP, Environment, EnvSource, Step
+from ..core._environment import PLAIN_STEP, EnvAdapter, Environment, EnvSource, Step
 from ..core._gymnasium import (
     AsyncGymnasiumEnvironment,
     GymnasiumEnvironment,
@@ -362,7 +362,9 @@ def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
 
 def answer_control(env: Any, request: ControlRequest) -> Any:
     """The answer to a call, get or set (a method's result may be a coroutine)."""
-    adapted = isinstance(env, _ADAPTERS)  # its attributes are the wrapped env's
+    # An adapter's attributes are the wrapped env's: a gymnasium env's (through its
+    # wrappers) or a PettingZoo parallel env's.
+    adapted = isinstance(env, EnvAdapter)
     if request.op == "set":
         if adapted:
             env.set_attr(request.name, request.args[0])
