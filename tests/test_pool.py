@@ -140,6 +140,8 @@ async def test_seeds_differ_per_worker_repeat_per_run_and_continue_across_episod
 async def test_worker_seeds_come_from_a_seed_sequence_and_only_seed_the_first_reset() -> None:
     seeds = aioenv.worker_seeds(7, 4)
     assert len(set(seeds)) == 4
+    spawned = np.random.SeedSequence(7).spawn(4)
+    assert seeds == [int(child.generate_state(1, dtype=np.uint32)[0]) for child in spawned]
     assert seeds == aioenv.worker_seeds(7, 4)
     assert aioenv.worker_seeds(None, 2) == [None, None]
     state = np.random.get_state()

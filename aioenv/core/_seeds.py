@@ -42,10 +42,9 @@ def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
     """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
     without touching any global RNG. ``None`` gives ``None`` for every worker (each env
     then seeds itself from OS entropy)."""
-    if seed is None:
-        return [None] * num_workers
-    children = np.random.SeedSequence(seed).spawn(num_workers)
-    return [int(child.generate_state(1, dtype=np.uint32)[0]) for child in children]
+    # Worker i's seed is child i of the sequence, as SeedSequence.spawn makes it: the
+    # seed restart_seed gives restart i.
+    return [restart_seed(seed, child) for child in range(num_workers)]
 
 
 #: The seed of a group of envs: one seed theirs are drawn from, or one seed per env.
