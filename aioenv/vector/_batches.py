@@ -127,20 +127,15 @@ class VectorBatches:
 
     def send_requests(self, actions: Any, env_ids: list[int]) -> tuple[list[int], list[Any]]:
         """The workers that step the envs ``env_ids`` and their requests, from a batch of
-        ``len(env_ids)`` actions (``actions[k]`` for env ``env_ids[k]``)."""
-        per_env = self.action_rows(actions, env_ids)
-        return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
-
-    def action_rows(self, actions: Any, env_ids: list[int]) -> list[Any]:
-        """A batch of ``len(env_ids)`` actions split into one per env, as gymnasium's
-        ``iterate`` splits them."""
+        ``len(env_ids)`` actions (``actions[k]`` for env ``env_ids[k]``), split into one
+        per env as gymnasium's ``iterate`` splits them."""
         per_env = split_rows(self._batched_actions(len(env_ids)), actions)
         if len(per_env) != len(env_ids):
             raise ValueError(
                 f"send() got {len(per_env)} actions for the {len(env_ids)} envs {env_ids}; "
                 "nothing was sent"
             )
-        return per_env
+        return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
 
     def _batched_actions(self, size: int) -> Any:
         space = self._action_batches.get(size)
