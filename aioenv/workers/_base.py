@@ -9,12 +9,12 @@ Three faces:
   event loop the worker is bound to, and ``abandon`` for ``make_pool``, which drops the
   workers it built when a later one fails). A pool uses nothing else of a worker and
   never asks which kind it is.
-- **Kinds** implement the hooks of :class:`~aioenv.workers._hooks.KindHooks` (start an
-  env, submit a request, drop a failed env, close) and hand replies to ``_on_reply``, which
-  drops stale ones and delivers the rest through the worker's
+- **Kinds** implement the hooks of :class:`~aioenv.workers._supervised.SupervisedEnv`
+  (start an env, submit a request, drop a failed env, close) and hand replies to
+  ``_on_reply``, which drops stale ones and delivers the rest through the worker's
   :class:`~aioenv.workers._in_flight.InFlight`; failures go through its
   :class:`~aioenv.core._supervisor.Supervisor`, whose remedies, the cut-short episodes and
-  the episode budget are :class:`~aioenv.workers._supervised.SupervisedEnv`'s.
+  the episode budget are :class:`~aioenv.workers._supervised.SupervisedEnv`'s too.
 
 Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
 waiting and timers, and anyio only for cancel scopes (the shielded close).

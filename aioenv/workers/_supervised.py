@@ -3,7 +3,11 @@ kind: the remedies its :class:`~aioenv.core._supervisor.Supervisor` applies thro
 (drop the env, start a new one, fail the request, give the worker up), the step that cuts
 short an episode its env left open when it failed (``restart="on_failure"``) or ran past
 ``episode_timeout``, and that budget's clock. :class:`~aioenv.workers.Worker` inherits
-them; the cut-short states themselves are :mod:`aioenv.core._restarts`'."""
+them; the cut-short states themselves are :mod:`aioenv.core._restarts`'.
+
+The remedies act through the hooks a worker kind implements (:class:`SupervisedEnv`'s):
+how it starts an env, sends it requests, drops it after a failure and closes it;
+:class:`~aioenv.workers.Worker` does everything else."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import Any, ClassVar
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import Step
 from ..core._errors import WorkerError
-from ..core._messages import EpisodeOptions
+from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._restarts import (
     EPISODE_TIMEOUT,
     cut_short_state,
@@ -27,7 +31,7 @@ from ..core._restarts import (
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
 from ..core._supervisor import Remedies, Supervisor
-from ._hooks import KindHooks
+from ..loops._host import CoroutineHost
 from ._in_flight import InFlight
 from ._inbox import Outcome
 
@@ -57,9 +61,11 @@ class EpisodeBudget:
         self.deadline, self.resetting = None, False
 
 
-class SupervisedEnv(KindHooks):
+class SupervisedEnv(abc.ABC):
     """Failures, cut-short episodes and the episode budget, over the fields of
-    :class:`~aioenv.workers.Worker` named here."""
+    :class:`~aioenv.workers.Worker` named here; and the hooks a worker kind (sync, thread,
+    process, ...) implements. Replies go back through ``Worker._on_reply(seq, result)``; a
+    dead env through ``Worker._on_death(error)``."""
 
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
     worker_id: int | None
@@ -80,6 +86,50 @@ class SupervisedEnv(KindHooks):
     @abc.abstractmethod
     def name(self) -> str:
         """The worker's name, for messages."""
+
+    # Kinds' hooks -----------------------------------------------------------------------
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 (optional)
+        """Hook: start watching this worker from ``loop``."""
+
+    def _abandon(self) -> None:  # noqa: B027 (optional)
+        """Hook: stop at once, without a loop."""
+
+    def _run_coroutines_in(self, host: CoroutineHost) -> None:  # noqa: B027 (optional)
+        """Hook: run the env's coroutines through ``host`` rather than on the worker's loop
+        (a pool bridged to a trio run); only a kind whose env is a coroutine env has any."""
+
+    @abc.abstractmethod
+    def _spawn(self, seed: int | None) -> None:
+        """Start a fresh env with ``seed`` for its first reset (at a restart)."""
+
+    @abc.abstractmethod
+    def _submit(self, seq: int, action: Any) -> None:
+        """Start request ``seq`` (RESET or a step) without blocking."""
+
+    def _submit_control(self, seq: int, request: ControlRequest) -> None:
+        """Send control request ``seq`` to the env without blocking: by default as a
+        request, which the env answers in order with the others."""
+        self._submit(seq, request)
+
+    def _start_delay_cause(self) -> str | None:
+        """Hook: why the env may not have started yet, for a start-up timeout's message;
+        None: nothing known."""
+        return None
+
+    def _discard_env(self, env_gone: bool) -> None:
+        """Drop the current env at once; its late replies must never be delivered.
+        ``env_gone``: it died or hung (rather than raised), so nothing of it can be kept.
+        By default it is asked to close, as at :meth:`_start_close` (sync and thread
+        workers: their next env is a new runner, or a new thread)."""
+        self._start_close()
+
+    @abc.abstractmethod
+    def _start_close(self) -> None:
+        """Ask the env to close, without blocking."""
+
+    @abc.abstractmethod
+    async def _wait_closed(self, cleanup_time: float) -> None:
+        """Wait for the worker to end, forcing it after ``cleanup_time`` seconds."""
 
     # Failures ----------------------------------------------------------------------------
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
