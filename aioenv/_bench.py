@@ -3,19 +3,23 @@ mode, under grouped process workers and :class:`~aioenv.AioVectorEnv`, and under
 gymnasium's own vector envs on the same env, so a user sees which mode suits their env.
 Each measurement builds its pool (or vector env), resets every env, then counts env steps
 for a fixed wall-clock window with random actions drawn ahead of time from a seeded
-action space."""
+action space. :func:`bench` runs the command: it measures each row and prints the table
+(or the JSON report)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
+import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+from tqdm import tqdm
 
 from .loops import run
 from .pool._factory import make_pool
@@ -23,19 +27,7 @@ from .vector._env import AioVectorEnv
 from .vector._grouping import envs_per_worker
 from .vector._grouping import usable_cores as cores
 
-__all__ = [
-    "report",
-    "table",
-    "GROUPED_ROW",
-    "GYMNASIUM_ROWS",
-    "VECTOR_ROW",
-    "Measurement",
-    "cores",
-    "grouping",
-    "measure",
-    "recommendation",
-    "row_label",
-]
+__all__ = ["GROUPED_ROW", "GYMNASIUM_ROWS", "VECTOR_ROW", "bench", "row_label"]
 
 #: The gymnasium rows every bench runs last; the last one is the reference of the ratios.
 GYMNASIUM_ROWS = ("gymnasium SyncVectorEnv", "gymnasium AsyncVectorEnv")
@@ -69,11 +61,30 @@ def grouping(num_envs: int) -> int:
     return envs_per_worker(num_envs, cores())
 
 
-def measure(
-    row: str, env_id: str, num_envs: int, seconds: float, envs_per_process: int, seed: int
-) -> Measurement:
+def bench(arguments: argparse.Namespace) -> int:
+    """``aioenv bench`` as ``arguments`` ask: every row measured (a progress bar on a
+    terminal, unless ``--json``), then the table or the JSON report printed; the exit code."""
+    rows: list[str] = [*arguments.modes, GROUPED_ROW, VECTOR_ROW, *GYMNASIUM_ROWS]
+    results: list[Measurement] = []
+    quiet = arguments.json or not sys.stdout.isatty()
+    with tqdm(total=len(rows), unit="row", disable=quiet, leave=False) as progress:
+        for row in rows:
+            progress.set_description(row)
+            results.append(measure(row, arguments))
+            progress.update()
+    if arguments.json:
+        print(json.dumps(report(arguments, results), indent=2))
+    else:
+        print("\n".join(table(arguments, results)))
+    return 0
+
+
+def measure(row: str, arguments: argparse.Namespace) -> Measurement:
     """One row: a worker mode, :data:`GROUPED_ROW`, :data:`VECTOR_ROW` or one of
-    :data:`GYMNASIUM_ROWS`, stepping ``num_envs`` envs for ``seconds``."""
+    :data:`GYMNASIUM_ROWS`, stepping ``arguments.workers`` envs for ``arguments.seconds``
+    (with ``aioenv bench``'s ``env_id``, ``envs_per_process`` and ``seed``)."""
+    env_id, seconds, seed = arguments.env_id, arguments.seconds, arguments.seed
+    num_envs = arguments.workers
     if row in GYMNASIUM_ROWS or row == VECTOR_ROW:
         return _measure_vector(row, env_id, num_envs, seconds, seed)
     if row == GROUPED_ROW:
@@ -81,7 +92,7 @@ def measure(
         options: dict[str, Any] = {"envs_per_worker": per_worker}
         workers, mode = num_envs // per_worker, "process"
     else:
-        options = {"envs_per_process": envs_per_process} if row == "process" else {}
+        options = {"envs_per_process": arguments.envs_per_process} if row == "process" else {}
         workers, mode = num_envs, row
     steps, elapsed = run(_drive_pool(env_id, workers, mode, seconds, seed, options))
     return Measurement(row, steps, elapsed)

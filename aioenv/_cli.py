@@ -18,7 +18,6 @@ import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import sys
@@ -26,18 +25,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import gymnasium
-from tqdm import tqdm
 
 from . import __version__
-from ._bench import (
-    GROUPED_ROW,
-    GYMNASIUM_ROWS,
-    VECTOR_ROW,
-    Measurement,
-    measure,
-    report,
-    table,
-)
+from ._bench import bench
 from .core._gymnasium import resolve_spec
 from .loops import run
 from .pool._factory import canonical_mode, worker_modes
@@ -89,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command == "serve":
         return _serve(arguments)
     _check_env_id("aioenv bench", arguments.env_id)
-    return _bench(arguments)
+    return bench(arguments)
 
 
 def _check_env_id(prog: str, env_id: str) -> None:
@@ -355,29 +345,3 @@ def _version(name: str) -> str:
 async def _loop_name() -> str:
     loop = type(asyncio.get_running_loop())
     return f"{loop.__module__}.{loop.__qualname__}"
-
-
-# bench -----------------------------------------------------------------------------------
-def _bench(arguments: argparse.Namespace) -> int:
-    rows: list[str] = [*arguments.modes, GROUPED_ROW, VECTOR_ROW, *GYMNASIUM_ROWS]
-    results: list[Measurement] = []
-    quiet = arguments.json or not sys.stdout.isatty()
-    with tqdm(total=len(rows), unit="row", disable=quiet, leave=False) as progress:
-        for row in rows:
-            progress.set_description(row)
-            results.append(
-                measure(
-                    row,
-                    arguments.env_id,
-                    arguments.workers,
-                    arguments.seconds,
-                    arguments.envs_per_process,
-                    arguments.seed,
-                )
-            )
-            progress.update()
-    if arguments.json:
-        print(json.dumps(report(arguments, results), indent=2))
-    else:
-        print("\n".join(table(arguments, results)))
-    return 0
