@@ -4,10 +4,11 @@ The pool does not know which kind its workers are: it talks to them only through
 pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
 with them; the only difference between the async pool and the forced-sync twin is the
 order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
-(:class:`Roster`, :class:`Receiver`, :class:`SpaceCheck`) do the work; its methods hand
-over to them. It inherits the rest: ``reset`` and ``set_seeds`` from :class:`PoolSending`
-(whose checks ``send_action`` asks only where an action is not the common case: a call
-per action saved), the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
+(:class:`Roster`, :class:`SpaceCheck`) do the work; its methods hand over to them. It
+inherits the rest: ``reset`` and ``set_seeds`` from :class:`PoolSending` (whose checks
+``send_action`` asks only where an action is not the common case: a call per action
+saved), the states (``get_state``, ``get_batch``, ``async for``) from
+:class:`PoolReceiving`, the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
 ``render``) from :class:`RemoteControl`, and the rollouts (``set_policy``, ``rollout``)
 from :class:`PoolRollouts`.
 
@@ -18,8 +19,10 @@ structured concurrency (the shielded close, its task group, its "closed" event) 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+import dataclasses
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
 
@@ -33,7 +36,7 @@ from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
 from ._options import POOL_DEFAULTS, PoolOptions
-from ._receiving import EpisodeCounter, EpisodeStats, Receiver
+from ._receiving import EpisodeCounter, EpisodeStats, PoolReceiving
 from ._remote_control import RemoteControl
 from ._rollout import PoolRollouts
 from ._roster import Roster, checked_workers
@@ -47,7 +50,7 @@ P = TypeVar("P", bound="WorkerPool[Any]")
 
 
 @documented_with(PoolOptions)
-class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
+class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc.ABC):
     """The methods both pools share. Use :class:`AsyncWorkerPool` or :class:`SyncWorkerPool`.
 
     A pool is an async context manager that owns its workers: leaving the ``async with``
@@ -129,14 +132,14 @@ class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         """Join the workers to this pool's inbox and make the helpers that work on them."""
         self._inbox = inbox = Inbox(ordered=self._ordered)
         episode = options.episode()
-        self._episodes = episodes = EpisodeCounter(len(workers), episode.autoreset)
+        self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         self._space_check = SpaceCheck()
         self._workers = workers
         self._roster = roster = Roster(workers, inbox)
         supervision = options.supervision(self._on_worker_failure)
         for worker_id, member in enumerate(roster.members):
             member.join_pool(inbox, worker_id, supervision, episode, self._space_check.check)
-        self._receiver = Receiver(roster, episodes, copy=self.copy)
+        self._start_receiving()
         self._start_rollouts()
 
     @property
@@ -200,41 +203,8 @@ class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         batch = await self.get_batch(min_size=len(self._roster.active()))
         return batch.sorted()
 
-    # Receiving: states, the episodes they end, the spaces they come in --------------
-    async def get_state(
-        self, timeout: float | None = None, *, worker_id: int | None = None
-    ) -> tuple[S, int] | None:
-        """The state of whichever worker finished first (the async pool), or of the oldest
-        action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
-        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
-        others' states stay in the pool for later calls.
-
-        Fair first-ready: no worker is served twice while another's state waits in the
-        pool. A sync worker's state is in the pool as soon as its action is sent; in a pool
-        that mixes it with other kinds, the states ready go to the worker served longest
-        ago first, and a sync worker's state waits (at most 1 ms) for the answers on their
-        way from workers served before it, so it never crowds them out.
-
-        :raises WorkerRemoved: worker ``worker_id`` was given up on; or, with no
-            ``worker_id``, every worker was.
-        """
-        return await self._receiver.get_state(timeout, worker_id=worker_id)
-
-    async def get_batch(
-        self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
-    ) -> Batch[S]:
-        """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
-        to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
-        may be nothing. An env error is raised when it is next in line; states ready
-        before it are returned first, so nothing is lost. Fair first-ready, as
-        :meth:`get_state`: a sync worker's state waits its turn behind the others'."""
-        return await self._receiver.get_batch(min_size, max_size, timeout)
-
-    def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
-        """``async for state, worker_id in pool``: states as they arrive, until no worker
-        has an action in flight (fair first-ready, as :meth:`get_state`)."""
-        return self._receiver.iterate()
-
+    # Receiving (the states as they come are PoolReceiving's): the states left, the
+    # episodes they end, the spaces they come in -----------------------------------------
     async def drain(self) -> list[tuple[S | WorkerError, int]]:
         """Wait for every action in flight and take every state not yet taken, so the pool
         is idle (``reset()`` works again). Returns ``(state, worker_id)`` in worker-id
@@ -243,14 +213,32 @@ class WorkerPool(PoolSending, RemoteControl, PoolRollouts, abc.ABC, Generic[S]):
         returned here hands it out: the worker leaves the pool). Paused workers are left
         alone: they keep their pending state until resumed. Cancel-safe: states are taken
         only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
-        return await self._receiver.drain()
+        self._inbox.check_open()
+        inbox = self._inbox
+        while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
+            await inbox.wait(None)
+            self._inbox.check_open()
+        taken: list[tuple[Any, int]] = []
+        while (outcome := inbox.pop_next()) is not None:
+            if outcome.error is None:
+                taken.append(self._handed_out(outcome))
+            else:  # returned, not raised: its worker leaves the pool where that is its end
+                self._roster.hand_out(outcome.worker_id, outcome.error)
+                taken.append((outcome.error, outcome.worker_id))  # type: ignore[arg-type]
+        return sorted(taken, key=operator.itemgetter(1))
 
     def episode_stats(self) -> list[EpisodeStats]:
         """Per worker (by id): finished episodes, their mean return and mean length, counted
         from the rewards and steps of the states the pool has handed out (nothing is added
         to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
         cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
-        return self._receiver.episode_stats()
+        if self._episodes.saw_custom_state:
+            raise TypeError(
+                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
+                "out custom states, whose episode ends only the env's terminated() knows: "
+                "count episodes in your own loop"
+            )
+        return [dataclasses.replace(stats) for stats in self._episodes.stats]
 
     def allow_differing_observations(self) -> None:
         """Let workers' observation spaces differ (in bounds, say): for a caller that checks

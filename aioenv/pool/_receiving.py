@@ -1,5 +1,6 @@
-"""A pool's receiving side: ``get_state``, ``get_batch``, ``async for`` and ``drain``, and
-the episodes counted from the states handed out.
+"""A pool's receiving side: ``get_state``, ``get_batch`` and ``async for`` (the pool's own
+``drain`` takes the states left with its pieces), and the episodes counted from the states
+handed out.
 
 Everything here takes outcomes from the pool's :class:`~aioenv.workers._inbox.Inbox` (the one place
 where states are delivered): waiting there, never polling, and raising an env's error in
@@ -17,21 +18,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import operator
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..core._environment import Step
 from ..core._errors import NoActionInFlight, WorkerPaused
 from ..core._messages import resets_next
 from ..core._restarts import is_restart_reset
 from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
-from ..workers._inbox import Outcome
+from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._batch import Batch, ReusedRows
 from ._roster import Roster
 
-__all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats", "Receiver"]
+__all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats", "PoolReceiving"]
+
+S = TypeVar("S")
 
 
 @dataclasses.dataclass
@@ -153,24 +155,21 @@ class EpisodeCounter:
             self._resetting[worker_id] = self._next_step
 
 
-class Receiver:
-    """The receiving side of a :class:`~aioenv.WorkerPool` (whose methods of the same names
-    say what each does): takes outcomes from the pool's inbox (its ``roster``'s), counts
-    episodes in ``episodes``, raises once the pool is closed (the inbox knows), and copies
-    borrowed states where ``copy`` (else reuses a batch's rows)."""
+class PoolReceiving(Generic[S]):
+    """The receiving side of a :class:`~aioenv.WorkerPool`, which inherits it: takes
+    outcomes from the pool's inbox (its roster's), counts episodes in the pool's
+    ``_episodes``, raises once the pool is closed (the inbox knows), and copies borrowed
+    states where the pool's ``copy`` (else reuses a batch's rows).
+    :meth:`_start_receiving` sets up what it keeps."""
 
-    def __init__(
-        self,
-        roster: Roster,
-        episodes: EpisodeCounter,
-        *,
-        copy: bool,
-    ) -> None:
-        self._roster = roster
-        self._inbox = roster.inbox
-        self._episodes = episodes
-        self._copy = copy
-        self._reused_rows = None if copy else ReusedRows(len(roster))
+    _roster: Roster
+    _inbox: Inbox
+    _episodes: EpisodeCounter
+    copy: bool
+
+    def _start_receiving(self) -> None:
+        """No loop seen yet; a ``copy=False`` pool's reused rows; the in-line workers."""
+        self._reused_rows = None if self.copy else ReusedRows(len(self._roster))
         self._loop: asyncio.AbstractEventLoop | None = None  # where states were last awaited
         self._loop_thread: int | None = None  # the thread _loop was found running in
         #: Which workers answer in line (sync workers: their state is in the inbox as soon
@@ -181,7 +180,7 @@ class Receiver:
         #: in, and a thread worker would not even get the GIL to finish its step. Such a
         #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
         #: the others in (see _let_the_others_in).
-        self._in_line = None if self._inbox.ordered else roster.in_line
+        self._in_line = None if self._inbox.ordered else self._roster.in_line
         if self._in_line is not None:
             self._inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
@@ -190,7 +189,21 @@ class Receiver:
 
     async def get_state(
         self, timeout: float | None = None, *, worker_id: int | None = None
-    ) -> tuple[Any, int] | None:
+    ) -> tuple[S, int] | None:
+        """The state of whichever worker finished first (the async pool), or of the oldest
+        action sent (the sync pool), as ``(state, worker_id)``; None if ``timeout``
+        seconds pass first. ``worker_id=i`` waits for worker ``i``'s state only; the
+        others' states stay in the pool for later calls.
+
+        Fair first-ready: no worker is served twice while another's state waits in the
+        pool. A sync worker's state is in the pool as soon as its action is sent; in a pool
+        that mixes it with other kinds, the states ready go to the worker served longest
+        ago first, and a sync worker's state waits (at most 1 ms) for the answers on their
+        way from workers served before it, so it never crowds them out.
+
+        :raises WorkerRemoved: worker ``worker_id`` was given up on; or, with no
+            ``worker_id``, every worker was.
+        """
         self._inbox.check_open()
         if worker_id is not None:
             if self._owes_loop_a_turn:  # that worker's state, whoever else has one
@@ -223,14 +236,19 @@ class Receiver:
             self._roster.hand_out(worker_id, outcome.error)
             raise outcome.error
         state = outcome.state
-        if outcome.borrowed and self._copy:
+        if outcome.borrowed and self.copy:
             state = state.owned()
         self._episodes.record(worker_id, state)
         return state, worker_id
 
     async def get_batch(
         self, min_size: int = 1, max_size: int | None = None, timeout: float | None = None
-    ) -> Batch[Any]:
+    ) -> Batch[S]:
+        """Wait until ``min_size`` states are ready (or ``timeout`` passes) and return up
+        to ``max_size`` of them. After a timeout the batch holds whatever was ready, which
+        may be nothing. An env error is raised when it is next in line; states ready
+        before it are returned first, so nothing is lost. Fair first-ready, as
+        :meth:`get_state`: a sync worker's state waits its turn behind the others'."""
         self._inbox.check_open()
         if not isinstance(min_size, int) or min_size < 1:
             raise ValueError(f"min_size must be an int >= 1, got {min_size!r}")
@@ -271,7 +289,9 @@ class Receiver:
         space = self._roster.members[outcomes[0].worker_id].observation_space if outcomes else None  # type: ignore[index]
         return Batch.of_outcomes(outcomes, space, self._reused_rows)
 
-    async def iterate(self) -> AsyncIterator[tuple[Any, int]]:
+    async def __aiter__(self) -> AsyncIterator[tuple[S, int]]:
+        """``async for state, worker_id in pool``: states as they arrive, until no worker
+        has an action in flight (fair first-ready, as :meth:`get_state`)."""
         inbox = self._inbox
         inbox.check_open()
         if not inbox.num_owed:
@@ -295,21 +315,6 @@ class Receiver:
             else:
                 yield self._handed_out(outcome)
 
-    async def drain(self) -> list[tuple[Any, int]]:
-        self._inbox.check_open()
-        inbox = self._inbox
-        while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
-            await inbox.wait(None)
-            self._inbox.check_open()
-        taken: list[tuple[Any, int]] = []
-        while (outcome := inbox.pop_next()) is not None:
-            if outcome.error is None:
-                taken.append(self._handed_out(outcome))
-            else:  # returned, not raised: its worker leaves the pool where that is its end
-                self._roster.hand_out(outcome.worker_id, outcome.error)
-                taken.append((outcome.error, outcome.worker_id))  # type: ignore[arg-type]
-        return sorted(taken, key=operator.itemgetter(1))
-
     async def _let_the_others_in(self, deadline: float | None, *, whole_batch: bool) -> None:
         """Before taking states in a pool that mixes in-line workers with others (see
         ``_in_line``): wait for the others as :meth:`Inbox.let_the_others_in` says. With
@@ -327,15 +332,6 @@ class Receiver:
         self._owes_loop_a_turn = False
         await asyncio.sleep(0)
         self._inbox.check_open()
-
-    def episode_stats(self) -> list[EpisodeStats]:
-        if self._episodes.saw_custom_state:
-            raise TypeError(
-                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
-                "out custom states, whose episode ends only the env's terminated() knows: "
-                "count episodes in your own loop"
-            )
-        return [dataclasses.replace(stats) for stats in self._episodes.stats]
 
     def _check_loop(self) -> None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
