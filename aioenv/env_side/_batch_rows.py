@@ -10,7 +10,7 @@ holds the envs' last observations and hands them in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,21 +76,21 @@ def batched_space(spaces: list[Any]) -> Any:
 
 
 def columns_of(
-    states: list[Any],
+    states: Iterable[tuple[int, Any]],
     infos: dict[int, dict[str, Any]],
     finals: dict[int, Any],
     final_infos: dict[int, dict[str, Any]],
     entries: list[tuple[int, dict[str, Any]]],
 ) -> tuple[list[Any], list[float], list[bool], list[bool]]:
-    """The observations, rewards and flags of ``states`` (each a Step or a ``step_row``
-    tuple), a row each; their infos, final observations and final infos put by row into
-    ``infos``, ``finals`` and ``final_infos``, and each row's entries to join into vector
-    infos (a final one first) appended to ``entries``."""
+    """The observations, rewards and flags of ``states`` (``(row, state)`` pairs, each
+    state a Step or a ``step_row`` tuple), one each; their infos, final observations and
+    final infos put by row into ``infos``, ``finals`` and ``final_infos``, and each row's
+    entries to join into vector infos (a final one first) appended to ``entries``."""
     observations: list[Any] = []
     rewards: list[float] = []
     terminated: list[bool] = []
     truncated: list[bool] = []
-    for index, state in enumerate(states):
+    for index, state in states:
         if type(state) is tuple:
             observation, reward, ended, cut, info = state
         else:

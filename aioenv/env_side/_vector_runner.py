@@ -22,7 +22,7 @@ from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
 from ._batch_rows import batched_space, columns_of, flag_array, stack_rows
-from ._infos import batch_vector_infos, final_entry, flat_infos
+from ._infos import batch_vector_infos, flat_infos
 from ._plan import drive
 from ._runner import EnvRunner
 from ._segment import PolicyCache, joined, rollout_plan
@@ -254,7 +254,7 @@ class VectorRunner:
                 entries = list(infos.items())
         else:
             observations, rewards, terminated, truncated = columns_of(
-                states, infos, finals, final_infos, entries
+                enumerate(states), infos, finals, final_infos, entries
             )
         if envs is None:
             self._observations = observations
@@ -297,13 +297,8 @@ class VectorRunner:
             if not isinstance(state, Step):
                 return Failure.from_exception(TypeError(_NOT_STEPS), "reset")
             self._observations[index] = state.observation
-            if state.final_info is not None:
-                finals[index] = state.final_observation
-                final_infos[index] = state.final_info
-                entries.append((index, final_entry(state)))
-            if state.info:
-                infos[index] = state.info
-                entries.append((index, state.info))
+        # Their infos and final observations are entered as a step's (the columns go unused).
+        columns_of(states, infos, finals, final_infos, entries)
         return BatchStep(
             stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
             np.zeros(self.size),
