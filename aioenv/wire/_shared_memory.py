@@ -103,13 +103,6 @@ class Layout:
         """The tree of arrays viewing ``buffer`` (scalars as 0-d arrays)."""
         return _view(self.tree, buffer)
 
-    def write(self, observation: Any, views: Any) -> bool:
-        """Copy ``observation`` into ``views`` if it fits the layout exactly."""
-        if not _fits(self.tree, observation):
-            return False
-        _copy_into(self.tree, observation, views)
-        return True
-
     def read(self, views: Any) -> Any:
         """The observation in ``views``: arrays are the views themselves (not copies)."""
         tree = self.tree
@@ -142,9 +135,13 @@ class SharedObservations:
         return self.layout.read(self.views)
 
     def write(self, observation: Any) -> bool:
+        """Copy ``observation`` into the views if it fits the layout exactly."""
         if observation is self.views:
             return True  # stacked in place by the runner (see VectorRunner.stack_into)
-        return self.layout.write(observation, self.views)
+        if not _fits(self.layout.tree, observation):
+            return False
+        _copy_into(self.layout.tree, observation, self.views)
+        return True
 
 
 class _Unsupported(Exception):
