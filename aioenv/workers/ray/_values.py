@@ -13,12 +13,12 @@ cost more than it saves.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import numpy as np
 
 from ...core._messages import ControlRequest
+from ...loops._here import running_loop
 from ...wire._ray_messages import with_arguments
 
 __all__ = ["SHARE_THRESHOLD", "shared_request", "with_references"]
@@ -57,9 +57,8 @@ def _mark(value: Any) -> _Put:
     if put is not None:
         return put
     put = _Put(value)
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+    loop = running_loop()
+    if loop is None:
         return put  # outside a loop no sends are batched: nothing to share it with
     if not _MARKS:
         loop.call_soon(_MARKS.clear)
