@@ -29,7 +29,8 @@ from aioenv.core._registry import snapshot
 from aioenv.core._supervision import Supervision
 from aioenv.env_side._serving import Slots
 from aioenv.pool._options import PoolOptions
-from aioenv.wire._frames import FrameDecoder, dumps, encode, encode_action, loads
+from aioenv.wire._frames import FrameDecoder, encode, encode_action
+from aioenv.wire._pickles import dumps, loads
 from aioenv.wire._requests import Request
 from aioenv.workers.ray._worker import RayWorker
 

@@ -18,10 +18,10 @@ from aioenv.wire._frames import (
     FrameDecoder,
     Kind,
     decode_reply,
-    dumps,
     encode,
     encode_step,
 )
+from aioenv.wire._pickles import dumps
 
 OBSERVATIONS: list[Any] = [
     np.arange(12, dtype=np.float32).reshape(3, 4),

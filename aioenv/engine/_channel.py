@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
-#: infos flag of :func:`aioenv.wire._frames.encode_infos` (what follows is its bytes).
+#: infos flag of :func:`aioenv.wire._pickles.encode_infos` (what follows is its bytes).
 _HEAD = struct.Struct("<QB")
 _PICKLED = 255
 #: A message this long (bytes) fits a socket's buffer on any system aioenv runs on (Linux
@@ -70,7 +70,7 @@ def encoded(message: Any) -> bytes:
 
 
 def encoded_infos(flag: int, data: bytes) -> bytes:
-    """A step's infos as :func:`aioenv.wire._frames.encode_infos` gave them, as a message
+    """A step's infos as :func:`aioenv.wire._pickles.encode_infos` gave them, as a message
     whose reader gets ``(flag, data)`` back without unpickling anything."""
     return _HEAD.pack(len(data), flag) + data
 

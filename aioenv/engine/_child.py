@@ -9,7 +9,7 @@ request wake (spinning first while the idle-spin rule says spinning pays, and re
 once the parent is gone), answer, post the answer wake. A step's actions are read from its
 rows and its results written there; the row's note says whether a message on the socket
 goes with the hand-off (:mod:`aioenv.engine._channel`): for a step, its infos encoded as a
-process worker's are (:func:`aioenv.wire._frames.encode_infos`), or its failure.
+process worker's are (:func:`aioenv.wire._pickles.encode_infos`), or its failure.
 
 With restarts on, an env that raises is rebuilt here, by the rule envs in line follow
 (:mod:`aioenv.env_side._env_restarts`: the same budget, seeds and cut-short episodes,
@@ -38,7 +38,7 @@ from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
-from ..wire._frames import encode_infos
+from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import INFOS_IN_BUFFER, StepBuffer, write_rows
 from ._channel import (

@@ -22,7 +22,7 @@ from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped, copy_arrays, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
-from ..wire._frames import decode_infos
+from ..wire._pickles import decode_infos
 from ._buffer import INFOS_IN_BUFFER, StepBuffer, rows_state, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due

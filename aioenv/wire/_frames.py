@@ -30,7 +30,6 @@ from __future__ import annotations
 import enum
 import functools
 import pickle
-import socket
 import struct
 from typing import Any
 
@@ -52,21 +51,15 @@ __all__ = [
     "Kind",
     "decode_array",
     "decode_batch_step",
-    "decode_infos",
     "decode_reply",
     "decode_spin",
-    "dumps",
     "encode",
     "encode_action",
     "encode_array_action",
     "encode_batch_step",
-    "encode_infos",
     "encode_spin",
     "encode_step",
-    "loads",
     "Frame",
-    "raw_dtype",
-    "send_descriptor",
 ]
 
 HEADER = struct.Struct("<QQBH")
@@ -317,10 +310,3 @@ class FrameDecoder:
     @property
     def pending_bytes(self) -> int:
         return len(self._buffer)
-
-
-# The alive socket: descriptors, one byte each --------------------------------------------
-def send_descriptor(alive: socket.socket, fd: int) -> None:
-    """Send a copy of descriptor ``fd`` to the child (it arrives before any message sent
-    on the message socket after this call returns). Raises OSError if the child is gone."""
-    socket.send_fds(alive, [b"\0"], [fd])

@@ -32,13 +32,11 @@ from ...wire._frames import (
     Kind,
     decode_array,
     decode_spin,
-    dumps,
     encode,
     encode_batch_step,
     encode_step,
-    loads,
 )
-from ...wire._pickles import pickled_answer
+from ...wire._pickles import dumps, loads, pickled_answer
 from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
 from ...wire._shared_memory import SharedObservations
 

@@ -12,7 +12,8 @@ import socket
 from collections.abc import Callable, Sequence
 
 from ...engine._lane import Lane
-from ...wire._frames import RECEIVE_SIZE, FrameDecoder, dumps, encode, send_descriptor
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
+from ...wire._pickles import dumps
 from ...wire._requests import Request
 
 __all__ = ["HostSocket", "SocketWrites"]
@@ -91,8 +92,10 @@ class HostSocket:
             lane.close()
             return
         try:
+            # A copy of each, one byte with it: it arrives before any message sent on the
+            # message socket after this (OSError: the child is gone).
             for fd in lane.descriptors():
-                send_descriptor(self._alive, fd)
+                socket.send_fds(self._alive, [b"\0"], [fd])
         except OSError:
             lane.close()
             return

@@ -47,15 +47,12 @@ from ...wire._frames import (
     LANE_ANSWER,
     READY,
     decode_reply,
-    dumps,
     encode,
     encode_action,
     encode_array_action,
     encode_spin,
-    loads,
-    raw_dtype,
 )
-from ...wire._pickles import not_pickled, pickled_for
+from ...wire._pickles import dumps, loads, not_pickled, pickled_for, raw_dtype
 from ...wire._requests import Request
 from ...wire._shared_memory import available, shared_layout
 from .._base import Worker
