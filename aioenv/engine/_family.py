@@ -71,11 +71,16 @@ class Child:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Kill the child now, with whatever its envs started (or send them ``sig``), and
-        give it :data:`TERMINATE_GRACE` to exit."""
-        if self.start.process.pid is not None:
-            self._signal(sig)
+        give it :data:`TERMINATE_GRACE` to exit. ``sig`` goes to the child's process group,
+        and to the child itself: it leads its group only once its program runs, and it may
+        hang before that (loading its plan)."""
+        process = self.start.process
+        if process.pid is not None:
+            signal_group(process.pid, sig)
             with PROCESS_TABLE:
-                self.start.process.join(TERMINATE_GRACE)
+                if process.exitcode is None:
+                    os.kill(process.pid, sig)
+                process.join(TERMINATE_GRACE)
 
     def timed_out(self, w: int) -> WorkerTimeout:
         """Kill the child, whose request ran past its deadline, with whatever its envs
@@ -176,16 +181,6 @@ class Child:
         if process.pid is not None:
             with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
                 process.close()
-
-    def _signal(self, sig: int) -> None:
-        """``sig`` to the child's process group, and to the child itself: it leads its group
-        only once its program runs, and it may hang before that (loading its plan)."""
-        process = self.start.process
-        assert process.pid is not None
-        signal_group(process.pid, sig)
-        with PROCESS_TABLE:
-            if process.exitcode is None:
-                os.kill(process.pid, sig)
 
 
 def _envs(rows: slice) -> str:
