@@ -6,6 +6,8 @@ steps as ``SyncVectorEnv`` does."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -178,6 +180,34 @@ async def test_a_child_told_to_sleep_steps_the_same_and_stops_polling() -> None:
             told.send_action(t, 0)
             await told.get_state()
             await asyncio.sleep(0.004)
+        assert cpu_seconds(pid) - before < 0.1
+
+
+def test_an_engine_child_told_to_sleep_steps_the_same_and_stops_polling() -> None:
+    """The spin trial's switch reaches an AioVectorEnv's children (through the step
+    buffer): told to sleep and back, many times, they step as children that never polled;
+    told to sleep, a child leaves the core alone between steps (polling, it would spend
+    most of each 4 ms gap on it)."""
+    with (
+        aioenv.AioVectorEnv(
+            "CartPole-v1", 2, mode="process", envs_per_worker=2, idle_spin=0.01
+        ) as told,
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="process", envs_per_worker=2) as sleeping,
+    ):
+        for envs in (told, sleeping):
+            envs.reset(seed=3)
+        for t in range(40):
+            told._envs.set_idle_spin(0.0 if t % 3 else 0.01)  # as the trial switches
+            ours, theirs = told.step(np.array([t % 2] * 2)), sleeping.step(np.array([t % 2] * 2))
+            for x, y in zip(ours[:4], theirs[:4], strict=True):
+                np.testing.assert_array_equal(x, y)
+        told._envs.set_idle_spin(0.0)
+        assert told.idle_spin == 0.0
+        (pid,) = set(told.apply(lambda env: os.getpid()))
+        before = cpu_seconds(pid)
+        for t in range(60):
+            told.step(np.array([t % 2] * 2))
+            time.sleep(0.004)
         assert cpu_seconds(pid) - before < 0.1
 
 

@@ -28,6 +28,7 @@ from ..wire._shared_memory import Layout, memory_file
 __all__ = [
     "INFOS_IN_BUFFER",
     "INFO_SLOT",
+    "NEW_SPIN",
     "NoLayout",
     "StepBuffer",
     "rows_state",
@@ -40,6 +41,9 @@ INFO_SLOT = 128
 #: A child's note that its rows' infos are in their slots, packed as the records of the
 #: last packed infos it sent as a message (their keys and types).
 INFOS_IN_BUFFER = 2
+#: The parent's note that a child is to poll for its next request the seconds in its
+#: ``spins`` row from now on (the hand-off has no message, its answer none).
+NEW_SPIN = 3
 
 
 def _aligned(offset: int) -> int:
@@ -74,7 +78,9 @@ class StepBuffer:
     sent). ``seqs`` (uint64, one per row) numbers the request a row's data belongs to,
     where requests are numbered (a process worker's lane, :mod:`aioenv.engine._lane`: the
     request's number going in, the answer's coming out; its infos slot holds the step's
-    pickled info). All view the mapping."""
+    pickled info). ``spins`` (float64, one per row) holds, in a child's first row, the
+    seconds it is to poll for its next request, where its note is :data:`NEW_SPIN`. All
+    view the mapping."""
 
     def __init__(
         self,
@@ -94,7 +100,9 @@ class StepBuffer:
         #: The batched spaces' layouts, which another process can be sent in their place.
         self.layouts = (observations, actions)
         starts = [0]
-        for size in (actions.nbytes, observations.nbytes, 8 * n, n, n, n, n, info_slot * n, 8 * n):
+        # Bytes per row of rewards, terminated, truncated, notes, marks, infos, seqs, spins.
+        per_row = (8, 1, 1, 1, 1, info_slot, 8, 8)
+        for size in (actions.nbytes, observations.nbytes, *(n * each for each in per_row)):
             starts.append(_aligned(starts[-1] + size))
         self.nbytes = starts[-1]
         self.fd = memory_file(self.nbytes, "aioenv-steps") if fd is None else fd
@@ -112,6 +120,7 @@ class StepBuffer:
         self.marks = np.ndarray((n,), np.uint8, memory, starts[6])
         self.infos = np.ndarray((n, info_slot), np.uint8, memory, starts[7])
         self.seqs = np.ndarray((n,), np.uint64, memory, starts[8])
+        self.spins = np.ndarray((n,), np.float64, memory, starts[9])
 
     def close(self) -> None:
         """Close the memory file's descriptor, and the mapping (which holds a descriptor of
@@ -121,7 +130,15 @@ class StepBuffer:
         os.close(self.fd)
         for name in ("actions", "observations", "observation_views", "rewards"):
             delattr(self, name)
-        del self.terminated, self.truncated, self.notes, self.marks, self.infos, self.seqs
+        del (
+            self.terminated,
+            self.truncated,
+            self.notes,
+            self.marks,
+            self.infos,
+            self.seqs,
+            self.spins,
+        )
         with contextlib.suppress(BufferError):
             self._memory.release()
         # numpy's arrays hold the mapping itself, not an export of it, so closing it with

@@ -40,7 +40,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, write_rows
+from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, StepBuffer, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -155,14 +155,18 @@ def _loop(
             request.wait(watch=watch, spin=spin)
         except Gone:
             return True
-        if notes[first]:
+        note = notes[first]
+        if not note:
+            notes[first], data = envs.stepped()
+        elif note == NEW_SPIN:  # (answered with no message)
+            spin.seconds = float(buffer.spins[first])
+            notes[first], data = 0, b""
+        else:
             asked = receive_message(sock)
             if asked is None:
                 return False  # close
             data = envs.served(*asked)
             notes[first] = bool(data)
-        else:
-            notes[first], data = envs.stepped()
         marks[first] = 1
         post_with(sock, answer, data)
 
@@ -217,14 +221,11 @@ class _Envs:
 
     def served(self, op: str, payload: Any) -> bytes:
         """The answer to a request that came as a message: a reset's BatchStep (written
-        into the buffer too, which keeps every env's latest state), a control's result, None
-        for a new idle spin (``payload`` seconds), what the parent answers through this
-        child (``"echo"``: a state of a child it replaced, or that one's error), or a
-        Failure. ``"expire"``: the env's episode ran out of its budget; the request it
-        carries is answered as a new child's first (:class:`Revived`)."""
-        if op == "spin":
-            self.spin.seconds = payload
-            return encoded(None)
+        into the buffer too, which keeps every env's latest state), a control's result,
+        what the parent answers through this child (``"echo"``: a state of a child it
+        replaced, or that one's error), or a Failure. ``"expire"``: the env's episode ran
+        out of its budget; the request it carries is answered as a new child's first
+        (:class:`Revived`)."""
         if op == "expire":  # its env's episode ran out of its budget (see engine._budgets)
             self.revived, op, payload = payload
         if op == "echo":

@@ -23,7 +23,7 @@ from ..core._environment import BatchStep, Stepped, copy_arrays, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._pickles import decode_infos
-from ._buffer import INFOS_IN_BUFFER, StepBuffer, rows_state, write_rows
+from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, StepBuffer, rows_state, write_rows
 from ._channel import GivenUp, answer_of, encoded, post_with
 from ._family import Child, late, together, until_due
 from ._packed_infos import PackedInfos
@@ -105,13 +105,18 @@ class HandOffs:
             instead = budgets.instead(w, request, lambda: rows_state(buffer, child.rows))
             if instead is not None:  # the episode ran out of its budget: the step is not sent
                 op, request = instead
-        message = op != "step" or isinstance(request, (Reset, Command))
+        note: int  # the child's: 0 a step in its rows, 1 a message, NEW_SPIN
+        note = message = op != "step" or isinstance(request, (Reset, Command))
         if not message:
             try:
                 write_rows(take_rows(buffer.actions, child.rows), request)
             except (ValueError, TypeError):
-                message = True  # not the space's layout: the child's runner says what is wrong
-        buffer.notes[child.rows.start] = message
+                # Not the space's layout: the child's runner says what is wrong.
+                note = message = True
+        elif op == "spin":  # its seconds in the buffer, which its note points to: no message
+            buffer.spins[child.rows.start] = request
+            note, message = NEW_SPIN, False
+        buffer.notes[child.rows.start] = note
         buffer.marks[child.rows.start] = 0
         self.sent[w] = sent
         if self.timed:
@@ -122,11 +127,10 @@ class HandOffs:
             if budgets is not None and phase is not None and phase != "reset":
                 budgets.handed(w, child)
         if message:
-            self._in_buffer.discard(w)
             post_with(child.start.socket, child.request, encoded((op, request)))
         else:
-            self._in_buffer.add(w)
             child.request.post()
+        (self._in_buffer.discard if note else self._in_buffer.add)(w)
         self.pending.add(w)
 
     # The lockstep step: the hot path -------------------------------------------------------
@@ -189,7 +193,8 @@ class HandOffs:
     # Controls, spins among them (the vector env's spin trial, between steps) ----------------
     def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
         """Each child's answer to its request (None where it had none); a child's error
-        is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll)."""
+        is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll, handed
+        through the buffer)."""
         self.check_usable()
         if self.pending:
             self.answers()
