@@ -23,10 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
-import numpy as np
 
 from .core._restarts import RESTART_KEY
-from .wire._openenv_json import jsonable, space_from_schema
+from .wire._openenv_json import jsonable, space_from_schema, value_from_json
 
 __all__ = ["RemoteEnv"]
 
@@ -305,12 +304,9 @@ class RemoteEnv:
 
     def _observation(self, value: Any) -> Any:
         # Arrays travel as lists: back to the space's dtype where an array space says which
-        # (a MultiBinary's is always int8).
+        # (a MultiBinary's is always int8), inside a Dict or a Tuple too.
         space = self.observation_space
-        spaces = gymnasium.spaces
-        if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
-            return np.asarray(value, dtype=space.dtype)
-        return value
+        return value if space is None else value_from_json(value, space)
 
 
 def _http_url(base_url: str) -> str:

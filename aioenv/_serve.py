@@ -41,7 +41,7 @@ from .core._errors import AioEnvError
 from .core._supervision import SUPERVISION_DEFAULTS
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
-from .wire._openenv_json import action_from_json
+from .wire._openenv_json import value_from_json
 from .wire._openenv_protocol import (
     CAPACITY_REACHED,
     SESSION_ERROR,
@@ -190,9 +190,9 @@ class _Server:
         )
 
     def action(self, value: Any) -> Any:
-        """A JSON action as the env takes it (:func:`action_from_json`, for the action
+        """A JSON action as the env takes it (:func:`value_from_json`, for the action
         space once it is known)."""
-        return action_from_json(value, self.spaces[1] if self.spaces is not None else None)
+        return value_from_json(value, self.spaces[1] if self.spaces is not None else None)
 
     async def learn_spaces(self, pool: WorkerPool[Any] | None) -> None:
         if self.spaces is not None or pool is None:

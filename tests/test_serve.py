@@ -486,6 +486,39 @@ async def test_an_env_without_spaces_is_served_its_states_as_observations() -> N
         assert step.observation["observation"]["total"] == 3 and step.done is False
 
 
+@pytest.mark.parametrize(
+    ("factory", "action"),
+    [
+        (envs.Steered, (2, np.array([0.5, -0.25], np.float32))),
+        (envs.DictSteered, {"gear": 2, "vector": np.array([0.5, -0.25], np.float32)}),
+    ],
+    ids=["tuple", "dict"],
+)
+async def test_tuple_and_dict_values_arrive_as_values_of_their_spaces(
+    factory: Any, action: Any
+) -> None:
+    # The env raises for an action outside its space: a Tuple's parts must arrive as a
+    # tuple, a Box inside one as an array of its dtype.
+    async with serving(build_app(factory, ServeOptions(mode="thread"))) as url:
+        remote = await asyncio.to_thread(aioenv.RemoteEnv, url)  # reads /schema
+        try:
+            await remote.reset(seed=0)
+            observation, *_ = await remote.step(action)
+            np.testing.assert_array_equal(observation, [2.0, 0.5, -0.25])
+        finally:
+            await remote.close()
+    async with serving(build_app(envs.DictObservation, ServeOptions(mode="thread"))) as url:
+        remote = await asyncio.to_thread(aioenv.RemoteEnv, url)
+        try:
+            await remote.reset(seed=0)
+            observation, *_ = await remote.step(1)
+            position = observation["position"]  # was a list
+            assert isinstance(position, np.ndarray) and position.dtype == np.float32
+            assert remote.observation_space.contains(observation), observation
+        finally:
+            await remote.close()
+
+
 CARTPOLE_SPACES = {
     "observation_space": gymnasium.make("CartPole-v1").observation_space,
     "action_space": gymnasium.spaces.Discrete(2),

@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-__all__ = ["SPACE_KEY", "action_from_json", "jsonable", "space_from_schema", "space_schema"]
+__all__ = ["SPACE_KEY", "value_from_json", "jsonable", "space_from_schema", "space_schema"]
 
 #: The schema key that carries a gymnasium space's description.
 SPACE_KEY = "x-aioenv-space"
@@ -37,12 +37,22 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def action_from_json(value: Any, space: Any) -> Any:
-    """A JSON action as the env takes it: a list becomes a numpy array (of the action
-    ``space``'s dtype where it is a Box or MultiDiscrete/MultiBinary)."""
-    if isinstance(value, list):
+def value_from_json(value: Any, space: Any) -> Any:
+    """A JSON value as a value of ``space``: an array space's (Box, MultiDiscrete,
+    MultiBinary) as a numpy array of its dtype, a Dict's and a Tuple's parts each as its
+    subspace's (a Tuple's as a tuple), any other list as a numpy array."""
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Dict) and isinstance(value, dict):
+        parts = space.spaces
+        return {k: value_from_json(v, parts[k]) if k in parts else v for k, v in value.items()}
+    if isinstance(space, spaces.Tuple) and isinstance(value, list):
+        return tuple(value_from_json(v, part) for v, part in zip(value, space, strict=False))
+    if isinstance(value, list) or isinstance(space, _ARRAY_SPACES):
         return np.asarray(value, dtype=getattr(space, "dtype", None))
     return value
+
+
+_ARRAY_SPACES = (gymnasium.spaces.Box, gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)
 
 
 def space_schema(space: Any) -> dict[str, Any]:
