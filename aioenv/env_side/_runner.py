@@ -231,23 +231,35 @@ class EnvRunner:
         else:
             try:
                 result = gym.step(action)
-                if type(result) is tuple and len(result) == 5 and not (result[2] or result[3]):
-                    self.steps_in_episode += 1
-                    # A rollout goes on from here (see _segment._resume).
-                    if not as_step:
-                        self.last = row = (result[0], float(result[1]), False, False, result[4])
-                        return row
-                    step = _new_step(Step)
-                    step.__dict__.update(
+                if type(result) is tuple and len(result) == 5:
+                    if not (result[2] or result[3]):
+                        self.steps_in_episode += 1
+                        # A rollout goes on from here (see _segment._resume).
+                        if not as_step:
+                            self.last = row = (result[0], float(result[1]), False, False, result[4])
+                            return row
+                        step = _new_step(Step)
+                        step.__dict__.update(
+                            PLAIN_STEP,
+                            observation=result[0],
+                            reward=float(result[1]),
+                            info={} if result[4] is None else result[4],
+                        )
+                        self.last = step
+                        return step
+                    # The episode's end: its Step made as above, with its flags.
+                    state = _new_step(Step)
+                    state.__dict__.update(
                         PLAIN_STEP,
                         observation=result[0],
                         reward=float(result[1]),
+                        terminated=bool(result[2]),
+                        truncated=bool(result[3]),
+                        done=True,
                         info={} if result[4] is None else result[4],
                     )
-                    self.last = step
-                    return step
-                # The episode's end, a tuple's subclass, or the error that refuses it.
-                state = gymnasium_step(gym, result)
+                else:  # a tuple's subclass, or the error that refuses it
+                    state = gymnasium_step(gym, result)
             except Exception as exc:
                 return self.step_raised(exc)
             assert self.env is not None
