@@ -156,6 +156,19 @@ def test_a_crash_looping_inline_env_is_given_up_as_in_a_process() -> None:
     assert inline[:2] == _given_up("process")[:2]
 
 
+def test_an_env_given_up_in_its_child_is_named_by_its_place_in_the_vector_env() -> None:
+    # Envs 2-3 share child 1; env 2 (the first of its child) raises at every reset, so its
+    # child gives it up: the exception is its own, noted as env 2's, as with restarts off.
+    factories = [Walk, Walk, _ResetFails, Walk]
+    envs = aioenv.AioVectorEnv(
+        factories, mode="process", envs_per_worker=2, restart="on_failure", max_restarts=0
+    )
+    with envs, pytest.raises(RuntimeError, match="the simulator does not start") as raised:
+        envs.reset(seed=0)
+    notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
+    assert "raised by env 2, one of envs 2-3 (worker 1)" in notes, notes
+
+
 def test_the_default_keeps_cheap_restartable_envs_in_line() -> None:
     probe = Probe({}, None, None, None, 12e-6, False)  # a CartPole step
     for options in ({"restart": "on_failure"}, {"restart": "on_failure", "max_restarts": 3}):

@@ -251,7 +251,7 @@ class _OneEnv:
         if failed:
             self._failure = result
             error = EnvError.from_failure(result, self.name, self.owner.worker_id)
-            error.env = self.owner.first + self.index  # which env of the vector env
+            error.env = self.index  # which env of the batch, as a worker's EnvError says
             self._on_failure(error)
             return
         reason = supervisor.restart_completed
