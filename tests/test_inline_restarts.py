@@ -23,6 +23,7 @@ AUTORESETS = ["next_step", "same_step", "disabled"]
 SEED = 11  # the envs' seeds, and so their restarts' (restart_seed)
 EXPLODING = 1  # the env whose 7th step call raises (Walk's explode_at), every time it is built
 STEPS = 24  # enough for the env to explode, be rebuilt, and explode again
+GIVE_UP_AT_ONCE = {"restart": "on_failure", "max_restarts": 0}  # the first failure gives up
 
 
 class _ResetFails(Walk):
@@ -160,13 +161,25 @@ def test_an_env_given_up_in_its_child_is_named_by_its_place_in_the_vector_env() 
     # Envs 2-3 share child 1; env 2 (the first of its child) raises at every reset, so its
     # child gives it up: the exception is its own, noted as env 2's, as with restarts off.
     factories = [Walk, Walk, _ResetFails, Walk]
-    envs = aioenv.AioVectorEnv(
-        factories, mode="process", envs_per_worker=2, restart="on_failure", max_restarts=0
-    )
+    envs = aioenv.AioVectorEnv(factories, mode="process", envs_per_worker=2, **GIVE_UP_AT_ONCE)
     with envs, pytest.raises(RuntimeError, match="the simulator does not start") as raised:
         envs.reset(seed=0)
     notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
     assert "raised by env 2, one of envs 2-3 (worker 1)" in notes, notes
+
+
+def test_every_call_after_an_env_given_up_in_its_child_names_that_env() -> None:
+    # Env 2 of child 1 (envs 2-3) is given up; env 3 did not fail.
+    envs = aioenv.AioVectorEnv(
+        [Walk, Walk, _ResetFails, Walk], mode="process", envs_per_worker=2, **GIVE_UP_AT_ONCE
+    )
+    with envs:
+        with pytest.raises(RuntimeError, match="the simulator does not start"):
+            envs.reset(seed=0)
+        with pytest.raises(aioenv.WorkerRemoved) as removed:
+            envs.step(np.zeros(4, np.int64))
+    message = str(removed.value)
+    assert message.startswith("env 2 of the AioVectorEnv (process worker 1 (envs 2-3))"), message
 
 
 def test_the_default_keeps_cheap_restartable_envs_in_line() -> None:

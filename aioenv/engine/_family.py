@@ -143,8 +143,10 @@ class Child:
 
     def removed(self, w: int, died: WorkerError) -> WorkerRemoved:
         """What every call raises once the child died or hung (``died``), as for a pool's
-        worker given up on."""
-        return env_given_up(_envs(self.rows), self.name, died, w)
+        worker given up on, or gave up on an env (``died.env``, its place in the batch)."""
+        env = getattr(died, "env", None)
+        envs = _envs(self.rows) if env is None else f"env {self.rows.start + env}"
+        return env_given_up(envs, self.name, died, w)
 
     def built(self, w: int) -> Any:
         """Child ``w``'s first message (its spaces, or the EnvError of its build), by the
