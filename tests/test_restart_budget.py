@@ -6,14 +6,17 @@ for, are tested on a fake clock in ``test_supervision.py``."""
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any
 
 import anyio
 import envs
 import pytest
+from support import eventually, worker_threads
 
 import aioenv
 from aioenv.core._supervision import SUPERVISION_DEFAULTS
+from aioenv.workers._thread import _EnvThread
 
 #: Worker kinds, each with its Breakable (action 0 steps, action 1 raises ValueError).
 BREAKABLE: dict[str, Any] = {
@@ -103,3 +106,20 @@ async def test_a_reset_that_always_raises_gets_its_worker_given_up(kind: str) ->
             with pytest.raises(aioenv.WorkerRemoved):
                 pool.send_action(aioenv.RESET, 0)
             assert (await pool.reset_all()).worker_ids.tolist() == [1]  # the rest go on
+
+
+async def test_a_thread_worker_restarted_again_and_again_keeps_none_of_its_old_envs() -> None:
+    # A long run restarts a flaky env for as long as it makes progress: each restart's
+    # thread, once it ended, must not stay behind with its runner (and the last state it
+    # answered, an observation that may be a whole frame).
+    with anyio.fail_after(60):
+        async with aioenv.make_pool(envs.Breakable, 1, mode="thread", restart="on_failure") as pool:
+            await pool.reset_all()
+            for _ in range(5):
+                assert (await step(pool, 1)).truncated  # the env raised: its thread ends
+                assert await eventually(lambda: not worker_threads())
+                await step(pool, aioenv.RESET)  # a new env, in a new thread
+                assert (await step(pool, 0)).reward == 1.0
+            gc.collect()
+            kept = [each for each in gc.get_objects() if isinstance(each, _EnvThread)]
+            assert len(kept) == 1  # the one that serves the env now

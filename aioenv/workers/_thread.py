@@ -51,7 +51,8 @@ class ThreadWorker(Worker[S]):
 
     def _spawn(self, seed: int | None) -> None:
         self._current = _EnvThread(self, make_runner(self.source, seed, self._episode))
-        self._threads.append(self._current)
+        # The threads of the envs it replaced are kept only while they run.
+        self._threads = [t for t in self._threads if t._thread.is_alive()] + [self._current]
 
     def _submit(self, seq: int, action: Any) -> None:
         self._current.requests.put((seq, action))
