@@ -18,6 +18,7 @@ from support import mapped
 import aioenv
 from aioenv.core._environment import VectorSource
 from aioenv.env_side._vector_runner import VectorRunner
+from aioenv.wire import _shared_memory as shared_memory
 from aioenv.wire._frames import HEADER, decode_batch_step, encode_batch_step
 from aioenv.wire._shared_memory import Layout, memory_file
 
@@ -197,10 +198,10 @@ def test_a_child_stacks_its_envs_observations_straight_into_shared_memory(
         os.close(fd)
     runner.stack_into = shared.views
 
-    def no_copy(*args: Any) -> bool:
+    def no_copy(*args: Any) -> None:
         raise AssertionError("the stacked observations were copied into shared memory")
 
-    monkeypatch.setattr(Layout, "write", no_copy)
+    monkeypatch.setattr(shared_memory, "_copy_into", no_copy)
     batch = runner.step([0, 0])
     assert batch.observations is shared.views
     frame = encode_batch_step(1, batch, 0, shared)
