@@ -144,6 +144,25 @@ def test_seeds_and_options_apply_at_the_next_reset_only(options: dict[str, Any])
 
 
 @pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_options_set_before_the_first_reset_apply_to_it_as_in_dummy_vec_env(
+    options: dict[str, Any],
+) -> None:
+    """The first reset with envs' own options (reset group by group) is DummyVecEnv's."""
+    with_options = [{"level": 1}, {}, {"level": 2}, {}]
+    reference, ours = both([make_scripted] * 4, **options)
+    try:
+        for venv in (reference, ours):
+            venv.seed(3)
+            venv.set_options(with_options)
+        np.testing.assert_array_equal(ours.reset(), reference.reset())
+        assert_infos_equal(ours.reset_infos, reference.reset_infos)
+        assert ours.get_attr("last_options") == [{"level": 1}, None, {"level": 2}, None]
+    finally:
+        reference.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
 def test_remote_calls_reach_the_chosen_envs_as_in_dummy_vec_env(options: dict[str, Any]) -> None:
     reference, ours = both([make_scripted, make_monitored, make_scripted, make_scripted], **options)
     try:

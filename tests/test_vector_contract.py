@@ -4,6 +4,7 @@ observation modes, the spec, and every generic vector wrapper."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -13,8 +14,10 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, GatedTouchy, Touchy, open_gate
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import iterate
 from gymnasium.wrappers import vector as vector_wrappers
+from space_envs import echo
 from support import wait_until, worker_processes, worker_threads
 
 import aioenv
@@ -105,6 +108,43 @@ def _interrupt_a_step(gate: str) -> None:
         open_gate(gate)
         _, rewards, *_ = envs.step(np.array([0, 0]))
         np.testing.assert_array_equal(rewards, [1.0, 1.0])
+
+
+@pytest.mark.parametrize("space", ["Box", "Dict"])
+@pytest.mark.parametrize(
+    ("mode", "grouping"),
+    [
+        ("inline", {}),
+        ("sync", {}),
+        ("thread", {}),
+        ("process", {}),
+        ("process", {"envs_per_worker": 2}),
+    ],
+)
+def test_a_masked_first_reset_gives_the_envs_left_out_zeros_as_gymnasium_does(
+    space: str, mode: str, grouping: dict[str, Any]
+) -> None:
+    """A first reset that leaves envs out (SB3's per-env options reset them by groups) has
+    zeros for their observations, as gymnasium's ``AsyncVectorEnv`` does."""
+    factories = [functools.partial(echo, space, i) for i in range(4)]
+    options = {"reset_mask": np.array([True, False, True, False])}
+    theirs = AsyncVectorEnv(factories)
+    try:
+        expected, _ = theirs.reset(seed=1, options=dict(options))  # (it pops the mask)
+    finally:
+        theirs.close()
+    with aioenv.AioVectorEnv(factories, mode=mode, **grouping) as envs:
+        observations, infos = envs.reset(seed=1, options=dict(options))
+    for ours, gyms in zip(
+        iterate(envs.observation_space, observations),
+        iterate(envs.observation_space, expected),
+        strict=True,
+    ):
+        for key in ours if space == "Dict" else [None]:
+            np.testing.assert_array_equal(
+                ours if key is None else ours[key], gyms if key is None else gyms[key]
+            )
+    np.testing.assert_array_equal(infos["_draw"], [True, False, True, False])
 
 
 @pytest.mark.parametrize("mode", ["sync", "thread", "process"])

@@ -20,11 +20,12 @@ from gymnasium.vector.utils import (
     batch_space,
     concatenate,
     create_empty_array,
+    iterate,
 )
 
 from ._infos import final_entry
 
-__all__ = ["batched_space", "columns_of", "fits", "flag_array", "stack_rows"]
+__all__ = ["batched_space", "columns_of", "fits", "flag_array", "stack_rows", "zero_rows"]
 
 
 def stack_rows(
@@ -43,6 +44,19 @@ def stack_rows(
             return np.stack(rows)  # its error names the mismatch
     out = create_empty_array(space, len(rows))
     return concatenate(space, rows, out)  # type: ignore[arg-type]
+
+
+def zero_rows(spaces: Iterable[Any]) -> list[Any]:
+    """An observation of each of ``spaces`` for an env not observed yet, which a masked
+    first reset leaves out: zeros, as gymnasium's ``AsyncVectorEnv`` has them (None for a
+    space gymnasium cannot batch)."""
+    rows = []
+    for space in spaces:
+        try:
+            rows.append(next(iter(iterate(batch_space(space, 1), create_empty_array(space, 1)))))
+        except Exception:
+            rows.append(None)
+    return rows
 
 
 def flag_array(flags: Sequence[bool], size: int) -> np.ndarray[Any, Any]:

@@ -21,7 +21,7 @@ from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
-from ._batch_rows import batched_space, columns_of, flag_array, stack_rows
+from ._batch_rows import batched_space, columns_of, flag_array, stack_rows, zero_rows
 from ._infos import batch_vector_infos, flat_infos
 from ._plan import drive
 from ._runner import EnvRunner
@@ -100,6 +100,7 @@ class VectorRunner:
         observations = [runner.spaces[0] for runner in self.runners]
         actions = [runner.spaces[1] for runner in self.runners]
         self._single_space = observations[0]
+        self._observations = zero_rows(observations)
         self._action_batch = batched_space(actions[:1] * self.size)
         self.spaces = (batched_space(observations), batched_space(actions))
 

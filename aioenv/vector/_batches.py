@@ -19,6 +19,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from ..core._environment import BatchStep
 from ..core._errors import InvalidAction
 from ..core._gymnasium import split_rows
+from ..env_side._batch_rows import zero_rows
 from ..env_side._infos import add_info_of
 from ..pool._actions import explain_invalid_action
 from ._infos import AddInfo
@@ -86,7 +87,7 @@ class VectorBatches:
         self._single_space = single_observation_space
         #: Each env's latest observation: for spaces other than Box, and for any space where
         #: every worker steps one env (its state holds one observation, not a batch).
-        self._per_env: list[Any] = [None] * layout.num_envs
+        self._per_env = zero_rows([single_observation_space] * layout.num_envs)
         self._batched: dict[int, Any] = {}  # the batched space of a group of each size
         #: Box observations by first env: the rows of the worker that gave them.
         self._given: dict[int, Any] = {}
