@@ -10,7 +10,7 @@ import anyio
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter, Gated, Painted, open_gate
+from envs import AsyncBreakable, Breakable, Counter, Gated, Painted, open_gate
 from support import WORKERS, a_failed_rebuild_keeps_spaces, modes
 
 import aioenv
@@ -74,6 +74,29 @@ async def test_call_waits_for_the_step_in_flight_and_never_steals_its_state(
         assert results == [[5]]  # answered after the step ran
         state, worker_id = await pool.get_state()  # type: ignore[misc]
         assert (worker_id, state["total"]) == (0, 5)  # the step's state is still there
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread", "process", "async"])
+async def test_a_call_while_the_env_awaits_its_restart_raises_at_once_and_works_after_it(
+    kind: str,
+) -> None:
+    # The failed env was dropped and its new one starts with the worker's next request:
+    # a call meanwhile has no env to reach. It raises at once, naming the worker (it hung
+    # for good where the request went to the dropped env, or reached a stray rebuild).
+    env = AsyncBreakable if kind == "async" else Breakable
+    async with aioenv.make_pool(env, 2, mode=kind, restart="on_failure") as pool:
+        await pool.reset_all()
+        pool.send_action(1, 0)  # raises in the env: its episode ends cut short
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+        assert cut.truncated
+        with anyio.fail_after(10), pytest.raises(aioenv.WorkerError, match=r"worker 0 .*new env"):
+            await pool.get_attr("generation")
+        assert pool.active_ids == [0, 1]  # not given up on
+        pool.send_action(0, 0)  # the new env's reset answers (autoreset "next_step")
+        await pool.get_state()
+        with anyio.fail_after(10):
+            first, second = await pool.get_attr("t")
+        assert (first, second) == (0, 0)
 
 
 async def test_pause_keeps_pending_state_and_skips_the_worker(mode: Any) -> None:

@@ -294,6 +294,12 @@ class Supervisor:
             seed = restart_seed(self.seed, self.restarts + self.budget_restarts)
         self._remedies.start_env(seq, seed, reason)
 
+    @property
+    def dropped(self) -> str | None:
+        """Why the env was dropped while no new one has started yet (the next request
+        starts it, or its restart waits out the backoff); None: the env is there."""
+        return self.pending_restart if self._scheduled is None else self._scheduled[1]
+
     def forget_in_flight(self) -> None:
         """The request in flight is forgotten (its reply will be dropped): no deadline for
         it, and a restart waiting to answer it starts with the next request instead."""

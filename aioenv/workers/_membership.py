@@ -82,6 +82,12 @@ class Membership(SupervisedEnv):
             raise ClosedError(f"{self.name} is closed")
         if self._failure is not None:
             raise self._failure
+        if (reason := self._supervisor.dropped) is not None:  # nothing would answer
+            raise WorkerError(
+                f"{self.name}: its failed env was dropped ({reason}); a new env starts "
+                "with its next step or reset: call again once that is answered",
+                worker_id=self.worker_id,
+            )
         seq, future = self._flight.begin_control(self._ensure_loop())
         try:
             self._submit_control(seq, request)
