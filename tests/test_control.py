@@ -174,6 +174,18 @@ async def test_render_tiles_every_env(mode: Any) -> None:
             await pool.render()
 
 
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+async def test_render_tiles_every_env_of_workers_that_step_several(kind: str) -> None:
+    factories = [functools.partial(Painted, shade) for shade in (10, 20)]
+    async with aioenv.make_pool(factories, 2, mode=kind, envs_per_worker=2) as pool:
+        await pool.reset_all()
+        frames = await pool.render(tiled=False)  # one frame per env, worker by worker
+        assert [int(frame[0, 0, 0]) for frame in frames] == [10, 10, 20, 20]
+        image = await pool.render()
+        assert image.shape == (2 * 20, 2 * 30, 3)  # 4 frames on a 2 x 2 grid
+        assert int(image[20, 0, 0]) == 20  # row 1 holds worker 1's envs
+
+
 async def test_render_gymnasium_envs_in_processes() -> None:
     def env() -> gymnasium.Env[Any, Any]:
         return gymnasium.make("CartPole-v1", render_mode="rgb_array")

@@ -125,18 +125,23 @@ class RemoteControl:
         await self._ask(ids, [ControlRequest("set", name, (value,)) for value in values])
 
     async def render(self, mode: str = "rgb_array", tiled: bool = True) -> Any:
-        """Frames of every open, unpaused env: one tiled image, or a list of frames. The
-        envs must have been made with ``render_mode="rgb_array"``."""
+        """Frames of every open, unpaused env (a worker's envs in turn, where it steps
+        several): one tiled image, or a list of frames. The envs must have been made with
+        ``render_mode="rgb_array"``."""
         if mode != "rgb_array":
             raise ValueError(f"render() supports mode='rgb_array', got {mode!r}")
-        ids = [worker.worker_id for worker in self._roster.active()]
-        frames = await self._calls("call", "render", (), {}, ids)  # type: ignore[arg-type]
-        for worker_id, frame in zip(ids, frames, strict=True):
-            if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
-                raise TypeError(
-                    f"{self._roster.members[worker_id].name}: render() returned "  # type: ignore[index]
-                    f"{type(frame).__name__}; make the env with render_mode='rgb_array'"
-                )
+        workers = self._roster.active()
+        ids = [worker.worker_id for worker in workers]
+        answers = await self._calls("call", "render", (), {}, ids)  # type: ignore[arg-type]
+        frames = []
+        for worker, answer in zip(workers, answers, strict=True):
+            for frame in answer if worker.num_envs > 1 else [answer]:  # a list: one per env
+                if not isinstance(frame, np.ndarray) or frame.ndim not in (2, 3):
+                    raise TypeError(
+                        f"{worker.name}: render() returned {type(frame).__name__}; make the "
+                        "env with render_mode='rgb_array'"
+                    )
+                frames.append(frame)
         return tile_images(frames) if tiled else frames
 
     async def _calls(
