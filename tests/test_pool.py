@@ -516,6 +516,21 @@ async def test_mixed_pool_runs_every_kind_together() -> None:
     assert not worker_threads()
 
 
+def test_a_mixed_pool_that_fails_to_build_leaves_no_process_of_the_kinds_started_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Process workers start together, before the other kinds' workers are made: a later
+    # worker that fails (here a thread that cannot start; a Ray actor that cannot be made
+    # does the same) stops the children started for the workers after it too.
+    def no_thread(self: Any, seed: int | None) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(aioenv.ThreadWorker, "_setup", no_thread)
+    with pytest.raises(RuntimeError, match="new thread"):
+        aioenv.make_pool(Counter, 3, mode=["thread", "process", "process"])
+    # (the autouse leak check: no worker process is left behind)
+
+
 async def _take(pool: aioenv.WorkerPool[Any], take: str) -> list[tuple[Any, int]]:
     """The next states a loop over ``take`` gets: one from ``get_state``, or a batch's."""
     if take == "get_state":

@@ -219,25 +219,30 @@ def _build_workers(
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     hosted: dict[str, Iterator[Worker[Any]]] = {}
-    for kind in dict.fromkeys(modes):  # the kinds whose workers share hosts, envs_per_* each
-        per_host = getattr(_kind_class(kind), "_per_host_option", None)
-        if per_host is None:
-            continue
-        indices = [i for i, mode in enumerate(modes) if mode == kind]
-        kind_options = _options_for(kind, options)
-        hosted[kind] = iter(
-            _kind_class(kind).hosted(  # type: ignore[attr-defined]
-                [sources[i] for i in indices],
-                [seeds[i] for i in indices],
-                kind_options.pop(per_host, 1),
-                **kind_options,
+    try:
+        for kind in dict.fromkeys(modes):  # the kinds whose workers share hosts, envs_per_* each
+            per_host = getattr(_kind_class(kind), "_per_host_option", None)
+            if per_host is None:
+                continue
+            indices = [i for i, mode in enumerate(modes) if mode == kind]
+            kind_options = _options_for(kind, options)
+            hosted[kind] = iter(
+                _kind_class(kind).hosted(  # type: ignore[attr-defined]
+                    [sources[i] for i in indices],
+                    [seeds[i] for i in indices],
+                    kind_options.pop(per_host, 1),
+                    **kind_options,
+                )
             )
-        )
-    for kind, source, worker_seed in zip(modes, sources, seeds, strict=True):
-        if kind in hosted:
-            into.append(next(hosted[kind]))
-        else:
-            into.append(_kind_class(kind)(source, seed=worker_seed, **_options_for(kind, options)))
+        for kind, source, seed in zip(modes, sources, seeds, strict=True):
+            if kind in hosted:
+                into.append(next(hosted[kind]))
+            else:
+                into.append(_kind_class(kind)(source, seed=seed, **_options_for(kind, options)))
+    finally:  # hosted workers started but not yet in ``into`` (a later worker failed)
+        for rest in hosted.values():
+            for worker in rest:
+                worker.abandon()
 
 
 def _kind_class(kind: str) -> type[Worker[Any]]:
