@@ -294,6 +294,29 @@ def test_close_with_envs_in_flight_leaves_nothing_behind(kind: str) -> None:
         venv.recv()
 
 
+@pytest.mark.parametrize("kind", ["thread", "process", "process_grouped", "coroutine", "inline"])
+def test_a_call_while_envs_are_in_flight_loses_none_of_their_answers(kind: str) -> None:
+    reference = SyncVectorEnv([envs.Walk] * N)
+    try:
+        resets, _ = reference.reset(seed=SEED)
+        stepped = reference.step(np.ones(N, np.int64))[0]
+    finally:
+        reference.close()
+    with aioenv.AioVectorEnv(envs.Walk, N, batch_size=2, **KINDS[kind]) as venv:
+        venv.async_reset(seed=SEED)
+        assert venv.get_attr("task") == ("default",) * N  # the resets are in flight
+        got: dict[int, Any] = {}
+        for _ in range(N // 2):
+            observations, *_, infos = venv.recv()
+            got.update(zip(infos["env_id"].tolist(), observations, strict=True))
+        assert sorted(got) == list(range(N))
+        for env in range(N):
+            np.testing.assert_array_equal(got[env], resets[env])
+        venv.step_async(np.ones(N, np.int64))
+        assert venv.call("set_task", "other") == ("default",) * N  # the steps are in flight
+        np.testing.assert_array_equal(venv.step_wait()[0], stepped)
+
+
 @pytest.mark.loops
 async def test_send_and_recv_from_inside_a_running_loop() -> None:
     with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", batch_size=2) as venv:

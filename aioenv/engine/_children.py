@@ -121,6 +121,9 @@ class EngineChildren(HandOffs):
             buffer.close()
             raise
         super().__init__(buffer, answer, options, episode.autoreset, copy, spin)
+        #: Answers a control took while they were in flight (see :meth:`_control`), by
+        #: child id: still owed to :meth:`receive` or :meth:`collect`.
+        self.early: dict[int, Any] = {}
         if options.episode_timeout is not None:
             self.budgets = EpisodeBudgets(options.episode_timeout, n, self.autoreset)
             self.timed = True
@@ -184,14 +187,19 @@ class EngineChildren(HandOffs):
         """Hand each child its request without waiting (none of them has one in flight);
         with ``drop``, what the others have in flight is waited for and dropped first."""
         self.check_usable()
-        if drop and self.pending:
-            self.answers()  # left by an interrupted call, or dropped by the caller
+        if drop:
+            self.early.clear()
+            if self.pending:
+                self.answers()  # left by an interrupted call, or dropped by the caller
         for w, request in zip(ids, requests, strict=True):
             self.hand(w, request)
 
     def collect(self, ids: list[int]) -> tuple[list[Any], list[WorkerError]]:
         self.check_usable()
         answers = self.answers()
+        if self.early:
+            answers.update(self.early)
+            self.early.clear()
         errors = [answer for answer in answers.values() if isinstance(answer, WorkerError)]
         if errors:
             return [], errors
@@ -209,6 +217,11 @@ class EngineChildren(HandOffs):
         their posts is visible (see :mod:`aioenv.engine._wake`); more marks than posts
         means a post is on its way, waited for."""
         self.check_usable()
+        for w in sorted(self.early)[: count - len(held)] if self.early else ():
+            answer = self.early.pop(w)
+            if isinstance(answer, WorkerError):
+                return answer
+            held[w] = answer
         marks = self.buffer.marks
         while len(held) < count:
             died: dict[int, WorkerError] = {}
@@ -250,6 +263,13 @@ class EngineChildren(HandOffs):
         raise ValueError("the engine's buffer holds envs of one observation space")
 
     # Controls ------------------------------------------------------------------------------
+    def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
+        """HandOffs' control, the answers in flight taken first and kept (``early``) for
+        the pipelined calls that sent their requests, which take them as they came."""
+        if self.pending:
+            self.early.update(self.answers())
+        return super()._control(requests, op)
+
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         return self._to_every(ControlRequest("call", name, args, kwargs))
 
@@ -270,11 +290,11 @@ class EngineChildren(HandOffs):
         return len(self._plans)
 
     def has_pending(self, worker_id: int) -> bool:
-        return worker_id in self.pending
+        return worker_id in self.pending or worker_id in self.early
 
     @property
     def num_pending(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + len(self.early)
 
     # Close -----------------------------------------------------------------------------------
     def close(self) -> None:
