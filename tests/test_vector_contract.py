@@ -163,6 +163,21 @@ def test_a_sub_env_exception_surfaces_as_itself_and_the_env_stays_usable(mode: s
         np.testing.assert_array_equal(rewards, [1.0, 1.0])
 
 
+@pytest.mark.parametrize("mode", ["inline", "sync", "thread", "process"])
+def test_a_sub_env_exception_in_a_call_surfaces_as_itself(mode: str) -> None:
+    with aioenv.AioVectorEnv([Touchy, Touchy], mode=mode) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(AttributeError, match="no_such_attribute") as raised:
+            envs.get_attr("no_such_attribute")  # as gymnasium's vector envs raise it
+        notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
+        assert "env 0" in notes
+        with pytest.raises(TypeError, match="positional argument"):
+            envs.call("step")
+        with pytest.raises(ZeroDivisionError):
+            envs.apply(lambda env: 1 / 0, env_ids=[1])
+        assert envs.get_attr("observation_space") == (envs.single_observation_space,) * 2
+
+
 def test_spaces_are_checked_at_construction_and_nothing_is_left_running() -> None:
     def frozen_lake() -> gymnasium.Env[Any, Any]:
         return gymnasium.make("FrozenLake-v1")

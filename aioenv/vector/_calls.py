@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core._errors import WorkerError
 from ._layout import EnvLayout
-from ._runtime import Envs
+from ._runtime import Envs, raised
 
 __all__ = ["EnvCalls"]
 
@@ -26,7 +27,7 @@ class EnvCalls:
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()
-        return tuple(self._layout.flatten(self._envs.call_envs(name, args, kwargs)))
+        return tuple(self._layout.flatten(self._answers(self._envs.call_envs, name, args, kwargs)))
 
     def apply(
         self,
@@ -50,19 +51,29 @@ class EnvCalls:
             if not -count <= env < count:
                 raise IndexError(f"env index {env} is out of range for {count} envs")
         ids = [int(env) % count for env in ids]
-        answers = self._envs.apply_envs(self._layout.functions(function, ids), args, kwargs)
+        functions = self._layout.functions(function, ids)
+        answers = self._answers(self._envs.apply_envs, functions, args, kwargs)
         per_env = self._layout.flatten(answers, unasked=None)
         return tuple(per_env[env] for env in ids)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         self._check_open()
-        return tuple(self._layout.flatten(self._envs.get_attr(name)))
+        return tuple(self._layout.flatten(self._answers(self._envs.get_attr, name)))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         self._check_open()
         if self._layout.batched:
             values = self._layout.values(values)
-        self._envs.set_attr(name, values)
+        self._answers(self._envs.set_attr, name, values)
+
+    def _answers(self, ask: Callable[..., Any], *args: Any) -> Any:
+        """``ask(*args)``'s answers; an env's error raised as itself, a note naming the env,
+        as :meth:`step` and gymnasium's vector envs raise it."""
+        try:
+            return ask(*args)
+        except WorkerError as error:
+            failed = error
+        raise raised([failed], self._layout.env_of)
 
     def render(self) -> tuple[Any, ...] | None:
         frames = self.call("render")
