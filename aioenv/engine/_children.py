@@ -121,9 +121,6 @@ class EngineChildren(HandOffs):
             buffer.close()
             raise
         super().__init__(buffer, answer, options, episode.autoreset, copy, spin)
-        #: Answers a control took while they were in flight (see :meth:`_control`), by
-        #: child id: still owed to :meth:`receive` or :meth:`collect`.
-        self.early: dict[int, Any] = {}
         if options.episode_timeout is not None:
             self.budgets = EpisodeBudgets(options.episode_timeout, n, self.autoreset)
             self.timed = True
@@ -263,13 +260,6 @@ class EngineChildren(HandOffs):
         raise ValueError("the engine's buffer holds envs of one observation space")
 
     # Controls ------------------------------------------------------------------------------
-    def _control(self, requests: dict[int, Any], op: str = "control") -> list[Any]:
-        """HandOffs' control, the answers in flight taken first and kept (``early``) for
-        the pipelined calls that sent their requests, which take them as they came."""
-        if self.pending:
-            self.early.update(self.answers())
-        return super()._control(requests, op)
-
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         return self._to_every(ControlRequest("call", name, args, kwargs))
 

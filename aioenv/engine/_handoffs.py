@@ -63,6 +63,7 @@ class HandOffs:
         self.requests: list[Wake] = []  # each child's request wake
         self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
         self.pending: set[int] = set()  # the children handed a request not yet read
+        self.early: dict[int, Any] = {}  # by child: answers a control took in flight, for recv
         self._taken = 0  # the answer wake's posts taken for them so far
         self._in_buffer: set[int] = set()  # those whose request is a step in the buffer
         #: What the records in each child's info slots are (its note says when it has some).
@@ -196,8 +197,8 @@ class HandOffs:
         is raised. ``op``: a ControlRequest's, or ``"spin"`` (seconds to poll, handed
         through the buffer)."""
         self.check_usable()
-        if self.pending:
-            self.answers()
+        if self.pending:  # kept (early) for the pipelined calls that sent them to take
+            self.early.update(self.answers())
         for w, request in requests.items():
             self.hand(w, request, op)
         answers = self.answers()
