@@ -349,6 +349,15 @@ async def test_sync_kinds_refuse_coroutine_envs_with_a_clear_error() -> None:
             assert "mode='coroutine'" in str(error)
 
 
+@pytest.mark.parametrize("force_sync", [False, True])
+def test_a_pool_with_a_coroutine_worker_refuses_envs_per_worker(force_sync: bool) -> None:
+    # A coroutine worker steps one env (one task): envs_per_worker gives every worker k.
+    with pytest.raises(TypeError, match="coroutine workers step one env each.*envs_per_worker"):
+        aioenv.make_pool(
+            Counter, 2, mode=["process", "coroutine"], envs_per_worker=2, force_sync=force_sync
+        )
+
+
 def test_unknown_mode_lists_async() -> None:
     with pytest.raises(ValueError, match="'async'"):
         aioenv.make_pool(Counter, 1, mode="fiber")

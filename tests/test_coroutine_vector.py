@@ -153,6 +153,12 @@ def test_vector_env_names_the_worker_that_cannot_run_a_coroutine_env(
     ) in message
 
 
+@pytest.mark.parametrize("mode", ["coroutine", ["thread", "coroutine"]])
+def test_vector_env_refuses_grouping_envs_in_coroutine_workers(mode: Any) -> None:
+    with pytest.raises(TypeError, match="coroutine workers step one env each.*envs_per_worker"):
+        aioenv.AioVectorEnv([Chatty] * 4, mode=mode, envs_per_worker=2)
+
+
 async def test_pool_errors_on_envs_read_as_sentences() -> None:
     def not_an_env() -> object:
         return object()

@@ -86,6 +86,11 @@ class Worker(Membership, Generic[S]):
         episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
         check_seed(seed)
+        if isinstance(env, VectorSource) and not self.steps_batches:
+            raise TypeError(
+                f"{self.kind} workers step one env each, and envs_per_worker gave this one "
+                f"{len(env.sources)}: group envs in sync, thread, process or ray workers"
+            )
         options = Supervision(
             cleanup_time=cleanup_time,
             step_timeout=step_timeout,
