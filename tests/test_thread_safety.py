@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import gymnasium
@@ -92,6 +92,17 @@ async def test_metadata_thread_safe_decides(fake_racing: Any) -> None:
     with pytest.raises(aioenv.EnvError, match=r"declares metadata\['thread_safe'\] = False"):
         await _start(lambda: declared(gymnasium.make("CartPole-v1"), False), ["thread"])
     assert "thread_safe" not in fake_racing.metadata  # the class's dict is left alone
+
+
+async def test_metadata_thread_safe_decides_for_a_pettingzoo_env_too() -> None:
+    pytest.importorskip("pettingzoo")
+    from test_pettingzoo import Dying
+
+    class Unsafe(Dying):
+        metadata: ClassVar[dict[str, Any]] = {**Dying.metadata, "thread_safe": False}
+
+    with pytest.raises(aioenv.EnvError, match=r"declares metadata\['thread_safe'\] = False"):
+        await _start(Unsafe, ["thread"])
 
 
 class _Meeting(gymnasium.Wrapper[Any, Any, Any, Any]):

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core._gymnasium import GymnasiumEnvironment
+from ..core._environment import EnvAdapter
 
 __all__ = ["THREAD_SAFE_KEY", "refusal", "runner_unsafe_reason", "thread_unsafe_reason"]
 
@@ -83,13 +83,13 @@ def thread_unsafe_reason(env: Any) -> str | None:
 def runner_unsafe_reason(runner: Any) -> str | None:
     """:func:`thread_unsafe_reason` for the first env that ``runner`` (an env runner, or a
     vector runner of several) built and that is not safe in threads; None where all are.
-    A gymnasium env is judged itself, not through aioenv's adapter."""
+    A gymnasium or PettingZoo env is judged itself, not through aioenv's adapter."""
     leaves = getattr(runner, "runners", None) or [runner]
     for leaf in leaves:
         env = getattr(leaf, "env", None)
         if env is None:
             continue
-        reason = thread_unsafe_reason(env.env if isinstance(env, GymnasiumEnvironment) else env)
+        reason = thread_unsafe_reason(env.env if isinstance(env, EnvAdapter) else env)
         if reason is not None:
             return reason
     return None
