@@ -408,6 +408,15 @@ def test_new_options_are_checked(options: dict[str, Any], message: str) -> None:
         aioenv.pool._options.PoolOptions(**options)
 
 
+@pytest.mark.parametrize("mode", ["sync", "inline"])
+def test_an_on_failure_that_cannot_be_called_is_refused_at_construction(mode: str) -> None:
+    # on_failure="restart" meant restart="on_failure": refused, not a warning per failure
+    message = "on_failure must be None or a callable.*got 'restart'.*restart='on_failure'"
+    make = aioenv.AioVectorEnv if mode == "inline" else aioenv.make_pool
+    with pytest.raises(ValueError, match=message):
+        make("CartPole-v1", 2, mode=mode, on_failure="restart")
+
+
 @pytest.mark.loops
 def test_each_phase_gets_its_own_deadline() -> None:
     options = Supervision(step_timeout=1.0, reset_timeout=30.0)

@@ -141,6 +141,11 @@ class Supervision:
             raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
         if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
             raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
+        if not (self.on_failure is None or callable(self.on_failure)):
+            raise ValueError(
+                f"on_failure must be None or a callable (called with each WorkerError), got "
+                f"{self.on_failure!r}; restart='on_failure' restarts failed envs"
+            )
 
     def under(self, own: Supervision) -> Supervision:
         """These options for a worker whose ``own`` deadlines win over these."""
