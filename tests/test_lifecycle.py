@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium
 import pytest
-from envs import BigObservation, ChildOnlyReplies, Counter
+from envs import AsyncCounter, BigObservation, ChildOnlyReplies, Counter
 from support import KINDS, process_running, worker_processes
 
 import aioenv
@@ -107,6 +107,33 @@ def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> N
 
     asyncio.run(first())
     assert asyncio.run(second()) == [1, 1]
+
+
+@pytest.mark.parametrize("restart", ["never", "on_failure"])
+def test_a_coroutine_env_closed_with_its_loop_fails_or_restarts_on_a_second_asyncio_run(
+    restart: str,
+) -> None:
+    # The end of asyncio.run cancels every task of its loop: the coroutine env's too,
+    # which closes the env.
+    pool = aioenv.make_pool(AsyncCounter, 1, mode="coroutine", restart=restart)
+
+    async def first() -> None:
+        await pool.reset_all()
+
+    async def second() -> Any:
+        try:
+            pool.reset()
+            return (await asyncio.wait_for(pool.get_state(), 20))[0]  # type: ignore[index]
+        finally:
+            await pool.aclose()
+
+    asyncio.run(first())
+    if restart == "never":
+        with pytest.raises(aioenv.WorkerError, match="closed with the event loop it ran on"):
+            asyncio.run(second())
+    else:  # a new env answers the reset, marked as a restart
+        assert asyncio.run(second())["t"] == 0
+        assert pool.restarts == 1
 
 
 @pytest.mark.loops

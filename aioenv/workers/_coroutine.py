@@ -100,7 +100,16 @@ class AsyncEnvWorker(Worker[S]):
     def _on_task_ended(self, env_task: _EnvTask, task: asyncio.Task[None]) -> None:
         if env_task in self._envs:
             self._envs.remove(env_task)
-        if task.cancelled() or task.exception() is None or env_task is not self._current:
+        if env_task._cancelled or env_task is not self._current:
+            return
+        if task.cancelled():  # not by the worker: by the end of its loop, as asyncio.run's
+            ended = (
+                "its env was closed with the event loop it ran on, which ended (use the pool "
+                'within one asyncio.run, or restart="on_failure" to start a new env)'
+            )
+            self._on_death(WorkerError(f"{self.name}: {ended}", worker_id=self.worker_id))
+            return
+        if task.exception() is None:
             return
         error = WorkerError(
             f"{self.name}: the task serving the env failed ({task.exception()!r})",
