@@ -81,6 +81,21 @@ def test_a_pool_made_outside_trio_errors_clearly_without_its_bridge_and_closes()
     assert not bridge_threads()
 
 
+def test_a_wait_with_a_timeout_on_the_pool_itself_under_trio_says_to_use_the_bridge() -> None:
+    pool = aioenv.make_pool(Counter, 2, mode="process")
+
+    async def main() -> None:
+        pool.reset()
+        with pytest.raises(RuntimeError, match=r"under trio use the object that `async with pool"):
+            await pool.get_batch(timeout=1.0)
+        with pytest.raises(RuntimeError, match=r"under trio use the object"):
+            await pool.get_batch(min_size=2, timeout=0)
+        await pool.aclose()
+
+    trio.run(main)
+    assert not bridge_threads()
+
+
 def test_a_pool_made_outside_trio_works_in_it_through_async_with() -> None:
     pool = aioenv.make_pool(Counter, 3, mode=["process", "thread", "sync"], seed=5)
 

@@ -395,4 +395,6 @@ class PoolReceiving(Generic[S]):
             return None
         if not isinstance(timeout, (int, float)) or timeout < 0:
             raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
-        return asyncio.get_running_loop().time() + timeout
+        if (loop := running_loop()) is None:  # get_batch takes ready states without a loop
+            raise not_on_asyncio("a pool's get_state()/get_batch()")
+        return loop.time() + timeout
