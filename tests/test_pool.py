@@ -344,6 +344,8 @@ def test_make_pool_rejects_bad_options() -> None:
         aioenv.make_pool(Counter, 2, mode=["thread", "gpu"])
     with pytest.raises(ValueError, match="2 workers"):
         aioenv.make_pool(Counter, 2, mode=["thread"])
+    with pytest.raises(ValueError, match="got mode=None; choose one of 'sync'"):
+        aioenv.make_pool(Counter, 2, mode=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="context.*process"):
         aioenv.make_pool(Counter, 2, mode="thread", context="spawn")
     with pytest.raises(TypeError, match="unknown option 'colour'"):

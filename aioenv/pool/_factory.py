@@ -269,13 +269,14 @@ def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
 
 
 def _modes(mode: str | Sequence[str], num_workers: int) -> list[str]:
-    modes = [mode] * num_workers if isinstance(mode, str) else list(mode)
+    one = isinstance(mode, str) or not isinstance(mode, Iterable)  # (checked below)
+    modes: list[Any] = [mode] * num_workers if one else list(mode)
     if len(modes) != num_workers:
         raise ValueError(f"mode has {len(modes)} entries for {num_workers} workers")
     modes = [canonical_mode(kind) if isinstance(kind, str) else kind for kind in modes]
     for index, kind in enumerate(modes):
         if kind not in _MODES:
-            given = f"mode={kind!r}" if isinstance(mode, str) else f"mode[{index}]={kind!r}"
+            given = f"mode={kind!r}" if one else f"mode[{index}]={kind!r}"
             raise ValueError(
                 f"make_pool() got {given}; choose one of "
                 f"{', '.join(map(repr, worker_modes()))} (old spellings taken: {old_spellings()})"
