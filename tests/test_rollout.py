@@ -197,6 +197,29 @@ async def test_a_worker_of_several_envs_goes_on_from_a_step_sent_by_hand(kind: s
             np.testing.assert_array_equal(row[1], batch.observations[env])
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+async def test_a_segment_after_a_reset_by_hand_gives_its_episode_a_new_id(
+    kind: str, envs_per_worker: int
+) -> None:
+    # The last segment's episode was left open; the episode a reset by hand began (and a
+    # step by hand went on with) is another one and must not carry the open one's id.
+    async with aioenv.make_pool(
+        Walk, 2, mode=kind, envs_per_worker=envs_per_worker, seed=SEED
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        first = await pool.rollout(1)
+        await pool.reset_all()
+        action = 0 if envs_per_worker == 1 else np.zeros(envs_per_worker, np.int64)
+        for worker_id in range(2):
+            pool.send_action(action, worker_id)
+        await pool.get_batch(min_size=2)
+        second = await pool.rollout(1)
+    assert first.open.all() and second.open.all()  # Walk's episodes last 2 steps or more
+    assert (second.step == 1).all()
+    assert not set(first.episode_id.tolist()) & set(second.episode_id.tolist())
+
+
 async def test_several_envs_per_worker_each_play_the_segment() -> None:
     async with aioenv.make_pool(Walk, 2, mode="process", envs_per_worker=2, seed=SEED) as pool:
         await pool.set_policy(choose_walk)

@@ -123,3 +123,6 @@ class Segment(Transitions):
     step: npt.NDArray[np.int64]
     env: npt.NDArray[np.int64]
     version: int
+    #: Per env of the worker: its first row goes on from where its last segment stopped
+    #: (that episode keeps its id), not from a reset or a state answered by hand.
+    goes_on: npt.NDArray[np.bool_]

@@ -144,8 +144,10 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
 
 
 #: A Segment's columns, in the order a transition's row gives them: every field but the
-#: env (the same for every row of a runner) and the version.
-_COLUMNS = tuple(f.name for f in dataclasses.fields(Segment) if f.name not in ("env", "version"))
+#: env (the same for every row of a runner), the version and goes_on (one per env).
+_COLUMNS = tuple(
+    f.name for f in dataclasses.fields(Segment) if f.name not in ("env", "version", "goes_on")
+)
 #: The dtype of each numeric column (the others are stacked where numpy can: _column).
 _DTYPES = {"rewards": np.float64, "terminated": np.bool_, "truncated": np.bool_, "step": np.int64}
 
@@ -167,6 +169,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
         return Failure.from_exception(exc, "rollout (loading the policy)")
     try:
         seed = None if request.seed is None else request.seed + env
+        goes_on = type(runner.last) is Cursor
         cursor = _resume(runner)
         if request.fresh:
             cursor = None
@@ -176,7 +179,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
         return stop.failure
     except Exception as exc:
         return Failure.from_exception(exc, "rollout (the policy)")
-    return _segment(rows, env, request.policy.version)
+    return _segment(rows, env, request.policy.version, goes_on)
 
 
 def _resume(runner: Any) -> Cursor | None:
@@ -197,7 +200,7 @@ def _resume(runner: Any) -> Cursor | None:
     return Cursor(last.observation, runner.steps_in_episode)
 
 
-def _segment(rows: dict[str, list[Any]], env: int, version: int) -> Segment:
+def _segment(rows: dict[str, list[Any]], env: int, version: int, goes_on: bool) -> Segment:
     """The Segment of ``rows`` (by column) played on env ``env``: each numeric column an
     array of its dtype, the others stacked where numpy can."""
     count = len(rows["rewards"])
@@ -207,7 +210,8 @@ def _segment(rows: dict[str, list[Any]], env: int, version: int) -> Segment:
         else _column(values)
         for name, values in rows.items()
     }
-    return Segment(**columns, env=np.full(count, env, np.int64), version=version)
+    env_column = np.full(count, env, np.int64)
+    return Segment(**columns, env=env_column, version=version, goes_on=np.array([goes_on]))
 
 
 _NUMERIC = (np.ndarray, np.generic, int, float, bool)
@@ -227,8 +231,9 @@ def _column(items: list[Any]) -> Any:
 
 def joined(segments: list[Segment]) -> Segment:
     """The segments of a worker's envs, one after the other (each column joined by
-    :func:`_joined`: the 1-d arrays of rewards, flags, steps and envs are concatenated)."""
-    names = (*_COLUMNS, "env")
+    :func:`_joined`: the 1-d arrays of rewards, flags, steps, envs and goes_on are
+    concatenated)."""
+    names = (*_COLUMNS, "env", "goes_on")
     columns = {name: _joined([getattr(s, name) for s in segments]) for name in names}
     return Segment(**columns, version=segments[0].version)
 

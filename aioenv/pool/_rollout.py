@@ -240,6 +240,7 @@ class PoolRollouts:
             rows = np.flatnonzero(segment.env == env)
             lane = self._roster.first_env[worker_id] + env
             starts = segment.step[rows] == 0
+            starts[0] |= not segment.goes_on[env]  # after a reset or a state by hand
             episode_id[rows] = _enter(
                 self._rollout_ledger, lane, segment.rewards[rows], starts, done[rows]
             )
@@ -273,7 +274,8 @@ class PoolRollouts:
 def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: Any) -> list[int]:
     """Enter one lane's rows of a segment in the ledger (which counts its finished episodes
     in the worker's statistics); returns each row's episode id. A row at step 0 starts an
-    episode, and so does the lane's first row ever (wherever its env was)."""
+    episode, and so does a first row that does not go on from the lane's last segment (a
+    state answered by hand came between, or it is the lane's first row ever)."""
     ids: list[int] = []
     episode_id = ledger.latest(lane)
     for reward, start, end in zip(rewards.tolist(), starts.tolist(), done.tolist(), strict=True):
