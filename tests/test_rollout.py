@@ -368,6 +368,34 @@ async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_seg
 
 
 @pytest.mark.loops
+@pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
+@pytest.mark.parametrize("answered", [False, True])
+async def test_a_segment_after_a_cancelled_rollout_gives_its_episode_a_new_id(
+    kind: str, answered: bool, gate: str
+) -> None:
+    # The cancelled rollout's segments are dropped, but the envs played them: worker 0's
+    # next rows are of an episode begun in them (REPLAYS[0][6] is at step 2), not of the
+    # one the first rollout left open. ``answered``: worker 0's segment came in (and was
+    # dropped with the rest) before the cancel, else it was still in flight.
+    mode = ["process", "thread"] if kind == "mixed" else kind
+    gated = envs_factory(gate=gate)
+    sources = [envs_factory() if answered else gated] + [gated] * (N - 1)
+    async with aioenv.make_pool(sources, mode=modes(mode, N), seed=SEED) as pool:
+        await pool.set_policy(choose_walk)
+        envs.open_gate(gate)
+        first = await pool.rollout(1)
+        os.remove(gate)
+        with anyio.move_on_after(0.3) as scope:
+            await pool.rollout(5)  # the gated envs wait at their first step
+        assert scope.cancelled_caught
+        envs.open_gate(gate)
+        part = await pool.rollout(3)  # the envs finish the forgotten segment first
+    assert_rows(rows_of(part, 0), REPLAYS[0][6:9], "worker 0")
+    assert REPLAYS[0][6][0] == 2 and first.open.all()
+    assert not set(first.episode_id.tolist()) & set(part.episode_id.tolist())
+
+
+@pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process"])
 async def test_a_rollout_cancelled_while_its_worker_awaits_a_restart_restarts_it_later(
     kind: str,

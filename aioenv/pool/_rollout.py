@@ -203,6 +203,10 @@ class PoolRollouts:
         except BaseException:
             for worker_id in pending:
                 self._roster.members[worker_id].forget_request()
+            for worker_id in (*pending, *results):  # played, dropped: the next rows begin anew
+                first = self._roster.first_env[worker_id]
+                for lane in range(first, first + self._roster.members[worker_id].num_envs):
+                    self._rollout_ledger.start(lane)
             raise
         return results
 
