@@ -263,6 +263,23 @@ async def test_force_sync_gives_the_same_arrays_as_the_async_pool(
             np.testing.assert_array_equal(getattr(got, field), getattr(want, field), field)
 
 
+@pytest.mark.parametrize("autoreset", AUTORESETS)
+async def test_views_of_shared_memory_are_kept_as_the_observations_they_were(
+    autoreset: str,
+) -> None:
+    # With copy=False a process worker's large observation is a view of shared memory that
+    # its next step overwrites: each row keeps the observation its action was chosen for.
+    async with aioenv.make_pool(
+        envs.BigObservation, 2, mode="process", copy=False, autoreset=autoreset
+    ) as pool:
+        data = await aioenv.collect(pool, lambda batch: [0] * len(batch), num_episodes=4)
+    assert len(data) == 4 * 3  # BigObservation's episodes last 3 steps
+    for row, step in enumerate(data.step.tolist()):
+        observations = data.observations[row], data.next_observations[row]
+        np.testing.assert_array_equal(observations[0], envs.expected_big_observation(step))
+        np.testing.assert_array_equal(observations[1], envs.expected_big_observation(step + 1))
+
+
 # Cancellation and back-pressure ----------------------------------------------------------
 @pytest.mark.loops
 async def test_a_cancelled_collect_loses_nothing(mode: Any) -> None:

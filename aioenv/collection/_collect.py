@@ -95,8 +95,8 @@ class PoolDriver:
         actions = self.policy(batch)
         if inspect.isawaitable(actions):
             actions = await actions  # cancelled here: the states still wait, nothing lost
-        sends = [
-            (action, (state.observation, action, version))
+        sends = [  # the observation owned now: the worker's step may overwrite a view of it
+            (action, (self._own(state.observation), action, version))
             for state, action in zip(states, _action_rows(actions, len(rows)), strict=True)
         ]
         return in_send_order(self.pool, rows, sends)

@@ -41,12 +41,12 @@ class EpisodeRows:
         """Add the transition ``sent`` (what was in flight: ``(observation, action,
         version)``, the action chosen by policy ``version``) led to ``state``; True if it
         ends the episode. The last transition's next observation is the episode's final
-        one, whatever the autoreset mode. ``own`` makes the observations kept the rows' own
-        (a copy of a view of shared memory, say)."""
+        one, whatever the autoreset mode. ``own`` makes the next observation kept the row's
+        own (a copy of a view of shared memory, say), as ``sent``'s observation already is."""
         observation, action, version = sent
         done = state.terminated or state.truncated
         final = state.final_observation if done else None
-        self.observations.append(own(observation))
+        self.observations.append(observation)
         self.actions.append(action)
         self.rewards.append(float(state.reward))
         self.terminated.append(bool(state.terminated))
