@@ -236,6 +236,34 @@ async def test_several_envs_per_worker_each_play_the_segment() -> None:
             assert (np.diff(steps) == 1).all()
 
 
+def choose_walk_mode(observation: dict[str, Any]) -> int:
+    return (int(observation["mode"]) + 1) % 3
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_dict_observations_of_workers_of_several_envs_are_stacked_by_key(kind: str) -> None:
+    # As gymnasium batches a Dict space (and as workers of one env give them): a dict of
+    # arrays, one row per transition, not an array of dicts.
+    parts = []
+    for envs_per_worker in (1, 2):
+        async with aioenv.make_pool(
+            envs.DictObservation, 4 // envs_per_worker, mode=kind, envs_per_worker=envs_per_worker
+        ) as pool:
+            await pool.set_policy(choose_walk_mode)
+            parts.append(await pool.rollout(3))
+    for part in parts:
+        for observations in (part.observations, part.next_observations):
+            assert isinstance(observations, dict) and sorted(observations) == ["mode", "position"]
+            assert observations["position"].shape == (12, 2)
+            assert observations["position"].dtype == np.float32
+            assert observations["mode"].shape == (12,)
+    for name in ("observations", "next_observations"):
+        for key in ("mode", "position"):
+            one, several = getattr(parts[0], name)[key], getattr(parts[1], name)[key]
+            np.testing.assert_array_equal(one, several)
+            assert one.dtype == several.dtype
+
+
 # Versions ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
 async def test_transitions_carry_the_version_of_the_policy_that_chose_them(kind: str) -> None:

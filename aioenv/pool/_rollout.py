@@ -267,7 +267,8 @@ class PoolRollouts:
         columns: dict[str, Any] = {}
         for name in (field.name for field in dataclasses.fields(Trajectories)):
             values = [part[name] for part in parts]
-            columns[name] = _concatenated(values, space if "observations" in name else None)
+            observed = "observations" in name
+            columns[name] = _concatenated(values, space if observed else None, observed)
         trajectories = Trajectories(**columns)
         order = np.lexsort((trajectories.step, trajectories.episode_id, trajectories.worker_id))
         if np.array_equal(order, np.arange(len(order))):
@@ -290,11 +291,23 @@ def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: An
     return ids
 
 
-def _concatenated(values: list[Any], space: Any) -> Any:
+def _concatenated(values: list[Any], space: Any, observed: bool) -> Any:
     arrays = values and all(isinstance(value, np.ndarray) for value in values)
     if arrays and len({value.shape[1:] for value in values}) == 1:
         return np.concatenate(values)
-    return stack(space, [item for value in values for item in value])
+    items = [item for value in values for item in value]
+    return _by_part(items) if space is None and observed else stack(space, items)
+
+
+def _by_part(items: list[Any]) -> Any:
+    """Observations whose space no worker of one env gave, stacked as gymnasium batches a
+    Dict or Tuple space: a dict (tuple) of their parts stacked; else one array."""
+    first = items[0] if items else None
+    if isinstance(first, dict):
+        return {key: _by_part([item[key] for item in items]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(_by_part([item[i] for item in items]) for i in range(len(first)))
+    return np.asarray(items)
 
 
 def _next_version(package: PolicyPackage | None, version: int | None) -> int:
