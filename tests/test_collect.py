@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import io
+import weakref
 from typing import Any
 
 import anyio
@@ -278,6 +280,16 @@ async def test_views_of_shared_memory_are_kept_as_the_observations_they_were(
         observations = data.observations[row], data.next_observations[row]
         np.testing.assert_array_equal(observations[0], envs.expected_big_observation(step))
         np.testing.assert_array_equal(observations[1], envs.expected_big_observation(step + 1))
+
+
+async def test_a_pool_that_collect_drove_goes_once_it_is_closed_and_dropped() -> None:
+    # The collector collect() keeps for the pool goes with it: nothing else keeps the pool.
+    async with aioenv.make_pool("CartPole-v1", 2, mode="thread") as pool:
+        await aioenv.collect(pool, lambda batch: [0] * len(batch), num_steps=4)
+    gone = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert gone() is None
 
 
 # Cancellation and back-pressure ----------------------------------------------------------

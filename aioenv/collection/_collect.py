@@ -13,7 +13,6 @@ import dataclasses
 import inspect
 import math
 import operator
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, NoReturn, Union
 
@@ -323,9 +322,6 @@ def _action_rows(actions: Any, count: int) -> list[Any]:
     return rows
 
 
-_collectors: weakref.WeakKeyDictionary[WorkerPool[Any], Collector] = weakref.WeakKeyDictionary()
-
-
 async def collect(
     pool: WorkerPool[Any],
     policy: Policy,
@@ -341,9 +337,9 @@ async def collect(
     """:meth:`Collector.collect` with the pool's own collector (made on first use and kept
     while the pool lives, so open episodes carry over between calls). ``policy`` replaces
     the collector's policy; ``policy_version`` (None: unchanged) sets its version."""
-    collector = _collectors.get(pool)
+    collector: Collector | None = pool._collector
     if collector is None:
-        collector = _collectors[pool] = Collector(pool, policy)
+        collector = pool._collector = Collector(pool, policy)
     collector.policy = policy
     if policy_version is not None:
         collector.policy_version = policy_version

@@ -71,6 +71,10 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
 
     # An ABC so that the trio bridge can register its stand-in as a virtual subclass.
     _ordered: ClassVar[bool]
+    #: The collector :func:`aioenv.collect` drives this pool with, made on its first use:
+    #: kept on the pool, so that it goes with the pool (kept beside it, in a weak mapping
+    #: by pool, it would hold the pool for ever).
+    _collector: Any = None
 
     def __init__(
         self,
