@@ -314,6 +314,28 @@ def test_closing_while_a_child_hangs_in_a_step_ends_it() -> None:
     assert time.monotonic() - started < 60  # bounded; no_leaks checks nothing is left
 
 
+class HangsInClose(Chatter):
+    """Its ``close`` hangs far past any test's patience once ``hang`` is set."""
+
+    hang = False
+
+    def close(self) -> None:
+        if self.hang:
+            time.sleep(3600)
+
+
+def test_closing_children_whose_envs_hang_in_close_waits_cleanup_time_once() -> None:
+    cleanup_time = 4.0
+    envs = aioenv.AioVectorEnv(
+        [HangsInClose] * N, mode="process", envs_per_worker=1, cleanup_time=cleanup_time
+    )
+    envs.reset(seed=0)
+    envs.set_attr("hang", True)  # in the children only, not in the probe env
+    started = time.monotonic()
+    envs.close()  # every child is asked at once: one cleanup_time for all, not one each
+    assert time.monotonic() - started < 2.5 * cleanup_time  # it took N * cleanup_time
+
+
 def test_a_step_interrupted_while_it_waits_leaves_the_next_step_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -288,8 +289,9 @@ class EngineChildren(HandOffs):
 
     # Close -----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Ask every child to close its envs and exit; wait ``cleanup_time`` seconds, then
-        terminate and kill what is left, with whatever its envs started."""
+        """Ask every child to close its envs and exit; wait ``cleanup_time`` seconds (for
+        them all, not each), then terminate and kill what is left, with whatever its envs
+        started."""
         if self.closed:
             return
         self.closed = True
@@ -298,8 +300,9 @@ class EngineChildren(HandOffs):
             self.answers(grace)
         for child in self.children:
             child.ask_to_close(self.buffer.notes)
+        due = time.monotonic() + grace
         for child in self.children:
-            child.end(grace)
+            child.end(max(0.0, due - time.monotonic()))
         self.answer.close()
         self._notes.release()  # the buffer's notes and marks, as the hand-offs view them
         self._marks.release()
