@@ -294,6 +294,34 @@ def test_an_env_that_fails_to_build_fails_the_constructor_by_name() -> None:
         aioenv.AioVectorEnv([Chatter, _broken], mode="process", envs_per_worker=1)
 
 
+def _descriptors() -> int:
+    """How many descriptors this process holds, once what earlier tests left to the
+    garbage collector is collected."""
+    gc.collect()
+    return len(os.listdir("/proc/self/fd")) - 1  # the listing's own
+
+
+def test_a_child_that_fails_to_start_fails_the_constructor_with_its_error_and_leaks_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import aioenv.engine._start as start_module
+
+    starts = start_module._start_process
+
+    def second_fails(process: Any) -> None:
+        if "process worker 1" in process.name:
+            raise OSError("no more processes")  # as a start method's failure would
+        starts(process)
+
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=1):
+        pass  # the probe's start, and what a first vector env leaves, out of the count
+    before = _descriptors()
+    monkeypatch.setattr(start_module, "_start_process", second_fails)
+    with pytest.raises(OSError, match="no more processes"):  # was: process not started
+        aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=1)
+    assert _descriptors() == before  # the failed child's sockets and request wake too
+
+
 class Sleeper(Chatter):
     """Sleeps far past any test's patience when stepped with action 2."""
 

@@ -138,8 +138,10 @@ class EngineChildren(HandOffs):
             child = Child.of(w, self._context, plan)
             try:
                 child.launch(self.buffer.fd, self.answer)
-            finally:
-                self.add(child)  # closed with the others, even where it did not start
+            except BaseException:
+                child.end(0.0)  # not started, it has no sentinel to be added with
+                raise
+            self.add(child)
             if self.timed:
                 child.handed(self.options, "start-up")
         for w in range(len(self.children)):
