@@ -110,6 +110,43 @@ def _interrupt_a_step(gate: str) -> None:
         np.testing.assert_array_equal(rewards, [1.0, 1.0])
 
 
+@pytest.mark.loops
+@pytest.mark.parametrize("restart", ["never", "on_failure"])
+def test_ctrl_c_in_a_coroutine_envs_step_is_the_callers_and_leaves_the_env_usable(
+    gate: str, restart: str
+) -> None:
+    """A plain env in a coroutine worker steps on the caller's own thread, where Ctrl-C
+    lands in the env's step: it is the caller's, as a sync worker's (not the env's death)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_a_coroutine_step(gate, restart)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_a_coroutine_step(gate: str, restart: str) -> None:
+    began = f"{gate}-began"  # made by the first env as its step begins
+    opened = f"{gate}-opened"  # the second env's gate, open from the start
+    open_gate(opened)
+
+    def press_ctrl_c_once_a_step_began() -> None:
+        if wait_until(lambda: os.path.exists(began), timeout=30):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    factories = [lambda: GatedTouchy(gate, began), lambda: GatedTouchy(opened)]
+    with aioenv.AioVectorEnv(factories, mode="coroutine", restart=restart) as envs:
+        envs.reset(seed=0)
+        presser = threading.Thread(target=press_ctrl_c_once_a_step_began)
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):  # was: WorkerDied, or nothing once restarted
+            envs.step(np.array([0, 0]))  # blocked until the gate opens
+        presser.join()
+        open_gate(gate)
+        _, rewards, *_ = envs.step(np.array([0, 0]))
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
+        assert envs.pool.restarts == 0 and envs.pool.failures == 0
+
+
 @pytest.mark.parametrize("space", ["Box", "Dict"])
 @pytest.mark.parametrize(
     ("mode", "grouping"),

@@ -6,6 +6,7 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import threading
 import warnings
 from typing import Any, TypeVar
 
@@ -215,6 +216,16 @@ class _EnvTask:
                     else:
                         result = await _answer(runner, request)
                 except (SystemExit, KeyboardInterrupt) as exc:
+                    if isinstance(exc, KeyboardInterrupt) and host is None and _on_main_thread():
+                        # Ctrl-C in the env's step on the caller's thread is the caller's
+                        # (as a sync worker's): it ends the loop's run from outside this
+                        # task, before what waits for the request, which is forgotten (the
+                        # env is kept), can run.
+                        loop.call_soon(_interrupt, exc)
+                        if self is worker._current and seq == worker._flight.awaited:
+                            worker._supervisor.forget_in_flight()
+                            worker._flight.forget(worker.worker_id)
+                        continue
                     # Raised in a task, these would end the whole event loop: this env is
                     # done instead, as a process worker's would be.
                     worker._on_task_death(self, exc)
@@ -224,6 +235,15 @@ class _EnvTask:
         finally:
             # After a cancellation too: the env's close is awaited.
             await (runner.aclose() if host is None else host.run_env_call(runner.aclose))
+
+
+def _on_main_thread() -> bool:
+    """Where Ctrl-C lands (Python runs signal handlers in the main thread only)."""
+    return threading.current_thread() is threading.main_thread()
+
+
+def _interrupt(exc: KeyboardInterrupt) -> None:
+    raise exc
 
 
 async def _answer(runner: AsyncEnvRunner, request: Any) -> Any:
