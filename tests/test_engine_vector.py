@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
+from support import wait_until, worker_processes
 
 import aioenv
 from aioenv.engine._packed_infos import PackedInfos
@@ -292,6 +293,31 @@ def test_an_env_that_fails_to_build_fails_the_constructor_by_name() -> None:
         aioenv.EnvError, match=r"process worker 1 \(env 1\): .*RuntimeError.*no env today"
     ):
         aioenv.AioVectorEnv([Chatter, _broken], mode="process", envs_per_worker=1)
+
+
+def test_ctrl_c_while_closing_still_ends_every_child_and_frees_the_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aioenv.engine._family import Child
+
+    before = _memory_files()
+    envs = aioenv.AioVectorEnv([HangsInClose] * N, mode="process", envs_per_worker=1)
+    envs.reset(seed=0)
+    envs.set_attr("hang", True)  # closing waits cleanup_time (5 s): time to press Ctrl-C
+    ends = Child.end
+    interrupted: list[bool] = []
+
+    def interrupted_once(self: Child, grace: float) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt  # as a Ctrl-C while the parent waits for a child
+        ends(self, grace)
+
+    monkeypatch.setattr(Child, "end", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        envs.close()
+    assert wait_until(lambda: not worker_processes())  # they hung in close for good
+    assert _memory_files() == before
 
 
 def _descriptors() -> int:

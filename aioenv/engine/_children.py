@@ -297,18 +297,23 @@ class EngineChildren(HandOffs):
         if self.closed:
             return
         self.closed = True
-        grace = self.options.cleanup_time
-        if self.pending:  # a child mid-step would write its note over ours
-            self.answers(grace)
-        for child in self.children:
-            child.ask_to_close(self.buffer.notes)
-        due = time.monotonic() + grace
-        for child in self.children:
-            child.end(max(0.0, due - time.monotonic()))
-        self.answer.close()
-        self._notes.release()  # the buffer's notes and marks, as the hand-offs view them
-        self._marks.release()
-        self.buffer.close()
+        grace, ended = self.options.cleanup_time, 0
+        try:
+            if self.pending:  # a child mid-step would write its note over ours
+                self.answers(grace)
+            for child in self.children:
+                child.ask_to_close(self.buffer.notes)
+            due = time.monotonic() + grace
+            for child in self.children:
+                child.end(max(0.0, due - time.monotonic()))
+                ended += 1
+        finally:  # interrupted (Ctrl-C), the children not ended yet are ended at once
+            for child in self.children[ended:]:
+                child.end(0.0)
+            self.answer.close()
+            self._notes.release()  # the buffer's notes and marks, as the hand-offs view them
+            self._marks.release()
+            self.buffer.close()
 
 
 def _plans(
