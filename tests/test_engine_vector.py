@@ -307,11 +307,11 @@ def test_ctrl_c_while_closing_still_ends_every_child_and_frees_the_buffer(
     ends = Child.end
     interrupted: list[bool] = []
 
-    def interrupted_once(self: Child, grace: float) -> None:
+    def interrupted_once(self: Child, *graces: float) -> None:
         if not interrupted:
             interrupted.append(True)
             raise KeyboardInterrupt  # as a Ctrl-C while the parent waits for a child
-        ends(self, grace)
+        ends(self, *graces)
 
     monkeypatch.setattr(Child, "end", interrupted_once)
     with pytest.raises(KeyboardInterrupt):
@@ -388,6 +388,30 @@ def test_closing_children_whose_envs_hang_in_close_waits_cleanup_time_once() -> 
     started = time.monotonic()
     envs.close()  # every child is asked at once: one cleanup_time for all, not one each
     assert time.monotonic() - started < 2.5 * cleanup_time  # it took N * cleanup_time
+
+
+class HangsInCloseIgnoringSigterm(HangsInClose):
+    """Its process ignores SIGTERM while its ``close`` hangs (once ``hang`` is set)."""
+
+    def close(self) -> None:
+        if self.hang:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        super().close()
+
+
+def test_closing_children_that_ignore_sigterm_gives_them_one_grace_together() -> None:
+    cleanup_time, children = 0.5, 2 * N
+    envs = aioenv.AioVectorEnv(
+        [HangsInCloseIgnoringSigterm] * children,
+        mode="process",
+        envs_per_worker=1,
+        cleanup_time=cleanup_time,
+    )
+    envs.reset(seed=0)
+    envs.set_attr("hang", True)
+    started = time.monotonic()
+    envs.close()  # cleanup_time, SIGTERM to all, a second's grace for all, SIGKILL
+    assert time.monotonic() - started < 5.0  # it took a second's grace per child: 8.5 s
 
 
 def test_a_step_interrupted_while_it_waits_leaves_the_next_step_whole(

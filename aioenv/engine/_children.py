@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import signal
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
 from ..core._supervision import Supervision
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
+from ..env_side._process_group import TERMINATE_GRACE
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ._budgets import EpisodeBudgets
 from ._buffer import StepBuffer, rows_state
@@ -304,8 +306,12 @@ class EngineChildren(HandOffs):
             for child in self.children:
                 child.ask_to_close(self.buffer.notes)
             due = time.monotonic() + grace
+            for child in self.children:  # one grace for them all, then SIGTERM to each left
+                child.wait(max(0.0, due - time.monotonic()))
+                child.kill(signal.SIGTERM, 0.0)
+            due = time.monotonic() + TERMINATE_GRACE  # and one after it, then SIGKILL
             for child in self.children:
-                child.end(max(0.0, due - time.monotonic()))
+                child.end(max(0.0, due - time.monotonic()), 0.0)
                 ended += 1
         finally:  # interrupted (Ctrl-C), the children not ended yet are ended at once
             for child in self.children[ended:]:

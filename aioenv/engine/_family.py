@@ -69,9 +69,9 @@ class Child:
         self.due = math.inf if self.timeout is None else time.monotonic() + self.timeout
         self.ends_episode = False
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL, grace: float = TERMINATE_GRACE) -> None:
         """Kill the child now, with whatever its envs started (or send them ``sig``), and
-        give it :data:`TERMINATE_GRACE` to exit. ``sig`` goes to the child's process group,
+        give it ``grace`` seconds to exit. ``sig`` goes to the child's process group,
         and to the child itself: it leads its group only once its program runs, and it may
         hang before that (loading its plan)."""
         process = self.start.process
@@ -80,7 +80,7 @@ class Child:
             with PROCESS_TABLE:
                 if process.exitcode is None:
                     os.kill(process.pid, sig)
-                process.join(TERMINATE_GRACE)
+                process.join(grace)
 
     def timed_out(self, w: int) -> WorkerTimeout:
         """Kill the child, whose request ran past its deadline, with whatever its envs
@@ -165,18 +165,24 @@ class Child:
             notes[self.rows.start] = 1
             post_with(self.start.socket, self.request, encoded(None))
 
-    def end(self, grace: float) -> None:
-        """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
-        and kill it, and whatever its envs started; close what the parent holds of it."""
-        process = self.start.process
-        if process.pid is not None:  # else its start failed
+    def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the child to exit (it was asked to, or signalled)."""
+        if self.start.process.pid is not None:  # else its start failed
             with PROCESS_TABLE:
-                process.join(grace)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+                self.start.process.join(seconds)
+
+    def end(self, grace: float, term_grace: float = TERMINATE_GRACE) -> None:
+        """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
+        it (``term_grace`` seconds more; 0: it was sent SIGTERM already) and kill it, and
+        whatever its envs started; close what the parent holds of it."""
+        process = self.start.process
+        self.wait(grace)
+        if process.pid is not None:  # else its start failed
+            for sig, wait in ((signal.SIGTERM, term_grace), (signal.SIGKILL, TERMINATE_GRACE)):
                 with PROCESS_TABLE:
                     running = process.exitcode is None
                 if running:
-                    self.kill(sig)
+                    self.kill(sig, wait)
             signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
         self.start.close()
         self.request.close()
