@@ -308,7 +308,8 @@ class EngineChildren(HandOffs):
             due = time.monotonic() + grace
             for child in self.children:  # one grace for them all, then SIGTERM to each left
                 child.wait(max(0.0, due - time.monotonic()))
-                child.kill(signal.SIGTERM, 0.0)
+                if child.start.process.exitcode is None:  # (a reaped child's pid is free)
+                    child.kill(signal.SIGTERM, 0.0)
             due = time.monotonic() + TERMINATE_GRACE  # and one after it, then SIGKILL
             for child in self.children:
                 child.end(max(0.0, due - time.monotonic()), 0.0)
