@@ -232,31 +232,26 @@ class EnvRunner:
             try:
                 result = gym.step(action)
                 if type(result) is tuple and len(result) == 5:
-                    if not (result[2] or result[3]):
+                    goes_on = not (result[2] or result[3])
+                    if goes_on:
                         self.steps_in_episode += 1
                         # A rollout goes on from here (see _segment._resume).
                         if not as_step:
                             self.last = row = (result[0], float(result[1]), False, False, result[4])
                             return row
-                        step = _new_step(Step)
-                        step.__dict__.update(
-                            PLAIN_STEP,
-                            observation=result[0],
-                            reward=float(result[1]),
-                            info={} if result[4] is None else result[4],
-                        )
-                        self.last = step
-                        return step
-                    # The episode's end: its Step made as above, with its flags.
                     state = _new_step(Step)
                     state.__dict__.update(
                         PLAIN_STEP,
                         observation=result[0],
                         reward=float(result[1]),
-                        terminated=bool(result[2]),
-                        truncated=bool(result[3]),
-                        done=True,
                         info={} if result[4] is None else result[4],
+                    )
+                    if goes_on:
+                        self.last = state
+                        return state
+                    # The episode's end: the same Step, with its flags (settled below).
+                    state.__dict__.update(
+                        terminated=bool(result[2]), truncated=bool(result[3]), done=True
                     )
                 else:  # a tuple's subclass, or the error that refuses it
                     state = gymnasium_step(gym, result)
