@@ -223,8 +223,7 @@ class _EnvTask:
                         # env is kept), can run.
                         loop.call_soon(_interrupt, exc)
                         if self is worker._current and seq == worker._flight.awaited:
-                            worker._supervisor.forget_in_flight()
-                            worker._flight.forget(worker.worker_id)
+                            worker.forget_request()
                         continue
                     # Raised in a task, these would end the whole event loop: this env is
                     # done instead, as a process worker's would be.
