@@ -473,6 +473,30 @@ def test_a_step_past_its_deadline_kills_its_child_and_names_it(wake_kind: str) -
             envs.step(np.zeros(N, np.int64))
 
 
+def test_a_child_past_its_deadline_already_gone_when_signalled_is_the_deadlines_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signal to the child's process group may kill it, and the forkserver (its parent)
+    reap it, before its exit status reaches the parent: the signal to the child itself
+    then finds no such process, and the error is still the deadline's."""
+    real_kill = os.kill
+
+    def kill_gone(pid: int, sig: int) -> None:
+        real_kill(pid, sig)
+        if sig == signal.SIGKILL:
+            raise ProcessLookupError(3, "No such process")
+
+    with aioenv.AioVectorEnv(
+        [Sleeper] * N, mode="process", envs_per_worker=2, step_timeout=DEADLINE
+    ) as envs:
+        envs.reset(seed=0)
+        pids = envs.apply(lambda env: os.getpid())
+        monkeypatch.setattr("aioenv.engine._family.os.kill", kill_gone)
+        with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 1 \(envs 2-3\)"):
+            envs.step(np.array([0, 0, 2, 0]))
+        assert _pid_gone(pids[2]) and not _pid_gone(pids[0])
+
+
 class SlowReset(Chatter):
     """Its reset sleeps ``RESET_SLEEP`` seconds, but for the first; options
     ``{"hang": True}`` make it sleep far past any test's patience."""

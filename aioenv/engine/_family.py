@@ -78,8 +78,11 @@ class Child:
         if process.pid is not None:
             signal_group(process.pid, sig)
             with PROCESS_TABLE:
+                # Gone already (no such process) when the group's signal killed it and
+                # the forkserver, its parent, reaped it before its exit status reached us.
                 if process.exitcode is None:
-                    os.kill(process.pid, sig)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(process.pid, sig)
                 process.join(grace)
 
     def timed_out(self, w: int) -> WorkerTimeout:
