@@ -37,7 +37,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 import aioenv  # noqa: E402
 from aioenv._serve import ServeOptions, build_app  # noqa: E402
-from aioenv.wire._openenv_json import space_from_schema  # noqa: E402
+from aioenv.wire._openenv_json import space_from_schema, space_schema  # noqa: E402
 
 HANG = 20.0  # a hanging step outlives every deadline below, and ends with its worker
 # A factory of the test envs' module, which travels to worker processes by value (a
@@ -517,6 +517,29 @@ async def test_tuple_and_dict_values_arrive_as_values_of_their_spaces(
             assert remote.observation_space.contains(observation), observation
         finally:
             await remote.close()
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gymnasium.spaces.Box(-np.inf, np.inf, (2, 3), np.float32),
+        gymnasium.spaces.Box(0, 255, (2,), np.uint8),
+        gymnasium.spaces.Box(0, np.inf, (2,), np.int64),  # high: int64's largest
+        gymnasium.spaces.Box(-(2**62) - 1, 2**62 + 1, (1,), np.int64),
+        gymnasium.spaces.Box(0, 2**64 - 1, (2,), np.uint64),
+        gymnasium.spaces.Discrete(5, start=-2),
+        gymnasium.spaces.MultiBinary([2, 3]),
+        gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.MultiBinary(2))),
+    ],
+    ids=str,
+)
+def test_spaces_arrive_through_the_schema_as_they_are(space: gymnasium.Space[Any]) -> None:
+    # What RemoteEnv reads from aioenv serve's /schema: the JSON of space_schema.
+    back = space_from_schema(json.loads(json.dumps(space_schema(space))))
+    assert back == space
+    for bound in ("low", "high"):  # exactly: == on a Box compares its bounds with allclose
+        if isinstance(space, gymnasium.spaces.Box):
+            np.testing.assert_array_equal(getattr(back, bound), getattr(space, bound))
 
 
 CARTPOLE_SPACES = {

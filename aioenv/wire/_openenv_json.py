@@ -121,10 +121,10 @@ def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
         return spaces.Discrete(described["n"], start=described.get("start", 0))
     if kind == "Box":
         dtype = np.dtype(described["dtype"])
-        # jsonable() writes infinite bounds as their repr ('inf', '-inf'), which numpy reads.
-        low = np.asarray(described["low"], dtype=np.float64)
-        high = np.asarray(described["high"], dtype=np.float64)
-        return spaces.Box(low.astype(dtype), high.astype(dtype), tuple(described["shape"]), dtype)
+        # Read as the dtype, so an integer bound is exact; jsonable() writes infinite bounds
+        # as their repr ('inf', '-inf'), which numpy reads.
+        low, high = (np.asarray(described[end], dtype=dtype) for end in ("low", "high"))
+        return spaces.Box(low, high, tuple(described["shape"]), dtype)
     if kind == "MultiDiscrete":
         return spaces.MultiDiscrete(np.asarray(described["nvec"]), dtype=described["dtype"])
     if kind == "MultiBinary":
