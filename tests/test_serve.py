@@ -528,6 +528,7 @@ async def test_tuple_and_dict_values_arrive_as_values_of_their_spaces(
         gymnasium.spaces.Box(-(2**62) - 1, 2**62 + 1, (1,), np.int64),
         gymnasium.spaces.Box(0, 2**64 - 1, (2,), np.uint64),
         gymnasium.spaces.Discrete(5, start=-2),
+        gymnasium.spaces.MultiDiscrete([3, 4], np.int32, start=[1, -1]),
         gymnasium.spaces.MultiBinary([2, 3]),
         gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.MultiBinary(2))),
     ],

@@ -85,7 +85,8 @@ def _describe_space(space: Any) -> dict[str, Any] | None:
             "high": jsonable(space.high),
         }
     if isinstance(space, spaces.MultiDiscrete):
-        return {"kind": "MultiDiscrete", "nvec": jsonable(space.nvec), "dtype": str(space.dtype)}
+        nvec, start = jsonable(space.nvec), jsonable(space.start)
+        return {"kind": "MultiDiscrete", "nvec": nvec, "start": start, "dtype": str(space.dtype)}
     if isinstance(space, spaces.MultiBinary):
         return {"kind": "MultiBinary", "n": jsonable(space.n)}
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
@@ -126,7 +127,8 @@ def _build_space(described: dict[str, Any]) -> gymnasium.Space[Any] | None:
         low, high = (np.asarray(described[end], dtype=dtype) for end in ("low", "high"))
         return spaces.Box(low, high, tuple(described["shape"]), dtype)
     if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(np.asarray(described["nvec"]), dtype=described["dtype"])
+        nvec, start = np.asarray(described["nvec"]), described.get("start")
+        return spaces.MultiDiscrete(nvec, dtype=described["dtype"], start=start)
     if kind == "MultiBinary":
         return spaces.MultiBinary(described["n"])
     if kind in ("Dict", "Tuple"):
