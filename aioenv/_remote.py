@@ -154,8 +154,8 @@ class RemoteEnv:
         self.action_space = action_space
         if observation_space is None or action_space is None:
             observed, acted = self._schema_spaces()
-            self.observation_space = observation_space or observed
-            self.action_space = action_space or acted
+            self.observation_space = observed if observation_space is None else observation_space
+            self.action_space = acted if action_space is None else action_space
 
     def _schema_spaces(self) -> tuple[gymnasium.Space[Any] | None, gymnasium.Space[Any] | None]:
         """The spaces ``/schema`` describes, from the first server that answers (None where

@@ -549,6 +549,14 @@ CARTPOLE_SPACES = {
 }
 
 
+def test_given_spaces_win_over_the_schemas_even_empty_ones() -> None:
+    # An empty Dict, as OpenEnv's own servers' envs are given, is falsy; no schema here.
+    remote = aioenv.RemoteEnv("http://127.0.0.1:9", observation_space=gymnasium.spaces.Dict())
+    assert remote.observation_space == gymnasium.spaces.Dict()
+    remote = aioenv.RemoteEnv("http://127.0.0.1:9", action_space=gymnasium.spaces.Tuple(()))
+    assert remote.action_space == gymnasium.spaces.Tuple(())
+
+
 def test_a_restart_on_the_servers_side_is_noted_apart_from_this_sides() -> None:
     remote = aioenv.RemoteEnv("http://127.0.0.1:9", **CARTPOLE_SPACES)  # never connects
     note = {"restarted": True, "reason": "WorkerTimeout: ..."}
