@@ -247,13 +247,11 @@ class RemoteEnv:
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        data: dict[str, Any] = {}
-        if seed is not None:
-            data["seed"] = seed
-        if options is not None:
-            data["options"] = jsonable(options)
+        data = {
+            key: value for key, value in (("seed", seed), ("options", options)) if value is not None
+        }
         observation, _, _, _, info = self._result(
-            await self._request({"type": "reset", "data": data})
+            await self._request({"type": "reset", "data": jsonable(data)})
         )
         return observation, info
 

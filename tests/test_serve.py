@@ -568,6 +568,17 @@ def test_a_restart_on_the_servers_side_is_noted_apart_from_this_sides() -> None:
     assert not terminated and not truncated
 
 
+async def test_a_numpy_seed_reaches_the_served_env() -> None:
+    async with serving(build_app("CartPole-v1", ServeOptions(mode="thread"))) as url:
+        remote = aioenv.RemoteEnv(url, **CARTPOLE_SPACES)
+        try:
+            observation, _ = await remote.reset(seed=np.int64(7))  # as a numpy draw gives it
+        finally:
+            await remote.close()
+    expected, _ = gymnasium.make("CartPole-v1").reset(seed=7)
+    np.testing.assert_array_equal(observation, expected)
+
+
 async def test_a_lost_connection_is_a_failure_of_the_remote_env() -> None:
     remote = functools.partial(aioenv.RemoteEnv, **CARTPOLE_SPACES)
     async with serving(build_app("CartPole-v1", ServeOptions(mode="thread"))) as url:
