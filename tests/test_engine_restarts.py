@@ -300,6 +300,41 @@ def test_a_hung_child_is_killed_at_its_deadline_and_replaced() -> None:
     assert pids[2] not in before
 
 
+def test_a_new_child_that_dies_before_it_is_sent_its_descriptors_is_a_failure_like_any_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child that replaces a dead one may die as soon as it has started, before the
+    parent sends it the buffer's and the wakes' descriptors: that is its death, counted
+    and restarted as any other, not a broken pipe out of the step."""
+    import aioenv.engine._start as start_module
+
+    starts, killed = start_module._start_process, []
+
+    def first_new_child_dies(process: Any) -> None:
+        starts(process)
+        if not killed:
+            killed.append(process.pid)
+            process.kill()
+            process.join()
+
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [ExitsOnTwo] * N,
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as envs:
+        envs.reset(seed=0)
+        monkeypatch.setattr(start_module, "_start_process", first_new_child_dies)
+        truncated = envs.step(KILL_CHILD_1)[3]  # was: BrokenPipeError
+        np.testing.assert_array_equal(truncated, [False, False, True, True])
+        assert envs.step(ZEROS)[0][2, 1] == 0.0  # the third child's new envs' resets
+        assert killed[0] not in envs.apply(lambda env: os.getpid())
+    assert [type(error) for error in failures] == [aioenv.WorkerDied] * 2
+    assert "exited with code -9" in str(failures[1])
+
+
 def test_a_call_whose_child_dies_fails_and_the_next_step_cuts_its_episodes_short() -> None:
     failures: list[aioenv.WorkerError] = []
     with aioenv.AioVectorEnv(

@@ -348,6 +348,33 @@ def test_a_child_that_fails_to_start_fails_the_constructor_with_its_error_and_le
     assert _descriptors() == before  # the failed child's sockets and request wake too
 
 
+def test_a_child_that_dies_before_it_is_sent_its_descriptors_fails_the_constructor_as_its_death(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child may die as soon as it has started (killed from outside, out of memory),
+    before the parent sends it the buffer's and the wakes' descriptors: the send then
+    finds its socket's far end closed, and the constructor fails with the child's death."""
+    import aioenv.engine._start as start_module
+
+    starts = start_module._start_process
+
+    def second_dies(process: Any) -> None:
+        starts(process)
+        if "process worker 1" in process.name:
+            process.kill()
+            process.join()
+
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=1):
+        pass  # the probe's start, and what a first vector env leaves, out of the count
+    before = _descriptors()
+    monkeypatch.setattr(start_module, "_start_process", second_dies)
+    with pytest.raises(  # was: BrokenPipeError
+        aioenv.WorkerDied, match=r"process worker 1 \(env 1\): .*exited with code -9 while"
+    ):
+        aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=1)
+    assert _descriptors() == before
+
+
 class Sleeper(Chatter):
     """Sleeps far past any test's patience when stepped with action 2."""
 

@@ -113,10 +113,12 @@ class Child:
     def launch(self, buffer_fd: int, answer: Wake) -> None:
         """Start the child and send it the buffer's descriptor, its request wake's and the
         answer wake's. Its envs are being built when this returns: its first message
-        says how that went. Where the start fails, :meth:`end` closes what was made."""
+        says how that went (a child that died before it was sent them: end-of-file, its
+        death). Where the start fails, :meth:`end` closes what was made."""
         self.start.start()
         fds = [buffer_fd, *self.request.descriptors(), *answer.descriptors()]
-        socket.send_fds(self.start.socket, [b"\0"], fds)
+        with contextlib.suppress(ConnectionError):
+            socket.send_fds(self.start.socket, [b"\0"], fds)
 
     @property
     def sentinel(self) -> int:
