@@ -543,6 +543,32 @@ class SlowReset(Chatter):
         return super().reset(seed=seed, options=options)
 
 
+@contextlib.contextmanager
+def _descriptors_taken_below(number: int) -> Iterator[None]:
+    """Every free descriptor number below ``number`` taken meanwhile, so that new ones
+    come above it (as in a process that holds many: hundreds of children, open files)."""
+    taken: list[int] = []
+    try:
+        while not taken or taken[-1] < number:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+
+
+def test_a_start_deadline_holds_for_children_whose_descriptors_are_numbered_past_1024() -> None:
+    # select() takes no descriptor numbered 1024 or more; the start-up deadline's wait did.
+    with (
+        _descriptors_taken_below(1100),
+        aioenv.AioVectorEnv(
+            [Chatter] * 2, mode="process", envs_per_worker=1, step_timeout=DEADLINE
+        ) as envs,
+    ):
+        envs.reset(seed=0)  # was: ValueError: filedescriptor out of range in select()
+        envs.step(np.zeros(2, np.int64))
+
+
 def test_a_reset_past_its_deadline_kills_its_child() -> None:
     with (
         aioenv.AioVectorEnv(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import multiprocessing.connection
 import os
-import select
 import signal
 import socket
 import time
@@ -159,7 +159,7 @@ class Child:
         says so (the child killed). EOFError or OSError where it is gone."""
         if self.timeout is not None:
             left = max(0.0, self.due - time.monotonic())
-            if not select.select([self.start.socket.fileno(), self.sentinel], [], [], left)[0]:
+            if not multiprocessing.connection.wait([self.start.socket, self.sentinel], left):
                 return self.timed_out(w)
         return answer_of(self.start.socket, self.name, w)
 
