@@ -220,6 +220,31 @@ async def test_a_segment_after_a_reset_by_hand_gives_its_episode_a_new_id(
     assert not set(first.episode_id.tolist()) & set(second.episode_id.tolist())
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_episode_stats_count_an_episode_played_partly_by_hand_whole(kind: str) -> None:
+    # Rows 0-2 in a segment, 3-5 by hand, 6-9 in a segment: each episode that ends counts
+    # with its every reward and step, wherever they were played.
+    async with walk_pool(kind, autoreset="same_step") as pool:
+        await pool.set_policy(choose_walk)
+        await pool.rollout(3)
+        for row in range(3, 6):
+            for worker_id in range(N):
+                pool.send_action(REPLAYS[worker_id][row][2], worker_id)
+            await pool.get_batch(min_size=N)
+        await pool.rollout(4)
+        stats = pool.episode_stats()
+    for worker_id in range(N):
+        episodes, total, length = [], 0.0, 0
+        for row in REPLAYS[worker_id][:10]:
+            total, length = total + row[3], length + 1
+            if row[4] or row[5]:
+                episodes.append((total, length))
+                total, length = 0.0, 0
+        assert stats[worker_id].episodes == len(episodes), f"worker {worker_id}"
+        assert stats[worker_id].total_return == pytest.approx(sum(r for r, _ in episodes))
+        assert stats[worker_id].total_length == sum(n for _, n in episodes), f"worker {worker_id}"
+
+
 async def test_several_envs_per_worker_each_play_the_segment() -> None:
     async with aioenv.make_pool(Walk, 2, mode="process", envs_per_worker=2, seed=SEED) as pool:
         await pool.set_policy(choose_walk)

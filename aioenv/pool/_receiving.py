@@ -135,6 +135,15 @@ class EpisodeCounter:
         """A reset was sent to ``worker_id``: its next state starts an episode."""
         self._resetting[worker_id] = True
 
+    def hand_over(self, worker_id: int, ledger: EpisodeLedger, lane: int, back: bool) -> None:
+        """The open episode of the worker's env (one env) goes on in ``ledger``'s ``lane``
+        (a rollout's), or, ``back``, from there in the worker's next state (a step)."""
+        ends = ((ledger, lane), (self._ledger, worker_id))
+        (source, j), (to, i) = ends if back else ends[::-1]
+        to.returns[i], to.lengths[i] = source.returns[j], source.lengths[j]
+        if back:
+            self._resetting[worker_id] = False
+
     def record(self, worker_id: int, state: Any) -> None:
         if type(state) is not Step:
             self.saw_custom_state = True

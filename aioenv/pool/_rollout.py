@@ -222,9 +222,12 @@ class PoolRollouts:
         error: WorkerError | None = None
         for worker_id in sorted(results):
             result = results[worker_id]
-            self._episodes.expect_reset(worker_id)  # stepping it by hand starts afresh
+            self._episodes.expect_reset(worker_id)  # its restart's, where it failed
             if isinstance(result, Segment):
                 parts.append(self._columns(worker_id, result))
+                if len(result.goes_on) == 1:  # stepping it by hand goes on from there
+                    lane = self._roster.first_env[worker_id]
+                    self._episodes.hand_over(worker_id, self._rollout_ledger, lane, True)
             elif error is None:
                 error = result
         trajectories = self._trajectories(parts)
@@ -244,7 +247,10 @@ class PoolRollouts:
             rows = np.flatnonzero(segment.env == env)
             lane = self._roster.first_env[worker_id] + env
             starts = segment.step[rows] == 0
-            starts[0] |= not segment.goes_on[env]  # after a reset or a state by hand
+            if not segment.goes_on[env] and not starts[0]:  # from a state answered by hand
+                self._rollout_ledger.start(lane)
+                if len(segment.goes_on) == 1:  # that episode's rewards and steps so far
+                    self._episodes.hand_over(worker_id, self._rollout_ledger, lane, False)
             episode_id[rows] = _enter(
                 self._rollout_ledger, lane, segment.rewards[rows], starts, done[rows]
             )
@@ -279,8 +285,8 @@ class PoolRollouts:
 def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: Any) -> list[int]:
     """Enter one lane's rows of a segment in the ledger (which counts its finished episodes
     in the worker's statistics); returns each row's episode id. A row at step 0 starts an
-    episode, and so does a first row that does not go on from the lane's last segment (a
-    state answered by hand came between, or it is the lane's first row ever)."""
+    episode (the caller starts one for a first row that goes on from a state answered by
+    hand), and so does the lane's first row ever."""
     ids: list[int] = []
     episode_id = ledger.latest(lane)
     for reward, start, end in zip(rewards.tolist(), starts.tolist(), done.tolist(), strict=True):
