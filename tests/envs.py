@@ -394,6 +394,16 @@ class Walk(gymnasium.Env[np.ndarray, int]):
         return self._obs(), float(action) + self.t / 10, done and even, done and not even, {}
 
 
+class WalkInPlace(Walk):
+    """:class:`Walk`, writing every observation into the one array it returns each time (as
+    envs backed by a buffer of their own do)."""
+
+    def _obs(self) -> np.ndarray:
+        self.buffer = getattr(self, "buffer", np.zeros(2))
+        self.buffer[:] = (self.draw, self.t)
+        return self.buffer
+
+
 class RaisesOnTwo(gymnasium.Env[np.ndarray, int]):
     """Counts its steps in the observation; action 2 raises ValueError."""
 

@@ -16,7 +16,7 @@ import anyio
 import envs
 import numpy as np
 import pytest
-from envs import RecordingPolicy, UnpicklableHere, Walk, choose_walk
+from envs import RecordingPolicy, UnpicklableHere, Walk, WalkInPlace, choose_walk
 from support import modes
 
 import aioenv
@@ -127,6 +127,25 @@ async def test_segments_have_exact_lengths_and_replay_each_env(mode: Any, autore
             assert stats[worker_id].last_return == pytest.approx(episode_returns[-1])
             assert stats[worker_id].total_return == pytest.approx(sum(episode_returns))
     assert_episode_ids(parts)
+
+
+# Not "same_step": there the env's reset writes over the final observation it carries
+# before the step is answered, by hand as in a segment (as in gymnasium's vector envs).
+@pytest.mark.parametrize("autoreset", ["disabled", "next_step"])
+async def test_rows_keep_their_observations_where_the_env_writes_over_its_array(
+    mode: Any, autoreset: str
+) -> None:
+    async with aioenv.make_pool(
+        WalkInPlace, N, mode=modes(mode, N), seed=SEED, autoreset=autoreset
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        first = await pool.rollout(7)
+        pool.send_action(REPLAYS[0][7][2], 0)  # worker 0's next step by hand
+        await pool.get_state()
+        second = await pool.rollout(4)
+    for worker_id in range(N):
+        assert_rows(rows_of(first, worker_id), REPLAYS[worker_id][:7], f"worker {worker_id}")
+    assert_rows(rows_of(second, 0), REPLAYS[0][8:12], "worker 0, from a step by hand")
 
 
 async def test_a_time_limit_truncates_episodes_inside_segments() -> None:

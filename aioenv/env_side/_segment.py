@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from ..core._environment import Step
+from ..core._environment import Step, copy_arrays
 from ..core._messages import Failure
 from ..core._rollouts import PolicyPackage, Rollout, Segment
 from ._plan import Plan
@@ -96,6 +96,9 @@ class Cursor:
     step: int
     started: float = dataclasses.field(default_factory=time.monotonic)
 
+    def __post_init__(self) -> None:
+        self.observation = copy_arrays(self.observation)  # the env may write over its own
+
 
 def _rows(
     runner: Any,
@@ -116,19 +119,20 @@ def _rows(
         state = yield from _answered(runner.step_plan(action))
         done = state.terminated or state.truncated
         same_step = done and state.final_info is not None  # autoreset "same_step" reset it
-        final = state.final_observation if same_step else state.observation
         truncated = state.truncated
         if not done and budget is not None and time.monotonic() - cursor.started >= budget:
             done = truncated = True  # out of its budget: ended here, as a time limit would
         row = (cursor.observation, action, state.reward, state.terminated, truncated)
-        for name, value in zip(_COLUMNS, (*row, final, cursor.step), strict=True):
-            rows[name].append(value)
+        step = cursor.step
         if not done:
-            cursor = Cursor(state.observation, cursor.step + 1, cursor.started)
-        elif same_step:
-            cursor = Cursor(state.observation, 0)
-        else:
-            cursor = Cursor((yield from _answered(runner.reset_plan())).observation, 0)
+            cursor = Cursor(state.observation, step + 1, cursor.started)
+            final = cursor.observation  # the cursor's copy
+        else:  # copied before a reset can write over it
+            final = copy_arrays(state.final_observation if same_step else state.observation)
+            reset = state if same_step else (yield from _answered(runner.reset_plan()))
+            cursor = Cursor(reset.observation, 0)
+        for name, value in zip(_COLUMNS, (*row, final, step), strict=True):
+            rows[name].append(value)
     return rows, cursor
 
 
