@@ -361,6 +361,35 @@ async def test_a_state_that_cannot_travel_is_an_env_error_and_the_actor_lives_on
 
 
 @ray_test
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
+async def test_a_request_that_cannot_be_pickled_fails_alone_and_the_actor_lives_on(
+    direct: bool,
+) -> None:
+    # As for a state that cannot travel: an argument or action Ray cannot serialize
+    # fails its own request, never the actor and the siblings it serves.
+    async with aioenv.make_pool(
+        Counter, 2, mode="ray", envs_per_actor=2, direct_connection=direct, **OFF_CPU
+    ) as pool:
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        assert await eventually(lambda: on_direct_connections(pool), 60)
+        actor = pool.workers[1].actor_id  # type: ignore[attr-defined]
+        with pytest.raises(aioenv.EnvError, match="ray worker 1") as caught:
+            await pool.set_attr("total", threading.Lock(), worker_ids=[1])  # always a call
+        assert "pickle" in caught.value.remote_traceback
+        pool.send_action(threading.Lock(), 1)
+        with pytest.raises(aioenv.EnvError, match="ray worker 1"):
+            await pool.get_state()
+        for worker_id in range(2):
+            pool.send_action(2, worker_id)
+        states = dict(
+            (worker_id, state) for state, worker_id in [await pool.get_state() for _ in range(2)]
+        )
+        assert states[0]["total"] == states[1]["total"] == 2
+        assert pool.workers[1].actor_id == actor  # type: ignore[attr-defined]
+
+
+@ray_test
 @pytest.mark.parametrize("copy", [True, False])
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
 async def test_large_observations_come_back_as_their_own_or_as_ray_views_the_pool_copies(

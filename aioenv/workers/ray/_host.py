@@ -226,7 +226,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
 
     # Answers -------------------------------------------------------------------------
     def _on_reply(self, _: object) -> None:
-        calls = self._calls
+        calls, ray_errors = self._calls, self._ray.exceptions
         while calls and calls[0].reply.done():  # in call order: the actor ran them so
             call = calls.popleft()
             if call.reply.cancelled():
@@ -235,8 +235,10 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             if error is None:
                 self.answered = True
                 self._deliver(call.reply.result(), borrowed=True)
-            elif isinstance(error, self._ray.exceptions.RayTaskError):
-                self._fail_call(call, error)
+            elif isinstance(error, ray_errors.RayTaskError) or not isinstance(
+                error, ray_errors.RayError
+            ):
+                self._fail_call(call, error)  # failed on the actor, or never made (won't pickle)
             else:
                 self._die(f"its Ray actor is gone ({first_line(error)})")
         if not calls:
@@ -257,7 +259,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             exception_type=type(error).__name__,
             message=first_line(error),
             traceback=str(error),
-            during="a Ray actor call (the reply may not have pickled)",
+            during="a Ray actor call (its request or reply may not have pickled)",
         )
         deliver = self._recipe.deliver
         for slot, seq, op, _payload in call.messages:
