@@ -390,6 +390,34 @@ async def test_a_request_that_cannot_be_pickled_fails_alone_and_the_actor_lives_
 
 
 @ray_test
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
+def test_a_ray_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight(
+    direct: bool,
+) -> None:
+    # As process and thread workers do (test_lifecycle): the actors' hosts move to the
+    # later loop once the first is closed.
+    pool = aioenv.make_pool(Counter, 2, mode="ray", direct_connection=direct, **OFF_CPU)
+
+    async def first() -> None:
+        await pool.reset_all()
+        assert await eventually(lambda: on_direct_connections(pool), 60)
+
+    async def second() -> list[int]:
+        try:
+            for _ in range(2):  # on the direct connection too, once it is open again
+                for worker_id in range(2):
+                    pool.send_action(1, worker_id)
+                batch = await asyncio.wait_for(pool.get_batch(min_size=2), 60)
+                assert await eventually(lambda: on_direct_connections(pool), 60)
+            return sorted(state["t"] for state in batch.states)
+        finally:
+            await pool.aclose()
+
+    asyncio.run(first())
+    assert asyncio.run(second()) == [2, 2]
+
+
+@ray_test
 @pytest.mark.parametrize("copy", [True, False])
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
 async def test_large_observations_come_back_as_their_own_or_as_ray_views_the_pool_copies(

@@ -152,7 +152,12 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._start_sending()
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Send and await from ``loop`` (once); messages queued before go now."""
+        """Send and await from ``loop`` (once; again from a later loop once the first is
+        closed, with a new direct connection); messages queued before go now."""
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            self._close_direct()  # the closed loop took its reader and its calls' futures
+            self._loop, self._flush_scheduled, self._calls = None, False, collections.deque()
+            self._direct = self._direct_connection() if self._recipe.direct else None
         if self._loop is not None:
             return
         self._loop = loop
