@@ -14,6 +14,7 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Counter, GatedTouchy, Touchy, open_gate
+from gymnasium.envs.registration import VectorizeMode
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 from gymnasium.wrappers import vector as vector_wrappers
@@ -324,6 +325,18 @@ def test_make_vec_spec_rebuilds_the_same_vector_env() -> None:
             for _ in range(7):
                 truncated = second.step(np.zeros(3, dtype=np.int64))[3]
             assert truncated.all()  # max_episode_steps=7 was rebuilt too
+
+
+@pytest.mark.parametrize(
+    ("member", "mode"), [(VectorizeMode.ASYNC, "process"), (VectorizeMode.SYNC, "sync")]
+)
+def test_make_vec_takes_gymnasiums_vectorize_mode_members(member: VectorizeMode, mode: str) -> None:
+    # gymnasium.make_vec's docs recommend the enum over its values
+    with aioenv.make_vec("CartPole-v1", 2, vectorization_mode=member) as envs:
+        assert envs.mode == mode
+        assert envs.spec is not None
+        assert envs.spec.kwargs["vectorization_mode"] == member.value  # as gymnasium records it
+        assert envs.reset(seed=0)[0].shape == (2, 4)
 
 
 def _stats_then_scaled_reward(env: gymnasium.Env[Any, Any]) -> gymnasium.Env[Any, Any]:

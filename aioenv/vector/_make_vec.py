@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium
-from gymnasium.envs.registration import EnvSpec, load_env_creator
+from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
 from ..core._gymnasium import GymnasiumFactory, resolve_spec
 from ..core._registry import shippable
@@ -30,7 +30,7 @@ _OWN_PARAMETERS = {"mode": "vectorization_mode", "num_envs": "num_envs"}
 def make_vec(
     id: str | EnvSpec,
     num_envs: int = 1,
-    vectorization_mode: str | Sequence[str] = "auto",
+    vectorization_mode: str | VectorizeMode | Sequence[str] = "auto",
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
     **kwargs: Any,
@@ -45,15 +45,17 @@ def make_vec(
     of ``"coroutine"``. ``id`` is an id or a spec; the spec is looked up here, so an env
     registered at run time in this process builds in worker processes too. The result's
     ``spec`` records ``num_envs`` and the vector options: ``make_vec(envs.spec)`` rebuilds
-    the same vector env."""
+    the same vector env. gymnasium's ``VectorizeMode`` members are taken as their values."""
     _check_vector_kwargs(vector_kwargs)
-    _check_vectorization_mode(vectorization_mode)
     spec = _resolved(id)
     _check_env_kwargs(spec, kwargs)
     spec_kwargs = dict(spec.kwargs)
     spec.kwargs = {}
     num_envs = spec_kwargs.pop("num_envs", num_envs)
     vectorization_mode = spec_kwargs.pop("vectorization_mode", vectorization_mode)
+    if isinstance(vectorization_mode, VectorizeMode):
+        vectorization_mode = vectorization_mode.value
+    _check_vectorization_mode(vectorization_mode)
     vector_kwargs = dict(spec_kwargs.pop("vector_kwargs", vector_kwargs) or {})
     wrappers = spec_kwargs.pop("wrappers", wrappers)
     spec_kwargs.update(kwargs)
