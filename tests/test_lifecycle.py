@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium
 import pytest
 from envs import AsyncCounter, BigObservation, ChildOnlyReplies, Counter
-from support import KINDS, process_running, worker_processes
+from support import KINDS, WORKERS, process_running, wait_until, worker_processes
 
 import aioenv
 import aioenv.engine._buffer
@@ -107,6 +107,45 @@ def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> N
 
     asyncio.run(first())
     assert asyncio.run(second()) == [1, 1]
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+def test_actions_sent_before_any_event_loop_are_answered_in_the_first(
+    kind: str, tmp_path: Path
+) -> None:
+    answered = tmp_path / "answered"
+
+    class Announcing(Counter):
+        def reset(self, seed: int | None = None) -> Any:
+            state = super().reset(seed)
+            answered.touch()  # the env has answered (before any event loop runs)
+            return state
+
+    pool = aioenv.make_pool(Announcing, 1, mode=kind)
+    pool.reset()  # at the top of a script, before asyncio.run
+
+    async def main() -> Any:
+        try:
+            return (await asyncio.wait_for(pool.get_state(), 20))[0]  # type: ignore[index]
+        finally:
+            await pool.aclose()
+
+    assert wait_until(answered.exists, 20)
+    assert asyncio.run(main())["t"] == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_sent_an_action_before_any_event_loop_answers_it_in_the_first(kind: str) -> None:
+    worker = WORKERS[kind](Counter)
+    worker.send_action(aioenv.RESET)  # before asyncio.run: the worker has no loop yet
+
+    async def main() -> Any:
+        try:
+            return await asyncio.wait_for(worker.get_state(), 20)
+        finally:
+            await worker.aclose()
+
+    assert asyncio.run(main())["t"] == 0
 
 
 @pytest.mark.parametrize("restart", ["never", "on_failure"])

@@ -236,6 +236,7 @@ class Worker(Membership, Generic[S]):
                 if self._closing:
                     raise ClosedError(f"{self.name} was closed while waiting for its state")
                 raise NoActionInFlight(f"{self.name} has no action in flight; send_action() first")
+            self._ensure_loop()  # sent before any loop ran (or on one now closed): bind here
             await inbox.wait(None)
 
     async def aclose(self, cleanup_time: float | None = None) -> None:

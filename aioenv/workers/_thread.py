@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import queue
 import threading
@@ -47,6 +48,8 @@ class ThreadWorker(Worker[S]):
 
     def _setup(self, seed: int | None) -> None:
         self._threads: list[_EnvThread] = []
+        #: Calls from env threads for the event loop, held until the worker has one.
+        self._held: collections.deque[tuple[Any, ...]] = collections.deque()
         self._spawn(seed)
 
     def _spawn(self, seed: int | None) -> None:
@@ -64,6 +67,21 @@ class ThreadWorker(Worker[S]):
     def _on_thread_death(self, env_thread: _EnvThread, exc: BaseException) -> None:
         if env_thread is self._current:
             self._on_death(env_ended_worker(self.name, self.worker_id, exc))
+
+    def _from_thread(self, *call: Any) -> None:
+        """Run ``call`` (a callback and its arguments) on the worker's event loop, from an
+        env's thread; before the worker has one (actions sent before any loop ran), once
+        it is bound to one."""
+        self._held.append(call)
+        if (loop := self._loop) is not None:
+            self._bind_loop(loop)
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        # The calls held go to the loop: from here once _loop is set, or from the thread
+        # that holds one and then sees _loop set; each is taken once, by one side.
+        with contextlib.suppress(IndexError, RuntimeError):  # none left; the loop closed
+            while True:
+                loop.call_soon_threadsafe(*self._held.popleft())
 
     def _start_close(self) -> None:
         self._current.requests.put((0, _STOP))
@@ -143,6 +161,7 @@ class _EnvThread:
                     return
                 loop = worker._loop
                 if loop is None:
+                    worker._from_thread(worker._on_thread_reply, self, seq, result)
                     continue
                 try:
                     loop.call_soon_threadsafe(worker._on_thread_reply, self, seq, result)
@@ -157,10 +176,7 @@ class _EnvThread:
 
     def _report_death(self, exc: BaseException) -> None:
         self._runner.close()
-        loop = self._worker._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
-                loop.call_soon_threadsafe(self._worker._on_thread_death, self, exc)
+        self._worker._from_thread(self._worker._on_thread_death, self, exc)
 
 
 def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
