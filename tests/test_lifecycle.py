@@ -217,6 +217,22 @@ async def test_an_env_raising_system_exit_is_a_dead_worker_for_every_kind(kind: 
         assert state["t"] == 0  # the rebuilt env's reset answers in place of the step
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_env_raising_system_exit_as_it_is_built_is_a_dead_worker_for_every_kind(
+    kind: str,
+) -> None:
+    class ExitingAtBuild(Counter):
+        def __init__(self) -> None:
+            raise SystemExit(7)  # a constructor parsing arguments that are not its own, say
+
+    async with aioenv.make_pool(ExitingAtBuild, 1, mode=kind) as pool:
+        pool.reset()
+        with pytest.raises(aioenv.WorkerDied) as raised:
+            await asyncio.wait_for(pool.get_state(), 20)
+        assert raised.value.exitcode == 7
+        assert pool.removed == {0: raised.value}
+
+
 def test_an_unknown_gymnasium_id_fails_in_the_parent_before_any_process() -> None:
     with pytest.raises(gymnasium.error.NameNotFound):
         aioenv.make_pool("NoSuchEnv-v0", 2, mode="process")

@@ -231,8 +231,9 @@ class _EnvTask:
                     return
                 if self is worker._current:  # a discarded env's reply is never delivered
                     worker._on_reply(seq, result)
-        finally:
-            # After a cancellation too: the env's close is awaited.
+        except SystemExit as exc:  # raised as the env was built: this env is done
+            worker._on_task_death(self, exc)
+        finally:  # after a cancellation too: the env's close is awaited
             await (runner.aclose() if host is None else host.run_env_call(runner.aclose))
 
 

@@ -40,11 +40,11 @@ class SyncWorker(Worker[S]):
         runner = self._runner
         timeout = self._supervisor.timeout()
         started = time.monotonic()
-        if not runner.built:
-            runner.build()
-            if self.observation_space is None:
-                self.observation_space, self.action_space = runner.spaces
         try:
+            if not runner.built:
+                runner.build()
+                if self.observation_space is None:
+                    self.observation_space, self.action_space = runner.spaces
             result = runner.handle(action)
         except KeyboardInterrupt:
             raise  # Ctrl-C during an inline step is the caller's, not the env's

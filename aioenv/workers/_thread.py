@@ -141,24 +141,20 @@ class _EnvThread:
 
     def _serve(self) -> None:
         worker, runner = self._worker, self._runner
-        runner.build()
-        _refuse_if_unsafe(runner, worker.env_name)
-        if worker.observation_space is None:
-            worker.observation_space, worker.action_space = runner.spaces
         try:
+            runner.build()
+            _refuse_if_unsafe(runner, worker.env_name)
+            if worker.observation_space is None:
+                worker.observation_space, worker.action_space = runner.spaces
             while True:
                 seq, action = self.requests.get()
                 if action is _STOP:
                     runner.close()
                     return
-                try:
-                    if isinstance(action, ControlRequest):
-                        result = runner.control(action)
-                    else:
-                        result = runner.handle(action)
-                except BaseException as exc:  # SystemExit and the like: this env is done
-                    self._report_death(exc)
-                    return
+                if isinstance(action, ControlRequest):
+                    result = runner.control(action)
+                else:
+                    result = runner.handle(action)
                 loop = worker._loop
                 if loop is None:
                     worker._from_thread(worker._on_thread_reply, self, seq, result)
@@ -167,6 +163,8 @@ class _EnvThread:
                     loop.call_soon_threadsafe(worker._on_thread_reply, self, seq, result)
                 except RuntimeError:
                     return  # the event loop is closed: nobody is left to answer
+        except BaseException as exc:  # SystemExit and the like, built or stepped: env done
+            self._report_death(exc)
         finally:
             self.finished.set()
             callback = self._on_finished
