@@ -7,6 +7,7 @@ env: test_inline_restarts.py compares that with envs in line.)"""
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import time
 from typing import Any
@@ -333,6 +334,47 @@ def test_a_new_child_that_dies_before_it_is_sent_its_descriptors_is_a_failure_li
         assert killed[0] not in envs.apply(lambda env: os.getpid())
     assert [type(error) for error in failures] == [aioenv.WorkerDied] * 2
     assert "exited with code -9" in str(failures[1])
+
+
+def _descriptors() -> int:
+    """How many descriptors this process holds, once what earlier tests left to the
+    garbage collector is collected."""
+    gc.collect()
+    return len(os.listdir("/proc/self/fd")) - 1  # the listing's own
+
+
+def test_a_child_whose_new_child_cannot_be_started_is_given_up_as_a_pool_worker_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new child that cannot be started at all (its start method fails: no more
+    processes) gives its child up, as a pool gives up a worker whose env cannot be
+    restarted: the step raises the WorkerError that says so, the start's error its
+    cause, and every later call WorkerRemoved; closing frees everything."""
+    import aioenv.engine._start as start_module
+
+    def no_more_processes(process: Any) -> None:
+        raise OSError("no more processes")  # as a start method's failure would
+
+    with aioenv.AioVectorEnv([ExitsOnTwo] * N, mode="process", envs_per_worker=2):
+        pass  # the probe's start, and what a first vector env leaves, out of the count
+    before = _descriptors()
+    with aioenv.AioVectorEnv(
+        [ExitsOnTwo] * N, mode="process", envs_per_worker=2, restart="on_failure"
+    ) as envs:
+        envs.reset(seed=0)
+        monkeypatch.setattr(start_module, "_start_process", no_more_processes)
+        with pytest.raises(  # was: the OSError itself
+            aioenv.WorkerError,
+            match=r"process worker 1 \(envs 2-3\): could not restart after WorkerDied: .*"
+            r"\(OSError: no more processes\)",
+        ) as raised:
+            envs.step(KILL_CHILD_1)
+        assert isinstance(raised.value.__cause__, OSError)
+        with pytest.raises(aioenv.WorkerRemoved, match="envs 2-3") as removed:
+            envs.step(ZEROS)
+        assert removed.value.__cause__ is raised.value
+    del envs, raised, removed  # the errors' frames view the buffer: its mapping lives with them
+    assert _descriptors() == before  # the sockets and request wake of the child not started too
 
 
 def test_a_call_whose_child_dies_fails_and_the_next_step_cuts_its_episodes_short() -> None:

@@ -12,6 +12,7 @@ __all__ = [
     "describe_failure",
     "env_given_up",
     "no_pool",
+    "restart_failed",
     "AioEnvError",
     "ClosedError",
     "EnvError",
@@ -221,6 +222,17 @@ def env_given_up(envs: str, name: str, error: WorkerError, worker_id: int) -> Wo
     )
     removed.__cause__ = error
     return removed
+
+
+def restart_failed(name: str, worker_id: int | None, reason: str, exc: Exception) -> WorkerError:
+    """The error of ``name`` (worker ``worker_id``), given up because no new env could be
+    started at all (``exc``, its cause) after the failure ``reason``."""
+    error = WorkerError(
+        f"{name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
+        worker_id=worker_id,
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _rebuilt(

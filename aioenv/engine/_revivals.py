@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ..core._commands import is_reset
 from ..core._environment import BatchStep
-from ..core._errors import WorkerError
+from ..core._errors import WorkerError, restart_failed
 from ..core._restarts import cut_short_state, open_episode, restart_answers
 from ..core._supervision import Supervision, report_failure
 from ..core._supervisor import Remedies, Supervisor
@@ -39,6 +39,8 @@ _IN_FLIGHT = 1
 
 class Children(Protocol):
     """What a revival asks of the children (:class:`~aioenv.engine._children.EngineChildren`)."""
+
+    children: list[Any]  # each child (:class:`~aioenv.engine._family.Child`)
 
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None: ...
     def hand(self, w: int, request: Any, op: str = "step") -> None: ...
@@ -137,7 +139,12 @@ class _OneChild:
         revived = Revived(reason, self._cut)
         plan = dataclasses.replace(self.plan, seed=seed, env_seeds=seed, revived=revived)
         children = self.owner.children
-        error = children.respawn(self.w, plan)
+        try:
+            error = children.respawn(self.w, plan)
+        except Exception as exc:  # no new child could be started: given up, as a pool worker
+            self.supervisor.restart_failed()
+            self._given_up = restart_failed(children.children[self.w].name, self.w, reason, exc)
+            return
         if error is not None:  # the new child failed too: a failure like any other
             self.supervisor.failed(
                 error, env_gone=True, in_flight=_IN_FLIGHT, clock=self.owner.clock

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from ..core._commands import RESET, Reset, is_reset
 from ..core._environment import Step
-from ..core._errors import WorkerError
+from ..core._errors import WorkerError, restart_failed
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._restarts import (
     EPISODE_TIMEOUT,
@@ -214,12 +214,7 @@ class SupervisedEnv(abc.ABC):
             self._submit(seq, self._restart_reset())
         except Exception as exc:  # no new env could be started: give up on this worker
             supervisor.restart_failed()
-            error = WorkerError(
-                f"{self.name}: could not restart after {reason} ({type(exc).__name__}: {exc})",
-                worker_id=self.worker_id,
-            )
-            error.__cause__ = exc
-            self._fail_request(error, True)
+            self._fail_request(restart_failed(self.name, self.worker_id, reason, exc), True)
 
     def _restart_reset(self) -> Any:
         """The reset a new env starts with: where it answers a reset the user gave
