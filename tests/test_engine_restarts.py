@@ -6,6 +6,7 @@ env: test_inline_restarts.py compares that with envs in line.)"""
 
 from __future__ import annotations
 
+import errno
 import functools
 import gc
 import os
@@ -375,6 +376,32 @@ def test_a_child_whose_new_child_cannot_be_started_is_given_up_as_a_pool_worker_
         assert removed.value.__cause__ is raised.value
     del envs, raised, removed  # the errors' frames view the buffer: its mapping lives with them
     assert _descriptors() == before  # the sockets and request wake of the child not started too
+
+
+def test_a_new_child_that_cannot_be_made_leaves_a_vector_env_that_closes_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The new child's sockets may not be made at all (the process is out of
+    descriptors): its child is given up, and closing still ends every child and frees the
+    buffer and the wakes, the dead child's among them."""
+    import aioenv.engine._family as family
+
+    def out_of_descriptors(*args: Any) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")  # as socket.socketpair() would
+
+    with aioenv.AioVectorEnv([ExitsOnTwo] * N, mode="process", envs_per_worker=2):
+        pass  # the probe's start, and what a first vector env leaves, out of the count
+    before = _descriptors()
+    envs = aioenv.AioVectorEnv(
+        [ExitsOnTwo] * N, mode="process", envs_per_worker=2, restart="on_failure"
+    )
+    envs.reset(seed=0)
+    monkeypatch.setattr(family, "ChildStart", out_of_descriptors)
+    with pytest.raises(aioenv.WorkerError, match="could not restart after .*Too many open"):
+        envs.step(KILL_CHILD_1)
+    envs.close()  # was: ValueError: process object is closed, the buffer and wakes left open
+    del envs
+    assert _descriptors() == before
 
 
 def test_a_call_whose_child_dies_fails_and_the_next_step_cuts_its_episodes_short() -> None:

@@ -155,8 +155,8 @@ class EngineChildren(HandOffs):
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
         """Replace child ``w`` (dead, or killed) with a new one serving ``plan``, its envs
         built: None, or the error of its start (its env's, its death, its deadline)."""
+        child = Child.of(w, self._context, plan)  # (failing, it leaves the old one to close)
         self.children[w].end(0.0)
-        child = Child.of(w, self._context, plan)
         try:
             child.launch(self.buffer.fd, self.answer)
         finally:
