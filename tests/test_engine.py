@@ -58,6 +58,18 @@ def test_posts_are_counted_and_taken_at_once(wake_kind: str) -> None:
         wake.close()
 
 
+def test_a_wake_closed_twice_closes_its_descriptors_once(wake_kind: str) -> None:
+    wake = Wake.new()
+    wake.close()
+    other = Wake.new()  # it takes the numbers the first one freed
+    try:
+        wake.close()  # was: it closed the other wake's descriptors
+        other.post()
+        assert other.take() == 1
+    finally:
+        other.close()
+
+
 def test_a_wait_with_no_post_ends_at_its_deadline_with_none(wake_kind: str) -> None:
     wake = Wake.new()
     try:

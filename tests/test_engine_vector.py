@@ -321,6 +321,33 @@ def test_ctrl_c_while_closing_still_ends_every_child_and_frees_the_buffer(
     assert _memory_files() == before
 
 
+def test_ctrl_c_as_a_child_is_ended_while_closing_ends_it_once_and_frees_the_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C landing just as a child's end returns, before closing counts it ended:
+    the children left are ended, that one not again (its descriptors closed once), and
+    the buffer and the answer wake are freed before the KeyboardInterrupt goes on."""
+    from aioenv.engine._family import Child
+
+    before = _memory_files()
+    envs = aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=1)
+    envs.reset(seed=0)
+    ends = Child.end
+    interrupted: list[bool] = []
+
+    def interrupted_as_it_returns(self: Child, *graces: float) -> None:
+        ends(self, *graces)
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt  # as a Ctrl-C landing before the caller goes on
+
+    monkeypatch.setattr(Child, "end", interrupted_as_it_returns)
+    with pytest.raises(KeyboardInterrupt):  # was: ValueError: process object is closed
+        envs.close()
+    assert wait_until(lambda: not worker_processes())
+    assert _memory_files() == before
+
+
 def _descriptors() -> int:
     """How many descriptors this process holds, once what earlier tests left to the
     garbage collector is collected."""

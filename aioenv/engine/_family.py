@@ -59,6 +59,8 @@ class Child:
     replaced: bool = False
     #: Its deadline is its env's episode budget's end (``episode_timeout``), not a step's.
     ends_episode: bool = False
+    #: Ended (:meth:`end`): what the parent held of it is closed.
+    ended: bool = False
 
     def handed(self, options: Supervision, phase: Phase | None) -> None:
         """The child was handed a request of ``phase`` now (None: a control, which has no
@@ -179,7 +181,10 @@ class Child:
     def end(self, grace: float, term_grace: float = TERMINATE_GRACE) -> None:
         """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
         it (``term_grace`` seconds more; 0: it was sent SIGTERM already) and kill it, and
-        whatever its envs started; close what the parent holds of it."""
+        whatever its envs started; close what the parent holds of it. Once: a second call
+        (the first interrupted by a Ctrl-C) does what is left."""
+        if self.ended:
+            return
         process = self.start.process
         self.wait(grace)
         if process.pid is not None:  # else its start failed
@@ -191,6 +196,7 @@ class Child:
             signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
         self.start.close()
         self.request.close()
+        self.ended = True
         if process.pid is not None:
             with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
                 process.close()

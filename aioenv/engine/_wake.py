@@ -165,7 +165,10 @@ class Wake:
         self._watched = watch
 
     def close(self) -> None:
-        """Close the descriptors (the other processes' copies stay open)."""
-        os.close(self._reader)
-        if not self._eventfd:
-            os.close(self._writer)
+        """Close the descriptors (the other processes' copies stay open), once: their
+        numbers may be another's by a second call."""
+        reader, self._reader = self._reader, -1
+        if reader >= 0:
+            os.close(reader)
+            if not self._eventfd:
+                os.close(self._writer)
