@@ -10,6 +10,7 @@ import errno
 import functools
 import gc
 import os
+import signal
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ import anyio
 import numpy as np
 import pytest
 from envs import Walk
+from support import process_running, wait_until
 
 import aioenv
 from aioenv.engine._channel import SMALL
@@ -402,6 +404,27 @@ def test_a_new_child_that_cannot_be_made_leaves_a_vector_env_that_closes_whole(
     envs.close()  # was: ValueError: process object is closed, the buffer and wakes left open
     del envs
     assert _descriptors() == before
+
+
+def test_a_child_killed_between_steps_is_replaced_and_the_next_reset_answered() -> None:
+    failures: list[aioenv.WorkerError] = []
+    with aioenv.AioVectorEnv(
+        [Walk] * N,
+        mode="process",
+        envs_per_worker=2,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as envs:
+        envs.reset(seed=0)
+        before = envs.apply(lambda env: os.getpid())
+        os.kill(before[2], signal.SIGKILL)
+        assert wait_until(lambda: not process_running(before[2]))  # its socket is closed
+        observations, info = envs.reset(seed=1)  # was: BrokenPipeError
+        assert "WorkerDied" in (_marker(info, 2) or "") and _marker(info, 0) is None
+        assert observations[2, 1] == observations[3, 1] == 0.0  # the new envs' resets
+        pids = envs.apply(lambda env: os.getpid())
+        assert pids[:2] == before[:2] and pids[2] == pids[3] not in before
+    assert [type(error) for error in failures] == [aioenv.WorkerDied]
 
 
 def test_a_call_whose_child_dies_fails_and_the_next_step_cuts_its_episodes_short() -> None:

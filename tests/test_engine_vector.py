@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from envs import DictObservation
 from gymnasium.vector import SyncVectorEnv
-from support import wait_until, worker_processes
+from support import process_running, wait_until, worker_processes
 
 import aioenv
 from aioenv.engine._packed_infos import PackedInfos
@@ -251,6 +251,22 @@ def test_a_child_killed_between_steps_is_noticed_at_the_next_step(wake_kind: str
         assert pids[0] == pids[1] != pids[2] == pids[3]
         os.kill(pids[0], signal.SIGKILL)
         with pytest.raises(aioenv.WorkerDied, match=r"process worker 0 \(envs 0-1\)"):
+            envs.step(np.zeros(N, np.int64))
+
+
+@pytest.mark.parametrize("call", ["reset", "get_attr"])
+def test_a_child_killed_between_steps_is_noticed_by_a_reset_or_a_call(call: str) -> None:
+    # These go to a child as messages on its socket, whose far end its death closed.
+    with aioenv.AioVectorEnv([Chatter] * N, mode="process", envs_per_worker=2) as envs:
+        envs.reset(seed=0)
+        pid = envs.apply(lambda env: os.getpid())[2]
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not process_running(pid))  # its socket is closed
+        with pytest.raises(  # was: BrokenPipeError
+            aioenv.WorkerDied, match=r"process worker 1 \(envs 2-3\): .*exited with code -9"
+        ):
+            envs.reset(seed=1) if call == "reset" else envs.get_attr("t")
+        with pytest.raises(aioenv.WorkerRemoved, match="envs 2-3"):
             envs.step(np.zeros(N, np.int64))
 
 

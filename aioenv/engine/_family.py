@@ -165,6 +165,12 @@ class Child:
                 return self.timed_out(w)
         return answer_of(self.start.socket, self.name, w)
 
+    def post(self, data: bytes) -> None:
+        """Wake the child with a message (``data``): one gone already is found so by the
+        wait for its answer (its sentinel), not by this send."""
+        with contextlib.suppress(ConnectionError):
+            post_with(self.start.socket, self.request, data)
+
     def ask_to_close(self, notes: Any) -> None:
         """Ask the child to close its envs and exit (a message of nothing); a child
         already gone is not asked. ``notes``: the buffer's."""

@@ -24,7 +24,7 @@ from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._pickles import decode_infos
 from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, StepBuffer, rows_state, write_rows
-from ._channel import GivenUp, answer_of, encoded, post_with
+from ._channel import GivenUp, answer_of, encoded
 from ._family import Child, late, together, until_due
 from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
@@ -128,7 +128,7 @@ class HandOffs:
             if budgets is not None and phase is not None and phase != "reset":
                 budgets.handed(w, child)
         if message:
-            post_with(child.start.socket, child.request, encoded((op, request)))
+            child.post(encoded((op, request)))
         else:
             child.request.post()
         (self._in_buffer.discard if note else self._in_buffer.add)(w)
