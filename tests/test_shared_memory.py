@@ -289,6 +289,22 @@ async def test_batches_stack_straight_from_memory_and_own_their_rows() -> None:
         assert np.array_equal(batch.states[0].observation, expected_big_observation(1))
 
 
+async def test_batches_keep_the_states_scalar_observations_arrays() -> None:
+    # A Box of shape (): each state's observation stays the 0-d array the env gave, not
+    # the numpy scalar that indexing the stacked rows gives.
+    async with aioenv.make_pool(
+        lambda: BigObservation(()), 2, mode="process", shared_memory=True
+    ) as pool:
+        await pool.reset_all()  # may come before the memory is in place
+        for worker_id in range(2):
+            pool.send_action(1, worker_id)
+        batch = await pool.get_batch(min_size=2)
+        assert batch.observations.shape == (2,)
+        for step, _ in batch:
+            assert type(step.observation) is np.ndarray
+            assert same(step.observation, expected_big_observation(1, ()))
+
+
 async def test_copy_false_batches_reuse_one_array() -> None:
     async with aioenv.make_pool(BigObservation, 2, mode="process", copy=False) as pool:
         pool.reset()

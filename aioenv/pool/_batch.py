@@ -138,12 +138,14 @@ class Batch(Generic[S]):
         if reused is not None:  # the states keep their views
             return batch
         # A Box observation becomes its row of the freshly stacked batch (the batch's copy is
-        # the state's copy); any other is copied by its state.
+        # the state's copy; `[row, ...]`, an array even of shape ()); any other is copied.
         box = steps and isinstance(space, Box)
         for row, outcome in enumerate(outcomes):
             if outcome.borrowed:
                 state = outcome.state
-                states[row] = state.with_observation(observations[row]) if box else state.owned()
+                states[row] = (
+                    state.with_observation(observations[row, ...]) if box else state.owned()
+                )
         return batch
 
     def sorted(self) -> Batch[S]:
