@@ -240,6 +240,27 @@ def test_inline_pipelined_calls_give_what_lockstep_gives() -> None:
             np.testing.assert_array_equal(envs.step_wait()[0], reference.step(actions)[0])
 
 
+def _float64_cart_pole() -> gymnasium.Env[Any, Any]:
+    """CartPole behind a wrapper that gives float64 observations for its float32 Box."""
+    env = gymnasium.make("CartPole-v1")
+    return gymnasium.wrappers.TransformObservation(
+        env, lambda observation: observation.astype(np.float64), env.observation_space
+    )
+
+
+def test_inline_observations_have_the_spaces_dtype_as_gymnasiums_batches_do() -> None:
+    reference = SyncVectorEnv([_float64_cart_pole] * 2)
+    with aioenv.AioVectorEnv([_float64_cart_pole] * 2, mode="inline") as envs, closing(reference):
+        assert envs.observation_space == reference.observation_space  # float32
+        ours, theirs = envs.reset(seed=1)[0], reference.reset(seed=1)[0]
+        ours_step, theirs_step = envs.step(np.array([0, 1]))[0], reference.step(np.array([0, 1]))[0]
+        envs.send(np.array([1, 0]), [0, 1])
+        received, lockstep = envs.recv()[0], reference.step(np.array([1, 0]))[0]
+        for a, b in ((ours, theirs), (ours_step, theirs_step), (received, lockstep)):
+            assert a.dtype == b.dtype == np.float32
+            np.testing.assert_array_equal(a, b)
+
+
 def test_an_inline_env_error_is_the_envs_own_and_the_envs_stay_usable() -> None:
     with aioenv.AioVectorEnv([RaisesOnTwo] * 3, mode="inline") as envs:
         envs.reset(seed=0)

@@ -29,19 +29,25 @@ __all__ = ["batched_space", "columns_of", "fits", "flag_array", "stack_rows", "z
 
 
 def stack_rows(
-    space: Any, rows: list[Any], every: list[Any], into: np.ndarray[Any, Any] | None
+    space: Any,
+    rows: list[Any],
+    every: list[Any],
+    into: np.ndarray[Any, Any] | None,
+    cast: bool = False,
 ) -> Any:
     """``rows`` (observations of ``space``) as one batch. ``every`` is every env's last
     observation (``rows`` itself when every env answered): a Box batch is stacked into
-    ``into`` (the worker's shared memory, or None) when ``every`` fits it exactly."""
+    ``into`` (the worker's shared memory, or None) when ``every`` fits it exactly; with
+    ``cast``, in the space's dtype, as gymnasium's ``concatenate`` casts it (same_kind)."""
     if isinstance(space, Box):
         if into is not None and fits(every, into):
             return np.stack(every, out=into)
         try:
             # np.array of same-shape arrays is np.stack, three times faster
-            return np.array(rows)
+            stacked = np.array(rows)
         except ValueError:
             return np.stack(rows)  # its error names the mismatch
+        return stacked.astype(space.dtype, copy=False, casting="same_kind") if cast else stacked
     out = create_empty_array(space, len(rows))
     return concatenate(space, rows, out)  # type: ignore[arg-type]
 

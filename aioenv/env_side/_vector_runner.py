@@ -83,6 +83,9 @@ class VectorRunner:
         #: Where a Box batch is stacked when every row fits it exactly: the worker's
         #: shared memory, which the reply then points to instead of copying into it.
         self.stack_into: np.ndarray[Any, Any] | None = None
+        #: Step batches of Box observations cast to the space's dtype (see stack_rows): an
+        #: AioVectorEnv's envs in line, whose batches it hands out; a worker's go as given.
+        self.cast = False
         #: What answers in place of an env's failure (envs restarted in line, see
         #: :mod:`aioenv.env_side._env_restarts`): ``recover(env, request, failure)``, the
         #: env's state or the failure to report. None: the failure is reported.
@@ -263,7 +266,9 @@ class VectorRunner:
             for index, observation in zip(envs, observations, strict=True):
                 self._observations[index] = observation
         size = len(states)
-        stacked = stack_rows(self._single_space, observations, self._observations, self.stack_into)
+        stacked = stack_rows(
+            self._single_space, observations, self._observations, self.stack_into, self.cast
+        )
         rewards_array = np.array(rewards, np.float64)
         ended_array, cut_array = flag_array(terminated, size), flag_array(truncated, size)
         if not entries:  # most steps of envs that give no infos

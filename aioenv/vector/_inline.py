@@ -66,6 +66,7 @@ class InlineEnvs:
         self.name = f"inline envs 0-{self.num_envs - 1}"
         self.closed = False
         self._runner = VectorRunner(VectorSource(tuple(sources)), seed, episode)
+        self._runner.cast = True  # its batches are the vector env's answers
         #: Each env's supervision (restarts, ``on_failure``); None: an env's error is the
         #: request's, and nothing else happens.
         self.restarts: EnvRestarts | None = None
