@@ -424,6 +424,15 @@ class RaisesOnTwo(gymnasium.Env[np.ndarray, int]):
         return np.array([self.t], np.float32), 1.0, False, False, {}
 
 
+class Misshapen(RaisesOnTwo):
+    """:class:`RaisesOnTwo` whose action 2 gives an observation one value too long instead."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            return np.zeros(2, np.float32), 0.0, False, False, {}
+        return super().step(action)
+
+
 class AsyncCounter(Counter):
     """:class:`Counter` as a coroutine env: ``reset``/``step`` are ``async def``. A step
     awaits ``gate`` (an ``asyncio.Event``) when one is given, or the event keyed by the

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from envs import BigObservation, RaisesOnTwo, Structured, Walk
+from envs import BigObservation, Misshapen, RaisesOnTwo, Structured, Walk
 from support import POOL_MODES, modes
 
 import aioenv
@@ -170,6 +170,16 @@ async def test_an_env_error_names_its_env_and_a_restart_rebuilds_the_batch(mode:
         np.testing.assert_array_equal(restarted.observations, np.zeros((K, 1), np.float32))
         assert not restarted.truncated.any()
         assert all(restarted.infos[env]["aioenv"]["restarted"] for env in range(K))
+
+
+async def test_an_observation_the_batch_cannot_hold_names_the_env_that_gave_it(
+    mode: Any,
+) -> None:
+    async with aioenv.make_pool(Misshapen, 1, mode=modes(mode, 1), envs_per_worker=K) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([0, 0, 2]), 0)
+        with pytest.raises(aioenv.EnvError, match="batching the envs' states of env 2 of the"):
+            await pool.get_state()
 
 
 @pytest.mark.parametrize("shared_memory", [True, False])

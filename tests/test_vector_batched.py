@@ -127,6 +127,17 @@ def test_an_env_error_in_a_group_is_the_envs_own_exception_and_the_env_stays_usa
         assert ours.step(np.array([0, 1, 0, 1]))[0].tolist() == [[1.0]] * N
 
 
+def test_an_observation_a_group_cannot_batch_is_named_after_the_env_that_gave_it() -> None:
+    from envs import Misshapen
+
+    with aioenv.AioVectorEnv(Misshapen, N, mode="process", envs_per_worker=N) as ours:
+        ours.reset(seed=0)
+        with pytest.raises(ValueError, match="same shape") as raised:
+            ours.step(np.array([0, 0, 2, 0]))
+        notes = "".join(getattr(raised.value, "__notes__", [])) or str(raised.value.__cause__)
+        assert "raised by env 2, one of envs 0-3 (worker 0)" in notes, notes
+
+
 def test_process_workers_are_grouped_from_the_cores_by_default() -> None:
     """One child per core but one (the script's), at least one child."""
     assert _envs_per_worker(16, 2) == 16

@@ -25,7 +25,7 @@ from gymnasium.vector.utils import (
 
 from ._infos import final_entry
 
-__all__ = ["batched_space", "columns_of", "fits", "flag_array", "stack_rows", "zero_rows"]
+__all__ = ["batched_space", "columns_of", "fits", "flag_array", "misfit", "stack_rows", "zero_rows"]
 
 
 def stack_rows(
@@ -50,6 +50,17 @@ def stack_rows(
         return stacked.astype(space.dtype, copy=False, casting="same_kind") if cast else stacked
     out = create_empty_array(space, len(rows))
     return concatenate(space, rows, out)  # type: ignore[arg-type]
+
+
+def misfit(space: Any, rows: list[Any]) -> int | None:
+    """The first of ``rows`` that gymnasium cannot batch as an observation of ``space``
+    (what to name when stacking them failed); None if each can be."""
+    for index, row in enumerate(rows):
+        try:
+            concatenate(space, [row], create_empty_array(space, 1))  # type: ignore[arg-type]
+        except Exception:
+            return index
+    return None
 
 
 def zero_rows(spaces: Iterable[Any]) -> list[Any]:

@@ -21,7 +21,7 @@ from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
-from ._batch_rows import batched_space, columns_of, flag_array, stack_rows, zero_rows
+from ._batch_rows import batched_space, columns_of, flag_array, misfit, stack_rows, zero_rows
 from ._infos import batch_vector_infos, flat_infos
 from ._plan import drive
 from ._runner import EnvRunner
@@ -118,7 +118,9 @@ class VectorRunner:
                 return self.reset()
             return self.step(action)
         except Exception as exc:  # stacking the envs' answers: reported like an env's error
-            return Failure.from_exception(exc, "batching the envs' states")
+            failure = Failure.from_exception(exc, "batching the envs' states")
+            env = misfit(self._single_space, self._observations)
+            return failure if env is None else _in_env(failure, env)
 
     def _rollout(self, request: Rollout) -> Segment | Failure:
         """Each env plays the segment in turn (``num_steps`` transitions each), with the
