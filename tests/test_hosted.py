@@ -3,6 +3,8 @@ same semantics; a failure of one env touches its siblings only when the process 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,23 @@ async def test_when_the_process_goes_every_env_in_it_fails_or_restarts(
             step, _ = await pool.get_state()  # type: ignore[misc]
             assert step.observation[1] == -1 and not step.truncated  # its new env's reset
             assert workers[0].pid == workers[1].pid != old_pid
+    assert not worker_processes()
+
+
+async def test_a_process_killed_from_outside_is_no_siblings_fault(gate: str) -> None:
+    workers = aioenv.ProcessWorker.hosted(lambda: Gated(gate), [None, None, None], 3)
+    async with aioenv.AsyncWorkerPool(workers) as pool:
+        await pool.reset_all()
+        for worker_id in range(3):
+            pool.send_action(1, worker_id)  # in flight, held by the gate
+        os.kill(workers[0].pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            results = await states_or_errors(pool, 3, aioenv.WorkerDied)
+    for worker_id, died in results.items():
+        assert isinstance(died, aioenv.WorkerDied)
+        assert f"process worker {worker_id} " in str(died)
+        assert "killed by SIGKILL" in str(died)
+        assert "killed because" not in str(died)  # no env of its failed: it was killed
     assert not worker_processes()
 
 

@@ -241,8 +241,9 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
-        how, for the other slots' messages); it is reaped in the background."""
-        if self.killed_for is None:
+        how, for the other slots' messages, unless it had exited already); it is reaped in
+        the background."""
+        if self.killed_for is None and self.exitcode is None:
             self.killed_for = (slot, reason)
         self._stop_reading()
         self._close_lanes()
