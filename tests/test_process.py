@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing.spawn
 import os
 import signal
@@ -332,6 +333,29 @@ async def test_idle_spin_out_of_range_is_a_clear_error(idle_spin: Any) -> None:
         aioenv.ProcessWorker(Counter, idle_spin=idle_spin)
     with pytest.raises(ValueError, match="idle_spin"):
         aioenv.make_pool(Counter, 1, mode="process", idle_spin=idle_spin)
+
+
+def _child_spins(env: Any) -> list[float]:
+    """How the child serving ``env`` waits: its IdleSpin's seconds (it has one)."""
+    return [o.seconds for o in gc.get_objects() if type(o).__name__ == "IdleSpin"]
+
+
+async def test_a_restarted_child_polls_as_its_worker_was_last_told() -> None:
+    async with aioenv.make_pool(Counter, 1, mode="process", restart="on_failure") as pool:
+        await pool.reset_all()
+        (worker,) = pool.workers
+        assert isinstance(worker, aioenv.ProcessWorker)
+        worker.set_idle_spin(0.005)
+        assert await pool.apply(_child_spins) == [[0.005]]
+        pid = worker.pid
+        os.kill(pid, signal.SIGKILL)
+        pool.send_action(1, 0)
+        with anyio.fail_after(30):
+            state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["pid"] == worker.pid != pid  # the new child's env's reset
+        assert worker.idle_spin == 0.005
+        assert await pool.apply(_child_spins) == [[0.005]]
+    assert not worker_processes()
 
 
 MAIN_WITH_A_FAILING_ENV = """

@@ -229,7 +229,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     # Hooks -----------------------------------------------------------------------------
     def _spawn(self, seed: int | None) -> None:
+        before = self._host
         host = self._host_for_restart()
+        if host is not before:  # a new child, started with the spin its first one was
+            host.send(encode_spin(self._idle_spin, self._slot))
         host.send(encode(Request.REBUILD, 0, dumps((seed, self._episode)), self._slot))
 
     def _submit(self, seq: int, action: Any) -> None:
