@@ -232,8 +232,8 @@ import aioenv
 from test_descendants import StartsHelpers
 
 
-async def main(close):
-    pool = aioenv.make_pool(StartsHelpers, 2, mode="process")
+async def main(close, context=None):
+    pool = aioenv.make_pool(StartsHelpers, 2, mode="process", context=context)
     pids = [int(pid) for state, _ in await pool.reset_all() for pid in state.observation]
     print(json.dumps(pids), flush=True)
     print(json.dumps([worker.pid for worker in pool.workers]), flush=True)
@@ -242,7 +242,7 @@ async def main(close):
     time.sleep(600)  # killed meanwhile
 
 
-asyncio.run(main(sys.argv[1]))
+asyncio.run(main(*sys.argv[1:]))
 """
 
 
@@ -270,6 +270,25 @@ def test_what_the_envs_started_ends_with_the_parent(
             os.killpg(parent.pid, signal.SIGKILL)
         assert parent.wait(timeout=50) is not None
         assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+
+
+def test_children_started_with_fork_end_with_the_parent(tmp_path: Path, helpers: list[int]) -> None:
+    """Under ``context="fork"`` (SB3's ``start_method="fork"``) a child is a copy of the
+    parent, descriptors included: it holds none of the parent's ends of the children's
+    sockets, so that the parent's death is each child's end-of-file, as under forkserver."""
+    with running_parent(tmp_path, PARENT, "kill", "fork") as parent:
+        assert parent.stdout is not None
+        helpers.extend(json.loads(parent.stdout.readline()))
+        workers = json.loads(parent.stdout.readline())
+        try:
+            assert len(helpers) == 2 * 5
+            parent.kill()
+            assert parent.wait(timeout=50) is not None
+            assert all_ended(helpers), [pid for pid in helpers if running(pid)]
+            assert wait_until(lambda: not any(map(process_running, workers)), 20)
+        finally:
+            for pid in filter(process_running, workers):
+                os.kill(pid, signal.SIGKILL)
 
 
 KEEPER_CHILD = """

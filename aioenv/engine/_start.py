@@ -18,10 +18,12 @@ import multiprocessing.context
 import multiprocessing.process
 import multiprocessing.spawn
 import multiprocessing.util
+import os
 import signal
 import socket
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -59,6 +61,20 @@ _PRELOAD = [
     "gymnasium",
     "aioenv.workers.process._thread_caps_preload",
 ]
+
+
+#: The parent's ends of its children's sockets: a process forked from this one (start
+#: method ``"fork"``) closes its copies, so that the parent's death is each child's
+#: end-of-file (see :class:`ChildStart`).
+_PARENT_ENDS: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+
+def _close_parent_ends() -> None:
+    for end in list(_PARENT_ENDS):
+        end.close()
+
+
+os.register_at_fork(after_in_child=_close_parent_ends)
 
 
 def default_context() -> Context:
@@ -109,6 +125,7 @@ class ChildStart:
         self._context = context
         self.socket, self._child_end = socket.socketpair()
         self.alive, self._alive_child = socket.socketpair()
+        _PARENT_ENDS.update((self.socket, self.alive))
         ends = (self._child_end, self._alive_child)
         target, args = (
             (_run_program, (program, *ends, *arguments))
