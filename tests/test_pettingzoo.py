@@ -373,6 +373,26 @@ def test_seeds_masks_and_answers_are_per_env() -> None:
         assert frames is not None and len(frames) == 2 and frames[0][0, 0, 0] == 1
 
 
+@pytest.mark.parametrize("mode", ["inline", "process"])
+def test_set_attr_reaches_the_parallel_env(mode: str) -> None:
+    """``set_attr`` sets the parallel env's own attributes, ``render_mode`` and
+    ``metadata`` too, as ``get_attr`` and ``apply`` read them."""
+    with aioenv.AioVectorEnv([functools.partial(Dying, "rgb_array")] * 2, mode=mode) as venv:
+        venv.set_attr("render_mode", [None, "human"])
+        venv.set_attr("metadata", {"render_modes": ["human"]})
+        assert venv.get_attr("render_mode") == (None, "human")
+        assert venv.apply(_render_mode) == (None, "human")
+        assert venv.apply(_metadata) == ({"render_modes": ["human"]},) * 2
+
+
+def _render_mode(env: Any) -> Any:
+    return env.render_mode
+
+
+def _metadata(env: Any) -> Any:
+    return env.metadata
+
+
 def test_agent_infos_are_merged_by_lane() -> None:
     with aioenv.AioVectorEnv([dying, dying], mode="inline") as venv:
         _, infos = venv.reset(seed=0)

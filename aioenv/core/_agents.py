@@ -99,8 +99,6 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
         lanes = len(self.lane_agents)
         self.observation_space = batch_space(self.single_observation_space, lanes)
         self.action_space = batch_space(self.single_action_space, lanes)
-        self.metadata = dict(getattr(env, "metadata", {}) or {})
-        self.render_mode = getattr(env, "render_mode", None)
         zeros = create_empty_array(self.single_observation_space, 1, fn=np.zeros)
         self._zero = next(iter(iterate(batch_space(self.single_observation_space, 1), zeros)))
 
@@ -135,6 +133,15 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
         terminated = done and not truncated
         reward = float(step.rewards.sum())
         return self._observations(observations), reward, terminated, truncated, {LANES_KEY: step}
+
+    # The parallel env's own, which set_attr sets (not copies that would stay behind).
+    @property
+    def metadata(self) -> dict[str, Any]:  # type: ignore[override]
+        return getattr(self.parallel_env, "metadata", None) or {}
+
+    @property
+    def render_mode(self) -> Any:  # type: ignore[override]
+        return getattr(self.parallel_env, "render_mode", None)
 
     #: The seed of the env's last seeded reset, as gymnasium envs report it (the vector
     #: env's ``np_random_seed`` reads it), rather than the parallel env's own attribute.
