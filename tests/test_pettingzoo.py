@@ -531,6 +531,29 @@ def test_a_pools_calls_reach_the_parallel_env(mode: str) -> None:
     assert list(names) == ["Dying", "Dying"]
 
 
+@pytest.mark.parametrize("mode", ["sync", "process"])
+def test_check_actions_takes_the_actions_of_the_agents_present(mode: str) -> None:
+    """With ``check_actions=True`` an action dict holds the agents present (as the env
+    takes it), not every possible agent; an agent's action outside its space is refused."""
+
+    async def run() -> int:
+        ended = 0
+        async with aioenv.make_pool(
+            [dying], mode=mode, seed=3, check_actions=True, autoreset="next_step"
+        ) as pool:
+            pool.reset()
+            for _ in range(20):
+                state, worker_id = await pool.get_state()
+                ended += state.done
+                with pytest.raises(aioenv.InvalidAction, match="not in its action space"):
+                    pool.send_action({**dict.fromkeys(state.agents, 1), "a": 4}, worker_id)
+                pool.send_action(dict.fromkeys(state.agents, 1), worker_id)
+            await pool.drain()
+        return ended
+
+    assert asyncio.run(run()) >= 1  # agents came and went: c, then every one
+
+
 def _type_name(env: Any) -> str:
     return type(env).__name__
 

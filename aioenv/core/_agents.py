@@ -30,6 +30,7 @@ from ._environment import EnvAdapter, EnvSource, describe_source
 __all__ = [
     "LANES_KEY",
     "AgentLanesEnv",
+    "AgentSpaces",
     "AgentsStep",
     "LaneSource",
     "LaneStep",
@@ -225,6 +226,15 @@ class AgentsStep:
         return not self.agents
 
 
+class AgentSpaces(gymnasium.spaces.Dict):
+    """The agents' spaces by agent, whose members are dicts of the agents present: a
+    parallel env's actions and observations name only the agents still there."""
+
+    def contains(self, x: Any) -> bool:
+        spaces = self.spaces
+        return isinstance(x, dict) and all(k in spaces and v in spaces[k] for k, v in x.items())
+
+
 class ParallelEnvironment(EnvAdapter):
     """A PettingZoo parallel env as an :class:`~aioenv.Environment` with
     :class:`AgentsStep` states; an action is a dict of actions by agent, as the env takes
@@ -233,12 +243,8 @@ class ParallelEnvironment(EnvAdapter):
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         agents = list(env.possible_agents)
-        self.observation_space = gymnasium.spaces.Dict(
-            {agent: env.observation_space(agent) for agent in agents}
-        )
-        self.action_space = gymnasium.spaces.Dict(
-            {agent: env.action_space(agent) for agent in agents}
-        )
+        self.observation_space = AgentSpaces({a: env.observation_space(a) for a in agents})
+        self.action_space = AgentSpaces({agent: env.action_space(agent) for agent in agents})
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> AgentsStep:
         observations, infos = self.env.reset(seed=seed, options=options)
