@@ -1117,3 +1117,10 @@ class DictSteered(Steered):
             raise ValueError(f"DictSteered: {action!r} is not in {self.action_space}")
         observation = np.array([action["gear"], *action["vector"]], np.float64)
         return observation, 0.0, False, False, {}
+
+
+class CloseRaises(Painted):
+    """:class:`Painted` whose ``close`` raises, as a buggy env's teardown may."""
+
+    def close(self) -> None:
+        raise RuntimeError("CloseRaises: close failed")

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
+from envs import CloseRaises
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from support import POOL_MODES
 
@@ -104,6 +105,20 @@ def test_make_vec_mirrors_gymnasium_make_vec(tmp_path: Path) -> None:
         assert frames[0].shape == (400, 600, 3)
         # the probe env (built in a child process of its own) and each worker's env
         assert seen.read_text().split() == ["wrapped"] * 3
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "inline", *POOL_MODES])
+def test_an_env_whose_close_raises_still_makes_a_vector_env(mode: str) -> None:
+    """The probe env read for the spaces is closed at once: what its close raises is
+    dropped, as a worker drops it, where it failed the constructor (SyncVectorEnv closes
+    no env as it is made)."""
+    venv = aioenv.AioVectorEnv(CloseRaises, N, mode=POOL_MODES.get(mode, mode))
+    try:
+        obs, _ = venv.reset(seed=0)
+        assert obs.shape == (N, 1)
+        assert venv.step(np.array([0, 1, 0]))[0].shape == (N, 1)
     finally:
         venv.close()
 

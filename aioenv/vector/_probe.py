@@ -12,6 +12,7 @@ parent's process, so does the probe env, in the calling thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import copy
 import functools
@@ -175,16 +176,17 @@ def _step_seconds(env: Any) -> float | None:
 
 
 def _close(env: Any) -> None:
+    """Close the probe env, dropping what its close raises (as a worker drops its env's)."""
     close = getattr(env, "close", None)
     if not callable(close):
         return
-    closing = close()
-    if inspect.iscoroutine(closing):
-        # Run to its end on a private event loop in a short-lived thread: the caller may
-        # be inside a running loop (where ``asyncio.run`` refuses to start), and the
-        # vector env's own loop does not exist yet. What the coroutine raises is raised
-        # here.
-        in_helper_thread(functools.partial(asyncio.run, closing))
+    with contextlib.suppress(Exception):
+        closing = close()
+        if inspect.iscoroutine(closing):
+            # Run to its end on a private event loop in a short-lived thread: the caller
+            # may be inside a running loop (where ``asyncio.run`` refuses to start), and
+            # the vector env's own loop does not exist yet.
+            in_helper_thread(functools.partial(asyncio.run, closing))
 
 
 class RemoteTraceback(Exception):
