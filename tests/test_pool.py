@@ -95,6 +95,18 @@ async def test_forced_sync_pool_runs_the_same_program_to_the_same_result(mode: A
     assert sync_order[:4] == [0, 1, 2, 3]
 
 
+async def test_force_sync_takes_the_options_of_the_kinds_mode_names() -> None:
+    # A debug run flips force_sync=True on the program's own call: the options of the
+    # kinds its mode names are taken (the sync workers need none of them), not refused.
+    async with aioenv.make_pool(
+        Counter, 2, mode=["thread", "process"], force_sync=True, context="spawn", envs_per_process=2
+    ) as pool:
+        assert [worker.kind for worker in pool.workers] == ["sync", "sync"]
+        assert len((await pool.reset_all()).states) == 2
+    with pytest.raises(TypeError, match="context.*process"):  # still none of its kinds'
+        aioenv.make_pool(Counter, 2, mode="thread", force_sync=True, context="spawn")
+
+
 async def test_sync_pool_returns_states_in_send_order_even_when_they_finish_otherwise(
     gate: str,
 ) -> None:

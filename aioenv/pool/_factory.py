@@ -154,9 +154,9 @@ def make_pool(
     pool_options, worker_options = _split_options(options)
     sources, num_workers = _sources(env, num_workers, worker_options.get("envs_per_worker", 1))
     modes = _modes(mode, num_workers)
+    _check_worker_options(worker_options, modes)  # the kinds asked for, forced sync or not
     if force_sync:
         modes = ["coroutine" if kind == "coroutine" else "sync" for kind in modes]
-    _check_worker_options(worker_options, modes)
     workers: list[Worker[Any]] = []
     try:
         _build_workers(sources, modes, worker_seeds(seed, num_workers), worker_options, workers)
