@@ -34,6 +34,14 @@ def test_async_workers_say_they_step_one_env_each() -> None:
         aioenv.make_pool(Structured, 2, mode="async", envs_per_worker=K)
 
 
+def test_a_worker_given_an_env_instance_cannot_step_it_as_several_envs() -> None:
+    # One env per worker listed as an instance: envs_per_worker=K would step that one
+    # object as K envs (each step of a row would move the others' episode on).
+    envs = [gymnasium.make("CartPole-v1") for _ in range(2)]
+    with pytest.raises(TypeError, match=f"{K} separate envs, got an instance of TimeLimit"):
+        aioenv.make_pool(envs, mode=["sync", "thread"], envs_per_worker=K)
+
+
 def flat(observation: Any, row: int) -> list[np.ndarray]:
     """The arrays of one row of a (possibly nested) stacked observation, in a fixed order."""
     if isinstance(observation, dict):

@@ -192,13 +192,15 @@ def _sources(
         raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
     if per_worker and len(sources) != num_workers:
         raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
-    separate = num_workers * (envs_per_worker if isinstance(envs_per_worker, int) else 1)
-    if not per_worker and not isinstance(env, str) and not callable(env) and separate > 1:
-        raise TypeError(
-            f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-            f"{separate} separate envs, got an instance of {type(env).__name__}; "
-            "pass e.g. `lambda: MyEnv()`"
-        )
+    grouped = envs_per_worker if isinstance(envs_per_worker, int) else 1
+    separate = grouped if per_worker else num_workers * grouped  # envs built from each source
+    for source in sources:
+        if not isinstance(source, str) and not callable(source) and separate > 1:
+            raise TypeError(
+                f"make_pool() needs a gymnasium id or a zero-argument factory to build "
+                f"{separate} separate envs, got an instance of {type(source).__name__}; "
+                "pass e.g. `lambda: MyEnv()`"
+            )
     resolved = [resolve_source(source) for source in sources]  # an unknown id fails here
     return (resolved if per_worker else resolved * num_workers), num_workers
 
