@@ -589,6 +589,68 @@ async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(t
     assert ticks >= 3, f"the event loop's timer fired {ticks} times"
 
 
+@pytest.mark.parametrize("take", ["async for", "get_state", "get_batch"])
+async def test_a_sync_worker_restarted_comes_back_while_the_others_keep_answering(
+    take: str,
+) -> None:
+    """In a pool of sync workers, a state is always ready while one is stepped; a failed
+    worker's restart runs on the event loop, which the pool still lets run, so the
+    worker comes back (its new env's reset answers the action that failed)."""
+    failures: list[aioenv.WorkerError] = []
+    served: list[int] = []
+    async with aioenv.make_pool(
+        lambda: Failing("step"), 2, mode="sync", restart="on_failure", on_failure=failures.append
+    ) as pool:
+        with anyio.fail_after(60):
+            pool.reset()
+            pool_states = aiter(pool) if take == "async for" else None
+            while served.count(0) < 3 and len(served) < 2_000:
+                if pool_states is not None:
+                    taken = [await anext(pool_states)]
+                else:
+                    taken = await _take(pool, take)
+                for _, worker_id in taken:
+                    served.append(worker_id)
+                    failing = worker_id == 0 and served.count(0) == 2
+                    pool.send_action(13 if failing else 1, worker_id)
+            await pool.drain()
+    assert len(failures) == 1
+    assert served.count(0) == 3, f"worker 0 served {served.count(0)} times in {len(served)}"
+
+
+@pytest.mark.serial  # it counts a timer's ticks over a time window
+@pytest.mark.parametrize("force_sync", [False, True], ids=["sync", "force_sync"])
+async def test_a_pool_of_sync_workers_lets_the_event_loops_other_tasks_run(
+    force_sync: bool,
+) -> None:
+    """Every state of a pool of sync workers is ready as soon as its action is sent, so a
+    loop over them never waits: the pool still gives the event loop a turn now and then,
+    so the program's other tasks and timers run."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.005)
+            ticks += 1
+
+    async with (
+        aioenv.make_pool(Counter, 2, mode="thread", force_sync=True)
+        if force_sync
+        else aioenv.make_pool(Counter, 2, mode="sync") as pool,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(ticker)
+        pool.reset()
+        give_up = time.monotonic() + 60  # the clock's: the loop's timers are what is tested
+        while ticks < 3 and time.monotonic() < give_up:
+            _, worker_id = await pool.get_state()  # type: ignore[misc]
+            pool.send_action(1, worker_id)
+        group.cancel_scope.cancel()
+        await drain(pool)
+    assert ticks >= 3, f"the event loop's timer fired {ticks} times"
+
+
 MIXED_WITH_SYNC = [["sync", "thread", "thread", "thread"], ["sync", "thread", "process", "process"]]
 
 

@@ -21,6 +21,8 @@ import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Generic, TypeVar
 
+import anyio.lowlevel
+
 from ..core._environment import Step
 from ..core._errors import NoActionInFlight, WorkerPaused
 from ..core._messages import resets_next
@@ -34,6 +36,10 @@ from ._roster import Roster
 __all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats", "PoolReceiving"]
 
 S = TypeVar("S")
+
+#: In a pool whose workers all answer in line, the most states taken between two turns
+#: of the event loop (see ``PoolReceiving._all_in_line``).
+TURN_EVERY = 16
 
 
 @dataclasses.dataclass
@@ -190,6 +196,12 @@ class PoolReceiving(Generic[S]):
         #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
         #: the others in (see _let_the_others_in).
         self._in_line = None if self._inbox.ordered else self._roster.in_line
+        #: Every worker answers in line: a state is always ready while one is stepped, so
+        #: the pool never waits, and the event loop (the program's other tasks, timers, a
+        #: failed worker's restart) runs only when it is given a turn: every TURN_EVERY
+        #: states, a few microseconds each.
+        self._all_in_line = self._roster.all_in_line
+        self._since_turn = 0  # states taken since the loop's last turn, where _all_in_line
         if self._in_line is not None:
             self._inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
@@ -227,6 +239,10 @@ class PoolReceiving(Generic[S]):
             if outcome is None:
                 outcome = await self._wait_next(deadline)
         else:
+            if self._all_in_line:  # a turn every TURN_EVERY states (see _all_in_line)
+                self._since_turn += 1
+                if self._since_turn >= TURN_EVERY:
+                    await self._take_turn()
             outcome = self._inbox.pop_next()
             if outcome is None:
                 self._check_loop()
@@ -271,6 +287,8 @@ class PoolReceiving(Generic[S]):
         deadline = self._deadline(timeout)
         if self._in_line is not None:
             await self._let_the_others_in(deadline, whole_batch=True)
+        elif self._all_in_line:
+            await self._take_turn()  # (a batch: states enough to give it one each)
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -306,7 +324,7 @@ class PoolReceiving(Generic[S]):
         if not inbox.num_owed:
             self._roster.check_some_left("async for")
         while inbox.num_owed if inbox.paused else inbox.owed:  # num_owed, short cut
-            if self._in_line is not None or inbox.closed:
+            if self._in_line is not None or self._all_in_line or inbox.closed:
                 item = await self.get_state()  # raises once closed
                 assert item is not None
                 yield item
@@ -334,6 +352,12 @@ class PoolReceiving(Generic[S]):
             self._owes_loop_a_turn = False  # the wait was the loop's turn
         if self._owes_loop_a_turn:
             await self._give_loop_a_turn()
+
+    async def _take_turn(self) -> None:
+        """The event loop's turn in a pool of workers that all answer in line (see
+        ``_all_in_line``): asyncio's or trio's, which such a pool may run on."""
+        self._since_turn = 0
+        await anyio.lowlevel.checkpoint()
 
     async def _give_loop_a_turn(self) -> None:
         """Let the event loop run once (its ready I/O and timers) before taking a state:

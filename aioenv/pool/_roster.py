@@ -46,6 +46,8 @@ class Roster:
         #: others do not: which do (see :meth:`send_order`); else None.
         in_line = [member.answers_in_line for member in self.members]
         self.in_line = in_line if any(in_line) and not all(in_line) else None
+        #: Every worker answers in line (a pool of sync workers).
+        self.all_in_line = all(in_line)
 
     def __len__(self) -> int:
         return len(self.members)
