@@ -574,6 +574,24 @@ def test_a_batch_size_must_be_whole_envs() -> None:
         aioenv.AioVectorEnv([dying] * 2, mode="process", batch_size=4)
 
 
+def test_a_time_limit_on_a_parallel_env_id_is_refused_naming_what_a_pool_takes() -> None:
+    """A pool of parallel envs refuses max_episode_steps (it needs gymnasium steps), so the
+    refusal of a spec's time limit sends a pool's user to the env's own limit instead."""
+    gymnasium.register("aioenv-tests/TimedWalkers-v0", entry_point=walkers, max_episode_steps=5)
+
+    async def build() -> None:
+        async with aioenv.make_pool("aioenv-tests/TimedWalkers-v0", 1, mode="sync") as pool:
+            pool.reset()
+            await pool.get_state()
+
+    try:
+        with pytest.raises(aioenv.EnvError, match="max_episode_steps do not wrap") as refused:
+            asyncio.run(build())
+    finally:
+        del gymnasium.registry["aioenv-tests/TimedWalkers-v0"]
+    assert "own limit" in str(refused.value) and "or pool" not in str(refused.value)
+
+
 def test_import_aioenv_does_not_import_pettingzoo() -> None:
     code = "import sys, aioenv; assert 'pettingzoo' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -255,7 +255,8 @@ class GymnasiumFactory:
             raise ValueError(
                 f"{self.description} builds a PettingZoo parallel env, which gymnasium's "
                 "wrappers and max_episode_steps do not wrap: drop them (pass "
-                "max_episode_steps= to the vector env or pool instead)"
+                "max_episode_steps= to the vector env instead; in a pool, use the env's own "
+                "limit, such as max_cycles)"
             )
         return env
 
