@@ -92,7 +92,10 @@ def measure(row: str, arguments: argparse.Namespace) -> Measurement:
         options: dict[str, Any] = {"envs_per_worker": per_worker}
         workers, mode = num_envs // per_worker, "process"
     else:
-        options = {"envs_per_process": arguments.envs_per_process} if row == "process" else {}
+        # Ray's actors reserve no CPU: the row measures the hand-off on this machine, where
+        # one CPU each would leave those past the cluster's CPUs waiting forever.
+        rows = {"process": {"envs_per_process": arguments.envs_per_process}, "ray": {"num_cpus": 0}}
+        options = rows.get(row, {})
         workers, mode = num_envs, row
     steps, elapsed = run(_drive_pool(env_id, workers, mode, seconds, seed, options))
     return Measurement(row, steps, elapsed)

@@ -139,6 +139,18 @@ def test_bench_takes_a_module_id_whose_module_registers_it(monkeypatch: pytest.M
     }
 
 
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("ray_local")
+def test_bench_ray_row_steps_more_envs_than_the_cluster_has_cpus() -> None:
+    """Ray reserves a CPU per actor by default, and the shared instance has 2: the row
+    measures the hand-off on this machine, so each of its 4 actors starts and steps."""
+    arguments = _cli._parser().parse_args(
+        ["bench", "CartPole-v1", "--modes", "ray", "--workers", "4", "--seconds", "0.2"]
+    )
+    assert _bench.measure("ray", arguments).steps > 0
+
+
 def test_bench_rejects_an_unknown_mode() -> None:
     result = run_cli("bench", "CartPole-v1", "--modes", "sync,fiber")
     assert result.returncode == 2
