@@ -227,6 +227,26 @@ async def test_each_episode_gets_its_own_budget() -> None:
         assert (await step(pool, GO)).truncated
 
 
+@pytest.mark.parametrize("kind", ["thread", "process", "coroutine"])
+async def test_a_new_episode_is_never_cut_short_by_the_budget_of_the_one_before(
+    kind: str,
+) -> None:
+    """A step answered within its episode's budget is done with that budget: the next
+    episode, reset before the first one's budget would have run out, keeps its own whole
+    (a step in flight when the first one's would have ended runs on)."""
+    budget = 4.0
+    slow = 3.0  # from budget / 2 to budget + 1: past the first episode's end, not the next's
+    env = (lambda: Waiting(slow=slow)) if kind == "coroutine" else (lambda: SlowSync(slow=slow))
+    async with aioenv.make_pool(env, 1, mode=kind, episode_timeout=budget) as pool:
+        await step(pool, aioenv.RESET)  # type: ignore[arg-type]
+        assert not (await step(pool, GO)).done  # answered at once, well within the budget
+        await asyncio.sleep(budget / 2)
+        await step(pool, aioenv.RESET)  # type: ignore[arg-type]  # a new episode, a new budget
+        state = await step(pool, SLOW)
+        assert not state.done and state.info == {"t": 1}  # was: cut short by the first budget
+        assert (pool.restarts, pool.failures) == (0, 0)
+
+
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 @pytest.mark.parametrize("mode", ["coroutine", "process"])
 def test_the_vector_env_ends_an_episode_past_its_budget_truncated(

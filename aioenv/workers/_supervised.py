@@ -344,6 +344,7 @@ class SupervisedEnv(abc.ABC):
         cuts an episode short, or a reset that starts one after a budget's end), and the
         budget of the episode it leaves open: a new one from an episode's first state,
         none once an episode ended."""
+        self._supervisor.disarm()  # the budget's timer of the step answered, if it was one
         if self._budget.resetting:
             # The reset that answers in place of a step, after an episode ran out of its
             # budget: as a restarted env's first state (carried by the step that cuts the
