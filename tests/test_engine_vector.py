@@ -618,14 +618,40 @@ def test_a_start_deadline_holds_for_children_whose_descriptors_are_numbered_past
         envs.step(np.zeros(2, np.int64))
 
 
+class SlowFirstReset(Chatter):
+    """Its first reset takes ``BOOT`` seconds (a simulator that boots), the others none."""
+
+    BOOT = 3.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets += 1
+        if self.resets == 1:
+            time.sleep(self.BOOT)
+        return super().reset(seed=seed, options=options)
+
+
+def test_the_first_reset_of_a_childs_envs_is_held_to_the_start_up_deadline() -> None:
+    # As for every worker kind: building the envs and their first reset get start_timeout
+    # (None: max(step_timeout, reset_timeout, 60)); the resets after it, reset_timeout.
+    with aioenv.AioVectorEnv(
+        [SlowFirstReset] * 2, mode="process", envs_per_worker=1, step_timeout=1.0
+    ) as envs:
+        envs.reset(seed=0)  # was: WorkerTimeout: request 4 (reset) ran 1.00 s, past ... 1 s
+        envs.step(np.zeros(2, np.int64))
+        assert envs.get_attr("resets") == (1, 1)
+
+
 def test_a_reset_past_its_deadline_kills_its_child() -> None:
-    with (
-        aioenv.AioVectorEnv(
-            [SlowReset] * N, mode="process", envs_per_worker=2, reset_timeout=DEADLINE
-        ) as envs,
-        pytest.raises(aioenv.WorkerTimeout, match=r"\(reset\) ran .* deadline of 10 s"),
-    ):
-        envs.reset(seed=0, options={"hang": True})
+    with aioenv.AioVectorEnv(
+        [SlowReset] * N, mode="process", envs_per_worker=2, reset_timeout=DEADLINE
+    ) as envs:
+        envs.reset(seed=0)  # the first reset is the start-up's (start_timeout)
+        with pytest.raises(aioenv.WorkerTimeout, match=r"\(reset\) ran .* deadline of 10 s"):
+            envs.reset(seed=0, options={"hang": True})
 
 
 @pytest.mark.parametrize("autoreset", ["next_step", "same_step"])

@@ -61,11 +61,16 @@ class Child:
     ends_episode: bool = False
     #: Ended (:meth:`end`): what the parent held of it is closed.
     ended: bool = False
+    #: No request with a deadline was handed since its start-up's: the next one is
+    #: part of its start-up (its envs' first reset, or the request a new child answers).
+    starting: bool = True
 
     def handed(self, options: Supervision, phase: Phase | None) -> None:
         """The child was handed a request of ``phase`` now (None: a control, which has no
         deadline): its deadline by ``options``."""
         self.seq += 1
+        if self.starting and phase is not None:
+            phase, self.starting = "start-up", phase == "start-up"
         self.phase = phase or self.phase
         self.timeout = None if phase is None else options.deadline(phase)
         self.due = math.inf if self.timeout is None else time.monotonic() + self.timeout
