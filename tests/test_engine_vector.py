@@ -14,6 +14,7 @@ import resource
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -435,8 +436,42 @@ def test_closing_while_a_child_hangs_in_a_step_ends_it() -> None:
         envs.step_async(np.array([0, 0, 2, 0]))  # the second child never answers
     finally:
         started = time.monotonic()
-        envs.close()  # waits cleanup_time for answers and for the children, then kills
+        envs.close()  # waits cleanup_time for the answers and the children, then kills
     assert time.monotonic() - started < 60  # bounded; no_leaks checks nothing is left
+
+
+class HangsOrSaysItClosed(Chatter):
+    """Hangs far past any test's patience when stepped with action 1 (action 2: a large
+    info, as a Chatter's); its ``close`` leaves a file named for its env in ``folder``."""
+
+    folder = ""
+
+    def step(self, action: int) -> Any:
+        if action == 1:
+            time.sleep(3600)
+        return super().step(action)
+
+    def close(self) -> None:
+        if self.folder:
+            Path(self.folder, f"closed-{self.index}").touch()
+
+
+@pytest.mark.serial  # it times a close, alone after the parallel part of make test
+def test_closing_while_a_child_hangs_in_a_step_waits_cleanup_time_once(tmp_path: Path) -> None:
+    cleanup_time = 3.0
+    envs = aioenv.AioVectorEnv(
+        [HangsOrSaysItClosed] * N, mode="process", envs_per_worker=1, cleanup_time=cleanup_time
+    )
+    envs.reset(seed=0)
+    envs.set_attr("index", list(range(N)))
+    envs.set_attr("folder", str(tmp_path))
+    envs.step_async(np.array([2, 1, 2, 0]))  # child 1 never answers; 0 and 2 at length
+    started = time.monotonic()
+    envs.close()  # the others close their envs meanwhile; child 1 is killed after it
+    # One cleanup_time (3 s) and the kill; it waited cleanup_time for the answers, then
+    # cleanup_time again for the children to close (6 s).
+    assert time.monotonic() - started < 2 * cleanup_time
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["closed-0", "closed-2", "closed-3"]
 
 
 class HangsInClose(Chatter):

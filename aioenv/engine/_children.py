@@ -300,12 +300,22 @@ class EngineChildren(HandOffs):
             return
         self.closed = True
         grace, ended = self.options.cleanup_time, 0
+        children, notes = self.children, self._notes
+        due, asked, marks = time.monotonic() + grace, set(), self._marks
         try:
-            if self.pending:  # a child mid-step would write its note over ours
-                self.answers(grace)
-            for child in self.children:
-                child.ask_to_close(self.buffer.notes)
-            due = time.monotonic() + grace
+            while True:  # a child mid-step would write its note over ours: asked once done
+                for w, child in enumerate(children):
+                    if w not in asked and (w not in self.pending or marks[child.rows.start]):
+                        if w in self.pending:  # read: a long message is written after a post
+                            self._read(w)
+                            self.pending.discard(w)
+                        child.ask_to_close(notes)
+                        asked.add(w)
+                left = due - time.monotonic()
+                if len(asked) == len(children) or left <= 0 or not self._wait_once(left, {}):
+                    break
+            for w in set(range(len(children))) - asked:  # hung past the grace: asked anyway
+                children[w].ask_to_close(notes)
             for child in self.children:  # one grace for them all, then SIGTERM to each left
                 child.wait(max(0.0, due - time.monotonic()))
                 if child.start.process.exitcode is None:  # (a reaped child's pid is free)
