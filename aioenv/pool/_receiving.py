@@ -37,10 +37,6 @@ __all__ = ["EpisodeCounter", "EpisodeLedger", "EpisodeStats", "PoolReceiving"]
 
 S = TypeVar("S")
 
-#: In a pool whose workers all answer in line, the most states taken between two turns
-#: of the event loop (see ``PoolReceiving._all_in_line``).
-TURN_EVERY = 16
-
 
 @dataclasses.dataclass
 class EpisodeStats:
@@ -196,12 +192,7 @@ class PoolReceiving(Generic[S]):
         #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
         #: the others in (see _let_the_others_in).
         self._in_line = None if self._inbox.ordered else self._roster.in_line
-        #: Every worker answers in line: a state is always ready while one is stepped, so
-        #: the pool never waits, and the event loop (the program's other tasks, timers, a
-        #: failed worker's restart) runs only when it is given a turn: every TURN_EVERY
-        #: states, a few microseconds each.
-        self._all_in_line = self._roster.all_in_line
-        self._since_turn = 0  # states taken since the loop's last turn, where _all_in_line
+        self._all_in_line = self._roster.all_in_line  # (see Roster.all_in_line)
         if self._in_line is not None:
             self._inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
@@ -239,10 +230,8 @@ class PoolReceiving(Generic[S]):
             if outcome is None:
                 outcome = await self._wait_next(deadline)
         else:
-            if self._all_in_line:  # a turn every TURN_EVERY states (see _all_in_line)
-                self._since_turn += 1
-                if self._since_turn >= TURN_EVERY:
-                    await self._take_turn()
+            if self._all_in_line and self._roster.owes_a_turn():  # asyncio's or trio's
+                await anyio.lowlevel.checkpoint()
             outcome = self._inbox.pop_next()
             if outcome is None:
                 self._check_loop()
@@ -287,8 +276,8 @@ class PoolReceiving(Generic[S]):
         deadline = self._deadline(timeout)
         if self._in_line is not None:
             await self._let_the_others_in(deadline, whole_batch=True)
-        elif self._all_in_line:
-            await self._take_turn()  # (a batch: states enough to give it one each)
+        elif self._all_in_line:  # a batch: states enough to give the loop a turn each
+            await anyio.lowlevel.checkpoint()
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
             if owed < min_size:
@@ -352,12 +341,6 @@ class PoolReceiving(Generic[S]):
             self._owes_loop_a_turn = False  # the wait was the loop's turn
         if self._owes_loop_a_turn:
             await self._give_loop_a_turn()
-
-    async def _take_turn(self) -> None:
-        """The event loop's turn in a pool of workers that all answer in line (see
-        ``_all_in_line``): asyncio's or trio's, which such a pool may run on."""
-        self._since_turn = 0
-        await anyio.lowlevel.checkpoint()
 
     async def _give_loop_a_turn(self) -> None:
         """Let the event loop run once (its ready I/O and timers) before taking a state:

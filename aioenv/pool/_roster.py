@@ -17,6 +17,10 @@ __all__ = ["Roster", "checked_workers", "none_left"]
 
 S = TypeVar("S")
 
+#: In a pool whose workers all answer in line, the most states taken between two turns
+#: of the event loop (see :attr:`Roster.all_in_line`).
+TURN_EVERY = 16
+
 
 class Roster:
     """The workers of a pool, addressed by id (their positions), as the pool's helpers see
@@ -46,11 +50,21 @@ class Roster:
         #: others do not: which do (see :meth:`send_order`); else None.
         in_line = [member.answers_in_line for member in self.members]
         self.in_line = in_line if any(in_line) and not all(in_line) else None
-        #: Every worker answers in line (a pool of sync workers).
+        #: Every worker answers in line (a pool of sync workers): a state is always ready
+        #: while one is stepped, so a loop over them never waits, and the event loop (the
+        #: program's other tasks and timers, a failed worker's restart) runs only when the
+        #: pool gives it a turn: every TURN_EVERY states (see :meth:`owes_a_turn`).
         self.all_in_line = all(in_line)
+        self._since_turn = 0  # states taken since the event loop's last turn
 
     def __len__(self) -> int:
         return len(self.members)
+
+    def owes_a_turn(self) -> bool:
+        """Where every worker answers in line: a state is taken now; True where the event
+        loop is then owed its turn (``TURN_EVERY`` states since its last)."""
+        self._since_turn = (self._since_turn + 1) % TURN_EVERY
+        return not self._since_turn
 
     def index(self, worker_id: int) -> int:
         """``worker_id`` checked: an int naming one of the workers (UnknownWorker
