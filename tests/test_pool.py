@@ -553,6 +553,18 @@ async def _take(pool: aioenv.WorkerPool[Any], take: str) -> list[tuple[Any, int]
     return list(zip(batch.states, batch.worker_ids.tolist(), strict=True))
 
 
+class Ticker:
+    """A task that counts how often the event loop's 5 ms timer fires."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(0.005)
+            self.ticks += 1
+
+
 @pytest.mark.serial  # it counts states per worker over a time window
 @pytest.mark.loops
 @pytest.mark.parametrize("take", ["get_state", "get_batch"])
@@ -561,32 +573,26 @@ async def test_a_sync_worker_never_starves_the_other_workers_or_the_event_loop(t
     keeps taking it and sending it the next action never has to wait: the pool still
     lets the event loop run, so the thread and process workers' states come in and the
     loop's timers fire."""
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await anyio.sleep(0.005)
-            ticks += 1
+    ticker = Ticker()
 
     seen = [0, 0, 0]
     async with (
         aioenv.make_pool("CartPole-v1", 3, mode=["sync", "thread", "process"], seed=1) as pool,
         anyio.create_task_group() as group,
     ):
-        group.start_soon(ticker)
+        group.start_soon(ticker.run)
         pool.reset()
         # Bounded by the clock, not by the loop's timers: without its turns the loop
         # could not fire a cancel scope's deadline.
         give_up = time.monotonic() + 60
-        while (min(seen) < 50 or ticks < 3) and time.monotonic() < give_up:
+        while (min(seen) < 50 or ticker.ticks < 3) and time.monotonic() < give_up:
             for step, worker_id in await _take(pool, take):
                 seen[worker_id] += 1
                 pool.send_action(RESET if step.done else 0, worker_id)
         group.cancel_scope.cancel()
         await drain(pool)
     assert min(seen) >= 50, f"states taken per worker (sync, thread, process): {seen}"
-    assert ticks >= 3, f"the event loop's timer fired {ticks} times"
+    assert ticker.ticks >= 3, f"the event loop's timer fired {ticker.ticks} times"
 
 
 @pytest.mark.parametrize("take", ["async for", "get_state", "get_batch"])
@@ -626,13 +632,7 @@ async def test_a_pool_of_sync_workers_lets_the_event_loops_other_tasks_run(
     """Every state of a pool of sync workers is ready as soon as its action is sent, so a
     loop over them never waits: the pool still gives the event loop a turn now and then,
     so the program's other tasks and timers run."""
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await anyio.sleep(0.005)
-            ticks += 1
+    ticker = Ticker()
 
     async with (
         aioenv.make_pool(Counter, 2, mode="thread", force_sync=True)
@@ -640,15 +640,15 @@ async def test_a_pool_of_sync_workers_lets_the_event_loops_other_tasks_run(
         else aioenv.make_pool(Counter, 2, mode="sync") as pool,
         anyio.create_task_group() as group,
     ):
-        group.start_soon(ticker)
+        group.start_soon(ticker.run)
         pool.reset()
         give_up = time.monotonic() + 60  # the clock's: the loop's timers are what is tested
-        while ticks < 3 and time.monotonic() < give_up:
+        while ticker.ticks < 3 and time.monotonic() < give_up:
             _, worker_id = await pool.get_state()  # type: ignore[misc]
             pool.send_action(1, worker_id)
         group.cancel_scope.cancel()
         await drain(pool)
-    assert ticks >= 3, f"the event loop's timer fired {ticks} times"
+    assert ticker.ticks >= 3, f"the event loop's timer fired {ticker.ticks} times"
 
 
 MIXED_WITH_SYNC = [["sync", "thread", "thread", "thread"], ["sync", "thread", "process", "process"]]
