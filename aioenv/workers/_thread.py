@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import queue
 import threading
 import warnings
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -91,14 +91,18 @@ class ThreadWorker(Worker[S]):
 
     async def _wait_closed(self, cleanup_time: float) -> None:
         loop = asyncio.get_running_loop()
-        done = [t.finished_future(loop) for t in self._threads if not t.finished.is_set()]
+        done = [
+            asyncio.wrap_future(t.finished, loop=loop)
+            for t in self._threads
+            if not t.finished.done()
+        ]
         with anyio.move_on_after(cleanup_time):
             for future in done:
                 await future
         for env_thread in self._threads:
-            if env_thread.finished.is_set():
-                env_thread.join()  # it has run its last line: this returns at once
-        self._threads = [t for t in self._threads if not t.finished.is_set()]
+            if env_thread.finished.done():
+                env_thread._thread.join(timeout=1.0)  # it has run its last line: at once
+        self._threads = [t for t in self._threads if not t.finished.done()]
         if self._threads:
             warnings.warn(
                 f"{self.name}: the env did not close within {cleanup_time:g} s; its thread "
@@ -113,31 +117,16 @@ class _EnvThread:
 
     def __init__(self, worker: ThreadWorker[Any], runner: Runner) -> None:
         self.requests: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-        self.finished = threading.Event()
+        #: Completed when the thread has finished (``asyncio.wrap_future`` waits for it on
+        #: a loop). Running from the start, so that a wait cancelled cannot cancel it.
+        self.finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.finished.set_running_or_notify_cancel()
         self._worker = worker
         self._runner = runner
-        self._on_finished: Callable[[], None] | None = None
         self._thread = threading.Thread(
             target=self._serve, name=f"aioenv-thread-worker ({worker.env_name})", daemon=True
         )
         self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join(timeout=1.0)
-
-    def finished_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A future of ``loop``, completed there when the thread has finished."""
-        future: asyncio.Future[None] = loop.create_future()
-
-        def on_finished() -> None:
-            loop.call_soon_threadsafe(_set_done, future)
-
-        # The thread sets the event, then reads the callback; whichever side comes second
-        # sees the other's write, so the wake-up cannot be missed.
-        self._on_finished = on_finished
-        if self.finished.is_set():
-            _set_done(future)
-        return future
 
     def _serve(self) -> None:
         worker, runner = self._worker, self._runner
@@ -164,17 +153,10 @@ class _EnvThread:
                 except RuntimeError:
                     return  # the event loop is closed: nobody is left to answer
         except BaseException as exc:  # SystemExit and the like, built or stepped: env done
-            self._report_death(exc)
+            runner.close()
+            worker._from_thread(worker._on_thread_death, self, exc)
         finally:
-            self.finished.set()
-            callback = self._on_finished
-            if callback is not None:
-                with contextlib.suppress(RuntimeError):
-                    callback()
-
-    def _report_death(self, exc: BaseException) -> None:
-        self._runner.close()
-        self._worker._from_thread(self._worker._on_thread_death, self, exc)
+            self.finished.set_result(None)
 
 
 def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
@@ -186,8 +168,3 @@ def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
         runner.build_failure = Failure.from_exception(
             refusal(env_name, reason), "construction (thread workers' check)"
         )
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
