@@ -285,9 +285,10 @@ class Worker(Membership, Generic[S]):
         ``borrowed``: the state's observation is a view of shared memory."""
         flight = self._flight
         if not seq or seq != flight.awaited:
-            if seq in flight.controls:
-                flight.answer_control(seq, result, self._env_error)
-            return  # a late reply to a request nobody waits for any more
+            # A control request's answer, else a late reply to a request nobody waits for
+            # any more (answer_control drops it).
+            flight.answer_control(seq, result, self._env_error)
+            return
         supervisor = self._supervisor
         failed = isinstance(result, Failure)
         reason = None

@@ -299,8 +299,7 @@ class SupervisedEnv(abc.ABC):
         if remaining > 0:
             self._supervisor.arm_budget(loop, remaining, self._budget_ran_out)
             return action
-        last = self._kept_last()
-        self._budget.deadline = None
+        last = self._budget_ended()
         if restart_answers(last, self._episode.autoreset):
             self._cut_from, self._budget.resetting = last, True
             return RESET
@@ -308,8 +307,11 @@ class SupervisedEnv(abc.ABC):
         self._deliver_cut_short(last, EPISODE_TIMEOUT)
         return None
 
-    def _kept_last(self) -> Any:
-        """The state last handed out, owned (not a view of memory its env writes)."""
+    def _budget_ended(self) -> Any:
+        """The open episode ran out of its budget, which times it no more: the state last
+        handed out (its episode's, now cut short), owned (not a view of memory its env
+        writes)."""
+        self._budget.deadline = None
         last = self._last
         assert last is not None  # an episode is timed only once a state was handed out
         return last.state.owned() if last.borrowed else last.state
@@ -322,8 +324,7 @@ class SupervisedEnv(abc.ABC):
         if not seq or self._closing:
             return
         assert self._loop is not None
-        last = self._kept_last()
-        self._budget.deadline = None
+        last = self._budget_ended()
         self._flight.fail_controls(
             WorkerError(
                 f"{self.name}: its env was dropped, its episode having run past "
