@@ -128,9 +128,6 @@ class AsyncEnvWorker(Worker[S]):
     def _start_close(self) -> None:
         self._current.cancel()  # a step in flight is cancelled; the env is then closed
 
-    def _abandon(self) -> None:
-        self._current.cancel()
-
     async def _wait_closed(self, cleanup_time: float) -> None:
         tasks = [env.task for env in self._envs if env.task is not None]
         if not tasks:

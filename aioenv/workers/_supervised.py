@@ -91,8 +91,11 @@ class SupervisedEnv(abc.ABC):
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 (optional)
         """Hook: start watching this worker from ``loop``."""
 
-    def _abandon(self) -> None:  # noqa: B027 (optional)
-        """Hook: stop at once, without a loop."""
+    def _abandon(self) -> None:
+        """Hook: stop at once, without a loop. By default the env is asked to close, as at
+        :meth:`_start_close` (sync, thread and coroutine workers, which need no loop for
+        that)."""
+        self._start_close()
 
     def _run_coroutines_in(self, host: CoroutineHost) -> None:  # noqa: B027 (optional)
         """Hook: run the env's coroutines through ``host`` rather than on the worker's loop

@@ -86,9 +86,6 @@ class ThreadWorker(Worker[S]):
     def _start_close(self) -> None:
         self._current.requests.put((0, _STOP))
 
-    def _abandon(self) -> None:
-        self._start_close()
-
     async def _wait_closed(self, cleanup_time: float) -> None:
         loop = asyncio.get_running_loop()
         done = [
