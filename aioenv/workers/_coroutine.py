@@ -99,8 +99,7 @@ class AsyncEnvWorker(Worker[S]):
             self._on_death(env_ended_worker(self.name, self.worker_id, exc))
 
     def _on_task_ended(self, env_task: _EnvTask, task: asyncio.Task[None]) -> None:
-        if env_task in self._envs:
-            self._envs.remove(env_task)
+        self._envs.remove(env_task)  # listed by _spawn, and its task ends once
         if env_task._cancelled or env_task is not self._current:
             return
         if task.cancelled():  # not by the worker: by the end of its loop, as asyncio.run's
