@@ -47,7 +47,7 @@ class EnvFactory:
 
 @contextlib.contextmanager
 def _monitors_write_nothing() -> Iterator[None]:
-    """SB3 ``Monitor``s built by this thread in the block get a writer that writes nothing
+    """SB3 ``Monitor``s built by this thread in the block get no writer, so write nothing
     (``Monitor`` makes its writer when it is built, and keeps it). Other threads' monitors
     are built as usual: the stand-in asks :func:`probing`, which is per thread."""
     from stable_baselines3.common import monitor
@@ -67,7 +67,9 @@ def _monitors_write_nothing() -> Iterator[None]:
 
 
 class _ProbeAwareWriter:
-    """SB3's ``ResultsWriter`` for everyone but a probe env's build: a writer of nothing."""
+    """SB3's ``ResultsWriter`` for everyone but a probe env's build, whose ``Monitor`` gets
+    None: no writer, as a ``Monitor`` given no filename has (it then writes nothing, and
+    opens no file)."""
 
     #: SB3's own ResultsWriter, and how many builds use the stand-in now.
     real: Any = None
@@ -76,16 +78,7 @@ class _ProbeAwareWriter:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if not probing():
             return cls.real(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def write_row(self, epinfo: dict[str, float]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+        return None
 
 
 # Run on an env as its factory built it (its outermost wrapper), as SB3's workers do ------
