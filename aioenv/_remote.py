@@ -72,9 +72,9 @@ class _Servers:
 
     def release(self, url: str, *, failed: bool) -> None:
         with self._lock:
-            self._sessions[url] -= 1
-            if self._sessions[url] <= 0:
-                del self._sessions[url]
+            # Counter's -= keeps the positive counts only: a server left with no session
+            # is dropped.
+            self._sessions -= collections.Counter([url])
             if failed:
                 self._failed[url] = time.monotonic()
 
