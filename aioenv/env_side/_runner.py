@@ -223,7 +223,7 @@ class EnvRunner:
         is made where the episode goes on (``as_step``: as a Step, for a step alone); any
         other answer is :meth:`step`'s. Only a step whose episode goes on is taken here
         without :meth:`step`'s bookkeeping: every episode's end and reset is settled by
-        :meth:`_end_of_step` and :meth:`step_plan`, the one place of the autoreset rule. With
+        :meth:`_settle` and :meth:`step_plan`, the one place of the autoreset rule. With
         a gymnasium env and no ``max_episode_steps`` of aioenv's own."""
         gym = self.gym
         if gym is None or self.needs_reset or self.episode.max_episode_steps is not None:
@@ -266,17 +266,34 @@ class EnvRunner:
         return (state.observation, state.reward, state.terminated, state.truncated, state.info)
 
     def _settle(self, env: Any, state: Any) -> tuple[Any, bool]:
-        """The bookkeeping after a step (see :meth:`_end_of_step`): the state to answer
-        and False, or the step and True where the env must be reset now
-        (:meth:`_autoreset_plan` then answers). A plain function, not a plan: most steps
-        make no call of the env here, and a plan per step costs a generator."""
+        """The bookkeeping after ``env`` returned ``state``: the state to answer and False,
+        or the step and True where the env must be reset now (autoreset "same_step":
+        :meth:`_autoreset_plan` then resets it and answers, merging the two with
+        :func:`with_reset`). A plain function, not a plan: most steps make no call of the
+        env here, and a plan per step costs a generator."""
+        self.steps_in_episode += 1
         try:
-            state, reset_now = self._end_of_step(env, state)
+            if isinstance(state, Step):
+                ended = state.terminated or state.truncated  # Step.done, without a call per step
+                limit = self.episode.max_episode_steps
+                if limit is not None and self.steps_in_episode >= limit and not ended:
+                    state, ended = dataclasses.replace(state, truncated=True), True
+            else:
+                ended = env.terminated(state)
+                if ended and self.episode.autoreset == "same_step":
+                    raise TypeError(
+                        "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
+                        "carry the final observation; use 'next_step' or 'disabled'"
+                    )
+            if ended:
+                # The autoreset rule as configure read it: no call at an episode's end.
+                self.needs_reset = self._resets_after_end
         except Exception as exc:
             return self._failed(Failure.from_exception(exc, "autoreset")), False
-        if not reset_now:
-            self.last = state
-        return state, reset_now
+        if ended and self.episode.autoreset == "same_step":
+            return state, True
+        self.last = state
+        return state, False
 
     def _autoreset_plan(self, env: Any, last: Any) -> Plan[Any]:
         """Reset ``env`` after the step ``last`` that ended its episode (autoreset
@@ -287,30 +304,6 @@ class EnvRunner:
             return self._failed(Failure.from_exception(exc, "autoreset"))
         self.last = state
         return state
-
-    def _end_of_step(self, env: Any, state: Any) -> tuple[Any, bool]:
-        """The bookkeeping after ``env`` returned ``state``: the state to answer, and
-        whether the env must be reset now (autoreset "same_step": the caller resets it and
-        merges the two with :func:`with_reset`)."""
-        self.steps_in_episode += 1
-        limit = self.episode.max_episode_steps
-        if not isinstance(state, Step):
-            done = env.terminated(state)
-            if done and self.episode.autoreset == "same_step":
-                raise TypeError(
-                    "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
-                    "carry the final observation; use 'next_step' or 'disabled'"
-                )
-            # The autoreset rule as configure read it: no call at an episode's end.
-            self.needs_reset = done and self._resets_after_end
-            return state, False
-        ended = state.terminated or state.truncated  # Step.done, without a call per step
-        if limit is not None and self.steps_in_episode >= limit and not ended:
-            state, ended = dataclasses.replace(state, truncated=True), True
-        if not ended:
-            return state, False
-        self.needs_reset = self._resets_after_end
-        return state, self.episode.autoreset == "same_step"
 
     def control(self, request: ControlRequest) -> Any:
         """Answer a control request: its result, or a :class:`Failure`."""
