@@ -84,9 +84,7 @@ def batch_vector_infos(
     and merged there with a slice per key. ``entries`` as :func:`group_infos` takes them,
     ``infos`` the rows' own infos. None for an info with a key of its own named
     ``final_obs`` or ``final_info``: the vector form mixes it with the autoreset's, so
-    only the per-row form tells them apart."""
-    if not entries:
-        return {}, {}
+    only the per-row form tells them apart. No entries: no infos (``{}, {}``)."""
     if any("final_obs" in info or "final_info" in info for info in infos.values()):
         return None, None
     grouped = group_infos(entries, size)
