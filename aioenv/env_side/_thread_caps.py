@@ -195,7 +195,13 @@ class _CapOnImport:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _CAPPERS:
             return None
-        spec = _found_by_others(self, fullname, path, target)
+        spec: importlib.machinery.ModuleSpec | None = None
+        for other in list(sys.meta_path):  # the first other finder that finds it
+            find_spec = getattr(other, "find_spec", None)
+            if other is not self and find_spec is not None:
+                spec = find_spec(fullname, path, target)
+                if spec is not None:
+                    break
         loader = None if spec is None else spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -209,16 +215,3 @@ class _CapOnImport:
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-
-def _found_by_others(
-    finder: object, fullname: str, path: Sequence[str] | None, target: Any
-) -> importlib.machinery.ModuleSpec | None:
-    for other in list(sys.meta_path):
-        find_spec = getattr(other, "find_spec", None)
-        if other is finder or find_spec is None:
-            continue
-        spec: importlib.machinery.ModuleSpec | None = find_spec(fullname, path, target)
-        if spec is not None:
-            return spec
-    return None
