@@ -154,34 +154,26 @@ def _column(
         if kind is dict:
             return _group(list(zip(rows, values, strict=True)), size, path, kinds)
         if kind in PYTHON_SCALARS or issubclass(kind, np.number):
-            kinds[path] = kind
             filled = np.array(values, kind)  # each value converted as gymnasium's item does
-            if len(rows) == size:
-                return filled
-            array = np.zeros(size, kind)
-            array[rows] = filled
-            return array
-        if kind is np.ndarray:
-            kinds[path] = kind
-            return _arrays(rows, values, size)
-        if isinstance(values[0], (dict, np.ndarray)):  # subclasses: gymnasium's own rules
+        elif kind is np.ndarray:
+            first = values[0]
+            if any(value.shape != first.shape or value.dtype != first.dtype for value in values):
+                raise TypeError  # not one shape and dtype: the values go one by one
+            filled = np.stack(values)
+        elif isinstance(values[0], (dict, np.ndarray)):  # subclasses: gymnasium's own rules
             raise TypeError
-        return _objects(rows, values, size)
+        else:
+            return _objects(rows, values, size)
+        # A column of numbers or of arrays: the rows not given are zeros.
+        kinds[path] = kind
+        if len(rows) == size:
+            return filled
+        array = np.zeros((size, *filled.shape[1:]), filled.dtype)
+        array[rows] = filled
+        return array
     except (ValueError, TypeError, OverflowError):
         kinds[path] = Mixed(tuple(rows), tuple(values))
         return _one_by_one(key, rows, values, size)
-
-
-def _arrays(rows: list[int], values: list[Any], size: int) -> Any:
-    first = values[0]
-    if any(value.shape != first.shape or value.dtype != first.dtype for value in values):
-        raise TypeError  # not one shape and dtype: the caller goes one by one
-    stacked = np.stack(values)
-    if len(rows) == size:
-        return stacked
-    array = np.zeros((size, *first.shape), first.dtype)
-    array[rows] = stacked
-    return array
 
 
 def _objects(rows: list[int], values: list[Any], size: int) -> Any:
