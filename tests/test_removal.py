@@ -339,6 +339,30 @@ async def test_rollout_goes_on_with_the_rest(kind: str) -> None:
         await pool.set_policy(envs.choose_walk)  # the others take it
 
 
+def _exit_here() -> None:
+    os._exit(3)
+
+
+class ExitsWhereUnpickled:
+    """A policy whose unpickling ends the process that unpickles it: a worker's child."""
+
+    def __reduce__(self) -> Any:
+        return (_exit_here, ())
+
+    def __call__(self, observation: Any) -> int:
+        return 0
+
+
+async def test_a_worker_that_dies_taking_a_policy_raises_its_error_once() -> None:
+    async with aioenv.make_pool(envs.Walk, 2, mode=["process", "thread"]) as pool:
+        with pytest.raises(aioenv.WorkerDied) as raised:
+            await pool.set_policy(ExitsWhereUnpickled())
+        assert raised.value.worker_id == 0
+        assert pool.removed == {0: raised.value} and pool.active_ids == [1]
+        batch = await pool.reset_all()  # the other goes on; that error is not raised again
+        assert batch.worker_ids.tolist() == [1]
+
+
 @pytest.mark.parametrize("kind", ["thread", "process"])
 def test_the_vector_env_cannot_go_on_without_an_env(kind: str) -> None:
     envs_ = aioenv.AioVectorEnv(

@@ -86,21 +86,23 @@ class PoolRollouts:
         version = _next_version(self._package, version)
         package = PolicyPackage(version, uuid.uuid4().hex, policy=policy)
         request = ControlRequest("policy", kwargs={"package": package})
-        futures: list[asyncio.Future[Any]] = []
+        futures: list[tuple[int, asyncio.Future[Any]]] = []
         first_error: BaseException | None = None
         for worker_id in self._roster.ids(None):
             worker = self._roster.members[worker_id]
             try:
-                futures.append(worker.control(request))
+                futures.append((worker_id, worker.control(request)))
             except Exception as exc:
                 if first_error is None:
                     self._roster.hand_out(worker_id, exc)  # a failure for good, raised here
                     first_error = _named(exc, worker)
-        for future in futures:  # every answer awaited, so none is left dangling
+        for worker_id, future in futures:  # every answer awaited, so none is left dangling
             try:
                 await future
             except Exception as exc:
-                first_error = first_error or exc
+                if first_error is None:
+                    self._roster.hand_out(worker_id, exc)  # as above: its death, say
+                    first_error = exc
         if first_error is not None:
             raise first_error
         self._package = package
