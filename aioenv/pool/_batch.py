@@ -9,10 +9,11 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 from gymnasium.spaces import Box
-from gymnasium.vector.utils import concatenate, create_empty_array
+from gymnasium.vector.utils import create_empty_array
 
 from ..core._environment import Step
 from ..workers._inbox import Outcome
+from ._trajectories import stack
 
 __all__ = ["Batch"]
 
@@ -71,14 +72,7 @@ class Batch(Generic[S]):
         space = self._observation_space
         if space is None:
             return np.stack(items) if items else np.empty((0,))
-        out = self._out
-        if isinstance(space, Box):  # what gymnasium's concatenate does for a Box, minus dispatch
-            if out is None:
-                out = np.empty((len(items), *space.shape), space.dtype)
-            return np.stack(items, axis=0, out=out)
-        if out is None:
-            out = create_empty_array(space, n=len(items))
-        return concatenate(space, items, out)
+        return stack(space, items, self._out)
 
     @functools.cached_property
     def rewards(self) -> npt.NDArray[np.float64]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gymnasium.spaces import Space
+from gymnasium.spaces import Box, Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ..core._environment import take_rows
@@ -97,12 +97,17 @@ class Trajectories(Transitions):
         )
 
 
-def stack(space: Space[Any] | None, items: Sequence[Any]) -> Any:
-    """``items`` (observations or actions) stacked as gymnasium batches ``space``; with no
-    space known, ``numpy.asarray``."""
+def stack(space: Space[Any] | None, items: Sequence[Any], out: Any = None) -> Any:
+    """``items`` (observations or actions) stacked as gymnasium batches ``space``, into
+    ``out`` where given (a batch's rows for them, such as a pool's reused array); with no
+    space known, ``numpy.asarray``. :class:`~aioenv.Batch` stacks its observations here
+    too."""
     if space is None:
         return np.asarray(items)
-    out: Any = create_empty_array(space, n=len(items))
-    if not items:
-        return out
-    return concatenate(space, items, out)
+    if isinstance(space, Box):  # what gymnasium's concatenate does for a Box, minus dispatch
+        if out is None:
+            out = np.empty((len(items), *space.shape), space.dtype)
+        return np.stack(items, axis=0, out=out) if items else out
+    if out is None:
+        out = create_empty_array(space, n=len(items))
+    return concatenate(space, items, out) if items else out
