@@ -119,12 +119,8 @@ class Roster:
 
     def active(self) -> list[Member]:
         """Workers that are open, not paused and not given up on."""
-        paused, removed = self.inbox.paused, self.removed
-        return [
-            member
-            for i, member in enumerate(self.members)
-            if not member.closed and i not in paused and i not in removed
-        ]
+        paused = self.inbox.paused
+        return [self.members[i] for i in self._open_ids() if i not in paused]
 
     def pause(self, worker_id: int) -> None:
         """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
