@@ -117,25 +117,23 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
             check_actions=bool(check_actions),
             copy=bool(copy),
         )
-        self._take_options(options)
         self._join(workers, options)
 
-    def _take_options(self, options: PoolOptions) -> None:
+    def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
+        """Take the options, join the workers to this pool's inbox and make the helpers
+        that work on them."""
         #: The options this pool was made with.
         self.options = options
+        episode = options.episode()
         self.cleanup_time = float(options.cleanup_time)
-        self.autoreset = options.episode().autoreset  # aioenv's name, whichever form was given
+        self.autoreset = episode.autoreset  # aioenv's name, whichever form was given
         self.max_episode_steps = options.max_episode_steps
         self.check_actions = options.check_actions
         self.copy = options.copy
         #: Failures seen (env exceptions, deaths, timeouts), restarted or raised.
         self.failures = 0
         self._close_done: anyio.Event | None = None
-
-    def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
-        """Join the workers to this pool's inbox and make the helpers that work on them."""
         self._inbox = inbox = Inbox(ordered=self._ordered)
-        episode = options.episode()
         self._episodes = EpisodeCounter(len(workers), episode.autoreset)
         self._space_check = SpaceCheck()
         self._workers = workers
