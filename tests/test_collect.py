@@ -248,6 +248,38 @@ async def test_the_function_form_keeps_the_pool_s_collector() -> None:
     assert_replay_prefix([first, second])
 
 
+async def test_a_refused_call_of_the_function_form_leaves_the_policy_and_its_version() -> None:
+    def other(batch: aioenv.Batch[Any]) -> list[int]:
+        return [2] * len(batch)
+
+    entered, release = anyio.Event(), anyio.Event()
+    taken: list[aioenv.Trajectories] = []
+
+    async def waiting(batch: aioenv.Batch[Any]) -> np.ndarray:
+        entered.set()
+        await release.wait()
+        return policy(batch)
+
+    async def first_call() -> None:
+        taken.append(await aioenv.collect(pool, waiting, num_steps=10, policy_version=1))
+
+    async with walk_pool("thread") as pool:
+        async with anyio.create_task_group() as group:
+            group.start_soon(first_call)
+            await entered.wait()  # the first call is collecting, its policy called
+            with pytest.raises(RuntimeError, match="already collecting"):
+                await aioenv.collect(pool, other, num_steps=10, policy_version=5)
+            release.set()
+        collector = pool._collector
+        with pytest.raises(ValueError, match="num_steps"):
+            await aioenv.collect(pool, other, num_steps=0, policy_version=6)
+        with pytest.raises(ValueError, match="decrease"):
+            await aioenv.collect(pool, other, num_steps=10, policy_version=0)
+        assert collector.policy is waiting and collector.policy_version == 1
+    assert set(taken[0].policy_version.tolist()) == {1}
+    assert_replay_prefix(taken)
+
+
 # Deterministic twin ----------------------------------------------------------------------
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 async def test_force_sync_gives_the_same_arrays_as_the_async_pool(

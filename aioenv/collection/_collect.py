@@ -177,8 +177,7 @@ class Collector(PoolDriver):
         with the rest, counting ``per_worker`` quotas over them.
         """
         quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
-        if self._running:
-            raise RuntimeError("this collector is already collecting (one call at a time)")
+        self._check_idle()
         self._running = True
         total = quota.amount * (len(self.pool) if quota.per_worker else 1)
         bar = Progress(progress, total=total if quota.unit == "steps" else None)
@@ -202,6 +201,11 @@ class Collector(PoolDriver):
             self._running = False
             bar.close()
         return self._take(quota)
+
+    def _check_idle(self) -> None:
+        """No other call of this collector is collecting."""
+        if self._running:
+            raise RuntimeError("this collector is already collecting (one call at a time)")
 
     # Stepping --------------------------------------------------------------------------
     async def _act(self, quota: Quota, active: list[int]) -> None:
@@ -336,13 +340,16 @@ async def collect(
 ) -> Trajectories:
     """:meth:`Collector.collect` with the pool's own collector (made on first use and kept
     while the pool lives, so open episodes carry over between calls). ``policy`` replaces
-    the collector's policy; ``policy_version`` (None: unchanged) sets its version."""
+    the collector's policy; ``policy_version`` (None: unchanged) sets its version. A call
+    refused (its arguments, or another call collecting) changes neither."""
     collector: Collector | None = pool._collector
     if collector is None:
         collector = pool._collector = Collector(pool, policy)
-    collector.policy = policy
+    make_quota(num_steps, num_episodes, per_worker, fraction, boundary)  # its errors, first
+    collector._check_idle()
     if policy_version is not None:
-        collector.policy_version = policy_version
+        collector.policy_version = policy_version  # raises where it would decrease
+    collector.policy = policy
     return await collector.collect(
         num_steps=num_steps,
         num_episodes=num_episodes,
