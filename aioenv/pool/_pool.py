@@ -245,7 +245,7 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
     def allow_differing_observations(self) -> None:
         """Let workers' observation spaces differ (in bounds, say): for a caller that checks
         them itself, as ``AioVectorEnv(observation_mode="different")`` does."""
-        self._space_check.allow_differing_observations()
+        self._space_check.observations_may_differ = True
 
     # Pausing ---------------------------------------------------------------------------
     def pause(self, worker_id: int) -> None:

@@ -23,11 +23,9 @@ class SpaceCheck:
         #: objects (a process worker keeps them when its new child's are the same bytes)
         #: passes without comparing them again (Box compares its bounds with allclose).
         self._passed: dict[int | None, tuple[Any, Any]] = {}
-        self._observation_spaces_may_differ = False
-
-    def allow_differing_observations(self) -> None:
-        """Compare action spaces only (a caller that checks observations itself)."""
-        self._observation_spaces_may_differ = True
+        #: Compare action spaces only (set by a pool whose caller checks observations
+        #: itself: ``WorkerPool.allow_differing_observations``).
+        self.observations_may_differ = False
 
     def check(self, worker: Member) -> WorkerError | None:
         """The error to raise in place of the worker's first reply, or None."""
@@ -42,7 +40,7 @@ class SpaceCheck:
             self._spaces[worker.num_envs] = self._passed[worker.worker_id] = spaces
             return None
         for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
-            if what == "observation" and self._observation_spaces_may_differ:
+            if what == "observation" and self.observations_may_differ:
                 continue
             if mine != theirs:
                 return SpaceMismatch(
