@@ -284,7 +284,7 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
     @property
     def paused(self) -> tuple[int, ...]:
         """The ids of the paused workers, in increasing order."""
-        return self._roster.paused()
+        return tuple(i for i in range(len(self._roster)) if i in self._inbox.paused)
 
     @property
     def num_active(self) -> int:

@@ -141,10 +141,6 @@ class Roster:
         """The pool is closing: no worker takes another action."""
         self.accepting = [False] * len(self.members)
 
-    def paused(self) -> tuple[int, ...]:
-        """The ids of the paused workers, in increasing order."""
-        return tuple(i for i in range(len(self.members)) if i in self.inbox.paused)
-
     def send_order(self, worker_ids: Sequence[int]) -> list[int]:
         """``worker_ids`` in the order to send each of them an action: the workers that
         answer in line last. A sync worker steps its env inside the send, so any worker
