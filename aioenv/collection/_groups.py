@@ -85,10 +85,6 @@ class _OpenGroup:
     failed: dict[int, str] = dataclasses.field(default_factory=dict)
     retried: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
-    @property
-    def ended(self) -> bool:
-        return len(self.finished) + len(self.failed) == self.size
-
 
 @dataclasses.dataclass(eq=False)
 class _Track(Track):
@@ -284,7 +280,7 @@ class GroupCollector(PoolDriver):
         return member
 
     def _maybe_hand_out(self, group: _OpenGroup) -> None:
-        if not group.ended:
+        if len(group.finished) + len(group.failed) < group.size:  # members still playing
             return
         members = sorted(group.finished)
         parts = [(*group.finished[index], False) for index in members]
