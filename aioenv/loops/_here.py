@@ -1,6 +1,10 @@
 """What runs the calling thread: an asyncio loop, a trio run, or nothing; and what a pool
 called there needs. Trio is only looked for here, never imported: its bridge
-(:mod:`aioenv.loops._trio_bridge`) is imported once trio is running (trio is optional)."""
+(:mod:`aioenv.loops._trio_bridge`) is imported once trio is running (trio is optional).
+
+A :class:`CoroutineHost` is handed to the coroutine workers of a pool whose coroutine envs
+run somewhere else than the pool's loop (under trio, in the trio run: see
+:mod:`aioenv.loops._trio_bridge`)."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 __all__ = [
+    "CoroutineHost",
     "loop_running_here",
     "not_on_asyncio",
     "raised_in",
@@ -20,6 +27,8 @@ __all__ = [
     "trio_env_on_asyncio",
     "trio_running_here",
 ]
+
+T = TypeVar("T")
 
 #: The calling thread's id (no system call), for :func:`still_here`.
 thread_id = threading.get_ident
@@ -86,6 +95,18 @@ def check_loop_move(what: str, old: asyncio.AbstractEventLoop, in_flight: bool) 
             "is lost with that loop. Close the pool (aclose works from any loop) and "
             "make a new one"
         )
+
+
+class CoroutineHost(Protocol):
+    """Where a coroutine env's calls run when not on its pool's loop."""
+
+    async def run_env_call(self, function: Callable[[], Awaitable[T]]) -> T:
+        """Await ``function()`` where the env runs. Cancelled, it cancels it there and
+        waits for it to end."""
+
+    def env_error_hint(self, error: BaseException | None) -> str:
+        """What to add to the message of the env's ``error`` (an env that called a library
+        its host does not run), or nothing."""
 
 
 def trio_env_on_asyncio(error: BaseException | None) -> str:

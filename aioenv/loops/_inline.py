@@ -1,4 +1,5 @@
-"""An event loop that runs in the caller's own thread, only while a call runs.
+"""An event loop that runs in the caller's own thread, only while a call runs; and the
+choice of a host for synchronous callers (:func:`host_for_sync_calls`).
 
 A synchronous ``AioVectorEnv.step`` on it costs no hand-off to another thread and back
 (about 170 µs on uvloop for a blocking-portal round trip): the calling thread runs the
@@ -10,7 +11,7 @@ A thread runs one event loop at a time: a call made while another loop runs in t
 calling thread (a vector env made in a script, then closed from async code) runs this
 loop in a short-lived helper thread instead, and blocks the caller until it is done.
 Code that already runs a loop when it makes the vector env gets a background loop
-instead (see :func:`~aioenv.loops._host.host_for_sync_calls`).
+instead (see :func:`host_for_sync_calls`).
 
 A helper thread per such call, rather than one kept for the loop: the loop then rests in
 no thread between calls, as it does otherwise, nothing is left to stop when it closes,
@@ -28,10 +29,11 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from ._background import BackgroundLoop
 from ._choice import new_loop
 from ._here import loop_running_here
 
-__all__ = ["InlineLoop", "in_helper_thread"]
+__all__ = ["InlineLoop", "LoopHost", "host_for_sync_calls", "in_helper_thread"]
 
 T = TypeVar("T")
 
@@ -86,6 +88,26 @@ class InlineLoop:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+#: An event loop that synchronous code runs coroutines on, one of the two hosts. Both have
+#: ``running`` (calls can still be made), ``in_loop_thread`` (the caller runs on the loop
+#: right now, so a call from it would wait on itself), ``call(function, *args,
+#: timeout=None)`` (run ``function(*args)`` on the loop and return its result; if the
+#: caller is interrupted, the coroutine is cancelled before the exception goes on) and
+#: ``stop(timeout=5.0)``.
+LoopHost = InlineLoop | BackgroundLoop
+
+
+def host_for_sync_calls(thread_name: str) -> LoopHost:
+    """The loop for a pool driven by synchronous calls (``AioVectorEnv``), chosen where it
+    is made. Outside any event loop (a training script), the loop runs in the calling thread
+    during each call (:class:`InlineLoop`): a call costs no hand-off to another thread and
+    back. Inside a running loop (a notebook, async code, a trio run), it runs in a daemon
+    thread named ``thread_name`` (:class:`~aioenv.loops._background.BackgroundLoop`)."""
+    if loop_running_here():
+        return BackgroundLoop(thread_name)
+    return InlineLoop()
 
 
 def in_helper_thread(call: Callable[[], T]) -> T:

@@ -14,7 +14,7 @@ task's context says the library running is trio, and anyio would believe it on t
 loop as well (see :mod:`aioenv.loops._background`).
 
 Coroutine envs are the exception that runs the other way: the bridge is handed to the
-pool's coroutine workers as their :class:`~aioenv.loops._host.CoroutineHost`, so each call
+pool's coroutine workers as their :class:`~aioenv.loops._here.CoroutineHost`, so each call
 of a coroutine env (which may use trio) runs as a task of the trio run, awaited from the
 bridge.
 
@@ -48,8 +48,7 @@ import trio
 
 from ..core._errors import ClosedError, pool_closed
 from ._background import BackgroundLoop, close_at_exit
-from ._here import raised_in
-from ._host import CoroutineHost
+from ._here import CoroutineHost, raised_in
 
 __all__ = ["TrioPool", "bridged"]
 

@@ -14,7 +14,7 @@ import gymnasium
 from ..core._environment import Stepped, describe_source
 from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved, env_given_up
 from ..loops._background import close_at_exit
-from ..loops._host import LoopHost, host_for_sync_calls
+from ..loops._inline import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._remote_control import PerWorker
 from ..workers.process._worker import ProcessWorker
@@ -131,7 +131,7 @@ class Runtime:
     Made outside any event loop (a training script), the loop runs in the calling thread
     during each call: a step costs no hand-off to another thread and back. Made inside a
     running loop (a notebook, async code), it runs in a daemon thread of its own (see
-    :func:`~aioenv.loops._host.host_for_sync_calls`)."""
+    :func:`~aioenv.loops._inline.host_for_sync_calls`)."""
 
     batched = False
     by_env = False

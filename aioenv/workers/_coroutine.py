@@ -16,8 +16,7 @@ from ..core._errors import EnvError, WorkerError, env_ended_worker
 from ..core._messages import ControlRequest, Failure
 from ..env_side._async_runner import AsyncEnvRunner
 from ..env_side._runner import NOT_ACTIONS
-from ..loops._here import trio_env_on_asyncio
-from ..loops._host import CoroutineHost
+from ..loops._here import CoroutineHost, trio_env_on_asyncio
 from ._base import Worker
 
 __all__ = ["AsyncEnvWorker"]

@@ -31,7 +31,7 @@ from ..core._restarts import (
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
 from ..core._supervisor import Remedies, Supervisor
-from ..loops._host import CoroutineHost
+from ..loops._here import CoroutineHost
 from ._in_flight import InFlight
 from ._inbox import Outcome
 
