@@ -1,5 +1,9 @@
-"""An event loop that runs in the caller's own thread, only while a call runs; and the
-choice of a host for synchronous callers (:func:`host_for_sync_calls`).
+"""An event loop that runs in the caller's own thread, only while a call runs; and what a
+caller gets, chosen by what runs its thread: the host of a pool driven by synchronous calls
+(:func:`host_for_sync_calls`), and the pool itself or, in a trio run, the stand-in that
+runs it on a private asyncio loop (:func:`for_this_loop`). The trio bridge imports nothing
+of this module, so this module may import the bridge (only once trio runs: trio is
+optional) with no import circle.
 
 A synchronous ``AioVectorEnv.step`` on it costs no hand-off to another thread and back
 (about 170 µs on uvloop for a blocking-portal round trip): the calling thread runs the
@@ -31,9 +35,9 @@ from typing import Any, TypeVar
 
 from ._background import BackgroundLoop
 from ._choice import new_loop
-from ._here import loop_running_here
+from ._here import loop_running_here, trio_running_here
 
-__all__ = ["InlineLoop", "LoopHost", "host_for_sync_calls", "in_helper_thread"]
+__all__ = ["InlineLoop", "LoopHost", "for_this_loop", "host_for_sync_calls", "in_helper_thread"]
 
 T = TypeVar("T")
 
@@ -108,6 +112,17 @@ def host_for_sync_calls(thread_name: str) -> LoopHost:
     if loop_running_here():
         return BackgroundLoop(thread_name)
     return InlineLoop()
+
+
+def for_this_loop(pool: T) -> T:
+    """``pool`` itself where an asyncio loop (or none) runs this thread; in a trio run, the
+    stand-in that runs it on a private asyncio loop
+    (:func:`aioenv.loops._trio_bridge.bridged`), which only then is imported."""
+    if not trio_running_here():
+        return pool
+    from ._trio_bridge import bridged
+
+    return bridged(pool)
 
 
 def in_helper_thread(call: Callable[[], T]) -> T:

@@ -31,7 +31,7 @@ from ..core._docs import documented_with
 from ..core._errors import WorkerError
 from ..core._messages import Autoreset
 from ..core._supervision import report_failure
-from ..loops._stand_in import for_this_loop
+from ..loops._inline import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
