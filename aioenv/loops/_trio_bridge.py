@@ -221,23 +221,21 @@ class _Forwarder:
             return forwards[name]
         target, bridge = self._target, self._bridge
         member = getattr(type(target), name, None)
-        if inspect.iscoroutinefunction(member):
-            bound = getattr(target, name)
+        coroutine = inspect.iscoroutinefunction(member)
+        if not (coroutine or inspect.isfunction(member)):
+            return _bridged(bridge.call(getattr, target, name), bridge)  # read there
+        bound = getattr(target, name)
 
-            async def forward(*args: Any, **kwargs: Any) -> Any:
-                return _bridged(await bridge.run(bound, *args, **kwargs), bridge)
+        async def forward(*args: Any, **kwargs: Any) -> Any:
+            return _bridged(await bridge.run(bound, *args, **kwargs), bridge)
 
-            forwards[name] = forward
-            return forward
-        if inspect.isfunction(member):
-            bound = getattr(target, name)
+        def forward_sync(*args: Any, **kwargs: Any) -> Any:
+            return _bridged(bridge.call(bound, *args, **kwargs), bridge)
 
-            def forward_sync(*args: Any, **kwargs: Any) -> Any:
-                return _bridged(bridge.call(bound, *args, **kwargs), bridge)
-
-            forwards[name] = forward_sync
-            return forward_sync
-        return _bridged(bridge.call(getattr, target, name), bridge)  # read there
+        # A method's forwarder is made once: awaited on the bridge loop for a coroutine
+        # method, called there for a plain one.
+        forwards[name] = forward if coroutine else forward_sync
+        return forwards[name]
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._bridge.call(setattr, self._target, name, value)
