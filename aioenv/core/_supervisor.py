@@ -236,8 +236,7 @@ class Supervisor:
         if not in_flight:
             self.pending_restart = reason
             return
-        delay = options.backoff(self._consecutive_failures)
-        self._scheduled = (clock.call_later(delay, self.restart, in_flight, reason), reason)
+        self.restart_later(in_flight, reason, clock)
 
     def _take_restart(self, now: float) -> bool:
         """Spend one restart on a failure at ``now``; False: the budget is used up (see
@@ -269,10 +268,13 @@ class Supervisor:
             self.pending_restart = EPISODE_TIMEOUT
 
     def restart_later(self, seq: int, reason: str, clock: Clock, seed: int | None = None) -> None:
-        """The env failed before request ``seq`` came (while idle, or it ended its episode
-        cut short): start a new env for it after the backoff, from the event loop (as
-        every restart, so a sync worker's failures never answer a request inline).
-        ``seed``: the seed of the reset that asked for it, if the user gave one."""
+        """Start a new env for request ``seq`` after the backoff, from the event loop (as
+        every restart, so a sync worker's failures never answer a request inline): the env
+        failed while ``seq`` was in flight (:meth:`failed`; no restart waits for the next
+        request then: a request is never sent to an env dropped for one), ran out of its
+        episode's budget (:meth:`end_episode`), or failed before ``seq`` came (while idle,
+        or it ended its episode cut short). ``seed``: the seed of the reset that asked for
+        it, if the user gave one."""
         self.pending_restart = None
         delay = self.options.backoff(self._consecutive_failures)
         self._scheduled = (clock.call_later(delay, self.restart, seq, reason, seed), reason)
