@@ -200,9 +200,9 @@ class Supervisor:
             if not first:
                 self._failures_since_progress = 0
             self.restart_completed, self._restart_reason = self._restart_reason, None
+        # No deadline runs now (disarmed above): settled where nothing else is pending.
         self.settled = (
-            self._timer is None
-            and not self._consecutive_failures
+            not self._consecutive_failures
             and not self._failures_since_progress
             and self._restart_reason is None
             and self.restart_completed is None
