@@ -278,33 +278,29 @@ class FrameDecoder:
         self._buffer = bytearray()
 
     def feed(self, chunk: bytes | memoryview) -> list[Frame]:
-        frames: list[Frame] = []
         size = HEADER.size
-        if not self._buffer:
-            # Fast path: the chunk holds whole frames, nothing buffered from before.
-            offset = 0
-            end = len(chunk)
-            while end - offset >= size:
-                length, seq, kind, slot = HEADER.unpack_from(chunk, offset)
-                stop = offset + size + length
-                if stop > end:
-                    break
-                frames.append((kind, seq, slot, chunk[offset + size : stop]))
-                offset = stop
-            if offset < end:
-                self._buffer += chunk[offset:]
-            return frames
         buffer = self._buffer
-        buffer += chunk
+        if buffer:
+            # A frame begun in an earlier chunk: once it is whole, the frames are read
+            # from a copy of what is buffered (each payload then a copy of its own).
+            buffer += chunk
+            if len(buffer) < size or len(buffer) < size + HEADER.unpack_from(buffer)[0]:
+                return []
+            chunk = bytes(buffer)
+            buffer.clear()
+        # Whole frames are cut out of the chunk itself (views of it, where it is a view).
+        frames: list[Frame] = []
         offset = 0
-        while len(buffer) - offset >= size:
-            length, seq, kind, slot = HEADER.unpack_from(buffer, offset)
+        end = len(chunk)
+        while end - offset >= size:
+            length, seq, kind, slot = HEADER.unpack_from(chunk, offset)
             stop = offset + size + length
-            if stop > len(buffer):
+            if stop > end:
                 break
-            frames.append((kind, seq, slot, bytes(buffer[offset + size : stop])))
+            frames.append((kind, seq, slot, chunk[offset + size : stop]))
             offset = stop
-        del buffer[:offset]
+        if offset < end:
+            buffer += chunk[offset:]
         return frames
 
     @property
