@@ -92,7 +92,7 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
     def __init__(self, recipe: ChildRecipe, build: bool = True) -> None:
         Replaceable.__init__(self, recipe, build)
         child = recipe.child(build)
-        HostSocket.__init__(self, child.socket, child.alive, len(recipe.payloads), recipe.deliver)
+        HostSocket.__init__(self, child.socket, child.alive, recipe.deliver)
         #: The child's process id, known once it has started (the process object may
         #: close), and a signal asked for before that: under the lock, which the start's
         #: thread takes too.

@@ -23,16 +23,16 @@ class HostSocket:
     """The writing and reading half of :class:`~aioenv.workers.process._host.Host`: the
     parent's end ``sock`` of its child's socket of requests and replies (made
     non-blocking), and ``alive``, held open and never written, over which lanes'
-    descriptors travel; ``size`` slots, whose messages go to ``deliver``."""
+    descriptors travel; one slot per ``deliver`` callback, which that slot's messages go
+    to (``size``: how many)."""
 
     def __init__(
         self,
         sock: socket.socket,
         alive: socket.socket,
-        size: int,
         deliver: Sequence[Callable[..., None]],
     ) -> None:
-        self.size = size
+        self.size = len(deliver)
         self._socket, self._alive = sock, alive
         sock.setblocking(False)
         self._deliver = list(deliver)
