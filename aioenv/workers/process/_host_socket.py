@@ -200,14 +200,12 @@ class SocketWrites:
             sent = len(self.waiting)
         del self.waiting[:sent]
         if not self.waiting:
-            self._stop_watching()
+            self.drop()  # (nothing to forget: it stops watching)
 
     def drop(self) -> None:
-        """Forget what waits (the socket is about to close)."""
+        """Forget what waits (the socket is about to close), and stop watching for the
+        socket to be writable."""
         self.waiting.clear()
-        self._stop_watching()
-
-    def _stop_watching(self) -> None:
         if self._loop is not None:
             if not self._loop.is_closed():
                 self._loop.remove_writer(self._sock.fileno())
