@@ -77,12 +77,6 @@ class ChildRecipe(SlotRecipe):
     on_exit: Sequence[OnExit]
     idle_spin: float
 
-    def child(self, build: bool) -> ChildStart:
-        """The child's start: its program and what it is handed (``build``: it builds every
-        env at once)."""
-        handed = [*self.slots(), build, self.idle_spin]
-        return ChildStart(self.context, self.name, handed, CHILD_PROGRAM)
-
 
 class Host(HostSocket, Replaceable["Host", ChildRecipe]):
     """One child process serving the env slots of ``recipe``; slot ``i``'s messages go to
@@ -91,7 +85,10 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
 
     def __init__(self, recipe: ChildRecipe, build: bool = True) -> None:
         Replaceable.__init__(self, recipe, build)
-        child = recipe.child(build)
+        # The child's start: its program and what it is handed (``build``: it builds every
+        # env at once).
+        handed = [*recipe.slots(), build, recipe.idle_spin]
+        child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
         HostSocket.__init__(self, child.socket, child.alive, recipe.deliver)
         #: The child's process id, known once it has started (the process object may
         #: close), and a signal asked for before that: under the lock, which the start's
