@@ -16,8 +16,15 @@ from typing import Any
 
 import gymnasium
 import pytest
-from envs import AsyncCounter, BigObservation, ChildOnlyReplies, Counter
-from support import KINDS, WORKERS, process_running, wait_until, worker_processes
+from envs import AsyncCounter, BigObservation, ChildOnlyReplies, Counter, Walk
+from support import (
+    KINDS,
+    WORKERS,
+    eventually,
+    process_running,
+    wait_until,
+    worker_processes,
+)
 
 import aioenv
 import aioenv.engine._buffer
@@ -107,6 +114,34 @@ def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> N
 
     asyncio.run(first())
     assert asyncio.run(second()) == [1, 1]
+
+
+@pytest.mark.parametrize("envs_per_process", [1, 2])
+def test_process_workers_stepping_through_their_lanes_work_from_a_second_asyncio_run(
+    envs_per_process: int,
+) -> None:
+    # Walk's Box observations: each env's steps take its lane (aioenv.engine._lane), whose
+    # answer wake the later loop must watch as the first did.
+    pool = aioenv.make_pool(Walk, 2, mode="process", envs_per_process=envs_per_process)
+
+    def lanes_in_use() -> bool:
+        return all(worker._host.lanes.get(worker._slot) for worker in pool.workers)  # type: ignore[attr-defined]
+
+    async def first() -> None:
+        await pool.reset_all()
+        assert await eventually(lanes_in_use)
+
+    async def second() -> list[float]:
+        pool.send_action(1, 0)
+        pool.send_action(1, 1)
+        try:
+            batch = await asyncio.wait_for(pool.get_batch(min_size=2), 20)
+        finally:
+            await pool.aclose()
+        return sorted(float(state.observation[1]) for state in batch.states)
+
+    asyncio.run(first())
+    assert asyncio.run(second()) == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("kind", ["sync", "thread", "process"])

@@ -180,8 +180,8 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             self._loop.add_reader(self._process.sentinel, self._on_sentinel)
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start reading replies and watching for the exit from ``loop`` (once; again
-        from a later loop once the first is closed)."""
+        """Start reading replies (the socket's, and the lanes' in use) and watching for the
+        exit from ``loop`` (once; again from a later loop once the first is closed)."""
         previous = self._loop
         if previous is not None and previous is not loop and previous.is_closed():
             # A later event loop takes over; the closed one took its readers and timers.
@@ -192,6 +192,7 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         self.exited = asyncio.Event()
         loop.add_reader(self._socket.fileno(), self._on_readable)
         self._reading = True
+        self.watch_lanes(loop)  # (the first loop has none yet)
         self._sentinel_watched = False
         if self._started.done():
             loop.call_soon(self._on_started)  # a failed start is reported as a death is

@@ -49,6 +49,9 @@ class HostSocket:
         #: mapped it; those offered and not answered yet.
         self.lanes: dict[int, Lane] = {}
         self._offered: dict[int, Lane] = {}
+        #: What each slot's lane in use calls when its answer wake may have a post (see
+        #: :meth:`lane_answered`), for a later event loop to watch it too (:meth:`watch_lanes`).
+        self._on_answer: dict[int, Callable[[Lane], None]] = {}
         self._reading = False
         self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
 
@@ -112,8 +115,14 @@ class HostSocket:
             if lane is not None:
                 lane.close()
             return
-        self.lanes[slot] = lane
+        self.lanes[slot], self._on_answer[slot] = lane, on_answer
         self._loop.add_reader(lane.answer_fd, on_answer, lane)
+
+    def watch_lanes(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch the answer wakes of the lanes in use from ``loop``, a later event loop
+        that takes over once the one that watched them is closed (it took their readers)."""
+        for slot, lane in self.lanes.items():
+            loop.add_reader(lane.answer_fd, self._on_answer[slot], lane)
 
     def _close_lanes(self, *slots: int) -> None:
         """Close the lanes of ``slots`` (all: every slot's), in use or offered."""
