@@ -90,10 +90,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._ray = ray = import_ray()
         init_ray(ray)
         actor_class = _actor_class(ray).options(**recipe.options)  # bad options fail here, at once
-
-        def create() -> Any:
-            return actor_class.remote(*recipe.slots())
-
+        create = functools.partial(actor_class.remote, *recipe.slots())
         #: The actor's handle once it is created (None until then).
         self._actor: Any = None
         #: Its creation, asked of Ray off the event loop when made on one.
