@@ -316,34 +316,28 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         return self._step(actions)
 
     def _step(self, actions: Any) -> Result:
+        """A lockstep step of the envs, with a batch of env actions. Envs that step the
+        whole batch in one call (in line, at about ``SyncVectorEnv``'s cost; the engine's
+        children) do so; where the envs have no such step (a pool) or cannot take
+        ``actions`` as they are, the general way splits them (or says why not)."""
         if self._batches.checks_actions:
             self._batches.check_actions(actions, range(self._layout.num_envs))
         if self._spin_trial is not None:
             self._spin_trial.step_started()
-        result = self._step_whole(self._envs, actions)
-        if result is not None:
-            return result
-        workers, requests = self._batches.step_requests(actions)
-        return self._batches.stepped(workers, self._exchange(workers, requests))
-
-    def _step_whole(self, envs: Envs, actions: Any) -> Result | None:
-        """A lockstep step of envs that step the whole batch in one call (in line, at about
-        ``SyncVectorEnv``'s cost; the engine's children); None where the envs have no such
-        step (a pool) or cannot take ``actions`` as they are (the general way then splits
-        them, or says why not)."""
         try:
-            batch = envs.step(actions)
+            batch = self._envs.step(actions)
         except WorkerError as error:
-            failed: WorkerError | None = error
+            failed = error
         else:
-            failed = None
-        if failed is not None:
-            raise raised([failed], self._layout.env_of)
-        if batch is None:
-            return None
-        observations, rewards, terminated, truncated, parts = batch
-        infos = self._batches.infos_of(parts) if parts else {}
-        return observations, rewards, terminated, truncated, infos
+            if batch is None:
+                workers, requests = self._batches.step_requests(actions)
+                return self._batches.stepped(workers, self._exchange(workers, requests))
+            observations, rewards, terminated, truncated, parts = batch
+            infos = self._batches.infos_of(parts) if parts else {}
+            return observations, rewards, terminated, truncated, infos
+        # Raised outside the except clause: the env's own error, without the WorkerError
+        # as the context it was raised in.
+        raise raised([failed], self._layout.env_of)
 
     # Requests out, states in (their batched form: VectorBatches) ----------------------
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
