@@ -8,6 +8,7 @@ env's side of it, which knows gymnasium's 5-tuple and keeps the arrays it hands 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,8 @@ class VectorBatches:
         self._single_action_space = single_action_space
         self._action_space = action_space
         self._add_info = add_info
-        self._action_batches: dict[int, Any] = {}  # batch_space(single action, k) by k
+        #: The batched action space of ``k`` envs, by ``k`` (made once for each).
+        self._batched_actions = functools.cache(functools.partial(batch_space, single_action_space))
         self._part_at = {part.start: part for part in layout.parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
@@ -88,7 +90,8 @@ class VectorBatches:
         #: Each env's latest observation: for spaces other than Box, and for any space where
         #: every worker steps one env (its state holds one observation, not a batch).
         self._per_env = zero_rows([single_observation_space] * layout.num_envs)
-        self._batched: dict[int, Any] = {}  # the batched space of a group of each size
+        #: The batched observation space of a group of ``k`` envs, by ``k``.
+        self._batched = functools.cache(functools.partial(batch_space, single_observation_space))
         #: Box observations by first env: the rows of the worker that gave them.
         self._given: dict[int, Any] = {}
         self._reused: Any = None  # with copy=False: the array Box batches are stacked into
@@ -137,12 +140,6 @@ class VectorBatches:
                 "nothing was sent"
             )
         return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
-
-    def _batched_actions(self, size: int) -> Any:
-        space = self._action_batches.get(size)
-        if space is None:
-            space = self._action_batches[size] = batch_space(self._single_action_space, size)
-        return space
 
     # Results in -----------------------------------------------------------------------------
     def stepped(self, workers: list[int], states: list[Any]) -> Result:
@@ -257,10 +254,7 @@ class VectorBatches:
         if self._box:
             self._given[part.start] = observations
             return
-        size = part.stop - part.start
-        batched = self._batched.get(size)
-        if batched is None:
-            batched = self._batched[size] = batch_space(self._single_space, size)
+        batched = self._batched(part.stop - part.start)
         for index, observation in enumerate(iterate(batched, observations), part.start):
             self._per_env[index] = observation
 
