@@ -198,8 +198,17 @@ class EnvLayout:
         """The infos of these workers' batches over their own rows alone, one worker's
         after another (a ``recv``'s rows): their vector forms joined, which is what
         merging them into the vector env's infos and taking those rows gives; None where
-        they do not join (then merge, and take the rows)."""
-        return _joined(batches)
+        they do not join (then merge, and take the rows). Every worker's batches, in order,
+        joined likewise are the vector env's infos (:meth:`infos_of`)."""
+        packed = [batch.packed_infos for batch in batches]
+        if None not in packed:
+            joined = joined_flat(packed)  # type: ignore[arg-type]
+            if joined is not None:
+                return joined
+        groups = [(batch.vector_infos, batch.info_types or {}) for batch in batches]
+        if any(infos is None for infos, _ in groups):
+            return None
+        return joined_infos(groups)  # type: ignore[arg-type]
 
     def infos_of(
         self, worker_ids: list[int], batches: list[BatchStep[Any]], add_info: AddInfo
@@ -210,7 +219,7 @@ class EnvLayout:
         slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
         with ``add_info`` for a worker that sent its infos per row."""
         if worker_ids == self.all_workers:
-            joined = _joined(batches)
+            joined = self.joined_rows(batches)
             if joined is not None:
                 return joined
         infos: dict[str, Any] = {}
@@ -230,19 +239,6 @@ class EnvLayout:
                 if row in batch.infos:
                     infos = add_info(infos, batch.infos[row], lo + row)
         return infos
-
-
-def _joined(batches: list[BatchStep[Any]]) -> dict[str, Any] | None:
-    """The infos of every worker's batch (in order) joined, where they allow it."""
-    packed = [batch.packed_infos for batch in batches]
-    if None not in packed:
-        joined = joined_flat(packed)  # type: ignore[arg-type]
-        if joined is not None:
-            return joined
-    groups = [(batch.vector_infos, batch.info_types or {}) for batch in batches]
-    if any(infos is None for infos, _ in groups):
-        return None
-    return joined_infos(groups)  # type: ignore[arg-type]
 
 
 class _OwnBatching(Exception):
