@@ -127,19 +127,15 @@ class EnvLayout:
         mask, options = reset_mask(options, self.num_envs)
         if mask is None:
             mask = np.ones(self.num_envs, dtype=np.bool_)
-        if self.batched and not (pipelined and self.by_env):
-            return self.resets(seeds, mask, options)
-        ids = np.flatnonzero(mask).tolist()
-        return ids, [
-            RESET if seeds[i] is None and options is None else Reset(seeds[i], options) for i in ids
-        ]
-
-    def resets(
-        self, seeds: list[int | None], mask: Any, options: dict[str, Any] | None
-    ) -> tuple[list[int], list[Any]]:
-        """The workers to reset and their requests: per-env seeds, and a per-env mask
-        where only some of a worker's envs are reset."""
-        ids: list[int] = []
+        if not self.batched or (pipelined and self.by_env):
+            ids = np.flatnonzero(mask).tolist()
+            return ids, [
+                RESET if seeds[i] is None and options is None else Reset(seeds[i], options)
+                for i in ids
+            ]
+        # A request for each worker with envs to reset: their seeds, and a mask of its
+        # own where only some of its envs are reset.
+        worker_ids: list[int] = []
         requests: list[Any] = []
         for worker_id, part in enumerate(self.parts):
             sub_mask = mask[part]
@@ -153,8 +149,8 @@ class EnvLayout:
                 requests.append(RESET)
             else:
                 requests.append(Reset(list(sub_seeds), sub_options))  # type: ignore[arg-type]
-            ids.append(worker_id)
-        return ids, requests
+            worker_ids.append(worker_id)
+        return worker_ids, requests
 
     def values(self, values: Any) -> Any:
         """``set_attr`` values for the workers: one per env becomes a :class:`PerEnv`
