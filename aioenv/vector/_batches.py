@@ -83,7 +83,7 @@ class VectorBatches:
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
         #: group of them and the rule of adding infos (``add_info``) over them.
-        self._row_layouts: dict[int, tuple[EnvLayout, AddInfo]] = {}
+        self._row_layout = functools.cache(_row_layout)
         self._box = isinstance(single_observation_space, Box)
         self._copy = copy
         self._single_space = single_observation_space
@@ -184,14 +184,8 @@ class VectorBatches:
         infos over its rows, ``infos["env_id"]`` as :meth:`received` gives it."""
         infos: dict[str, Any] = {}
         if batch.infos or batch.final_infos:
-            size = len(env_ids)
-            layout = self._row_layouts.get(size)
-            if layout is None:
-                layout = self._row_layouts[size] = (
-                    EnvLayout([size], batched=True),
-                    add_info_of(size),
-                )
-            infos = layout[0].infos_of(_ONLY_WORKER, [batch], layout[1])
+            layout, add_info = self._row_layout(len(env_ids))
+            infos = layout.infos_of(_ONLY_WORKER, [batch], add_info)
         infos["env_id"] = np.array(env_ids, dtype=np.int64)
         return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
@@ -307,6 +301,11 @@ class VectorBatches:
             parts.append(part)
             at += size
         return parts
+
+
+def _row_layout(size: int) -> tuple[EnvLayout, AddInfo]:
+    """A layout of one group of ``size`` rows, and the rule of adding infos over them."""
+    return EnvLayout([size], batched=True), add_info_of(size)
 
 
 def check_batch(actions: Any, call: str, count: int | None) -> None:
