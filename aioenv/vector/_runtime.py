@@ -22,7 +22,6 @@ from ..workers.process._worker import ProcessWorker
 __all__ = [
     "Envs",
     "Runtime",
-    "as_raised",
     "collect",
     "dispatch",
     "exchange",
@@ -333,9 +332,12 @@ def raised(
 ) -> BaseException:
     """What a vector step or reset whose workers failed raises, reported as gymnasium's
     ``AsyncVectorEnv`` reports its sub-envs' errors: each env's error and traceback on
-    gymnasium's logger, then the last env's own exception (see :func:`as_raised`). An
-    error that is not the env's (a worker that died or timed out) is raised as it is.
-    ``env_of(worker_id, env_in_batch)`` is the env of the vector env and its account."""
+    gymnasium's logger, then the last env's own exception where it came back (gymnasium's
+    vector envs re-raise the env's type), with aioenv's account of where it happened
+    (which env of the vector env) attached as a note (Python 3.11+) or as its cause; else
+    that env's EnvError. An error that is not the env's (a worker that died or timed out)
+    is raised as it is. ``env_of(worker_id, env_in_batch)`` is the env of the vector env
+    and its account."""
     failed: list[tuple[int | None, str, EnvError]] = []
     for error in errors:
         if not isinstance(error, EnvError):
@@ -347,26 +349,18 @@ def raised(
         gymnasium.logger.error(error.remote_traceback)
     gymnasium.logger.error("Raising the last exception back to the main process.")
     _, where, error = failed[-1]
-    return as_raised(error, where)
-
-
-def as_raised(error: WorkerError, where: str) -> BaseException:
-    """The env's own exception where it came back (gymnasium's vector envs re-raise the
-    env's type), with aioenv's account of where it happened (``where``: which env of the
-    vector env) attached as a note (Python 3.11+) or as its cause; else ``error``."""
-    if not isinstance(error, EnvError) or not isinstance(error.__cause__, Exception):
+    if not isinstance(error.__cause__, Exception):
         return error
     original = error.__cause__
     note = f"[aioenv] raised by {where} of the AioVectorEnv during {error.during}"
     if sys.version_info >= (3, 11):
         original.add_note(f"{note}; traceback in the worker:\n{error.remote_traceback}")
     elif original.__cause__ is None:
-        cause = EnvError(
+        original.__cause__ = EnvError(
             f"{note} ({error.args[0]})",
             worker_id=error.worker_id,
             remote_traceback=error.remote_traceback,
             exception_type=error.exception_type,
             during=error.during,
         )
-        original.__cause__ = cause
     return original
