@@ -185,12 +185,11 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
             self._define(envs, placed.probe, observation_mode)
             self._pipeline = Pipeline(self._layout, placed.batch_size, envs.autoreset)
             observations, actions = envs.start()
-            layout = self._layout
             batched = check_env_spaces(
                 self.observation_mode,
                 *self._env_spaces,
-                layout.flatten(observations),
-                layout.flatten(actions),
+                self._layout.flatten(observations),
+                self._layout.flatten(actions),
             )
             if batched is not None:
                 self.observation_space = batched
@@ -341,7 +340,6 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
 
     # Requests out, states in (their batched form: VectorBatches) ----------------------
     def _exchange(self, ids: list[int], actions: list[Any]) -> list[Any]:
-        states: list[Any]
         states, errors = self._envs.exchange(ids, actions)
         if errors:
             raise raised(errors, self._layout.env_of)
