@@ -92,6 +92,20 @@ class Gated(Counter):
         return super().step(action)
 
 
+class GatedClose(Counter):
+    """``close`` blocks until the file ``gate`` exists (or 30 s pass): an env whose close
+    the test releases when it chooses."""
+
+    def __init__(self, gate: str) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+
 class SlowSteps(Counter):
     """A Counter whose every step takes ``pause`` seconds (slow enough for an actor to step
     it beside others), and whose step ``wait_at`` waits for the file ``gate``."""

@@ -16,7 +16,15 @@ from typing import Any
 
 import gymnasium
 import pytest
-from envs import AsyncCounter, BigObservation, ChildOnlyReplies, Counter, Walk
+from envs import (
+    AsyncCounter,
+    BigObservation,
+    ChildOnlyReplies,
+    Counter,
+    GatedClose,
+    Walk,
+    open_gate,
+)
 from support import (
     KINDS,
     WORKERS,
@@ -24,6 +32,7 @@ from support import (
     process_running,
     wait_until,
     worker_processes,
+    worker_threads,
 )
 
 import aioenv
@@ -114,6 +123,38 @@ def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> N
 
     asyncio.run(first())
     assert asyncio.run(second()) == [1, 1]
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["pool", "worker"])
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_an_aclose_cancelled_by_asyncio_still_closes_every_env(
+    kind: str, pooled: bool, gate: str
+) -> None:
+    """A pool's or a lone worker's ``aclose()`` cancelled by asyncio itself (``Task.cancel``,
+    as ``asyncio.wait_for`` does past its timeout; anyio's shielded scopes do not stop it)
+    runs to its end, then raises the cancellation: no env is left running."""
+
+    async def main() -> None:
+        if pooled:
+            closed: Any = aioenv.make_pool(lambda: GatedClose(gate), 2, mode=kind, cleanup_time=60)
+            closed.reset()
+            await asyncio.wait_for(closed.get_batch(min_size=2), 20)
+        else:
+            worker_class = aioenv.ThreadWorker if kind == "thread" else aioenv.ProcessWorker
+            closed = worker_class(lambda: GatedClose(gate), cleanup_time=60)
+            closed.send_action(aioenv.RESET)
+            await asyncio.wait_for(closed.get_state(), 20)
+        closing = asyncio.ensure_future(closed.aclose())
+        await asyncio.sleep(0.2)  # the envs' close has begun, and waits for the gate
+        closing.cancel()
+        await asyncio.sleep(0.2)
+        assert not closing.done(), "the close was cut short with the envs still open"
+        open_gate(gate)
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(closing, 20)
+        assert not worker_processes() and not worker_threads()
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("envs_per_process", [1, 2])

@@ -23,6 +23,7 @@ __all__ = [
     "raised_in",
     "running_loop",
     "still_here",
+    "to_the_end",
     "thread_id",
     "trio_env_on_asyncio",
     "trio_running_here",
@@ -42,6 +43,26 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+async def to_the_end(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end even where asyncio itself cancels the calling task
+    meanwhile (``Task.cancel``, as ``asyncio.wait_for`` does past its timeout), which
+    anyio's shielded scopes do not stop; that cancellation is raised once it has ended.
+    On asyncio it runs in a task of its own, awaited through ``asyncio.shield``; under
+    trio (no asyncio loop here), a shielded scope is enough, and it is awaited as it is."""
+    if running_loop() is None:
+        return await awaitable
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as exc:
+            cancelled = exc  # (the task's own cancellation ends the loop: raised below)
+    if cancelled is not None and not task.cancelled():
+        raise cancelled
+    return task.result()
 
 
 def still_here(loop: asyncio.AbstractEventLoop | None, thread: int | None) -> bool:

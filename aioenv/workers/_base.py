@@ -36,7 +36,7 @@ from ..core._messages import EpisodeOptions, Failure
 from ..core._seeds import check_seed, seeded_reset
 from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
 from ..core._supervisor import Supervisor
-from ..loops._here import running_loop, thread_id
+from ..loops._here import running_loop, thread_id, to_the_end
 from ._in_flight import InFlight
 from ._inbox import Outcome
 from ._membership import Membership
@@ -254,9 +254,12 @@ class Worker(Membership, Generic[S]):
                 self._start_close()
             self._flight.inbox.forgive(self.worker_id)
             self._flight.fail_controls(ClosedError(f"{self.name} was closed"))
-            if not self._closed:
-                await self._wait_closed(timeout)
-                self._closed = True
+            if not self._closed:  # (asyncio's own cancellation stops at the shield too)
+                await to_the_end(self._closed_within(timeout))
+
+    async def _closed_within(self, timeout: float) -> None:
+        await self._wait_closed(timeout)
+        self._closed = True
 
     async def __aenter__(self) -> Worker[S]:
         return self
