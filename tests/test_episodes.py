@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter
+from envs import Counter, Walk
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from support import modes
 
@@ -112,6 +112,30 @@ async def test_max_episode_steps_truncates_on_top_of_the_env_limit(mode: Any) ->
         assert flags[3] == [True, True]
         assert all("episode" not in s.info for s in steps)
         assert [s.last_length for s in pool.episode_stats()] == [4, 4]
+
+
+async def test_max_episode_steps_marks_each_step_as_gymnasiums_time_limit(mode: Any) -> None:
+    """An episode the env ends on the limit's own step is terminated and truncated, as
+    gymnasium's TimeLimit marks it; every other step's flags are the env's or the limit's
+    alone, as there."""
+    limit, ended_on_the_limit = 4, 0
+    reference = gymnasium.wrappers.TimeLimit(Walk(), limit)
+    async with aioenv.make_pool(
+        Walk, 1, mode=modes(mode, 1), max_episode_steps=limit, autoreset="disabled"
+    ) as pool:
+        for seed in range(16):
+            reference.reset(seed=seed)
+            pool.send_action(aioenv.Reset(seed=seed), 0)
+            await pool.get_state()
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = reference.step(1)
+                pool.send_action(1, 0)
+                step, _ = await pool.get_state()  # type: ignore[misc]
+                assert (step.terminated, step.truncated) == (terminated, truncated), seed
+                done = terminated or truncated
+            ended_on_the_limit += terminated and truncated
+    assert ended_on_the_limit  # (Walk's episodes of 4 steps end so)
 
 
 async def test_episode_statistics_on_the_pool_leave_info_alone(mode: Any) -> None:

@@ -276,7 +276,9 @@ class EnvRunner:
             if isinstance(state, Step):
                 ended = state.terminated or state.truncated  # Step.done, without a call per step
                 limit = self.episode.max_episode_steps
-                if limit is not None and self.steps_in_episode >= limit and not ended:
+                # Truncated on the limit's step even where the env ended the episode
+                # there itself, as gymnasium's TimeLimit marks it.
+                if limit is not None and self.steps_in_episode >= limit and not state.truncated:
                     state, ended = dataclasses.replace(state, truncated=True), True
             else:
                 ended = env.terminated(state)
