@@ -166,6 +166,23 @@ async def test_episode_statistics_on_the_pool_leave_info_alone(mode: Any) -> Non
             assert worker_stats.last_return == returns[worker_id][-1]
 
 
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])  # envs_per_worker's kinds
+async def test_episode_stats_refused_for_workers_of_several_envs_say_so(kind: str) -> None:
+    # A worker of several gymnasium envs hands out BatchSteps, whose episodes the pool
+    # counts only where rollout() plays them: the refusal says that, and names the worker,
+    # where it called them a custom Environment's states.
+    async with aioenv.make_pool("CartPole-v1", 2, mode=kind, envs_per_worker=2, seed=0) as pool:
+        await pool.reset_all()
+        pool.send_action(np.zeros(2, np.int64), 1)
+        await pool.get_state()
+        with pytest.raises(TypeError, match="episode_stats") as refused:
+            pool.episode_stats()
+    message = str(refused.value)
+    assert "custom" not in message and "terminated()" not in message
+    assert f"{pool.workers[1].name} steps 2 envs together (envs_per_worker=2)" in message
+    assert "rollout()" in message
+
+
 async def test_batches_keep_per_row_final_observations() -> None:
     async with aioenv.make_pool("CartPole-v1", 2, mode="sync", autoreset="same_step") as pool:
         pool.reset(seed=5)

@@ -233,12 +233,20 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
         """Per worker (by id): finished episodes, their mean return and mean length, counted
         from the rewards and steps of the states the pool has handed out (nothing is added
         to the envs' infos). Needs gymnasium envs (:class:`~aioenv.Step` states): the pool
-        cannot see where a custom :class:`~aioenv.Environment`'s episodes end."""
-        if self._episodes.saw_custom_state:
+        cannot see where a custom :class:`~aioenv.Environment`'s episodes end, and looks
+        into no worker of several envs' batches env by env (only :meth:`rollout` counts
+        their episodes)."""
+        if (uncounted := self._episodes.uncounted) is not None:
+            worker = self._roster.members[uncounted]
             raise TypeError(
-                "episode_stats() needs gymnasium envs (aioenv.Step states); this pool handed "
-                "out custom states, whose episode ends only the env's terminated() knows: "
-                "count episodes in your own loop"
+                f"episode_stats() counts workers of one env: {worker.name} steps "
+                f"{worker.num_envs} envs together (envs_per_worker={worker.num_envs}), whose "
+                "episodes the pool counts only where rollout() plays them; count them in "
+                "your own loop"
+                if worker.num_envs > 1
+                else "episode_stats() needs gymnasium envs (aioenv.Step states); this pool "
+                "handed out custom states, whose episode ends only the env's terminated() "
+                "knows: count episodes in your own loop"
             )
         return [dataclasses.replace(stats) for stats in self._episodes.stats]
 

@@ -130,8 +130,9 @@ class EpisodeCounter:
         self._ledger = EpisodeLedger(num_workers, self.stats)
         self._resetting = [True] * num_workers  # the next state answers a reset
         self._next_step = resets_next(autoreset, True)  # after each episode's end
-        #: A state that is not an aioenv.Step was handed out: episode ends are invisible.
-        self.saw_custom_state = False
+        #: The last worker that handed out a state that is not an aioenv.Step (a custom
+        #: env's, or the BatchStep of a worker of several envs): its episodes go uncounted.
+        self.uncounted: int | None = None
 
     def expect_reset(self, worker_id: int) -> None:
         """A reset was sent to ``worker_id``: its next state starts an episode."""
@@ -148,7 +149,7 @@ class EpisodeCounter:
 
     def record(self, worker_id: int, state: Any) -> None:
         if type(state) is not Step:
-            self.saw_custom_state = True
+            self.uncounted = worker_id
             return
         # A reset, or a restarted env's reset handed out in place of a step (its marker
         # is in the info: most steps have none). An episode a failure cut short ends as
