@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from support import wait_until
 
 import aioenv
 from aioenv.vector._grouping import envs_per_worker
@@ -281,6 +282,37 @@ def test_no_state_is_lost_when_an_env_error_stops_a_recv() -> None:
         assert 1 not in venv.recv()[4]["env_id"]
         with pytest.raises(NoAsyncCallError, match=r"only 1 env\(s\) are in flight"):
             venv.recv()
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_each_env_error_among_the_answers_of_one_recv_is_raised_by_a_recv(mode: str) -> None:
+    # envs 0 and 1 raise at the same step (action 2), envs 2 and 3 step on; with every
+    # answer in before the recv, that recv has two errors to hand out: one is raised, the
+    # other by a later recv, as a pool hands them out one at a time
+    with aioenv.AioVectorEnv(
+        envs.RaisesOnTwo, N, mode=mode, envs_per_worker=1, batch_size=2
+    ) as venv:
+        venv.async_reset(seed=0)
+        venv.recv()
+        venv.recv()
+        venv.send(np.array([2, 2, 0, 0]), env_id=range(N))
+        if mode == "process":  # every child has answered: its mark in the engine's buffer
+            assert wait_until(lambda: all(venv._envs.buffer.marks))  # type: ignore[attr-defined]
+        failed: list[str] = []
+        for _ in range(50):
+            try:
+                env_ids = venv.recv()[4]["env_id"]
+            except ValueError as error:
+                failed.append("".join(getattr(error, "__notes__", [])) or str(error.__cause__))
+                if len(failed) == 2:
+                    break
+            else:
+                assert 0 not in env_ids and 1 not in env_ids
+                venv.send(np.zeros(2, np.int64))
+        assert sorted(note.split(" of the AioVectorEnv")[0][-5:] for note in failed) == [
+            "env 0",
+            "env 1",
+        ]
 
 
 @pytest.mark.parametrize("kind", ["thread", "process", "process_grouped", "coroutine", "inline"])

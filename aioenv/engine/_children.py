@@ -211,7 +211,7 @@ class EngineChildren(HandOffs):
         """Take answers into ``held`` (by child id), the first children to answer first
         (those that answered together, by id), until it has ``count``; the error of a
         child that failed, died or hung instead (the answers taken before it stay in
-        ``held``, the others pending).
+        ``held``, the others pending, so a second error is the next call's).
 
         Which children have answered is read from their marks, which each writes just
         before its post: once as many pending children are marked as posts were counted
@@ -233,7 +233,6 @@ class EngineChildren(HandOffs):
                 if died:
                     return together(list(died.values()))
                 continue
-            error = None
             for w in marked[: count - len(held)]:  # the others stay marked, their posts counted
                 answer = self._read(w)
                 if self.budgets is not None:
@@ -241,13 +240,10 @@ class EngineChildren(HandOffs):
                 self.pending.discard(w)
                 self._taken -= 1
                 if isinstance(answer, WorkerError):
-                    error = error or answer
-                else:
-                    held[w] = answer
-                    if self.revivals is not None and self.unsettled:
-                        self.revivals.progress((w,))
-            if error is not None:
-                return error
+                    return answer  # the next marked stay pending: an error of theirs is kept
+                held[w] = answer
+                if self.revivals is not None and self.unsettled:
+                    self.revivals.progress((w,))
         return None
 
     def observations(self) -> Any:
