@@ -473,6 +473,13 @@ def test_pipelined_calls_take_whole_envs() -> None:
             venv.send(np.ones(2, np.int64), [0, 1])
 
 
+def test_a_numpy_integer_batch_size_counts_lanes_as_its_int_does() -> None:
+    with aioenv.AioVectorEnv([dying] * 4, mode="thread", batch_size=np.int64(6)) as venv:
+        assert venv.batch_size == 6
+        venv.async_reset(seed=0)
+        assert len(venv.recv()[4]["env_id"]) == 6
+
+
 # Pools: the env's own dicts ------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["sync", "process"])
 def test_a_pool_hands_out_the_envs_dicts_by_agent(mode: str) -> None:

@@ -208,6 +208,15 @@ def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
         assert venv.recv()[0].shape == (2, 4)
 
 
+def test_a_numpy_integer_batch_size_groups_process_workers_as_its_int_does() -> None:
+    assert envs_per_worker(16, 2, batch_size=np.int64(4)) == 4
+    with aioenv.AioVectorEnv(envs.Walk, N, mode="process", batch_size=np.int64(2)) as venv:
+        assert venv.batch_size == 2
+        assert all(size in (1, 2) for size in venv.group_sizes)
+        venv.async_reset(seed=0)
+        assert venv.recv()[0].shape == (2, 2)
+
+
 def test_mixing_lockstep_and_pipelined_calls_says_what_to_do() -> None:
     with aioenv.AioVectorEnv(envs.Walk, N, mode="thread", envs_per_worker=2, batch_size=2) as venv:
         with pytest.raises(NoAsyncCallError, match=r"async_reset\(\) or send\(\) actions first"):

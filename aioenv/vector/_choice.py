@@ -239,7 +239,7 @@ def _envs_of_lanes(batch_size: int | None, lanes: int) -> int | None:
     """A ``batch_size`` given in lanes, as the whole envs it stands for."""
     if batch_size is None:
         return None
-    if not isinstance(batch_size, int) or batch_size < 1 or batch_size % lanes:
+    if not isinstance(batch_size, numbers.Integral) or batch_size < 1 or batch_size % lanes:
         raise ValueError(
             f"batch_size={batch_size!r} counts lanes, and each env has {lanes} (one per "
             "agent), which step together: pass a multiple of that"

@@ -8,6 +8,7 @@ than a pool of process workers, and in which groups (:func:`engine_envs`).
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from collections.abc import Sequence
@@ -178,7 +179,7 @@ def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) ->
     most ``ceil(num_envs / children)``, with one child per core but one (the training
     script's), at least one child."""
     target = -(-num_envs // max(1, cores - 1))
-    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else num_envs
+    batch = batch_size if isinstance(batch_size, numbers.Integral) and batch_size > 0 else num_envs
     return max(k for k in range(1, target + 1) if num_envs % k == 0 and batch % k == 0)
 
 
