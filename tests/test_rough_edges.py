@@ -95,6 +95,31 @@ def test_a_pipelined_send_checks_its_actions_before_it_sends_any() -> None:
         assert len(envs.recv()[4]["env_id"]) == 2
 
 
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_vector_env_of_a_pool_that_checks_actions_sends_none_of_a_batch_it_refuses(
+    mode: str,
+) -> None:
+    """AioVectorEnv.from_pool over a pool made with check_actions=True: the whole batch is
+    checked before any env is sent its action, in step() and in a pipelined send(), as
+    the vector env's own check_actions does."""
+    good = np.array([0, 1, 1, 0])
+    reference = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 4)
+    pool = aioenv.make_pool("CartPole-v1", 4, mode=mode, check_actions=True, autoreset="next_step")
+    with aioenv.AioVectorEnv.from_pool(pool, batch_size=2) as envs:
+        np.testing.assert_array_equal(envs.reset(seed=3)[0], reference.reset(seed=3)[0])
+        with pytest.raises(aioenv.InvalidAction):
+            envs.step(np.array([0, 1, 2, 0]))
+        observations = envs.step(good)[0]
+        np.testing.assert_array_equal(observations, reference.step(good)[0])  # none stepped
+        envs.async_reset(seed=0)
+        env_ids = envs.recv()[4]["env_id"]
+        with pytest.raises(aioenv.InvalidAction):
+            envs.send(np.array([0, 7]), env_ids)
+        envs.send(np.array([0, 1]), env_ids)  # nothing was sent: both envs take these
+        assert len(envs.recv()[4]["env_id"]) == 2
+    reference.close()
+
+
 async def test_episode_stats_refused_for_custom_states() -> None:
     async with aioenv.make_pool(Counter, 1, mode="sync") as pool:
         await pool.reset_all()

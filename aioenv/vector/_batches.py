@@ -99,7 +99,7 @@ class VectorBatches:
 
     # Actions out --------------------------------------------------------------------------
     #: ``check_actions``: each batch of actions is checked (:meth:`check_actions`) before
-    #: any of it is sent (a pool made by hand, ``AioVectorEnv.from_pool``, checks its own).
+    #: any of it is sent (``AioVectorEnv.from_pool`` takes its pool's check over).
     checks_actions = False
 
     def check_actions(self, actions: Any, env_ids: Any) -> None:

@@ -143,8 +143,8 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         batch_size: int | None = None,
     ) -> AioVectorEnv:
         """Wrap a pool that has not been used from an event loop yet (its autoreset mode
-        becomes the vector env's; ``batch_size`` as in the constructor). The vector env
-        owns the pool from then on."""
+        and ``check_actions`` become the vector env's; ``batch_size`` as in the
+        constructor). The vector env owns the pool from then on."""
         for worker in pool.workers:
             if worker.event_loop is not None:
                 raise RuntimeError(
@@ -166,6 +166,8 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
                 "parallel envs pass their factories to AioVectorEnv(...), which makes their lanes"
             )
         venv._setup(Placement(Runtime(pool), sizes, probe, choice, batch_size), observation_mode)
+        # Its pool's check_actions: a whole batch checked before any is sent, not as each goes.
+        venv._batches.checks_actions, pool.check_actions = pool.check_actions, False
         return venv
 
     def _setup(self, placed: Placement, observation_mode: ObservationMode) -> None:
