@@ -180,6 +180,19 @@ def test_step_wait_and_step_async_out_of_turn_raise_gymnasiums_errors() -> None:
         assert venv.step(np.zeros(N, np.int64))[0].shape == (N, 2)
 
 
+@pytest.mark.parametrize("kind", ["thread", "process_grouped", "inline"])
+def test_step_async_with_too_few_or_many_actions_says_so_and_sends_nothing(kind: str) -> None:
+    with aioenv.AioVectorEnv(envs.Walk, N, **KINDS[kind]) as venv:
+        venv.reset(seed=0)
+        for count in (N - 1, N + 1):
+            with pytest.raises(ValueError, match=rf"^step_async\(\) got {count} actions for"):
+                venv.step_async(np.zeros(count, np.int64))
+        with pytest.raises(NoAsyncCallError):
+            venv.step_wait()  # nothing was sent
+        venv.step_async(np.zeros(N, np.int64))
+        assert venv.step_wait()[0].shape == (N, 2)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

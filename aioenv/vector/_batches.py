@@ -115,14 +115,14 @@ class VectorBatches:
                 reason = explain_invalid_action(action, space)
                 raise InvalidAction(f"AioVectorEnv env {env_id}: {reason}")
 
-    def step_requests(self, actions: Any) -> tuple[list[int], list[Any]]:
+    def step_requests(self, actions: Any, call: str = "step()") -> tuple[list[int], list[Any]]:
         """The workers a step of every env goes to and their requests (the envs and one
-        action each, where they are sent to ``by_env``)."""
+        action each, where they are sent to ``by_env``); ``call`` is named in errors."""
         num_envs = self._layout.num_envs
         batch = list(iterate(self._action_space, actions))
         if len(batch) != num_envs:
             raise ValueError(
-                f"step() got {len(batch)} actions for {num_envs} envs; nothing was sent"
+                f"{call} got {len(batch)} actions for {num_envs} envs; nothing was sent"
             )
         if self._layout.batched and not self._layout.by_env:
             requests = self._layout.actions(self._single_action_space, actions, batch)

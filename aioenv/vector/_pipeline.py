@@ -293,7 +293,7 @@ class PipelinedCalls:
             actions = self._lanes.env_actions(actions)
         if self._batches.checks_actions:
             self._batches.check_actions(actions, range(self._layout.num_envs))
-        workers, requests = self._batches.step_requests(actions)
+        workers, requests = self._batches.step_requests(actions, "step_async()")
         if self._spin_trial is not None:
             self._spin_trial.step_started()
         self._envs.dispatch(workers, requests, True)
