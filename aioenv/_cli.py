@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         default=8.0,
         help="measured seconds per row (default 8)",
     )
-    bench.add_argument("--seed", type=int, default=0, help="envs' and actions' seed (default 0)")
+    bench.add_argument("--seed", type=_seed, default=0, help="envs' and actions' seed (default 0)")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_serve(commands)
     return parser
@@ -230,6 +230,7 @@ def _checked(
 
 _port = _checked(int, lambda value: 0 <= value <= 65535, "a port number 0-65535")
 _positive = _checked(int, lambda value: value >= 1, "an int >= 1")
+_seed = _checked(int, lambda value: value >= 0, "an int >= 0")  # as numpy seeds
 # `value > 0` also refuses nan.
 _positive_seconds = _checked(float, lambda value: value > 0, "a number of seconds > 0")
 

@@ -177,6 +177,12 @@ def test_bench_refuses_seconds_that_measure_nothing(seconds: str) -> None:
     assert_one_line_error(result, f"--seconds: must be a number of seconds > 0, got {seconds}")
 
 
+def test_bench_refuses_a_negative_seed_in_one_line() -> None:
+    # numpy's seeds (the pools' and the action space's) are non-negative.
+    result = run_cli("bench", "CartPole-v1", "--seed", "-1", "--seconds", "0.1")
+    assert_one_line_error(result, "--seed: must be an int >= 0, got -1")
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
