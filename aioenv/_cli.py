@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command is None:
         parser.print_help()
         return 0
+    if os.getcwd() not in sys.path:  # as python -m: MODULE:ID's MODULE found where it runs
+        sys.path.insert(0, os.getcwd())
     if arguments.command == "info":
         if arguments.env_id is None:
             if arguments.num_envs is not None:

@@ -224,6 +224,25 @@ def test_console_script_is_installed() -> None:
     assert result.stdout.startswith(f"aioenv {aioenv.__version__}\n")
 
 
+def test_console_script_finds_a_module_id_in_the_current_directory(tmp_path: Path) -> None:
+    # As python -m aioenv does: MODULE:ID imports MODULE from where the command runs.
+    (tmp_path / "my_envs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('Mine-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n"
+    )
+    result = subprocess.run(
+        [str(SCRIPT), "info", "my_envs:Mine-v0", "--num-envs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},  # this aioenv
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("env: my_envs:Mine-v0\nobservation space: Box(")
+
+
 def test_info_of_an_env_prints_its_spaces_step_time_and_the_default_mode() -> None:
     result = run_cli("info", "CartPole-v1", "--num-envs", "3")
     assert result.returncode == 0, result.stderr
