@@ -247,7 +247,7 @@ def _mode(text: str) -> str:
 
 
 def _modes(text: str) -> list[str]:
-    modes = [canonical_mode(mode.strip()) for mode in text.split(",") if mode.strip()]
+    modes = list(dict.fromkeys(canonical_mode(m.strip()) for m in text.split(",") if m.strip()))
     unknown = [mode for mode in modes if mode not in worker_modes()]
     if unknown or not modes:
         raise argparse.ArgumentTypeError(

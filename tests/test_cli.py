@@ -108,6 +108,26 @@ def test_bench_table_and_no_progress_bar_when_not_a_terminal() -> None:
 
 
 @pytest.mark.timeout(120)
+def test_bench_measures_a_mode_named_twice_once() -> None:
+    # "async" is "coroutine"'s old spelling: the same row, measured and printed once.
+    result = run_cli(
+        "bench",
+        "CartPole-v1",
+        "--workers",
+        "1",
+        "--modes",
+        "sync,async,coroutine,sync",
+        "--seconds",
+        "0.1",
+        timeout=100,
+    )
+    assert result.returncode == 0, result.stderr
+    labels = [line.rsplit(maxsplit=2)[0] for line in result.stdout.splitlines()[2:-1]]
+    assert labels[:3] == ["aioenv sync", "aioenv coroutine", "aioenv process, 1 env per worker"]
+    assert len(labels) == len(set(labels)) == 6, labels
+
+
+@pytest.mark.timeout(120)
 def test_bench_takes_a_module_id_whose_module_registers_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # registered_pkg (in tests/) registers Thing-v0 when imported; the CLI imports it first.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), *sys.path]))
