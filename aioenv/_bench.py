@@ -128,8 +128,8 @@ async def _drive_pool(
 def _measure_vector(
     label: str, env_id: str, num_envs: int, seconds: float, seed: int
 ) -> Measurement:
-    """A vector env (gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv(shared_memory=True)``,
-    or ``AioVectorEnv``) stepped in lockstep for ``seconds``."""
+    """A vector env (gymnasium's ``SyncVectorEnv``, ``AsyncVectorEnv`` with shared memory where
+    its spaces allow, or ``AioVectorEnv``) stepped in lockstep for ``seconds``."""
     factories: list[Callable[[], gymnasium.Env[Any, Any]]] = [
         functools.partial(gymnasium.make, env_id)
     ] * num_envs
@@ -141,7 +141,10 @@ def _measure_vector(
     elif label == GYMNASIUM_ROWS[0]:
         vector = SyncVectorEnv(factories)
     else:
-        vector = AsyncVectorEnv(factories, shared_memory=True)
+        try:
+            vector = AsyncVectorEnv(factories, shared_memory=True)
+        except (TypeError, ValueError):  # spaces it cannot hold (Sequence, Graph, custom)
+            vector = AsyncVectorEnv(factories, shared_memory=False)
     try:
         vector.reset(seed=seed)
         actions = _sampled(vector.action_space, seed)

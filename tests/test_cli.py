@@ -159,6 +159,36 @@ def test_bench_takes_a_module_id_whose_module_registers_it(monkeypatch: pytest.M
     }
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("space", ["Sequence", "custom"])
+def test_bench_measures_an_env_whose_observations_shared_memory_cannot_hold(
+    space: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # gymnasium's AsyncVectorEnv(shared_memory=True) refuses these spaces: the row steps
+    # them without shared memory, and the bench prints its table as for any other env.
+    (tmp_path / "echo_ids.py").write_text(
+        "import gymnasium\n"
+        f"gymnasium.register('Echo-v0', entry_point='space_envs:echo', kwargs={{'space': {space!r}}})\n"
+    )
+    tests = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests, str(tmp_path), *sys.path]))
+    result = run_cli(
+        "bench",
+        "echo_ids:Echo-v0",
+        "--workers",
+        "2",
+        "--modes",
+        "sync",
+        "--seconds",
+        "0.1",
+        timeout=100,
+    )
+    assert result.returncode == 0, result.stderr
+    *table, advice = result.stdout.splitlines()[2:]
+    assert table[-1].startswith("gymnasium AsyncVectorEnv") and table[-1].endswith("1.00x")
+    assert advice.startswith("for echo_ids:Echo-v0 with 2 envs on this machine (")
+
+
 @pytest.mark.ray
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("ray_local")
