@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -581,6 +583,33 @@ def test_a_misspelt_option_names_the_function_called_and_the_close_match() -> No
         TypeError, match=r"^make_pool\(\) got an unknown option 'stepp_timeout'.*step_timeout="
     ):
         aioenv.make_pool(Counter, 2, mode="sync", stepp_timeout=1)
+    assert not worker_processes()
+    assert not worker_threads()
+
+
+@pytest.mark.parametrize("mode", ["auto", "process"])
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ({"step_timeout": 0}, "step_timeout must be None or a number > 0, got 0"),
+        ({"max_restarts": -1}, "max_restarts must be an int >= 0, got -1"),
+        ({"max_episode_steps": 0}, "max_episode_steps must be None or an int >= 1, got 0"),
+        ({"autoreset_mode": "bogus"}, "autoreset must be one of 'disabled', 'same_step'"),
+    ],
+    ids=["step_timeout", "max_restarts", "max_episode_steps", "autoreset_mode"],
+)
+def test_a_bad_pool_option_value_is_refused_before_any_env_is_built(
+    mode: str, option: dict[str, Any], says: str, tmp_path: Path
+) -> None:
+    built = tmp_path / "built"  # written by whatever process builds an env
+
+    def make() -> gymnasium.Env[Any, Any]:
+        built.touch()
+        return gymnasium.make("CartPole-v1")
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        aioenv.AioVectorEnv(make, 2, mode=mode, **option)
+    assert not built.exists()  # no probe env was built (in a child process) first
     assert not worker_processes()
     assert not worker_threads()
 

@@ -45,6 +45,7 @@ from ..core._agents import LaneSource
 from ..core._environment import EnvSource
 from ..core._gymnasium import resolve_source
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
+from ..pool._options import POOL_OPTIONS, PoolOptions
 from ._grouping import busy_cores, engine_envs, group_size, groups_of, usable_cores
 from ._inline import INLINE_OPTIONS, InlineEnvs
 from ._probe import Probe, probe_env
@@ -122,20 +123,22 @@ def place_envs(
     env: EnvSource | Sequence[EnvSource],
     num_envs: int | None,
     mode: str | Sequence[str],
-    autoreset: object,
+    autoreset: Any,
     batch_size: int | None,
     options: dict[str, Any],
     *,
     alike: bool = True,
     copy: bool = True,
 ) -> Placement:
-    """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the probe env
-    is built (and timed, for ``"auto"``) before any worker starts; ``options`` are the
-    pool options left (grouping takes its own out). ``alike``: every env must have the
-    probe env's spaces (``observation_mode="same"``), so envs in child processes can step
-    through the engine's buffer, laid out for those spaces (see :func:`engine_envs`);
-    ``copy``: the vector env's (the engine's steps copy the observations out, or not)."""
+    """Where ``AioVectorEnv(env, num_envs, mode=mode, ...)`` steps its envs: the pool
+    options' values are checked first, then the probe env is built (and timed, for
+    ``"auto"``) before any worker starts; ``options`` are the pool options left (grouping
+    takes its own out). ``alike``: every env must have the probe env's spaces
+    (``observation_mode="same"``), so envs in child processes can step through the
+    engine's buffer, laid out for those spaces (see :func:`engine_envs`); ``copy``: the
+    vector env's (the engine's steps copy the observations out, or not)."""
     check_mode(mode)
+    PoolOptions(autoreset=autoreset, **{k: v for k, v in options.items() if k in POOL_OPTIONS})
     sources, one = _sources(env, num_envs)
     probe = probe_env(
         sources[0],
