@@ -306,6 +306,21 @@ def test_a_held_start_thread_ends_after_lingering_with_nothing_to_do() -> None:
     assert not thread.is_alive() and not off_loop_threads(name)
 
 
+async def test_a_pool_refused_for_one_unpicklable_env_leaves_no_hold_on_the_start_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each process worker holds the start thread while it is open; the ones built before
+    # the worker that was refused are never closed, so they must let go of it.
+    monkeypatch.setattr(CHILD_STARTS, "_linger", 60.0)  # a hold left would keep it for 60 s
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="could not be pickled"):
+        aioenv.make_pool([Counter, Counter, lambda: (lock, Counter())[1]], mode="process")
+    async with aioenv.make_pool(Counter, 1, mode="process") as pool:
+        pool.send_action(RESET, 0)
+        await pool.get_state()
+    assert not start_threads()  # the last worker's close ended it, as no hold is left
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_children_of_the_default_forkserver_start_with_aioenvs_preloads(context: str) -> None:

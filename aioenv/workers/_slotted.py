@@ -109,16 +109,15 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     ) -> list[Any]:
         """One worker per seed, ``per_host`` of them sharing each host (each kind's public
         ``hosted`` names that count its own way). ``env`` is one env source for all, or a
-        list with one per seed. If a host fails to start, the ones started so far are
-        stopped again."""
+        list with one per seed. If a worker cannot be built or a host fails to start, the
+        workers built and the hosts started so far are let go again."""
         if not isinstance(per_host, int) or per_host < 1:
             raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
         envs = env if isinstance(env, list) else [env] * len(seeds)
-        workers = [
-            cls(source, seed=seed, _start=False, **options)  # type: ignore[call-arg]
-            for source, seed in zip(envs, seeds, strict=True)
-        ]
+        workers: list[Any] = []
         try:
+            for source, seed in zip(envs, seeds, strict=True):
+                workers.append(cls(source, seed=seed, _start=False, **options))  # type: ignore[call-arg]
             cls._launch(workers, per_host)
         except BaseException:
             for worker in workers:
