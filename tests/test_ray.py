@@ -102,6 +102,30 @@ def test_a_ray_worker_without_ray_says_what_to_install() -> None:
     assert "pip install 'aioenv[ray]'" in result.stdout
 
 
+@pytest.mark.ray
+@pytest.mark.parametrize("option", ["num_cpus", "num_gpus"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_ray_workers_resource_that_is_no_count_is_refused_before_ray_starts(
+    option: str, value: str
+) -> None:
+    result = run_python(
+        f"""
+        import ray
+        import aioenv
+        try:
+            aioenv.make_pool("CartPole-v1", 1, mode="ray", {option}=float("{value}"))
+        except ValueError as error:
+            print(error)
+        print("ray started:", ray.is_initialized())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{option} must be a finite number >= 0, got {value}",
+        "ray started: False",
+    ]
+
+
 @ray_test
 @pytest.mark.trio  # Ray workers through the trio bridge too
 async def test_a_mixed_pool_returns_whichever_state_is_ready_first(gate: str) -> None:

@@ -20,6 +20,7 @@ import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
+from math import inf
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -294,8 +295,8 @@ def _actor_options(
     actor_options: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < inf:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
     if resources:
         options["resources"] = dict(resources)
