@@ -368,6 +368,26 @@ def test_make_pool_rejects_bad_options() -> None:
         aioenv.make_pool(Counter, 0)
 
 
+@pytest.mark.parametrize(
+    ("mode", "option", "message"),
+    [
+        ("sync", "max_episode_steps", "max_episode_steps must be None or an int >= 1, got True"),
+        ("sync", "envs_per_worker", "envs_per_worker must be an int >= 1, got True"),
+        ("process", "envs_per_process", "envs_per_process must be an int >= 1, got True"),
+        ("sync", "cleanup_time", "cleanup_time must be a number >= 0, got True"),
+        ("sync", "restart_backoff", "restart_backoff must be a number >= 0, got True"),
+    ],
+    ids=["max_episode_steps", "envs_per_worker", "envs_per_process", "cleanup_time", "backoff"],
+)
+def test_make_pool_refuses_a_bool_for_a_number_as_it_does_for_every_option(
+    mode: str, option: str, message: str
+) -> None:
+    # max_episode_steps=True was taken as 1: every episode truncated after its first step.
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        aioenv.make_pool(Counter, 2, mode=mode, **{option: True})
+    assert not worker_processes()
+
+
 async def test_make_pools_cleanup_time_is_its_workers_own_too() -> None:
     # A worker closes within the least of its own cleanup time and its pool's: a pool's
     # longer one than the default reaches its workers (a slow env's close is waited for).

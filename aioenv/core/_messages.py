@@ -96,7 +96,7 @@ class EpisodeOptions:
                 f"gymnasium's AutoresetMode), got {self.autoreset!r}"
             )
         limit = self.max_episode_steps
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and (type(limit) is not int or limit < 1):
             raise ValueError(f"max_episode_steps must be None or an int >= 1, got {limit!r}")
 
 

@@ -118,9 +118,10 @@ class Supervision:
     episode_timeout: float | None = None
 
     def __post_init__(self) -> None:
-        cleanup_time = self.cleanup_time
-        if not (isinstance(cleanup_time, (int, float)) and cleanup_time >= 0):
-            raise ValueError(f"cleanup_time must be a number >= 0, got {cleanup_time!r}")
+        for name in ("cleanup_time", "restart_backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
         names = (
             "step_timeout",
             "start_timeout",
@@ -139,8 +140,6 @@ class Supervision:
         max_restarts = self.max_restarts
         if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
             raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-        if not (isinstance(self.restart_backoff, (int, float)) and self.restart_backoff >= 0):
-            raise ValueError(f"restart_backoff must be a number >= 0, got {self.restart_backoff!r}")
         if not (self.on_failure is None or callable(self.on_failure)):
             raise ValueError(
                 f"on_failure must be None or a callable (called with each WorkerError), got "

@@ -216,7 +216,7 @@ def _build_workers(
     a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
     options = dict(options)  # the caller's left whole
     envs_per_worker = options.pop("envs_per_worker", 1)
-    if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+    if type(envs_per_worker) is not int or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]

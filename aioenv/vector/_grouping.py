@@ -57,7 +57,7 @@ def group_size(
     The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     if "envs_per_worker" in options:
         per_worker = options.pop("envs_per_worker")
-        if not isinstance(per_worker, int) or per_worker < 1 or num_envs % per_worker:
+        if type(per_worker) is not int or per_worker < 1 or num_envs % per_worker:
             raise ValueError(
                 f"envs_per_worker must be an int >= 1 that divides the {num_envs} envs, "
                 f"got {per_worker!r}"

@@ -111,7 +111,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         ``hosted`` names that count its own way). ``env`` is one env source for all, or a
         list with one per seed. If a worker cannot be built or a host fails to start, the
         workers built and the hosts started so far are let go again."""
-        if not isinstance(per_host, int) or per_host < 1:
+        if type(per_host) is not int or per_host < 1:
             raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
         envs = env if isinstance(env, list) else [env] * len(seeds)
         workers: list[Any] = []
