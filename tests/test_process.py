@@ -6,6 +6,7 @@ import asyncio
 import gc
 import multiprocessing.spawn
 import os
+import re
 import signal
 import threading
 import time
@@ -246,6 +247,16 @@ async def test_spawn_context_works() -> None:
         state = await _reset(worker)
         assert state["pid"] == worker.pid
     assert worker.exitcode == 0
+
+
+@pytest.mark.parametrize("context", ["forksever", 3, multiprocessing.get_context("spawn").Process])
+def test_a_context_that_is_no_context_says_what_it_takes(context: Any) -> None:
+    takes = r"^context must be None, a multiprocessing context or a start method \('"
+    with pytest.raises(ValueError, match=rf"{takes}.*\), got {re.escape(repr(context))}$"):
+        aioenv.make_pool(Counter, 2, mode="process", context=context)
+    with pytest.raises(ValueError, match=takes):
+        aioenv.AioVectorEnv("CartPole-v1", 2, mode="process", context=context)
+    assert not worker_processes()
 
 
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])

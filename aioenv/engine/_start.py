@@ -99,8 +99,14 @@ def resolve_context(context: Context | str | None) -> Context:
     (:func:`default_context`, as is ``"forkserver"``)."""
     if context is None or context == "forkserver":
         return default_context()
-    if isinstance(context, str):
+    methods = multiprocessing.get_all_start_methods()
+    if isinstance(context, str) and context in methods:
         return multiprocessing.get_context(context)
+    if isinstance(context, str) or not hasattr(context, "Process"):
+        raise ValueError(
+            "context must be None, a multiprocessing context or a start method "
+            f"({', '.join(map(repr, methods))}), got {context!r}"
+        )
     return context
 
 
