@@ -18,9 +18,11 @@ import gymnasium
 import numpy as np
 import pytest
 from envs import Breakable
+from support import worker_threads
 
 import aioenv
 from aioenv.core._environment import Step
+from aioenv.engine._start import ChildStart
 
 AUTORESETS = ["disabled", "next_step", "same_step"]
 BUDGET = 0.5
@@ -330,6 +332,18 @@ def _slow_policy(observation: Any) -> int:
 async def test_a_budget_needs_one_env_per_worker() -> None:
     with pytest.raises(ValueError, match="episode_timeout.*envs_per_worker"):
         aioenv.make_pool(Breakable, 2, mode="sync", envs_per_worker=2, episode_timeout=1.0)
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_budget_with_several_envs_per_worker_is_refused_before_any_worker_starts(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[Any] = []
+    monkeypatch.setattr(ChildStart, "start", lambda self, *args: started.append(self))
+    with pytest.raises(ValueError, match=f"^{mode} worker .*: episode_timeout.*envs_per_worker"):
+        aioenv.make_pool(Breakable, 2, mode=mode, envs_per_worker=2, episode_timeout=1.0)
+    assert not started  # no child process was started first, to be killed again
+    assert not worker_threads()
 
 
 @pytest.mark.parametrize("value", [0, -1.0, "1", True])

@@ -41,15 +41,15 @@ _MODES = (*_KINDS, "ray")
 @functools.cache
 def _worker_options() -> dict[str, frozenset[str]]:
     """The options each kind's workers take from ``make_pool``, read from the kind itself:
-    its constructor's keywords that are no pool option (``cleanup_time`` is both: a worker
-    closes within the least of its own and the pool's); ``envs_per_worker`` where the kind
-    steps several envs together, and its host's ``envs_per_*`` where workers share one
-    (``make_pool`` applies these two)."""
+    its constructor's keywords that are no pool option (``cleanup_time`` and
+    ``episode_timeout`` are both, see :func:`_split_options`); ``envs_per_worker`` where
+    the kind steps several envs together, and its host's ``envs_per_*`` where workers
+    share one (``make_pool`` applies these two)."""
     table = {}
     for kind in _MODES:
         worker = _kind_class(kind)
         own = set(inspect.signature(worker).parameters) - POOL_OPTIONS - {"env", "seed", "_start"}
-        own.add("cleanup_time")
+        own.update(("cleanup_time", "episode_timeout"))
         if worker.steps_batches:
             own.add("envs_per_worker")
         per_host: str | None = getattr(worker, "_per_host_option", None)
@@ -169,11 +169,13 @@ def make_pool(
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``make_pool``'s options as pool options (checked as the pool would check them,
-    before any worker starts) and worker options; ``cleanup_time`` goes to both."""
+    before any worker starts) and worker options. ``cleanup_time`` goes to both (a worker
+    closes within the least of its own and the pool's), and so does ``episode_timeout``
+    (a worker that steps several envs refuses it as it is built, before its host starts)."""
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
     worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
-    if "cleanup_time" in options:  # a worker closes within the least of its own and the pool's
-        worker_options["cleanup_time"] = options["cleanup_time"]
+    for both in {"cleanup_time", "episode_timeout"}.intersection(options):
+        worker_options[both] = options[both]
     PoolOptions(**pool_options)  # raises what the pool would
     return pool_options, worker_options
 
