@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import time
 import warnings
 from typing import Any
@@ -386,6 +387,15 @@ def test_make_pool_refuses_a_bool_for_a_number_as_it_does_for_every_option(
     with pytest.raises(ValueError, match=f"^{message}$"):
         aioenv.make_pool(Counter, 2, mode=mode, **{option: True})
     assert not worker_processes()
+
+
+@pytest.mark.parametrize("seed", ["42", 1.5, True, -1], ids=["str", "float", "bool", "negative"])
+def test_make_pool_refuses_a_seed_that_is_no_seed_as_a_worker_does(seed: Any) -> None:
+    message = f"^seed must be a non-negative int or None, got {re.escape(repr(seed))}$"
+    with pytest.raises(ValueError, match=message):
+        aioenv.SyncWorker(Counter, seed=seed)
+    with pytest.raises(ValueError, match=message):  # seed=True seeded the pool as seed=1
+        aioenv.make_pool(Counter, 2, mode="sync", seed=seed)
 
 
 async def test_make_pools_cleanup_time_is_its_workers_own_too() -> None:

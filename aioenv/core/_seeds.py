@@ -41,7 +41,8 @@ def seeded_reset(reset: Any, seed: int) -> Reset:
 def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
     """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
     without touching any global RNG. ``None`` gives ``None`` for every worker (each env
-    then seeds itself from OS entropy)."""
+    then seeds itself from OS entropy). ValueError for a ``seed`` a worker refuses."""
+    check_seed(seed)
     # Worker i's seed is child i of the sequence, as SeedSequence.spawn makes it: the
     # seed restart_seed gives restart i.
     return [restart_seed(seed, child) for child in range(num_workers)]
