@@ -356,3 +356,12 @@ async def test_restarted_processes_get_fresh_memory() -> None:
 def test_shared_memory_option_is_checked() -> None:
     with pytest.raises(ValueError, match="shared_memory must be"):
         aioenv.ProcessWorker(BigObservation, shared_memory="yes", _start=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [0, 1])
+def test_shared_memory_takes_a_bool_not_a_number(value: int) -> None:
+    # 0 (off, as a config file may say it) was taken, and the steps still took the lane.
+    with pytest.raises(
+        ValueError, match=rf"^shared_memory must be True, False or 'auto', got {value}$"
+    ):
+        aioenv.ProcessWorker(BigObservation, shared_memory=value, _start=False)  # type: ignore[arg-type]

@@ -134,7 +134,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             episode_timeout=episode_timeout,
         )
         self._payload = self._pickled(self.source)
-        if shared_memory not in (True, False, "auto"):
+        if not (isinstance(shared_memory, bool) or shared_memory == "auto"):
             raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
         if shared_memory is True and not available():
             raise ValueError(
