@@ -280,6 +280,20 @@ async def test_a_refused_call_of_the_function_form_leaves_the_policy_and_its_ver
     assert_replay_prefix(taken)
 
 
+async def test_a_policy_that_cannot_be_called_is_refused_at_once_leaving_the_collector() -> None:
+    refused = r"^collect\(\) needs a callable policy, got 'greedy'$"
+    async with walk_pool("thread") as pool:
+        with pytest.raises(TypeError, match=refused):
+            await aioenv.collect(pool, "greedy", num_steps=10)  # type: ignore[arg-type]
+        first = await aioenv.collect(pool, policy, num_steps=10, policy_version=1)
+        collector = pool._collector
+        with pytest.raises(TypeError, match=refused):
+            await aioenv.collect(pool, "greedy", num_steps=10, policy_version=5)  # type: ignore[arg-type]
+        assert collector.policy is policy and collector.policy_version == 1
+        second = await aioenv.collect(pool, policy, num_steps=_MOST_CARRIED + 6)
+    assert_replay_prefix([first, second])
+
+
 # Deterministic twin ----------------------------------------------------------------------
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 async def test_force_sync_gives_the_same_arrays_as_the_async_pool(

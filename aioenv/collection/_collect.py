@@ -342,6 +342,8 @@ async def collect(
     while the pool lives, so open episodes carry over between calls). ``policy`` replaces
     the collector's policy; ``policy_version`` (None: unchanged) sets its version. A call
     refused (its arguments, or another call collecting) changes neither."""
+    if not callable(policy):
+        raise TypeError(f"collect() needs a callable policy, got {policy!r}")  # as collect_groups
     collector: Collector | None = pool._collector
     if collector is None:
         collector = pool._collector = Collector(pool, policy)
