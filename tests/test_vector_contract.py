@@ -308,6 +308,26 @@ def test_observation_mode_different_batches_differing_spaces() -> None:
     reference.close()
 
 
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_unknown_observation_mode_is_refused_before_any_worker_starts(
+    mode: str, tmp_path: Path
+) -> None:
+    built = tmp_path / "built"  # written by whatever builds an env: the probe env too
+
+    def make() -> gymnasium.Env[Any, Any]:
+        built.touch()
+        return gymnasium.make("CartPole-v1")
+
+    with pytest.raises(ValueError, match="observation_mode") as theirs:
+        SyncVectorEnv([make], observation_mode="bogus")
+    built.unlink(missing_ok=True)
+    with pytest.raises(ValueError, match=re.escape(str(theirs.value))):  # gymnasium's text
+        aioenv.AioVectorEnv(make, 2, mode=mode, observation_mode="bogus")
+    assert not built.exists()  # no worker (nor the probe env) was started first
+    assert not worker_processes()
+    assert not worker_threads()
+
+
 def test_make_vec_spec_rebuilds_the_same_vector_env() -> None:
     first = aioenv.make_vec(
         "CartPole-v1",

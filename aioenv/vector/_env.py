@@ -119,6 +119,8 @@ class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
         chosen = autoreset_mode if autoreset_mode is not None else autoreset
         name = autoreset_name(chosen if chosen is not None else "next_step")
         check_option_names(pool_options, "AioVectorEnv()", VECTOR_KEYWORDS)
+        if observation_mode != "same":  # its error (gymnasium's) before any env is built
+            observation_spaces(observation_mode, None, 0)
         self.copy = bool(copy)
         # Checked here, the whole batch before any of it is sent, wherever the envs step.
         check_actions = bool(pool_options.pop("check_actions", POOL_DEFAULTS.check_actions))
