@@ -224,6 +224,23 @@ def test_a_worker_sent_an_action_before_any_event_loop_answers_it_in_the_first(k
     assert asyncio.run(main())["t"] == 0
 
 
+def test_a_close_sentinel_refused_outside_an_event_loop_leaves_a_process_worker_open() -> None:
+    worker = aioenv.ProcessWorker(Counter)
+
+    async def first() -> Any:
+        worker.send_action(aioenv.RESET)
+        return await asyncio.wait_for(worker.get_state(), 20)
+
+    asyncio.run(first())
+    with pytest.raises(RuntimeError, match="event loop"):  # it closes its child from one
+        worker.send_action(aioenv.CLOSE)  # between two asyncio.run: no loop runs
+    assert not worker.closed  # refused: still open, and aclose closes it
+    asyncio.run(worker.aclose())
+    assert worker.closed
+    assert worker.exitcode == 0
+    assert not worker_processes()
+
+
 @pytest.mark.parametrize("restart", ["never", "on_failure"])
 def test_a_coroutine_env_closed_with_its_loop_fails_or_restarts_on_a_second_asyncio_run(
     restart: str,

@@ -277,10 +277,10 @@ class Worker(Membership, Generic[S]):
                 f"{self.name} has a state that was not taken; take it with get_state() "
                 "before sending CLOSE, or call aclose() to close it discarding that state"
             )
-        self._closing = True
         self._last = None
         self._supervisor.disarm()
-        self._start_close()
+        self._start_close()  # first: one refused (no event loop to close on) leaves it open
+        self._closing = True
 
     # Kinds: replies and failures -------------------------------------------------------
     def _on_reply(self, seq: int, result: Any, borrowed: bool = False) -> None:

@@ -350,8 +350,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
-        self._release_off_loop()  # closing: no restart comes any more
         self._ensure_loop()
+        self._release_off_loop()  # closing: no restart comes any more
         self._current_host().release(self._slot, self.cleanup_time)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
