@@ -224,6 +224,24 @@ def test_a_worker_sent_an_action_before_any_event_loop_answers_it_in_the_first(k
     assert asyncio.run(main())["t"] == 0
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_with_a_deadline_refuses_an_action_before_any_event_loop_and_stays_usable(
+    kind: str,
+) -> None:
+    worker = WORKERS[kind](Counter, step_timeout=30)
+    with pytest.raises(RuntimeError, match="event loop"):  # its deadline runs on one
+        worker.send_action(aioenv.RESET)
+
+    async def main() -> Any:
+        try:
+            worker.send_action(aioenv.RESET)  # untouched by the refusal
+            return await asyncio.wait_for(worker.get_state(), 20)
+        finally:
+            await worker.aclose()
+
+    assert asyncio.run(main())["t"] == 0
+
+
 def test_a_close_sentinel_refused_outside_an_event_loop_leaves_a_process_worker_open() -> None:
     worker = aioenv.ProcessWorker(Counter)
 

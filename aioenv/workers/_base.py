@@ -181,9 +181,10 @@ class Worker(Membership, Generic[S]):
         loop = self._loop
         # still_here(loop, self._loop_thread) inlined (a call per action costs more); where
         # it cannot tell, bind to the running loop, unless neither the worker nor this
-        # thread has one (a worker needs a loop to wait, not to send)
+        # thread has one (a worker needs a loop to wait, not to send, unless its deadlines
+        # time what it sends: then binding refuses the action, untouched)
         if (self._loop_thread != thread_id() or loop is None or not loop.is_running()) and (
-            loop is not None or running_loop() is not None
+            loop is not None or running_loop() is not None or self._supervisor.has_deadlines
         ):
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
