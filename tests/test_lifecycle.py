@@ -306,6 +306,36 @@ def test_a_reply_lost_with_its_loop_raises_at_once_and_aclose_works_later(gate: 
     assert not worker_processes()
 
 
+def test_a_thread_workers_env_answering_after_its_loop_ended_is_still_closed_by_aclose(
+    gate: str, tmp_path: Path
+) -> None:
+    from envs import Gated
+
+    stepped, closed = tmp_path / "stepped", tmp_path / "closed"
+
+    class Recording(Gated):
+        def step(self, action: Any) -> Any:
+            state = super().step(action)
+            stepped.touch()  # its answer goes to the first loop next, closed by then
+            return state
+
+        def close(self) -> None:
+            closed.touch()
+
+    worker = aioenv.ThreadWorker(lambda: Recording(gate))
+
+    async def first() -> None:
+        worker.send_action(aioenv.RESET)
+        await worker.get_state()
+        worker.send_action(1)  # in flight when this loop ends
+
+    asyncio.run(first())
+    open_gate(gate)
+    assert wait_until(stepped.exists, 20)
+    asyncio.run(worker.aclose())
+    assert closed.exists()  # the env's close ran
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_an_env_raising_system_exit_is_a_dead_worker_for_every_kind(kind: str) -> None:
     class Exiting(Counter):

@@ -147,8 +147,8 @@ class _EnvThread:
                     continue
                 try:
                     loop.call_soon_threadsafe(worker._on_thread_reply, self, seq, result)
-                except RuntimeError:
-                    return  # the event loop is closed: nobody is left to answer
+                except RuntimeError:  # its event loop is closed: nobody takes the answer,
+                    continue  # and the env serves on (aclose's stop closes it)
         except BaseException as exc:  # SystemExit and the like, built or stepped: env done
             runner.close()
             worker._from_thread(worker._on_thread_death, self, exc)
