@@ -21,6 +21,7 @@ from envs import (
     BigObservation,
     ChildOnlyReplies,
     Counter,
+    Failing,
     GatedClose,
     Walk,
     open_gate,
@@ -222,6 +223,35 @@ def test_a_worker_sent_an_action_before_any_event_loop_answers_it_in_the_first(k
             await worker.aclose()
 
     assert asyncio.run(main())["t"] == 0
+
+
+@pytest.mark.parametrize("restart", ["never", "on_failure"])
+def test_a_sync_worker_whose_env_fails_before_any_event_loop_answers_in_the_first(
+    restart: str, tmp_path: Path
+) -> None:
+    built = tmp_path / "built"
+
+    def make() -> Counter:
+        if built.exists():
+            return Counter()  # a restart's env
+        built.touch()
+        return Failing("init", "kaboom 42")  # the first env cannot be built
+
+    pool = aioenv.make_pool(make, 1, mode="sync", restart=restart)
+    pool.reset()  # built and answered in line, before asyncio.run
+
+    async def main() -> Any:
+        try:
+            return (await asyncio.wait_for(pool.get_state(), 20))[0]  # type: ignore[index]
+        finally:
+            await pool.aclose()
+
+    if restart == "never":  # its error, as a sync worker's construction error is raised
+        with pytest.raises(aioenv.EnvError, match="kaboom 42"):
+            asyncio.run(main())
+    else:  # a new env's reset answers, marked as a restart
+        assert asyncio.run(main())["t"] == 0
+        assert pool.restarts == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)

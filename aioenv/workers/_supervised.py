@@ -31,6 +31,7 @@ from ..core._restarts import (
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
 from ..core._supervisor import Remedies, Supervisor
+from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
 from ._in_flight import InFlight
 from ._inbox import Outcome
@@ -140,7 +141,8 @@ class SupervisedEnv(abc.ABC):
             self._supervisor.disarm()
             self._flight.awaited = 0
             return
-        assert self._loop is not None
+        # A sync worker's env may fail before any event loop runs: it restarts in line then
+        clock = self._loop or ThreadClock()
         supervisor, in_flight = self._supervisor, self._flight.awaited
         self._budget.clear()
         last = self._last
@@ -154,7 +156,9 @@ class SupervisedEnv(abc.ABC):
         restarted_now = restart_answers(last, self._episode.autoreset)
         self._cut_from = last if restarted_now else None
         in_flight = in_flight if restarted_now else 0
-        supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=self._loop)
+        supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=clock)
+        if isinstance(clock, ThreadClock):
+            clock.run()
         if not restarted_now and supervisor.pending_restart is not None:
             self._deliver_cut_short(last, supervisor.pending_restart)
 
