@@ -254,6 +254,23 @@ def test_a_sync_worker_whose_env_fails_before_any_event_loop_answers_in_the_firs
         assert pool.restarts == 1
 
 
+def test_a_sync_worker_with_an_episode_budget_answers_an_action_before_any_event_loop() -> None:
+    worker = aioenv.SyncWorker("CartPole-v1", episode_timeout=60)
+    worker.send_action(aioenv.RESET)  # answered in line, its episode's budget started
+
+    async def main() -> Any:
+        try:
+            await asyncio.wait_for(worker.get_state(), 20)
+            worker.send_action(0)  # within the budget started before the loop
+            return await asyncio.wait_for(worker.get_state(), 20)
+        finally:
+            await worker.aclose()
+
+    step = asyncio.run(main())
+    assert step.reward == 1.0
+    assert not step.truncated
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_worker_with_a_deadline_refuses_an_action_before_any_event_loop_and_stays_usable(
     kind: str,

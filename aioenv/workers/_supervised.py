@@ -364,14 +364,13 @@ class SupervisedEnv(abc.ABC):
             return state
         starts = is_reset(self._sent) or (is_restart_reset(state) if state.info else False)
         budget = self._supervisor.episode_timeout
-        assert self._loop is not None
         assert budget is not None  # only then are episodes timed
         self._budget.deadline = budget_end(
             self._budget.deadline,
             starts,
             state.terminated or state.truncated,
             self._episode.autoreset,
-            self._loop.time(),
+            (self._loop or ThreadClock()).time(),  # a sync worker's, before any loop runs
             budget,
         )
         return state
