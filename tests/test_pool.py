@@ -96,6 +96,23 @@ async def test_forced_sync_pool_runs_the_same_program_to_the_same_result(mode: A
     assert sync_order[:4] == [0, 1, 2, 3]
 
 
+def test_an_option_of_kinds_the_mode_makes_none_of_names_the_mode_not_a_call() -> None:
+    """The error names the option, the kinds it is for and the mode, not a function the
+    caller may never have called (AioVectorEnv and SB3's AioVecEnv check through it)."""
+    with pytest.raises(
+        TypeError,
+        match=r"option 'idle_spin' applies to process workers, and "
+        r"mode='thread' makes none",
+    ) as raised:
+        aioenv.make_pool(Counter, 2, mode="thread", idle_spin=0.001)
+    assert "make_pool" not in str(raised.value)
+    with pytest.raises(TypeError, match=r"mode='thread' makes none") as raised:
+        aioenv.AioVectorEnv(
+            lambda: gymnasium.make("CartPole-v1"), 2, mode="thread", idle_spin=0.001
+        )
+    assert "make_pool" not in str(raised.value)
+
+
 async def test_force_sync_takes_the_options_of_the_kinds_mode_names() -> None:
     # A debug run flips force_sync=True on the program's own call: the options of the
     # kinds its mode names are taken (the sync workers need none of them), not refused.

@@ -266,9 +266,10 @@ def _check_worker_options(options: dict[str, Any], modes: list[str]) -> None:
     for option in options:
         kinds = [kind for kind, names in _worker_options().items() if option in names]
         if not any(kind in kinds for kind in modes):
+            given = modes[0] if len(set(modes)) == 1 else sorted(set(modes))
             raise TypeError(
-                f"make_pool() option {option!r} applies to {' and '.join(kinds)} workers, "
-                f"and this pool has none"
+                f"option {option!r} applies to {' and '.join(kinds)} workers, and "
+                f"mode={given!r} makes none: drop it, or choose a mode that makes them"
             )
 
 
