@@ -546,6 +546,10 @@ async def test_bad_input_is_a_clear_error_naming_the_worker() -> None:
         for bad in (0, -1, 2.5, True, None):
             with pytest.raises(ValueError, match="num_steps must be an int >= 1"):
                 await pool.rollout(bad)  # type: ignore[arg-type]
+        for bad_seed in (-1, 1.5, "3", True):
+            with pytest.raises(ValueError, match="rollout.. seed must be a non-negative int"):
+                await pool.rollout(2, seed=bad_seed)  # type: ignore[arg-type]
+        assert (await pool.rollout(2, seed=np.int64(3))).step[0] == 0  # numpy's ints too
         with pytest.raises(TypeError, match="callable"):
             await pool.set_policy(42)
         with pytest.raises(TypeError, match=r"process worker 1 .*could not be pickled"):

@@ -134,7 +134,8 @@ class PoolRollouts:
         used at once (a worker's env finishes the forgotten segment first).
 
         :raises RuntimeError: no policy was set.
-        :raises ValueError: ``num_steps`` is not an int >= 1.
+        :raises ValueError: ``num_steps`` is not an int >= 1, or ``seed`` is not a
+            non-negative int (numpy's too) or None.
         :raises StateNotTaken: a worker has an action in flight or a state not taken.
         :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on, or
             every worker was.
@@ -145,6 +146,10 @@ class PoolRollouts:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         if type(num_steps) is not int or num_steps < 1:
             raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
+        if seed is not None and (
+            type(seed) is bool or not isinstance(seed, (int, np.integer)) or seed < 0
+        ):
+            raise ValueError(f"rollout() seed must be a non-negative int or None, got {seed!r}")
         workers = self._rollout_targets(worker_ids)
         requests = {
             worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
