@@ -365,3 +365,6 @@ def test_shared_memory_takes_a_bool_not_a_number(value: int) -> None:
         ValueError, match=rf"^shared_memory must be True, False or 'auto', got {value}$"
     ):
         aioenv.ProcessWorker(BigObservation, shared_memory=value, _start=False)  # type: ignore[arg-type]
+    # A vector env's process children (the engine's, whose buffer is shared memory) too.
+    with pytest.raises(ValueError, match=r"shared_memory must be True, False or 'auto'"):
+        aioenv.AioVectorEnv(BigObservation, 2, mode="process", shared_memory=value)  # type: ignore[arg-type]

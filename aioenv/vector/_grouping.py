@@ -23,7 +23,6 @@ from ._probe import Probe
 
 __all__ = [
     "LOCKSTEP_IDLE_SPIN",
-    "SHARED_BY_THE_ENGINE",
     "busy_cores",
     "engine_envs",
     "envs_per_worker",
@@ -79,12 +78,6 @@ def groups_of(sources: list[EnvSource], size: int) -> list[VectorSource]:
     ]
 
 
-#: The ``shared_memory`` values the engine fulfils: its buffer is shared memory, so every
-#: observation of a fixed layout travels there. (False, never through shared memory, is a
-#: pool's process workers'.)
-SHARED_BY_THE_ENGINE = (True, "auto")
-
-
 def engine_envs(
     mode: str | Sequence[str],
     batch_size: int | None,
@@ -108,9 +101,13 @@ def engine_envs(
     are a batch of one agent's per lane."""
     options = dict(options)  # the pool's, untouched, where the engine does not take them
     per_process = options.pop("envs_per_process", 1)
+    # The shared_memory values the engine fulfils: its buffer is shared memory, so every
+    # observation of a fixed layout travels there. Any other (False, never through shared
+    # memory) is a pool's process workers' to fulfil, or to refuse (0 and 1 among them).
+    shared = options.pop("shared_memory", True)
     if (
         mode != "process"
-        or options.pop("shared_memory", True) not in SHARED_BY_THE_ENGINE
+        or not (shared is True or shared == "auto")
         or set(options) - ENGINE_OPTIONS
     ):
         return None
