@@ -133,7 +133,8 @@ class SupervisedEnv(abc.ABC):
 
     @abc.abstractmethod
     async def _wait_closed(self, cleanup_time: float) -> None:
-        """Wait for the worker to end, forcing it after ``cleanup_time`` seconds."""
+        """Wait for the worker to end, forcing it after ``cleanup_time`` seconds. Called
+        by ``aclose`` only, on the event loop it has just bound the worker to."""
 
     # Failures ----------------------------------------------------------------------------
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:

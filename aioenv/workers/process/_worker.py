@@ -355,7 +355,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         self._current_host().release(self._slot, self.cleanup_time)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
-        self._ensure_loop()
         # This worker waits for the hosts it was the last to release (or that died).
         hosts = [
             host

@@ -249,7 +249,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._current_host().release(self._slot)
 
     async def _wait_closed(self, cleanup_time: float) -> None:
-        self._ensure_loop()
         # This worker ends the actors it was the last to release, and any left dead.
         hosts = [host for host in self._hosts if not host.in_use or not host.alive]
         ended: list[bool] = []
