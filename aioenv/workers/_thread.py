@@ -87,12 +87,7 @@ class ThreadWorker(Worker[S]):
         self._current.requests.put((0, _STOP))
 
     async def _wait_closed(self, cleanup_time: float) -> None:
-        loop = asyncio.get_running_loop()
-        done = [
-            asyncio.wrap_future(t.finished, loop=loop)
-            for t in self._threads
-            if not t.finished.done()
-        ]
+        done = [asyncio.wrap_future(t.finished) for t in self._threads if not t.finished.done()]
         with anyio.move_on_after(cleanup_time):
             for future in done:
                 await future
