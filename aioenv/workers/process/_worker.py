@@ -340,13 +340,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         else:
             exitcode = describe_exit(host.exitcode)
             message = f"{self.name} died unexpectedly with exit code {exitcode}{cause}"
-        self._on_death(
-            WorkerDied(
-                message,
-                worker_id=self.worker_id,
-                exitcode=host.exitcode,
-            )
-        )
+        self._on_death(WorkerDied(message, worker_id=self.worker_id, exitcode=host.exitcode))
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
