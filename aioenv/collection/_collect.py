@@ -218,13 +218,14 @@ class Collector(PoolDriver):
             if track.waiting is None or not quota.wants_more(track):
                 continue
             (resets if track.waiting is NEEDS_RESET else rows).append(worker_id)
-        for worker_id in self.pool.send_order(resets):
-            self.pool.send_action(RESET, worker_id)
-            track = self._tracks[worker_id]
-            track.waiting, track.in_flight = None, RESET
-        if not rows:
-            return
-        for worker_id, (action, sent) in await self._policy_actions(rows):
+        self._send([(worker_id, (RESET, RESET)) for worker_id in self.pool.send_order(resets)])
+        if rows:
+            self._send(await self._policy_actions(rows))
+
+    def _send(self, sends: list[tuple[int, tuple[Any, Any]]]) -> None:
+        """Send each worker of ``sends`` its action, in turn; what is in flight for it is
+        then the ``sent`` beside it (``(worker_id, (action, sent))``)."""
+        for worker_id, (action, sent) in sends:
             self.pool.send_action(action, worker_id)
             track = self._tracks[worker_id]
             track.waiting, track.in_flight = None, sent
