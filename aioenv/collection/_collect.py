@@ -113,18 +113,22 @@ class PoolDriver:
         track.episode = EpisodeRows(self._ledger.start(worker_id))
         track.waiting = state
 
-    def _bad_reply(self, worker_id: int, sent: Any, state: Any) -> Exception:
-        """The error for a reply this driver cannot take: it answers nothing the driver
-        sent (``sent`` is None), or it is not an :class:`~aioenv.Step`."""
+    def _answered(self, track: Track, worker_id: int, state: Any) -> Any:
+        """What was in flight for worker ``worker_id`` that ``state`` answers, taken off its
+        ``track``. Raises for a reply this driver cannot take: RuntimeError where it answers
+        nothing the driver sent, TypeError where it is not an :class:`~aioenv.Step`."""
+        sent, track.in_flight = track.in_flight, None
         if sent is None:
-            return RuntimeError(
+            raise RuntimeError(
                 f"{self._caller}: worker {worker_id} answered an action this collector did "
                 "not send; do not send actions to a pool a collector is using"
             )
-        return TypeError(
-            f"{self._caller} needs gymnasium envs (aioenv.Step states); worker {worker_id} "
-            f"returned a {type(state).__name__}"
-        )
+        if not isinstance(state, Step):
+            raise TypeError(
+                f"{self._caller} needs gymnasium envs (aioenv.Step states); worker {worker_id} "
+                f"returned a {type(state).__name__}"
+            )
+        return sent
 
     def _own(self, observation: Any) -> Any:
         # With copy=False the pool hands out views that the worker's next step overwrites.
@@ -235,9 +239,7 @@ class Collector(PoolDriver):
         steps = 0
         for state, worker_id in batch:
             track = self._tracks[worker_id]
-            sent, track.in_flight = track.in_flight, None
-            if sent is None or not isinstance(state, Step):
-                raise self._bad_reply(worker_id, sent, state)
+            sent = self._answered(track, worker_id, state)
             # A failure that cut an episode short answers as a truncated step (recorded
             # below like any other); a restarted env's reset answers a reset, or a step
             # sent when no episode was open.

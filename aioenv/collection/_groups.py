@@ -26,7 +26,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..core._commands import Reset
-from ..core._environment import Step
 from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
 from ..pool._batch import Batch
@@ -228,9 +227,7 @@ class GroupCollector(PoolDriver):
     def _receive(self, batch: Batch[Any]) -> None:
         for state, worker_id in batch:
             track = self._tracks[worker_id]
-            sent, track.in_flight = track.in_flight, None
-            if sent is None or not isinstance(state, Step):
-                raise self._bad_reply(worker_id, sent, state)
+            sent = self._answered(track, worker_id, state)
             if sent is _RESETTING:  # the member's episode starts (a restarted env's too)
                 self._begin(track, worker_id, state)
                 continue
