@@ -202,3 +202,10 @@ async def test_closing_one_env_leaves_its_siblings_working() -> None:
         batch = await pool.get_batch(min_size=2)
         assert sorted(batch.worker_ids.tolist()) == [0, 2]
     assert workers[0].exitcode == 0
+
+
+def test_hosted_refuses_a_list_of_envs_that_is_not_one_per_seed() -> None:
+    # Before any worker is built, naming the call, where zip() said "argument 2 is longer".
+    for envs in ([Counter, Counter], [Counter] * 4):
+        with pytest.raises(ValueError, match=rf"hosted\(\) got {len(envs)} env sources for 3 "):
+            aioenv.ProcessWorker.hosted(envs, [1, 2, 3], 1)

@@ -109,11 +109,17 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     ) -> list[Any]:
         """One worker per seed, ``per_host`` of them sharing each host (each kind's public
         ``hosted`` names that count its own way). ``env`` is one env source for all, or a
-        list with one per seed. If a worker cannot be built or a host fails to start, the
-        workers built and the hosts started so far are let go again."""
+        list with one per seed (another length is refused before any worker is built). If a
+        worker cannot be built or a host fails to start, the workers built and the hosts
+        started so far are let go again."""
         if type(per_host) is not int or per_host < 1:
             raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
         envs = env if isinstance(env, list) else [env] * len(seeds)
+        if len(envs) != len(seeds):
+            raise ValueError(
+                f"{cls.__name__}.hosted() got {len(envs)} env sources for {len(seeds)} seeds: "
+                "give one env source for all, or a list with one per seed"
+            )
         workers: list[Any] = []
         try:
             for source, seed in zip(envs, seeds, strict=True):
