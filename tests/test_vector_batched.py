@@ -101,6 +101,33 @@ def test_grouped_envs_give_sync_vector_envs_rollout(
         reference.close()
 
 
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [
+        ("thread", {"envs_per_worker": 2}),
+        ("sync", {"envs_per_worker": 4}),
+        ("process", {"envs_per_worker": 2, "shared_memory": False}),
+        ("process", {"envs_per_worker": 2}),
+    ],
+)
+def test_the_vector_envs_seed_gives_each_env_its_seed_however_the_envs_are_grouped(
+    mode: str, options: dict[str, Any]
+) -> None:
+    """AioVectorEnv(seed=s) seeds env i as a worker of that one env is seeded (as in line
+    and in the engine's children), whatever workers its envs are grouped into."""
+
+    def rollout(envs: aioenv.AioVectorEnv) -> list[Any]:
+        with envs:
+            steps = [envs.reset()[0]]
+            steps += [envs.step(np.array([0, 1, 1, 0]))[:4] for _ in range(40)]
+            return steps
+
+    theirs = rollout(aioenv.AioVectorEnv("CartPole-v1", N, mode="sync", seed=5))
+    ours = rollout(aioenv.AioVectorEnv("CartPole-v1", N, mode=mode, seed=5, **options))
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert_same_observations(mine, reference)
+
+
 def test_attributes_are_per_env_through_grouped_workers() -> None:
     with aioenv.AioVectorEnv("CartPole-v1", N, mode="process", envs_per_worker=2) as ours:
         ours.reset(seed=3)

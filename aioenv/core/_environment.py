@@ -290,13 +290,22 @@ _VECTOR = ("vector_infos", "info_types")
 @dataclasses.dataclass(frozen=True)
 class VectorSource:
     """``len(sources)`` envs that one worker steps together, env ``i`` built from
-    ``sources[i]``. The worker's seed ``s`` seeds them with ``worker_seeds(s, k)``."""
+    ``sources[i]``. The worker's seed ``s`` seeds them with ``worker_seeds(s, k)``, or
+    with ``seeds`` where given (a vector env's: each env's own, however grouped); the
+    worker's restarts draw theirs from ``s`` either way."""
 
     sources: tuple[EnvSource, ...]
+    seeds: tuple[int | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("a VectorSource needs at least one env source")
+
+    @staticmethod
+    def first_seed(source: EnvSource, seed: int | None) -> Any:
+        """The seed of a worker's first env from ``source``: its envs' ``seeds`` where it
+        is a VectorSource with some, else the worker's ``seed``."""
+        return source.seeds if isinstance(source, VectorSource) and source.seeds else seed
 
     @property
     def description(self) -> str:

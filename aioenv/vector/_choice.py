@@ -168,7 +168,7 @@ def place_envs(
     # The vector env copies observations once, into what it returns (its own ``copy``):
     # the pool hands them over as they arrive, views of shared memory included.
     options["copy"] = False
-    grouping = one if per_worker == 1 else groups_of(sources, per_worker)
+    grouping = one if per_worker == 1 else groups_of(sources, per_worker, options.get("seed"))
     count = len(sources) // per_worker
     runtime = Runtime(make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options))
     sizes = [worker.num_envs for worker in runtime.pool.workers]

@@ -17,6 +17,7 @@ from typing import Any
 from gymnasium.vector.utils import batch_space
 
 from ..core._environment import EnvSource, VectorSource
+from ..core._seeds import worker_seeds
 from ..engine._buffer import NoLayout
 from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ._probe import Probe
@@ -71,10 +72,13 @@ def group_size(
     return per_worker
 
 
-def groups_of(sources: list[EnvSource], size: int) -> list[VectorSource]:
-    """``sources`` in groups of ``size`` consecutive envs, one per worker (or child)."""
+def groups_of(sources: list[EnvSource], size: int, seed: int | None = None) -> list[VectorSource]:
+    """``sources`` in groups of ``size`` consecutive envs, one per worker (or child), each
+    env seeded from ``seed`` as it is in line, however the envs are grouped."""
+    seeds = tuple(worker_seeds(seed, len(sources)))
     return [
-        VectorSource(tuple(sources[first : first + size])) for first in range(0, len(sources), size)
+        VectorSource(tuple(sources[i : i + size]), seeds[i : i + size])
+        for i in range(0, len(sources), size)
     ]
 
 

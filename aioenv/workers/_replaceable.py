@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..core._messages import EpisodeOptions
+from ..core._seeds import GroupSeed
 from ..env_side._thread_caps import ThreadCaps
 
 __all__ = ["Replaceable", "SlotRecipe"]
@@ -25,7 +26,7 @@ class SlotRecipe:
     thread pools before it builds any env (None: it leaves them as they are)."""
 
     payloads: Sequence[bytes]
-    seeds: Sequence[int | None]
+    seeds: Sequence[GroupSeed]
     episode: EpisodeOptions
     registry: bytes
     thread_caps: ThreadCaps | None

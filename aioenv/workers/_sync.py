@@ -6,8 +6,10 @@ import time
 from typing import Any, TypeVar
 
 from ..core._docs import documented_with
+from ..core._environment import VectorSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
+from ..core._seeds import GroupSeed
 from ..env_side._vector_runner import make_runner
 from ._base import Worker
 
@@ -31,9 +33,9 @@ class SyncWorker(Worker[S]):
     answers_in_line = True
 
     def _setup(self, seed: int | None) -> None:
-        self._spawn(seed)
+        self._spawn(VectorSource.first_seed(self.source, seed))
 
-    def _spawn(self, seed: int | None) -> None:
+    def _spawn(self, seed: GroupSeed) -> None:
         self._runner = make_runner(self.source, seed, self._episode)
 
     def _submit(self, seq: int, action: Any) -> None:

@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 import anyio
 
 from ..core._docs import documented_with
+from ..core._environment import VectorSource
 from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest, Failure
+from ..core._seeds import GroupSeed
 from ..env_side._thread_safety import refusal, runner_unsafe_reason
 from ..env_side._vector_runner import Runner, make_runner
 from ._base import Worker
@@ -50,9 +52,9 @@ class ThreadWorker(Worker[S]):
         self._threads: list[_EnvThread] = []
         #: Calls from env threads for the event loop, held until the worker has one.
         self._held: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._spawn(seed)
+        self._spawn(VectorSource.first_seed(self.source, seed))
 
-    def _spawn(self, seed: int | None) -> None:
+    def _spawn(self, seed: GroupSeed) -> None:
         self._current = _EnvThread(self, make_runner(self.source, seed, self._episode))
         # The threads of the envs it replaced are kept only while they run.
         self._threads = [t for t in self._threads if t._thread.is_alive()] + [self._current]

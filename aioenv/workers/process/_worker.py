@@ -32,7 +32,7 @@ import numpy as np
 
 from ...core._commands import RESET, Reset
 from ...core._docs import documented_with
-from ...core._environment import EnvSource
+from ...core._environment import EnvSource, VectorSource
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
@@ -188,7 +188,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         first = workers[0]
         recipe = ChildRecipe(
             payloads=[worker._payload for worker in workers],
-            seeds=[worker.seed for worker in workers],
+            seeds=[VectorSource.first_seed(w.source, w.seed) for w in workers],
             episode=first._episode,
             registry=registry,
             thread_caps=first._thread_caps,

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ...core._docs import documented_with
-from ...core._environment import BatchStep, EnvSource, Step
+from ...core._environment import BatchStep, EnvSource, Step, VectorSource
 from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._supervision import SUPERVISION_DEFAULTS
@@ -185,7 +185,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         first = workers[0]
         recipe = ActorRecipe(
             payloads=[worker._payload for worker in workers],
-            seeds=[worker.seed for worker in workers],
+            seeds=[VectorSource.first_seed(w.source, w.seed) for w in workers],
             episode=first._episode,
             registry=registry,
             thread_caps=first._thread_caps,
