@@ -180,6 +180,38 @@ def test_a_new_child_seeds_its_envs_by_the_restart_rule_of_a_pool_worker() -> No
     assert not np.array_equal(new[2:, 0], unseeded[2:, 0])
 
 
+class RaisesOnTwo(Walk):
+    """Its step raises (its process goes on) when stepped with action 2."""
+
+    def step(self, action: int) -> Any:
+        if action == 2:
+            raise ValueError("action 2")
+        return super().step(action)
+
+
+def test_a_new_child_of_one_env_seeds_it_as_a_restarted_worker_of_that_env_is_seeded() -> None:
+    # An env alone in its child, whose child died, is seeded with the child's restart
+    # seed itself, as a worker of that one env seeds its new env (a sync worker whose env
+    # raised, say), not with a seed drawn from it as for a group's envs.
+    def run(mode: str, factory: Any) -> Any:
+        with aioenv.AioVectorEnv(
+            [factory] * N,
+            mode=mode,
+            envs_per_worker=1,
+            restart="on_failure",
+            seed=5,
+            on_failure=lambda error: None,
+        ) as envs:
+            envs.reset()
+            cut = envs.step(KILL_CHILD_1)
+            return cut[0], cut[3], envs.step(ZEROS)[0]
+
+    ours, theirs = run("process", ExitsOnTwo), run("sync", RaisesOnTwo)
+    np.testing.assert_array_equal(ours[1], [False, False, True, False])
+    for mine, reference in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(mine, reference)
+
+
 class DiesWritingALongAnswer(Walk):
     """Once ``armed`` (with ``set_attr``), its next step or reset answers with infos longer
     than the engine writes before its post (``aioenv.engine._channel.SMALL``), and its

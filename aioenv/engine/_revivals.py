@@ -135,9 +135,10 @@ class _OneChild:
     def _start(self, seq: int, seed: int | None, reason: str) -> None:
         """A new child, seeded ``seed``, handed what answers the request in flight."""
         # Its envs' seeds are drawn from ``seed``, as a restarted worker's are (not its
-        # predecessor's first ones).
+        # predecessor's first ones); an env alone in it takes ``seed``, as one alone in one.
+        env_seeds = (seed,) if self.plan.rows.stop - self.plan.rows.start == 1 else seed
         revived = Revived(reason, self._cut)
-        plan = dataclasses.replace(self.plan, seed=seed, env_seeds=seed, revived=revived)
+        plan = dataclasses.replace(self.plan, seed=seed, env_seeds=env_seeds, revived=revived)
         children = self.owner.children
         try:
             error = children.respawn(self.w, plan)
