@@ -194,6 +194,33 @@ async def test_gymnasium_seeding_matches_gymnasium(mode: Any) -> None:
             np.testing.assert_array_equal(step.observation, expected)
 
 
+async def test_a_reset_seeded_with_a_numpy_int_seeds_each_env_as_an_int_does(mode: Any) -> None:
+    # A seed drawn with numpy reached the envs as it was, and gymnasium refuses any seed
+    # but a Python int: an EnvError blaming the env (with restarts, new envs seeded else).
+    async with aioenv.make_pool("CartPole-v1", 2, mode=modes(mode, 2), seed=99) as pool:
+        pool.reset(seed=np.int64(5))
+        async for step, worker_id in pool:
+            expected, _ = gymnasium.make("CartPole-v1").reset(seed=5 + worker_id)
+            np.testing.assert_array_equal(step.observation, expected)
+
+
+@pytest.mark.parametrize("seed", ["42", 1.5, True, -1], ids=["str", "float", "bool", "negative"])
+async def test_reset_refuses_a_seed_that_is_no_seed_before_any_env_resets(seed: Any) -> None:
+    # A negative or float seed reached the envs, whose refusal a pool with restarts took
+    # for the env's failure (the env rebuilt, seeded else); True seeded them as 1.
+    message = f"^reset\\(\\) seed must be a non-negative int or None, got {re.escape(repr(seed))}$"
+    async with aioenv.make_pool("CartPole-v1", 2, mode="sync", restart="on_failure") as pool:
+        with pytest.raises(ValueError, match=message):
+            pool.reset(seed=seed)
+        with pytest.raises(ValueError, match=message.replace("reset", "set_seeds")):
+            await pool.set_seeds([3, seed])
+        pool.reset(seed=3)  # nothing was sent or seeded: this reset is the first
+        async for step, worker_id in pool:
+            expected, _ = gymnasium.make("CartPole-v1").reset(seed=3 + worker_id)
+            np.testing.assert_array_equal(step.observation, expected)
+            assert "aioenv" not in step.info
+
+
 async def test_get_batch_stacks_gymnasium_fields(mode: Any) -> None:
     async with aioenv.make_pool("CartPole-v1", 4, mode=modes(mode, 4), seed=0) as pool:
         pool.reset()

@@ -17,6 +17,7 @@ from ._commands import Reset
 __all__ = [
     "GroupSeed",
     "check_seed",
+    "checked_seed",
     "env_seeds",
     "per_env_seeds",
     "reset_mask",
@@ -30,6 +31,16 @@ def check_seed(seed: object) -> None:
     """A worker's seed is a non-negative int, or None."""
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+
+
+def checked_seed(seed: Any, call: str) -> int | None:
+    """A pool call's ``seed`` as a Python int (numpy's ints too), or None; ValueError,
+    naming ``call``, for anything else (a bool, a negative int), before any env sees it."""
+    if seed is not None and (
+        type(seed) is bool or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
+        raise ValueError(f"{call} seed must be a non-negative int or None, got {seed!r}")
+    return None if seed is None else int(seed)
 
 
 def seeded_reset(reset: Any, seed: int) -> Reset:

@@ -22,6 +22,7 @@ import numpy as np
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
 from ..core._rollouts import PolicyPackage, Rollout, Segment, Transitions
+from ..core._seeds import checked_seed
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
@@ -146,10 +147,7 @@ class PoolRollouts:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         if type(num_steps) is not int or num_steps < 1:
             raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
-        if seed is not None and (
-            type(seed) is bool or not isinstance(seed, (int, np.integer)) or seed < 0
-        ):
-            raise ValueError(f"rollout() seed must be a non-negative int or None, got {seed!r}")
+        seed = checked_seed(seed, "rollout()")
         workers = self._rollout_targets(worker_ids)
         requests = {
             worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
@@ -340,7 +338,7 @@ def _lane_seed(seed: int | None, roster: Roster, worker: Member) -> int | None:
     if seed is None:
         return None
     assert worker.worker_id is not None
-    return operator.index(seed) + roster.first_env[worker.worker_id]
+    return seed + roster.first_env[worker.worker_id]
 
 
 def _named(error: Exception, worker: Member) -> Exception:

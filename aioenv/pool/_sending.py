@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 from ..core._commands import RESET, Command, Reset
 from ..core._errors import InvalidAction, StateNotTaken, WorkerError, WorkerPaused
+from ..core._seeds import checked_seed
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._actions import explain_invalid_action
@@ -68,9 +68,11 @@ class PoolSending:
         worker that failed for good while idle gets no reset: its error comes back in
         place of its reset state, raised once.
 
+        :raises ValueError: ``seed`` is not a non-negative int (numpy's too) or None.
         :raises WorkerRemoved: every worker was given up on.
         """
         self._inbox.check_open()
+        seed = checked_seed(seed, "reset()")
         self._roster.check_some_left("reset()")
         targets = self._roster.active()
         for worker in targets:
@@ -104,6 +106,7 @@ class PoolSending:
         workers = self._roster.members
         if len(seeds) != len(workers):
             raise ValueError(f"set_seeds() needs {len(workers)} seeds, got {len(seeds)}")
-        for worker, seed in zip(workers, seeds, strict=True):
+        checked = [checked_seed(seed, "set_seeds()") for seed in seeds]  # before any is set
+        for worker, seed in zip(workers, checked, strict=True):
             if seed is not None:
-                worker.seed_next_reset(operator.index(seed))
+                worker.seed_next_reset(seed)
