@@ -274,6 +274,20 @@ class FourTupleEnv(gymnasium.Env[np.ndarray, int]):
         return np.zeros(1, np.float32), 0.0, False, {}
 
 
+class ObservationOnlyReset(gymnasium.Env[np.ndarray, int]):
+    """Returns the old gym API's observation alone from ``reset`` (two values, which
+    unpack as a pair): a clear error, not an observation of ``0.0``."""
+
+    observation_space = gymnasium.spaces.Box(0, 1, (2,))
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros(2, np.float32)
+
+    def step(self, action: int) -> Any:
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
 class Painted(gymnasium.Env[np.ndarray, int]):
     """Renders a solid ``rgb_array`` frame whose colour is ``shade`` (no pygame needed)."""
 

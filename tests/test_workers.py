@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from envs import Counter, Failing, FourTupleEnv
+from envs import Counter, Failing, FourTupleEnv, ObservationOnlyReset
 from support import KINDS, WORKERS, worker_processes
 
 import aioenv
@@ -174,6 +174,13 @@ async def test_step_returning_a_four_tuple_is_a_clear_error(kind: str) -> None:
         await worker.get_state()
         worker.send_action(0)
         with pytest.raises(aioenv.EnvError, match="4-tuple.*5-tuple"):
+            await worker.get_state()
+
+
+async def test_reset_returning_the_observation_alone_is_a_clear_error(kind: str) -> None:
+    async with make(kind, ObservationOnlyReset) as worker:
+        worker.send_action(RESET)
+        with pytest.raises(aioenv.EnvError, match=r"reset\(\) returned a ndarray.*pair"):
             await worker.get_state()
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "as_environment",
     "build_environment",
     "describe_result",
+    "gymnasium_reset",
     "gymnasium_step",
     "is_coroutine_env",
     "resolve_source",
@@ -66,7 +67,7 @@ class GymnasiumEnvironment(EnvAdapter, Generic[O]):
         return self.env.action_space
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Step[O]:
-        observation, info = self.env.reset(seed=seed, options=options)
+        observation, info = gymnasium_reset(self.env, self.env.reset(seed=seed, options=options))
         return Step(observation, 0.0, False, False, info)
 
     def step(self, action: Any) -> Step[O]:
@@ -92,6 +93,17 @@ def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
         )
     observation, reward, terminated, truncated, info = result
     return Step(observation, float(reward), bool(terminated), bool(truncated), info)
+
+
+def gymnasium_reset(env: object, result: Any) -> tuple[Any, Any]:
+    """``env.reset``'s ``result``: gymnasium's pair, or a TypeError that says what came
+    instead (the old gym API's observation alone, say, which a 2-row array would unpack)."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise TypeError(
+            f"{type(env).__name__}.reset() returned {describe_result(result)}; aioenv "
+            "expects gymnasium's pair (observation, info)"
+        )
+    return result
 
 
 def describe_result(result: object) -> str:
@@ -162,12 +174,7 @@ class AsyncGymnasiumEnvironment(EnvAdapter, Generic[O]):
     async def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> Step[O]:
-        result = await self.env.reset(seed=seed, options=options)
-        if not isinstance(result, tuple) or len(result) != 2:
-            raise TypeError(
-                f"{type(self.env).__name__}.reset() returned {describe_result(result)}; aioenv "
-                "expects gymnasium's pair (observation, info)"
-            )
+        result = gymnasium_reset(self.env, await self.env.reset(seed=seed, options=options))
         observation, info = result
         return Step(observation, 0.0, False, False, info)
 

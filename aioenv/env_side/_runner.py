@@ -17,6 +17,7 @@ from ..core._gymnasium import (
     GymnasiumEnvironment,
     as_environment,
     build_environment,
+    gymnasium_reset,
     gymnasium_step,
 )
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, resets_next
@@ -172,7 +173,9 @@ class EnvRunner:
         self.needs_reset = False
         self.steps_in_episode = 0
         if self.gym is not None:  # the adapter's reset, with no call into it
-            observation, info = self.gym.reset(seed=seed, options=options)
+            observation, info = gymnasium_reset(
+                self.gym, self.gym.reset(seed=seed, options=options)
+            )
             step = _new_step(Step)
             step.__dict__.update(
                 PLAIN_STEP, observation=observation, info={} if info is None else info
