@@ -65,6 +65,16 @@ async def test_check_actions_says_dtype_shape_and_bounds() -> None:
         await pool.get_state()
 
 
+async def test_check_actions_says_where_an_action_is_nan() -> None:
+    def box_env() -> gymnasium.Env[Any, Any]:
+        return gymnasium.make("Pendulum-v1")
+
+    async with aioenv.make_pool(box_env, 1, mode="sync", check_actions=True) as pool:
+        await pool.reset_all()
+        with pytest.raises(aioenv.InvalidAction, match=r"NaN.*flat index \[0\].*NaN stays NaN"):
+            pool.send_action(np.array([np.nan], dtype=np.float32), 0)
+
+
 @pytest.mark.parametrize("mode", ["inline", "process", "thread"])
 def test_a_vector_env_checks_every_action_before_it_sends_any(mode: str) -> None:
     """check_actions= on AioVectorEnv: the whole batch is checked before any env is sent

@@ -36,12 +36,13 @@ def _box_reason(action: Any, space: gymnasium.spaces.Box) -> str:
             f"its dtype is {array.dtype}, which numpy cannot cast safely to the space's "
             f"{space.dtype}; cast it first: action.astype(np.{space.dtype})"
         )
-    below, above = array < space.low, array > space.high
-    if below.any() or above.any():
-        where = np.flatnonzero((below | above).ravel()).tolist()
+    outside = ~((array >= space.low) & (array <= space.high))  # NaN compares False
+    if outside.any():
+        where = np.flatnonzero(outside.ravel()).tolist()
         return (
-            f"it is outside the bounds [low, high] at flat index {where}; clip it first: "
-            "np.clip(action, space.low, space.high)"
+            f"it is outside the bounds [low, high] (or NaN) at flat index {where}; clip it "
+            "first: np.clip(action, space.low, space.high) (a NaN stays NaN: find where your "
+            "policy makes it)"
         )
     return ""
 
