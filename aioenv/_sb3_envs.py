@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium
 
+from .core._environment import describe_source
 from .vector._probe import probing
 
 __all__ = ["EnvFactory", "call_method", "get_attr", "has_attr", "is_wrapped", "set_attr"]
@@ -34,6 +35,7 @@ class EnvFactory:
 
     def __init__(self, env_fn: Callable[[], Any]) -> None:
         self.env_fn = env_fn
+        self.description = describe_source(env_fn)  # workers' and errors' name of the env
 
     def __call__(self) -> Any:
         if not probing():

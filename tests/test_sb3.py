@@ -208,6 +208,18 @@ def test_an_episode_cut_short_by_a_failure_ends_done_with_its_last_observation()
         venv.close()
 
 
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_a_failure_names_the_users_env_factory(options: dict[str, Any]) -> None:
+    venv = AioVecEnv([Breakable, Breakable], restart="on_failure", **options)
+    try:
+        venv.reset()
+        infos = venv.step(np.array([1, 0]))[3]  # env 0 raises
+        reason = infos[0]["aioenv"]["reason"]
+        assert "env 0 (Breakable)" in reason and "EnvFactory" not in reason
+    finally:
+        venv.close()
+
+
 def test_the_probe_env_writes_nothing_into_monitor_files(tmp_path: Path) -> None:
     # The default mode steps a probe env to time it (in a child process); appending
     # (override_existing=False: no header) keeps whatever it would have written.
