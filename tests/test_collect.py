@@ -294,6 +294,16 @@ async def test_a_policy_that_cannot_be_called_is_refused_at_once_leaving_the_col
     assert_replay_prefix([first, second])
 
 
+async def test_a_policy_returning_no_actions_per_row_is_refused_saying_what_it_returned() -> None:
+    async with walk_pool("thread") as pool:
+        with pytest.raises(TypeError, match=r"the policy returned 0 \(int\), not \d+ actions"):
+            await aioenv.collect(pool, lambda batch: 0, num_steps=10)
+        with pytest.raises(
+            TypeError, match=r"the policy returned None \(NoneType\), not \d+ actions"
+        ):
+            await aioenv.collect(pool, lambda batch: None, num_steps=10)
+
+
 # Deterministic twin ----------------------------------------------------------------------
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 async def test_force_sync_gives_the_same_arrays_as_the_async_pool(

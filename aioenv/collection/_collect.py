@@ -323,7 +323,11 @@ def _action_rows(actions: Any, count: int) -> list[Any]:
     """The policy's actions for a batch of ``count`` rows, one per row."""
     if isinstance(actions, np.ndarray) and actions.ndim == 1:
         actions = actions.tolist()  # plain Python scalars travel fastest
-    rows = list(actions)
+    try:
+        rows = list(actions)
+    except TypeError:  # one action (or None), not one per row
+        got = f"{actions!r} ({type(actions).__name__})"
+        raise TypeError(f"the policy returned {got}, not {count} actions (one per row)") from None
     if len(rows) != count:
         raise ValueError(f"the policy returned {len(rows)} actions for a batch of {count}")
     return rows
