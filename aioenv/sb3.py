@@ -107,8 +107,8 @@ class AioVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         space = self.venv.single_action_space
-        if isinstance(actions, list):  # one action per env, as SB3 allows
-            actions = concatenate(space, actions, create_empty_array(space, self.num_envs))
+        if isinstance(actions, list):  # one action per env, as SB3 allows (the step counts)
+            actions = concatenate(space, actions, create_empty_array(space, len(actions)))
         self.venv.step_async(actions)
 
     def step_wait(self) -> VecEnvStepReturn:

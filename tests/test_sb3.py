@@ -209,6 +209,21 @@ def test_an_episode_cut_short_by_a_failure_ends_done_with_its_last_observation()
 
 
 @pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_a_list_of_actions_for_another_number_of_envs_is_refused_naming_both(
+    options: dict[str, Any],
+) -> None:
+    venv = AioVecEnv([make_scripted, make_scripted], **options)
+    try:
+        venv.reset()
+        for actions in ([0, 2, 2], [0]):
+            with pytest.raises(ValueError, match=f"got {len(actions)} actions for 2 envs"):
+                venv.step(actions)  # type: ignore[arg-type]
+        assert venv.step([0, 2])[0][:, 0].tolist() == [1, 1]  # type: ignore[arg-type]
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
 def test_a_failure_names_the_users_env_factory(options: dict[str, Any]) -> None:
     venv = AioVecEnv([Breakable, Breakable], restart="on_failure", **options)
     try:
