@@ -291,6 +291,16 @@ def test_inline_envs_are_closed_once() -> None:
         envs.step(np.zeros(3, np.int64))
 
 
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_env_instances_are_left_open_by_the_probe_and_closed_by_close(mode: str) -> None:
+    given = [_Closing(), _Closing()]
+    _Closing.closed.clear()
+    with aioenv.AioVectorEnv(given, mode=mode) as envs:
+        assert _Closing.closed == []  # the probe read the first one's spaces, left it open
+        envs.reset()
+    assert sorted(_Closing.closed) == sorted(map(id, given))
+
+
 def test_inline_attributes_and_calls_reach_every_env() -> None:
     with aioenv.AioVectorEnv([RaisesOnTwo] * 2, mode="inline") as envs:
         envs.reset(seed=0)

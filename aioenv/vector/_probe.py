@@ -98,8 +98,8 @@ def probe_env(
     or an async gymnasium env (whose coroutines are not run: reading its attributes is
     enough). With ``timed``, a plain env is also reset and stepped with sampled actions
     for a few dozen milliseconds at most, for its median step time (the actions drawn
-    beforehand, the first steps left out). The env is closed
-    again, an async ``close`` awaited.
+    beforehand, the first steps left out). The env is closed again, an async ``close``
+    awaited, unless ``source`` is an env instance (the env a worker then steps).
 
     ``in_child``: build it in a child process started with ``context`` (a process
     worker's), which ends whatever the env started; here if the env cannot be pickled or
@@ -136,7 +136,8 @@ def _probe_here(source: EnvSource, timed: bool) -> Probe:
                 None if lanes is None else lanes.lane_agents,
             )
         finally:
-            _close(env)
+            if isinstance(source, str) or callable(source):  # an instance is the one to step
+                _close(env)
     finally:
         _PROBING.reset(token)
 
