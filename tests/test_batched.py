@@ -42,6 +42,13 @@ def test_a_worker_given_an_env_instance_cannot_step_it_as_several_envs() -> None
         aioenv.make_pool(envs, mode=["sync", "thread"], envs_per_worker=K)
 
 
+def test_an_env_instance_listed_for_two_workers_is_refused() -> None:
+    # Both workers would step that one object (two threads at once, for thread workers).
+    env = gymnasium.make("CartPole-v1")
+    with pytest.raises(TypeError, match="2 separate envs, got an instance of TimeLimit"):
+        aioenv.make_pool([env, env], mode=["sync", "thread"])
+
+
 def flat(observation: Any, row: int) -> list[np.ndarray]:
     """The arrays of one row of a (possibly nested) stacked observation, in a fixed order."""
     if isinstance(observation, dict):

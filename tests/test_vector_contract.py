@@ -60,6 +60,17 @@ def test_a_list_of_factories_builds_one_env_each() -> None:
         assert observations.shape == (2, 4)
 
 
+@pytest.mark.parametrize("mode", ["inline", "thread", "process"])
+def test_one_env_instance_is_refused_as_several_envs_before_anything_starts(mode: str) -> None:
+    # Every env would be that one object: each row's step would move the others on.
+    env = gymnasium.make("CartPole-v1")
+    for given, count in ((env, 2), ([env, env], None)):
+        with pytest.raises(TypeError, match="2 separate envs, got an instance of TimeLimit"):
+            aioenv.AioVectorEnv(given, count, mode=mode)
+    assert not worker_processes()
+    assert not worker_threads()
+
+
 def test_an_env_registered_at_run_time_builds_in_worker_processes() -> None:
     gymnasium.register("AioenvRunTimeOnly-v0", entry_point=Touchy, max_episode_steps=2)
     try:

@@ -19,6 +19,7 @@ accepted, and only :class:`~aioenv.AsyncEnvWorker` runs them (:func:`as_async_en
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ __all__ = [
     "gymnasium_reset",
     "gymnasium_step",
     "is_coroutine_env",
+    "refuse_shared",
     "resolve_source",
     "resolve_spec",
     "split_rows",
@@ -304,6 +306,20 @@ def _parallel_aware(env_id: str | EnvSpec) -> str | EnvSpec:
     if creator is None or (isinstance(creator, type) and issubclass(creator, gymnasium.Env)):
         return env_id
     return dataclasses.replace(env_id, entry_point=_ParallelCatcher(creator))
+
+
+def refuse_shared(sources: Sequence[EnvSource], caller: str, copies: int = 1) -> None:
+    """TypeError where an env instance of ``sources`` would be several envs (each source
+    built ``copies`` times, and an instance listed more than once), all one object."""
+    listed = collections.Counter(map(id, sources))
+    for source in sources:
+        separate = copies * listed[id(source)]
+        if not isinstance(source, str) and not callable(source) and separate > 1:
+            raise TypeError(
+                f"{caller} needs a gymnasium id or a zero-argument factory to build "
+                f"{separate} separate envs, got an instance of {type(source).__name__}; "
+                "pass e.g. `lambda: MyEnv()`"
+            )
 
 
 def resolve_source(source: EnvSource) -> EnvSource:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..core._environment import EnvSource, VectorSource
-from ..core._gymnasium import resolve_source
+from ..core._gymnasium import refuse_shared, resolve_source
 from ..core._seeds import worker_seeds
 from ..workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 from ._options import POOL_OPTIONS, PoolOptions
@@ -195,14 +195,7 @@ def _sources(
     if per_worker and len(sources) != num_workers:
         raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
     grouped = envs_per_worker if isinstance(envs_per_worker, int) else 1
-    separate = grouped if per_worker else num_workers * grouped  # envs built from each source
-    for source in sources:
-        if not isinstance(source, str) and not callable(source) and separate > 1:
-            raise TypeError(
-                f"make_pool() needs a gymnasium id or a zero-argument factory to build "
-                f"{separate} separate envs, got an instance of {type(source).__name__}; "
-                "pass e.g. `lambda: MyEnv()`"
-            )
+    refuse_shared(sources, "make_pool()", grouped if per_worker else num_workers * grouped)
     resolved = [resolve_source(source) for source in sources]  # an unknown id fails here
     return (resolved if per_worker else resolved * num_workers), num_workers
 

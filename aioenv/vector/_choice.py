@@ -43,7 +43,7 @@ from typing import Any
 
 from ..core._agents import LaneSource
 from ..core._environment import EnvSource
-from ..core._gymnasium import resolve_source
+from ..core._gymnasium import refuse_shared, resolve_source
 from ..pool._factory import canonical_mode, make_pool, old_spellings, worker_modes
 from ..pool._options import POOL_OPTIONS, PoolOptions
 from ._grouping import busy_cores, engine_envs, group_size, groups_of, usable_cores
@@ -181,6 +181,7 @@ def _sources(
     """The env sources of ``AioVectorEnv(env, num_envs)``, one per env, and ``env``
     resolved: the list of them, or the one source every env is built from."""
     if isinstance(env, (list, tuple)):
+        refuse_shared(env, "AioVectorEnv()")
         sources = [resolve_source(source) for source in env]
         if not sources:
             raise ValueError("AioVectorEnv needs at least one env factory")
@@ -190,6 +191,7 @@ def _sources(
     if num_envs is None:
         raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
     check_num_envs(num_envs, "AioVectorEnv(env, num_envs)")
+    refuse_shared([env], "AioVectorEnv()", num_envs)
     one = resolve_source(env)  # an unknown id fails here
     return [one] * num_envs, one
 
