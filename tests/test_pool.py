@@ -349,6 +349,23 @@ async def test_env_error_in_a_pool_names_the_worker_and_others_keep_working(mode
         assert states[0]["total"] == 13
 
 
+@pytest.mark.loops
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_nan_timeout_is_refused_as_a_negative_one_is(gate: str, kind: str) -> None:
+    # NaN is no number >= 0: taken as it was, it set no deadline, so a call meant to wait
+    # a bounded time waited as long as the env took.
+    async with aioenv.AsyncWorkerPool([WORKERS[kind](lambda: Gated(gate))]) as pool:
+        pool.reset()
+        await pool.get_state()
+        pool.send_action(1, 0)  # blocks in the env until the gate opens
+        for call in (pool.get_state, pool.get_batch):
+            with anyio.fail_after(10), pytest.raises(ValueError, match=">= 0, got nan"):
+                await call(timeout=float("nan"))
+        open_gate(gate)
+        result = await pool.get_state(timeout=30)
+        assert result is not None and result[1] == 0
+
+
 async def test_misuse_is_an_immediate_clear_error(mode: Any) -> None:
     async with aioenv.make_pool(Counter, 2, mode=modes(mode, 2)) as pool:
         with pytest.raises(aioenv.NoActionInFlight, match="send_action"):

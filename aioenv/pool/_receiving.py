@@ -410,7 +410,7 @@ class PoolReceiving(Generic[S]):
     def _deadline(timeout: float | None) -> float | None:
         if timeout is None:
             return None
-        if not isinstance(timeout, (int, float)) or timeout < 0:
+        if not isinstance(timeout, (int, float)) or not timeout >= 0:  # NaN too
             raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
         if (loop := running_loop()) is None:  # get_batch takes ready states without a loop
             raise not_on_asyncio("a pool's get_state()/get_batch()")
