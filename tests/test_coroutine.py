@@ -349,6 +349,25 @@ async def test_sync_kinds_refuse_coroutine_envs_with_a_clear_error() -> None:
             assert "mode='coroutine'" in str(error)
 
 
+class _PlainReset(AsyncCartPole):
+    """A coroutine env whose reset is a plain def: a coroutine env's reset is async."""
+
+    def reset(  # type: ignore[override]
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        return self.env.reset(seed=seed, options=options)
+
+
+async def test_a_coroutine_env_whose_reset_is_not_async_is_refused_saying_so() -> None:
+    refused = r"_PlainReset, whose step\(\) is async def but whose reset\(\) is not"
+    async with aioenv.make_pool(_PlainReset, 1, mode="coroutine") as pool:
+        pool.reset()
+        with pytest.raises(aioenv.EnvError, match=refused):
+            await pool.get_state()
+    with pytest.raises(TypeError, match=refused):
+        aioenv.AioVectorEnv([_PlainReset] * 2)
+
+
 @pytest.mark.parametrize("force_sync", [False, True])
 def test_a_pool_with_a_coroutine_worker_refuses_envs_per_worker(force_sync: bool) -> None:
     # A coroutine worker steps one env (one task): envs_per_worker gives every worker k.

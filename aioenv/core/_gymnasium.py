@@ -197,8 +197,11 @@ def as_async_environment(obj: object) -> Environment[Any, Any]:
     too, blocking it while it steps)."""
     if not is_coroutine_env(obj):
         return as_environment(obj)
-    if not callable(getattr(obj, "reset", None)):
-        raise TypeError(f"got {type(obj).__name__!s}, whose step() is async but has no reset()")
+    if not inspect.iscoroutinefunction(getattr(obj, "reset", None)):
+        raise TypeError(
+            f"got {type(obj).__name__}, whose step() is async def but whose reset() is not (or "
+            "is missing): make reset() an async def too, as a coroutine env's step and reset are"
+        )
     if callable(getattr(obj, "terminated", None)):
         return obj  # type: ignore[return-value]
     return AsyncGymnasiumEnvironment(obj)
