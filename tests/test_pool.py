@@ -552,6 +552,32 @@ async def test_cancelled_get_state_loses_nothing(mode: Any) -> None:
         assert sorted(taken) == [0, 1, 2, 3]
 
 
+async def test_async_for_in_two_tasks_ends_in_both_once_nothing_is_in_flight(mode: Any) -> None:
+    """Two tasks looping ``async for`` over one pool: the loop that waited while the other
+    took the last state ends as well (no worker has an action in flight), rather than
+    raising NoActionInFlight."""
+    async with aioenv.make_pool(Counter, 2, mode=modes(mode, 2)) as pool:
+        await pool.reset_all()
+        budget = [4]  # actions the loops send between them, after the first two
+        taken: dict[str, list[int]] = {"a": [], "b": []}
+
+        async def loop(name: str) -> None:
+            async for _, worker_id in pool:
+                taken[name].append(worker_id)
+                if budget[0]:
+                    budget[0] -= 1
+                    pool.send_action(1, worker_id)
+
+        pool.send_action(1, 0)
+        pool.send_action(1, 1)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(loop, "a")
+                group.start_soon(loop, "b")
+        assert len(taken["a"] + taken["b"]) == 6  # the first two states and four more
+        assert not pool.num_pending
+
+
 async def test_aclose_wakes_waiters_with_closed_error(gate: str) -> None:
     workers = [aioenv.ProcessWorker(lambda: Gated(gate), cleanup_time=0.5)]
     async with aioenv.AsyncWorkerPool(workers) as pool:  # (under trio: its bridge)

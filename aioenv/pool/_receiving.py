@@ -313,24 +313,27 @@ class PoolReceiving(Generic[S]):
         inbox.check_open()
         if not inbox.num_owed:
             self._roster.check_some_left("async for")
-        while inbox.num_owed if inbox.paused else inbox.owed:  # num_owed, short cut
-            if self._in_line is not None or self._all_in_line or inbox.closed:
-                item = await self.get_state()  # raises once closed
-                assert item is not None
-                yield item
-                continue
-            # get_state()'s branch for a pool that takes states first ready first, inlined:
-            # this is the per-state path of every `async for` loop.
-            outcome = inbox.pop_next()
-            if outcome is None:
-                self._check_loop()
-                outcome = await self._wait_next(None)
-                assert outcome is not None  # with no deadline, it waits until one is in
-            if outcome.error is None and not outcome.borrowed:  # _handed_out's common case
-                self._episodes.record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
-                yield outcome.state, outcome.worker_id  # type: ignore[misc]
-            else:
-                yield self._handed_out(outcome)
+        try:
+            while inbox.num_owed if inbox.paused else inbox.owed:  # num_owed, short cut
+                if self._in_line is not None or self._all_in_line or inbox.closed:
+                    item = await self.get_state()  # raises once closed
+                    assert item is not None
+                    yield item
+                    continue
+                # get_state()'s branch for a pool that takes states first ready first,
+                # inlined: this is the per-state path of every `async for` loop.
+                outcome = inbox.pop_next()
+                if outcome is None:
+                    self._check_loop()
+                    outcome = await self._wait_next(None)
+                    assert outcome is not None  # with no deadline, it waits until one is in
+                if outcome.error is None and not outcome.borrowed:  # _handed_out's common case
+                    self._episodes.record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
+                    yield outcome.state, outcome.worker_id  # type: ignore[misc]
+                else:
+                    yield self._handed_out(outcome)
+        except NoActionInFlight:  # raised only where none is owed: as this loop waited, another
+            return  # task took the last state in flight (or paused its worker): the loop ends
 
     async def _let_the_others_in(self, deadline: float | None, *, whole_batch: bool) -> None:
         """Before taking states in a pool that mixes in-line workers with others (see
