@@ -125,6 +125,46 @@ async def test_pause_keeps_pending_state_and_skips_the_worker(mode: Any) -> None
         assert len(pool) == 3  # ids never shift
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_pausing_the_worker_a_wait_is_for_ends_the_wait_at_once(kind: str, gate: str) -> None:
+    """Tasks wait in ``get_state()``, ``get_state(worker_id=1)`` and ``async for`` for the
+    one worker with a step in flight, and another pauses it: each wait ends at once as it
+    would have begun (NoActionInFlight, WorkerPaused, the loop's end), not once the paused
+    worker's step is done (for good, where that step hangs)."""
+    worker = WORKERS[kind]
+    async with aioenv.AsyncWorkerPool([worker(Counter), worker(lambda: Gated(gate))]) as pool:
+        await pool.reset_all()
+        pool.send_action(1, 1)  # blocked until the gate opens, after the waits
+        ended: list[str] = []
+
+        async def get_state() -> None:
+            with pytest.raises(aioenv.NoActionInFlight, match="unpaused"):
+                await pool.get_state()
+            ended.append("get_state")
+
+        async def get_its_state() -> None:
+            with pytest.raises(aioenv.WorkerPaused, match="worker 1"):
+                await pool.get_state(worker_id=1)
+            ended.append("get_state(worker_id=1)")
+
+        async def loop() -> None:
+            async for _ in pool:
+                pytest.fail("the paused worker's state is not handed out")
+            ended.append("async for")
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                for wait in (get_state, get_its_state, loop):
+                    group.start_soon(wait)
+                await anyio.wait_all_tasks_blocked()  # each waits for worker 1's state
+                pool.pause(1)
+        assert sorted(ended) == ["async for", "get_state", "get_state(worker_id=1)"]
+        open_gate(gate)
+        pool.resume(1)
+        state, worker_id = await pool.get_state()  # type: ignore[misc]
+        assert (worker_id, state["total"]) == (1, 1)  # kept while paused
+
+
 async def test_pause_in_the_sync_pool_keeps_send_order_for_the_rest() -> None:
     async with aioenv.make_pool(Counter, 3, force_sync=True) as pool:
         pool.reset()

@@ -393,9 +393,7 @@ class PoolReceiving(Generic[S]):
         inbox = self._inbox
         self._check_loop()
         deadline = self._deadline(timeout)
-        if worker.worker_id in inbox.paused:
-            raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
-        while True:
+        while worker.worker_id not in inbox.paused:  # also paused while this call waits
             outcome = inbox.pop(worker.worker_id)
             if outcome is not None:
                 return outcome
@@ -408,6 +406,7 @@ class PoolReceiving(Generic[S]):
                 return None
             await inbox.wait(deadline)
             self._inbox.check_open()
+        raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
 
     @staticmethod
     def _deadline(timeout: float | None) -> float | None:

@@ -116,6 +116,7 @@ class Inbox:
 
     def pause(self, worker_id: int | None) -> None:
         self.paused.add(worker_id)
+        self._wake()  # a wait for its outcome alone now waits for nothing: it re-checks
 
     def resume(self, worker_id: int | None) -> None:
         self.paused.discard(worker_id)
