@@ -416,6 +416,43 @@ async def test_a_worker_that_fails_for_good_raises_and_the_others_segments_are_k
         assert len(again) == 3 * 2
 
 
+@pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
+async def test_a_rollout_on_some_workers_keeps_its_segments_from_a_loop_stepping_the_others(
+    kind: str, gate: str
+) -> None:
+    """A task steps workers 0 and 1 by hand (``async for``) while another plays a rollout
+    on worker 2: the loop gets only its own workers' states and ends, and the rollout its
+    segment. The loop took the segment as a state, and the rollout then waited for ever."""
+    mode = ["process", "thread"] if kind == "mixed" else kind
+    async with aioenv.make_pool(envs_factory(gate=gate), 3, mode=modes(mode, 3)) as pool:
+        await pool.set_policy(choose_walk)
+        await pool.reset_all()
+        taken: list[Any] = []
+        played: list[aioenv.Trajectories] = []
+
+        async def by_hand() -> None:
+            pool.send_action(0, 0)
+            pool.send_action(0, 1)
+            async for state, worker_id in pool:
+                taken.append((type(state), worker_id))
+                if len(taken) < 4:
+                    pool.send_action(0, worker_id)
+
+        async def rollout() -> None:
+            played.append(await pool.rollout(5, worker_ids=[2]))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(by_hand)
+                group.start_soon(rollout)
+                await anyio.wait_all_tasks_blocked()  # every env waits at its step's gate
+                envs.open_gate(gate)
+        assert len(taken) == 5  # the two first states and three more
+        assert all(cls is aioenv.Step and worker_id in (0, 1) for cls, worker_id in taken)
+        assert len(played[0]) == 5 and set(played[0].worker_id.tolist()) == {2}
+        assert pool.paused == () and pool.num_pending == 0
+
+
 @pytest.mark.loops
 @pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
 async def test_a_cancelled_rollout_leaves_the_pool_usable_and_drops_the_late_segments(

@@ -184,6 +184,7 @@ class PoolRollouts:
         pending: list[int] = []
         try:
             for worker_id in self._roster.send_order(list(requests)):
+                self._inbox.pause(worker_id)  # its answer is this call's: others' calls skip it
                 self._roster.members[worker_id].send_action(requests[worker_id])
                 pending.append(worker_id)
             while pending:
@@ -213,6 +214,9 @@ class PoolRollouts:
                 for lane in range(first, first + self._roster.members[worker_id].num_envs):
                     self._rollout_ledger.start(lane)
             raise
+        finally:
+            for worker_id in requests:
+                self._inbox.resume(worker_id)
         return results
 
     def _cut_short(self, worker_id: int) -> None:
