@@ -3,14 +3,16 @@ a pool makes on spaces and actions: for every worker kind and a mixed pool."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import gc
 from typing import Any
 
 import anyio
 import gymnasium
 import numpy as np
 import pytest
-from envs import AsyncBreakable, Breakable, Counter, Gated, Painted, open_gate
+from envs import AsyncBreakable, Breakable, Counter, Failing, Gated, Painted, open_gate
 from support import WORKERS, a_failed_rebuild_keeps_spaces, modes
 
 import aioenv
@@ -123,6 +125,35 @@ async def test_pause_keeps_pending_state_and_skips_the_worker(mode: Any) -> None
         state, worker_id = await pool.get_state()  # type: ignore[misc]
         assert (worker_id, state["total"]) == (1, 7)
         assert len(pool) == 3  # ids never shift
+
+
+@pytest.mark.loops
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_a_call_cancelled_while_another_env_raised_leaves_no_error_unretrieved(
+    kind: str, gate: str
+) -> None:
+    """``pool.call`` cut short by a timeout while one env's answer is still to come and
+    another's raised: that error goes with the call, not to asyncio's "Future exception
+    was never retrieved" report (with its traceback) when the garbage collector finds it."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    worker = WORKERS[kind]
+    try:
+        async with aioenv.AsyncWorkerPool(
+            [worker(lambda: Gated(gate)), worker(functools.partial(Failing, "step"))]
+        ) as pool:
+            await pool.reset_all()
+            with anyio.move_on_after(0.3) as scope:
+                await pool.call("step", 13)  # waits for the gate in 0, raises in 1
+            assert scope.cancelled_caught
+            open_gate(gate)
+            assert await pool.get_attr("t") == [1, 0]  # the pool goes on
+        gc.collect()
+        await asyncio.sleep(0)
+        assert reported == []
+    finally:
+        loop.set_exception_handler(None)
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])

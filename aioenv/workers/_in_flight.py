@@ -41,6 +41,8 @@ class InFlight:
         seq = self.next_seq
         self.next_seq = seq + 1
         future: asyncio.Future[Any] = loop.create_future()
+        # Its error counts as seen: a caller cut short drops it, unreported by asyncio's GC.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
         self.controls[seq] = future
         return seq, future
 
