@@ -398,6 +398,22 @@ def envs_factory(**options: Any) -> Any:
     return lambda: Walk(**options)
 
 
+async def test_a_sync_worker_restarted_in_a_rollout_answers_it() -> None:
+    """A sync worker plays the segment it is asked again after its restart in line (or
+    fails it, once its restarts are spent), so the rollout returns or raises: it waited for
+    ever, since the answer came before it waited for one."""
+    async with aioenv.make_pool(
+        envs_factory(explode_at=2), 2, mode="sync", seed=SEED, restart="on_failure", max_restarts=2
+    ) as pool:
+        await pool.set_policy(choose_walk)
+        with anyio.fail_after(20):  # was: a hang
+            assert len(await pool.rollout(1)) == 2
+            assert len(await pool.rollout(1)) == 2  # each env's second step explodes
+            assert pool.restarts == 2
+            with pytest.raises(aioenv.EnvError, match=r"sync worker 0 .*Walk exploded"):
+                await pool.rollout(2)  # explodes in each new env: the budget is spent
+
+
 @pytest.mark.parametrize("kind", ["thread", "process"])
 async def test_a_worker_that_fails_for_good_raises_and_the_others_segments_are_kept(
     kind: str,

@@ -201,11 +201,12 @@ class PoolRollouts:
                     else:  # a restarted env's reset answered: ask it again
                         self._cut_short(worker_id)
                         self._roster.members[worker_id].send_action(requests[worker_id])
-                        continue
+                        break  # a sync worker answers in line: look again before waiting
                     pending.remove(worker_id)
-                if pending:
-                    await self._inbox.wait(None)
-                    self._inbox.check_open()
+                else:
+                    if pending:
+                        await self._inbox.wait(None)
+                        self._inbox.check_open()
         except BaseException:
             for worker_id in pending:
                 self._roster.members[worker_id].forget_request()
