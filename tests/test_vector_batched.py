@@ -356,3 +356,62 @@ def test_a_next_step_autoreset_that_raises_in_a_group_is_the_envs_error(mode: st
         reference.step(np.array([0, 0]))
         with pytest.raises(ValueError, match="the reset after the first episode fails"):
             reference.step(np.array([0, 0]))
+
+
+class _Misfit(gymnasium.Env[np.ndarray, int]):
+    """An env of a uint8 Box of shape (2,) whose ``phase`` ("reset" or "step") gives an
+    observation gymnasium cannot batch as one of its space: ``"dtype"``, int64 300s (a
+    value uint8 cannot hold); ``"shape"``, one value short."""
+
+    observation_space = gymnasium.spaces.Box(0, 255, (2,), np.uint8)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, phase: str, wrong: str) -> None:
+        self.phase, self.wrong = phase, wrong
+
+    def _observation(self, phase: str) -> np.ndarray:
+        if phase != self.phase:
+            return np.ones(2, np.uint8)
+        return np.full(2, 300, np.int64) if self.wrong == "dtype" else np.ones(1, np.uint8)
+
+    def reset(
+        self, *, seed: int | None = None, options: Any = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self._observation("reset"), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return self._observation("step"), 0.0, False, False, {}
+
+
+GROUPS = {
+    "thread": {"mode": "thread", "envs_per_worker": 2},
+    "sync": {"mode": "sync", "envs_per_worker": 2},
+    "process": {"mode": "process", "envs_per_worker": 2, "shared_memory": False},
+}
+
+
+@pytest.mark.parametrize("phase", ["reset", "step"])
+@pytest.mark.parametrize(
+    ("kind", "wrong"),
+    [*((kind, "dtype") for kind in ["inline", *GROUPS]), *((kind, "shape") for kind in GROUPS)],
+)
+def test_a_box_observation_gymnasium_cannot_batch_is_refused_as_gymnasium_refuses_it(
+    kind: str, wrong: str, phase: str
+) -> None:
+    """gymnasium's batching casts same_kind only and never broadcasts, so SyncVectorEnv
+    raises its TypeError or ValueError; a group's batch was cast unsafely (300 became 44)
+    or broadcast (one value filled the row) by the vector env, and inline envs' resets too."""
+    factory = functools.partial(_Misfit, phase, wrong)
+    options = GROUPS.get(kind, {"mode": kind})
+    error, match = (TypeError, "same_kind") if wrong == "dtype" else (ValueError, "wrong shape")
+    reference = SyncVectorEnv([factory] * 2)
+    with aioenv.AioVectorEnv([factory] * 2, **options) as ours, contextlib.closing(reference):
+        for envs in (reference, ours):
+            if phase == "reset":
+                with pytest.raises(error, match=match):
+                    envs.reset(seed=0)
+            else:
+                assert envs.reset(seed=0)[0].tolist() == [[1, 1], [1, 1]]
+                with pytest.raises(error, match=match):
+                    envs.step(np.array([0, 0]))

@@ -273,12 +273,14 @@ class VectorBatches:
             if reused is None or len(reused) < count:
                 reused = self._reused = np.empty((len(self._per_env), *space.shape), space.dtype)
             out = reused[:count]
-        at = 0
-        for part, latest in zip(parts, chosen, strict=True):
-            size = part.stop - part.start
-            out[at : at + size] = 0 if latest is None else latest
-            at += size
-        return out
+        rows = [
+            np.zeros((part.stop - part.start, *space.shape), space.dtype)
+            if latest is None
+            else latest
+            for part, latest in zip(parts, chosen, strict=True)
+        ]
+        # gymnasium's concatenate's rules: cast same_kind (int64 300 is no uint8), no broadcast
+        return np.concatenate(rows, out=out, casting="same_kind")
 
     def _new_step(self) -> None:
         """New arrays of rewards and flags (those handed out before stay as they were)."""
