@@ -6,6 +6,7 @@ cancellation, the forced-sync twin, Ray actors, and bad input."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 import time
@@ -16,6 +17,7 @@ import anyio
 import envs
 import numpy as np
 import pytest
+import space_envs
 from envs import RecordingPolicy, UnpicklableHere, Walk, WalkInPlace, choose_walk
 from support import modes
 
@@ -306,6 +308,25 @@ async def test_dict_observations_of_workers_of_several_envs_are_stacked_by_key(k
             one, several = getattr(parts[0], name)[key], getattr(parts[1], name)[key]
             np.testing.assert_array_equal(one, several)
             assert one.dtype == several.dtype
+
+
+def echoed(observation: Any) -> Any:
+    return observation  # space_envs.Echo's action space is its observation space
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_actions_numpy_cannot_stack_are_an_array_with_one_entry_per_row(kind: str) -> None:
+    # A hybrid action (a Tuple of a Discrete, a Box and a Text): as Trajectories promises
+    # of columns other than observations, a 1-D array with one action per row, where
+    # numpy's array of the rows raised (inhomogeneous shape) once every segment was played.
+    async with aioenv.make_pool(functools.partial(space_envs.echo, "Tuple"), 2, mode=kind) as pool:
+        await pool.set_policy(echoed)
+        part = await pool.rollout(4)
+    actions, observations = part.actions, part.observations
+    assert isinstance(actions, np.ndarray) and actions.shape == (8,)
+    for row, action in enumerate(actions):
+        assert action[0] == observations[0][row] and action[2] == observations[2][row]
+        np.testing.assert_array_equal(action[1], observations[1][row])
 
 
 # Versions ------------------------------------------------------------------------------

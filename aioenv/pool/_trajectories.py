@@ -100,10 +100,14 @@ class Trajectories(Transitions):
 def stack(space: Space[Any] | None, items: Sequence[Any], out: Any = None) -> Any:
     """``items`` (observations or actions) stacked as gymnasium batches ``space``, into
     ``out`` where given (a batch's rows for them, such as a pool's reused array); with no
-    space known, ``numpy.asarray``. :class:`~aioenv.Batch` stacks its observations here
-    too."""
+    space known, ``numpy.asarray``, or where numpy cannot stack them (a hybrid action's
+    tuples) a 1-D object array of them. :class:`~aioenv.Batch` stacks its observations
+    here too."""
     if space is None:
-        return np.asarray(items)
+        try:
+            return np.asarray(items)
+        except ValueError:  # an inhomogeneous shape
+            return np.fromiter(items, object, len(items))
     if isinstance(space, Box):  # what gymnasium's concatenate does for a Box, minus dispatch
         if out is None:
             out = np.empty((len(items), *space.shape), space.dtype)
