@@ -16,7 +16,6 @@ from ._commands import Reset
 
 __all__ = [
     "GroupSeed",
-    "check_seed",
     "checked_seed",
     "env_seeds",
     "per_env_seeds",
@@ -27,19 +26,15 @@ __all__ = [
 ]
 
 
-def check_seed(seed: object) -> None:
-    """A worker's seed is a non-negative int, or None."""
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-
-
-def checked_seed(seed: Any, call: str) -> int | None:
-    """A pool call's ``seed`` as a Python int (numpy's ints too), or None; ValueError,
-    naming ``call``, for anything else (a bool, a negative int), before any env sees it."""
+def checked_seed(seed: Any, call: str = "") -> int | None:
+    """A seed (a worker's, or a pool call's) as a Python int (numpy's ints too), or None;
+    ValueError, naming ``call`` where given, for anything else (a bool, a negative int),
+    before any env sees it."""
     if seed is not None and (
         type(seed) is bool or not isinstance(seed, (int, np.integer)) or seed < 0
     ):
-        raise ValueError(f"{call} seed must be a non-negative int or None, got {seed!r}")
+        named = f"{call} seed" if call else "seed"
+        raise ValueError(f"{named} must be a non-negative int or None, got {seed!r}")
     return None if seed is None else int(seed)
 
 
@@ -53,7 +48,7 @@ def worker_seeds(seed: int | None, num_workers: int) -> list[int | None]:
     """One independent seed per worker, drawn from ``numpy.random.SeedSequence(seed)``
     without touching any global RNG. ``None`` gives ``None`` for every worker (each env
     then seeds itself from OS entropy). ValueError for a ``seed`` a worker refuses."""
-    check_seed(seed)
+    seed = checked_seed(seed)
     # Worker i's seed is child i of the sequence, as SeedSequence.spawn makes it: the
     # seed restart_seed gives restart i.
     return [restart_seed(seed, child) for child in range(num_workers)]

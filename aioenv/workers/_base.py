@@ -33,7 +33,7 @@ from ..core._environment import EnvSource, VectorSource, describe_source
 from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
 from ..core._messages import EpisodeOptions, Failure
-from ..core._seeds import check_seed, seeded_reset
+from ..core._seeds import checked_seed, seeded_reset
 from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
 from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id, to_the_end
@@ -85,7 +85,7 @@ class Worker(Membership, Generic[S]):
         reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
         episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
-        check_seed(seed)
+        seed = checked_seed(seed)
         if isinstance(env, VectorSource) and not self.steps_batches:
             raise TypeError(
                 f"{self.kind} workers step one env each, and envs_per_worker gave this one "
