@@ -173,9 +173,10 @@ class EnvRunner:
         self.needs_reset = False
         self.steps_in_episode = 0
         if self.gym is not None:  # the adapter's reset, with no call into it
-            observation, info = gymnasium_reset(
-                self.gym, self.gym.reset(seed=seed, options=options)
-            )
+            pair = self.gym.reset(seed=seed, options=options)
+            if type(pair) is not tuple or len(pair) != 2:  # (checked with no call)
+                pair = gymnasium_reset(self.gym, pair)
+            observation, info = pair
             step = _new_step(Step)
             step.__dict__.update(
                 PLAIN_STEP, observation=observation, info={} if info is None else info
