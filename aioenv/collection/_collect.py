@@ -284,12 +284,11 @@ class Collector(PoolDriver):
         if error.worker_id is None:
             return
         track = self._tracks[error.worker_id]
-        track.in_flight = None
         episode = track.episode
         if episode is not None and len(episode):
             episode.truncated[-1] = True
             self._finish(track)
-        track.episode, track.waiting = None, NEEDS_RESET
+        track.episode, track.waiting, track.in_flight = None, NEEDS_RESET, None
 
     # Returning -------------------------------------------------------------------------
     def _take(self, quota: Quota) -> Trajectories:
