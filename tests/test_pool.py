@@ -204,6 +204,30 @@ async def test_a_reset_seeded_with_a_numpy_int_seeds_each_env_as_an_int_does(mod
             np.testing.assert_array_equal(step.observation, expected)
 
 
+@pytest.mark.parametrize(
+    "option", ["num_workers", "envs_per_worker", "max_episode_steps", "max_restarts", "min_size"]
+)
+async def test_counts_given_as_numpy_ints_are_taken_as_ints(option: str) -> None:
+    # RL code passes counts drawn from arrays (np.int64): each was refused as no count,
+    # "num_workers must be an int >= 1, got 2", as a seed once was.
+    counts: dict[str, Any] = {
+        "num_workers": 2,
+        "envs_per_worker": 2,
+        "max_episode_steps": 3,
+        "max_restarts": 1,
+        "min_size": 2,
+    }
+    counts[option] = np.int64(counts[option])
+    min_size = counts.pop("min_size")
+    async with aioenv.make_pool("CartPole-v1", mode="sync", **counts) as pool:
+        assert len(pool.workers) == 2
+        assert pool.max_episode_steps == 3 and type(pool.max_episode_steps) is int
+        pool.reset()
+        with anyio.fail_after(30):
+            batch = await pool.get_batch(min_size=min_size)
+        assert len(batch) == 2
+
+
 @pytest.mark.parametrize("seed", ["42", 1.5, True, -1], ids=["str", "float", "bool", "negative"])
 async def test_reset_refuses_a_seed_that_is_no_seed_before_any_env_resets(seed: Any) -> None:
     # A negative or float seed reached the envs, whose refusal a pool with restarts took

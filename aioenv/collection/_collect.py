@@ -22,6 +22,7 @@ from ..core._commands import RESET
 from ..core._environment import Step
 from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import is_restart_reset
+from ..core._seeds import checked_count
 from ..pool._batch import Batch
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._receiving import EpisodeLedger
@@ -406,9 +407,8 @@ def make_quota(
 ) -> Quota:
     if (num_steps is None) == (num_episodes is None):
         raise ValueError("collect() needs exactly one of num_steps= or num_episodes=")
-    amount = num_steps if num_steps is not None else num_episodes
-    if not isinstance(amount, int) or isinstance(amount, bool) or amount < 1:
-        raise ValueError(f"num_steps/num_episodes must be an int >= 1, got {amount!r}")
+    unit: Literal["steps", "episodes"] = "steps" if num_steps is not None else "episodes"
+    amount = checked_count(num_steps if unit == "steps" else num_episodes, "num_steps/num_episodes")
     if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
         raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
     if fraction != 1 and not per_worker:
@@ -417,5 +417,4 @@ def make_quota(
         raise ValueError(f"boundary must be 'episode' or 'step', got {boundary!r}")
     if boundary == "step" and num_steps is None:
         raise ValueError("boundary='step' applies to num_steps (num_episodes counts whole ones)")
-    unit: Literal["steps", "episodes"] = "steps" if num_steps is not None else "episodes"
     return Quota(amount, unit, bool(per_worker), float(fraction), boundary)

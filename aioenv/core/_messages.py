@@ -1,7 +1,8 @@
 """The messages both sides of a worker share: what the parent asks for besides a step, the
 episode options it configures, and how a failure travels back. A leaf module: it imports
-nothing from aioenv, so parent-side code (pools, workers) and env-side code (the runner,
-the child process) both depend on it and on nothing of each other."""
+nothing from aioenv but the count check (:func:`~aioenv.core._seeds.checked_count`, a leaf
+of core too), so parent-side code (pools, workers) and env-side code (the runner, the
+child process) both depend on it and on nothing of each other."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import traceback
 from typing import Any, Literal, get_args
 
 from gymnasium.vector import AutoresetMode
+
+from ._seeds import checked_count
 
 __all__ = [
     "AUTORESET_MODES",
@@ -95,9 +98,9 @@ class EpisodeOptions:
                 f"autoreset must be one of {', '.join(map(repr, AUTORESET_MODES))} (or "
                 f"gymnasium's AutoresetMode), got {self.autoreset!r}"
             )
-        limit = self.max_episode_steps
-        if limit is not None and (type(limit) is not int or limit < 1):
-            raise ValueError(f"max_episode_steps must be None or an int >= 1, got {limit!r}")
+        if self.max_episode_steps is not None:
+            limit = checked_count(self.max_episode_steps, "max_episode_steps", or_none=True)
+            object.__setattr__(self, "max_episode_steps", limit)
 
 
 @dataclasses.dataclass(frozen=True)

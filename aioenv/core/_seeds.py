@@ -1,6 +1,8 @@
 """Seeds: one independent seed per env from a base seed, and deterministic seeds for
 restarts, drawn from ``numpy.random.SeedSequence`` without touching any global RNG; and
-gymnasium's reading of a vector reset's seeds and reset mask. A leaf module that both the
+gymnasium's reading of a vector reset's seeds and reset mask. The checks of a seed and of
+a count option (:func:`checked_seed`, :func:`checked_count`: numpy's integers taken as
+ints, a bool refused), one rule for every option of each. A leaf module that both the
 parent's side (a vector env's reset) and the env's side (a worker of several envs) use."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ._commands import Reset
 
 __all__ = [
     "GroupSeed",
+    "checked_count",
     "checked_seed",
     "env_seeds",
     "per_env_seeds",
@@ -36,6 +39,21 @@ def checked_seed(seed: Any, call: str = "") -> int | None:
         named = f"{call} seed" if call else "seed"
         raise ValueError(f"{named} must be a non-negative int or None, got {seed!r}")
     return None if seed is None else int(seed)
+
+
+def checked_count(
+    value: Any, name: str, least: int = 1, *, or_none: bool = False, meaning: str = ""
+) -> int:
+    """The count option ``name``'s ``value`` as a Python int (numpy's integers too, as RL
+    code passes counts drawn from arrays); for anything else (a bool, a float, a count
+    below ``least``) ValueError ``{name} must be an int >= {least}, got {value!r}``, before
+    it is used. ``or_none``: the option also takes None (which its caller handles), and the
+    message says so (``must be None or an int``); ``meaning``: what the count is, said in
+    the message after the bound."""
+    if type(value) is bool or not isinstance(value, (int, np.integer)) or value < least:
+        takes = "None or an int" if or_none else "an int"
+        raise ValueError(f"{name} must be {takes} >= {least}{meaning}, got {value!r}")
+    return int(value)
 
 
 def seeded_reset(reset: Any, seed: int) -> Reset:

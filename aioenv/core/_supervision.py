@@ -18,6 +18,7 @@ from ._environment import BatchStep, Step
 from ._errors import WorkerError, WorkerTimeout
 from ._messages import Autoreset, resets_next
 from ._rollouts import Rollout
+from ._seeds import checked_count
 
 __all__ = [
     "DEFAULT_MAX_RESTARTS",
@@ -137,9 +138,9 @@ class Supervision:
                 raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
         if self.restart not in ("never", "on_failure"):
             raise ValueError(f"restart must be 'never' or 'on_failure', got {self.restart!r}")
-        max_restarts = self.max_restarts
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        object.__setattr__(
+            self, "max_restarts", checked_count(self.max_restarts, "max_restarts", 0)
+        )
         if not (self.on_failure is None or callable(self.on_failure)):
             raise ValueError(
                 f"on_failure must be None or a callable (called with each WorkerError), got "

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core._environment import EnvSource, VectorSource
 from ..core._gymnasium import refuse_shared, resolve_source
-from ..core._seeds import worker_seeds
+from ..core._seeds import checked_count, worker_seeds
 from ..workers import AsyncEnvWorker, ProcessWorker, SyncWorker, ThreadWorker, Worker
 from ._options import POOL_OPTIONS, PoolOptions
 from ._pool import AsyncWorkerPool, SyncWorkerPool, WorkerPool
@@ -183,18 +183,19 @@ def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def _sources(
     env: EnvSource | Sequence[EnvSource], num_workers: int | None, envs_per_worker: Any
 ) -> tuple[list[EnvSource], int]:
-    """One env source per worker (gymnasium ids resolved here), and how many workers."""
+    """One env source per worker (gymnasium ids resolved here), and how many workers;
+    ``num_workers`` and ``envs_per_worker`` checked here (:func:`_build_workers` takes the
+    latter as it is)."""
     per_worker = isinstance(env, (list, tuple))
     sources: list[EnvSource] = list(env) if per_worker else [env]  # type: ignore[arg-type]
     if num_workers is None:
         if not per_worker:
             raise TypeError("make_pool() needs num_workers, unless env is a list of envs")
         num_workers = len(sources)
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
+    num_workers = checked_count(num_workers, "num_workers")
     if per_worker and len(sources) != num_workers:
         raise ValueError(f"make_pool() got {len(sources)} envs for {num_workers} workers")
-    grouped = envs_per_worker if isinstance(envs_per_worker, int) else 1
+    grouped = checked_count(envs_per_worker, "envs_per_worker")
     refuse_shared(sources, "make_pool()", grouped if per_worker else num_workers * grouped)
     resolved = [resolve_source(source) for source in sources]  # an unknown id fails here
     return (resolved if per_worker else resolved * num_workers), num_workers
@@ -210,9 +211,7 @@ def _build_workers(
     """Append one worker per mode to ``into`` (so the caller can abandon what was built if
     a later one fails); process and Ray workers share hosts ``envs_per_*`` at a time."""
     options = dict(options)  # the caller's left whole
-    envs_per_worker = options.pop("envs_per_worker", 1)
-    if type(envs_per_worker) is not int or envs_per_worker < 1:
-        raise ValueError(f"envs_per_worker must be an int >= 1, got {envs_per_worker!r}")
+    envs_per_worker = int(options.pop("envs_per_worker", 1))  # checked by _sources
     if envs_per_worker > 1:
         sources = [VectorSource((source,) * envs_per_worker) for source in sources]
     hosted: dict[str, Iterator[Worker[Any]]] = {}

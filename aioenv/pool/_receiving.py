@@ -27,6 +27,7 @@ from ..core._environment import Step
 from ..core._errors import NoActionInFlight, WorkerPaused
 from ..core._messages import resets_next
 from ..core._restarts import is_restart_reset
+from ..core._seeds import checked_count
 from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
@@ -265,10 +266,9 @@ class PoolReceiving(Generic[S]):
         before it are returned first, so nothing is lost. Fair first-ready, as
         :meth:`get_state`: a sync worker's state waits its turn behind the others'."""
         self._inbox.check_open()
-        if not isinstance(min_size, int) or min_size < 1:
-            raise ValueError(f"min_size must be an int >= 1, got {min_size!r}")
-        if max_size is not None and (not isinstance(max_size, int) or max_size < min_size):
-            raise ValueError(f"max_size must be None or an int >= min_size, got {max_size!r}")
+        min_size = checked_count(min_size, "min_size")
+        if max_size is not None:
+            max_size = checked_count(max_size, "max_size", min_size, or_none=True)
         inbox = self._inbox
         if not still_here(self._loop, self._loop_thread) and (
             self._loop is not None or running_loop() is not None
