@@ -281,6 +281,11 @@ async def test_bad_input_is_refused_at_once() -> None:
                 aioenv.collect_groups(pool, policy, tasks, group_size=size)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="max_retries must be an int >= 0"):
             aioenv.collect_groups(pool, policy, tasks, group_size=1, max_retries=-1)
+        numpy_counts = aioenv.collect_groups(
+            pool, policy, tasks, group_size=np.int64(2), max_retries=np.int64(0)
+        )  # numpy's ints are counts too, taken as ints
+        assert (numpy_counts.group_size, numpy_counts.max_retries) == (2, 0)
+        assert type(numpy_counts.group_size) is int
         with pytest.raises(ValueError, match="tasks is empty"):
             aioenv.collect_groups(pool, policy, [], group_size=1)
         with pytest.raises(ValueError, match="tasks is empty"):

@@ -624,6 +624,7 @@ async def test_bad_input_is_a_clear_error_naming_the_worker() -> None:
             with pytest.raises(ValueError, match="rollout.. seed must be a non-negative int"):
                 await pool.rollout(2, seed=bad_seed)  # type: ignore[arg-type]
         assert (await pool.rollout(2, seed=np.int64(3))).step[0] == 0  # numpy's ints too
+        assert (await pool.rollout(np.int64(2), seed=3)).step[0] == 0  # as num_steps too
         with pytest.raises(TypeError, match="callable"):
             await pool.set_policy(42)
         with pytest.raises(TypeError, match=r"process worker 1 .*could not be pickled"):

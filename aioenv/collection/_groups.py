@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ..core._commands import Reset
 from ..core._errors import WorkerError, describe_failure
 from ..core._restarts import failure_note, is_restart_reset, restart_note
+from ..core._seeds import checked_count
 from ..pool._batch import Batch
 from ..pool._pool import WorkerPool
 from ..pool._trajectories import Trajectories
@@ -112,8 +113,8 @@ class GroupCollector(PoolDriver):
         group_size: int,
         max_retries: int = 1,
     ) -> None:
-        self.group_size = _count("group_size", group_size, 1)
-        self.max_retries = _count("max_retries", max_retries, 0)
+        self.group_size = checked_count(group_size, "collect_groups(): group_size")
+        self.max_retries = checked_count(max_retries, "collect_groups(): max_retries", 0)
         if not callable(policy):
             raise TypeError(f"collect_groups() needs a callable policy, got {policy!r}")
         if pool.autoreset != "disabled":
@@ -328,12 +329,6 @@ def collect_groups(
         policy that is not callable.
     """
     return GroupCollector(pool, policy, tasks, group_size=group_size, max_retries=max_retries)
-
-
-def _count(name: str, value: Any, least: int) -> int:
-    if type(value) is not int or value < least:
-        raise ValueError(f"collect_groups(): {name} must be an int >= {least}, got {value!r}")
-    return value
 
 
 def _checked_tasks(tasks: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, Mapping[str, Any]]]:

@@ -138,9 +138,8 @@ class Supervision:
                 raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
         if self.restart not in ("never", "on_failure"):
             raise ValueError(f"restart must be 'never' or 'on_failure', got {self.restart!r}")
-        object.__setattr__(
-            self, "max_restarts", checked_count(self.max_restarts, "max_restarts", 0)
-        )
+        max_restarts = checked_count(self.max_restarts, "max_restarts", 0)
+        object.__setattr__(self, "max_restarts", max_restarts)
         if not (self.on_failure is None or callable(self.on_failure)):
             raise ValueError(
                 f"on_failure must be None or a callable (called with each WorkerError), got "

@@ -18,7 +18,8 @@ parent's environment wins over the default); the env process applies them
   Neither is ever imported for this. Where one got into ``sys.modules`` without an import
   (or before the hook), :func:`cap_imported`, after each build, caps it.
 
-This module is imported on both sides; it imports nothing else from aioenv.
+This module is imported on both sides; it imports nothing else from aioenv but core's
+count check (:func:`~aioenv.core._seeds.checked_count`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ..core._seeds import checked_count
 
 __all__ = [
     "DEFAULT_THREADS_PER_ENV",
@@ -75,12 +78,12 @@ class ThreadCaps:
         is a ValueError naming ``owner`` (the worker) and saying what is allowed."""
         if threads is None:
             return None
-        if not (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1):
-            raise ValueError(
-                f"{owner}: threads_per_env must be an int >= 1 (the threads each native thread "
-                "pool of an env process may use) or None (leave them as the libraries set "
-                f"them), got {threads!r}"
-            )
+        threads = checked_count(
+            threads,
+            f"{owner}: threads_per_env",
+            meaning=" (the threads each native thread pool of an env process may use) or None "
+            "(leave them as the libraries set them)",
+        )
         variables = tuple((name, os.environ.get(name, str(threads))) for name in THREAD_VARIABLES)
         return cls(variables, threads)
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
 from ..core._rollouts import PolicyPackage, Rollout, Segment, Transitions
-from ..core._seeds import checked_seed
+from ..core._seeds import checked_count, checked_seed
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
@@ -135,8 +135,8 @@ class PoolRollouts:
         used at once (a worker's env finishes the forgotten segment first).
 
         :raises RuntimeError: no policy was set.
-        :raises ValueError: ``num_steps`` is not an int >= 1, or ``seed`` is not a
-            non-negative int (numpy's too) or None.
+        :raises ValueError: ``num_steps`` is not an int >= 1 (numpy's too), or ``seed`` is
+            not a non-negative int (numpy's too) or None.
         :raises StateNotTaken: a worker has an action in flight or a state not taken.
         :raises WorkerRemoved: ``worker_ids`` names a worker that was given up on, or
             every worker was.
@@ -145,8 +145,7 @@ class PoolRollouts:
         package = self._package
         if package is None:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
-        if type(num_steps) is not int or num_steps < 1:
-            raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
+        num_steps = checked_count(num_steps, "num_steps")
         seed = checked_seed(seed, "rollout()")
         workers = self._rollout_targets(worker_ids)
         requests = {

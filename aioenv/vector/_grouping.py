@@ -14,10 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from ..core._environment import EnvSource, VectorSource
-from ..core._seeds import worker_seeds
+from ..core._seeds import checked_count, worker_seeds
 from ..engine._buffer import NoLayout
 from ..engine._children import ENGINE_OPTIONS, EngineChildren
 from ._probe import Probe
@@ -56,8 +57,8 @@ def group_size(
     unless given; in a list of modes too).
     The chosen ``k`` also divides ``batch_size``: each ``recv`` returns whole workers."""
     if "envs_per_worker" in options:
-        per_worker = options.pop("envs_per_worker")
-        if type(per_worker) is not int or per_worker < 1 or num_envs % per_worker:
+        per_worker = checked_count(options.pop("envs_per_worker"), "envs_per_worker")
+        if num_envs % per_worker:
             raise ValueError(
                 f"envs_per_worker must be an int >= 1 that divides the {num_envs} envs, "
                 f"got {per_worker!r}"
@@ -146,8 +147,9 @@ def engine_envs(
 def _whole_groups(per_process: Any, num_envs: int, batch_size: int | None) -> bool:
     """Whether ``envs_per_process`` makes whole children of the envs for the engine: ``k``
     envs each, and whole children in each pipelined batch."""
-    return (
-        type(per_process) is int
+    return bool(
+        isinstance(per_process, (int, np.integer))
+        and type(per_process) is not bool
         and per_process >= 1
         and num_envs % per_process == 0
         and (batch_size is None or batch_size % per_process == 0)
@@ -162,7 +164,7 @@ def _spin_where_children_have_cores(
     while the parent steps envs itself (workers of a kind that runs in the parent, in a
     list of modes), and a child of several (``envs_per_process``) counts once."""
     per_process = options.get("envs_per_process", 1)
-    if "idle_spin" in options or not isinstance(per_process, int):
+    if "idle_spin" in options or not isinstance(per_process, (int, np.integer)):
         return
     kinds = [mode] * workers if isinstance(mode, str) else list(mode)
     process_workers = kinds.count("process")

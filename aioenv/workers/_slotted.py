@@ -15,6 +15,7 @@ from ..core import _pickling as pickling
 from ..core._environment import EnvSource
 from ..core._errors import TransportError
 from ..core._registry import snapshot as registry_snapshot
+from ..core._seeds import checked_count
 from ._base import Worker
 from ._off_loop import OffLoopCalls
 
@@ -112,8 +113,7 @@ class SlottedWorker(Worker[S], Generic[S, H]):
         list with one per seed (another length is refused before any worker is built). If a
         worker cannot be built or a host fails to start, the workers built and the hosts
         started so far are let go again."""
-        if type(per_host) is not int or per_host < 1:
-            raise ValueError(f"{cls._per_host_option} must be an int >= 1, got {per_host!r}")
+        per_host = checked_count(per_host, cls._per_host_option)
         envs = env if isinstance(env, list) else [env] * len(seeds)
         if len(envs) != len(seeds):
             raise ValueError(
