@@ -62,6 +62,10 @@ def make_space(name: str) -> gymnasium.Space[Any]:
         "Graph": lambda: spaces.Graph(box, spaces.Discrete(3)),
         "OneOf": lambda: spaces.OneOf((spaces.Discrete(3), box)),
         "custom": lambda: Parity(),
+        # not in SPACES: a Dict nesting spaces gymnasium batches as a tuple of rows
+        "DictOfRows": lambda: spaces.Dict(
+            {"pos": box, "seq": spaces.Sequence(spaces.Discrete(4)), "text": make_space("Text")}
+        ),
     }[name]()
 
 

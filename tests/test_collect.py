@@ -15,6 +15,8 @@ import anyio
 import envs
 import numpy as np
 import pytest
+import space_envs
+from gymnasium.vector.utils import batch_space, iterate
 from support import WORKERS, modes
 
 import aioenv
@@ -302,6 +304,39 @@ async def test_a_policy_returning_no_actions_per_row_is_refused_saying_what_it_r
             TypeError, match=r"the policy returned None \(NoneType\), not \d+ actions"
         ):
             await aioenv.collect(pool, lambda batch: None, num_steps=10)
+
+
+def echo_rows(batch: aioenv.Batch[Any]) -> list[Any]:
+    return [state.observation for state in batch.states]  # Echo's actions are observations
+
+
+ROWS_SPACES = ["Text", "Sequence", "Graph", "OneOf", "custom", "Tuple", "DictOfRows"]
+
+
+@pytest.mark.parametrize("space", ROWS_SPACES)
+async def test_rows_of_spaces_batched_as_a_tuple_of_rows_are_selected_row_by_row(
+    space: str,
+) -> None:
+    # gymnasium batches these as a tuple with one item per row (a Tuple or a Dict nesting
+    # one as its part): select(), finished() and unfinished() take those items, where they
+    # took each item's own parts as if it were a Tuple space's (TypeError, IndexError).
+    env = functools.partial(space_envs.echo, space)
+    async with aioenv.make_pool(env, 2, mode="thread", seed=SEED) as pool:
+        part = await aioenv.collect(pool, echo_rows, num_steps=7, boundary="step")
+        single = pool.workers[0].observation_space
+    order = np.arange(len(part))[::-1]
+    for rows, taken in (
+        (~part.open, part.finished()),
+        (part.open, part.unfinished()),
+        (order, part.select(order)),
+    ):
+        indices = np.arange(len(part))[rows]
+        assert len(taken) == len(indices)
+        for name in ("observations", "actions", "next_observations"):
+            got = iterate(batch_space(single, len(taken)), getattr(taken, name))
+            every = list(iterate(batch_space(single, len(part)), getattr(part, name)))
+            want = [space_envs.digest(every[i]) for i in indices]
+            assert [space_envs.digest(row) for row in got] == want, name
 
 
 # Deterministic twin ----------------------------------------------------------------------

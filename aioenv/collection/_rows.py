@@ -111,4 +111,6 @@ def trajectories(
         ).astype(np.int64),
         policy_version=np.asarray(column("versions"), dtype=np.int64),
         open=repeat([is_open for _, _, is_open in parts], np.bool_),
+        observation_space=observation_space,
+        action_space=action_space,
     )

@@ -27,7 +27,7 @@ from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
 from ._roster import Roster
-from ._trajectories import Trajectories, stack
+from ._trajectories import COLUMNS, Trajectories, stack
 
 __all__ = ["PoolRollouts"]
 
@@ -280,11 +280,11 @@ class PoolRollouts:
     def _trajectories(self, parts: list[dict[str, Any]]) -> Trajectories:
         space = next((w.observation_space for w in self._roster.members if w.num_envs == 1), None)
         columns: dict[str, Any] = {}
-        for name in (field.name for field in dataclasses.fields(Trajectories)):
+        for name in COLUMNS:
             values = [part[name] for part in parts]
             observed = "observations" in name
             columns[name] = _concatenated(values, space if observed else None, observed)
-        trajectories = Trajectories(**columns)
+        trajectories = Trajectories(**columns, observation_space=space)
         order = np.lexsort((trajectories.step, trajectories.episode_id, trajectories.worker_id))
         if np.array_equal(order, np.arange(len(order))):
             return trajectories

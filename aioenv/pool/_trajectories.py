@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gymnasium.spaces import Box, Space
+from gymnasium.spaces import Box, Dict, Space, Tuple
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ..core._environment import take_rows
 from ..core._rollouts import Transitions
 
-__all__ = ["Trajectories", "stack"]
+__all__ = ["COLUMNS", "Trajectories", "stack"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -49,6 +49,11 @@ class Trajectories(Transitions):
     #: True for rows of an episode still running: ``collect(boundary="step")`` returns them
     #: and the next call returns the episode's later rows (``step`` goes on from here).
     open: npt.NDArray[np.bool_]
+    #: The spaces ``observations`` (and ``next_observations``) and ``actions`` are batches
+    #: of, where they were stacked as gymnasium batches them (None: not known): how
+    #: :meth:`select` takes their rows.
+    observation_space: Space[Any] | None = None
+    action_space: Space[Any] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -89,12 +94,31 @@ class Trajectories(Transitions):
 
     def select(self, rows: Any) -> Trajectories:
         """These rows (a boolean mask, a slice or indices) as new Trajectories."""
-        return Trajectories(
+        spaces = {"observations": self.observation_space, "actions": self.action_space}
+        return dataclasses.replace(
+            self,
             **{
-                field.name: take_rows(getattr(self, field.name), rows)
-                for field in dataclasses.fields(self)
-            }
+                name: _taken(spaces.get(name.removeprefix("next_")), getattr(self, name), rows)
+                for name in COLUMNS
+            },
         )
+
+
+#: The columns of :class:`Trajectories`: every field but its spaces.
+COLUMNS = tuple(field.name for field in dataclasses.fields(Trajectories))[:-2]
+
+
+def _taken(space: Space[Any] | None, stacked: Any, rows: Any) -> Any:
+    """``rows`` of a batch of ``space`` in gymnasium's form of it: a Dict's and a Tuple's
+    by part, the spaces gymnasium batches as a tuple with one item per row (Text, Graph,
+    Sequence, OneOf, custom spaces) item by item, arrays by row."""
+    if isinstance(space, Dict):
+        return {key: _taken(space[key], stacked[key], rows) for key in stacked}
+    if isinstance(space, Tuple):
+        return tuple(_taken(sub, part, rows) for sub, part in zip(space, stacked, strict=True))
+    if space is None or not isinstance(stacked, tuple):
+        return take_rows(stacked, rows)
+    return tuple(stacked[row] for row in np.arange(len(stacked))[rows].tolist())
 
 
 def stack(space: Space[Any] | None, items: Sequence[Any], out: Any = None) -> Any:
