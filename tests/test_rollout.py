@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import space_envs
 from envs import RecordingPolicy, UnpicklableHere, Walk, WalkInPlace, choose_walk
+from gymnasium.vector.utils import batch_space, iterate
 from support import modes
 
 import aioenv
@@ -327,6 +328,35 @@ async def test_actions_numpy_cannot_stack_are_an_array_with_one_entry_per_row(ki
     for row, action in enumerate(actions):
         assert action[0] == observations[0][row] and action[2] == observations[2][row]
         np.testing.assert_array_equal(action[1], observations[1][row])
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+@pytest.mark.parametrize("space", ["Text", "Sequence", "Graph", "OneOf", "Tuple", "DictOfRows"])
+async def test_observations_of_workers_of_several_envs_are_batched_as_one_env_workers_give_them(
+    kind: str, space: str
+) -> None:
+    # Spaces gymnasium batches as a tuple with one item per row (and a Tuple or a Dict
+    # nesting them): the same rows, in the same form, however the envs are grouped, where
+    # workers of several envs raised numpy's inhomogeneous-shape ValueError (Graph) or
+    # gave another form (a numpy array of strings for Text, of arrays for Sequence).
+    parts = []
+    for envs_per_worker in (1, 2):
+        env = functools.partial(space_envs.echo, space)
+        async with aioenv.make_pool(
+            env, 4 // envs_per_worker, mode=kind, envs_per_worker=envs_per_worker
+        ) as pool:
+            await pool.set_policy(echoed)
+            parts.append(await pool.rollout(3, seed=SEED))
+    single = space_envs.make_space(space)
+    one, several = parts
+    for name in ("observations", "next_observations"):
+        assert type(getattr(several, name)) is type(getattr(one, name)), name
+        rows = [list(iterate(batch_space(single, 12), getattr(part, name))) for part in parts]
+        for lane in range(4):
+            mine = [np.flatnonzero(part.episode_id % 4 == lane) for part in parts]
+            want = [space_envs.digest(rows[0][i]) for i in mine[0]]
+            assert [space_envs.digest(rows[1][i]) for i in mine[1]] == want, (name, lane)
+    assert several.select(np.arange(12)[::-1]).observation_space is not None
 
 
 # Versions ------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Box, Dict, Discrete, MultiDiscrete, Tuple
 
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
@@ -278,7 +279,8 @@ class PoolRollouts:
         }
 
     def _trajectories(self, parts: list[dict[str, Any]]) -> Trajectories:
-        space = next((w.observation_space for w in self._roster.members if w.num_envs == 1), None)
+        members = sorted(self._roster.members, key=lambda member: member.num_envs)
+        space = next((_one_env(w.observation_space, w.num_envs) for w in members), None)
         columns: dict[str, Any] = {}
         for name in COLUMNS:
             values = [part[name] for part in parts]
@@ -314,8 +316,30 @@ def _concatenated(values: list[Any], space: Any, observed: bool) -> Any:
     return _by_part(items) if space is None and observed else stack(space, items)
 
 
+def _one_env(space: Any, num_envs: int) -> Any:
+    """The space of one env of a worker of ``num_envs`` whose envs' gymnasium batched as
+    ``space`` (batch_space read backwards): a Dict's and a Tuple's by part, a Tuple of one
+    item per env (a Text's, a Graph's, ...) its first, a Box's first row, a Discrete's
+    from a MultiDiscrete."""
+    if num_envs == 1 or space is None:
+        return space
+    if isinstance(space, Dict):
+        return Dict({key: _one_env(sub, num_envs) for key, sub in space.items()})
+    if isinstance(space, Tuple) and all(isinstance(sub, BATCHES) for sub in space):
+        return Tuple([_one_env(sub, num_envs) for sub in space])
+    if isinstance(space, MultiDiscrete):
+        return Discrete(int(space.nvec[0]), start=int(space.start[0]))
+    if isinstance(space, Box):
+        return Box(space.low[0], space.high[0], dtype=space.dtype)
+    return space[0] if isinstance(space, Tuple) else None  # None: a batching of its own
+
+
+#: The spaces gymnasium's batches of envs' spaces are (a Tuple of one space per env aside).
+BATCHES = (Box, MultiDiscrete, Dict, Tuple)
+
+
 def _by_part(items: list[Any]) -> Any:
-    """Observations whose space no worker of one env gave, stacked as gymnasium batches a
+    """Observations whose space no worker gave, stacked as gymnasium batches a
     Dict or Tuple space: a dict (tuple) of their parts stacked; else one array."""
     first = items[0] if items else None
     if isinstance(first, dict):
