@@ -432,6 +432,30 @@ class WalkInPlace(Walk):
         return self.buffer
 
 
+class GraphInPlace(gymnasium.Env[Any, int]):
+    """Observes a Graph of one node whose feature is its step count, written into the
+    nodes of the one GraphInstance it returns each time (as :class:`WalkInPlace` does)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gymnasium.spaces.Graph(
+            gymnasium.spaces.Box(0.0, 100.0, (1,), np.float32), None
+        )
+        self.action_space = gymnasium.spaces.Discrete(2)
+        edges = np.zeros((0, 2), np.int64)
+        self.graph = gymnasium.spaces.GraphInstance(np.zeros((1, 1), np.float32), None, edges)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.graph.nodes[:] = 0
+        return self.graph, {}
+
+    def step(self, action: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.graph.nodes[:] += 1
+        return self.graph, 0.0, False, False, {}
+
+
 class RaisesOnTwo(gymnasium.Env[np.ndarray, int]):
     """Counts its steps in the observation; action 2 raises ValueError."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import envs
+import gymnasium
 import numpy as np
 import pytest
 import space_envs
@@ -149,6 +150,19 @@ async def test_rows_keep_their_observations_where_the_env_writes_over_its_array(
     for worker_id in range(N):
         assert_rows(rows_of(first, worker_id), REPLAYS[worker_id][:7], f"worker {worker_id}")
     assert_rows(rows_of(second, 0), REPLAYS[0][8:12], "worker 0, from a step by hand")
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+async def test_rows_keep_their_graphs_where_the_env_writes_over_its_nodes(kind: str) -> None:
+    # A Graph's GraphInstance (a named tuple of arrays) is copied as a Box's array is,
+    # where the rows kept the env's own, so every row showed its last step's nodes.
+    async with aioenv.make_pool(envs.GraphInPlace, 2, mode=kind) as pool:
+        await pool.set_policy(lambda observation: 0)
+        part = await pool.rollout(3)
+    for name, want in (("observations", [0, 1, 2]), ("next_observations", [1, 2, 3])):
+        graphs = getattr(part, name)
+        assert all(type(graph) is gymnasium.spaces.GraphInstance for graph in graphs)
+        assert [float(graph.nodes[0, 0]) for graph in graphs] == want * 2, name
 
 
 async def test_a_time_limit_truncates_episodes_inside_segments() -> None:

@@ -20,6 +20,7 @@ from typing import (
 
 import gymnasium
 import numpy as np
+from gymnasium.spaces import GraphInstance
 
 from ._infos import FlatInfos, split_rows
 
@@ -324,14 +325,17 @@ def take_rows(stacked: Any, rows: Any) -> Any:
 
 def copy_arrays(observation: Any) -> Any:
     """A copy of an observation (or of a tree of arrays: dicts and tuples of them, as a
-    batch's observations and actions are) with every array copied; anything else in it (a
-    Python int, a Discrete's, read from its row) is its own copy."""
+    batch's observations and actions are, and a Graph's GraphInstance of them) with
+    every array copied; anything else in it (a Python int, a Discrete's, read from its
+    row) is its own copy."""
     if type(observation) is np.ndarray:
         return observation.copy()
     if type(observation) is dict:
         return {key: copy_arrays(value) for key, value in observation.items()}
     if type(observation) is tuple:
         return tuple(copy_arrays(value) for value in observation)
+    if type(observation) is GraphInstance:
+        return GraphInstance(*(copy_arrays(value) for value in observation))
     return observation
 
 
