@@ -983,6 +983,18 @@ class Breakable(gymnasium.Env[np.ndarray, int]):
             time.sleep(self.hang)
 
 
+class TextBreakable(Breakable):
+    """:class:`Breakable` observing ``"t/generation"``, a Text (which gymnasium batches as
+    a tuple with one string per env)."""
+
+    def __init__(self, hang: float = 3.0) -> None:
+        super().__init__(hang)
+        self.observation_space = gymnasium.spaces.Text(12, charset="0123456789/.")
+
+    def _obs(self) -> Any:
+        return f"{self.t}/{self.generation}"
+
+
 class EndingBreakable(Breakable):
     """:class:`Breakable` whose episodes end (terminated) at their second step."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from envs import AsyncBreakable, Breakable, EndingBreakable
+from envs import AsyncBreakable, Breakable, EndingBreakable, TextBreakable
 from support import process_running, wait_until
 
 import aioenv
@@ -214,6 +214,26 @@ async def test_grouped_envs_each_end_their_episode_truncated(kind: str, autorese
         assert not after.dones.any()
         expected = 1 if autoreset == "same_step" else 0
         np.testing.assert_array_equal(np.array(after.observations)[:, 0], [expected] * 2)
+
+
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+async def test_grouped_envs_of_a_space_batched_as_a_tuple_of_rows_end_on_their_own_rows(
+    kind: str,
+) -> None:
+    # Text observations, which gymnasium batches as a tuple with one string per env: each
+    # row's final observation is its own string, where each was taken as a Tuple space's
+    # part and indexed by the row (its first character, then its second).
+    async with aioenv.make_pool(
+        TextBreakable, 1, mode=kind, envs_per_worker=2, **options(RAISE, "same_step")
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(np.array([0, 0]), 0)
+        last, _ = await pool.get_state()  # type: ignore[misc]
+        pool.send_action(np.array([0, RAISE]), 0)
+        cut, _ = await pool.get_state()  # type: ignore[misc]
+    assert isinstance(cut, BatchStep) and cut.truncated.all()
+    assert cut.final_observations == {0: last.observations[0], 1: last.observations[1]}
+    assert last.observations[0].startswith("1/")
 
 
 @pytest.mark.parametrize("kind", ["sync", "process"])

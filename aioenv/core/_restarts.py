@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 import numpy as np
+from gymnasium.vector.utils import iterate
 
 from ._commands import is_reset
 from ._environment import BatchStep, Step, take_rows
@@ -80,17 +81,24 @@ def cut_short(last_observation: T, marker: dict[str, Any], first: Step[T] | None
 
 
 def cut_short_batch(
-    last: BatchStep[Any], marker: dict[str, Any], first: BatchStep[Any] | None = None
+    last: BatchStep[Any],
+    marker: dict[str, Any],
+    first: BatchStep[Any] | None = None,
+    space: Any = None,
 ) -> BatchStep[Any]:
     """:func:`cut_short` for every row of a batch (the envs one worker steps together are
-    replaced together): ``last`` is the batch last seen, ``first`` the new envs' resets."""
+    replaced together): ``last`` is the batch last seen, ``first`` the new envs' resets;
+    ``space``, the batch's observation space, splits ``last``'s into rows (gymnasium's
+    ``iterate``; None: arrays, and dicts and tuples of them, by row)."""
     rows = len(last)
     infos = {row: {RESTART_KEY: marker} for row in range(rows)}
     truncated = np.ones(rows, np.bool_)
     rewards, terminated = np.zeros(rows, np.float64), np.zeros(rows, np.bool_)
     if first is None:
         return BatchStep(last.observations, rewards, terminated, truncated, infos)
-    finals = {row: take_rows(last.observations, row) for row in range(rows)}
+    observations = last.observations
+    split = iterate(space, observations) if space is not None else None
+    finals = dict(enumerate(split or (take_rows(observations, row) for row in range(rows))))
     reset_infos = {row: {**first.infos.get(row, {}), RESTART_KEY: marker} for row in range(rows)}
     return BatchStep(first.observations, rewards, terminated, truncated, reset_infos, finals, infos)
 
@@ -127,23 +135,23 @@ def restart_answers(open_: Any, autoreset: str) -> bool:
     return open_ is None or autoreset == "same_step"
 
 
-def cut_short_state(last: Any, reason: str, first: Any = None) -> Any:
+def cut_short_state(last: Any, reason: str, first: Any = None, space: Any = None) -> Any:
     """The step that cuts short the episode ``last`` left open, for ``reason``: a Step's
     (:func:`cut_short`), or every row's of a batch (:func:`cut_short_batch`), carrying the
-    new env's ``first`` state where it is given."""
+    new env's ``first`` state where it is given (``space``: a batch's observation space)."""
     marker = restart_marker(reason)
     if type(last) is Step:
         return cut_short(last.observation, marker, first)
-    return cut_short_batch(last, marker, first)
+    return cut_short_batch(last, marker, first, space)
 
 
-def restarted_state(first: Any, cut: Any, reason: str) -> Any:
+def restarted_state(first: Any, cut: Any, reason: str, space: Any = None) -> Any:
     """The restarted env's ``first`` state as handed out: carried by the step that cuts
     short the episode ``cut`` left open (under same-step autoreset; None: none is cut
     short here), else marked as a restart's (:func:`mark_restarted`)."""
     if cut is None or type(first) is not type(cut):
         return mark_restarted(first, reason)
-    return cut_short_state(cut, reason, first)
+    return cut_short_state(cut, reason, first, space)
 
 
 def mark_restarted(state: Any, note: str) -> Any:

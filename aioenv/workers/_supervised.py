@@ -71,6 +71,7 @@ class SupervisedEnv(abc.ABC):
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
     worker_id: int | None
     num_envs: int
+    observation_space: Any
     _supervisor: Supervisor
     _episode: EpisodeOptions
     _budget: EpisodeBudget
@@ -270,7 +271,7 @@ class SupervisedEnv(abc.ABC):
         of ``_cut_from`` and carries it (same-step autoreset), else ``first`` marked as a
         restart's."""
         last, self._cut_from = self._cut_from, None
-        return restarted_state(first, last, reason)
+        return restarted_state(first, last, reason, self.observation_space)
 
     # Episode budgets -------------------------------------------------------------------
     def _check_budget(self, options: Supervision) -> None:
