@@ -76,6 +76,12 @@ class AioVecEnv(VecEnv):
         factories = [envs_side.EnvFactory(env_fn) for env_fn in env_fns]
         self.venv = AioVectorEnv(factories, mode=mode, autoreset_mode=_AUTORESET, **options)
         try:
+            if self.venv.num_envs != len(factories):  # PettingZoo parallel envs' agent lanes
+                raise TypeError(
+                    f"AioVecEnv: its {len(factories)} env factories built "
+                    f"{self.venv.num_envs} envs (agent lanes of parallel envs); it takes "
+                    "gymnasium envs, one per factory: use aioenv.AioVectorEnv for lanes"
+                )
             super().__init__(
                 len(factories),
                 self.venv.single_observation_space,

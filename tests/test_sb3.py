@@ -235,6 +235,20 @@ def test_a_failure_names_the_users_env_factory(options: dict[str, Any]) -> None:
         venv.close()
 
 
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_parallel_envs_whose_agents_are_several_envs_are_refused_saying_so(
+    options: dict[str, Any],
+) -> None:
+    # Two PettingZoo envs of two walkers each are four agent lanes: not one env per factory.
+    multiwalker = pytest.importorskip("pettingzoo.sisl.multiwalker_v9")
+
+    def walkers() -> Any:
+        return multiwalker.parallel_env(n_walkers=2)
+
+    with pytest.raises(TypeError, match="2 env factories built 4 envs .agent lanes"):
+        AioVecEnv([walkers, walkers], **options)
+
+
 def test_the_probe_env_writes_nothing_into_monitor_files(tmp_path: Path) -> None:
     # The default mode steps a probe env to time it (in a child process); appending
     # (override_existing=False: no header) keeps whatever it would have written.
