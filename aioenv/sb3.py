@@ -180,6 +180,9 @@ class AioVecEnv(VecEnv):
 
     def _apply(self, function: Callable[..., Any], indices: VecEnvIndices, *args: Any) -> list[Any]:
         env_ids = None if indices is None else list(self._get_indices(indices))
+        if env_ids and len({env % self.num_envs for env in env_ids}) < len(env_ids):
+            # An env named twice runs it twice, in order, as in SB3's own vec envs.
+            return [self.venv.apply(function, *args, env_ids=[env])[0] for env in env_ids]
         return list(self.venv.apply(function, *args, env_ids=env_ids))
 
 

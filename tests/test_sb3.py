@@ -190,6 +190,22 @@ def test_remote_calls_reach_the_chosen_envs_as_in_dummy_vec_env(options: dict[st
         ours.close()
 
 
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_env_method_runs_once_per_index_an_env_named_twice_twice_as_in_dummy_vec_env(
+    options: dict[str, Any],
+) -> None:
+    reference, ours = both([make_scripted] * 4, **options)
+    try:
+        for venv in (reference, ours):
+            venv.reset()
+            steps = venv.env_method("step", 0, indices=[1, -3, 0])  # env 1 twice, then env 0
+            assert [observation[0] for observation, *_ in steps] == [1, 2, 1]
+            assert venv.get_attr("t") == [1, 2, 0, 0]
+    finally:
+        reference.close()
+        ours.close()
+
+
 def test_an_episode_cut_short_by_a_failure_ends_done_with_its_last_observation() -> None:
     venv = AioVecEnv([Breakable, Breakable], mode="thread", restart="on_failure")
     try:
