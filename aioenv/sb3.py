@@ -69,6 +69,11 @@ class AioVecEnv(VecEnv):
                     f"AioVecEnv: {taken}= is not an option: SB3 resets a done env in the "
                     "step that ended it, with its last observation in the info"
                 )
+        if not options.get("copy", True):
+            raise TypeError(
+                "AioVecEnv: copy=False is not an option: SB3 keeps the observations a step "
+                "returns (in its rollout and replay buffers), so each must be its own array"
+            )
         if start_method is not None:
             if "context" in options:
                 raise TypeError("AioVecEnv: pass start_method= or context=, not both")

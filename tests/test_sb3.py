@@ -325,6 +325,13 @@ def test_a_probe_in_this_process_leaves_monitors_as_they_were(tmp_path: Path) ->
     assert (tmp_path / "mine.monitor.csv").read_text().startswith("#")
 
 
+def test_copy_false_is_refused_since_sb3_keeps_the_observations_it_is_given() -> None:
+    # SB3 keeps each step's observations (its rollout and replay buffers add them after
+    # the next step): arrays the vector env reuses would be overwritten there.
+    with pytest.raises(TypeError, match="copy=False is not an option"):
+        AioVecEnv([make_scripted] * 2, mode="process", envs_per_worker=2, copy=False).close()
+
+
 def test_start_method_is_the_process_workers_start_method() -> None:
     with pytest.raises(ValueError, match="illegal_method"):
         AioVecEnv([make_scripted], start_method="illegal_method")
