@@ -12,7 +12,9 @@ cancellation and Ctrl-C with a step in flight, an exception inside ``async with`
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +26,7 @@ import trio
 import trio.testing
 import uvloop
 from envs import Walk, choose_walk, open_gate
+from support import worker_processes, worker_threads
 
 import aioenv
 
@@ -231,6 +234,51 @@ def test_aio_vector_env_used_from_sync_code_inside_every_loop(loop: str) -> None
     assert after.tolist() == [mine[1][0] for mine in want_states]
     assert rewards.tolist() == [mine[1][1] for mine in want_states]
     assert not terminated.any() and not truncated.any()  # Walk's episodes last 2 steps or more
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_ctrl_c_in_close_of_an_aio_vector_env_made_inside_a_loop_closes_its_workers_first(
+    loop: str, gate: str
+) -> None:
+    """Made in a running loop (a notebook), its pool runs on a loop in a thread of its own:
+    Ctrl-C while close() waits for the workers (a step in flight, cut short after
+    cleanup_time) goes on only once they are closed, as outside any loop."""
+    closing = threading.Event()
+
+    def press_ctrl_c_once_closing() -> None:
+        if closing.wait(30):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    async def main() -> tuple[list[int], list[str]]:
+        # As a notebook's kernel has it (asyncio.run's own handler only cancels its task).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            envs = aioenv.AioVectorEnv(
+                lambda: Walk(gate=gate), 2, mode="process", shared_memory=False, cleanup_time=0.5
+            )
+            envs.reset(seed=SEED)
+            envs.step_async(np.array([0, 0]))  # its steps wait for the gate: never opened here
+            aclose = envs.pool.aclose
+
+            async def marked_aclose() -> None:
+                closing.set()
+                await aclose()
+
+            envs.pool.aclose = marked_aclose  # type: ignore[method-assign]
+            presser = threading.Thread(target=press_ctrl_c_once_closing)
+            presser.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    envs.close()
+                return worker_processes(), [t.name for t in worker_threads()]
+            finally:
+                presser.join()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    processes, threads = LOOPS[loop](main)
+    assert processes == []  # was: both workers, left running with their steps in flight
+    assert threads == []  # was: the pool's loop, stopped in the middle of its close
 
 
 # anyio on trio --------------------------------------------------------------------------

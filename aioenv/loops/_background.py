@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import contextvars
 import threading
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 from ._choice import new_loop
 
-__all__ = ["BackgroundLoop", "close_at_exit"]
+__all__ = ["BackgroundLoop", "close_at_exit", "within"]
 
 T = TypeVar("T")
 
@@ -101,15 +102,22 @@ class BackgroundLoop:
         timeout: float | None = None,
     ) -> T:
         """Run ``function(*args)`` on the loop and return its result. If the caller is
-        interrupted (Ctrl-C), the coroutine is cancelled before the exception goes on."""
-        assert self._loop is not None
-        coroutine = function(*args)
-        # Its task copies the context current when it is scheduled: this empty one.
-        future = contextvars.Context().run(asyncio.run_coroutine_threadsafe, coroutine, self._loop)
+        interrupted (Ctrl-C), the coroutine is cancelled and waited for to its end before
+        the exception goes on (a second interruption stops that wait)."""
+        ended: concurrent.futures.Future[asyncio.Task[T]] = concurrent.futures.Future()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:  # its task copies the context of its own that post gives
+            tasks.append(asyncio.ensure_future(within(function, args, timeout)))
+            tasks[0].add_done_callback(ended.set_result)
+
         try:
-            return future.result(timeout)
+            self.post(start)
+            return ended.result().result()  # the task's outcome, once it has ended
         except BaseException:
-            future.cancel()
+            with contextlib.suppress(BaseException):
+                self.post(lambda: tasks and tasks[0].cancel())
+                ended.result()
             raise
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -120,3 +128,12 @@ class BackgroundLoop:
                 loop.call_soon_threadsafe(loop.stop)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+
+async def within(
+    function: Callable[..., Coroutine[Any, Any, T]], args: tuple[Any, ...], timeout: float | None
+) -> T:
+    """``await function(*args)``, cancelled past ``timeout`` seconds (None: no limit)."""
+    if timeout is None:
+        return await function(*args)
+    return await asyncio.wait_for(function(*args), timeout)

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ._background import BackgroundLoop
+from ._background import BackgroundLoop, within
 from ._choice import new_loop
 from ._here import loop_running_here, trio_running_here
 
@@ -70,7 +70,7 @@ class InlineLoop:
         if loop_running_here():
             return in_helper_thread(lambda: self.call(function, *args, timeout=timeout))
         loop = self._loop
-        task = loop.create_task(_within(function(*args), timeout))
+        task = loop.create_task(within(function, args, timeout))
         try:
             return loop.run_until_complete(task)
         except BaseException:
@@ -139,9 +139,3 @@ def in_helper_thread(call: Callable[[], T]) -> T:
     helper.start()
     helper.join()
     return done.result()
-
-
-async def _within(coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
-    if timeout is None:
-        return await coroutine
-    return await asyncio.wait_for(coroutine, timeout)
