@@ -236,13 +236,21 @@ def test_aio_vector_env_used_from_sync_code_inside_every_loop(loop: str) -> None
     assert not terminated.any() and not truncated.any()  # Walk's episodes last 2 steps or more
 
 
-@pytest.mark.parametrize("loop", LOOPS)
-def test_ctrl_c_in_close_of_an_aio_vector_env_made_inside_a_loop_closes_its_workers_first(
-    loop: str, gate: str
-) -> None:
-    """Made in a running loop (a notebook), its pool runs on a loop in a thread of its own:
-    Ctrl-C while close() waits for the workers (a step in flight, cut short after
-    cleanup_time) goes on only once they are closed, as outside any loop."""
+def gated_vector_env(gate: str) -> aioenv.AioVectorEnv:
+    """Two process workers (of the pool: not the engine's children) with their steps in
+    flight, waiting for the gate (never opened here): a close cuts them short after 0.5 s."""
+    envs = aioenv.AioVectorEnv(
+        lambda: Walk(gate=gate), 2, mode="process", shared_memory=False, cleanup_time=0.5
+    )
+    envs.reset(seed=SEED)
+    envs.step_async(np.array([0, 0]))
+    return envs
+
+
+def ctrl_c_in_close(loop: str, make: Callable[[], aioenv.AioVectorEnv]) -> None:
+    """Call ``make()`` (a vector env) and close it inside ``loop``, pressing Ctrl-C once its
+    pool's close began; the close must raise KeyboardInterrupt with no worker process or
+    aioenv thread left (the pool's loop, a helper thread running it) at that moment."""
     closing = threading.Event()
 
     def press_ctrl_c_once_closing() -> None:
@@ -253,11 +261,7 @@ def test_ctrl_c_in_close_of_an_aio_vector_env_made_inside_a_loop_closes_its_work
         # As a notebook's kernel has it (asyncio.run's own handler only cancels its task).
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            envs = aioenv.AioVectorEnv(
-                lambda: Walk(gate=gate), 2, mode="process", shared_memory=False, cleanup_time=0.5
-            )
-            envs.reset(seed=SEED)
-            envs.step_async(np.array([0, 0]))  # its steps wait for the gate: never opened here
+            envs = make()
             aclose = envs.pool.aclose
 
             async def marked_aclose() -> None:
@@ -278,7 +282,28 @@ def test_ctrl_c_in_close_of_an_aio_vector_env_made_inside_a_loop_closes_its_work
 
     processes, threads = LOOPS[loop](main)
     assert processes == []  # was: both workers, left running with their steps in flight
-    assert threads == []  # was: the pool's loop, stopped in the middle of its close
+    assert threads == []  # was: the thread running the pool's loop, still closing it
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_ctrl_c_in_close_of_an_aio_vector_env_made_inside_a_loop_closes_its_workers_first(
+    loop: str, gate: str
+) -> None:
+    """Made in a running loop (a notebook), its pool runs on a loop in a thread of its own:
+    Ctrl-C while close() waits for the workers goes on only once they are closed, as
+    outside any loop."""
+    ctrl_c_in_close(loop, lambda: gated_vector_env(gate))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_ctrl_c_in_close_of_an_aio_vector_env_made_before_a_loop_closes_its_workers_first(
+    loop: str, gate: str
+) -> None:
+    """Made outside any loop (a script's), its loop runs in a helper thread for a call made
+    inside a running loop: Ctrl-C while close() waits for the workers there goes on only
+    once they are closed, as outside any loop."""
+    envs = gated_vector_env(gate)
+    ctrl_c_in_close(loop, lambda: envs)
 
 
 # anyio on trio --------------------------------------------------------------------------

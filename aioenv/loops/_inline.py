@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -68,7 +69,8 @@ class InlineLoop:
         is interrupted (Ctrl-C), the coroutine is cancelled and run to its end before the
         exception goes on, so nothing of it is left half done."""
         if loop_running_here():
-            return in_helper_thread(lambda: self.call(function, *args, timeout=timeout))
+            call = functools.partial(self.call, function, *args, timeout=timeout)
+            return in_helper_thread(call, self._interrupt)
         loop = self._loop
         task = loop.create_task(within(function, args, timeout))
         try:
@@ -79,6 +81,15 @@ class InlineLoop:
                 with contextlib.suppress(BaseException):
                     loop.run_until_complete(task)
             raise
+
+    def _interrupt(self, call: concurrent.futures.Future[Any]) -> None:
+        """Interrupt ``call``, run on the loop in a helper thread, as Ctrl-C would there."""
+
+        def interrupt() -> None:
+            if not call.done():  # (else left from a call that ended first: nothing to do)
+                raise KeyboardInterrupt
+
+        self._loop.call_soon_threadsafe(interrupt)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Cancel whatever is left on the loop and close it."""
@@ -125,8 +136,12 @@ def for_this_loop(pool: T) -> T:
     return bridged(pool)
 
 
-def in_helper_thread(call: Callable[[], T]) -> T:
-    """``call()`` in a new thread (which runs no event loop), waited for here."""
+def in_helper_thread(
+    call: Callable[[], T], interrupt: Callable[[concurrent.futures.Future[Any]], None] | None = None
+) -> T:
+    """``call()`` in a new thread (which runs no event loop), waited for here. If the
+    caller is interrupted (Ctrl-C), ``interrupt`` is given the call's future, to make it
+    end, and the call is waited for to its end before the exception goes on."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
@@ -136,6 +151,15 @@ def in_helper_thread(call: Callable[[], T]) -> T:
             done.set_exception(exc)
 
     helper = threading.Thread(target=run, name="aioenv-inline-loop-call", daemon=True)
-    helper.start()
+    try:  # done, not the thread, is waited for: an interrupted join takes it for ended
+        helper.start()
+        done.exception()
+    except BaseException:
+        with contextlib.suppress(BaseException):  # a second interruption stops the wait
+            if interrupt is not None:
+                interrupt(done)
+                done.exception()
+                helper.join()
+        raise
     helper.join()
     return done.result()
