@@ -4,6 +4,7 @@ observation modes, the spec, and every generic vector wrapper."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import re
@@ -24,6 +25,7 @@ from space_envs import echo
 from support import wait_until, worker_processes, worker_threads
 
 import aioenv
+from aioenv.vector import _runtime
 
 
 def cartpole() -> gymnasium.Env[Any, Any]:
@@ -159,6 +161,34 @@ def _interrupt_a_coroutine_step(gate: str, restart: str) -> None:
         _, rewards, *_ = envs.step(np.array([0, 0]))
         np.testing.assert_array_equal(rewards, [1.0, 1.0])
         assert envs.pool.restarts == 0 and envs.pool.failures == 0
+
+
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.loops
+def test_ctrl_c_landing_as_a_step_ends_leaves_the_next_step_working(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C that lands once the step's states are in, before the loop it ran on (in the
+    caller's thread) has stopped, is the caller's; the next step works."""
+    exchange = _runtime.exchange
+
+    async def interrupted_as_it_ends(*args: Any) -> Any:
+        states = await exchange(*args)
+        asyncio.get_running_loop().call_soon(_ctrl_c)  # runs before the loop stops
+        return states
+
+    with aioenv.AioVectorEnv([Touchy] * 2, mode="thread") as envs:
+        envs.reset(seed=0)
+        monkeypatch.setattr(_runtime, "exchange", interrupted_as_it_ends)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.array([0, 0]))
+        monkeypatch.setattr(_runtime, "exchange", exchange)
+        # was: RuntimeError: Event loop stopped before Future completed, the step left running
+        _, rewards, *_ = envs.step(np.array([0, 0]))
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
 
 
 @pytest.mark.parametrize("space", ["Box", "Dict"])

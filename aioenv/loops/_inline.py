@@ -76,10 +76,11 @@ class InlineLoop:
         try:
             return loop.run_until_complete(task)
         except BaseException:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(task)
+            # Run again even if it is done: its end's callback (which stops the loop) may
+            # still be due, and would stop the next call's run.
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
             raise
 
     def _interrupt(self, call: concurrent.futures.Future[Any]) -> None:
