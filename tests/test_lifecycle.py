@@ -109,6 +109,52 @@ def test_ctrl_c_in_a_step_loop_exits_with_only_the_keyboard_interrupt(tmp_path: 
     assert "Exception ignored" not in err
 
 
+@pytest.mark.loops
+def test_ctrl_c_again_and_again_in_steps_never_leaves_the_vector_env_hung(tmp_path: Path) -> None:
+    # Each Ctrl-C lands wherever the parent is in its step (an env sends it, mid-step, so
+    # it always lands inside one). Raised there, as Python's own handler raises it, it
+    # could land inside the event loop's own bookkeeping (between a future's result and
+    # the wake of the task awaiting it) and leave that step's wind-down waiting for ever.
+    script = _script(
+        tmp_path,
+        """
+        import functools, os, random, signal
+        import gymnasium
+        import numpy as np
+        import aioenv
+
+        class Interrupting(gymnasium.Wrapper):
+            def __init__(self, parent):
+                super().__init__(gymnasium.make("CartPole-v1"))
+                self.parent, self.ticks = parent, random.Random(os.getpid())
+
+            def step(self, action):
+                if self.ticks.random() < 0.3:
+                    os.kill(self.parent, signal.SIGINT)
+                return self.env.step(action)
+
+        if __name__ == "__main__":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            source = functools.partial(Interrupting, os.getpid())
+            envs = aioenv.AioVectorEnv(source, 2, mode=["process", "thread"])
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            envs.reset(seed=0)
+            caught = 0
+            while caught < 150:
+                try:
+                    envs.step(np.array([0, 1]))
+                except KeyboardInterrupt:
+                    caught += 1
+            envs.close()
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            print("caught", caught, flush=True)
+        """,
+    )
+    out, err = _finish(script, 120)
+    assert out.strip() == "caught 150", err
+    assert "Traceback" not in err
+
+
 def test_a_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight() -> None:
     pool = aioenv.make_pool(Counter, 2, mode=["process", "thread"])
 

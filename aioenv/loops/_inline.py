@@ -30,6 +30,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import signal
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -48,6 +49,7 @@ class InlineLoop:
 
     def __init__(self) -> None:
         self._loop = new_loop(started_per_call=True)
+        self._ctrl_c = _CTRL_C.opened()  # Ctrl-C taken as asyncio.run takes it
 
     @property
     def running(self) -> bool:
@@ -73,15 +75,28 @@ class InlineLoop:
             return in_helper_thread(call, self._interrupt)
         loop = self._loop
         task = loop.create_task(within(function, args, timeout))
+        ctrl_c = _CTRL_C if self._ctrl_c and threading.get_ident() == _CTRL_C.main else None
+        if ctrl_c is not None:
+            ctrl_c.task, ctrl_c.interrupted = task, False
         try:
-            return loop.run_until_complete(task)
+            result = loop.run_until_complete(task)
         except BaseException:
             # Run again even if it is done: its end's callback (which stops the loop) may
-            # still be due, and would stop the next call's run.
+            # still be due, and would stop the next call's run. Not run_until_complete: it
+            # leaves the loop running for ever where the task ended with KeyboardInterrupt.
             task.cancel()
+            task.add_done_callback(lambda _: loop.stop())
             with contextlib.suppress(BaseException):
-                loop.run_until_complete(task)
+                loop.run_forever()
+            if ctrl_c is not None and ctrl_c.interrupted:
+                raise KeyboardInterrupt from None
             raise
+        finally:
+            if ctrl_c is not None:
+                ctrl_c.task = None
+        if ctrl_c is not None and ctrl_c.interrupted:  # (the call ended as it was cancelled)
+            raise KeyboardInterrupt
+        return result
 
     def _interrupt(self, call: concurrent.futures.Future[Any]) -> None:
         """Interrupt ``call``, run on the loop in a helper thread, as Ctrl-C would there."""
@@ -97,6 +112,9 @@ class InlineLoop:
         loop = self._loop
         if loop.is_closed() or loop.is_running():
             return
+        if self._ctrl_c:
+            self._ctrl_c = False
+            _CTRL_C.close()
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()
@@ -104,6 +122,53 @@ class InlineLoop:
             loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+class _CtrlC:
+    """Ctrl-C in the main thread while a call runs the loop there, taken as ``asyncio.run``
+    takes it: the call's task is cancelled, run to its end, and KeyboardInterrupt raised
+    once it has ended, rather than raised wherever the loop happens to be, which can leave
+    a callback of the loop's unrun and the task waiting for it for ever. Outside a call, and
+    a second time within one, it raises KeyboardInterrupt at once, as Python's own handler
+    does. Installed in place of Python's own handler only, while an InlineLoop made in the
+    main thread is open."""
+
+    def __init__(self) -> None:
+        self.main = threading.main_thread().ident
+        self.loops = 0  # the open InlineLoops that installed it
+        self.task: asyncio.Task[Any] | None = None  # the call running in the main thread
+        self.interrupted = False
+        self.handler = self.handle  # (one bound method, compared by identity)
+
+    def opened(self) -> bool:
+        """Installed (or already), for a new InlineLoop: whether it is."""
+        if threading.get_ident() != self.main:
+            return False
+        current = signal.getsignal(signal.SIGINT)
+        if current is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.handler)
+        elif current is not self.handler:
+            return False  # the user's own handler: left alone
+        self.loops += 1
+        return True
+
+    def close(self) -> None:
+        """An InlineLoop that installed it is closed: the last one puts Python's back."""
+        self.loops -= 1
+        here = threading.get_ident() == self.main
+        if self.loops == 0 and here and signal.getsignal(signal.SIGINT) is self.handler:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        task = self.task
+        if task is None or self.interrupted or task.done():
+            raise KeyboardInterrupt
+        self.interrupted = True
+        task.cancel()
+        task.get_loop().call_soon_threadsafe(lambda: None)  # wake it from its select
+
+
+_CTRL_C = _CtrlC()
 
 
 #: An event loop that synchronous code runs coroutines on, one of the two hosts. Both have
