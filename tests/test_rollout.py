@@ -474,6 +474,48 @@ async def test_a_failed_segment_is_dropped_whole_and_the_restarted_env_plays_it_
     assert not (first.episode_id[:, None] == second.episode_id[None, :]).any()
 
 
+def raising_policy(observation: Any) -> int:
+    raise KeyError("no action for this observation")
+
+
+@pytest.mark.parametrize(
+    ("kind", "per_worker"),
+    [("sync", 1), ("thread", 1), ("process", 1), ("async", 1), ("process", 2)],
+)
+async def test_a_policy_that_raises_is_the_callers_error_and_restarts_nothing(
+    kind: str, per_worker: int
+) -> None:
+    """A policy that raises fails the rollout at once with its error, naming the worker and
+    the policy, and the envs are kept: it was taken for the env's failure, so under
+    restart="on_failure" every env was rebuilt until its restart budget was spent."""
+    failures: list[aioenv.WorkerError] = []
+    batched = {"envs_per_worker": per_worker} if per_worker > 1 else {}
+    async with walk_pool(kind, restart="on_failure", on_failure=failures.append, **batched) as pool:
+        await pool.set_policy(raising_policy)
+        with pytest.raises(aioenv.EnvError, match=r"worker \d ") as raised:
+            await pool.rollout(3)
+        assert pool.restarts == 0 and not failures
+        assert "the policy raised KeyError during rollout" in str(raised.value)
+        await pool.set_policy(choose_walk)
+        assert len(await pool.rollout(3)) == N * per_worker * 3
+
+
+@pytest.mark.parametrize("kind", ["sync", "process"])
+async def test_a_rollout_of_envs_that_are_not_gymnasiums_is_refused_and_restarts_nothing(
+    kind: str,
+) -> None:
+    """rollout() on custom Environments raises at once that it needs gymnasium envs, where
+    under restart="on_failure" that refusal was taken for each env's failure and every env
+    was rebuilt until its restart budget was spent."""
+    async with aioenv.make_pool(envs.Counter, 2, mode=kind, restart="on_failure") as pool:
+        await pool.set_policy(choose_walk)
+        with pytest.raises(aioenv.EnvError, match=r"worker \d ") as raised:
+            await pool.rollout(2)
+        assert pool.restarts == 0
+        assert "the request raised TypeError during rollout" in str(raised.value)
+        assert "needs gymnasium envs" in str(raised.value)
+
+
 def envs_factory(**options: Any) -> Any:
     return lambda: Walk(**options)
 

@@ -98,7 +98,9 @@ class WorkerError(AioEnvError):
 
 
 class EnvError(WorkerError):
-    """The environment raised an exception (while being built, reset or stepped).
+    """The environment raised an exception (while being built, reset or stepped), or the
+    worker found the caller's mistake (a rollout's policy raised, say), which the message
+    names and which no restart follows.
 
     ``remote_traceback`` holds the full traceback text from the worker, and ``__cause__``
     is the original exception when it could be carried back (always for sync and thread
@@ -128,8 +130,8 @@ class EnvError(WorkerError):
         """The error for a :class:`Failure` reported by ``worker_name``; its cause is the
         original exception when that came back."""
         error = cls(
-            f"{worker_name}: the env raised {failure.exception_type} during {failure.during}: "
-            f"{failure.message}",
+            f"{worker_name}: {failure.blame} raised {failure.exception_type} during "
+            f"{failure.during}: {failure.message}",
             worker_id=worker_id,
             remote_traceback=failure.traceback,
             exception_type=failure.exception_type,

@@ -61,15 +61,19 @@ class Failure:
     #: The other envs of the batch that raised in the same request, each its own Failure:
     #: a batch steps every env, as separate workers would, and loses no failure.
     more: tuple[Failure, ...] = ()
+    #: Who raised: ``"the env"``, else the caller's own part (``"the policy"``, the actions
+    #: it sent), whose error is raised at once: no restart would fix it.
+    blame: str = "the env"
 
     @classmethod
-    def from_exception(cls, exc: BaseException, during: str) -> Failure:
+    def from_exception(cls, exc: BaseException, during: str, blame: str = "the env") -> Failure:
         return cls(
             exception_type=type(exc).__qualname__,
             message=str(exc),
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
             during=during,
             exception=exc,
+            blame=blame,
         )
 
     def without_exception(self) -> Failure:

@@ -65,7 +65,7 @@ class PolicyCache:
         try:
             self.resolve(package)
         except Exception as exc:
-            return Failure.from_exception(exc, "set_policy (loading the policy)")
+            return Failure.from_exception(exc, "set_policy (loading it)", "the policy")
         return None
 
 
@@ -115,7 +115,10 @@ def _rows(
     if cursor is None or seed is not None:
         cursor = Cursor((yield from _answered(runner.reset_plan(seed))).observation, 0)
     for _ in range(num_steps):
-        action = policy(cursor.observation)
+        try:
+            action = policy(cursor.observation)
+        except Exception as exc:  # the caller's: no restart of the env would fix it
+            raise _Stop(Failure.from_exception(exc, "rollout", "the policy")) from None
         state = yield from _answered(runner.step_plan(action))
         done = state.terminated or state.truncated
         same_step = done and state.final_info is not None  # autoreset "same_step" reset it
@@ -143,7 +146,8 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
     if isinstance(answer, Failure):
         raise _Stop(answer)
     if not isinstance(answer, Step):
-        raise TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
+        error = TypeError("rollout() needs gymnasium envs (aioenv.Step states)")
+        raise _Stop(Failure.from_exception(error, "rollout", "the request"))
     return answer
 
 
@@ -170,7 +174,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     try:
         policy = runner.policies.resolve(request.policy)
     except Exception as exc:
-        return Failure.from_exception(exc, "rollout (loading the policy)")
+        return Failure.from_exception(exc, "rollout (loading it)", "the policy")
     try:
         seed = None if request.seed is None else request.seed + env
         goes_on = type(runner.last) is Cursor
@@ -182,7 +186,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     except _Stop as stop:
         return stop.failure
     except Exception as exc:
-        return Failure.from_exception(exc, "rollout (the policy)")
+        return Failure.from_exception(exc, "rollout")
     return _segment(rows, env, request.policy.version, goes_on)
 
 

@@ -129,11 +129,13 @@ class PoolRollouts:
 
         Failures: a worker whose segment fails loses that segment whole (no partial rows).
         Under ``restart="on_failure"`` its env is rebuilt (a new episode) and asked again
-        for a whole segment. A worker that cannot go on makes ``rollout()`` raise its
-        error once every other worker has answered; the others' segments are on the
-        error's ``trajectories`` attribute. A cancelled ``rollout()`` discards its
-        segments, and replies still in flight are dropped when they come: the pool can be
-        used at once (a worker's env finishes the forgotten segment first).
+        for a whole segment; a policy that raises is the caller's error (an EnvError
+        saying "the policy raised"), for which no env is rebuilt. A worker that cannot go
+        on makes ``rollout()`` raise its error once every other worker has answered; the
+        others' segments are on the error's ``trajectories`` attribute. A cancelled
+        ``rollout()`` discards its segments, and replies still in flight are dropped when
+        they come: the pool can be used at once (a worker's env finishes the forgotten
+        segment first).
 
         :raises RuntimeError: no policy was set.
         :raises ValueError: ``num_steps`` is not an int >= 1 (numpy's too), or ``seed`` is

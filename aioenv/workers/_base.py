@@ -302,8 +302,11 @@ class Worker(Membership, Generic[S]):
                 if mismatch is not None:  # a configuration error: no restart would fix it
                     self._fail_request(mismatch, True)
                     return
-            if failed:
+            if failed and result.blame != "the env":  # the caller's: no restart would fix it
+                self._fail_request(self._env_error(result), False)
+            elif failed:
                 self._on_failure(self._env_error(result), env_gone=False)
+            if failed:
                 return
             reason = supervisor.restart_completed
         if supervisor.has_deadlines:  # the next request's deadline (see request_phase)
