@@ -187,6 +187,32 @@ async def test_an_env_error_names_its_env_and_a_restart_rebuilds_the_batch(mode:
         assert all(restarted.infos[env]["aioenv"]["restarted"] for env in range(K))
 
 
+async def test_a_batch_of_the_wrong_size_is_the_callers_error_and_restarts_nothing(
+    mode: Any,
+) -> None:
+    """A batch of K + 1 actions to a worker of K envs raises at once, naming the worker and
+    the actions, and leaves the envs as they were: it was taken for the env's failure, so
+    with restart="on_failure" the envs were rebuilt and their episodes cut short."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Walk,
+        1,
+        mode=modes(mode, 1),
+        envs_per_worker=K,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as pool:
+        first = (await pool.reset_all()).states[0]
+        pool.send_action(np.zeros(K + 1, np.int64), 0)
+        with pytest.raises(aioenv.EnvError, match=r"worker 0 .*the actions sent raised Value"):
+            await pool.get_state()
+        pool.send_action(np.zeros(K, np.int64), 0)
+        stepped, _ = await pool.get_state()  # type: ignore[misc]
+        assert pool.restarts == 0 and not failures
+        np.testing.assert_array_equal(stepped.observations[:, 0], first.observations[:, 0])
+        assert (stepped.observations[:, 1] == 1).all() and not stepped.infos
+
+
 async def test_an_observation_the_batch_cannot_hold_names_the_env_that_gave_it(
     mode: Any,
 ) -> None:

@@ -172,10 +172,10 @@ class VectorRunner:
         try:
             rows = self.split(actions)
         except Exception as exc:
-            return Failure.from_exception(exc, "step (splitting the batch of actions)")
+            return Failure.from_exception(exc, "step (splitting them)", "the actions sent")
         if len(rows) != self.size:
             count = ValueError(f"a batch of {len(rows)} actions for {self.size} envs")
-            return Failure.from_exception(count, "step")
+            return Failure.from_exception(count, "step", "the actions sent")
         return self.step_rows(rows)
 
     def step_rows(self, rows: list[Any]) -> Any:
