@@ -157,6 +157,44 @@ async def test_a_masked_reset_resets_only_those_envs() -> None:
     assert set(masked.infos) <= {1}  # only the reset env's info
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        aioenv.Reset(seed=[1, 2]),
+        aioenv.Reset(options={"reset_mask": np.array([True, False])}),
+        aioenv.Reset(options={"reset_mask": [True, False, True]}),
+    ],
+    ids=["seeds", "mask_shape", "mask_list"],
+)
+async def test_a_reset_whose_seeds_or_mask_do_not_fit_is_the_callers_error(
+    mode: Any, bad: aioenv.Reset
+) -> None:
+    """A reset of K envs given 2 seeds, or a mask of another shape or not an array, raises
+    at once, naming the worker and the reset, and leaves the envs as they were: it was
+    taken for the env's failure, so with restart="on_failure" the envs were rebuilt until
+    their budget was spent (a mask), or rebuilt and reset with seeds of their own (2 seeds)
+    with no error."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Walk,
+        1,
+        mode=modes(mode, 1),
+        envs_per_worker=K,
+        restart="on_failure",
+        on_failure=failures.append,
+    ) as pool:
+        first = (await pool.reset_all()).states[0]
+        pool.send_action(bad, 0)
+        with pytest.raises(aioenv.EnvError, match=r"worker 0 ") as raised:
+            await pool.get_state()
+        assert pool.restarts == 0 and not failures
+        assert "the reset sent raised" in str(raised.value)
+        pool.send_action(np.zeros(K, np.int64), 0)
+        stepped, _ = await pool.get_state()  # type: ignore[misc]
+        np.testing.assert_array_equal(stepped.observations[:, 0], first.observations[:, 0])
+        assert (stepped.observations[:, 1] == 1).all() and not stepped.infos
+
+
 async def test_an_env_error_names_its_env_and_a_restart_rebuilds_the_batch(mode: Any) -> None:
     async with aioenv.make_pool(
         RaisesOnTwo, 1, mode=modes(mode, 1), envs_per_worker=K, seed=0

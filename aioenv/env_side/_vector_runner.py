@@ -146,7 +146,7 @@ class VectorRunner:
             seeds = per_env_seeds(seed, self.size, "reset")
             mask, rest = reset_mask(options, self.size)
         except (TypeError, ValueError) as exc:
-            return Failure.from_exception(exc, "reset")
+            return Failure.from_exception(exc, "reset", "the reset sent")
         if mask is not None:
             options = rest or None  # the envs' own reset has no mask to see
         states: list[Any] = []
