@@ -59,3 +59,23 @@ async def test_pool_apply_gives_each_worker_its_function_or_none() -> None:
         assert await pool.apply(chosen, "x") == [("Counter", "x"), None, ("Counter", "x")]
         assert await pool.apply(marks) == [["x"], [], ["x"]]
         assert await pool.apply(marks, worker_ids=[1]) == [[]]
+
+
+def divide(env: Any, by: int) -> float:
+    return 1 / by
+
+
+@pytest.mark.parametrize("mode", ["sync", "thread", "process", "async"])
+async def test_pool_apply_of_a_function_that_raises_blames_the_function_not_the_env(
+    mode: str,
+) -> None:
+    async with aioenv.make_pool(lambda: Counter(limit=9), 2, mode=mode) as pool:
+        by = aioenv.PerWorker([1, 0])
+        with pytest.raises(aioenv.EnvError) as raised:
+            await pool.apply(divide, by)
+        message = str(raised.value).splitlines()[0]
+        assert " worker 1 (" in message, message
+        assert message.endswith(
+            "): the function applied raised ZeroDivisionError during apply: division by zero"
+        ), message
+        assert await pool.apply(divide, 2) == [0.5, 0.5]  # the envs are untouched

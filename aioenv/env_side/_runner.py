@@ -329,6 +329,8 @@ class EnvRunner:
         try:
             return (yield answer_control(env, request))
         except Exception as exc:
+            if request.op == "apply":  # the function is the caller's, not the env's
+                return Failure.from_exception(exc, "apply", "the function applied")
             return Failure.from_exception(exc, f"{request.op} {request.name!r}")
 
     def close(self) -> Failure | None:
