@@ -144,6 +144,47 @@ async def test_max_episode_steps_refused_for_custom_envs(mode: Any) -> None:
             await pool.get_state()
 
 
+@pytest.mark.parametrize("kind", ["sync", "thread", "process"])
+@pytest.mark.parametrize(
+    ("option", "needs"),
+    [
+        ({"max_episode_steps": 3}, "max_episode_steps needs gymnasium envs"),
+        ({"autoreset": "same_step"}, "autoreset='same_step' needs gymnasium envs"),
+        ({"envs_per_worker": 2}, "envs_per_worker needs gymnasium envs"),
+    ],
+    ids=["max_episode_steps", "same_step", "envs_per_worker"],
+)
+async def test_an_option_custom_envs_cannot_take_is_refused_without_a_restart(
+    kind: str, option: dict[str, Any], needs: str
+) -> None:
+    """The refusal is the caller's error, raised at once, naming the worker and the pool's
+    options: it was taken for the env's failure, so under restart="on_failure" every env
+    was rebuilt until its restart budget was spent, or (autoreset='same_step', refused at an
+    episode's end) the episode was cut short and the refusal never raised."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        lambda: Counter(limit=2),
+        1,
+        mode=kind,
+        restart="on_failure",
+        on_failure=failures.append,
+        **option,
+    ) as pool:
+        action = np.zeros(2, np.int64) if "envs_per_worker" in option else 1
+
+        async def play() -> None:
+            await pool.reset_all()
+            for _ in range(3):  # the episode ends at its second step
+                pool.send_action(action, 0)
+                await pool.get_state()
+
+        with pytest.raises(aioenv.EnvError, match=r"worker 0 ") as raised:
+            await play()
+        assert pool.restarts == 0 and not failures
+        assert "the pool's options raised TypeError during " in str(raised.value)
+        assert needs in str(raised.value)
+
+
 class _StatsByHand(gymnasium.Wrapper[Any, Any, Any, Any]):
     """Puts the user's own statistics under info["episode"], as a stats wrapper does."""
 

@@ -22,6 +22,7 @@ __all__ = [
     "Failure",
     "PerEnv",
     "autoreset_name",
+    "options_refused",
     "resets_next",
 ]
 
@@ -73,11 +74,19 @@ class Failure:
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
             during=during,
             exception=exc,
-            blame=blame,
+            blame=getattr(exc, "aioenv_blame", blame),
         )
 
     def without_exception(self) -> Failure:
         return dataclasses.replace(self, exception=None)
+
+
+def options_refused(message: str) -> TypeError:
+    """The TypeError of a pool option the env cannot take, whose Failure blames the pool's
+    options (the caller's mistake: no restart of the env would fix it)."""
+    error = TypeError(message)
+    error.__dict__["aioenv_blame"] = "the pool's options"
+    return error
 
 
 @dataclasses.dataclass(frozen=True)

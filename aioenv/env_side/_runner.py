@@ -20,7 +20,7 @@ from ..core._gymnasium import (
     gymnasium_reset,
     gymnasium_step,
 )
-from ..core._messages import ControlRequest, EpisodeOptions, Failure, resets_next
+from ..core._messages import ControlRequest, EpisodeOptions, Failure, options_refused, resets_next
 from ..core._rollouts import Rollout
 from ._plan import Plan, drive
 from ._segment import PolicyCache, rollout_plan
@@ -162,7 +162,7 @@ class EnvRunner:
         """The episode's bookkeeping of a reset, then the env's call: its result (a
         gymnasium env's, as the Step its adapter would make)."""
         if self.episode.max_episode_steps is not None and not isinstance(env, _ADAPTERS):
-            raise TypeError(
+            raise options_refused(
                 "max_episode_steps needs gymnasium envs: aioenv cannot mark a custom "
                 "Environment's state as truncated; end the episode in the env itself (its "
                 "terminated(state)) and drop the max_episode_steps option"
@@ -287,7 +287,7 @@ class EnvRunner:
             else:
                 ended = env.terminated(state)
                 if ended and self.episode.autoreset == "same_step":
-                    raise TypeError(
+                    raise options_refused(
                         "autoreset='same_step' needs gymnasium envs (aioenv.Step states) to "
                         "carry the final observation; use 'next_step' or 'disabled'"
                     )

@@ -18,7 +18,7 @@ import numpy as np
 from ..core._commands import RESET, Command, Reset
 from ..core._environment import BatchStep, Step, VectorSource
 from ..core._gymnasium import split_rows
-from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv
+from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv, options_refused
 from ..core._rollouts import Rollout, Segment
 from ..core._seeds import GroupSeed, env_seeds, per_env_seeds, reset_mask
 from ._batch_rows import batched_space, columns_of, flag_array, misfit, stack_rows, zero_rows
@@ -218,7 +218,7 @@ class VectorRunner:
                 rows_only = False
                 if not isinstance(state, Step):
                     if not isinstance(state, Failure):
-                        return Failure.from_exception(TypeError(_NOT_STEPS), "step")
+                        return Failure.from_exception(options_refused(_NOT_STEPS), "step")
                     if self.recover is not None:
                         state = self.recover(index, request, state)
                     if isinstance(state, Failure):
@@ -303,7 +303,7 @@ class VectorRunner:
         entries: list[tuple[int, dict[str, Any]]] = []
         for index, state in states:
             if not isinstance(state, Step):
-                return Failure.from_exception(TypeError(_NOT_STEPS), "reset")
+                return Failure.from_exception(options_refused(_NOT_STEPS), "reset")
             self._observations[index] = state.observation
         # Their infos and final observations are entered as a step's (the columns go unused).
         columns_of(states, infos, finals, final_infos, entries)
