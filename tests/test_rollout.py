@@ -809,6 +809,26 @@ async def test_ray_actors_serve_the_same_rollouts_with_the_policy_put_once(
     assert called[str(os.getpid())] == 1  # the thread workers share the object
 
 
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_a_policy_that_raises_in_a_ray_actor_restarts_nothing() -> None:
+    """As for the other kinds (above): the rollout raises the policy's error at once."""
+
+    def raising(observation: Any) -> int:  # local: pickled by value, for the actors
+        raise KeyError("no action for this observation")
+
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Walk, 2, mode="ray", num_cpus=0, restart="on_failure", on_failure=failures.append
+    ) as pool:
+        await pool.set_policy(raising)
+        with pytest.raises(aioenv.EnvError, match=r"ray worker \d .*the policy raised KeyE"):
+            await pool.rollout(3)
+        assert pool.restarts == 0 and not failures
+        await pool.set_policy(choose_walk)
+        assert len(await pool.rollout(3)) == 2 * 3
+
+
 @pytest.mark.loops
 async def test_a_segment_may_take_step_timeout_per_transition() -> None:
     """With ``step_timeout=0.5`` a segment of 2 envs x 40 steps of 20 ms each takes at
