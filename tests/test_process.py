@@ -22,6 +22,7 @@ from envs import (
     Dying,
     Gated,
     SlowClose,
+    UnpicklableHere,
     expected_big_observation,
     open_gate,
 )
@@ -150,6 +151,28 @@ async def test_unpicklable_action_is_a_clear_error_and_the_worker_is_untouched()
         pool.send_action(4, 1)  # nothing was in flight: the worker takes a new action
         state, worker_id = await pool.get_state()  # type: ignore[misc]
         assert (worker_id, state["total"]) == (1, 4)
+
+
+async def test_an_action_the_child_cannot_unpickle_is_the_callers_error() -> None:
+    """An action that pickles here and will not unpickle in the child (its class is not
+    importable there, say) fails its step at once, naming the worker and the request, and
+    the env is untouched: it was taken for the env's failure, so with restart="on_failure"
+    the env was rebuilt and its reset answered the step, the action lost with no error."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Counter, 2, mode="process", restart="on_failure", on_failure=failures.append
+    ) as pool:
+        await pool.reset_all()
+        pool.send_action(3, 1)
+        await pool.get_state()
+        pool.send_action(UnpicklableHere(), 1)
+        with pytest.raises(aioenv.EnvError, match="process worker 1 ") as raised:
+            await pool.get_state()
+        assert pool.restarts == 0 and not failures
+        assert "the request sent raised RuntimeError during unpickling" in str(raised.value)
+        pool.send_action(4, 1)
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["total"] == 7  # the same env's episode went on
 
 
 async def test_structured_arrays_keep_their_fields_both_ways() -> None:

@@ -415,6 +415,34 @@ async def test_a_request_that_cannot_be_pickled_fails_alone_and_the_actor_lives_
 
 @ray_test
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
+async def test_an_action_that_cannot_travel_restarts_nothing(direct: bool) -> None:
+    """An action that will not pickle here, or will not unpickle in the actor, is the
+    caller's error, raised at once with no restart: it was taken for the env's failure, so
+    with restart="on_failure" the env was rebuilt and the action lost with no error."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        Counter,
+        1,
+        mode="ray",
+        direct_connection=direct,
+        restart="on_failure",
+        on_failure=failures.append,
+        **OFF_CPU,
+    ) as pool:
+        await pool.reset_all()
+        assert await eventually(lambda: on_direct_connections(pool), 60)
+        for action in (threading.Lock(), envs.UnpicklableHere()):
+            pool.send_action(action, 0)
+            with pytest.raises(aioenv.EnvError, match="ray worker 0"):
+                await pool.get_state()
+        assert pool.restarts == 0 and not failures
+        pool.send_action(2, 0)  # the same env goes on
+        state, _ = await pool.get_state()  # type: ignore[misc]
+        assert state["t"] == 1 and state["total"] == 2
+
+
+@ray_test
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "calls"])
 def test_a_ray_pool_works_from_a_second_asyncio_run_when_nothing_is_in_flight(
     direct: bool,
 ) -> None:

@@ -262,7 +262,7 @@ def _result(slots: Slots, kind: int, slot: int, payload: Any) -> Any:
     try:
         request = loads(payload)
     except Exception as exc:
-        return Failure.from_exception(exc, "unpickling the request")
+        return Failure.from_exception(exc, "unpickling the request", "the request sent")
     return slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
 
 

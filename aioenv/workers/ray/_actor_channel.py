@@ -126,7 +126,8 @@ class ChannelServer:
         try:
             payload = cloudpickle.loads(data)
         except Exception as exc:
-            failure = Failure.from_exception(exc, "reading a request on a Ray actor (unpickling)")
+            during = "reading a request on a Ray actor (unpickling)"
+            failure = Failure.from_exception(exc, during, "the request sent")
             return (slot, seq, failure.without_exception())
         try:
             reply = self._actor.answer((slot, seq, request, payload))

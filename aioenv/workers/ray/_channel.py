@@ -144,7 +144,8 @@ class DirectConnection:
             try:
                 sent.append((slot, seq, request, cloudpickle.dumps(payload, protocol=5)))
             except Exception as exc:
-                failure = Failure.from_exception(exc, "pickling a request for a Ray actor")
+                during = "pickling a request for a Ray actor"
+                failure = Failure.from_exception(exc, during, "the request sent")
                 failed.append((slot, seq, failure.without_exception()))
         if sent:
             self._writes.write(framed(pickle.dumps(sent, protocol=5)), self._loop)

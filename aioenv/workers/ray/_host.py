@@ -256,12 +256,17 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             deliver[slot](self, seq, result, borrowed)
 
     def _fail_call(self, call: _ActorCall, error: BaseException) -> None:
-        """The actor lives; only this call failed: its requests that wait get the Failure."""
+        """The actor lives; only this call failed: its requests that wait get the Failure
+        (the caller's where the call was never made, its request would not pickle, or its
+        request would not load on the actor: Ray's system error there)."""
+        errors = self._ray.exceptions
+        caller = not isinstance(error, errors.RayError) or isinstance(error, errors.RaySystemError)
         failure = Failure(
             exception_type=type(error).__name__,
             message=first_line(error),
             traceback=str(error),
             during="a Ray actor call (its request or reply may not have pickled)",
+            blame="the request sent" if caller else "the env",
         )
         deliver = self._recipe.deliver
         for slot, seq, op, _payload in call.messages:
