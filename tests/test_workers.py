@@ -193,6 +193,21 @@ async def test_factory_returning_a_non_env_is_a_clear_error(kind: str) -> None:
             await worker.get_state()
 
 
+async def test_a_factory_of_a_non_env_is_refused_without_a_restart(kind: str) -> None:
+    """The refusal is the caller's error, raised at once: it was taken for the env's
+    failure, so under restart="on_failure" the env was built again until its restart
+    budget was spent (11 builds) before the error came and the worker was given up on."""
+    failures: list[aioenv.WorkerError] = []
+    async with aioenv.make_pool(
+        lambda: 42, 1, mode=kind, restart="on_failure", on_failure=failures.append
+    ) as pool:
+        pool.reset()
+        with pytest.raises(aioenv.EnvError, match="worker 0 ") as raised:
+            await pool.get_state()
+        assert pool.restarts == 0 and not failures and not pool.removed
+        assert "the env source raised NotAnEnvironment during construction" in str(raised.value)
+
+
 async def test_exception_cause_is_the_original_for_in_process_kinds() -> None:
     for worker in (
         aioenv.SyncWorker(lambda: Failing("reset")),

@@ -125,6 +125,8 @@ class NotAnEnvironment(TypeError):
     """What a worker was given cannot be its env: ``problem`` says why and what to do.
     Only strings are kept, so the error pickles (it crosses a process worker's pipe)."""
 
+    aioenv_blame = "the env source"  # the caller's: no restart would fix it (see Failure)
+
     def __init__(self, name: str, problem: str, built_by: str | None = None) -> None:
         super().__init__(name, problem, built_by)
         self.name, self.problem, self.built_by = name, problem, built_by
