@@ -109,6 +109,21 @@ def episode_counts(part: aioenv.Trajectories) -> list[int]:
     return [int(np.count_nonzero(ends & (part.worker_id == w))) for w in range(N)]
 
 
+@pytest.mark.parametrize("autoreset", ["disabled", "next_step"])
+async def test_rows_keep_their_observations_where_the_env_writes_over_its_array(
+    mode: Any, autoreset: str
+) -> None:
+    # WalkInPlace writes every observation into one array of its own, which workers whose
+    # envs step in this process hand out as it is: each row owns a copy of it, where every
+    # row held that one array and read the observation last written into it.
+    async with aioenv.make_pool(
+        envs.WalkInPlace, N, mode=modes(mode, N), seed=SEED, autoreset=autoreset
+    ) as pool:
+        collector = aioenv.Collector(pool, policy)
+        parts = [await collector.collect(num_steps=5 * N) for _ in range(2)]
+    assert_replay_prefix(parts)
+
+
 # Quotas and boundaries -------------------------------------------------------------------
 @pytest.mark.parametrize("autoreset", AUTORESETS)
 async def test_exact_episodes_per_worker_in_worker_order(mode: Any, autoreset: str) -> None:

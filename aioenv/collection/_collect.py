@@ -9,12 +9,11 @@ back-pressure: a slow policy leaves every worker idle after one step, never queu
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 import math
 import operator
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, NoReturn, Union
+from typing import Any, NoReturn, Union
 
 import numpy as np
 
@@ -22,14 +21,22 @@ from ..core._commands import RESET
 from ..core._environment import Step
 from ..core._errors import StateNotTaken, WorkerError
 from ..core._restarts import is_restart_reset
-from ..core._seeds import checked_count
 from ..pool._batch import Batch
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
-from ._rows import NEEDS_RESET, EpisodeRows, Track, detach_rows, trajectories
+from ._rows import (
+    NEEDS_RESET,
+    Boundary,
+    EpisodeRows,
+    Quota,
+    Track,
+    detach_rows,
+    make_quota,
+    trajectories,
+)
 
 __all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", "make_quota"]
 
@@ -37,7 +44,10 @@ __all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", 
 #: array whose first axis is the rows).
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
 #: Where a collect() call may cut an episode: whole episodes only, or at any step.
-Boundary = Literal["episode", "step"]
+
+
+#: The kinds of worker whose envs step in this process.
+_HERE = ("sync", "thread", "coroutine")
 
 
 class PoolDriver:
@@ -58,6 +68,10 @@ class PoolDriver:
         # A lane per worker: the drivers step workers of one env (aioenv.Step states).
         self._ledger = EpisodeLedger(len(pool))
         self._running = False
+        # Observations the worker's next step may overwrite, kept as copies: views of shared
+        # memory (copy=False), or an env's own arrays, which workers whose envs step in
+        # this process hand out as they are (an env may write each into one array).
+        self._copies = not pool.copy or any(w.kind in _HERE for w in pool.workers)
 
     @property
     def policy_version(self) -> int:
@@ -132,8 +146,7 @@ class PoolDriver:
         return sent
 
     def _own(self, observation: Any) -> Any:
-        # With copy=False the pool hands out views that the worker's next step overwrites.
-        return observation if self.pool.copy else copy.deepcopy(observation)
+        return copy.deepcopy(observation) if self._copies else observation
 
 
 class Collector(PoolDriver):
@@ -367,54 +380,3 @@ async def collect(
         boundary=boundary,
         progress=progress,
     )
-
-
-# How much a collect() call gathers: the quota options, checked, and how they count ------
-@dataclasses.dataclass(frozen=True)
-class Quota:
-    """What one collect() call must gather, and how to count it per worker."""
-
-    amount: int
-    unit: Literal["steps", "episodes"]
-    per_worker: bool
-    fraction: float
-    boundary: Boundary
-
-    def count(self, track: Track) -> int:
-        if self.unit == "episodes":
-            return len(track.finished)
-        rows = sum(len(episode) for episode in track.finished)
-        if self.boundary == "step" and track.episode is not None:
-            rows += len(track.episode)
-        return rows
-
-    def met(self, tracks: Sequence[Track], active: list[int]) -> bool:
-        if not self.per_worker:
-            return sum(self.count(track) for track in tracks) >= self.amount
-        needed = max(1, math.ceil(self.fraction * len(active) - 1e-9))
-        return sum(self.count(tracks[w]) >= self.amount for w in active) >= needed
-
-    def wants_more(self, track: Track) -> bool:
-        return not self.per_worker or self.count(track) < self.amount
-
-
-def make_quota(
-    num_steps: int | None,
-    num_episodes: int | None,
-    per_worker: bool,
-    fraction: float,
-    boundary: Boundary,
-) -> Quota:
-    if (num_steps is None) == (num_episodes is None):
-        raise ValueError("collect() needs exactly one of num_steps= or num_episodes=")
-    unit: Literal["steps", "episodes"] = "steps" if num_steps is not None else "episodes"
-    amount = checked_count(num_steps if unit == "steps" else num_episodes, "num_steps/num_episodes")
-    if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
-        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
-    if fraction != 1 and not per_worker:
-        raise ValueError("fraction < 1 needs per_worker=True (it counts workers that met theirs)")
-    if boundary not in ("episode", "step"):
-        raise ValueError(f"boundary must be 'episode' or 'step', got {boundary!r}")
-    if boundary == "step" and num_steps is None:
-        raise ValueError("boundary='step' applies to num_steps (num_episodes counts whole ones)")
-    return Quota(amount, unit, bool(per_worker), float(fraction), boundary)
