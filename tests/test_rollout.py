@@ -373,21 +373,6 @@ async def test_observations_of_workers_of_several_envs_are_batched_as_one_env_wo
     assert several.select(np.arange(12)[::-1]).observation_space is not None
 
 
-@pytest.mark.parametrize("kind", ["thread", "process"])
-async def test_observations_of_a_custom_space_are_a_tuple_of_rows_as_gymnasium_batches_them(
-    kind: str,
-) -> None:
-    # gymnasium batches a space it knows nothing of as a tuple with one item per row, and
-    # so does collect(): rollout() too, where it gave a numpy array of the ints it held.
-    env = functools.partial(space_envs.echo, "custom")
-    async with aioenv.make_pool(env, 2, mode=kind) as pool:
-        await pool.set_policy(echoed)
-        part = await pool.rollout(3, seed=SEED)
-    for observations in (part.observations, part.next_observations):
-        assert type(observations) is tuple and len(observations) == 6
-        assert all(isinstance(item, (int, np.integer)) for item in observations)
-
-
 # Versions ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
 async def test_transitions_carry_the_version_of_the_policy_that_chose_them(kind: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tuple
+from gymnasium.spaces import Box, Dict, Discrete, MultiDiscrete, Tuple
 
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
@@ -312,8 +312,7 @@ def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: An
 
 def _concatenated(values: list[Any], space: Any, observed: bool) -> Any:
     arrays = values and all(isinstance(value, np.ndarray) for value in values)
-    batched = space is None or isinstance(space, (Box, Discrete, MultiBinary, MultiDiscrete))
-    if arrays and batched and len({value.shape[1:] for value in values}) == 1:
+    if arrays and len({value.shape[1:] for value in values}) == 1:
         return np.concatenate(values)
     items = [item for value in values for item in value]
     return _by_part(items) if space is None and observed else stack(space, items)
