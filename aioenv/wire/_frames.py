@@ -70,8 +70,7 @@ class Kind(enum.IntEnum):
     its kind is that :class:`~aioenv.wire._requests.Request`'s number."""
 
     READY = 16  # the env was built (or failed to be); payload: (observation_space, action_space)
-    STATE = 17  # payload: the state, pickled
-    FAILURE = 18  # payload: a Failure
+    STATE = 17  # payload: the state (or the Failure raised), pickled
     STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
     BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
     LANE_ANSWER = 21  # a LANE request served: payload b"\x01" (the lane is in use) or empty

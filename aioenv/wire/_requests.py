@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CONTROL", "RESET_REQUEST", "STEP", "STEP_ARRAY", "Request"]
+__all__ = ["CONTROL", "STEP", "STEP_ARRAY", "Request"]
 
 
 class Request(enum.IntEnum):
@@ -22,7 +22,6 @@ class Request(enum.IntEnum):
     REBUILD = 3  # close the env and build a fresh one: payload (seed, episode options)
     CLOSE_SLOT = 4  # close the env of this slot; no answer (a child serves its others on)
     # Only on a process child's socket: a STEP in another encoding, and the child's own.
-    RESET = 5  # a STEP whose request is a reset: payload empty (RESET) or a Reset(...)
     STEP_ARRAY = 6  # a STEP whose action is a numeric array: raw bytes, no pickling
     CLOSE = 8  # close every slot and end the child
     SPIN = 9  # payload: the seconds to poll for the next request before blocking (f64)
@@ -30,7 +29,5 @@ class Request(enum.IntEnum):
 
 
 # The requests the hot paths test, as plain ints: a frame's kind arrives as an int, and
-# comparing two ints is cheaper than looking up and comparing an enum member. (A reset
-# request's is RESET_REQUEST: ``RESET`` is the user's sentinel, aioenv.RESET.)
-STEP, CONTROL = int(Request.STEP), int(Request.CONTROL)
-RESET_REQUEST, STEP_ARRAY = int(Request.RESET), int(Request.STEP_ARRAY)
+# comparing two ints is cheaper than looking up and comparing an enum member.
+STEP, CONTROL, STEP_ARRAY = int(Request.STEP), int(Request.CONTROL), int(Request.STEP_ARRAY)

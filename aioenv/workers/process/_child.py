@@ -17,7 +17,6 @@ import select
 import socket
 from typing import Any
 
-from ...core._commands import RESET
 from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
 from ...engine._lane import ChildLane, drain
@@ -37,7 +36,7 @@ from ...wire._frames import (
     encode_step,
 )
 from ...wire._pickles import dumps, loads, pickled_answer
-from ...wire._requests import CONTROL, RESET_REQUEST, STEP, STEP_ARRAY, Request
+from ...wire._requests import CONTROL, STEP, STEP_ARRAY, Request
 from ...wire._shared_memory import SharedObservations
 
 __all__ = ["serve"]
@@ -254,9 +253,7 @@ def _ready(slot: int, slots: Slots, request: int = Request.BUILD, payload: Any =
 
 def _result(slots: Slots, kind: int, slot: int, payload: Any) -> Any:
     """What ``slot`` answers to one request frame (``kind``, ``payload``): a CONTROL, or a
-    STEP of any encoding (an empty RESET is the RESET sentinel)."""
-    if kind == RESET_REQUEST and not payload:
-        return slots.serve(slot, STEP, RESET)
+    STEP of either encoding."""
     if kind == STEP_ARRAY:
         return slots.serve(slot, STEP, decode_array(payload))
     try:
@@ -276,5 +273,5 @@ def _encode_reply(
             return encode_batch_step(seq, result, slot, shared)
     except Exception:
         pass  # pickled whole below, by value where it must be
-    data, failed = pickled_answer(result)
-    return encode(Kind.FAILURE if failed else Kind.STATE, seq, data, slot)
+    data, _ = pickled_answer(result)  # (a Failure too: the parent unpickles either alike)
+    return encode(Kind.STATE, seq, data, slot)

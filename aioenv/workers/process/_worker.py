@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 import numpy as np
 
-from ...core._commands import RESET, Reset
+from ...core._commands import Reset
 from ...core._docs import documented_with
 from ...core._environment import EnvSource, VectorSource
 from ...core._errors import WorkerDied
@@ -245,12 +245,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
             if host.size > 1:
                 host.post_soon(lane)
             return
-        if action is RESET:
-            frame = encode(Request.RESET, seq, b"", self._slot)
-        elif isinstance(action, Reset):
-            frame = encode(
-                Request.RESET, seq, pickled_for(action, "reset arguments", self), self._slot
-            )
+        if isinstance(action, Reset):  # (RESET itself is pickled as an action is, below)
+            payload = pickled_for(action, "reset arguments", self)
+            frame = encode(Request.STEP, seq, payload, self._slot)
         elif type(action) is np.ndarray and raw_dtype(action.dtype):
             frame = encode_array_action(seq, action, self._slot)
         elif type(action) is Rollout:
