@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 import time
+import warnings
 from typing import Any
 
 import anyio
@@ -263,6 +264,23 @@ async def test_loop_is_free_while_a_process_worker_steps(gate: str) -> None:
             assert not waiter_done.is_set()  # still waiting, yet the loop ran 20 ticks
             open_gate(gate)
         assert ticks == 20 and waiter_done.is_set()
+
+
+async def test_without_memfd_create_a_worker_steps_through_its_socket_without_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where there is no shared memory to map (macOS: no os.memfd_create), the default
+    shared_memory='auto' takes the socket for every step, as documented, and says nothing:
+    no lane is tried (it needs a memory file), so no warning that it could not be set up."""
+    monkeypatch.delattr(os, "memfd_create")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with aioenv.ProcessWorker(lambda: BigObservation((8, 8))) as worker:
+            first = await _reset(worker)
+            worker.send_action(1)
+            state = await worker.get_state()
+    assert first.observation.shape == state.observation.shape == (8, 8)
+    assert [str(warning.message) for warning in caught] == []
 
 
 async def test_spawn_context_works() -> None:

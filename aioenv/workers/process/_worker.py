@@ -204,7 +204,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
     def _lane(self) -> None:
         """Offer the current host this env's lane (:mod:`aioenv.engine._lane`), unless it
         has one. Its states view the lane's row where shared memory is asked for, or the
-        observations are large (``"auto"``); the others are copies.
+        observations are large (``"auto"``); the others are copies. Where no memory file
+        can be made (no ``os.memfd_create``: macOS), there is no lane: every step takes
+        the socket, as ``shared_memory=False`` has them do.
 
         A new process (a restart's) gets a lane of its own, which a killed one cannot
         write, once its child's READY comes: until the start is done, the child's end of
@@ -212,7 +214,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
         make it readable with fewer than the 4 bytes a stale multiprocessing sentinel of
         the same number is read for (a start that polls it would wait for ever)."""
         host, slot = self._current_host(), self._slot
-        if self._shared_memory is not False and not host.has_lane(slot):
+        if self._shared_memory is not False and available() and not host.has_lane(slot):
             views = shared_layout(self.observation_space, self._shared_memory) is not None
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
                 spaces = self.observation_space, self.action_space
