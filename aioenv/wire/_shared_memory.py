@@ -28,7 +28,6 @@ __all__ = [
     "SharedObservations",
     "available",
     "memory_file",
-    "shared_layout",
 ]
 
 #: With ``shared_memory="auto"``, observations of at least this many bytes use shared memory.
@@ -39,18 +38,6 @@ _ALIGN = 64
 def available() -> bool:
     """Shared observations need ``memfd_create`` (Linux)."""
     return hasattr(os, "memfd_create")
-
-
-def shared_layout(space: Any, shared_memory: bool | str) -> Layout | None:
-    """The layout in shared memory of observations of ``space`` under a process worker's
-    ``shared_memory`` option (True, False or ``"auto"``: for observations of at least
-    :data:`AUTO_THRESHOLD` bytes); None where they go in messages instead."""
-    if shared_memory is False or not available():
-        return None
-    layout = Layout.of(space)
-    if layout is None or (shared_memory == "auto" and layout.nbytes < AUTO_THRESHOLD):
-        return None
-    return layout
 
 
 @dataclasses.dataclass(frozen=True)

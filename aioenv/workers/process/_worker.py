@@ -54,7 +54,7 @@ from ...wire._frames import (
 )
 from ...wire._pickles import dumps, loads, not_pickled, pickled_for, raw_dtype
 from ...wire._requests import Request
-from ...wire._shared_memory import available, shared_layout
+from ...wire._shared_memory import AUTO_THRESHOLD, Layout, available
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import SlottedWorker
@@ -215,7 +215,11 @@ class ProcessWorker(SlottedWorker[S, Host]):
         the same number is read for (a start that polls it would wait for ever)."""
         host, slot = self._current_host(), self._slot
         if self._shared_memory is not False and available() and not host.has_lane(slot):
-            views = shared_layout(self.observation_space, self._shared_memory) is not None
+            # Views where asked for (True), or ("auto") for observations of at least
+            # AUTO_THRESHOLD bytes; a space of no fixed layout gets no lane (NoLayout).
+            layout = Layout.of(self.observation_space)
+            large = layout is not None and layout.nbytes >= AUTO_THRESHOLD
+            views = self._shared_memory is True or large
             with contextlib.suppress(NoLayout, TypeError):  # TypeError: None, or not gymnasium
                 spaces = self.observation_space, self.action_space
                 host.offer_lane(Lane(*spaces, views, self.num_envs), slot)
