@@ -145,13 +145,10 @@ def decode_infos(
 ) -> BatchStep[Any]:
     """The BatchStep of these parts and the infos :func:`encode_infos` gave as ``flags``
     and ``data``."""
+    parts = (observations, rewards, terminated, truncated)
     if flags & PACKED_INFOS:
-        packed = FlatInfos(*loads(data))
-        return BatchStep(observations, rewards, terminated, truncated, packed_infos=packed)
+        return BatchStep(*parts, packed_infos=FlatInfos(*loads(data)))
     if flags & VECTOR_INFOS:
         vector_infos, info_types = loads(data)
-        return BatchStep(
-            observations, rewards, terminated, truncated, None, None, None, vector_infos, info_types
-        )
-    infos, finals, final_infos = loads(data)
-    return BatchStep(observations, rewards, terminated, truncated, infos, finals, final_infos)
+        return BatchStep(*parts, vector_infos=vector_infos, info_types=info_types)
+    return BatchStep(*parts, *loads(data))  # the infos, final observations and final infos
