@@ -114,7 +114,8 @@ class _Child:
         self.descriptors, self.waiting = descriptors, waiting
         self.lanes: dict[int, ChildLane] = {}  # by slot
         self._slot_of: dict[int, int] = {}  # a lane's request descriptor: its slot
-        self._poll = select.poll()
+        self._poll = select.poll()  # (polled once a lane is in use, beside its wakes)
+        self._poll.register(sock, select.POLLIN)
 
     def receive(self) -> tuple[bytes | None, dict[int, int]]:
         """What has arrived on the socket (blocking; empty once the parent is gone; None:
@@ -220,8 +221,6 @@ class _Child:
                 os.close(fd)
             self.sock.sendall(encode(Kind.LANE_ANSWER, 0, b"", slot))
             return
-        if not self.lanes:
-            self._poll.register(self.sock, select.POLLIN)
         self._close_lane(slot)  # (a lane offered again replaces the slot's last)
         self.lanes[slot] = lane
         self._slot_of[lane.request_fd] = slot

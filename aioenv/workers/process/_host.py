@@ -206,9 +206,8 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         if self._open_slots:
             self.send(encode(Request.CLOSE_SLOT, 0, b"", slot))
             return
-        self._flush()  # what this loop iteration queued goes first (if anything)
-        if self.alive:
-            self.writes.write(encode(Request.CLOSE, 0), self._loop)
+        self.send(encode(Request.CLOSE, 0))  # after what this loop iteration queued, if any
+        self._flush()  # now, not at the iteration's end
         if self.exitcode is None and self._loop is not None:
             self._force_timer = self._loop.call_later(cleanup_time, self.force, "terminate")
 
