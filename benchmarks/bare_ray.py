@@ -71,7 +71,7 @@ def run_bare_ray(
     per actor over the call path ``compiled`` names (see the module's docstring)."""
     import ray
 
-    from aioenv.workers.ray._cluster import init_ray
+    from aioenv.workers.ray._host import init_ray
 
     init_ray(ray)  # the settings aioenv's own Ray rows start Ray with, if they did not
     return run_coroutine(

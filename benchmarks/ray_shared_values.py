@@ -20,7 +20,7 @@ import numpy as np
 from envs import noop
 
 import aioenv
-from aioenv.workers.ray import _values
+from aioenv.workers.ray import _calls
 
 
 async def measure(pool: aioenv.WorkerPool[Any], value: Any, reps: int) -> list[float]:
@@ -43,14 +43,14 @@ async def main(reps: int, workers: int, megabytes: float) -> None:
     async with aioenv.make_pool(noop(), workers, **options) as pool:
         pool.reset()
         await pool.get_batch(min_size=workers)
-        threshold = _values.SHARE_THRESHOLD
+        threshold = _calls.SHARE_THRESHOLD
         results: dict[str, list[float]] = {"put once": [], "a copy per actor": []}
         for _ in range(2):  # interleaved, so drifts of a shared machine spread over both
-            _values.SHARE_THRESHOLD = threshold
+            _calls.SHARE_THRESHOLD = threshold
             results["put once"] += await measure(pool, value, reps)
-            _values.SHARE_THRESHOLD = 1 << 62
+            _calls.SHARE_THRESHOLD = 1 << 62
             results["a copy per actor"] += await measure(pool, value, reps)
-        _values.SHARE_THRESHOLD = threshold
+        _calls.SHARE_THRESHOLD = threshold
     print(f"set_attr of a {megabytes:g} MB value on {workers} Ray workers, {2 * reps} runs each:")
     for label, times in results.items():
         print(

@@ -5,11 +5,23 @@ every other worker of a pool would wait. So the actor calls asked for in one loo
 iteration, every host's (:class:`~aioenv.workers.ray._host.ActorHost`), are handed
 together to :data:`ACTOR_CALLS`, one thread that makes them in the order asked for (so
 each actor runs them in that order, and answers in that order too), putting the large
-values they carry into Ray's object store there, once per value
-(:mod:`aioenv.workers.ray._values`, the policies of :mod:`aioenv.workers._policy_shipping`).
+values they carry into Ray's object store there, once per value (:func:`shared_request`
+and :func:`with_references` below, the policies of :mod:`aioenv.workers._policy_shipping`).
 Each answer comes back on the ``ObjectRef``'s future, completed on Ray's own thread and
 handed to the loop with ``call_soon_threadsafe`` (no thread per call, no polling, no
 blocking ``ray.get``).
+
+Large arguments of control requests (``pool.set_attr``, ``pool.call``) go into Ray's
+object store once, however many Ray workers they are sent to.
+
+A pool sends one value to many workers in one go (one loop iteration). The first Ray worker
+to send a large value marks it to be put (:func:`shared_request`), and every other Ray
+worker sending the same object in that iteration passes the same mark; the first actor
+call that carries it, made off the event loop (:mod:`aioenv.workers.ray._host`), puts it
+(``ray.put``, :func:`with_references`), and the others pass the reference. Each actor
+fetches it from its node's object store, so the value is serialized once and crosses the
+network once per node rather than once per actor. Small values travel inline: a put would
+cost more than it saves.
 """
 
 from __future__ import annotations
@@ -20,14 +32,17 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
-from ...wire._ray_messages import Message
+from ...loops._here import running_loop
+from ...wire._ray_messages import Message, with_arguments
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._policy_shipping import through_object_store
-from ._values import with_references
 
-__all__ = ["ACTOR_CALLS", "Call", "add_outbox", "send_off_loop"]
+__all__ = ["ACTOR_CALLS", "Call", "add_outbox", "send_off_loop", "shared_request"]
 
 #: The process's actor calls, made in the order asked for. Each open Ray worker holds it
 #: (the thread waits for its next call, rather than a thread started for each:
@@ -83,7 +98,7 @@ def _make_calls(calls: list[Call]) -> None:
 def _portable(message: Message) -> Message:
     """A message with the large values it carries put into the object store: a policy's
     bytes (once per policy) and a control request's large arguments (once per value sent
-    in one loop iteration, see :mod:`aioenv.workers.ray._values`)."""
+    in one loop iteration, see :func:`shared_request`)."""
     slot, seq, request, payload = message
     if request == Request.STEP and type(payload) is Rollout:
         return (slot, seq, request, through_object_store(payload))
@@ -114,3 +129,91 @@ def _settle(reply: asyncio.Future[Any], result: Any, error: BaseException | None
         reply.set_exception(error)
     else:
         reply.set_result(result)
+
+
+# Large values, put into the object store once ----------------------------------------
+#: Bytes (estimated) from which an argument goes through the object store.
+SHARE_THRESHOLD = 64 * 1024
+
+_MAX_DEPTH = 4
+
+
+class _Put:
+    """A large value that goes into the object store once, put by the first actor call
+    that carries it (off the event loop); every call carrying it passes the reference."""
+
+    __slots__ = ("_ref", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._ref: Any = None
+
+    def ref(self) -> Any:
+        if self._ref is None:
+            import ray
+
+            self._ref = ray.put(self.value)
+        return self._ref
+
+
+#: The values marked to be put in this loop iteration, by the id of the value (held by its
+#: mark, so the id cannot be reused); forgotten at the next iteration.
+_MARKS: dict[int, _Put] = {}
+
+
+def _mark(value: Any) -> _Put:
+    put = _MARKS.get(id(value))
+    if put is not None:
+        return put
+    put = _Put(value)
+    loop = running_loop()
+    if loop is None:
+        return put  # outside a loop no sends are batched: nothing to share it with
+    if not _MARKS:
+        loop.call_soon(_MARKS.clear)
+    _MARKS[id(value)] = put
+    return put
+
+
+def shared_request(request: ControlRequest) -> ControlRequest:
+    """``request`` with its large arguments marked to be put into the object store, once
+    for every Ray worker it is sent to in this loop iteration (no Ray call here: see
+    :func:`with_references`)."""
+    if request.op not in ("call", "set"):
+        return request
+    return with_arguments(request, _large, _mark)
+
+
+def with_references(request: ControlRequest) -> ControlRequest:
+    """``request`` with its marked arguments put (the first time) and replaced by their
+    object references: where the actor call is made, off the event loop."""
+    return with_arguments(request, lambda value: type(value) is _Put, _Put.ref)
+
+
+def _large(value: Any) -> bool:
+    return _size(value, 0) >= SHARE_THRESHOLD
+
+
+def _size(value: Any, depth: int) -> int:
+    """A cheap lower bound of ``value``'s pickled size: arrays and buffers counted, the
+    rest nearly free. Stops early once the threshold is reached."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return len(value)
+    if depth >= _MAX_DEPTH:
+        return 0
+    items: Any
+    if isinstance(value, dict):
+        items = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        nbytes = getattr(value, "nbytes", None)  # torch tensors, jax arrays
+        return nbytes if isinstance(nbytes, int) else 0
+    total = 0
+    for item in items:
+        total += _size(item, depth + 1)
+        if total >= SHARE_THRESHOLD:
+            break
+    return total

@@ -21,6 +21,10 @@ wait in the host until it is. One call is made where it is asked for, once per p
 ``ray.init`` (made from a thread that then ended, it left a driver that lost its
 cluster). The pool's read of what the cluster has free runs on a thread of its own, with
 a bound (:func:`aioenv.workers.ray._capacity.free_resources`).
+
+Which Ray the parent's side uses is said here too: the module, imported when the first Ray
+worker is made (never by ``import aioenv``, :func:`import_ray`), and the cluster, joined or
+started once per process (:func:`init_ray`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import importlib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +48,8 @@ from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable, SlotRecipe
 from ._calls import Call, add_outbox, send_off_loop
 from ._channel import DirectConnection, first_line, goes_direct, loaded
-from ._cluster import import_ray, init_ray
 
-__all__ = ["KILL_GRACE", "ActorHost", "ActorRecipe", "Deliver", "OnDeath"]
+__all__ = ["KILL_GRACE", "ActorHost", "ActorRecipe", "Deliver", "OnDeath", "import_ray", "init_ray"]
 
 #: ``deliver(host, seq, result, borrowed)``: an answer for one slot; ``borrowed``: its
 #: arrays are Ray's read-only views (it came as an actor call), else its own.
@@ -54,6 +59,37 @@ OnDeath = Callable[["ActorHost", str], None]
 
 #: Seconds to wait for Ray to report a killed actor dead before warning.
 KILL_GRACE = 10.0
+
+#: ``ray.init`` defaults when aioenv starts Ray itself: a laptop, not a cluster.
+LOCAL_RAY_DEFAULTS: dict[str, Any] = {
+    "include_dashboard": False,
+    "object_store_memory": 256 * 1024**2,
+    "log_to_driver": True,
+}
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an ImportError saying what to install."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise ImportError(
+            "Ray workers need Ray, which is not installed: pip install 'aioenv[ray]'"
+        ) from exc
+
+
+def init_ray(ray: Any) -> None:
+    """Start a local Ray instance (:data:`LOCAL_RAY_DEFAULTS`, usage stats off) unless Ray
+    is initialised already (``ray.init(address=...)``: that cluster is used) or
+    ``RAY_ADDRESS`` names a cluster to join."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # joins that cluster, which has its own settings
+    else:
+        ray.init(**LOCAL_RAY_DEFAULTS)
+
 
 #: The process's one queue of control calls, so that an actor is killed only after its
 #: creation was asked for, whichever host asks.

@@ -36,11 +36,9 @@ from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._base import Worker
 from .._slotted import SlottedWorker
-from ._calls import ACTOR_CALLS
+from ._calls import ACTOR_CALLS, shared_request
 from ._capacity import Shortage, free_resources, shortage
-from ._cluster import import_ray, init_ray
-from ._host import KILL_GRACE, ActorHost, ActorRecipe
-from ._values import shared_request
+from ._host import KILL_GRACE, ActorHost, ActorRecipe, import_ray, init_ray
 
 __all__ = ["RayWorker"]
 
