@@ -39,8 +39,7 @@ CHILD_PROGRAMS = {
     "aioenv.workers.process._child",
     "aioenv.workers.process._quiet_start",
     "aioenv.workers.process._thread_caps_preload",
-    "aioenv.workers.ray._actor",
-    "aioenv.workers.ray._actor_channel",  # the actor's end of its direct connection
+    "aioenv.workers.ray._actor",  # the actor, and its end of its direct connection
 }
 #: The parent-side modules that step envs in the parent's own process, and so use the env
 #: side's runners: sync, thread and coroutine workers, and inline vector envs.

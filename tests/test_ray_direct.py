@@ -1,4 +1,4 @@
-"""A Ray actor's direct connection (aioenv.workers.ray._channel, _actor_channel): steps go
+"""A Ray actor's direct connection (aioenv.workers.ray._channel, _actor): steps go
 on it, not as actor calls; each slow env of an actor answers as soon as it is done;
 control requests, which go as calls, keep their order with the steps; a connection
 without the actor's secret gets nothing; an actor that cannot be reached is driven
@@ -24,8 +24,7 @@ from support import eventually
 import aioenv
 from aioenv.wire._ray_messages import TOKEN_BYTES
 from aioenv.workers.ray import _channel as channel_module
-from aioenv.workers.ray._actor import TIMED_REQUESTS
-from aioenv.workers.ray._actor_channel import accepted
+from aioenv.workers.ray._actor import TIMED_REQUESTS, accepted
 
 F = TypeVar("F", bound=Callable[..., Any])
 

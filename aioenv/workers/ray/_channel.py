@@ -11,7 +11,7 @@ answers frames on that connection (``run_channel``, an actor call that lasts as 
 connection: its failure says the actor is gone, as Ray learns it, a lost node included).
 Each frame carries a loop iteration's messages for the actor (each payload cloudpickled
 on its own, :mod:`aioenv.wire._ray_messages`), and each env's answer comes back as soon as
-it is ready (:mod:`aioenv.workers.ray._actor_channel`): no thread between the loop and
+it is ready (:class:`aioenv.workers.ray._actor.ChannelServer`): no thread between the loop and
 the socket, and one write and one read per env step at most.
 
 Where the connection cannot be made (a firewall between the nodes, a driver outside the
