@@ -532,7 +532,7 @@ class _StateApi:
 def test_the_clusters_free_resources_are_read_off_the_calling_thread_and_bounded() -> None:
     """Ray's state API answers (the answer), fails (None) or never answers (None after the
     patience, the pool making goes on; the reading thread ends once Ray lets it go)."""
-    from aioenv.workers.ray._capacity import free_resources
+    from aioenv.workers.ray._worker import free_resources
 
     assert free_resources(_StateApi({"CPU": 2.0}), patience=30.0) == {"CPU": 2.0}
     assert free_resources(_StateApi(RuntimeError("gcs down")), patience=30.0) is None
@@ -543,7 +543,7 @@ def test_the_clusters_free_resources_are_read_off_the_calling_thread_and_bounded
 
 
 def test_a_shortage_says_what_the_pool_asked_for_against_what_the_cluster_has() -> None:
-    from aioenv.workers.ray._capacity import shortage
+    from aioenv.workers.ray._worker import shortage
 
     found = shortage(4, {"num_cpus": 1, "num_gpus": 0}, {"CPU": 2.0})
     assert str(found) == (

@@ -1,4 +1,4 @@
-"""The Ray worker: the parent's half (``_worker``, ``_host``, ``_capacity``, ``_calls``,
-``_channel``) beside the actor it starts (``_actor``, which imports only the env side).
-Nothing here imports ray when imported: ray is imported on first use.
+"""The Ray worker: the parent's half (``_worker``, ``_host``, ``_calls``, ``_channel``)
+beside the actor it starts (``_actor``, which imports only the env side). Nothing here
+imports ray when imported: ray is imported on first use.
 """

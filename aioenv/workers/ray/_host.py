@@ -20,7 +20,7 @@ event loop (a restart, a step past its deadline, closing), they go to
 wait in the host until it is. One call is made where it is asked for, once per process:
 ``ray.init`` (made from a thread that then ended, it left a driver that lost its
 cluster). The pool's read of what the cluster has free runs on a thread of its own, with
-a bound (:func:`aioenv.workers.ray._capacity.free_resources`).
+a bound (:func:`aioenv.workers.ray._worker.free_resources`).
 
 Which Ray the parent's side uses is said here too: the module, imported when the first Ray
 worker is made (never by ``import aioenv``, :func:`import_ray`), and the cluster, joined or
