@@ -5,7 +5,7 @@ Three faces:
 - **Users**: ``send_action``, ``get_state``, ``aclose`` (and ``async with``).
 - **Pools** (the pool↔worker seam, :class:`~aioenv.workers._seam.Member`): ``join_pool``,
   ``control``, ``seed_next_reset``, ``forget_request``, ``enter_loop``, what the worker
-  is and whether it failed (:class:`~aioenv.workers._membership.Membership`, with the
+  is and whether it failed (:class:`~aioenv.workers._seam.Membership`, with the
   event loop the worker is bound to, and ``abandon`` for ``make_pool``, which drops the
   workers it built when a later one fails). A pool uses nothing else of a worker and
   never asks which kind it is.
@@ -39,8 +39,7 @@ from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id, to_the_end
 from ._in_flight import InFlight
 from ._inbox import Outcome
-from ._membership import Membership
-from ._seam import FirstReplyCheck
+from ._seam import FirstReplyCheck, Membership
 from ._supervised import EpisodeBudget
 
 __all__ = ["FirstReplyCheck", "Worker"]

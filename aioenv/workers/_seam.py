@@ -9,6 +9,11 @@ never asks which kind it is; every :class:`~aioenv.workers.Worker` is a :class:`
 (Before a worker joins, ``make_pool`` and the pool's checks use the
 :class:`~aioenv.workers.Worker` itself: whether it is in a pool already, its event loop,
 abandoning it.)
+
+:class:`Membership` is the worker's side of it, which :class:`~aioenv.workers.Worker`
+inherits: the pool it joins (joining, control requests, a forgotten request, what it is
+and whether it failed) and the event loop it is bound to (and moves from, once that loop
+is closed).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..core._errors import WorkerError
+from ..core._errors import ClosedError, StateNotTaken, WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._supervision import Supervision
+from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
 from ._inbox import Inbox
+from ._supervised import SupervisedEnv
 
-__all__ = ["FirstReplyCheck", "Member"]
+__all__ = ["FirstReplyCheck", "Member", "Membership"]
 
 #: A pool's check of a worker's first reply: the error to raise in its place, or None.
 FirstReplyCheck = Callable[[Any], "WorkerError | None"]
@@ -100,3 +107,123 @@ class Member(Protocol):
 
     async def aclose(self, cleanup_time: float | None = None) -> None:
         """Close the env and stop the worker."""
+
+
+class Membership(SupervisedEnv):
+    """The pool seam and the event loop, over the fields of
+    :class:`~aioenv.workers.Worker` named here."""
+
+    _loop_thread: int | None
+    _check_first_reply: FirstReplyCheck | None
+    _next_reset_seed: int | None
+
+    # Pools (the seam, Member) -------------------------------------------------------
+    @property
+    def in_pool(self) -> bool:
+        """The worker belongs to a pool, which takes its states (and gave it its id)."""
+        return self.worker_id is not None
+
+    @property
+    def failure(self) -> WorkerError | None:
+        """The error every later action raises, once the worker failed for good."""
+        return self._failure
+
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the worker is bound to (at its first action), or None."""
+        return self._loop
+
+    def join_pool(
+        self,
+        inbox: Inbox,
+        worker_id: int,
+        supervision: Supervision,
+        episode: EpisodeOptions | None = None,
+        check_first_reply: FirstReplyCheck | None = None,
+    ) -> None:
+        """Deliver to the pool's ``inbox`` as worker ``worker_id``, under the pool's
+        ``supervision`` (the worker's own deadlines win) and ``episode`` options.
+        ``check_first_reply`` runs when the env first answers (the pool's space check)."""
+        if self.worker_id is not None:
+            raise ValueError(f"{self.name} already belongs to a pool")
+        flight = self._flight
+        if flight.inbox.num_owed:
+            raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
+        if self._closing:
+            raise ClosedError(f"{self.name} is closed and cannot join a pool")
+        options = supervision.under(self._supervisor.options)
+        self._check_budget(options)
+        self._supervisor.configure(options)
+        flight.inbox, self.worker_id = inbox, worker_id
+        self._check_first_reply = check_first_reply
+        if episode is not None and episode != self._episode:
+            self._episode = episode
+            # The running env's new episode options, sent ahead of any request.
+            self._submit_control(0, ControlRequest("configure", kwargs={"episode": episode}))
+
+    def seed_next_reset(self, seed: int) -> None:
+        """Seed the next reset (unless it names its own seed); later resets continue."""
+        self._next_reset_seed = seed
+
+    def control(self, request: ControlRequest) -> asyncio.Future[Any]:
+        """Send a control request (call, get/set attribute); the future gets its result.
+        Requests are answered in order, after any step already in flight."""
+        if self._closing:
+            raise ClosedError(f"{self.name} is closed")
+        if self._failure is not None:
+            raise self._failure
+        if (reason := self._supervisor.dropped) is not None:  # nothing would answer
+            raise WorkerError(
+                f"{self.name}: its failed env was dropped ({reason}); a new env starts "
+                "with its next step or reset: call again once that is answered",
+                worker_id=self.worker_id,
+            )
+        seq, future = self._flight.begin_control(self._ensure_loop())
+        try:
+            self._submit_control(seq, request)
+        except BaseException:
+            self._flight.controls.pop(seq, None)
+            raise
+        return future
+
+    def forget_request(self) -> None:
+        """Stop waiting for the reply to the request in flight (a cancelled rollout): it
+        is dropped as stale when it comes, and the worker takes a new request at once (its
+        env answers it after the forgotten one)."""
+        if self._flight.awaited:
+            self._supervisor.forget_in_flight()
+        self._flight.forget(self.worker_id)
+
+    def enter_loop(self) -> None:
+        """Bind to the running event loop (a pool about to wait on a new loop): a worker
+        whose reply was due on its old loop raises at once instead of hanging."""
+        self._ensure_loop()
+
+    def abandon(self) -> None:
+        """Stop at once, without an event loop (a pool that failed to be built)."""
+        self._closing = True
+        self._last = None
+        self._abandon()
+
+    # Event loops -----------------------------------------------------------------------
+    def _ensure_loop(self, *, closing: bool = False) -> asyncio.AbstractEventLoop:
+        """The running loop, which this worker is bound to from now on. A worker moves to a
+        new loop (a later ``asyncio.run``) once its old loop is closed, when nothing of it
+        is in flight; ``closing``: whatever was in flight is dropped."""
+        loop = running_loop()
+        if loop is None:
+            raise not_on_asyncio(f"{self.name}: send_action()")
+        old, flight = self._loop, self._flight
+        if old is loop:
+            self._loop_thread = thread_id()
+            return loop
+        if old is not None:
+            if not closing:
+                check_loop_move(self.name, old, bool(flight.awaited or flight.controls))
+            self._supervisor.disarm()
+            if flight.awaited:
+                flight.forget(self.worker_id)
+            flight.fail_controls(ClosedError(f"{self.name} was closed"))
+        self._loop, self._loop_thread = loop, thread_id()
+        self._bind_loop(loop)
+        return loop
