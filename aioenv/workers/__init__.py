@@ -5,10 +5,10 @@ kind whose env runs in the parent has a module (``_sync``, ``_thread``, ``_corou
 each remote kind a folder holding both halves (``process/``: the worker, its ``_host``, how
 a child is started (``_start``) and the ``_child`` program; ``ray/``: the worker, its
 ``_host`` and the ``_actor``). Beside them: the :class:`Worker` base (``_base``), the seam
-a pool uses and the worker's side of it (``_seam``), where states are delivered
-(``_inbox``), supervision (with the hooks each kind implements, ``_supervised``), and what
-the remote kinds share (``_slotted``, ``_replaceable``, ``_policy_shipping``).
-``RayWorker`` is imported on first use.
+a pool uses and the worker's side of it (``_seam``), where states are delivered and a
+worker's requests in flight are kept (``_inbox``), supervision (with the hooks each kind
+implements, ``_supervised``), and what the remote kinds share (``_slotted``,
+``_replaceable``, ``_policy_shipping``). ``RayWorker`` is imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any

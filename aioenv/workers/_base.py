@@ -12,7 +12,7 @@ Three faces:
 - **Kinds** implement the hooks of :class:`~aioenv.workers._supervised.SupervisedEnv`
   (start an env, submit a request, drop a failed env, close) and hand replies to
   ``_on_reply``, which drops stale ones and delivers the rest through the worker's
-  :class:`~aioenv.workers._in_flight.InFlight`; failures go through its
+  :class:`~aioenv.workers._inbox.InFlight`; failures go through its
   :class:`~aioenv.core._supervisor.Supervisor`, whose remedies, the cut-short episodes and
   the episode budget are :class:`~aioenv.workers._supervised.SupervisedEnv`'s too.
 
@@ -37,8 +37,7 @@ from ..core._seeds import checked_seed, seeded_reset
 from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
 from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id, to_the_end
-from ._in_flight import InFlight
-from ._inbox import Outcome
+from ._inbox import InFlight, Outcome
 from ._seam import FirstReplyCheck, Membership
 from ._supervised import EpisodeBudget
 

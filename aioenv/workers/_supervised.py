@@ -33,8 +33,7 @@ from ..core._supervision import Supervision, budget_end, request_phase, timeout_
 from ..core._supervisor import Remedies, Supervisor
 from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
-from ._in_flight import InFlight
-from ._inbox import Outcome
+from ._inbox import InFlight, Outcome
 
 __all__ = ["EpisodeBudget", "SupervisedEnv"]
 

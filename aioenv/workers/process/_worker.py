@@ -295,7 +295,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             return
         flight = self._flight
         if not seq or (seq != flight.awaited and seq not in flight.controls):
-            return  # stale (see workers._in_flight): no need to decode it
+            return  # stale (see workers._inbox): no need to decode it
         lane = host.lanes.get(self._slot)
         try:
             shared = None if lane is None else lane.observations
