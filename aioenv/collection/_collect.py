@@ -196,6 +196,10 @@ class Collector(PoolDriver):
         """
         quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
         self._check_idle()
+        return await self._collect(quota, progress)
+
+    async def _collect(self, quota: Quota, progress: bool) -> Trajectories:
+        """:meth:`collect` once its ``quota`` is checked and no other call is collecting."""
         self._running = True
         total = quota.amount * (len(self.pool) if quota.per_worker else 1)
         bar = Progress(progress, total=total if quota.unit == "steps" else None)
@@ -367,16 +371,10 @@ async def collect(
     collector: Collector | None = pool._collector
     if collector is None:
         collector = pool._collector = Collector(pool, policy)
-    make_quota(num_steps, num_episodes, per_worker, fraction, boundary)  # its errors, first
+    # The quota's errors first, then a call collecting, before anything changes.
+    quota = make_quota(num_steps, num_episodes, per_worker, fraction, boundary)
     collector._check_idle()
     if policy_version is not None:
         collector.policy_version = policy_version  # raises where it would decrease
     collector.policy = policy
-    return await collector.collect(
-        num_steps=num_steps,
-        num_episodes=num_episodes,
-        per_worker=per_worker,
-        fraction=fraction,
-        boundary=boundary,
-        progress=progress,
-    )
+    return await collector._collect(quota, progress)
