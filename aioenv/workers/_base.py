@@ -22,7 +22,6 @@ waiting and timers, and anyio only for cancel scopes (the shielded close).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
@@ -105,32 +104,13 @@ class Worker(Membership, Generic[S]):
         #: Envs this worker steps together: k with ``envs_per_worker=k`` (states are then
         #: :class:`~aioenv.BatchStep`), else 1.
         self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
-        self.observation_space: Any = None
-        self.action_space: Any = None
-        #: The worker's id in its pool; None outside one.
-        self.worker_id: int | None = None
+        # (Its other fields start at their classes' defaults: SupervisedEnv's, Membership's.)
         self._flight = InFlight()
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, self._remedies())
         self._episode = EpisodeOptions()
-        #: The last state delivered ended an episode (kept only with deadlines: under
-        #: autoreset "next_step" the next step then resets, see request_phase).
-        self._episode_ended = False
-        self._next_reset_seed: int | None = None  # from seed_next_reset()
-        self._check_first_reply: FirstReplyCheck | None = None
-        #: The last request sent and the last outcome handed out: what a failure cuts short.
-        self._sent: Any = None
-        self._last: Outcome | None = None
-        #: The state whose episode the restart in flight (or the reset after an episode ran
-        #: out of its budget) cuts short (same-step autoreset: the reset is carried by the
-        #: cut-short step); None: nothing to cut.
-        self._cut_from: Any = None
         self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
-        self._failure: WorkerError | None = None  # set once the worker can take no more
-        self._closing = False
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None  # the thread _loop was found running in
         self._setup(seed)
 
     def _setup(self, seed: int | None) -> None:

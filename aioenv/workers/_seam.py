@@ -113,9 +113,9 @@ class Membership(SupervisedEnv):
     """The pool seam and the event loop, over the fields of
     :class:`~aioenv.workers.Worker` named here."""
 
-    _loop_thread: int | None
-    _check_first_reply: FirstReplyCheck | None
-    _next_reset_seed: int | None
+    _loop_thread: int | None = None  # the thread _loop was found running in
+    _check_first_reply: FirstReplyCheck | None = None
+    _next_reset_seed: int | None = None  # from seed_next_reset()
 
     # Pools (the seam, Member) -------------------------------------------------------
     @property

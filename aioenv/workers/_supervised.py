@@ -68,20 +68,28 @@ class SupervisedEnv(abc.ABC):
     dead env through ``Worker._on_death(error)``."""
 
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
-    worker_id: int | None
+    #: The worker's id in its pool; None outside one.
+    worker_id: int | None = None
     num_envs: int
-    observation_space: Any
+    observation_space: Any = None
+    action_space: Any = None
     _supervisor: Supervisor
     _episode: EpisodeOptions
     _budget: EpisodeBudget
     _flight: InFlight
-    _loop: asyncio.AbstractEventLoop | None
-    _closing: bool
-    _episode_ended: bool
-    _failure: WorkerError | None
-    _sent: Any
-    _last: Outcome | None
-    _cut_from: Any
+    _loop: asyncio.AbstractEventLoop | None = None
+    _closing = False
+    #: The last state delivered ended an episode (kept only with deadlines: under
+    #: autoreset "next_step" the next step then resets, see request_phase).
+    _episode_ended = False
+    _failure: WorkerError | None = None  # set once the worker can take no more
+    #: The last request sent and the last outcome handed out: what a failure cuts short.
+    _sent: Any = None
+    _last: Outcome | None = None
+    #: The state whose episode the restart in flight (or the reset after an episode ran
+    #: out of its budget) cuts short (same-step autoreset: the reset is carried by the
+    #: cut-short step); None: nothing to cut.
+    _cut_from: Any = None
 
     @property
     @abc.abstractmethod
