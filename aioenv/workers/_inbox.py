@@ -67,14 +67,13 @@ class Inbox:
         #: The async pool's outcomes in arrival order, for its hot path: taking a dict's
         #: first key scans past every key deleted before it (a dict used as a queue slows
         #: down with its traffic), a deque's is O(1). Outcomes taken some other way (by
-        #: worker, while some are paused) or forgiven stay here, stale, until met.
-        self._arrivals: collections.deque[Outcome] = collections.deque()
+        #: worker, while some are paused) or forgiven stay here, stale, until met. None
+        #: where outcomes are not taken in arrival order (ordered, or after serve_fairly()).
+        self._arrivals: collections.deque[Outcome] | None = None if ordered else collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
         #: The workers paused: their outcomes wait until they are resumed (read it anywhere;
         #: change it with pause() and resume()).
         self.paused: set[int | None] = set()
-        #: Outcomes are taken in arrival order (the async pool's hot path, ``_arrivals``).
-        self._by_arrival = not ordered
         #: After serve_fairly(): per worker, the turn (a count) its last outcome was taken.
         self._served: dict[int | None, int] | None = None
         self._turn = 0
@@ -85,9 +84,8 @@ class Inbox:
         """Take outcomes least recently served worker first from now on (see the class)."""
         if self.ordered:
             raise ValueError("an ordered inbox takes outcomes in the order they were owed")
-        self._by_arrival = False
         self._served = {}
-        self._arrivals.clear()
+        self._arrivals = None
 
     # Producer side -------------------------------------------------------------------
     def owe(self, worker_id: int | None) -> None:
@@ -100,7 +98,7 @@ class Inbox:
             return  # forgiven (the worker was closed); nobody waits for it
         ready = self._ready
         ready[worker_id] = outcome
-        if self._by_arrival:
+        if self._arrivals is not None:
             self._arrivals.append(outcome)
         if self._waiters:
             self._wake()
@@ -178,7 +176,7 @@ class Inbox:
 
     def pop_next(self) -> Outcome | None:
         """The next outcome to take, or None if it has not arrived yet."""
-        if self._by_arrival and not self.paused:  # the hot path: arrival order
+        if self._arrivals is not None and not self.paused:  # the hot path: arrival order
             arrivals, ready = self._arrivals, self._ready
             while arrivals:
                 outcome = arrivals.popleft()
@@ -201,7 +199,7 @@ class Inbox:
         """Up to ``limit`` outcomes in the order ``pop_next`` would give them, stopping
         before an error unless it comes first (so states ready before it are not lost)."""
         taken: list[Outcome] = []
-        if self._by_arrival and not self.paused:  # the hot path: arrival order
+        if self._arrivals is not None and not self.paused:  # the hot path: arrival order
             arrivals, ready, owed = self._arrivals, self._ready, self.owed
             while arrivals and len(taken) < limit:
                 outcome = arrivals[0]
@@ -305,7 +303,7 @@ class Inbox:
         """An outcome left the ready set other than from the front of the arrivals, which
         keep it, stale: once they are mostly stale, keep only the ready ones (in arrival
         order: the ready set's insertion order)."""
-        if self._by_arrival and len(self._arrivals) > 2 * len(self._ready) + 64:
+        if self._arrivals is not None and len(self._arrivals) > 2 * len(self._ready) + 64:
             self._arrivals = collections.deque(self._ready.values())
 
     async def wait(self, deadline: float | None) -> None:
