@@ -31,7 +31,7 @@ from ..core._docs import documented_with
 from ..core._environment import EnvSource, VectorSource, describe_source
 from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
 from ..core._gymnasium import resolve_source
-from ..core._messages import EpisodeOptions, Failure
+from ..core._messages import Failure
 from ..core._seeds import checked_seed, seeded_reset
 from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
 from ..core._supervisor import Supervisor
@@ -108,7 +108,6 @@ class Worker(Membership, Generic[S]):
         self._flight = InFlight()
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, self._remedies())
-        self._episode = EpisodeOptions()
         self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
         self._closed = False
         self._setup(seed)

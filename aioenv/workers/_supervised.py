@@ -74,7 +74,9 @@ class SupervisedEnv(abc.ABC):
     observation_space: Any = None
     action_space: Any = None
     _supervisor: Supervisor
-    _episode: EpisodeOptions
+    #: The episode options its envs run under: the defaults (frozen, so shared) until a
+    #: pool's join_pool gives its own.
+    _episode = EpisodeOptions()
     _budget: EpisodeBudget
     _flight: InFlight
     _loop: asyncio.AbstractEventLoop | None = None
