@@ -43,9 +43,6 @@ __all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", 
 #: A sync or async callable from a :class:`Batch` to one action per row (a sequence or an
 #: array whose first axis is the rows).
 Policy = Callable[[Batch[Any]], Union[Any, Awaitable[Any]]]  # noqa: UP007 (runtime alias)
-#: Where a collect() call may cut an episode: whole episodes only, or at any step.
-
-
 #: The kinds of worker whose envs step in this process.
 _HERE = ("sync", "thread", "coroutine")
 

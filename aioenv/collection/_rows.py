@@ -26,6 +26,7 @@ __all__ = [
     "trajectories",
 ]
 
+#: Where a collect() call may cut an episode: whole episodes only, or at any step.
 Boundary = Literal["episode", "step"]
 
 
