@@ -232,11 +232,7 @@ class Supervisor:
         if not restarting:
             remedies.fail(error, for_good)
             return
-        reason = describe_failure(error)
-        if not in_flight:
-            self.pending_restart = reason
-            return
-        self.restart_later(in_flight, reason, clock)
+        self.restart_later(in_flight, describe_failure(error), clock)
 
     def _take_restart(self, now: float) -> bool:
         """Spend one restart on a failure at ``now``; False: the budget is used up (see
@@ -262,10 +258,7 @@ class Supervisor:
         failure streak stays as it was."""
         self.disarm()
         self.budget_restarts += 1
-        if in_flight:
-            self.restart_later(in_flight, EPISODE_TIMEOUT, clock)
-        else:
-            self.pending_restart = EPISODE_TIMEOUT
+        self.restart_later(in_flight, EPISODE_TIMEOUT, clock)
 
     def restart_later(self, seq: int, reason: str, clock: Clock, seed: int | None = None) -> None:
         """Start a new env for request ``seq`` after the backoff, from the event loop (as
@@ -274,8 +267,12 @@ class Supervisor:
         request then: a request is never sent to an env dropped for one), ran out of its
         episode's budget (:meth:`end_episode`), or failed before ``seq`` came (while idle,
         or it ended its episode cut short). ``seed``: the seed of the reset that asked for
-        it, if the user gave one."""
-        self.pending_restart = None
+        it, if the user gave one. ``seq`` 0: no request is in flight (the env failed, or
+        ran out of its budget, while idle), so none is started now: the next request
+        starts it (:attr:`pending_restart`)."""
+        self.pending_restart = None if seq else reason
+        if not seq:
+            return
         delay = self.options.backoff(self._consecutive_failures)
         self._scheduled = (clock.call_later(delay, self.restart, seq, reason, seed), reason)
 
