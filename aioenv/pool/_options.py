@@ -39,6 +39,8 @@ class PoolOptions(EpisodeOptions, Supervision):
     def __post_init__(self) -> None:
         Supervision.__post_init__(self)
         EpisodeOptions.__post_init__(self)
+        object.__setattr__(self, "check_actions", bool(self.check_actions))
+        object.__setattr__(self, "copy", bool(self.copy))
 
     def supervision(self, on_failure: Callable[[WorkerError], None] | None) -> Supervision:
         """The workers' supervision, reporting failures to ``on_failure``."""

@@ -35,7 +35,7 @@ from ..loops._inline import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
 from ._batch import Batch
-from ._options import POOL_DEFAULTS, PoolOptions
+from ._options import POOL_DEFAULTS, POOL_OPTIONS, PoolOptions
 from ._receiving import EpisodeCounter, EpisodeStats, PoolReceiving
 from ._remote_control import RemoteControl
 from ._rollout import PoolRollouts
@@ -100,24 +100,10 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
                 "WorkerPool is the base class of the pools; use AsyncWorkerPool (states in the "
                 "order they finish), SyncWorkerPool (in the order sent) or make_pool()"
             )
+        # Every keyword above is a pool option, under the name PoolOptions takes it by.
+        given = locals()
         workers = checked_workers(workers)
-        options = PoolOptions(
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            restart=restart,
-            max_restarts=max_restarts,
-            restart_window=restart_window,
-            restart_backoff=restart_backoff,
-            on_failure=on_failure,
-            episode_timeout=episode_timeout,
-            autoreset=autoreset,
-            max_episode_steps=max_episode_steps,
-            check_actions=bool(check_actions),
-            copy=bool(copy),
-        )
-        self._join(workers, options)
+        self._join(workers, PoolOptions(**{name: given[name] for name in POOL_OPTIONS}))
 
     def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
         """Take the options, join the workers to this pool's inbox and make the helpers
