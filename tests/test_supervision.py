@@ -182,6 +182,22 @@ def test_a_success_ends_the_streak_and_names_the_restart_it_completes() -> None:
     assert [timer.when - clock.now for timer in clock.pending()] == [1.0]  # not 2.0
 
 
+def test_the_backoff_stays_at_its_cap_however_many_failures_come_in_a_row() -> None:
+    # An env that fails at every start, under the rate rule, whose budget a backoff capped
+    # at 10 s never spends: at the 1025th failure in a row (about three hours) the doubling
+    # left a float's range, and the supervisor raised OverflowError.
+    sup, worker, clock = supervisor(
+        restart="on_failure", max_restarts=5, restart_window=1.0, restart_backoff=0.5
+    )
+    worker.awaited = 1
+    for _ in range(1100):
+        sup.failed(error(), env_gone=False, in_flight=1, clock=clock)
+        clock.advance(10.0)  # the restart starts, and its env fails again
+    sup.failed(error(), env_gone=False, in_flight=1, clock=clock)
+    assert [timer.when - clock.now for timer in clock.pending()] == [10.0]
+    assert sup.restarts == 1101
+
+
 def test_settled_holds_only_while_an_answer_would_change_nothing() -> None:
     """A worker skips answered() while the supervisor is settled: a deadline running, a
     failure counted, a restart and the state that completes it each unsettle it."""

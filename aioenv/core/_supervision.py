@@ -185,9 +185,10 @@ class Supervision:
     def backoff(self, consecutive_failures: int) -> float:
         if self.restart_backoff <= 0:
             return 0.0
-        return float(
-            min(self.restart_backoff * 2 ** max(consecutive_failures - 1, 0), _MAX_BACKOFF)
-        )
+        # The doubling stops where a float's range ends (2 ** 1024 is past it, and would
+        # raise OverflowError): the cap is reached long before.
+        doublings = min(max(consecutive_failures - 1, 0), 1023)
+        return float(min(self.restart_backoff * 2**doublings, _MAX_BACKOFF))
 
 
 #: Every supervision option at its default: what the signatures that take these options
