@@ -309,13 +309,9 @@ class TrioPool(_Forwarder):
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         iterator = self._target.__aiter__()  # created here, run on the bridge
-
-        async def step() -> Any:
-            return await iterator.__anext__()
-
         while True:
-            try:
-                item = await self._bridge.run(step)
+            try:  # each __anext__() is called, and awaited, on the bridge loop
+                item = await self._bridge.run(iterator.__anext__)
             except StopAsyncIteration:
                 return
             yield item
