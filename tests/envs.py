@@ -1003,6 +1003,34 @@ class EndingBreakable(Breakable):
         return observation, reward, self.t >= 2, truncated, info
 
 
+class EndsThenFailsToReset(EndingBreakable):
+    """:class:`EndingBreakable` whose second reset raises: the autoreset after its first
+    episode's end (a restarted env, a new one, starts)."""
+
+    def __init__(self, hang: float = 3.0) -> None:
+        super().__init__(hang)
+        self.resets = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("the simulator could not start a new episode")
+        return super().reset(seed=seed, options=options)
+
+
+class AsyncEndsThenFailsToReset(EndsThenFailsToReset):
+    """:class:`EndsThenFailsToReset` as a coroutine env."""
+
+    async def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        await asyncio.sleep(0)
+        return EndsThenFailsToReset.reset(self, seed=seed, options=options)
+
+    async def step(self, action: int) -> Any:  # type: ignore[override]
+        return EndsThenFailsToReset.step(self, action)
+
+
 class AsyncBreakable(Breakable):
     """:class:`Breakable` as a coroutine env (its hang awaits, so the loop goes on)."""
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from envs import AsyncBreakable, Breakable, EndingBreakable, TextBreakable
+from envs import (
+    AsyncBreakable,
+    AsyncEndsThenFailsToReset,
+    Breakable,
+    EndingBreakable,
+    EndsThenFailsToReset,
+    TextBreakable,
+)
 from support import process_running, wait_until
 
 import aioenv
@@ -146,6 +153,58 @@ async def test_a_failure_after_an_episode_ended_by_itself_cuts_nothing_short(kin
         assert (stats.episodes, stats.last_length, stats.total_length) == (2, 2, 4)
 
 
+def assert_ended_then_restarted(ended: Step[Any], autoreset: str) -> None:
+    """``ended`` is the step that terminated the episode, as the env gave it (reward 1,
+    its observation and info), carrying under ``"same_step"`` the restarted env's reset."""
+    assert (ended.reward, ended.terminated, ended.truncated) == (1.0, True, False)
+    if autoreset == "next_step":  # the failing reset comes with the next step
+        assert ended.observation[0] == 2 and ended.info == {"t": 2}
+        return
+    assert ended.final_observation[0] == 2 and ended.final_info == {"t": 2}
+    assert ended.observation[0] == 0 and ended.info["reset"] is True
+    assert "could not start a new episode" in ended.info["aioenv"]["reason"]
+
+
+@pytest.mark.parametrize("autoreset", ["same_step", "next_step"])
+@pytest.mark.parametrize("kind", ["sync", "thread", "process", "async"])
+async def test_an_episode_that_ended_keeps_its_ending_when_its_autoreset_fails(
+    kind: str, autoreset: str
+) -> None:
+    # The env's reset after its episode terminated raises: the episode ended for real
+    # (terminated, its reward), and the restarted env's reset starts the next one.
+    env = AsyncEndsThenFailsToReset if kind == "async" else EndsThenFailsToReset
+    async with aioenv.make_pool(env, 1, mode=kind, **options(RAISE, autoreset)) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(0, 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert_ended_then_restarted(ended, autoreset)
+        pool.send_action(0, 0)
+        after, _ = await pool.get_state()  # type: ignore[misc]
+        assert not after.done and pool.restarts == 1
+        if autoreset == "same_step":  # the new episode goes on from the reset carried
+            assert after.observation[0] == 1 and after.reward == 1.0
+        else:  # the restarted env's reset answers, as the reset it stands for
+            assert after.observation[0] == 0 and after.reward == 0.0 and after.info["reset"]
+            assert after.info["aioenv"]["restarted"] is True
+        stats = pool.episode_stats()[0]
+        assert (stats.episodes, stats.last_length, stats.last_return) == (1, 2, 2.0)
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_a_ray_actors_episode_keeps_its_ending_when_its_autoreset_fails() -> None:
+    async with aioenv.make_pool(
+        EndsThenFailsToReset, 1, mode="ray", num_cpus=0, **options(RAISE, "same_step")
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(0, 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert_ended_then_restarted(ended, "same_step")
+        assert pool.restarts == 1
+
+
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize("autoreset", AUTORESETS)
@@ -214,6 +273,20 @@ async def test_grouped_envs_each_end_their_episode_truncated(kind: str, autorese
         assert not after.dones.any()
         expected = 1 if autoreset == "same_step" else 0
         np.testing.assert_array_equal(np.array(after.observations)[:, 0], [expected] * 2)
+
+
+@pytest.mark.parametrize("kind", ["sync", "process"])
+async def test_grouped_envs_whose_autoreset_fails_each_end_their_episode(kind: str) -> None:
+    # The envs of a worker are replaced together: every row's episode ends there.
+    async with aioenv.make_pool(
+        EndsThenFailsToReset, 1, mode=kind, envs_per_worker=2, **options(RAISE, "same_step")
+    ) as pool:
+        await pool.reset_all()
+        for _ in range(2):
+            pool.send_action(np.array([0, 0]), 0)
+            ended, _ = await pool.get_state()  # type: ignore[misc]
+        assert isinstance(ended, BatchStep) and ended.dones.all() and pool.restarts == 1
+        assert all(info["aioenv"]["restarted"] for info in ended.final_infos.values())
 
 
 @pytest.mark.parametrize("kind", ["sync", "thread", "process"])
@@ -326,6 +399,30 @@ def test_the_vector_env_sees_the_episode_end_truncated(
         envs.close()
 
 
+@pytest.mark.parametrize("autoreset", ["same_step", "next_step"])
+@pytest.mark.parametrize("mode", ["inline", "process", "thread"])
+def test_the_vector_env_keeps_an_episodes_ending_when_its_autoreset_fails(
+    mode: str, autoreset: str
+) -> None:
+    with aioenv.AioVectorEnv(
+        [EndsThenFailsToReset] * 2, mode=mode, autoreset_mode=autoreset, restart="on_failure"
+    ) as envs:
+        envs.reset(seed=0)
+        envs.step(np.array([0, 0]))
+        observations, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert list(rewards) == [1.0, 1.0] and terminated.all() and not truncated.any()
+        if autoreset == "same_step":
+            assert [final[0] for final in infos["final_obs"]] == [2, 2]
+            assert list(infos["final_info"]["t"]) == [2, 2]
+            assert (observations[:, 0] == 0).all() and infos["reset"].all()
+            assert infos["aioenv"]["restarted"].all()
+        else:
+            assert (observations[:, 0] == 2).all() and "aioenv" not in infos
+        observations, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert not (terminated.any() or truncated.any())
+        assert list(observations[:, 0]) == ([1, 1] if autoreset == "same_step" else [0, 0])
+
+
 # The rule itself -------------------------------------------------------------------------
 def test_cut_short_is_a_truncated_step_that_keeps_the_users_infos_apart() -> None:
     marker = restart_marker("WorkerDied: gone")
@@ -384,6 +481,10 @@ def test_the_states_a_cut_short_episode_and_a_restart_hand_out() -> None:
     _same_step(alone, cut_short(last.observation, marker))
     carried = restarted_state(first, last, "EnvError: boom")
     _same_step(carried, cut_short(last.observation, marker, first))
+    ended = Step(np.zeros(2), 1.0, terminated=True, info={"user": 1})
+    kept = restarted_state(first, ended, "EnvError: boom")  # its autoreset's reset failed
+    new_info = {"new": 2, "aioenv": marker}
+    _same_step(kept, Step(np.ones(2), 1.0, True, False, new_info, np.zeros(2), {"user": 1}))
     marked = restarted_state(first, None, "EnvError: boom")  # nothing was cut short
     assert (marked.terminated, marked.truncated) == (False, False)
     assert marked.info == {"new": 2, "aioenv": marker}

@@ -37,6 +37,7 @@ __all__ = [
     "describe_source",
     "is_environment",
     "take_rows",
+    "with_reset",
 ]
 
 S = TypeVar("S")
@@ -162,6 +163,20 @@ class Step(Generic[O]):
         if self.final_info is None and self.final_observation is None:
             return (Step, fields)
         return (Step, (*fields, self.final_observation, self.final_info))
+
+
+def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
+    """The step that ended an episode, carrying the next episode's ``first`` state (autoreset
+    "same_step")."""
+    return Step(
+        first.observation,
+        last.reward,
+        last.terminated,
+        last.truncated,
+        first.info,
+        final_observation=last.observation,
+        final_info=last.info,
+    )
 
 
 #: A Step's instance dict (``done`` included) where the episode goes on and nothing is

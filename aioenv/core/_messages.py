@@ -65,6 +65,9 @@ class Failure:
     #: Who raised: ``"the env"``, else the caller's own part (``"the policy"``, the actions
     #: it sent), whose error is raised at once: no restart would fix it.
     blame: str = "the env"
+    #: The step that ended a lone env's episode where its autoreset's reset then raised
+    #: (``"same_step"``): its restarted env's first state is handed out as that reset.
+    ended: Any = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, during: str, blame: str = "the env") -> Failure:

@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium.vector.utils import iterate
 
 from ._commands import is_reset
-from ._environment import BatchStep, Step, take_rows
+from ._environment import BatchStep, Step, take_rows, with_reset
 from ._rollouts import Rollout
 
 __all__ = [
@@ -148,9 +148,13 @@ def cut_short_state(last: Any, reason: str, first: Any = None, space: Any = None
 def restarted_state(first: Any, cut: Any, reason: str, space: Any = None) -> Any:
     """The restarted env's ``first`` state as handed out: carried by the step that cuts
     short the episode ``cut`` left open (under same-step autoreset; None: none is cut
-    short here), else marked as a restart's (:func:`mark_restarted`)."""
+    short here), or by ``cut`` itself where it ended its episode (a Step that ended with no
+    reset carried: the reset of its autoreset failed), else marked as a restart's
+    (:func:`mark_restarted`)."""
     if cut is None or type(first) is not type(cut):
         return mark_restarted(first, reason)
+    if type(cut) is Step and cut.done and cut.final_info is None:
+        return with_reset(cut, mark_restarted(first, reason))
     return cut_short_state(cut, reason, first, space)
 
 

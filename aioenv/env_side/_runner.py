@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core._agents import AgentLanesEnv
 from ..core._commands import RESET, Command, Reset
-from ..core._environment import PLAIN_STEP, EnvAdapter, Environment, EnvSource, Step
+from ..core._environment import PLAIN_STEP, EnvAdapter, Environment, EnvSource, Step, with_reset
 from ..core._gymnasium import (
     AsyncGymnasiumEnvironment,
     GymnasiumEnvironment,
@@ -25,7 +25,7 @@ from ..core._rollouts import Rollout
 from ._plan import Plan, drive
 from ._segment import PolicyCache, rollout_plan
 
-__all__ = ["NOT_ACTIONS", "EnvRunner", "answer_control", "with_reset"]
+__all__ = ["NOT_ACTIONS", "EnvRunner", "answer_control"]
 
 #: Requests that are not a plain step's action.
 NOT_ACTIONS = (ControlRequest, Command, Reset, Rollout)
@@ -306,8 +306,10 @@ class EnvRunner:
         "same_step"): the step carrying the new episode's first state."""
         try:
             state = with_reset(last, (yield self._reset(env, None, None)))
-        except Exception as exc:
-            return self._failed(Failure.from_exception(exc, "autoreset"))
+        except Exception as exc:  # the episode's ending stays: its env's restart carries it
+            self.last = last  # (as :attr:`previous`, for envs restarted in line)
+            failure = Failure.from_exception(exc, "autoreset")
+            return self._failed(dataclasses.replace(failure, ended=last))
         self.last = state
         return state
 
@@ -352,20 +354,6 @@ class EnvRunner:
         if self.env is None:
             self.build()
         return self.env
-
-
-def with_reset(last: Step[Any], first: Step[Any]) -> Step[Any]:
-    """The step that ended an episode, carrying the next episode's ``first`` state (autoreset
-    "same_step")."""
-    return Step(
-        first.observation,
-        last.reward,
-        last.terminated,
-        last.truncated,
-        first.info,
-        final_observation=last.observation,
-        final_info=last.info,
-    )
 
 
 def answer_control(env: Any, request: ControlRequest) -> Any:

@@ -355,7 +355,7 @@ def _for_env(request: ControlRequest, index: int) -> ControlRequest:
 
 def _in_env(failure: Failure, index: int) -> Failure:
     return dataclasses.replace(
-        failure, during=f"{failure.during} of env {index} of the batch", env=index
+        failure, during=f"{failure.during} of env {index} of the batch", env=index, ended=None
     )
 
 

@@ -282,6 +282,8 @@ class Worker(Membership, Generic[S]):
             if failed and result.blame != "the env":  # the caller's: no restart would fix it
                 self._fail_request(self._env_error(result), False)
             elif failed:
+                if result.ended is not None:  # the episode ended: its restart carries it
+                    self._last = Outcome(self.worker_id, result.ended)
                 self._on_failure(self._env_error(result), env_gone=False)
             if failed:
                 return
