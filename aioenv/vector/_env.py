@@ -29,12 +29,11 @@ from ..pool._factory import check_option_names
 from ..pool._options import POOL_DEFAULTS, PoolOptions
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches, check_batch
-from ._calls import EnvCalls
 from ._choice import AUTO, ModeChoice, Placement, in_parent, place_envs
 from ._grouping import LOCKSTEP_IDLE_SPIN
 from ._lanes import LaneView
 from ._layout import EnvLayout
-from ._pipeline import Pipeline, PipelinedCalls
+from ._pipeline import Pipeline, VectorCalls
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
@@ -46,7 +45,7 @@ __all__ = ["VECTOR_KEYWORDS", "AioVectorEnv", "GymnasiumFactory", "VectorEnvClos
 @documented_with(
     PoolOptions, [name for name in option_docs(PoolOptions) if name not in ("autoreset", "copy")]
 )
-class AioVectorEnv(PipelinedCalls, EnvCalls, VectorEnv):
+class AioVectorEnv(VectorCalls, VectorEnv):
     """A drop-in for ``SyncVectorEnv``/``AsyncVectorEnv`` that chooses where its envs step.
 
     ``AioVectorEnv(env_fns)`` takes a list of env factories (or ids), one per env, as

@@ -1,5 +1,9 @@
-"""The pipelined face of :class:`~aioenv.AioVectorEnv`: EnvPool's ``async_reset`` /
-``send`` / ``recv`` and gymnasium's ``step_async`` / ``step_wait``.
+"""The calls of :class:`~aioenv.AioVectorEnv` beyond its lockstep ``reset`` and ``step``:
+its pipelined face, EnvPool's ``async_reset`` / ``send`` / ``recv`` and gymnasium's
+``step_async`` / ``step_wait``; and gymnasium's calls on a vector env's envs (``call``,
+``get_attr``, ``set_attr``, ``render``) and aioenv's ``apply``: each goes to the envs
+through their protocol (:class:`~aioenv.vector._runtime.Envs`), in order with their
+steps, and its answers come back one per env, in the envs' order.
 
 Which envs are in flight is the pool's to know (an action sent, its state not taken);
 this module keeps only what the pool cannot: that the envs in flight were sent by the
@@ -10,20 +14,21 @@ had already taken (handed out by the next one, so none is lost), the envs of the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
+from ..core._errors import WorkerError
 from ._batches import Result, VectorBatches, check_batch
 from ._lanes import LaneView
 from ._layout import EnvLayout
 from ._runtime import Envs, raised
 from ._spin_trial import SpinTrial
 
-__all__ = ["Pipeline", "PipelinedCalls"]
+__all__ = ["Pipeline", "VectorCalls"]
 
 
 class Pipeline:
@@ -180,10 +185,11 @@ class Pipeline:
         self.step_pending = False
 
 
-class PipelinedCalls:
+class VectorCalls:
     """The pipelined face of :class:`~aioenv.AioVectorEnv` (EnvPool's ``async_reset`` /
     ``send`` / ``recv``, gymnasium's older ``step_async`` / ``step_wait``), over what the
-    vector env holds: its envs, its :class:`Pipeline`, its batches and its layout."""
+    vector env holds: its envs, its :class:`Pipeline`, its batches and its layout; and
+    the calls on the envs of a vector env, over its envs and their layout."""
 
     num_envs: int
     _envs: Envs
@@ -316,3 +322,58 @@ class PipelinedCalls:
         if errors:
             raise raised(errors, self._layout.env_of)
         return self._lane_result(self._batches.stepped(workers, states))
+
+    # The calls on the envs ------------------------------------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open()
+        return tuple(self._layout.flatten(self._answers(self._envs.call_envs, name, args, kwargs)))
+
+    def apply(
+        self,
+        function: Callable[..., Any],
+        *args: Any,
+        env_ids: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, ...]:
+        """Run ``function(env, *args, **kwargs)`` on each env (in its worker, in order with
+        its steps) and return the results: ``env`` is the env as its factory built it,
+        with its own wrappers, so that ``function`` can look at them or at its outermost
+        wrapper (what :meth:`call`, :meth:`get_attr` and :meth:`set_attr` reach through,
+        as gymnasium's ``get_wrapper_attr`` does). ``env_ids`` (default every env): those
+        envs only, negative indices counting from the end, results in their order; the
+        others are not touched. Parallel envs' ids are envs', as for :meth:`call`, not
+        lanes'. ``function`` must pickle for process workers."""
+        self._check_open()
+        count = self._layout.num_envs
+        ids = list(range(count) if env_ids is None else env_ids)
+        for env in ids:
+            if not -count <= env < count:
+                raise IndexError(f"env index {env} is out of range for {count} envs")
+        ids = [int(env) % count for env in ids]
+        functions = self._layout.functions(function, ids)
+        answers = self._answers(self._envs.apply_envs, functions, args, kwargs)
+        per_env = self._layout.flatten(answers, unasked=None)
+        return tuple(per_env[env] for env in ids)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        self._check_open()
+        return tuple(self._layout.flatten(self._answers(self._envs.get_attr, name)))
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        self._check_open()
+        if self._layout.batched:
+            values = self._layout.values(values)
+        self._answers(self._envs.set_attr, name, values)
+
+    def _answers(self, ask: Callable[..., Any], *args: Any) -> Any:
+        """``ask(*args)``'s answers; an env's error raised as itself, a note naming the env,
+        as :meth:`step` and gymnasium's vector envs raise it."""
+        try:
+            return ask(*args)
+        except WorkerError as error:
+            failed = error
+        raise raised([failed], self._layout.env_of)
+
+    def render(self) -> tuple[Any, ...] | None:
+        frames = self.call("render")
+        return None if all(frame is None for frame in frames) else frames
