@@ -117,30 +117,20 @@ def columns_of(
     state a Step or a ``step_row`` tuple), one each; their infos, final observations and
     final infos put by row into ``infos``, ``finals`` and ``final_infos``, and each row's
     entries to join into vector infos (a final one first) appended to ``entries``."""
-    observations: list[Any] = []
-    rewards: list[float] = []
-    terminated: list[bool] = []
-    truncated: list[bool] = []
+    rows: list[tuple[Any, ...]] = []
     for index, state in states:
-        if type(state) is tuple:
-            observation, reward, ended, cut, info = state
-        else:
-            observation, reward, ended, cut, info = (
-                state.observation,
-                state.reward,
-                state.terminated,
-                state.truncated,
-                state.info,
-            )
+        if type(state) is not tuple:
             if state.final_info is not None:
                 finals[index] = state.final_observation
                 final_infos[index] = state.final_info
                 entries.append((index, final_entry(state)))
-        observations.append(observation)
-        rewards.append(reward)
-        terminated.append(ended)
-        truncated.append(cut)
+            state = (state.observation, state.reward, state.terminated, state.truncated, state.info)
+        rows.append(state)
+        info = state[4]
         if info:
             infos[index] = info
             entries.append((index, info))
+    if not rows:
+        return [], [], [], []
+    observations, rewards, terminated, truncated, _ = map(list, zip(*rows, strict=True))
     return observations, rewards, terminated, truncated
