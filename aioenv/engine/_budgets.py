@@ -13,7 +13,7 @@ failure is counted:
   child answers its next step (or reset) with its env's reset. The env goes on.
 - a step still in flight when the budget runs out is abandoned: the child is killed, as a
   hung one is, and a new child answers in its place
-  (:meth:`~aioenv.engine._revivals.Revivals.expire`).
+  (:meth:`~aioenv.engine._revivals.Revivals.revive`).
 
 A budget's end while a step is in flight is one of the child's deadlines, the earlier of
 it and the step's own (:attr:`~aioenv.engine._family.Child.due`); the parent's one timed

@@ -281,7 +281,7 @@ class HandOffs:
         self.children[w].kill()
         self.pending.discard(w)
         self.budgets.ends[w] = None  # the new child's answer opens the next episode
-        given_up = self.revivals.expire(w, self._in_flight(w))
+        given_up = self.revivals.revive(w, None, self._in_flight(w))
         if given_up is not None:
             died[w] = self.dead[w] = given_up
 

@@ -59,20 +59,18 @@ class Revivals(Supervisors["_OneChild"]):
         self.on_failure = options.on_failure
         super().__init__([_OneChild(self, w, plan, options) for w, plan in enumerate(plans)])
 
-    def revive(self, w: int, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
+    def revive(
+        self, w: int, error: WorkerError | None, sent: tuple[str, Any]
+    ) -> WorkerError | None:
         """Child ``w`` died or hung (``error``) with ``sent`` (its op and request) in
         flight: None where a new child was handed what answers it, else the error that
-        gave the child up (the request's)."""
+        gave the child up (the request's). ``error`` None: child ``w``'s env ran past its
+        episode budget with ``sent`` in flight, and the child was killed: a new child is
+        handed what answers it, as after a death, but no failure is counted
+        (:meth:`Supervisor.end_episode`). None, or the error of a new child that could
+        not start."""
         self.unsettled.add(w)
         return self.each[w].failed(error, sent)
-
-    def expire(self, w: int, sent: tuple[str, Any]) -> WorkerError | None:
-        """Child ``w``'s env ran past its episode budget with ``sent`` in flight, and the
-        child was killed: a new child is handed what answers it, as after a death, but no
-        failure is counted (:meth:`Supervisor.end_episode`). None, or the error of a new
-        child that could not start."""
-        self.unsettled.add(w)
-        return self.each[w].expired(sent)
 
     def report(self, errors: list[WorkerError]) -> None:
         """The failures a child reported with its answer (its envs restarted or given
@@ -96,13 +94,21 @@ class _OneChild:
         self._cut: BatchStep[Any] | None = None  # the rows whose episodes it cuts short
         self._given_up: WorkerError | None = None
 
-    def failed(self, error: WorkerError, sent: tuple[str, Any]) -> WorkerError | None:
+    def failed(self, error: WorkerError | None, sent: tuple[str, Any]) -> WorkerError | None:
+        """The child died or hung (``error``) with ``sent`` in flight: the error that gave it
+        up, or None (see :meth:`Revivals.revive`). ``error`` None: the episode ran past its
+        budget with ``sent`` in flight (a step, never a reset: only a step's deadline is
+        its episode's end, see :meth:`~aioenv.engine._budgets.EpisodeBudgets.handed`), so
+        the open episode is the one its rows left, whatever its flags: under same-step
+        autoreset the new child answers it with its env's reset, carried by the step that
+        cuts the episode short; else that step answers it, and the new child answers its
+        next step with its reset."""
         op, request = sent
         clock = self.owner.clock
         # A control in flight cuts short the episode its child's envs left open too.
         asked = request if op == "step" else None
         last = None if is_reset(asked) else self.owner.children.last_state(self.w)
-        open_ = open_episode(last, asked, self.owner.autoreset)
+        open_ = last if error is None else open_episode(last, asked, self.owner.autoreset)
         self._given_up = None
         if op == "step" and restart_answers(open_, self.owner.autoreset):
             # The new child's answer to the request answers it.
@@ -113,23 +119,11 @@ class _OneChild:
             self._then = ("cut", open_) if op == "step" else ("echo", error)
             self._cut = None if op == "step" else open_
         # Either way the restart (after its backoff) hands the new child ``_then``.
-        self.supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
-        clock.run()
-        return self._given_up
-
-    def expired(self, sent: tuple[str, Any]) -> WorkerError | None:
-        """The episode ran past its budget with ``sent`` in flight: under same-step
-        autoreset the new child answers it with its env's reset, carried by the step that
-        cuts the episode short; else that step answers it, and the new child answers its
-        next step with its reset."""
-        last = self.owner.children.last_state(self.w)
-        self._given_up = None
-        if restart_answers(last, self.owner.autoreset):
-            self._then, self._cut = sent, last
+        if error is None:  # no failure is counted
+            self.supervisor.end_episode(_IN_FLIGHT, clock)
         else:
-            self._then, self._cut = ("cut", last), None
-        self.supervisor.end_episode(_IN_FLIGHT, self.owner.clock)
-        self.owner.clock.run()
+            self.supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
+        clock.run()
         return self._given_up
 
     def _start(self, seq: int, seed: int | None, reason: str) -> None:
