@@ -91,21 +91,24 @@ class VectorRunner:
         #: env's state or the failure to report. None: the failure is reported.
         self.recover: Callable[[int, Any, Failure], Any] | None = None
 
-    def build(self) -> None:
+    def build(self) -> Failure | None:
+        """Build the envs, once: None, or :attr:`build_failure`, the failure of the first
+        env that could not be built (the others after it are not)."""
         if self.built:
-            return
+            return self.build_failure
         self.built = True
         for index, runner in enumerate(self.runners):
             runner.build()
             if runner.build_failure is not None:
                 self.build_failure = _in_env(runner.build_failure, index)
-                return
+                return self.build_failure
         observations = [runner.spaces[0] for runner in self.runners]
         actions = [runner.spaces[1] for runner in self.runners]
         self._single_space = observations[0]
         self._observations = zero_rows(observations)
         self._action_batch = batched_space(actions[:1] * self.size)
         self.spaces = (batched_space(observations), batched_space(actions))
+        return None
 
     def handle(self, action: Any) -> Any:
         """Answer ``RESET``, a ``Reset(...)`` or a batch of actions: a BatchStep or a Failure."""
@@ -125,9 +128,8 @@ class VectorRunner:
     def _rollout(self, request: Rollout) -> Segment | Failure:
         """Each env plays the segment in turn (``num_steps`` transitions each), with the
         single-observation policy; their rows are joined, env 0's first."""
-        self.build()
-        if self.build_failure is not None:
-            return self.build_failure
+        if (failure := self.build()) is not None:
+            return failure
         segments: list[Segment] = []
         for index, runner in enumerate(self.runners):
             segment = drive(rollout_plan(runner, request, index))
@@ -139,9 +141,8 @@ class VectorRunner:
     def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
         """Reset the envs (see the class's docstring for ``seed`` and the reset mask in
         ``options``): a BatchStep, or a Failure."""
-        self.build()
-        if self.build_failure is not None:
-            return self.build_failure
+        if (failure := self.build()) is not None:
+            return failure
         try:  # the seeds and the mask, read as a vector env reads them
             seeds = per_env_seeds(seed, self.size, "reset")
             mask, rest = reset_mask(options, self.size)
@@ -166,9 +167,8 @@ class VectorRunner:
         return self._batch(states)
 
     def step(self, actions: Any) -> Any:
-        self.build()
-        if self.build_failure is not None:
-            return self.build_failure
+        if (failure := self.build()) is not None:
+            return failure
         try:
             rows = self.split(actions)
         except Exception as exc:
@@ -324,10 +324,8 @@ class VectorRunner:
         first Failure."""
         if request.op == "policy":
             return self.policies.load(request.kwargs["package"])
-        if request.op != "configure":
-            self.build()
-            if self.build_failure is not None:
-                return self.build_failure
+        if request.op != "configure" and (failure := self.build()) is not None:
+            return failure
         results = []
         for index, runner in enumerate(self.runners):
             result = runner.control(_for_env(request, index))
