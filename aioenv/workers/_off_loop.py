@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..loops._here import running_loop
+
 __all__ = ["OffLoopCalls", "call_soon_threadsafe"]
 
 #: How long :meth:`OffLoopCalls.release` waits for an idle thread to end; it is woken
@@ -68,6 +70,16 @@ class OffLoopCalls:
         # of its threads is left.
         if ending is not None and ending is not threading.current_thread():
             ending.join(timeout=_ENDING_WAIT)
+
+    def run(self, call: Callable[[], Any], off_loop: bool = True) -> concurrent.futures.Future[Any]:
+        """``call`` handed to the thread (:meth:`submit`) where it is asked for on a running
+        event loop, unless not ``off_loop``; else made at once, here, where what it raises
+        is raised: its future, then done."""
+        if off_loop and running_loop() is not None:
+            return self.submit(call)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.set_result(call())
+        return future
 
     def submit(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()

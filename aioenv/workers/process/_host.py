@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 
 from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
-from ...loops._here import running_loop
 from ...wire._frames import encode
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
@@ -115,17 +114,12 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         written to the child meanwhile waits in its socket. Other start methods run here,
         where SIGINT can be ignored while they start (see _start)."""
         forkserver = self._recipe.context.get_start_method() == "forkserver"
-        if not forkserver or running_loop() is None:
-            try:
-                self._launch(child)
-            except BaseException:
-                child.close()
-                raise
-            self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._started.set_result(None)
-        else:
-            self._started = CHILD_STARTS.submit(functools.partial(self._launch, child))
-            self._started.add_done_callback(self._start_done)
+        try:
+            self._started = CHILD_STARTS.run(functools.partial(self._launch, child), forkserver)
+        except BaseException:
+            child.close()
+            raise
+        self._started.add_done_callback(self._start_done)  # (a start made here: no loop yet)
 
     def _launch(self, child: ChildStart) -> None:
         """Start the child (in the start's thread, or here); one that was to be killed

@@ -130,13 +130,9 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         #: The actor's handle once it is created (None until then).
         self._actor: Any = None
         #: Its creation, asked of Ray off the event loop when made on one.
-        self._created: concurrent.futures.Future[Any]
+        self._created: concurrent.futures.Future[Any] = _CONTROL_CALLS.run(create)
         loop = running_loop()
-        if loop is None:
-            self._created = concurrent.futures.Future()
-            self._created.set_result(create())
-        else:
-            self._created = _CONTROL_CALLS.submit(create)
+        if loop is not None:
             self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
         self.size = len(recipe.payloads)
         #: Why the actor is gone (set once), or None while it serves.
@@ -383,10 +379,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             with contextlib.suppress(Exception):  # never created, or already gone
                 ray.kill(created.result(), no_restart=True)
 
-        if running_loop() is None:
-            kill()
-        else:
-            _CONTROL_CALLS.submit(kill)
+        _CONTROL_CALLS.run(kill)
 
 
 @functools.cache
