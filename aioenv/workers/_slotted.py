@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -19,7 +20,7 @@ from ..core._seeds import checked_count
 from ._base import Worker
 from ._off_loop import OffLoopCalls
 
-__all__ = ["SlotHost", "SlottedWorker"]
+__all__ = ["WORKER_KEYWORDS", "SlotHost", "SlottedWorker"]
 
 S = TypeVar("S")
 
@@ -48,6 +49,15 @@ class SlotHost(Protocol):
 
 
 H = TypeVar("H", bound=SlotHost)
+
+#: The keywords of :class:`Worker`'s constructor (the seed and the supervision options):
+#: each slotted kind's constructor takes them too, under the same names, and passes them
+#: on to it by name.
+WORKER_KEYWORDS = [
+    parameter.name
+    for parameter in inspect.signature(Worker.__init__).parameters.values()
+    if parameter.kind is parameter.KEYWORD_ONLY
+]
 
 
 class SlottedWorker(Worker[S], Generic[S, H]):

@@ -57,7 +57,7 @@ from ...wire._requests import Request
 from ...wire._shared_memory import AUTO_THRESHOLD, Layout, available
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
-from .._slotted import SlottedWorker
+from .._slotted import WORKER_KEYWORDS, SlottedWorker
 from ._host import CHILD_STARTS, ChildRecipe, Host, describe_exit
 
 __all__ = ["ProcessWorker"]
@@ -124,15 +124,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
         threads_per_env: int | None = DEFAULT_THREADS_PER_ENV,
         _start: bool = True,
     ) -> None:
-        super().__init__(
-            env,
-            seed=seed,
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
+        given = locals()  # Worker's keywords, taken above under their own names
+        super().__init__(env, **{name: given[name] for name in WORKER_KEYWORDS})
         self._payload = self._pickled(self.source)
         if not (isinstance(shared_memory, bool) or shared_memory == "auto"):
             raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")

@@ -51,7 +51,7 @@ from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._base import Worker
-from .._slotted import SlottedWorker
+from .._slotted import WORKER_KEYWORDS, SlottedWorker
 from ._calls import ACTOR_CALLS, shared_request
 from ._host import KILL_GRACE, ActorHost, ActorRecipe, import_ray, init_ray
 
@@ -130,15 +130,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         _start: bool = True,
     ) -> None:
         import_ray()  # a clear error now if Ray is missing
-        super().__init__(
-            env,
-            seed=seed,
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
+        given = locals()  # Worker's keywords, taken above under their own names
+        super().__init__(env, **{name: given[name] for name in WORKER_KEYWORDS})
         self._payload = self._pickled(env)
         self._actor_options = _actor_options(
             num_cpus, num_gpus, resources, runtime_env, actor_options
