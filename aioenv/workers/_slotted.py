@@ -145,17 +145,12 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     def _launch(cls, workers: Sequence[Any], per_host: int) -> None:
         """Start the hosts of ``workers``, ``per_host`` of them to a host. The gymnasium
         registry every host gets is taken once: it holds a spec per registered id."""
-        cls._starting(workers, hosts=-(-len(workers) // per_host))
         registry = registry_snapshot()
         for first in range(0, len(workers), per_host):
             served = workers[first : first + per_host]
             host = cls._new_host(served, registry)
             for slot, worker in enumerate(served):
                 worker._join(host, slot)
-
-    @classmethod
-    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
-        """Hook: ``hosts`` hosts are about to start, serving ``workers``."""
 
     @classmethod
     @abc.abstractmethod

@@ -164,27 +164,28 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         return cls._hosted(env, seeds, envs_per_actor, **options)
 
     @classmethod
-    def _starting(cls, workers: Sequence[Any], hosts: int) -> None:
-        """Warn at once if the cluster lacks the resources for ``hosts`` actors: Ray keeps
-        the ones that do not fit waiting, in silence. The workers keep the shortage for
-        their start-up timeout's message. Where Ray does not say what the cluster has
-        free in time (:func:`free_resources`), nothing is
-        judged."""
+    def _launch(cls, workers: Sequence[Any], per_host: int) -> None:
+        """Start the actors of ``workers``, ``per_host`` of them to an actor, warning at
+        once if the cluster lacks the resources for them all: Ray keeps the ones that do
+        not fit waiting, in silence. The workers keep the shortage for their start-up
+        timeout's message. Where Ray does not say what the cluster has free in time
+        (:func:`free_resources`), nothing is judged."""
         ray = import_ray()
         init_ray(ray)
         free = free_resources(ray)
-        found = None if free is None else shortage(hosts, workers[0]._actor_options, free)
-        if found is None:
-            return
-        for worker in workers:
-            worker._shortage = found
-        warnings.warn(
-            f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
-            f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
-            "with WorkerTimeout)",
-            RuntimeWarning,
-            stacklevel=_first_frame_outside_aioenv(),
-        )
+        actors = -(-len(workers) // per_host)
+        found = None if free is None else shortage(actors, workers[0]._actor_options, free)
+        if found is not None:
+            for worker in workers:
+                worker._shortage = found
+            warnings.warn(
+                f"aioenv Ray workers: {found} until the cluster frees or adds resources; "
+                f"{found.advice} (with start_timeout=SECONDS a worker still waiting then fails "
+                "with WorkerTimeout)",
+                RuntimeWarning,
+                stacklevel=_first_frame_outside_aioenv(),
+            )
+        super()._launch(workers, per_host)
 
     @classmethod
     def _new_host(cls, workers: Sequence[Any], registry: bytes) -> ActorHost:
