@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..core import _pickling as pickling
 from ..core._environment import EnvSource
-from ..core._errors import TransportError
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import checked_count
 from ._base import Worker
@@ -211,17 +210,3 @@ class SlottedWorker(Worker[S], Generic[S, H]):
             # A hung step cannot be interrupted: the whole host goes.
             host.kill(self._slot, f"{self.name} failed")
         # else: a sibling-friendly restart; _spawn rebuilds just this slot's env
-
-    def _on_undecodable(self, seq: int, exc: Exception) -> None:
-        """The reply to request ``seq`` could not be decoded here: its state is lost."""
-        error = TransportError(
-            f"{self.name}: aioenv could not decode the worker's reply in the parent "
-            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
-            "(a state the parent cannot unpickle: make it plain data)",
-            worker_id=self.worker_id,
-        )
-        error.__cause__ = exc
-        if seq in self._flight.controls:
-            self._flight.fail_control(seq, error)
-            return
-        self._on_failure(error, env_gone=False)

@@ -33,7 +33,7 @@ import numpy as np
 from ...core._commands import Reset
 from ...core._docs import documented_with
 from ...core._environment import EnvSource, VectorSource
-from ...core._errors import WorkerDied
+from ...core._errors import TransportError, WorkerDied
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
 from ...core._supervision import SUPERVISION_DEFAULTS
@@ -297,6 +297,20 @@ class ProcessWorker(SlottedWorker[S, Host]):
             self._on_undecodable(seq, exc)
             return
         self._on_reply(seq, result, borrowed)
+
+    def _on_undecodable(self, seq: int, exc: Exception) -> None:
+        """The reply to request ``seq`` could not be decoded here: its state is lost."""
+        error = TransportError(
+            f"{self.name}: aioenv could not decode the worker's reply in the parent "
+            f"({type(exc).__name__}: {exc}); the state is lost, the env is not at fault "
+            "(a state the parent cannot unpickle: make it plain data)",
+            worker_id=self.worker_id,
+        )
+        error.__cause__ = exc
+        if seq in self._flight.controls:
+            self._flight.fail_control(seq, error)
+            return
+        self._on_failure(error, env_gone=False)
 
     def _on_ready(self, payload: Any) -> None:
         """The env reports its spaces (once built, and again after each rebuild): offer
