@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..core import _pickling as pickling
 from ..core._environment import EnvSource
+from ..core._errors import WorkerDied
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import checked_count
 from ._base import Worker
@@ -191,14 +192,18 @@ class SlottedWorker(Worker[S], Generic[S, H]):
             self._join(host, self._slot)
         return host
 
-    def _forget_host(self, host: H, killed_slot: int | None) -> bool:
-        """``host`` is gone: it is no longer one this worker used that may still run.
-        Whether its death is this worker's own to report: not once the host was replaced
-        or the worker is closing, nor when it was killed for the failure of this worker's
-        env (in ``killed_slot``), which is already handled."""
+    def _host_gone(
+        self, host: H, killed_slot: int | None, message: str, exitcode: int | None
+    ) -> None:
+        """``host`` is gone: it is no longer one this worker used that may still run. Its
+        death (:class:`~aioenv.WorkerDied`, saying ``message``, with the host's
+        ``exitcode``) is this worker's own to report, unless the host was replaced or the
+        worker is closing, or it was killed for the failure of this worker's env (in
+        ``killed_slot``), which is already handled."""
         with contextlib.suppress(ValueError):
             self._hosts.remove(host)
-        return host is self._host and not self._closing and killed_slot != self._slot
+        if host is self._host and not self._closing and killed_slot != self._slot:
+            self._on_death(WorkerDied(message, worker_id=self.worker_id, exitcode=exitcode))
 
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         for host in self._hosts:

@@ -33,7 +33,7 @@ import numpy as np
 from ...core._commands import Reset
 from ...core._docs import documented_with
 from ...core._environment import EnvSource, VectorSource
-from ...core._errors import TransportError, WorkerDied
+from ...core._errors import TransportError
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
 from ...core._supervision import SUPERVISION_DEFAULTS
@@ -339,8 +339,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     def _on_host_exit(self, host: Host) -> None:
         killed_for = host.killed_for
-        if not self._forget_host(host, None if killed_for is None else killed_for[0]):
-            return
         cause = "" if killed_for is None else f"; its process was killed because {killed_for[1]}"
         if host.start_error is not None:
             error = host.start_error
@@ -350,7 +348,8 @@ class ProcessWorker(SlottedWorker[S, Host]):
         else:
             exitcode = describe_exit(host.exitcode)
             message = f"{self.name} died unexpectedly with exit code {exitcode}{cause}"
-        self._on_death(WorkerDied(message, worker_id=self.worker_id, exitcode=host.exitcode))
+        killed_slot = None if killed_for is None else killed_for[0]
+        self._host_gone(host, killed_slot, message, host.exitcode)
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:

@@ -44,7 +44,6 @@ import anyio
 
 from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step, VectorSource
-from ...core._errors import WorkerDied
 from ...core._messages import ControlRequest
 from ...core._supervision import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
@@ -244,11 +243,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._on_reply(seq, result, borrowed=borrowed and type(result) in (Step, BatchStep))
 
     def _on_actor_death(self, host: ActorHost, reason: str) -> None:
-        if not self._forget_host(host, host.killed_for):
-            return
-        self._on_death(
-            WorkerDied(f"{self.name} died: {reason}", worker_id=self.worker_id, exitcode=None)
-        )
+        self._host_gone(host, host.killed_for, f"{self.name} died: {reason}", None)
 
     # Closing ---------------------------------------------------------------------------
     def _start_close(self) -> None:
