@@ -132,9 +132,20 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         given = locals()  # Worker's keywords, taken above under their own names
         super().__init__(env, **{name: given[name] for name in WORKER_KEYWORDS})
         self._payload = self._pickled(env)
-        self._actor_options = _actor_options(
-            num_cpus, num_gpus, resources, runtime_env, actor_options
-        )
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value < inf
+            ):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        # Ray's .options() for the actor: those of actor_options win over the ones above.
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+        if resources:
+            options["resources"] = dict(resources)
+        if runtime_env:
+            options["runtime_env"] = dict(runtime_env)
+        self._actor_options = {**options, **(actor_options or {})}
         self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         if not isinstance(direct_connection, bool):
             raise TypeError(
@@ -286,25 +297,6 @@ def _first_frame_outside_aioenv() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_AIOENV_DIRECTORY):
         level, frame = level + 1, frame.f_back
     return level
-
-
-def _actor_options(
-    num_cpus: float,
-    num_gpus: float,
-    resources: Mapping[str, float] | None,
-    runtime_env: Mapping[str, Any] | None,
-    actor_options: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
-    if resources:
-        options["resources"] = dict(resources)
-    if runtime_env:
-        options["runtime_env"] = dict(runtime_env)
-    options.update(actor_options or {})
-    return options
 
 
 # What the cluster has for a pool's actors -------------------------------------------------
