@@ -33,14 +33,9 @@ class SlotRecipe:
 
     def slots(self) -> list[Any]:
         """The arguments of the host's :class:`~aioenv.env_side._serving.Slots` (made in the
-        child or the actor), as the host is handed them first."""
-        return [
-            list(self.payloads),
-            list(self.seeds),
-            self.episode,
-            self.registry,
-            self.thread_caps,
-        ]
+        child or the actor), as the host is handed them first: the fields above, which
+        :class:`SlotRecipe` declares in the order ``Slots`` takes them."""
+        return [getattr(self, field.name) for field in dataclasses.fields(SlotRecipe)]
 
 
 _Recipe = TypeVar("_Recipe", bound=SlotRecipe)
