@@ -181,17 +181,13 @@ def shared_request(request: ControlRequest) -> ControlRequest:
     :func:`with_references`)."""
     if request.op not in ("call", "set"):
         return request
-    return with_arguments(request, _large, _mark)
+    return with_arguments(request, lambda value: _size(value, 0) >= SHARE_THRESHOLD, _mark)
 
 
 def with_references(request: ControlRequest) -> ControlRequest:
     """``request`` with its marked arguments put (the first time) and replaced by their
     object references: where the actor call is made, off the event loop."""
     return with_arguments(request, lambda value: type(value) is _Put, _Put.ref)
-
-
-def _large(value: Any) -> bool:
-    return _size(value, 0) >= SHARE_THRESHOLD
 
 
 def _size(value: Any, depth: int) -> int:
