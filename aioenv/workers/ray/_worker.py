@@ -29,6 +29,7 @@ without it, with no warning, after :data:`READ_PATIENCE` (:func:`free_resources`
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import sys
@@ -39,8 +40,6 @@ from collections.abc import Mapping, Sequence
 from math import floor, inf
 from pathlib import Path
 from typing import Any, TypeVar
-
-import anyio
 
 from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step, VectorSource
@@ -264,15 +263,9 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     async def _wait_closed(self, cleanup_time: float) -> None:
         # This worker ends the actors it was the last to release, and any left dead.
         hosts = [host for host in self._hosts if not host.in_use or not host.alive]
-        ended: list[bool] = []
-
-        async def end(host: ActorHost) -> None:
-            ended.append(await host.end(cleanup_time))
-
         try:
-            async with anyio.create_task_group() as group:
-                for host in hosts:
-                    group.start_soon(end, host)
+            # Side by side, on the event loop the actors' calls answer on (asyncio's).
+            ended = await asyncio.gather(*(host.end(cleanup_time) for host in hosts))
         finally:
             self._release_off_loop()  # its last calls (close, linger) are made
         self._hosts = [host for host in self._hosts if host not in hosts]
