@@ -17,6 +17,7 @@ from ..core._environment import EnvSource
 from ..core._errors import WorkerDied
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import checked_count
+from ..env_side._thread_caps import ThreadCaps
 from ._base import Worker
 from ._off_loop import OffLoopCalls
 
@@ -79,21 +80,21 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     _hosts: list[H]
     _holds_off_loop = False
 
-    def _pickled(self, source: EnvSource) -> bytes:
-        """The env's ``source`` as its host is sent it; TypeError, saying what to do
-        instead, where it will not pickle."""
+    def _begin(self, source: EnvSource, threads_per_env: int | None, start: bool) -> None:
+        """Take what each host of this worker is sent: the env's ``source`` pickled
+        (TypeError, saying what to do instead, where it will not pickle) and the thread
+        caps of ``threads_per_env``. Then hold the kind's off-loop thread while this
+        worker is open, and start its host (``start``: one of its own; ``hosted`` starts
+        several workers' hosts at once)."""
         try:
-            return pickling.dumps(source)
+            self._payload = pickling.dumps(source)
         except Exception as exc:
             raise TypeError(
                 f"{self.name}: the env could not be pickled to send it to {self._sent_to} "
                 f"({type(exc).__name__}: {exc}); pass a factory or a gymnasium id instead, "
                 "or use a thread worker"
             ) from exc
-
-    def _begin(self, start: bool) -> None:
-        """Hold the kind's off-loop thread while this worker is open, and start its host
-        (``start``: one of its own; ``hosted`` starts several workers' hosts at once)."""
+        self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         self._hosts = []
         self._off_loop.hold()
         self._holds_off_loop = True

@@ -42,7 +42,7 @@ from ...engine._lane import Lane
 from ...engine._start import Context, resolve_context
 from ...env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ...env_side._process_group import TERMINATE_GRACE
-from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
+from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV
 from ...wire._frames import (
     LANE_ANSWER,
     READY,
@@ -126,7 +126,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
     ) -> None:
         given = locals()  # Worker's keywords, taken above under their own names
         super().__init__(env, **{name: given[name] for name in WORKER_KEYWORDS})
-        self._payload = self._pickled(self.source)
         if not (isinstance(shared_memory, bool) or shared_memory == "auto"):
             raise ValueError(f"shared_memory must be True, False or 'auto', got {shared_memory!r}")
         if shared_memory is True and not available():
@@ -135,10 +134,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
             )
         self._shared_memory = shared_memory
         self._idle_spin = checked_idle_spin(idle_spin)
-        self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         self._spaces_reported: bytes | None = None  # the pickled spaces it reported last
         self._context = resolve_context(context)
-        self._begin(_start)
+        self._begin(self.source, threads_per_env, _start)
 
     @property
     def pid(self) -> int:

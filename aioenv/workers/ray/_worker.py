@@ -45,7 +45,7 @@ from ...core._docs import documented_with
 from ...core._environment import BatchStep, EnvSource, Step, VectorSource
 from ...core._messages import ControlRequest
 from ...core._supervision import SUPERVISION_DEFAULTS
-from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
+from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV
 from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._base import Worker
@@ -130,7 +130,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         import_ray()  # a clear error now if Ray is missing
         given = locals()  # Worker's keywords, taken above under their own names
         super().__init__(env, **{name: given[name] for name in WORKER_KEYWORDS})
-        self._payload = self._pickled(env)
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if (
                 isinstance(value, bool)
@@ -145,7 +144,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         if runtime_env:
             options["runtime_env"] = dict(runtime_env)
         self._actor_options = {**options, **(actor_options or {})}
-        self._thread_caps = ThreadCaps.resolve(threads_per_env, self.name)
         if not isinstance(direct_connection, bool):
             raise TypeError(
                 f"{self.name}: direct_connection must be True or False, got {direct_connection!r}"
@@ -153,7 +151,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._direct = direct_connection
         #: The resources the cluster lacked for this worker's pool when its actors started.
         self._shortage: Shortage | None = None
-        self._begin(_start)
+        self._begin(env, threads_per_env, _start)
 
     @property
     def actor_id(self) -> str:
