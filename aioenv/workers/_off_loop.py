@@ -98,11 +98,9 @@ class OffLoopCalls:
     def _run(self) -> None:
         while True:
             with self._lock:
-                idle_until: float | None = None
+                idle_until = time.monotonic() + self._linger  # (once its calls are made)
                 while not self._queue:
                     now = time.monotonic()
-                    if idle_until is None:
-                        idle_until = now + self._linger
                     if now >= idle_until or self._holders <= 0:
                         self._running = False
                         return
