@@ -89,9 +89,9 @@ def _make_calls(calls: list[Call]) -> None:
                 args = ([_portable(message) for message in args[0]],)
             ref = method.remote(*args)
             future = ref.future()
-        except BaseException as exc:
-            call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, None, exc))
-            continue
+        except BaseException as exc:  # the call was not made: that is its answer
+            ref, future = None, concurrent.futures.Future()
+            future.set_exception(exc)
         future.add_done_callback(functools.partial(_on_answer, reply, ref))  # ref held till then
 
 
@@ -110,25 +110,21 @@ def _portable(message: Message) -> Message:
 def _on_answer(
     reply: asyncio.Future[Any], ref: Any, future: concurrent.futures.Future[Any]
 ) -> None:
-    """On Ray's thread: hand the answer to the reply's loop."""
-    error: BaseException | None
-    if future.cancelled():
-        result, error = None, asyncio.CancelledError()
-    else:
-        error = future.exception()
-        result = None if error is not None else future.result()
-    call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, result, error))
+    """On Ray's thread (or where the call could not be made): hand the answer, the done
+    ``future``, to the reply's loop."""
+    call_soon_threadsafe(reply.get_loop(), functools.partial(_settle, reply, future))
 
 
-def _settle(reply: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def _settle(reply: asyncio.Future[Any], future: concurrent.futures.Future[Any]) -> None:
+    """On the reply's loop: ``reply`` takes the outcome of ``future``."""
     if reply.done():
         return  # cancelled meanwhile (an end that stopped waiting)
-    if isinstance(error, asyncio.CancelledError):
+    if future.cancelled():
         reply.cancel()
-    elif error is not None:
+    elif (error := future.exception()) is not None:
         reply.set_exception(error)
     else:
-        reply.set_result(result)
+        reply.set_result(future.result())
 
 
 # Large values, put into the object store once ----------------------------------------
