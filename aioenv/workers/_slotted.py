@@ -54,11 +54,7 @@ H = TypeVar("H", bound=SlotHost)
 #: The keywords of :class:`Worker`'s constructor (the seed and the supervision options):
 #: each slotted kind's constructor takes them too, under the same names, and passes them
 #: on to it by name.
-WORKER_KEYWORDS = [
-    parameter.name
-    for parameter in inspect.signature(Worker.__init__).parameters.values()
-    if parameter.kind is parameter.KEYWORD_ONLY
-]
+WORKER_KEYWORDS = inspect.getfullargspec(Worker.__init__).kwonlyargs
 
 
 class SlottedWorker(Worker[S], Generic[S, H]):
