@@ -105,15 +105,13 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         #: child's own policy cache has it, so later requests carry the key alone.
         self.shipped_policy: str | None = None
         self._force_timer: asyncio.TimerHandle | None = None
-        self._begin(child)  # last, once every attribute is set: see there
-
-    def _begin(self, child: ChildStart) -> None:
-        """Start ``child``, whose start's callback may run at once (so the host is ready).
-        A forkserver start is a round trip to the server (tens of milliseconds, far more
-        under load): made on a running event loop, it runs in a thread, and what is
-        written to the child meanwhile waits in its socket. Other start methods run here,
-        where SIGINT can be ignored while they start (see _start)."""
-        forkserver = self._recipe.context.get_start_method() == "forkserver"
+        # Last, once every attribute is set: start ``child``, whose start's callback may run
+        # at once (so the host is ready). A forkserver start is a round trip to the server
+        # (tens of milliseconds, far more under load): made on a running event loop, it
+        # runs in a thread, and what is written to the child meanwhile waits in its socket.
+        # Other start methods run here, where SIGINT can be ignored while they start (see
+        # _start).
+        forkserver = recipe.context.get_start_method() == "forkserver"
         try:
             self._started = CHILD_STARTS.run(functools.partial(self._launch, child), forkserver)
         except BaseException:
