@@ -202,23 +202,28 @@ def vector_modes() -> tuple[str, ...]:
     return (AUTO, "inline", *worker_modes())
 
 
-def check_mode(mode: str | Sequence[str]) -> None:
+def check_mode(
+    mode: str | Sequence[str],
+    got: str = "AioVectorEnv() got mode",
+    also: str = f" (old spellings taken: {old_spellings()})",
+) -> None:
     """ValueError for a ``mode`` that :class:`~aioenv.AioVectorEnv` does not take, listing
-    those it does: as one string, :func:`vector_modes`; in a list, worker modes."""
-    old = f"old spellings taken: {old_spellings()}"
+    those it does: as one string, :func:`vector_modes`; in a list, worker modes. ``got``
+    names the call and its parameter, ``also`` what else it takes (``make_vec``: "async",
+    gymnasium's name for "process", which the modes take as the old spelling of
+    "coroutine", so both take the same strings)."""
     if isinstance(mode, str):
         if mode not in vector_modes() and canonical_mode(mode) == mode:
             raise ValueError(
-                f"AioVectorEnv() got mode={mode!r}; choose one of "
-                f"{', '.join(map(repr, vector_modes()))} ({old}), or a list of worker "
-                "modes, one per env"
+                f"{got}={mode!r}; choose one of {', '.join(map(repr, vector_modes()))}{also}, "
+                "or a list of worker modes, one per env"
             )
         return
     for index, kind in enumerate(mode):
         if canonical_mode(kind) not in worker_modes():
             raise ValueError(
-                f"AioVectorEnv() got mode[{index}]={kind!r}; a list of modes takes worker "
-                f"modes, one of {', '.join(map(repr, worker_modes()))} ({old})"
+                f"{got}[{index}]={kind!r}; a list of modes takes worker modes, one of "
+                f"{', '.join(map(repr, worker_modes()))}{also}"
             )
 
 

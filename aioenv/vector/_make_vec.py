@@ -13,8 +13,8 @@ from gymnasium.envs.registration import EnvSpec, VectorizeMode, load_env_creator
 
 from ..core._gymnasium import GymnasiumFactory, resolve_spec
 from ..core._registry import shippable
-from ..pool._factory import check_option_names, option_names, worker_modes
-from ._choice import vector_modes
+from ..pool._factory import check_option_names, option_names
+from ._choice import check_mode
 from ._env import VECTOR_KEYWORDS, AioVectorEnv
 
 __all__ = ["make_vec"]
@@ -55,7 +55,11 @@ def make_vec(
     vectorization_mode = spec_kwargs.pop("vectorization_mode", vectorization_mode)
     if isinstance(vectorization_mode, VectorizeMode):
         vectorization_mode = vectorization_mode.value
-    _check_vectorization_mode(vectorization_mode)
+    check_mode(
+        vectorization_mode,
+        "make_vec() got vectorization_mode",
+        " or 'async' (gymnasium's name for 'process')",
+    )
     vector_kwargs = dict(spec_kwargs.pop("vector_kwargs", vector_kwargs) or {})
     wrappers = spec_kwargs.pop("wrappers", wrappers)
     spec_kwargs.update(kwargs)
@@ -98,26 +102,6 @@ def _check_vector_kwargs(vector_kwargs: Mapping[str, Any] | None) -> None:
                 f"make_vec and leave {name!r} out of vector_kwargs"
             )
     check_option_names(vector_kwargs or (), "make_vec()'s vector_kwargs", VECTOR_KEYWORDS)
-
-
-def _check_vectorization_mode(mode: str | Sequence[str]) -> None:
-    """The modes make_vec takes: as one string, AioVectorEnv's and gymnasium's "async"
-    (processes); in a list, one per env, worker modes and "async"."""
-    if isinstance(mode, str):
-        if mode not in (*vector_modes(), *_GYMNASIUM_MODES):
-            raise ValueError(
-                f"make_vec() got vectorization_mode={mode!r}; choose one of "
-                f"{', '.join(map(repr, vector_modes()))}, 'async' (gymnasium's name for "
-                "'process'), or a list of worker modes, one per env"
-            )
-        return
-    for index, one in enumerate(mode):
-        if one not in (*worker_modes(), *_GYMNASIUM_MODES):
-            raise ValueError(
-                f"make_vec() got vectorization_mode[{index}]={one!r}; a list of modes takes "
-                f"worker modes, one of {', '.join(map(repr, worker_modes()))} or 'async' "
-                "(gymnasium's name for 'process')"
-            )
 
 
 def _check_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any]) -> None:
