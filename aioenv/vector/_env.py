@@ -33,7 +33,7 @@ from ._choice import AUTO, ModeChoice, Placement, in_parent, place_envs
 from ._grouping import LOCKSTEP_IDLE_SPIN
 from ._lanes import LaneView
 from ._layout import EnvLayout
-from ._pipeline import Pipeline, VectorCalls
+from ._pipeline import VectorCalls
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
@@ -186,7 +186,7 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         try:
             self._layout = EnvLayout(placed.sizes, batched=envs.batched, by_env=envs.by_env)
             self._define(envs, placed.probe, observation_mode)
-            self._pipeline = Pipeline(self._layout, placed.batch_size, envs.autoreset)
+            self._start_pipeline(placed.batch_size, envs.autoreset)
             observations, actions = envs.start()
             batched = check_env_spaces(
                 self.observation_mode,
@@ -293,7 +293,7 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         self._check_open()
-        self._pipeline.check_idle(self._envs, "reset()")
+        self._check_idle("reset()")
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
         if self._spin_trial is not None:
             self._spin_trial.interrupted()
@@ -309,9 +309,8 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         self._check_open()
         if isinstance(actions, (str, bytes)):  # checked here: the hot path calls nothing
             check_batch(actions, "step()", self.num_envs)
-        pipeline = self._pipeline
-        if pipeline.active or pipeline.step_pending:  # else nothing can be in flight
-            pipeline.check_idle(self._envs, "step()")
+        if self._pipelined or self._step_pending:  # else nothing can be in flight
+            self._check_idle("step()")
         lanes = self._lanes
         if lanes is not None:
             return lanes.result(self._step(lanes.env_actions(actions)))

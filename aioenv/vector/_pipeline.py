@@ -28,19 +28,35 @@ from ._layout import EnvLayout
 from ._runtime import Envs, raised
 from ._spin_trial import SpinTrial
 
-__all__ = ["Pipeline", "VectorCalls"]
+__all__ = ["VectorCalls"]
 
 
-class Pipeline:
-    """What the pipelined calls of one vector env have under way.
+class VectorCalls:
+    """The pipelined face of :class:`~aioenv.AioVectorEnv` (EnvPool's ``async_reset`` /
+    ``send`` / ``recv``, gymnasium's older ``step_async`` / ``step_wait``), over what the
+    vector env holds: its envs, its batches and its layout, and what the pipelined calls
+    have under way (:meth:`_start_pipeline`); and the calls on the envs of a vector env,
+    over its envs and their layout."""
 
-    ``batch_size`` envs come back from each ``recv``; a worker's envs are sent and come
-    back together, so ``batch_size`` is a whole number of workers. Where the layout's
-    envs are sent to ``by_env``, they are sent and come back one by one (inline envs,
-    which step when ``recv`` asks for them); the pipeline's units are then envs, not
-    workers."""
+    num_envs: int
+    _envs: Envs
+    _batches: VectorBatches
+    _layout: EnvLayout
+    _lanes: LaneView | None
+    _spin_trial: SpinTrial | None
 
-    def __init__(self, layout: EnvLayout, batch_size: int | None, autoreset: str) -> None:
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _start_pipeline(self, batch_size: int | None, autoreset: str) -> None:
+        """What the pipelined calls have under way, none yet.
+
+        ``batch_size`` envs come back from each ``recv``; a worker's envs are sent and come
+        back together, so ``batch_size`` is a whole number of workers. Where the layout's
+        envs are sent to ``by_env``, they are sent and come back one by one (inline envs,
+        which step when ``recv`` asks for them); the pipeline's units are then envs, not
+        workers."""
+        layout = self._layout
         by_env = layout.by_env
         num_envs = layout.num_envs
         size = num_envs if batch_size is None else batch_size
@@ -65,55 +81,56 @@ class Pipeline:
                 "{'reset_mask': ...}), which waits for every env; use 'next_step' (EnvPool's "
                 "convention) or 'same_step'"
             )
-        self.layout = layout
         #: What is sent and comes back together, counted: workers, or envs (``by_env``).
-        self.units = num_envs if by_env else len(layout.sizes)
-        self.batch_size = size
-        self.workers_per_batch = size // per_worker
+        self._units = num_envs if by_env else len(layout.sizes)
+        #: The envs each recv returns (a parallel env's lanes counted as one env).
+        self._batch_size = size
+        self._workers_per_batch = size // per_worker
         #: The envs in flight were sent by async_reset/send/step_async.
-        self.active = False
+        self._pipelined = False
         #: States a recv took before an env error stopped it, by worker id.
-        self.held: dict[int, Any] = {}
+        self._held: dict[int, Any] = {}
         #: The env ids of the last recv, in its rows' order (send's default).
-        self.last_env_ids: list[int] | None = None
-        self.step_pending = False
+        self._last_env_ids: list[int] | None = None
+        self._step_pending = False
 
     @staticmethod
-    def step_wait_pending(call: str) -> AlreadyPendingCallError:
+    def _step_wait_pending(call: str) -> AlreadyPendingCallError:
         """The error of ``call`` made while a ``step_async`` waits for its ``step_wait``."""
         return AlreadyPendingCallError(
             f"{call} was called while step_async() waits for step_wait(); call step_wait() first",
             "step",
         )
 
-    def flying(self, envs: Envs) -> list[int]:
+    def _flying(self) -> list[int]:
         """The workers whose envs the pipelined calls have in flight (sent, not received);
         when there are none, the pool's pending states are no longer theirs."""
-        if not self.active:
+        if not self._pipelined:
             return []
-        flying = [w for w in range(self.units) if w in self.held or envs.has_pending(w)]
+        envs = self._envs
+        flying = [w for w in range(self._units) if w in self._held or envs.has_pending(w)]
         if not flying:
-            self.active = False
+            self._pipelined = False
         return flying
 
-    def check_idle(self, envs: Envs, call: str) -> None:
+    def _check_idle(self, call: str) -> None:
         """Before a lockstep call: nothing of the pipelined calls may be in flight."""
-        if self.step_pending:
-            raise self.step_wait_pending(call)
-        flying = self.flying(envs)
+        if self._step_pending:
+            raise self._step_wait_pending(call)
+        flying = self._flying()
         if flying:
             raise AlreadyPendingCallError(
-                f"{call} was called while envs {self.envs(flying)} are in flight (sent by "
-                "async_reset() or send(), not yet taken by recv()); recv() them first, or "
+                f"{call} was called while envs {self._env_ids_of(flying)} are in flight (sent "
+                "by async_reset() or send(), not yet taken by recv()); recv() them first, or "
                 "async_reset() to drop them and start over",
                 "step",
             )
 
-    def targets(self, env_id: Any) -> list[int]:
+    def _targets(self, env_id: Any) -> list[int]:
         """The env ids a ``send`` goes to, checked: known and distinct."""
-        if self.step_pending:
-            raise self.step_wait_pending("send()")
-        last = self.last_env_ids
+        if self._step_pending:
+            raise self._step_wait_pending("send()")
+        last = self._last_env_ids
         if (
             type(env_id) is np.ndarray
             and env_id.ndim == 1
@@ -135,7 +152,7 @@ class Pipeline:
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"send() takes env_id as a sequence of env indices, got {env_id!r}")
         env_ids = [int(i) for i in ids]
-        num_envs = self.layout.num_envs
+        num_envs = self._layout.num_envs
         unknown = [i for i in env_ids if not 0 <= i < num_envs]
         if unknown:
             raise ValueError(f"send(): env_id {unknown} not in 0..{num_envs - 1}")
@@ -143,33 +160,9 @@ class Pipeline:
             raise ValueError(f"send(): env_id {env_ids} names an env twice")
         return env_ids
 
-    def check_not_flying(self, envs: Envs, worker_ids: list[int]) -> None:
-        if not self.active or not (self.held or envs.num_pending):
-            return
-        busy = [w for w in worker_ids if w in self.held or envs.has_pending(w)]
-        if busy:
-            raise AlreadyPendingCallError(
-                f"send() to envs {self.envs(busy)}, which are in flight (sent, not yet taken "
-                "by recv()); recv() them first (nothing was sent)",
-                "step",
-            )
-
-    def check_recv(self, envs: Envs) -> None:
-        if self.step_pending:
-            raise self.step_wait_pending("recv()")
-        # the pool owes no state the pipelined calls did not send (those are dropped first)
-        in_flight = envs.num_pending + len(self.held) if self.active else 0
-        if in_flight < self.workers_per_batch:
-            raise NoAsyncCallError(
-                f"recv() would wait forever: it returns batch_size={self.batch_size} envs and "
-                f"only {len(self.envs(self.flying(envs)))} env(s) are in flight; "
-                "async_reset() or send() actions first",
-                "step",
-            )
-
-    def envs(self, worker_ids: list[int]) -> list[int]:
+    def _env_ids_of(self, worker_ids: list[int]) -> list[int]:
         """The env ids stepped by these workers (these envs, ``by_env``)."""
-        layout = self.layout
+        layout = self._layout
         if layout.by_env:
             return list(worker_ids)
         return [
@@ -177,30 +170,6 @@ class Pipeline:
             for w in worker_ids
             for env in range(layout.starts[w], layout.starts[w] + layout.sizes[w])
         ]
-
-    def clear(self) -> None:
-        """Everything in flight was dropped (async_reset)."""
-        self.held.clear()
-        self.last_env_ids = None
-        self.step_pending = False
-
-
-class VectorCalls:
-    """The pipelined face of :class:`~aioenv.AioVectorEnv` (EnvPool's ``async_reset`` /
-    ``send`` / ``recv``, gymnasium's older ``step_async`` / ``step_wait``), over what the
-    vector env holds: its envs, its :class:`Pipeline`, its batches and its layout; and
-    the calls on the envs of a vector env, over its envs and their layout."""
-
-    num_envs: int
-    _envs: Envs
-    _pipeline: Pipeline
-    _batches: VectorBatches
-    _layout: EnvLayout
-    _lanes: LaneView | None
-    _spin_trial: SpinTrial | None
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
 
     def _lane_result(self, result: Result) -> Result:
         """An env-level result as the vector env hands it out: its lanes', for parallel
@@ -212,7 +181,7 @@ class VectorCalls:
         """How many envs each :meth:`recv` returns (``num_envs`` unless given; lanes, for
         parallel envs)."""
         width = 1 if self._lanes is None else self._lanes.width
-        return self._pipeline.batch_size * width
+        return self._batch_size * width
 
     def async_reset(
         self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -226,10 +195,12 @@ class VectorCalls:
             raise ValueError(
                 "async_reset() resets every env; reset(options={'reset_mask': ...}) resets some"
             )
-        pipeline = self._pipeline
         ids, requests = self._layout.reset_requests(seed, options, "async_reset()", pipelined=True)
-        pipeline.clear()
-        pipeline.active = True
+        # Everything in flight is dropped.
+        self._held.clear()
+        self._last_env_ids = None
+        self._step_pending = False
+        self._pipelined = True
         self._envs.dispatch(ids, requests, True)
 
     def send(
@@ -245,18 +216,25 @@ class VectorCalls:
         already returned it, with the final observation in ``info["final_obs"]``."""
         self._check_open()
         check_batch(actions, "send()", None)
-        pipeline = self._pipeline
         lanes = self._lanes
         if lanes is not None:
             env_id = None if env_id is None else lanes.env_ids(env_id)
             actions = lanes.env_actions(actions)
-        env_ids = pipeline.targets(env_id)
+        env_ids = self._targets(env_id)
         if self._batches.checks_actions:
             self._batches.check_actions(actions, env_ids)
         workers, requests = self._batches.send_requests(actions, env_ids)
-        pipeline.check_not_flying(self._envs, workers)
-        leftovers = not pipeline.active  # of an interrupted lockstep call: dropped first
-        pipeline.active = True
+        envs = self._envs
+        if self._pipelined and (self._held or envs.num_pending):
+            busy = [w for w in workers if w in self._held or envs.has_pending(w)]
+            if busy:
+                raise AlreadyPendingCallError(
+                    f"send() to envs {self._env_ids_of(busy)}, which are in flight (sent, not "
+                    "yet taken by recv()); recv() them first (nothing was sent)",
+                    "step",
+                )
+        leftovers = not self._pipelined  # of an interrupted lockstep call: dropped first
+        self._pipelined = True
         self._envs.dispatch(workers, requests, leftovers)
 
     def recv(self) -> Result:
@@ -270,30 +248,38 @@ class VectorCalls:
         failed for good (restarts off or spent) is given up on instead: the vector env
         cannot go on without it, and every later call raises ``WorkerRemoved``."""
         self._check_open()
-        pipeline = self._pipeline
-        pipeline.check_recv(self._envs)
-        held = pipeline.held
-        error = self._envs.receive(pipeline.workers_per_batch, held)
+        if self._step_pending:
+            raise self._step_wait_pending("recv()")
+        held = self._held
+        # the pool owes no state the pipelined calls did not send (those are dropped first)
+        in_flight = self._envs.num_pending + len(held) if self._pipelined else 0
+        if in_flight < self._workers_per_batch:
+            raise NoAsyncCallError(
+                f"recv() would wait forever: it returns batch_size={self._batch_size} envs "
+                f"and only {len(self._env_ids_of(self._flying()))} env(s) are in flight; "
+                "async_reset() or send() actions first",
+                "step",
+            )
+        error = self._envs.receive(self._workers_per_batch, held)
         if error is not None:
-            pipeline.last_env_ids = None
+            self._last_env_ids = None
             raise raised([error], self._layout.env_of)
         workers = sorted(held)
         states = [held.pop(worker_id) for worker_id in workers]
-        env_ids = pipeline.last_env_ids = pipeline.envs(workers)
+        env_ids = self._last_env_ids = self._env_ids_of(workers)
         return self._lane_result(self._batches.received(workers, states, env_ids))
 
     def step_async(self, actions: Any) -> None:
         """Send every env its action and return at once; :meth:`step_wait` returns what
         :meth:`step` would have (gymnasium's pre-1.0 pair)."""
         self._check_open()
-        pipeline = self._pipeline
-        if pipeline.step_pending:
+        if self._step_pending:
             raise AlreadyPendingCallError(
                 "step_async() was called again before step_wait() took the last one's "
                 "results; call step_wait() first",
                 "step",
             )
-        pipeline.check_idle(self._envs, "step_async()")
+        self._check_idle("step_async()")
         check_batch(actions, "step_async()", self.num_envs)
         if self._lanes is not None:
             actions = self._lanes.env_actions(actions)
@@ -303,13 +289,12 @@ class VectorCalls:
         if self._spin_trial is not None:
             self._spin_trial.step_started()
         self._envs.dispatch(workers, requests, True)
-        pipeline.step_pending = True
+        self._step_pending = True
 
     def step_wait(self) -> Result:
         """The results of the last :meth:`step_async`, as :meth:`step` returns them."""
         self._check_open()
-        pipeline = self._pipeline
-        if not pipeline.step_pending:
+        if not self._step_pending:
             raise NoAsyncCallError(
                 "step_wait() was called without step_async(); call step_async(actions) first",
                 "step",
@@ -318,7 +303,7 @@ class VectorCalls:
         try:
             states, errors = self._envs.collect(workers)
         finally:
-            pipeline.step_pending = False
+            self._step_pending = False
         if errors:
             raise raised(errors, self._layout.env_of)
         return self._lane_result(self._batches.stepped(workers, states))
