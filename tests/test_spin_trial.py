@@ -1,7 +1,7 @@
 """Whether a vector env's children poll between lockstep steps, tried rather than guessed
-(:mod:`aioenv.vector._spin_trial`): the rule fed made-up cycle times, the SPIN request a
-process worker's child obeys, and an ``AioVectorEnv`` that runs its trials while it
-steps as ``SyncVectorEnv`` does."""
+(:class:`aioenv.vector._grouping.SpinTrial`): the rule fed made-up cycle times, the SPIN
+request a process worker's child obeys, and an ``AioVectorEnv`` that runs its trials
+while it steps as ``SyncVectorEnv`` does."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gymnasium.vector import SyncVectorEnv
 from support import cpu_seconds, totals_after
 
 import aioenv
-from aioenv.vector._spin_trial import SpinTrial
+from aioenv.vector._grouping import SpinTrial
 from aioenv.wire._frames import FrameDecoder, decode_spin, encode_spin
 from aioenv.wire._requests import Request
 

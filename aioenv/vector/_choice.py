@@ -115,7 +115,7 @@ class Placement:
     #: ``batch_size`` in envs (a parallel env's lanes counted as one env).
     batch_size: int | None = None
     #: Whether the children poll between steps by the rule, not as asked (``idle_spin``):
-    #: the vector env then tries them asleep now and then (:mod:`._spin_trial`).
+    #: the vector env then tries them asleep now and then (:class:`._grouping.SpinTrial`).
     spin_by_rule: bool = False
 
 

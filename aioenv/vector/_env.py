@@ -30,14 +30,13 @@ from ..pool._options import POOL_DEFAULTS, PoolOptions
 from ..pool._pool import WorkerPool
 from ._batches import Result, VectorBatches, check_batch
 from ._choice import AUTO, ModeChoice, Placement, in_parent, place_envs
-from ._grouping import LOCKSTEP_IDLE_SPIN
+from ._grouping import LOCKSTEP_IDLE_SPIN, SpinTrial
 from ._lanes import LaneView
 from ._layout import EnvLayout
 from ._pipeline import VectorCalls
 from ._probe import Probe, probe_env
 from ._runtime import Envs, Runtime, raised
 from ._spaces import ObservationMode, check_env_spaces, observation_spaces
-from ._spin_trial import SpinTrial
 
 __all__ = ["VECTOR_KEYWORDS", "AioVectorEnv", "GymnasiumFactory", "VectorEnvClosed"]
 

@@ -23,10 +23,10 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from ..core._errors import WorkerError
 from ._batches import Result, VectorBatches, check_batch
+from ._grouping import SpinTrial
 from ._lanes import LaneView
 from ._layout import EnvLayout
 from ._runtime import Envs, raised
-from ._spin_trial import SpinTrial
 
 __all__ = ["VectorCalls"]
 
