@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core._infos import FlatInfos, Kinds, Mixed, flat_columns, record_dtype, row_value
 
-__all__ = ["AddInfo", "joined_flat", "joined_infos", "merge_infos"]
+__all__ = ["AddInfo", "MergeInfos", "joined_flat", "joined_infos"]
 
 #: :func:`~aioenv.env_side._infos.add_info` for the vector env's size: adds one env's info to
 #: the vector infos, gymnasium's way.
@@ -30,20 +30,11 @@ AddInfo = Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]]
 _MISSING: Any = object()
 
 
-def merge_infos(
-    into: dict[str, Any],
-    group: dict[Any, Any],
-    kinds: Kinds,
-    first: int,
-    num_envs: int,
-    add_info: AddInfo,
-) -> None:
-    """Merge a group's vector infos (its row 0 is env ``first``) into the vector env's
-    ``into``, as adding each env's info with ``add_info`` would."""
-    _Merge(into, kinds, first, num_envs, add_info).level(into, group, ())
+class MergeInfos:
+    """Merges a group's vector infos into the vector env's ``top`` (the group's row 0 is
+    env ``first``), as adding each env's info with ``add_info`` would:
+    ``MergeInfos(top, kinds, first, num_envs, add_info).level(top, group, ())``."""
 
-
-class _Merge:
     def __init__(
         self, top: dict[str, Any], kinds: Kinds, first: int, num_envs: int, add_info: AddInfo
     ) -> None:
@@ -51,6 +42,8 @@ class _Merge:
         self.add_info = add_info
 
     def level(self, into: dict[Any, Any], group: dict[Any, Any], path: tuple[Any, ...]) -> None:
+        """Merge ``group`` (the level ``path`` of the group's infos) into ``into`` (that
+        level of the vector env's)."""
         items = iter(group.items())
         for key, values in items:
             mask_key, mask = next(items)

@@ -33,7 +33,7 @@ from ..core._commands import RESET, Reset
 from ..core._environment import BatchStep
 from ..core._messages import PerEnv
 from ..core._seeds import per_env_seeds, reset_mask
-from ._infos import AddInfo, joined_flat, joined_infos, merge_infos
+from ._infos import AddInfo, MergeInfos, joined_flat, joined_infos
 
 __all__ = ["EnvLayout"]
 
@@ -212,7 +212,7 @@ class EnvLayout:
         """The infos of the workers ``worker_ids``' batches, in gymnasium's vector form:
         every worker's vector forms joined where they allow it (see
         :func:`~aioenv.vector._infos.joined_infos`), else merged worker by worker with a
-        slice per key (see :func:`~aioenv.vector._infos.merge_infos`), or added env by env
+        slice per key (see :class:`~aioenv.vector._infos.MergeInfos`), or added env by env
         with ``add_info`` for a worker that sent its infos per row."""
         if worker_ids == self.all_workers:
             joined = self.joined_rows(batches)
@@ -223,7 +223,8 @@ class EnvLayout:
             lo = self.starts[worker_id]
             if batch.vector_infos is not None:
                 kinds = batch.info_types or {}
-                merge_infos(infos, batch.vector_infos, kinds, lo, self.num_envs, add_info)
+                merge = MergeInfos(infos, kinds, lo, self.num_envs, add_info)
+                merge.level(infos, batch.vector_infos, ())
                 continue
             for row in sorted(batch.infos.keys() | batch.final_infos.keys()):
                 if row in batch.final_infos:
