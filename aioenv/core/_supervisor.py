@@ -7,21 +7,29 @@ deadlines, and the deadline rule, which the engine's children share: they live i
 loop through :class:`Clock` (asyncio's ``call_later``: the worker level uses asyncio's
 primitives, which uvloop speeds up), or in the calling thread where envs step there (in
 line, and in the engine's children and parent: :mod:`aioenv.env_side._env_restarts`).
+
+:class:`RestartRule` is what a supervised env does with :mod:`aioenv.core._restarts`'
+cut-short rule about its failures and restarts, written once for a worker
+(:class:`~aioenv.workers._supervised.SupervisedEnv`) and an env stepped in the calling
+thread (:mod:`aioenv.env_side._env_restarts`).
 """
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..core._commands import RESET, Reset
 from ..core._errors import WorkerError, describe_failure
-from ..core._restarts import EPISODE_TIMEOUT
+from ..core._messages import EpisodeOptions
+from ..core._restarts import EPISODE_TIMEOUT, open_episode, restart_answers, restarted_state
 from ..core._seeds import restart_seed
 from ..core._supervision import Phase, Supervision, report_failure
 
-__all__ = ["Clock", "Remedies", "Supervisor"]
+__all__ = ["Clock", "Remedies", "RestartRule", "Supervisor"]
 
 
 class Clock(Protocol):
@@ -313,3 +321,90 @@ class Supervisor:
         """No new env could be started: nothing is left to annotate or time."""
         self.disarm()
         self._restart_reason = None
+
+
+class RestartRule(abc.ABC):
+    """The cut-short rule (:mod:`aioenv.core._restarts`) as a supervised env follows it,
+    over the fields named here: which episode its failure cuts short, whether its
+    restarted env's reset or the cut-short step answers the request in flight, what a
+    request to an env waiting for its restart gets, and how the restarted env's first
+    state is handed out. A worker (:class:`~aioenv.workers._supervised.SupervisedEnv`)
+    and an env stepped in the calling thread (``_OneEnv`` of
+    :mod:`aioenv.env_side._env_restarts`) follow it alike; each hands out states its own
+    way (:meth:`_deliver_cut_short`, :meth:`_last_state`)."""
+
+    _supervisor: Supervisor
+    #: The episode options its env runs under (its autoreset decides what is cut short).
+    _episode: EpisodeOptions
+    #: The observation space of its states (a batch's splits into rows by it); None:
+    #: not known, or its states are no batches.
+    observation_space: Any = None
+    #: The last request sent: what a failure cuts short.
+    _sent: Any = None
+    #: The state whose episode the restart in flight (or the reset after an episode ran
+    #: out of its budget) cuts short (same-step autoreset: the reset is carried by the
+    #: cut-short step); None: nothing to cut.
+    _cut_from: Any = None
+
+    @abc.abstractmethod
+    def _last_state(self) -> Any:
+        """The state last handed out (None: none yet)."""
+
+    @abc.abstractmethod
+    def _deliver_cut_short(self, last: Any, reason: str) -> None:
+        """Answer the request in flight with the step that cuts ``last``'s episode short;
+        the new env starts with the next request."""
+
+    def _open_episode(self, request: Any) -> Any:
+        """The state last handed out if ``request`` steps an episode it left open (which a
+        failure now cuts short), else None."""
+        return open_episode(self._last_state(), request, self._episode.autoreset)
+
+    def _fail_over(
+        self, error: WorkerError, *, env_gone: bool, in_flight: int, clock: Clock
+    ) -> None:
+        """The env failed (``error``; ``env_gone``: it died or hung) with request
+        ``in_flight`` in flight (0: none): the supervisor acts on it (:meth:`Supervisor.failed`).
+        Restarted now: the new env's reset answers the request in flight. Else the
+        episode ends here, as a truncated one: the new env is started by the next
+        request, whose state its reset is (as an autoreset's, next-step or by hand)."""
+        supervisor = self._supervisor
+        last = self._open_episode(self._sent) if in_flight else None
+        restarted_now = restart_answers(last, self._episode.autoreset)
+        self._cut_from = last if restarted_now else None
+        in_flight = in_flight if restarted_now else 0
+        supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=clock)
+        if not restarted_now and supervisor.pending_restart is not None:
+            self._deliver_cut_short(last, supervisor.pending_restart)
+
+    def _restart_for(self, seq: int, request: Any, reason: str, clock: Clock | None) -> None:
+        """Request ``seq`` (``request``) comes to an env that failed and was dropped: an
+        episode that failure left open ends now (under same-step autoreset with the new
+        env's reset), else the new env's reset answers the request, started on
+        ``clock``."""
+        last = self._open_episode(request)
+        if not restart_answers(last, self._episode.autoreset):
+            self._deliver_cut_short(last, reason)
+            return
+        self._cut_from = last
+        assert clock is not None
+        # A reset the user seeded seeds the new env: their episode starts where they said.
+        seed = request.seed if isinstance(request, Reset) else None
+        self._supervisor.restart_later(seq, reason, clock, seed)
+
+    def _restart_reset(self) -> Any:
+        """The reset a new env starts with: where it answers a reset the user gave
+        options to (a task, say), with those options, so the episode starts as asked (the
+        seed went to the new env already)."""
+        sent = self._sent
+        if isinstance(sent, Reset) and sent.options is not None:
+            return Reset(options=sent.options)
+        return RESET
+
+    def _restarted(self, first: Any, reason: str) -> Any:
+        """The restarted env's first state ``first`` (or the reset that answers after an
+        episode ran out of its budget) as handed out: the step that cuts short the episode
+        of ``_cut_from`` and carries it (same-step autoreset), else ``first`` marked as a
+        restart's."""
+        last, self._cut_from = self._cut_from, None
+        return restarted_state(first, last, reason, self.observation_space)

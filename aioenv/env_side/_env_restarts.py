@@ -8,7 +8,8 @@ the restart budget (the crash-loop rule, or the rate rule with a ``restart_windo
 the backoff, the deterministic restart seeds and ``on_failure``; here it runs on
 :class:`ThreadClock`, which calls what the supervisor schedules in the calling thread.
 An env that raises is rebuilt and its episode ends by the cut-short rule of
-:mod:`aioenv.core._restarts`, as :class:`~aioenv.workers._base.Worker` ends it: the
+:mod:`aioenv.core._restarts`, as :class:`~aioenv.workers._base.Worker` ends it (both
+follow it through :class:`~aioenv.core._supervisor.RestartRule`): the
 same transitions and infos as the process path, env by env; the other envs are
 untouched. An env whose budget is spent is given up, as a pool gives up its worker: the
 request raises its error, and the vector env cannot go on
@@ -30,14 +31,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from ..core._commands import RESET, Reset
+from ..core._commands import Reset
 from ..core._environment import EnvSource, Step, describe_source
 from ..core._errors import EnvError, WorkerError
 from ..core._messages import Failure
-from ..core._restarts import cut_short_state, open_episode, restart_answers, restarted_state
+from ..core._restarts import cut_short_state
 from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
-from ..core._supervisor import Remedies, Supervisor
+from ..core._supervisor import Remedies, RestartRule, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 
@@ -194,9 +195,10 @@ class EnvRestarts(Supervisors["_OneEnv"]):
             self._given_up = error
 
 
-class _OneEnv:
+class _OneEnv(RestartRule):
     """One env's supervision: what :class:`~aioenv.workers._base.Worker` does about a
-    failure, for a worker of that one env, answered in the calling thread."""
+    failure, for a worker of that one env, answered in the calling thread (the cut-short
+    rule is :class:`~aioenv.core._supervisor.RestartRule`'s, a worker's too)."""
 
     def __init__(
         self,
@@ -210,10 +212,11 @@ class _OneEnv:
         self._runners: list[Any] = owner.runner.runners  # the vector runner's, by env
         self.name = f"{owner.where} {owner.first + index} ({describe_source(source)})"
         remedies = Remedies(self._discard_env, self._start_env, self._fail)
-        self.supervisor = Supervisor(options, seed, remedies)
-        self._sent: Any = None  # the request being answered
+        # One supervisor: ``supervisor`` to its Supervisors, ``_supervisor`` to RestartRule.
+        self.supervisor = self._supervisor = Supervisor(options, seed, remedies)
+        self._episode = owner.episode
+        # RestartRule's _sent is the request being answered.
         self._last: Any = None  # the state last handed out before it (a Step or a row)
-        self._cut_from: Any = None  # the state whose episode the restart in flight cuts
         self._failure: Failure | None = None  # the failure being handled
         self._answer: Any = None  # what answers the request, once known
 
@@ -231,19 +234,18 @@ class _OneEnv:
         """``request`` comes to the env while it waits for its restart (its failure
         ended its episode cut short): the new env's reset answers it (a reset the user
         seeded seeds the new env)."""
-        supervisor = self.supervisor
-        reason = supervisor.pending_restart
+        reason = self.supervisor.pending_restart
         assert reason is not None
         self._sent, self._answer = request, None
-        self._cut_from = self._open_episode(request)
-        seed = request.seed if isinstance(request, Reset) else None
-        supervisor.restart_later(_IN_FLIGHT, reason, self.owner.clock, seed)
+        # Its failure's cut-short step answered the request then, so no episode is open:
+        # the new env's reset answers this one.
+        self._restart_for(_IN_FLIGHT, request, reason, self.owner.clock)
         self.owner.clock.run()
         self.owner.unsettled.add(self.index)
         self.owner._restarted.add(self.index)
         return self._failure if self._answer is None else self._answer
 
-    # As Worker._on_reply and Worker._on_failure --------------------------------------
+    # As Worker._on_reply and Worker._on_failure (the rule: RestartRule's) ------------
     def _on_reply(self, result: Any) -> None:
         supervisor = self.supervisor
         failed = isinstance(result, Failure)
@@ -252,35 +254,24 @@ class _OneEnv:
             self._failure = result
             error = EnvError.from_failure(result, self.name, self.owner.worker_id)
             error.env = self.index  # which env of the batch, as a worker's EnvError says
-            self._on_failure(error)
+            self._fail_over(error, env_gone=False, in_flight=_IN_FLIGHT, clock=self.owner.clock)
             return
         reason = supervisor.restart_completed
         if reason is not None:
-            result = restarted_state(result, self._cut_from, reason)
-            self._cut_from = None
+            result = self._restarted(result, reason)
         self._deliver(result)
 
-    def _on_failure(self, error: EnvError) -> None:
-        supervisor = self.supervisor
-        last = self._open_episode(self._sent)
-        # Restarted now: the new env's reset answers the request. Else the episode ends
-        # here, truncated: the new env starts with the env's next request.
-        restarted_now = restart_answers(last, self.owner.episode.autoreset)
-        self._cut_from = last if restarted_now else None
-        in_flight = _IN_FLIGHT if restarted_now else 0
-        supervisor.failed(error, env_gone=False, in_flight=in_flight, clock=self.owner.clock)
-        reason = supervisor.pending_restart
-        if not restarted_now and reason is not None:
-            self._deliver(cut_short_state(last, reason))
-            self._runners[self.index] = _Pending(self, self._runners[self.index])
-
-    def _open_episode(self, request: Any) -> Step[Any] | None:
-        """The state last handed out (as a Step) if ``request`` steps an episode it left
-        open, else None."""
+    def _last_state(self) -> Any:
+        """The state last handed out, as a Step."""
         last = self._last
         if type(last) is tuple:  # a runner's row: (observation, reward, flags, info)
-            last = Step(*last)
-        return open_episode(last, request, self.owner.episode.autoreset)
+            return Step(*last)
+        return last
+
+    def _deliver_cut_short(self, last: Any, reason: str) -> None:
+        """The cut-short step answers; the env waits for its restart (:class:`_Pending`)."""
+        self._deliver(cut_short_state(last, reason))
+        self._runners[self.index] = _Pending(self, self._runners[self.index])
 
     def _deliver(self, state: Any) -> None:
         self._answer = self._last = state
@@ -295,13 +286,7 @@ class _OneEnv:
         owner = self.owner
         runner = EnvRunner(self.source, seed, owner.episode, owner.runner.policies)
         self._runners[self.index] = runner
-        sent = self._sent
-        request = (
-            Reset(options=sent.options)
-            if isinstance(sent, Reset) and sent.options is not None
-            else RESET
-        )
-        self._on_reply(runner.handle(request))
+        self._on_reply(runner.handle(self._restart_reset()))
 
     def _fail(self, error: WorkerError, for_good: bool) -> None:
         self._answer = None

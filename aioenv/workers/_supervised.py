@@ -3,7 +3,9 @@ kind: the remedies its :class:`~aioenv.core._supervisor.Supervisor` applies thro
 (drop the env, start a new one, fail the request, give the worker up), the step that cuts
 short an episode its env left open when it failed (``restart="on_failure"``) or ran past
 ``episode_timeout``, and that budget's clock. :class:`~aioenv.workers.Worker` inherits
-them; the cut-short states themselves are :mod:`aioenv.core._restarts`'.
+them; the cut-short states themselves are :mod:`aioenv.core._restarts`', and what a
+failure or a restart does by that rule is :class:`~aioenv.core._supervisor.RestartRule`'s
+(which envs stepped in line follow too).
 
 The remedies act through the hooks a worker kind implements (:class:`SupervisedEnv`'s):
 how it starts an env, sends it requests, drops it after a failure and closes it;
@@ -16,21 +18,14 @@ import asyncio
 import dataclasses
 from typing import Any, ClassVar
 
-from ..core._commands import RESET, Reset, is_reset
+from ..core._commands import RESET, is_reset
 from ..core._environment import Step
 from ..core._errors import WorkerError, restart_failed
 from ..core._messages import ControlRequest, EpisodeOptions
-from ..core._restarts import (
-    EPISODE_TIMEOUT,
-    cut_short_state,
-    is_restart_reset,
-    open_episode,
-    restart_answers,
-    restarted_state,
-)
+from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset, restart_answers
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
-from ..core._supervisor import Remedies, Supervisor
+from ..core._supervisor import Remedies, RestartRule, Supervisor
 from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
 from ._inbox import InFlight, Outcome
@@ -61,17 +56,17 @@ class EpisodeBudget:
         self.deadline, self.resetting = None, False
 
 
-class SupervisedEnv(abc.ABC):
+class SupervisedEnv(RestartRule):
     """Failures, cut-short episodes and the episode budget, over the fields of
-    :class:`~aioenv.workers.Worker` named here; and the hooks a worker kind (sync, thread,
-    process, ...) implements. Replies go back through ``Worker._on_reply(seq, result)``; a
-    dead env through ``Worker._on_death(error)``."""
+    :class:`~aioenv.workers.Worker` named here (and :class:`~aioenv.core._supervisor.RestartRule`'s,
+    the cut-short rule it follows as envs stepped in line do); and the hooks a worker kind
+    (sync, thread, process, ...) implements. Replies go back through
+    ``Worker._on_reply(seq, result)``; a dead env through ``Worker._on_death(error)``."""
 
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
     #: The worker's id in its pool; None outside one.
     worker_id: int | None = None
     num_envs: int
-    observation_space: Any = None
     action_space: Any = None
     _supervisor: Supervisor
     #: The episode options its envs run under: the defaults (frozen, so shared) until a
@@ -85,13 +80,9 @@ class SupervisedEnv(abc.ABC):
     #: autoreset "next_step" the next step then resets, see request_phase).
     _episode_ended = False
     _failure: WorkerError | None = None  # set once the worker can take no more
-    #: The last request sent and the last outcome handed out: what a failure cuts short.
-    _sent: Any = None
+    #: The last outcome handed out (and RestartRule's ``_sent``, the last request sent):
+    #: what a failure cuts short.
     _last: Outcome | None = None
-    #: The state whose episode the restart in flight (or the reset after an episode ran
-    #: out of its budget) cuts short (same-step autoreset: the reset is carried by the
-    #: cut-short step); None: nothing to cut.
-    _cut_from: Any = None
 
     @property
     @abc.abstractmethod
@@ -99,7 +90,7 @@ class SupervisedEnv(abc.ABC):
         """The worker's name, for messages."""
 
     # Kinds' hooks -----------------------------------------------------------------------
-    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 (optional)
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:  # (optional)
         """Hook: start watching this worker from ``loop``."""
 
     def _abandon(self) -> None:
@@ -108,7 +99,7 @@ class SupervisedEnv(abc.ABC):
         that)."""
         self._start_close()
 
-    def _run_coroutines_in(self, host: CoroutineHost) -> None:  # noqa: B027 (optional)
+    def _run_coroutines_in(self, host: CoroutineHost) -> None:  # (optional)
         """Hook: run the env's coroutines through ``host`` rather than on the worker's loop
         (a pool bridged to a trio run); only a kind whose env is a coroutine env has any."""
 
@@ -154,24 +145,16 @@ class SupervisedEnv(abc.ABC):
             return
         # A sync worker's env may fail before any event loop runs: it restarts in line then
         clock = self._loop or ThreadClock()
-        supervisor, in_flight = self._supervisor, self._flight.awaited
         self._budget.clear()
         last = self._last
         if last is not None and last.borrowed:
             # Kept, not viewed: the new env may write its observations where it viewed.
             self._last = Outcome(last.worker_id, last.state.owned())
-        last = self._open_episode(self._sent) if in_flight else None
-        # Restarted now: the new env's reset answers the request in flight. Else the
-        # episode ends here, as a truncated one: the new env is started by the next
-        # request, whose state its reset is (as an autoreset's, next-step or by hand).
-        restarted_now = restart_answers(last, self._episode.autoreset)
-        self._cut_from = last if restarted_now else None
-        in_flight = in_flight if restarted_now else 0
-        supervisor.failed(error, env_gone=env_gone, in_flight=in_flight, clock=clock)
+        # The cut-short rule's (RestartRule's): a cut-short step is handed out at once,
+        # a restart now waits on the clock (run here in line where it is a ThreadClock).
+        self._fail_over(error, env_gone=env_gone, in_flight=self._flight.awaited, clock=clock)
         if isinstance(clock, ThreadClock):
             clock.run()
-        if not restarted_now and supervisor.pending_restart is not None:
-            self._deliver_cut_short(last, supervisor.pending_restart)
 
     def _supervised_request(self, seq: int, action: Any) -> Any:
         """The request ``seq`` sends for ``action`` once its deadline is armed: the action,
@@ -180,7 +163,8 @@ class SupervisedEnv(abc.ABC):
         answers it)."""
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
-            self._restart_for(seq, action, supervisor.pending_restart)
+            self._budget.reset_next = False  # the new env's reset answers this request anyway
+            self._restart_for(seq, action, supervisor.pending_restart, self._loop)
             return None
         request = action
         if supervisor.episode_timeout is not None:
@@ -234,36 +218,10 @@ class SupervisedEnv(abc.ABC):
             supervisor.restart_failed()
             self._fail_request(restart_failed(self.name, self.worker_id, reason, exc), True)
 
-    def _restart_reset(self) -> Any:
-        """The reset a new env starts with: where it answers a reset the user gave
-        options to (a task, say), with those options, so the episode starts as asked (the
-        seed went to the new env already)."""
-        sent = self._sent
-        if isinstance(sent, Reset) and sent.options is not None:
-            return Reset(options=sent.options)
-        return RESET
-
     # Episodes cut short ----------------------------------------------------------------
-    def _open_episode(self, action: Any) -> Any:
-        """The state last handed out if ``action`` steps an episode it left open (which a
-        failure now cuts short), else None."""
+    def _last_state(self) -> Any:
         last = self._last
-        return open_episode(None if last is None else last.state, action, self._episode.autoreset)
-
-    def _restart_for(self, seq: int, action: Any, reason: str) -> None:
-        """Request ``seq`` (``action``) comes to a worker whose env failed and was
-        dropped: an episode that failure left open ends now (under same-step autoreset
-        with the new env's reset), else the new env's reset answers the request."""
-        self._budget.reset_next = False  # the new env's reset answers this request anyway
-        last = self._open_episode(action)
-        if not restart_answers(last, self._episode.autoreset):
-            self._deliver_cut_short(last, reason)
-            return
-        self._cut_from = last
-        assert self._loop is not None
-        # A reset the user seeded seeds the new env: their episode starts where they said.
-        seed = action.seed if isinstance(action, Reset) else None
-        self._supervisor.restart_later(seq, reason, self._loop, seed)
+        return None if last is None else last.state
 
     def _deliver_cut_short(self, last: Any, reason: str) -> None:
         """Answer the request in flight with the step that cuts ``last``'s episode short;
@@ -273,14 +231,6 @@ class SupervisedEnv(abc.ABC):
         self._flight.awaited = 0
         self._last = outcome = Outcome(self.worker_id, state)
         self._flight.inbox.deliver(outcome)
-
-    def _restarted(self, first: Any, reason: str) -> Any:
-        """The restarted env's first state ``first`` (or the reset that answers after an
-        episode ran out of its budget) as handed out: the step that cuts short the episode
-        of ``_cut_from`` and carries it (same-step autoreset), else ``first`` marked as a
-        restart's."""
-        last, self._cut_from = self._cut_from, None
-        return restarted_state(first, last, reason, self.observation_space)
 
     # Episode budgets -------------------------------------------------------------------
     def _check_budget(self, options: Supervision) -> None:
