@@ -172,9 +172,7 @@ class EnvRestarts(Supervisors["_OneEnv"]):
         last of the new envs') where none answers (restarts off, or the budget spent)."""
         if index in self.removed:
             return failure
-        self.unsettled.add(index)
-        self._restarted.add(index)
-        return self.each[index].failed(request, failure)
+        return self.each[index].answer(request, failure)
 
     def progress_of(self, request: Any) -> None:
         """:meth:`progress` of the envs that answered ``request``, a batch of actions or a
@@ -221,26 +219,24 @@ class _OneEnv(RestartRule):
         self._answer: Any = None  # what answers the request, once known
 
     # What the vector runner asks -------------------------------------------------------
-    def failed(self, request: Any, failure: Failure) -> Any:
-        """Env's answer to ``request`` was ``failure``: what answers in its place."""
-        runner = self._runners[self.index]
+    def answer(self, request: Any, failure: Failure | None = None) -> Any:
+        """What answers ``request``: where the env's answer to it was ``failure``, what
+        answers in its place; without (the env waits for its restart, its failure ended
+        its episode cut short), the new env's reset (a reset the user seeded seeds the
+        new env). Where none answers, the env's failure (or the last of the new envs')."""
         self._sent, self._answer = request, None
-        self._last = runner.previous if isinstance(runner, EnvRunner) else self._last
-        self._on_reply(failure)
+        if failure is not None:
+            runner = self._runners[self.index]
+            self._last = runner.previous if isinstance(runner, EnvRunner) else self._last
+            self._on_reply(failure)
+        else:
+            reason = self.supervisor.pending_restart
+            assert reason is not None
+            # Its failure's cut-short step answered the request then, so no episode is
+            # open: the new env's reset answers this one.
+            self._restart_for(_IN_FLIGHT, request, reason, self.owner.clock)
         self.owner.clock.run()
-        return failure if self._answer is None else self._answer
-
-    def restart_for(self, request: Any) -> Any:
-        """``request`` comes to the env while it waits for its restart (its failure
-        ended its episode cut short): the new env's reset answers it (a reset the user
-        seeded seeds the new env)."""
-        reason = self.supervisor.pending_restart
-        assert reason is not None
-        self._sent, self._answer = request, None
-        # Its failure's cut-short step answered the request then, so no episode is open:
-        # the new env's reset answers this one.
-        self._restart_for(_IN_FLIGHT, request, reason, self.owner.clock)
-        self.owner.clock.run()
+        # Its supervisor hears of the next answers, not of this one (see progress).
         self.owner.unsettled.add(self.index)
         self.owner._restarted.add(self.index)
         return self._failure if self._answer is None else self._answer
@@ -302,7 +298,7 @@ class _Pending:
         self._env, self._old = env, old
 
     def handle(self, request: Any) -> Any:
-        return self._env.restart_for(request)
+        return self._env.answer(request)
 
     step_row = handle
 
