@@ -382,15 +382,23 @@ class RestartRule(abc.ABC):
         episode that failure left open ends now (under same-step autoreset with the new
         env's reset), else the new env's reset answers the request, started on
         ``clock``."""
-        last = self._open_episode(request)
-        if not restart_answers(last, self._episode.autoreset):
-            self._deliver_cut_short(last, reason)
+        if not self._carried(self._open_episode(request), reason):
             return
-        self._cut_from = last
         assert clock is not None
         # A reset the user seeded seeds the new env: their episode starts where they said.
         seed = request.seed if isinstance(request, Reset) else None
         self._supervisor.restart_later(seq, reason, clock, seed)
+
+    def _carried(self, last: Any, reason: str) -> bool:
+        """Whether the new env's reset answers the request in flight, where the episode
+        ``last`` left open (None: none is) ends for ``reason``: then ``last`` is the state
+        its restart cuts short (:attr:`_cut_from`); else the step that cuts it short
+        answers the request now (:meth:`_deliver_cut_short`)."""
+        if restart_answers(last, self._episode.autoreset):
+            self._cut_from = last
+            return True
+        self._deliver_cut_short(last, reason)
+        return False
 
     def _restart_reset(self) -> Any:
         """The reset a new env starts with: where it answers a reset the user gave

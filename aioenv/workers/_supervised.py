@@ -22,7 +22,7 @@ from ..core._commands import RESET, is_reset
 from ..core._environment import Step
 from ..core._errors import WorkerError, restart_failed
 from ..core._messages import ControlRequest, EpisodeOptions
-from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset, restart_answers
+from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
 from ..core._supervisor import Remedies, RestartRule, Supervisor
@@ -267,12 +267,10 @@ class SupervisedEnv(RestartRule):
         if remaining > 0:
             self._supervisor.arm_budget(loop, remaining, self._budget_ran_out)
             return action
-        last = self._budget_ended()
-        if restart_answers(last, self._episode.autoreset):
-            self._cut_from, self._budget.resetting = last, True
+        if self._carried(self._budget_ended(), EPISODE_TIMEOUT):
+            self._budget.resetting = True
             return RESET
         self._budget.reset_next = True
-        self._deliver_cut_short(last, EPISODE_TIMEOUT)
         return None
 
     def _budget_ended(self) -> Any:
@@ -301,12 +299,9 @@ class SupervisedEnv(RestartRule):
             )
         )
         self._discard_env(True)
-        if restart_answers(last, self._episode.autoreset):
-            self._cut_from = last
-            self._supervisor.end_episode(seq, self._loop)
-        else:
-            self._supervisor.end_episode(0, self._loop)
-            self._deliver_cut_short(last, EPISODE_TIMEOUT)
+        # Carried: the new env's reset answers the step; else its cut-short step did.
+        carried = self._carried(last, EPISODE_TIMEOUT)
+        self._supervisor.end_episode(seq if carried else 0, self._loop)
 
     def _time_episode(self, state: Any) -> Any:
         """``state``, the answer to the request in flight, as handed out (the step that
