@@ -6,6 +6,7 @@ Importing ``aioenv`` does not import this module, Stable-Baselines3 or torch.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from . import _sb3_envs as envs_side
+from .core._environment import Step
 from .vector._choice import AUTO
 from .vector._env import AioVectorEnv
 
@@ -80,6 +82,17 @@ class AioVecEnv(VecEnv):
             options["context"] = start_method
         factories = [envs_side.EnvFactory(env_fn) for env_fn in env_fns]
         self.venv = AioVectorEnv(factories, mode=mode, autoreset_mode=_AUTORESET, **options)
+        # The workers and states of the last step or reset: their infos as the envs gave
+        # them (the vector env's are gymnasium's arrays, of numpy types).
+        kept: list[Any] = []
+        self._kept, batches = kept, self.venv._batches
+        gather = batches.gather
+
+        def keeping(workers: list[int], states: list[Any]) -> dict[str, Any]:
+            kept[:] = workers, states
+            return gather(workers, states)
+
+        batches.gather = keeping  # type: ignore[method-assign]
         try:
             if self.venv.num_envs != len(factories):  # PettingZoo parallel envs' agent lanes
                 raise TypeError(
@@ -107,8 +120,8 @@ class AioVecEnv(VecEnv):
             seeds = [seed if mask[env] else None for env, seed in enumerate(self._seeds)]
             if len(mask) != mask.sum():
                 options = {**options, "reset_mask": mask}
-            observations, infos = self.venv.reset(seed=seeds, options=options or None)
-            for env, info in enumerate(_per_env(infos, self.num_envs)):
+            observations, _ = self.venv.reset(seed=seeds, options=options or None)
+            for env, info in enumerate(self._env_infos()[0]):
                 if mask[env]:
                     reset_infos[env] = info
         self.reset_infos = reset_infos
@@ -123,22 +136,18 @@ class AioVecEnv(VecEnv):
         self.venv.step_async(actions)
 
     def step_wait(self) -> VecEnvStepReturn:
-        observations, rewards, terminations, truncations, infos = self.venv.step_wait()
-        final_observations = infos.pop("final_obs", None)
-        infos.pop("_final_obs", None)
-        finals = _per_env(infos.pop("final_info", {}), self.num_envs)
-        infos.pop("_final_info", None)
+        observations, rewards, terminations, truncations, _ = self.venv.step_wait()
+        per_env, finals = self._env_infos()
         dones = np.logical_or(terminations, truncations)
         by_time_limit = np.logical_and(truncations, np.logical_not(terminations)).tolist()
         step_infos: list[dict[str, Any]] = []
-        per_env = _per_env(infos, self.num_envs)
         for env, (done, info) in enumerate(zip(dones.tolist(), per_env, strict=True)):
             if done:
                 # The step's own info is the ended episode's; the one beside the new
                 # observation belongs to the reset.
                 self.reset_infos[env] = info
-                info = finals[env]
-                info["terminal_observation"] = final_observations[env]
+                last, info = finals[env]
+                info["terminal_observation"] = last
             info["TimeLimit.truncated"] = by_time_limit[env]
             step_infos.append(info)
         return observations, rewards.astype(np.float32), dones, step_infos
@@ -183,6 +192,26 @@ class AioVecEnv(VecEnv):
     ) -> list[bool]:
         return self._apply(envs_side.is_wrapped, indices, wrapper_class)
 
+    def _env_infos(self) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, dict[str, Any]]]]:
+        """The info each env gave in the last step or reset, and the last observation and
+        info of each env that ended an episode there: copies of the envs' own, as
+        DummyVecEnv hands them out (a process worker's batch gives its rows' back so)."""
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        finals: dict[int, tuple[Any, dict[str, Any]]] = {}
+        for worker, state in zip(*self._kept, strict=True):
+            lo = self.venv._layout.starts[worker]
+            if isinstance(state, Step):  # a worker of one env
+                own, last = {0: state.info}, {0: state.final_observation}
+                ended = {} if state.final_info is None else {0: state.final_info}
+            else:
+                own, ended, last = state.infos, state.final_infos, state.final_observations
+            for row, info in own.items():
+                infos[lo + row] = copy.deepcopy(info)
+            for row, info in ended.items():
+                finals[lo + row] = last[row], copy.deepcopy(info)
+        self._kept.clear()  # (the states' observations may be views of shared memory)
+        return infos, finals
+
     def _apply(self, function: Callable[..., Any], indices: VecEnvIndices, *args: Any) -> list[Any]:
         env_ids = None if indices is None else list(self._get_indices(indices))
         if env_ids and len({env % self.num_envs for env in env_ids}) < len(env_ids):
@@ -213,17 +242,3 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return bool(a == b)
     except Exception:  # values that do not compare (arrays): reset apart
         return a is b
-
-
-def _per_env(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
-    """Gymnasium's vector infos (``infos[key][i]`` where ``infos["_" + key][i]``, dicts of
-    them nested) as one dict per env, as SB3 hands them out."""
-    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-    for key, values in infos.items():
-        mask = infos.get(f"_{key}")
-        if mask is None:  # a mask itself
-            continue
-        rows = _per_env(values, num_envs) if isinstance(values, dict) else values
-        for env in np.flatnonzero(mask):
-            out[env][key] = rows[env]
-    return out

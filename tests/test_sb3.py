@@ -6,6 +6,8 @@ SB3's own vec-env tests run against the adapter too (``make test-extras``)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +120,101 @@ def test_steps_resets_and_infos_are_dummy_vec_envs(options: dict[str, Any]) -> N
                     ended["truncated" if info["TimeLimit.truncated"] else "terminated"] += 1
         assert ended["terminated"] and ended["truncated"]  # both ways of ending were seen
         np.testing.assert_array_equal(first[:, 0], 0)  # the reset's, never overwritten
+    finally:
+        reference.close()
+        ours.close()
+
+
+class Typed(gymnasium.Env[np.ndarray, int]):
+    """Infos of Python and numpy scalars, nested, whose types differ from env to env (env
+    ``index``'s ``"level"`` is an int or a float), ending episodes by termination."""
+
+    def __init__(self, index: int) -> None:
+        self.observation_space = gymnasium.spaces.Box(-1e6, 1e6, (2,), np.float64)
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.index, self.t = index, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"start": 3, "fresh": True, "level": self._level()}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        info = {
+            "is_success": bool(action == 1),
+            "t": self.t,
+            "score": 0.5 * self.t,
+            "level": self._level(),
+            "own": np.float32(1.5),
+            "nested": {"flag": self.t > 1, "n": self.index},
+        }
+        return self._obs(), 1.0, self.t >= 2 + self.index % 2, False, info
+
+    def _level(self) -> int | float:
+        return self.index if self.index % 2 else float(self.index)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.index], np.float64)
+
+
+def typed(value: Any) -> Any:
+    """``value`` with the type of each value in it, arrays as lists."""
+    if isinstance(value, dict):
+        return {key: typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [typed(item) for item in value]
+    if isinstance(value, np.ndarray):
+        return np.ndarray, value.dtype, value.tolist()
+    return type(value), value
+
+
+@pytest.mark.parametrize(
+    "options", [*MODES, {"mode": "thread"}], ids=[*MODE_IDS, "thread-env-per-worker"]
+)
+def test_infos_keep_the_types_the_envs_gave_as_in_dummy_vec_env(options: dict[str, Any]) -> None:
+    factories = [functools.partial(Typed, index) for index in range(4)]
+    reference, ours = both(factories, **options)  # type: ignore[arg-type]
+    try:
+        ours.reset()
+        reference.reset()
+        assert typed(ours.reset_infos) == typed(reference.reset_infos)
+        for row in np.random.default_rng(1).integers(0, 3, size=(6, 4)):
+            infos = ours.step(row)[3]
+            assert typed(infos) == typed(reference.step(row)[3])
+            assert typed(ours.reset_infos) == typed(reference.reset_infos)
+            for info in infos:
+                json.dumps({**info, "terminal_observation": None, "own": None})
+    finally:
+        reference.close()
+        ours.close()
+
+
+class OwnFinalInfo(Typed):
+    """Infos with keys of the env's own named as gymnasium's autoreset names its own."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return super().reset(seed=seed)[0], {"final_info": "reset"}
+
+    def step(self, action: int) -> Any:
+        *result, _ = super().step(action)
+        return (*result, {"final_obs": "own", "final_info": {"own": "yes"}, "_t": "t"})
+
+
+@pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
+def test_infos_with_keys_named_as_the_autoresets_reach_sb3_as_the_env_gave_them(
+    options: dict[str, Any],
+) -> None:
+    reference, ours = both([functools.partial(OwnFinalInfo, 0)] * 2, **options)  # type: ignore[arg-type]
+    try:
+        for venv in (reference, ours):
+            venv.reset()
+        assert typed(ours.reset_infos) == typed(reference.reset_infos)
+        for _ in range(3):
+            assert typed(ours.step(np.array([0, 1]))[3]) == typed(
+                reference.step(np.array([0, 1]))[3]
+            )
+            assert typed(ours.reset_infos) == typed(reference.reset_infos)
     finally:
         reference.close()
         ours.close()
