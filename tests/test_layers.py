@@ -10,6 +10,7 @@ floors and what each imports.
 from __future__ import annotations
 
 import ast
+import runpy
 import sys
 from pathlib import Path
 
@@ -224,6 +225,14 @@ def test_the_checks_see_real_edges() -> None:
         "asyncio._get_running_loop",
         "asyncio.events._set_running_loop",
     }
+
+
+def test_every_function_the_mutation_check_names_exists() -> None:
+    """A function moved or renamed must be renamed in the mutation check's list too
+    (``make mutation``, tools/mutation/functions.toml), which otherwise stops at it."""
+    tool = PACKAGE.parent / "tools" / "mutation"
+    mutation = runpy.run_path(str(tool / "run.py"), run_name="aioenv_mutation_run")
+    assert mutation["load_targets"](tool / "functions.toml", None, None)
 
 
 def print_the_house() -> None:
