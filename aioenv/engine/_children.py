@@ -106,17 +106,15 @@ class EngineChildren(HandOffs):
             )
         self._context = resolve_context(context)
         thread_caps = ThreadCaps.resolve(threads_per_env, "AioVectorEnv")
-        #: What each child is sent to build and serve its envs.
-        self._plans = _plans(
-            groups,
-            sizes,
-            (observation_space, action_space),
-            seed,
-            episode,
-            thread_caps,
-            spin,
-            options,
+        restarts = options.restart == "on_failure" or options.on_failure is not None
+        in_child = dataclasses.replace(options, on_failure=None) if restarts else None
+        spaces, registry = (observation_space, action_space), registry_snapshot()
+        # Every child's plan but for its envs, rows and seeds (see _plans).
+        shared = ChildPlan(
+            b"", None, episode, registry, thread_caps, spin, spaces, slice(0), n, restarts=in_child
         )
+        #: What each child is sent to build and serve its envs.
+        self._plans = _plans(groups, sizes, seed, shared)
         buffer = StepBuffer(observation_space, action_space, n)
         try:
             answer = Wake.new()
@@ -330,38 +328,23 @@ class EngineChildren(HandOffs):
 
 
 def _plans(
-    groups: Sequence[EnvSource],
-    sizes: Sequence[int],
-    spaces: tuple[Any, Any],
-    seed: int | None,
-    episode: EpisodeOptions,
-    thread_caps: ThreadCaps | None,
-    idle_spin: float,
-    options: Supervision,
+    groups: Sequence[EnvSource], sizes: Sequence[int], seed: int | None, shared: ChildPlan
 ) -> list[ChildPlan]:
     """What each child of ``groups`` (``sizes[w]`` envs each) is sent to build and serve
-    its envs. Each env's seed is the one it has in line or alone in a worker, however the
-    envs are grouped; a child's own seed draws its restarts'."""
-    n = sum(sizes)
+    its envs: ``shared`` (what every child is sent alike: its episode options, the
+    registry, thread caps, idle spin, spaces, buffer size and restart options) with the
+    child's own envs, rows and seeds. Each env's seed is the one it has in line or alone
+    in a worker, however the envs are grouped; a child's own seed draws its restarts'."""
     bounds = itertools.pairwise([0, *itertools.accumulate(sizes)])
-    registry = registry_snapshot()
-    seeds, envs_seeds = worker_seeds(seed, len(groups)), worker_seeds(seed, n)
-    restarts = options.restart == "on_failure" or options.on_failure is not None
-    in_child = dataclasses.replace(options, on_failure=None) if restarts else None
+    seeds, envs_seeds = worker_seeds(seed, len(groups)), worker_seeds(seed, shared.n)
     return [
-        ChildPlan(
-            pickling.dumps(group),
-            seeds[w],
-            episode,
-            registry,
-            thread_caps,
-            idle_spin,
-            spaces,
-            slice(lo, hi),
-            n,
-            w,
-            tuple(envs_seeds[lo:hi]),
-            in_child,
+        dataclasses.replace(
+            shared,
+            payload=pickling.dumps(group),
+            seed=seeds[w],
+            rows=slice(lo, hi),
+            child=w,
+            env_seeds=tuple(envs_seeds[lo:hi]),
         )
         for w, (group, (lo, hi)) in enumerate(zip(groups, bounds, strict=True))
     ]
