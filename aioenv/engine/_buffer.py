@@ -128,17 +128,8 @@ class StepBuffer:
         ``copy=False`` steps keep it until the last of them goes. The buffer's own arrays
         are gone."""
         os.close(self.fd)
-        for name in ("actions", "observations", "observation_views", "rewards"):
-            delattr(self, name)
-        del (
-            self.terminated,
-            self.truncated,
-            self.notes,
-            self.marks,
-            self.infos,
-            self.seqs,
-            self.spins,
-        )
+        del self.actions, self.observations, self.observation_views, self.rewards, self.terminated
+        del self.truncated, self.notes, self.marks, self.infos, self.seqs, self.spins
         with contextlib.suppress(BufferError):
             self._memory.release()
         # numpy's arrays hold the mapping itself, not an export of it, so closing it with
