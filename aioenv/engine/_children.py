@@ -137,13 +137,11 @@ class EngineChildren(HandOffs):
         for w, plan in enumerate(self._plans):
             child = Child.of(w, self._context, plan)
             try:
-                child.launch(self.buffer.fd, self.answer)
+                child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
             except BaseException:
                 child.end(0.0)  # not started, it has no sentinel to be added with
                 raise
             self.add(child)
-            if self.timed:
-                child.handed(self.options, "start-up")
         for w in range(len(self.children)):
             error = self._built(w)
             if error is not None:
@@ -156,12 +154,10 @@ class EngineChildren(HandOffs):
         child = Child.of(w, self._context, plan)  # (failing, it leaves the old one to close)
         self.children[w].end(0.0)
         try:
-            child.launch(self.buffer.fd, self.answer)
+            child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
         finally:
             self.children[w], self.requests[w] = child, child.request
         self._sentinels[w] = child.sentinel
-        if self.timed:
-            child.handed(self.options, "start-up")
         return self._built(w)
 
     def _built(self, w: int) -> WorkerError | None:
