@@ -25,7 +25,7 @@ from gymnasium.vector import SyncVectorEnv
 from support import process_running, wait_until, worker_processes
 
 import aioenv
-from aioenv.engine._packed_infos import PackedInfos
+from aioenv.engine._buffer import PackedInfos
 from aioenv.engine._wake import Wake
 
 pytestmark = pytest.mark.timeout(120)

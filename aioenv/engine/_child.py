@@ -40,7 +40,7 @@ from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
 from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
-from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, StepBuffer, write_rows
+from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, PackedInfos, StepBuffer, write_rows
 from ._channel import (
     GivenUp,
     Reported,
@@ -49,7 +49,6 @@ from ._channel import (
     post_with,
     receive_message,
 )
-from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
 
 __all__ = ["serve"]

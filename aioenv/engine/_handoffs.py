@@ -23,10 +23,16 @@ from ..core._environment import BatchStep, Stepped, copy_arrays, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
 from ..wire._pickles import decode_infos
-from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, StepBuffer, rows_state, write_rows
+from ._buffer import (
+    INFOS_IN_BUFFER,
+    NEW_SPIN,
+    PackedInfos,
+    StepBuffer,
+    rows_state,
+    write_rows,
+)
 from ._channel import GivenUp, answer_of, encoded
 from ._family import Child, late, together, until_due
-from ._packed_infos import PackedInfos
 from ._wake import Gone, Wake
 
 if TYPE_CHECKING:
