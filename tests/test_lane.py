@@ -193,12 +193,12 @@ async def test_a_request_made_before_a_step_is_served_before_it(envs: int) -> No
     async with aioenv.make_pool(Echo, envs, mode="process", envs_per_process=envs) as pool:
         await states_of(pool, [1])
         assert lane_of(pool) is not None
-        flight = pool.workers[0]._flight  # type: ignore[attr-defined]
-        numbered = flight.next_seq
+        worker = pool.workers[0]
+        numbered = worker._next_seq  # type: ignore[attr-defined]
         async with anyio.create_task_group() as group:
             group.start_soon(pool.set_attr, "bias", 100.0)
             # The control request is numbered as it is written to the socket.
-            assert await eventually(lambda: flight.next_seq > numbered)
+            assert await eventually(lambda: worker._next_seq > numbered)
             pool.send_action(3, 0)  # through the lane
         state, _ = await pool.get_state()  # type: ignore[misc]
         assert state.observation.tolist() == [3.0, 0.0, 100.0]

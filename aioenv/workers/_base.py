@@ -11,10 +11,12 @@ Three faces:
   never asks which kind it is.
 - **Kinds** implement the hooks of :class:`~aioenv.workers._supervised.SupervisedEnv`
   (start an env, submit a request, drop a failed env, close) and hand replies to
-  ``_on_reply``, which drops stale ones and delivers the rest through the worker's
-  :class:`~aioenv.workers._inbox.InFlight`; failures go through its
-  :class:`~aioenv.core._supervisor.Supervisor`, whose remedies, the cut-short episodes and
-  the episode budget are :class:`~aioenv.workers._supervised.SupervisedEnv`'s too.
+  ``_on_reply``, which drops stale ones and delivers the rest to the worker's
+  :class:`~aioenv.workers._inbox.Inbox`, or to the futures of its control requests (the
+  requests it keeps in fields of :class:`~aioenv.workers._supervised.SupervisedEnv`);
+  failures go through its :class:`~aioenv.core._supervisor.Supervisor`, whose remedies,
+  the cut-short episodes and the episode budget are
+  :class:`~aioenv.workers._supervised.SupervisedEnv`'s too.
 
 Workers use asyncio's primitives (futures, ``call_later``, ``call_soon_threadsafe``) for
 waiting and timers, and anyio only for cancel scopes (the shielded close).
@@ -36,7 +38,7 @@ from ..core._seeds import checked_seed, seeded_reset
 from ..core._supervision import SUPERVISION_DEFAULTS, Supervision, episode_ended
 from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id, to_the_end
-from ._inbox import InFlight, Outcome
+from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck, Membership
 from ._supervised import EpisodeBudget
 
@@ -105,7 +107,8 @@ class Worker(Membership, Generic[S]):
         #: :class:`~aioenv.BatchStep`), else 1.
         self.num_envs = len(env.sources) if isinstance(env, VectorSource) else 1
         # (Its other fields start at their classes' defaults: SupervisedEnv's, Membership's.)
-        self._flight = InFlight()
+        self._inbox = Inbox(ordered=True)
+        self._controls = {}
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, self._remedies())
         self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
@@ -149,8 +152,7 @@ class Worker(Membership, Generic[S]):
             return
         if self._failure is not None:
             raise self._failure
-        flight = self._flight
-        if self.worker_id in flight.inbox.owed:
+        if self.worker_id in self._inbox.owed:
             raise StateNotTaken(
                 f"{self.name} already has an action in flight or a state not yet taken; "
                 "take it with get_state() before sending another action"
@@ -166,10 +168,10 @@ class Worker(Membership, Generic[S]):
             self._ensure_loop()
         if self._next_reset_seed is not None and is_reset(action):
             action, self._next_reset_seed = seeded_reset(action, self._next_reset_seed), None
-        seq = flight.next_seq
-        flight.next_seq = seq + 1
-        flight.awaited = seq
-        flight.inbox.owed[self.worker_id] = None  # owe(), inlined
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        self._awaited = seq
+        self._inbox.owed[self.worker_id] = None  # owe(), inlined
         self._sent = action
         supervisor = self._supervisor
         request = action
@@ -184,7 +186,7 @@ class Worker(Membership, Generic[S]):
         except BaseException:
             # Nothing was sent (an action that does not pickle, say): the worker is untouched.
             supervisor.disarm()
-            flight.forget(self.worker_id)
+            self._forget()
             raise
 
     async def get_state(self) -> S:
@@ -201,7 +203,7 @@ class Worker(Membership, Generic[S]):
             )
         if self._closing:
             raise ClosedError(f"{self.name} is closed")
-        inbox, worker_id = self._flight.inbox, self.worker_id
+        inbox, worker_id = self._inbox, self.worker_id
         while True:
             outcome = inbox.pop(worker_id)
             if outcome is not None:
@@ -230,8 +232,8 @@ class Worker(Membership, Generic[S]):
                 self._closing = True
                 self._supervisor.disarm()
                 self._start_close()
-            self._flight.inbox.forgive(self.worker_id)
-            self._flight.fail_controls(ClosedError(f"{self.name} was closed"))
+            self._inbox.forgive(self.worker_id)
+            self._fail_controls(ClosedError(f"{self.name} was closed"))
             if not self._closed:  # (asyncio's own cancellation stops at the shield too)
                 await to_the_end(self._closed_within(timeout))
 
@@ -250,7 +252,7 @@ class Worker(Membership, Generic[S]):
         return f"<{type(self).__name__} {self.name} {state}>"
 
     def _close_by_sentinel(self) -> None:
-        if self.worker_id in self._flight.inbox.owed:
+        if self.worker_id in self._inbox.owed:
             raise StateNotTaken(
                 f"{self.name} has a state that was not taken; take it with get_state() "
                 "before sending CLOSE, or call aclose() to close it discarding that state"
@@ -264,11 +266,15 @@ class Worker(Membership, Generic[S]):
     def _on_reply(self, seq: int, result: Any, borrowed: bool = False) -> None:
         """Deliver the reply to request ``seq``: a state, or a :class:`Failure`.
         ``borrowed``: the state's observation is a view of shared memory."""
-        flight = self._flight
-        if not seq or seq != flight.awaited:
-            # A control request's answer, else a late reply to a request nobody waits for
-            # any more (answer_control drops it).
-            flight.answer_control(seq, result, self._env_error)
+        if not seq or seq != self._awaited:
+            # A control request's answer (its future gets it, or the error a Failure maps
+            # to), else a late reply to a request nobody waits for any more (dropped).
+            future = self._controls.pop(seq, None)
+            if future is not None and not future.done():
+                if isinstance(result, Failure):
+                    future.set_exception(self._env_error(result))
+                else:
+                    future.set_result(result)
             return
         supervisor = self._supervisor
         failed = isinstance(result, Failure)
@@ -294,9 +300,9 @@ class Worker(Membership, Generic[S]):
             result = self._restarted(result, reason)
         if supervisor.episode_timeout is not None:
             result = self._time_episode(result)
-        flight.awaited = 0
+        self._awaited = 0
         self._last = outcome = Outcome(self.worker_id, result, None, borrowed)
-        flight.inbox.deliver(outcome)
+        self._inbox.deliver(outcome)
 
     def _on_death(self, error: WorkerError) -> None:
         """The current env is gone (its process died)."""

@@ -217,7 +217,7 @@ class _EnvTask:
                         # task, before what waits for the request, which is forgotten (the
                         # env is kept), can run.
                         loop.call_soon(_interrupt, exc)
-                        if self is worker._current and seq == worker._flight.awaited:
+                        if self is worker._current and seq == worker._awaited:
                             worker.forget_request()
                         continue
                     # Raised in a task, these would end the whole event loop: this env is

@@ -146,15 +146,14 @@ class Membership(SupervisedEnv):
         ``check_first_reply`` runs when the env first answers (the pool's space check)."""
         if self.worker_id is not None:
             raise ValueError(f"{self.name} already belongs to a pool")
-        flight = self._flight
-        if flight.inbox.num_owed:
+        if self._inbox.num_owed:
             raise StateNotTaken(f"{self.name} has a state not yet taken; take it before pooling it")
         if self._closing:
             raise ClosedError(f"{self.name} is closed and cannot join a pool")
         options = supervision.under(self._supervisor.options)
         self._check_budget(options)
         self._supervisor.configure(options)
-        flight.inbox, self.worker_id = inbox, worker_id
+        self._inbox, self.worker_id = inbox, worker_id
         self._check_first_reply = check_first_reply
         if episode is not None and episode != self._episode:
             self._episode = episode
@@ -178,11 +177,16 @@ class Membership(SupervisedEnv):
                 "with its next step or reset: call again once that is answered",
                 worker_id=self.worker_id,
             )
-        seq, future = self._flight.begin_control(self._ensure_loop())
+        future: asyncio.Future[Any] = self._ensure_loop().create_future()
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        # Its error counts as seen: a caller cut short drops it, unreported by asyncio's GC.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._controls[seq] = future
         try:
             self._submit_control(seq, request)
         except BaseException:
-            self._flight.controls.pop(seq, None)
+            self._controls.pop(seq, None)
             raise
         return future
 
@@ -190,9 +194,14 @@ class Membership(SupervisedEnv):
         """Stop waiting for the reply to the request in flight (a cancelled rollout): it
         is dropped as stale when it comes, and the worker takes a new request at once (its
         env answers it after the forgotten one)."""
-        if self._flight.awaited:
+        if self._awaited:
             self._supervisor.forget_in_flight()
-        self._flight.forget(self.worker_id)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Await no reply any more: one that comes is stale, and no state is owed."""
+        self._awaited = 0
+        self._inbox.forgive(self.worker_id)
 
     def enter_loop(self) -> None:
         """Bind to the running event loop (a pool about to wait on a new loop): a worker
@@ -213,17 +222,17 @@ class Membership(SupervisedEnv):
         loop = running_loop()
         if loop is None:
             raise not_on_asyncio(f"{self.name}: send_action()")
-        old, flight = self._loop, self._flight
+        old = self._loop
         if old is loop:
             self._loop_thread = thread_id()
             return loop
         if old is not None:
             if not closing:
-                check_loop_move(self.name, old, bool(flight.awaited or flight.controls))
+                check_loop_move(self.name, old, bool(self._awaited or self._controls))
             self._supervisor.disarm()
-            if flight.awaited:
-                flight.forget(self.worker_id)
-            flight.fail_controls(ClosedError(f"{self.name} was closed"))
+            if self._awaited:
+                self._forget()
+            self._fail_controls(ClosedError(f"{self.name} was closed"))
         self._loop, self._loop_thread = loop, thread_id()
         self._bind_loop(loop)
         return loop

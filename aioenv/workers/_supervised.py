@@ -28,7 +28,7 @@ from ..core._supervision import Supervision, budget_end, request_phase, timeout_
 from ..core._supervisor import Remedies, RestartRule, Supervisor
 from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
-from ._inbox import InFlight, Outcome
+from ._inbox import Inbox, Outcome
 
 __all__ = ["EpisodeBudget", "SupervisedEnv"]
 
@@ -73,7 +73,17 @@ class SupervisedEnv(RestartRule):
     #: pool's join_pool gives its own.
     _episode = EpisodeOptions()
     _budget: EpisodeBudget
-    _flight: InFlight
+    # Its requests, numbered from 1 (see workers._inbox): its per-step path numbers a
+    # request and delivers its state by writing these fields itself, as a call per step
+    # would cost more than the step's bookkeeping.
+    #: The inbox its states go to: its own, or its pool's once it joins one.
+    _inbox: Inbox
+    #: The number the next request gets.
+    _next_seq = 1
+    #: The request whose reply is still to come; 0: none.
+    _awaited = 0
+    #: The futures of the control requests still to be answered, by sequence number.
+    _controls: dict[int, asyncio.Future[Any]]
     _loop: asyncio.AbstractEventLoop | None = None
     _closing = False
     #: The last state delivered ended an episode (kept only with deadlines: under
@@ -141,7 +151,7 @@ class SupervisedEnv(RestartRule):
     def _on_failure(self, error: WorkerError, *, env_gone: bool) -> None:
         if self._closing:
             self._supervisor.disarm()
-            self._flight.awaited = 0
+            self._awaited = 0
             return
         # A sync worker's env may fail before any event loop runs: it restarts in line then
         clock = self._loop or ThreadClock()
@@ -152,7 +162,7 @@ class SupervisedEnv(RestartRule):
             self._last = Outcome(last.worker_id, last.state.owned())
         # The cut-short rule's (RestartRule's): a cut-short step is handed out at once,
         # a restart now waits on the clock (run here in line where it is a ThreadClock).
-        self._fail_over(error, env_gone=env_gone, in_flight=self._flight.awaited, clock=clock)
+        self._fail_over(error, env_gone=env_gone, in_flight=self._awaited, clock=clock)
         if isinstance(clock, ThreadClock):
             clock.run()
 
@@ -191,20 +201,30 @@ class SupervisedEnv(RestartRule):
             discard_env=self._discard_env,
             start_env=self._start_env,
             fail=self._fail_request,
-            fail_controls=self._flight.fail_controls,
+            fail_controls=self._fail_controls,
             awaiting=self._awaiting,
             time_out=self._timed_out,
         )
 
     def _awaiting(self, seq: int) -> bool:
-        return not self._closing and seq == self._flight.awaited
+        return not self._closing and seq == self._awaited
 
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         if for_good and self._failure is None:
             # The first error for good stays the worker's: a later one (the death of a
             # process it shared with a worker that timed out) is its consequence.
             self._failure = error
-        self._flight.fail(self.worker_id, error)
+        # Raised in place of the awaited request's state, if one is awaited.
+        in_flight, self._awaited = self._awaited, 0
+        if in_flight:
+            self._inbox.deliver(Outcome(self.worker_id, None, error))
+
+    def _fail_controls(self, error: BaseException) -> None:
+        """Complete every pending control request with ``error``."""
+        futures, self._controls = self._controls, {}
+        for future in futures.values():
+            if not future.done():
+                future.set_exception(error)
 
     def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
         supervisor = self._supervisor
@@ -228,9 +248,9 @@ class SupervisedEnv(RestartRule):
         the new env starts with the next request."""
         state = cut_short_state(last, reason)
         self._budget.deadline = None
-        self._flight.awaited = 0
+        self._awaited = 0
         self._last = outcome = Outcome(self.worker_id, state)
-        self._flight.inbox.deliver(outcome)
+        self._inbox.deliver(outcome)
 
     # Episode budgets -------------------------------------------------------------------
     def _check_budget(self, options: Supervision) -> None:
@@ -286,12 +306,12 @@ class SupervisedEnv(RestartRule):
         """The open episode ran past its budget while its step was in flight: the step is
         abandoned and its env dropped; the episode ends cut short (under same-step
         autoreset, with the new env's reset)."""
-        seq = self._flight.awaited
+        seq = self._awaited
         if not seq or self._closing:
             return
         assert self._loop is not None
         last = self._budget_ended()
-        self._flight.fail_controls(
+        self._fail_controls(
             WorkerError(
                 f"{self.name}: its env was dropped, its episode having run past "
                 f"episode_timeout={self._supervisor.episode_timeout:g} s",

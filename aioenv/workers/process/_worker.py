@@ -221,7 +221,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             seq, step = answer
             if not isinstance(step, Exception):
                 self._on_reply(seq, step, lane.views)
-            elif seq == self._flight.awaited:
+            elif seq == self._awaited:
                 self._on_undecodable(seq, step)
 
     # Hooks -----------------------------------------------------------------------------
@@ -284,8 +284,7 @@ class ProcessWorker(SlottedWorker[S, Host]):
             in_use = payload == b"\x01"
             host.lane_answered(self._slot, in_use, functools.partial(self._on_lane_answer, host))
             return
-        flight = self._flight
-        if not seq or (seq != flight.awaited and seq not in flight.controls):
+        if not seq or (seq != self._awaited and seq not in self._controls):
             return  # stale (see workers._inbox): no need to decode it
         lane = host.lanes.get(self._slot)
         try:
@@ -305,8 +304,10 @@ class ProcessWorker(SlottedWorker[S, Host]):
             worker_id=self.worker_id,
         )
         error.__cause__ = exc
-        if seq in self._flight.controls:
-            self._flight.fail_control(seq, error)
+        future = self._controls.pop(seq, None)
+        if future is not None:  # a control request's answer: its future gets the error
+            if not future.done():
+                future.set_exception(error)
             return
         self._on_failure(error, env_gone=False)
 
