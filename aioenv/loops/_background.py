@@ -105,20 +105,35 @@ class BackgroundLoop:
         interrupted (Ctrl-C), the coroutine is cancelled and waited for to its end before
         the exception goes on (a second interruption stops that wait)."""
         ended: concurrent.futures.Future[asyncio.Task[T]] = concurrent.futures.Future()
+        cancel = self.start(function, args, timeout, ended.set_result)
+        try:
+            return ended.result().result()  # the task's outcome, once it has ended
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                cancel()
+                ended.result()
+            raise
+
+    def start(
+        self,
+        function: Callable[..., Coroutine[Any, Any, T]],
+        args: tuple[Any, ...],
+        timeout: float | None,
+        done: Callable[[asyncio.Task[T]], object],
+    ) -> Callable[[], None]:
+        """Start ``function(*args)`` (cancelled past ``timeout`` seconds, None: no limit)
+        as a task on the loop, from any thread; ``done(task)`` is called on the loop once
+        it has ended. Returns what cancels the task, from any thread (a ``RuntimeError``
+        once the loop is closed). Both calls are posted (see :meth:`post`), so the task is
+        started before it is cancelled, and runs in a context of its own."""
         tasks: list[asyncio.Task[T]] = []
 
         def start() -> None:  # its task copies the context of its own that post gives
             tasks.append(asyncio.ensure_future(within(function, args, timeout)))
-            tasks[0].add_done_callback(ended.set_result)
+            tasks[0].add_done_callback(done)
 
-        try:
-            self.post(start)
-            return ended.result().result()  # the task's outcome, once it has ended
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                self.post(lambda: tasks and tasks[0].cancel())
-                ended.result()
-            raise
+        self.post(start)
+        return lambda: self.post(lambda: tasks and tasks[0].cancel())
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and wait up to ``timeout`` seconds for its thread to end."""

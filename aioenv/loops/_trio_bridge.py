@@ -71,38 +71,6 @@ def bridged(pool: T) -> T:
     return stand_in  # type: ignore[return-value]  # it has the pool's every method
 
 
-class _Call:
-    """One coroutine run on the bridge loop for one parked trio task. ``start`` and
-    ``cancel`` run on the bridge loop, in that order (``call_soon_threadsafe`` keeps it)."""
-
-    __slots__ = ("_task", "_token", "_waiter")
-
-    def __init__(self, token: trio.lowlevel.TrioToken, waiter: trio.lowlevel.Task) -> None:
-        self._token = token
-        self._waiter = waiter
-        self._task: asyncio.Future[Any] | None = None
-
-    def start(
-        self, function: Callable[..., Coroutine[Any, Any, Any]], args: tuple[Any, ...]
-    ) -> None:
-        try:
-            self._task = asyncio.ensure_future(function(*args))
-        except BaseException as exc:  # the call failed before it could await anything
-            self._reply(outcome.Error(exc))
-            return
-        self._task.add_done_callback(self._done)
-
-    def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-
-    def _done(self, task: asyncio.Future[Any]) -> None:
-        self._reply(outcome.capture(task.result))  # a cancelled task's raises CancelledError
-
-    def _reply(self, result: outcome.Outcome[Any]) -> None:
-        self._token.run_sync_soon(trio.lowlevel.reschedule, self._waiter, result)
-
-
 class _Bridge:
     """The private asyncio loop and the hand-off between it and the trio run."""
 
@@ -131,16 +99,21 @@ class _Bridge:
         """Await ``function(*args, **kwargs)`` run on the bridge loop. Cancelled, it
         cancels the call there and waits for it to end before raising."""
         self.check_open()
-        call = _Call(self.token, trio.lowlevel.current_task())
+        token, waiter = self.token, trio.lowlevel.current_task()
+
+        def reply(task: asyncio.Task[T]) -> None:  # on the bridge loop: wake the trio task
+            result = outcome.capture(task.result)  # a cancelled task's raises CancelledError
+            token.run_sync_soon(trio.lowlevel.reschedule, waiter, result)
+
         target = function if not kwargs else functools.partial(function, **kwargs)
-        self.background.post(call.start, target, args)
+        cancel = self.background.start(target, args, None, reply)
         raise_cancel: Callable[[], Any] | None = None
 
         def abort(raise_cancel_: Callable[[], Any]) -> trio.lowlevel.Abort:
             nonlocal raise_cancel
             raise_cancel = raise_cancel_
             try:
-                self.background.post(call.cancel)
+                cancel()
             except RuntimeError:  # the bridge loop is gone: no reply will come
                 return trio.lowlevel.Abort.SUCCEEDED
             return trio.lowlevel.Abort.FAILED  # the call's end reschedules this task
