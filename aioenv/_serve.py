@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -284,33 +284,30 @@ class _Server:
 
     # HTTP: one fresh env per request ------------------------------------------------
     async def http_reset(self, request: Request) -> JSONResponse:
-        try:
-            body = request_body(await request.body())
-        except SessionError as error:
-            return _http_error(error)
-        return await self._stateless(lambda session: session.reset(body))
+        return await self._stateless(request, step=False)
 
     async def http_step(self, request: Request) -> JSONResponse:
-        try:
-            body = request_body(await request.body())
-            action = step_body_action(body)
-        except SessionError as error:
-            return _http_error(error)
-
-        async def step(session: _Session) -> dict[str, Any]:
-            # A fresh env cannot step before its reset: the request's seed seeds it.
-            await session.reset({"seed": body.get("seed")} if "seed" in body else {})
-            return await session.step(action)
-
-        return await self._stateless(step)
+        return await self._stateless(request, step=True)
 
     async def http_state(self, request: Request) -> JSONResponse:
         return JSONResponse(Episode().state())
 
-    async def _stateless(self, serve: Callable[[_Session], Any]) -> JSONResponse:
+    async def _stateless(self, request: Request, step: bool) -> JSONResponse:
+        """``/reset`` (a reset of the body's data) or ``/step`` (a reset with the body's
+        seed, then the step of its action) in a session of its own: the body checked
+        before a session is taken, the answer or the error that says why."""
+        try:
+            body = request_body(await request.body())
+            action = step_body_action(body) if step else None
+        except SessionError as error:
+            return _http_error(error)
         try:
             async with self.session() as session:
-                return JSONResponse(await serve(session))
+                if action is None:
+                    return JSONResponse(await session.reset(body))
+                # A fresh env cannot step before its reset: the request's seed seeds it.
+                await session.reset({"seed": body.get("seed")} if "seed" in body else {})
+                return JSONResponse(await session.step(action))
         except Exception as exc:  # still an answer saying why, as a session's would be
             return _http_error(_session_error(exc))
 
