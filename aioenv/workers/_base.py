@@ -40,7 +40,6 @@ from ..core._supervisor import Supervisor
 from ..loops._here import running_loop, thread_id, to_the_end
 from ._inbox import Inbox, Outcome
 from ._seam import FirstReplyCheck, Membership
-from ._supervised import EpisodeBudget
 
 __all__ = ["FirstReplyCheck", "Worker"]
 
@@ -111,7 +110,6 @@ class Worker(Membership, Generic[S]):
         self._controls = {}
         self._check_budget(options)
         self._supervisor = Supervisor(options, seed, self._remedies())
-        self._budget = EpisodeBudget()  # the open episode against ``episode_timeout``
         self._closed = False
         self._setup(seed)
 

@@ -30,30 +30,7 @@ from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
 from ._inbox import Inbox, Outcome
 
-__all__ = ["EpisodeBudget", "SupervisedEnv"]
-
-
-@dataclasses.dataclass
-class EpisodeBudget:
-    """Where a worker's open episode stands against its ``episode_timeout``: one object, so
-    that a failure clears it in one place."""
-
-    #: When the open episode's budget runs out (the loop's clock); None: no episode is
-    #: timed (none is open, or no ``episode_timeout``).
-    deadline: float | None = None
-    #: An episode ran out of its budget while no step was in flight: its env goes on, and
-    #: its reset answers the next request (marked, as a restarted env's would be).
-    reset_next: bool = False
-    #: The request in flight is a reset sent in place of a step after an episode ran out
-    #: of its budget: that owed reset, or under same-step autoreset the reset that the step
-    #: cutting the episode short carries (the worker's ``_cut_from`` holds that episode's
-    #: last state, as for a restart's reset).
-    resetting: bool = False
-
-    def clear(self) -> None:
-        """The env failed: its episode is over, and so is anything its budget had due
-        (a reset still owed by an idle budget's end stays owed)."""
-        self.deadline, self.resetting = None, False
+__all__ = ["SupervisedEnv"]
 
 
 class SupervisedEnv(RestartRule):
@@ -72,7 +49,18 @@ class SupervisedEnv(RestartRule):
     #: The episode options its envs run under: the defaults (frozen, so shared) until a
     #: pool's join_pool gives its own.
     _episode = EpisodeOptions()
-    _budget: EpisodeBudget
+    # Where its open episode stands against its ``episode_timeout``:
+    #: When the open episode's budget runs out (the loop's clock); None: no episode is
+    #: timed (none is open, or no ``episode_timeout``).
+    _budget_deadline: float | None = None
+    #: An episode ran out of its budget while no step was in flight: its env goes on, and
+    #: its reset answers the next request (marked, as a restarted env's would be).
+    _reset_next = False
+    #: The request in flight is a reset sent in place of a step after an episode ran out
+    #: of its budget: that owed reset, or under same-step autoreset the reset that the step
+    #: cutting the episode short carries (``_cut_from`` holds that episode's last state,
+    #: as for a restart's reset).
+    _resetting = False
     # Its requests, numbered from 1 (see workers._inbox): its per-step path numbers a
     # request and delivers its state by writing these fields itself, as a call per step
     # would cost more than the step's bookkeeping.
@@ -155,7 +143,9 @@ class SupervisedEnv(RestartRule):
             return
         # A sync worker's env may fail before any event loop runs: it restarts in line then
         clock = self._loop or ThreadClock()
-        self._budget.clear()
+        # Its episode is over, and so is anything its budget had due (a reset still owed
+        # by an idle budget's end stays owed).
+        self._budget_deadline, self._resetting = None, False
         last = self._last
         if last is not None and last.borrowed:
             # Kept, not viewed: the new env may write its observations where it viewed.
@@ -173,7 +163,7 @@ class SupervisedEnv(RestartRule):
         answers it)."""
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
-            self._budget.reset_next = False  # the new env's reset answers this request anyway
+            self._reset_next = False  # the new env's reset answers this request anyway
             self._restart_for(seq, action, supervisor.pending_restart, self._loop)
             return None
         request = action
@@ -247,7 +237,7 @@ class SupervisedEnv(RestartRule):
         """Answer the request in flight with the step that cuts ``last``'s episode short;
         the new env starts with the next request."""
         state = cut_short_state(last, reason)
-        self._budget.deadline = None
+        self._budget_deadline = None
         self._awaited = 0
         self._last = outcome = Outcome(self.worker_id, state)
         self._inbox.deliver(outcome)
@@ -267,19 +257,19 @@ class SupervisedEnv(RestartRule):
         with its answer; else the budget's end was handed out already and this request
         starts the next episode), or None: the episode ran out of its budget now, and its
         cut-short step answers the request in place of sending the action."""
-        self._budget.resetting = False
+        self._resetting = False
         if type(action) is Rollout:  # the segment times its episodes between its steps
-            fresh, self._budget.reset_next = self._budget.reset_next, False
+            fresh, self._reset_next = self._reset_next, False
             budget = self._supervisor.episode_timeout
             return dataclasses.replace(action, episode_timeout=budget, fresh=fresh)
         if is_reset(action):
-            self._budget.reset_next = False
+            self._reset_next = False
             return action
-        if self._budget.reset_next:
-            self._budget.reset_next, self._budget.resetting = False, True
+        if self._reset_next:
+            self._reset_next, self._resetting = False, True
             self._sent = RESET
             return RESET
-        deadline, loop = self._budget.deadline, self._loop
+        deadline, loop = self._budget_deadline, self._loop
         if deadline is None:
             return action
         assert loop is not None
@@ -288,16 +278,16 @@ class SupervisedEnv(RestartRule):
             self._supervisor.arm_budget(loop, remaining, self._budget_ran_out)
             return action
         if self._carried(self._budget_ended(), EPISODE_TIMEOUT):
-            self._budget.resetting = True
+            self._resetting = True
             return RESET
-        self._budget.reset_next = True
+        self._reset_next = True
         return None
 
     def _budget_ended(self) -> Any:
         """The open episode ran out of its budget, which times it no more: the state last
         handed out (its episode's, now cut short), owned (not a view of memory its env
         writes)."""
-        self._budget.deadline = None
+        self._budget_deadline = None
         last = self._last
         assert last is not None  # an episode is timed only once a state was handed out
         return last.state.owned() if last.borrowed else last.state
@@ -329,20 +319,20 @@ class SupervisedEnv(RestartRule):
         budget of the episode it leaves open: a new one from an episode's first state,
         none once an episode ended."""
         self._supervisor.disarm()  # the budget's timer of the step answered, if it was one
-        if self._budget.resetting:
+        if self._resetting:
             # The reset that answers in place of a step, after an episode ran out of its
             # budget: as a restarted env's first state (carried by the step that cuts the
             # episode short, under same-step autoreset).
-            self._budget.resetting = False
+            self._resetting = False
             state = self._restarted(state, EPISODE_TIMEOUT)
         if type(state) is not Step or type(self._sent) is Rollout:
-            self._budget.deadline = None  # segments time their episodes themselves
+            self._budget_deadline = None  # segments time their episodes themselves
             return state
         starts = is_reset(self._sent) or (is_restart_reset(state) if state.info else False)
         budget = self._supervisor.episode_timeout
         assert budget is not None  # only then are episodes timed
-        self._budget.deadline = budget_end(
-            self._budget.deadline,
+        self._budget_deadline = budget_end(
+            self._budget_deadline,
             starts,
             state.terminated or state.truncated,
             self._episode.autoreset,
