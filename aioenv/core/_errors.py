@@ -28,7 +28,6 @@ __all__ = [
     "WorkerError",
     "WorkerRemoved",
     "WorkerTimeout",
-    "env_ended_worker",
 ]
 
 
@@ -157,21 +156,6 @@ class WorkerDied(WorkerError):
     def __init__(self, message: str, *, worker_id: int | None, exitcode: int | None) -> None:
         super().__init__(message, worker_id=worker_id)
         self.exitcode = exitcode
-
-
-def env_ended_worker(name: str, worker_id: int | None, exc: BaseException) -> WorkerDied:
-    """The error for an env that raised ``SystemExit`` or another ``BaseException`` (not an
-    ``Exception``): every worker kind treats it as the worker's death, as a process worker
-    exiting would be."""
-    code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else None
-    error = WorkerDied(
-        f"{name}: the env raised {type(exc).__name__}({exc}), which ends a worker like a "
-        "process exit does",
-        worker_id=worker_id,
-        exitcode=code,
-    )
-    error.__cause__ = exc
-    return error
 
 
 class WorkerTimeout(WorkerError):

@@ -31,7 +31,7 @@ import anyio
 from ..core._commands import CLOSE, is_reset
 from ..core._docs import documented_with
 from ..core._environment import EnvSource, VectorSource, describe_source
-from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken, WorkerError
+from ..core._errors import ClosedError, EnvError, NoActionInFlight, StateNotTaken
 from ..core._gymnasium import resolve_source
 from ..core._messages import Failure
 from ..core._seeds import checked_seed, seeded_reset
@@ -301,11 +301,6 @@ class Worker(Membership, Generic[S]):
         self._awaited = 0
         self._last = outcome = Outcome(self.worker_id, result, None, borrowed)
         self._inbox.deliver(outcome)
-
-    def _on_death(self, error: WorkerError) -> None:
-        """The current env is gone (its process died)."""
-        if not self._closing:
-            self._on_failure(error, env_gone=True)
 
     def _env_error(self, failure: Failure) -> EnvError:
         """``failure`` (an env's exception, as its runner reported it) as this worker's

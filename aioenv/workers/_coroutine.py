@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ..core._commands import Command, Reset
 from ..core._docs import documented_with
-from ..core._errors import EnvError, WorkerError, env_ended_worker
+from ..core._errors import EnvError, WorkerError
 from ..core._messages import ControlRequest, Failure
 from ..env_side._async_runner import AsyncEnvRunner
 from ..env_side._runner import NOT_ACTIONS
@@ -95,7 +95,7 @@ class AsyncEnvWorker(Worker[S]):
 
     def _on_task_death(self, env_task: _EnvTask, exc: BaseException) -> None:
         if env_task is self._current:
-            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
+            self._on_env_exit(exc)
 
     def _on_task_ended(self, env_task: _EnvTask, task: asyncio.Task[None]) -> None:
         self._envs.remove(env_task)  # listed by _spawn, and its task ends once

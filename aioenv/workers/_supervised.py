@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from ..core._commands import RESET, is_reset
 from ..core._environment import Step
-from ..core._errors import WorkerError, restart_failed
+from ..core._errors import WorkerDied, WorkerError, restart_failed
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset
 from ..core._rollouts import Rollout
@@ -38,7 +38,8 @@ class SupervisedEnv(RestartRule):
     :class:`~aioenv.workers.Worker` named here (and :class:`~aioenv.core._supervisor.RestartRule`'s,
     the cut-short rule it follows as envs stepped in line do); and the hooks a worker kind
     (sync, thread, process, ...) implements. Replies go back through
-    ``Worker._on_reply(seq, result)``; a dead env through ``Worker._on_death(error)``."""
+    ``Worker._on_reply(seq, result)``; a dead env through :meth:`_on_death` (``error``), an
+    env that raised ``SystemExit`` and the like through :meth:`_on_env_exit`."""
 
     _discard_verb: ClassVar[str] = "dropped"  # what a timeout does to the env, for messages
     #: The worker's id in its pool; None outside one.
@@ -155,6 +156,25 @@ class SupervisedEnv(RestartRule):
         self._fail_over(error, env_gone=env_gone, in_flight=self._awaited, clock=clock)
         if isinstance(clock, ThreadClock):
             clock.run()
+
+    def _on_death(self, error: WorkerError) -> None:
+        """The current env is gone (its process died)."""
+        if not self._closing:
+            self._on_failure(error, env_gone=True)
+
+    def _on_env_exit(self, exc: BaseException) -> None:
+        """The current env raised ``SystemExit`` or another ``BaseException`` (not an
+        ``Exception``): every worker kind treats it as the worker's death
+        (:class:`~aioenv.WorkerDied`), as a process worker exiting would be."""
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else None
+        error = WorkerDied(
+            f"{self.name}: the env raised {type(exc).__name__}({exc}), which ends a worker "
+            "like a process exit does",
+            worker_id=self.worker_id,
+            exitcode=code,
+        )
+        error.__cause__ = exc
+        self._on_death(error)
 
     def _supervised_request(self, seq: int, action: Any) -> Any:
         """The request ``seq`` sends for ``action`` once its deadline is armed: the action,

@@ -7,7 +7,6 @@ from typing import Any, TypeVar
 
 from ..core._docs import documented_with
 from ..core._environment import VectorSource
-from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest
 from ..core._seeds import GroupSeed
 from ..env_side._vector_runner import make_runner
@@ -51,7 +50,7 @@ class SyncWorker(Worker[S]):
         except KeyboardInterrupt:
             raise  # Ctrl-C during an inline step is the caller's, not the env's
         except BaseException as exc:  # SystemExit and the like: this env is done
-            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
+            self._on_env_exit(exc)
             return
         elapsed = time.monotonic() - started
         if timeout is not None and elapsed > timeout:

@@ -15,7 +15,6 @@ import anyio
 
 from ..core._docs import documented_with
 from ..core._environment import VectorSource
-from ..core._errors import env_ended_worker
 from ..core._messages import ControlRequest, Failure
 from ..core._seeds import GroupSeed
 from ..env_side._thread_safety import refusal, runner_unsafe_reason
@@ -68,7 +67,7 @@ class ThreadWorker(Worker[S]):
 
     def _on_thread_death(self, env_thread: _EnvThread, exc: BaseException) -> None:
         if env_thread is self._current:
-            self._on_death(env_ended_worker(self.name, self.worker_id, exc))
+            self._on_env_exit(exc)
 
     def _from_thread(self, *call: Any) -> None:
         """Run ``call`` (a callback and its arguments) on the worker's event loop, from an
