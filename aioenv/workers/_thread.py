@@ -125,7 +125,14 @@ class _EnvThread:
         worker, runner = self._worker, self._runner
         try:
             runner.build()
-            _refuse_if_unsafe(runner, worker.env_name)
+            # Where an env it built is not safe in a thread: close them, and fail the runner
+            # as a construction failure (what every request is then answered).
+            reason = runner_unsafe_reason(runner)
+            if reason is not None:
+                runner.close()
+                runner.build_failure = Failure.from_exception(
+                    refusal(worker.env_name, reason), "construction (thread workers' check)"
+                )
             if worker.observation_space is None:
                 worker.observation_space, worker.action_space = runner.spaces
             while True:
@@ -150,14 +157,3 @@ class _EnvThread:
             worker._from_thread(worker._on_thread_death, self, exc)
         finally:
             self.finished.set_result(None)
-
-
-def _refuse_if_unsafe(runner: Runner, env_name: str) -> None:
-    """Close the envs ``runner`` built and fail it as a construction failure (what every
-    request is then answered) where one is not safe in a thread."""
-    reason = runner_unsafe_reason(runner)
-    if reason is not None:
-        runner.close()
-        runner.build_failure = Failure.from_exception(
-            refusal(env_name, reason), "construction (thread workers' check)"
-        )
