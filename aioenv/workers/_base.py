@@ -46,10 +46,12 @@ __all__ = ["FirstReplyCheck", "Worker"]
 S = TypeVar("S")
 
 
-@documented_with(
-    Supervision,
-    ("cleanup_time", "step_timeout", "start_timeout", "reset_timeout", "episode_timeout"),
-)
+#: The supervision options a worker takes of its own, under their names in Supervision:
+#: its constructor's keywords (beside the seed), and its docs' entries.
+_OWN_OPTIONS = ("cleanup_time", "step_timeout", "start_timeout", "reset_timeout", "episode_timeout")
+
+
+@documented_with(Supervision, _OWN_OPTIONS)
 class Worker(Membership, Generic[S]):
     """One environment behind the worker interface: ``send_action`` then ``get_state``.
 
@@ -83,19 +85,14 @@ class Worker(Membership, Generic[S]):
         reset_timeout: float | None = SUPERVISION_DEFAULTS.reset_timeout,
         episode_timeout: float | None = SUPERVISION_DEFAULTS.episode_timeout,
     ) -> None:
+        given = locals()  # its own supervision options, taken above under their own names
         seed = checked_seed(seed)
         if isinstance(env, VectorSource) and not self.steps_batches:
             raise TypeError(
                 f"{self.kind} workers step one env each, and envs_per_worker gave this one "
                 f"{len(env.sources)}: group envs in sync, thread, process or ray workers"
             )
-        options = Supervision(
-            cleanup_time=cleanup_time,
-            step_timeout=step_timeout,
-            start_timeout=start_timeout,
-            reset_timeout=reset_timeout,
-            episode_timeout=episode_timeout,
-        )
+        options = Supervision(**{name: given[name] for name in _OWN_OPTIONS})
         self.seed = seed
         self.cleanup_time = float(options.cleanup_time)
         self.env_name = describe_source(env)
