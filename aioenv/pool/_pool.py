@@ -1,16 +1,16 @@
 """Pools: many workers behind one ``get_state``.
 
 The pool does not know which kind its workers are: it talks to them only through the
-pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox`
-with them; the only difference between the async pool and the forced-sync twin is the
-order in which that inbox hands outcomes out (first finished vs first sent). Its helpers
-(:class:`Roster`, :class:`SpaceCheck`) do the work; its methods hand over to them. It
-inherits the rest: ``reset`` and ``set_seeds`` from :class:`PoolSending` (whose checks
-``send_action`` asks only where an action is not the common case: a call per action
-saved), the states (``get_state``, ``get_batch``, ``async for``) from
-:class:`PoolReceiving`, the envs' calls (``call``, ``apply``, ``get_attr``, ``set_attr``,
-``render``) from :class:`RemoteControl`, and the rollouts (``set_policy``, ``rollout``)
-from :class:`PoolRollouts`.
+pool↔worker seam (:class:`~aioenv.workers._seam.Member`). It shares one :class:`Inbox` with
+them; the only difference between the async pool and the forced-sync twin is the order in
+which that inbox hands outcomes out (first finished vs first sent). Its helpers
+(:class:`Roster`, and :class:`SpaceCheck` below: the pool's check that its workers share
+their spaces) do the work; its methods hand over to them. It inherits the rest: ``reset``
+and ``set_seeds`` from :class:`PoolSending` (whose checks ``send_action`` asks only where
+an action is not the common case: a call per action saved), the states (``get_state``,
+``get_batch``, ``async for``) from :class:`PoolReceiving`, the envs' calls (``call``,
+``apply``, ``get_attr``, ``set_attr``, ``render``) from :class:`RemoteControl`, and the
+rollouts (``set_policy``, ``rollout``) from :class:`PoolRollouts`.
 
 Primitives: waiting for states uses the inbox (asyncio futures, the loop's clock);
 structured concurrency (the shielded close, its task group, its "closed" event) uses anyio.
@@ -25,15 +25,17 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import anyio
+from gymnasium.vector.utils import batch_space
 
 from ..core._commands import RESET, Reset
 from ..core._docs import documented_with
-from ..core._errors import WorkerError
+from ..core._errors import SpaceMismatch, WorkerError
 from ..core._messages import Autoreset
 from ..core._supervision import report_failure
 from ..loops._inline import for_this_loop
 from ..workers._base import Worker
 from ..workers._inbox import Inbox
+from ..workers._seam import Member
 from ._batch import Batch
 from ._options import POOL_DEFAULTS, POOL_OPTIONS, PoolOptions
 from ._receiving import EpisodeCounter, EpisodeStats, PoolReceiving
@@ -41,7 +43,6 @@ from ._remote_control import RemoteControl
 from ._rollout import PoolRollouts
 from ._roster import Roster, checked_workers
 from ._sending import PoolSending
-from ._spaces import SpaceCheck
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 
@@ -333,6 +334,61 @@ class SyncWorkerPool(WorkerPool[S]):
     concurrently at all."""
 
     _ordered = True
+
+
+class SpaceCheck:
+    """Checks each worker's spaces, when its env first answers, against the first
+    reported by a worker of its size (envs it steps)."""
+
+    def __init__(self) -> None:
+        #: The spaces of the first worker of each size that reported them.
+        self._spaces: dict[int, tuple[Any, Any]] = {}
+        #: The spaces each worker last passed with: a restarted env that reports the same
+        #: objects (a process worker keeps them when its new child's are the same bytes)
+        #: passes without comparing them again (Box compares its bounds with allclose).
+        self._passed: dict[int | None, tuple[Any, Any]] = {}
+        #: Compare action spaces only (set by a pool whose caller checks observations
+        #: itself: ``WorkerPool.allow_differing_observations``).
+        self.observations_may_differ = False
+
+    def check(self, worker: Member) -> WorkerError | None:
+        """The error to raise in place of the worker's first reply, or None."""
+        spaces = (worker.observation_space, worker.action_space)
+        if spaces == (None, None):
+            return None
+        passed = self._passed.get(worker.worker_id)
+        if passed is not None and passed[0] is spaces[0] and passed[1] is spaces[1]:
+            return None
+        reference = self._reference_spaces(worker.num_envs)
+        if reference is None:
+            self._spaces[worker.num_envs] = self._passed[worker.worker_id] = spaces
+            return None
+        for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
+            if what == "observation" and self.observations_may_differ:
+                continue
+            if mine != theirs:
+                return SpaceMismatch(
+                    f"{worker.name}: its {what} space {mine} differs from the pool's {theirs}; "
+                    "every worker of a pool must share its spaces",
+                    worker_id=worker.worker_id,
+                )
+        self._passed[worker.worker_id] = spaces
+        return None
+
+    def _reference_spaces(self, size: int) -> tuple[Any, Any] | None:
+        """The spaces a worker stepping ``size`` envs must report: those of the first
+        worker of that size, else a one-env worker's batched to ``size`` (a worker of
+        several envs reports its envs' spaces batched); None for the first of its size
+        where no one-env worker has reported yet."""
+        if size in self._spaces:
+            return self._spaces[size]
+        if 1 not in self._spaces:
+            return None
+        single = self._spaces[1]
+        return (
+            None if single[0] is None else batch_space(single[0], size),
+            None if single[1] is None else batch_space(single[1], size),
+        )
 
 
 T = TypeVar("T")
