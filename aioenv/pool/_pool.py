@@ -104,13 +104,10 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
         # Every keyword above is a pool option, under the name PoolOptions takes it by.
         given = locals()
         workers = checked_workers(workers)
-        self._join(workers, PoolOptions(**{name: given[name] for name in POOL_OPTIONS}))
-
-    def _join(self, workers: list[Worker[S]], options: PoolOptions) -> None:
-        """Take the options, join the workers to this pool's inbox and make the helpers
-        that work on them."""
+        # Take the options, join the workers to this pool's inbox and make the helpers
+        # that work on them.
         #: The options this pool was made with.
-        self.options = options
+        self.options = options = PoolOptions(**{name: given[name] for name in POOL_OPTIONS})
         episode = options.episode()
         self.cleanup_time = float(options.cleanup_time)
         self.autoreset = episode.autoreset  # aioenv's name, whichever form was given
