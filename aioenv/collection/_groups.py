@@ -125,7 +125,6 @@ class GroupCollector(PoolDriver):
         super().__init__(pool, policy, [_Track() for _ in range(len(pool))])
         self._tasks = _checked_tasks(tasks)
         self._queue: deque[tuple[_OpenGroup, int]] = deque()  # members waiting for a worker
-        self._open = 0  # groups not yet handed out
         self._ready: deque[Group] = deque()  # ended, in the order they ended
         self._exhausted = False
         self._closed = False
@@ -144,7 +143,10 @@ class GroupCollector(PoolDriver):
                     raise StopAsyncIteration
                 self._start()
                 if not self._start_members():
-                    if self._exhausted and not self._open:
+                    # No group is left open (not yet handed out): each open group has a
+                    # member waiting for a worker or played by one.
+                    playing = any(track.member is not None for track in self._tracks)
+                    if self._exhausted and not self._queue and not playing:
                         raise StopAsyncIteration
                     # Members left to play, and no worker to play them.
                     self._none_left(
@@ -206,7 +208,6 @@ class GroupCollector(PoolDriver):
                 self._exhausted = True
             else:
                 group = _OpenGroup(*task, self.group_size)
-                self._open += 1
                 self._queue.extend((group, index) for index in range(self.group_size))
         return self._queue.popleft() if self._queue else None
 
@@ -284,7 +285,6 @@ class GroupCollector(PoolDriver):
         parts = [(*group.finished[index], False) for index in members]
         worker = self.pool.workers[0]
         rows = trajectories(parts, worker.observation_space, worker.action_space)
-        self._open -= 1
         self._ready.append(
             Group(
                 group.task_id,
