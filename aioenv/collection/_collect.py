@@ -27,16 +27,7 @@ from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
 from ._progress import Progress
-from ._rows import (
-    NEEDS_RESET,
-    Boundary,
-    EpisodeRows,
-    Quota,
-    Track,
-    detach_rows,
-    make_quota,
-    trajectories,
-)
+from ._rows import NEEDS_RESET, Boundary, EpisodeRows, Quota, Track, make_quota, trajectories
 
 __all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", "make_quota"]
 
@@ -315,7 +306,7 @@ class Collector(PoolDriver):
             parts.extend((worker_id, episode, False) for episode in taken)
             running = track.episode
             if quota.boundary == "step" and running is not None and len(running):
-                parts.append((worker_id, detach_rows(running), True))
+                parts.append((worker_id, running.detach(), True))
         parts.sort(key=lambda part: (part[0], part[1].episode_id))
         worker = self.pool.workers[0]
         return trajectories(parts, worker.observation_space, worker.action_space)

@@ -15,16 +15,7 @@ from ..core._environment import Step
 from ..core._seeds import checked_count
 from ..pool._trajectories import Trajectories, stack
 
-__all__ = [
-    "NEEDS_RESET",
-    "Boundary",
-    "EpisodeRows",
-    "Quota",
-    "Track",
-    "detach_rows",
-    "make_quota",
-    "trajectories",
-]
+__all__ = ["NEEDS_RESET", "Boundary", "EpisodeRows", "Quota", "Track", "make_quota", "trajectories"]
 
 #: Where a collect() call may cut an episode: whole episodes only, or at any step.
 Boundary = Literal["episode", "step"]
@@ -69,6 +60,16 @@ class EpisodeRows:
         self.versions.append(version)
         return done
 
+    def detach(self) -> EpisodeRows:
+        """Move an open episode's rows out (to be returned now); it goes on from the next
+        step."""
+        rows = dataclasses.replace(self)  # shares the row lists, which the episode gives up
+        for field in dataclasses.fields(self):
+            if field.default_factory is list:  # a list of rows
+                setattr(self, field.name, [])
+        self.first_step += len(rows)
+        return rows
+
 
 #: A worker's marker in its :class:`Track`: its episode ended, send RESET next.
 NEEDS_RESET = "needs reset"
@@ -84,16 +85,6 @@ class Track:
     waiting: Any = NEEDS_RESET
     in_flight: Any = None
     finished: list[EpisodeRows] = dataclasses.field(default_factory=list)
-
-
-def detach_rows(episode: EpisodeRows) -> EpisodeRows:
-    """Move an open episode's rows out (to be returned now); it goes on from the next step."""
-    rows = dataclasses.replace(episode)  # shares the row lists, which the episode gives up
-    for field in dataclasses.fields(episode):
-        if field.default_factory is list:  # a list of rows
-            setattr(episode, field.name, [])
-    episode.first_step += len(rows)
-    return rows
 
 
 def trajectories(
