@@ -104,8 +104,7 @@ class RemoteControl:
     ) -> WorkerResults[Any]:
         """Attribute ``name`` of each env, in ``worker_ids`` order, as :meth:`call` returns
         its results (by default every open worker not given up on)."""
-        ids = self._roster.ids(worker_ids)
-        return await self._ask(ids, [ControlRequest("get", name)] * len(ids))
+        return await self._calls("get", name, (), {}, worker_ids)
 
     async def set_attr(
         self, name: str, values: Any, worker_ids: Sequence[int] | None = None
@@ -146,18 +145,17 @@ class RemoteControl:
 
     async def _calls(
         self,
-        op: Literal["call", "apply"],
+        op: Literal["call", "get", "apply"],
         name: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         worker_ids: Sequence[int] | None,
     ) -> WorkerResults[Any]:
-        """``call`` method ``name`` of each env addressed, or ``apply`` ``args[0]`` to it,
-        with ``args`` and ``kwargs`` (each :class:`PerWorker` one spread over the workers)."""
+        """``call`` method ``name`` of each env addressed, ``get`` its attribute ``name``, or
+        ``apply`` ``args[0]`` to it, with ``args`` and ``kwargs`` (each :class:`PerWorker`
+        one spread over the workers)."""
         ids = self._roster.ids(worker_ids)
         per_worker = [v for v in (*args, *kwargs.values()) if isinstance(v, PerWorker)]
-        if not per_worker:
-            return await self._ask(ids, [ControlRequest(op, name, args, kwargs)] * len(ids))
         what = f"call({name!r})" if op == "call" else "apply()"
         for values in per_worker:
             if len(values.values) != len(ids):
