@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from support import WORKERS, modes
 
 import aioenv
-from aioenv.collection._progress import Progress
+from aioenv.collection._collect import Progress
 
 N = 4
 SEED = 7

@@ -4,6 +4,7 @@ A :class:`Collector` keeps what one call did not return (open episodes, states w
 an action, actions in flight) for the next call, so nothing is dropped or returned twice,
 also when a call is cancelled. The pool's bound of one action in flight per worker is the
 back-pressure: a slow policy leaves every worker idle after one step, never queues more.
+Its progress bar (:class:`Progress`) is a tqdm bar that stays quiet off a terminal.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import inspect
 import math
 import operator
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, Union
+from typing import IO, Any, NoReturn, Union
 
 import numpy as np
+from tqdm import tqdm
 
 from ..core._commands import RESET
 from ..core._environment import Step
@@ -26,7 +28,6 @@ from ..pool._pool import WorkerPool, in_send_order
 from ..pool._receiving import EpisodeLedger
 from ..pool._roster import none_left
 from ..pool._trajectories import Trajectories
-from ._progress import Progress
 from ._rows import NEEDS_RESET, Boundary, EpisodeRows, Quota, Track, make_quota, trajectories
 
 __all__ = ["Boundary", "Collector", "Policy", "PoolDriver", "Quota", "collect", "make_quota"]
@@ -322,6 +323,53 @@ class Collector(PoolDriver):
         order = sorted(episode.finish_order for track in tracks for episode in track.finished)
         cutoff = order[quota.amount - 1] if len(order) >= quota.amount else math.inf
         return [sum(e.finish_order <= cutoff for e in track.finished) for track in tracks]
+
+
+class Progress:
+    """Steps (tqdm shows their rate), finished episodes and their mean return.
+
+    ``enabled=False`` shows nothing; ``enabled=True`` shows the bar only when ``file``
+    (default: stderr) is a terminal, so logs and CI output stay clean.
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        *,
+        total: int | None,
+        file: IO[str] | None = None,
+        mininterval: float = 0.1,
+    ) -> None:
+        self._bar: Any = None  # a tqdm bar
+        if enabled:
+            self._bar = tqdm(
+                total=total,
+                unit="step",
+                dynamic_ncols=True,
+                disable=None,  # tqdm's "only on a terminal"
+                file=file,
+                leave=False,  # collect() runs in a loop: one line, not one per call
+                mininterval=mininterval,
+            )
+        self.episodes = 0
+        self._return_sum = 0.0
+
+    def update(self, steps: int, returns: list[float]) -> None:
+        """``steps`` more transitions, and the returns of the episodes that just ended."""
+        self.episodes += len(returns)
+        self._return_sum += sum(returns)
+        if self._bar is None:
+            return
+        if returns:  # so at least one episode counted
+            mean_return = self._return_sum / self.episodes
+            self._bar.set_postfix(
+                episodes=self.episodes, mean_return=f"{mean_return:.1f}", refresh=False
+            )
+        self._bar.update(steps)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def _action_rows(actions: Any, count: int) -> list[Any]:
