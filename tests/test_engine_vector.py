@@ -597,7 +597,7 @@ def test_a_child_past_its_deadline_already_gone_when_signalled_is_the_deadlines_
     ) as envs:
         envs.reset(seed=0)
         pids = envs.apply(lambda env: os.getpid())
-        monkeypatch.setattr("aioenv.engine._family.os.kill", kill_gone)
+        monkeypatch.setattr("aioenv.engine._start.os.kill", kill_gone)
         with pytest.raises(aioenv.WorkerTimeout, match=r"process worker 1 \(envs 2-3\)"):
             envs.step(np.array([0, 0, 2, 0]))
         assert _pid_gone(pids[2]) and not _pid_gone(pids[0])

@@ -307,9 +307,8 @@ class EngineChildren(HandOffs):
             for w in set(range(len(children))) - asked:  # hung past the grace: asked anyway
                 children[w].ask_to_close(notes)
             for child in self.children:  # one grace for them all, then SIGTERM to each left
-                child.wait(max(0.0, due - time.monotonic()))
-                if child.start.process.exitcode is None:  # (a reaped child's pid is free)
-                    child.kill(signal.SIGTERM, 0.0)
+                if child.start.join(max(0.0, due - time.monotonic())) is None:
+                    child.kill(signal.SIGTERM, 0.0)  # (not a reaped child: its pid is free)
             due = time.monotonic() + TERMINATE_GRACE  # and one after it, then SIGKILL
             for child in self.children:
                 child.end(max(0.0, due - time.monotonic()), 0.0)

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import math
 import multiprocessing.connection
-import os
 import signal
 import socket
 import time
@@ -59,8 +58,6 @@ class Child:
     replaced: bool = False
     #: Its deadline is its env's episode budget's end (``episode_timeout``), not a step's.
     ends_episode: bool = False
-    #: Ended (:meth:`end`): what the parent held of it is closed.
-    ended: bool = False
     #: No request with a deadline was handed since its start-up's: the next one is
     #: part of its start-up (its envs' first reset, or the request a new child answers).
     starting: bool = True
@@ -81,16 +78,14 @@ class Child:
         give it ``grace`` seconds to exit. ``sig`` goes to the child's process group,
         and to the child itself: it leads its group only once its program runs, and it may
         hang before that (loading its plan)."""
-        process = self.start.process
-        if process.pid is not None:
-            signal_group(process.pid, sig)
+        start = self.start
+        if start.pid is not None:
             with PROCESS_TABLE:
-                # Gone already (no such process) when the group's signal killed it and
-                # the forkserver, its parent, reaped it before its exit status reached us.
-                if process.exitcode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(process.pid, sig)
-                process.join(grace)
+                if start.process.exitcode is None:
+                    start.signal(sig)
+                else:  # what its envs started, the child gone
+                    signal_group(start.pid, sig)
+            start.join(grace)
 
     def timed_out(self, w: int) -> WorkerTimeout:
         """Kill the child, whose request ran past its deadline, with whatever its envs
@@ -138,10 +133,7 @@ class Child:
 
     def exit_error(self, w: int, when: str) -> WorkerDied:
         """What the child's death is reported as: it exited ``when``."""
-        process = self.start.process
-        with PROCESS_TABLE:
-            process.join(TERMINATE_GRACE)
-            exitcode = process.exitcode
+        exitcode = self.start.join(TERMINATE_GRACE)
         return WorkerDied(
             f"{self.name}: the child process exited with code {exitcode} {when}; "
             "its envs are lost (a segfault, os._exit, or a kill from outside)"
@@ -187,34 +179,20 @@ class Child:
             notes[self.rows.start] = 1
             post_with(self.start.socket, self.request, encoded(None))
 
-    def wait(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for the child to exit (it was asked to, or signalled)."""
-        if self.start.process.pid is not None:  # else its start failed
-            with PROCESS_TABLE:
-                self.start.process.join(seconds)
-
     def end(self, grace: float, term_grace: float = TERMINATE_GRACE) -> None:
         """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate
         it (``term_grace`` seconds more; 0: it was sent SIGTERM already) and kill it, and
         whatever its envs started; close what the parent holds of it. Once: a second call
         (the first interrupted by a Ctrl-C) does what is left."""
-        if self.ended:
+        if self.start.closed:
             return
-        process = self.start.process
-        self.wait(grace)
-        if process.pid is not None:  # else its start failed
-            for sig, wait in ((signal.SIGTERM, term_grace), (signal.SIGKILL, TERMINATE_GRACE)):
-                with PROCESS_TABLE:
-                    running = process.exitcode is None
-                if running:
-                    self.kill(sig, wait)
-            signal_group(process.pid, signal.SIGKILL)  # what the envs left behind
-        self.start.close()
+        self.start.join(grace)
+        for sig, wait in ((signal.SIGTERM, term_grace), (signal.SIGKILL, TERMINATE_GRACE)):
+            if self.start.pid is not None and self.start.join(0.0) is None:
+                self.kill(sig, wait)
         self.request.close()
-        self.ended = True
-        if process.pid is not None:
-            with PROCESS_TABLE, contextlib.suppress(ValueError):  # still running: leave it
-                process.close()
+        with PROCESS_TABLE:
+            self.start.close()  # what the envs left behind too
 
 
 def _envs(rows: slice) -> str:

@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..env_side._process_group import signal_group
 from ..env_side._thread_caps import forkserver_load_code
 
 __all__ = [
@@ -112,38 +113,41 @@ def resolve_context(context: Context | str | None) -> Context:
 
 class ChildStart:
     """A child process serving envs, made ready to start: ``program`` (``"module:function"``,
-    imported in the child only, or a module-level function) called with the child's ends
-    of two socket pairs, then ``arguments``. The parent's ends exist at once, before
-    the start (:meth:`start`, which blocks on the start method's round trip and may run in
-    another thread): ``socket``, of requests and replies (what is written before the start
-    waits in it for the child), and ``alive``, the child's parent-death alarm (to be held
-    open, never written; descriptors for shared memory travel over it). Once the start is
-    done, the parent's copies of the child's ends are closed, so a child that dies shows up
-    as end-of-file, never as a hang."""
+    imported in the child only) called with the child's ends of two socket pairs, then
+    ``arguments``. The parent's ends exist at once, before the start (:meth:`start`, which
+    blocks on the start method's round trip and may run in another thread): ``socket``, of
+    requests and replies (what is written before the start waits in it for the child), and
+    ``alive``, the child's parent-death alarm (to be held open, never written; descriptors
+    for shared memory travel over it). Once the start is done, the parent's copies of the
+    child's ends are closed, so a child that dies shows up as end-of-file, never as a hang.
+
+    Its end is written here once for every user (a process worker's host, an engine child,
+    the probe): :meth:`signal` reaches the child and whatever its envs started, :meth:`join`
+    reads its exit, and :meth:`close` kills what the envs left behind and closes what the
+    parent holds of it."""
 
     def __init__(
         self,
         context: Context,
         name: str,
         arguments: Sequence[Any],
-        program: str | Callable[..., None],
+        program: str,
     ) -> None:
         self._context = context
         self.socket, self._child_end = socket.socketpair()
         self.alive, self._alive_child = socket.socketpair()
         _PARENT_ENDS.update((self.socket, self.alive))
-        ends = (self._child_end, self._alive_child)
-        target, args = (
-            (_run_program, (program, *ends, *arguments))
-            if isinstance(program, str)
-            else (program, (*ends, *arguments))
-        )
         self.process: multiprocessing.process.BaseProcess = context.Process(  # type: ignore[attr-defined]
-            target=target,
-            args=args,
+            target=_run_program,
+            args=(program, self._child_end, self._alive_child, *arguments),
             name=f"aioenv-process-worker ({name})",
             daemon=True,
         )
+        #: The child's process id once it has started (the process object may be closed
+        #: by then); None before that, or where its start failed.
+        self.pid: int | None = None
+        #: Closed (:meth:`close`): the group killed and the parent's ends closed.
+        self.closed = False
 
     def start(self) -> None:
         """Start the child (once); the parent's copies of its ends are closed either way."""
@@ -152,16 +156,43 @@ class ChildStart:
         try:
             with _child_start(), contextlib.nullcontext() if forkserver else _sigint_ignored():
                 _start_process(self.process)
+            self.pid = self.process.pid
         finally:
             self._child_end.close()
             self._alive_child.close()
 
+    def signal(self, sig: int) -> None:
+        """``sig`` to the started child's process group, and to the child itself (which
+        may not lead its group yet, or ever); a child gone already is no error. Never to a
+        child known to have exited: its process id may be another's by then."""
+        assert self.pid is not None
+        signal_group(self.pid, sig)
+        # Gone already (no such process) when the group's signal killed it and the
+        # forkserver, its parent, reaped it before its exit status reached us.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def join(self, seconds: float | None) -> int | None:
+        """Wait up to ``seconds`` (None: for good) for the child to exit: its exit code,
+        None while it runs, or where it never started."""
+        with PROCESS_TABLE:
+            if self.pid is not None:
+                self.process.join(seconds)
+            return self.process.exitcode
+
     def close(self) -> None:
-        """Close the parent's ends (a start that failed, or was never made)."""
-        self._child_end.close()
-        self._alive_child.close()
-        self.socket.close()
-        self.alive.close()
+        """Kill what is left of the child's process group (what its envs started and left
+        behind: it was killed, or crashed), and close the parent's ends and the process
+        object (a child still running keeps it open). A started child's is closed under
+        :data:`PROCESS_TABLE` where another thread may start a child meanwhile; called
+        again, it does nothing more."""
+        if self.pid is not None:
+            signal_group(self.pid, signal.SIGKILL)
+        for end in (self._child_end, self._alive_child, self.socket, self.alive):
+            end.close()
+        self.closed = True  # (before the process object's close: a second call skips it)
+        with contextlib.suppress(ValueError):  # still running, or a start failed half-way
+            self.process.close()
 
 
 #: How many times a start is made again after Python 3.10's race (see _start_process).

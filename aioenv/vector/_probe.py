@@ -17,7 +17,6 @@ import contextvars
 import copy
 import functools
 import inspect
-import signal
 import socket
 import statistics
 import threading
@@ -43,7 +42,6 @@ from ..env_side._process_group import (
     end_own_group,
     exit_with_own_group_when_gone,
     lead_own_group,
-    signal_group,
 )
 from ..loops._inline import in_helper_thread
 
@@ -204,26 +202,24 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
         payload = pickling.dumps(source)
     except Exception:
         return None
-    child = ChildStart(context, "probe", [payload, registry_snapshot(), timed], _serve_probe)
+    arguments = [payload, registry_snapshot(), timed]
+    child = ChildStart(context, "probe", arguments, "aioenv.vector._probe:_serve_probe")
     try:
         child.start()
     except BaseException:
         child.close()
         raise
-    process, sock, alive = child.process, child.socket, child.alive
     try:
-        sock.setblocking(True)
+        child.socket.setblocking(True)
         data = bytearray()
-        while chunk := sock.recv(1 << 16):
+        while chunk := child.socket.recv(1 << 16):
             data += chunk
-        process.join()  # it has closed the env and ended what the env started
+        child.process.join()  # it has closed the env and ended what the env started
     finally:
-        sock.close()
-        alive.close()  # a child still running (the parent was interrupted) exits now
-        process.join()
-        signal_group(process.pid or 0, signal.SIGKILL)  # whatever is left
-        exitcode = process.exitcode
-        process.close()
+        child.alive.close()  # a child still running (the parent was interrupted) exits now
+        child.process.join()
+        exitcode = child.process.exitcode
+        child.close()  # and whatever is left of what the env started
     if not data:
         raise RuntimeError(
             f"AioVectorEnv: the process that built {describe_source(source)} to read its "

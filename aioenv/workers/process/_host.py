@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import dataclasses
 import functools
 import signal
@@ -89,16 +88,14 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         handed = [*recipe.slots(), build, recipe.idle_spin]
         child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
         HostSocket.__init__(self, child.socket, child.alive, recipe.deliver)
-        #: The child's process id, known once it has started (the process object may
-        #: close), and a signal asked for before that: under the lock, which the start's
-        #: thread takes too.
+        #: A signal asked for before the child's process id is known (``child.pid``, once
+        #: it has started): under the lock, which the start's thread takes too.
         self._lock = threading.Lock()
-        self._pid: int | None = None
         self._doomed = False
         #: Why the child could not be started (set once the start failed).
         self.start_error: BaseException | None = None
         self._sentinel_watched = False
-        self._process = child.process
+        self._child = child
         #: Set on the event loop once the child has exited and been reaped.
         self.exited: asyncio.Event | None = None
         #: The key of the last policy package sent to this child with its bytes: the
@@ -123,11 +120,9 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         """Start the child (in the start's thread, or here); one that was to be killed
         before it started is killed now, whether or not an event loop still runs."""
         child.start()
-        pid = child.process.pid
-        assert pid is not None  # it has started
-        _running.add(pid)
+        assert child.pid is not None  # it has started
+        _running.add(child.pid)
         with self._lock:
-            self._pid = pid
             doomed = self._doomed
         if doomed:
             self._signal(signal.SIGKILL)
@@ -136,15 +131,15 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
     def pid(self) -> int:
         """The child's process id (waits for its start if that is under way)."""
         concurrent.futures.wait([self._started])
-        if self._pid is None:
+        if self._child.pid is None:
             raise RuntimeError(f"the process could not be started ({self._started.exception()!r})")
-        return self._pid
+        return self._child.pid
 
     @property
     def label(self) -> str:
         """The child, for messages, without waiting for its start: ``pid 123``."""
-        if self._pid is not None:
-            return f"pid {self._pid}"
+        if self._child.pid is not None:
+            return f"pid {self._child.pid}"
         return "process starting" if self.start_error is None else "process not started"
 
     def _start_done(self, _: object) -> None:
@@ -169,7 +164,7 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             self._exited(-1)  # its reading stops there
         elif self._loop is not None and not self._loop.is_closed() and not self._sentinel_watched:
             self._sentinel_watched = True
-            self._loop.add_reader(self._process.sentinel, self._on_sentinel)
+            self._loop.add_reader(self._child.process.sentinel, self._on_sentinel)
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start reading replies (the socket's, and the lanes' in use) and watching for the
@@ -219,14 +214,10 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         """``sig`` to the child's process group, and to the child itself (which may not
         lead its group yet, or ever)."""
         with self._lock:
-            if self._pid is None:
+            if self._child.pid is None:
                 self._doomed = True  # killed as soon as it has started
                 return
-        signal_group(self._pid, sig)
-        if sig == signal.SIGKILL:
-            self._process.kill()
-        else:
-            self._process.terminate()
+        self._child.signal(sig)
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
@@ -245,15 +236,13 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             self._signal(signal.SIGKILL)  # or, while it starts, once it has started
             concurrent.futures.wait([self._started])
             with PROCESS_TABLE:
-                if self._started.exception() is None:
-                    self._process.join()
-                exitcode = self._process.exitcode
+                exitcode = self._child.join(None)
                 self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
                 self._close_resources()
 
     def _on_sentinel(self) -> None:
         assert self._loop is not None
-        self._loop.remove_reader(self._process.sentinel)
+        self._loop.remove_reader(self._child.process.sentinel)
         if self._reading:
             self._on_readable()  # replies the child wrote before it exited come first
         self._reap(attempt=0)
@@ -264,7 +253,7 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             self._loop.call_later(0.001, self._reap, attempt)
             return
         try:
-            exitcode = self._process.exitcode
+            exitcode = self._child.process.exitcode
             if exitcode is None and attempt < 100:
                 # The sentinel fires as the child exits; under fork/spawn the exit status
                 # may lag by a moment. (Under forkserver it is already known.)
@@ -283,10 +272,8 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             on_exit(self)
 
     def _close_resources(self) -> None:
-        # What the envs started and the child did not end (it was killed, or crashed).
-        if self._pid is not None:
-            signal_group(self._pid, signal.SIGKILL)
-            _running.discard(self._pid)
+        if self._child.pid is not None:
+            _running.discard(self._child.pid)
         self._stop_reading()
         self._close_lanes()
         if self._force_timer is not None:
@@ -294,10 +281,9 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         self.writes.drop()
         self.queued.clear()
         self._posts.clear()
-        self._socket.close()
-        self._alive.close()
-        with contextlib.suppress(ValueError):  # a start that failed half-way
-            self._process.close()
+        # What the envs started and the child did not end (it was killed, or crashed),
+        # and the socket, the alarm and the process object (a start that failed half-way).
+        self._child.close()
 
 
 def describe_exit(exitcode: int | None) -> str:
