@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..env_side._process_group import signal_group
+from ..env_side._process_group import signal_group, signal_ignored
 from ..env_side._thread_caps import forkserver_load_code
 
 __all__ = [
@@ -151,10 +151,13 @@ class ChildStart:
 
     def start(self) -> None:
         """Start the child (once); the parent's copies of its ends are closed either way."""
-        # Under forkserver, the server's children start with SIGINT ignored.
+        # Children start with SIGINT ignored, so a Ctrl-C during their start-up cannot
+        # reach them (only the main thread may ignore it). Under forkserver, the server's
+        # children start so anyway.
         forkserver = self._context.get_start_method() == "forkserver"
         try:
-            with _child_start(), contextlib.nullcontext() if forkserver else _sigint_ignored():
+            ignored = contextlib.nullcontext() if forkserver else signal_ignored(signal.SIGINT)
+            with _child_start(), ignored:
                 _start_process(self.process)
             self.pid = self.process.pid
         finally:
@@ -334,17 +337,3 @@ class _Patch:
 
 
 _child_start = _ChildStart().starting
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Start children with SIGINT ignored (the disposition survives fork and exec), so a
-    Ctrl-C during their start-up cannot reach them. Only the main thread may do this."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -37,7 +37,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "keep_own_group",
     "lead_own_group",
     "signal_group",
+    "signal_ignored",
 ]
 
 #: Seconds between SIGTERM and SIGKILL, for a child and for what its envs started.
@@ -141,8 +142,9 @@ def _end(group: int, grace: float) -> None:
     """SIGTERM the processes of ``group`` (this one aside), SIGKILL those still running
     after ``grace`` seconds; where ``/proc`` cannot tell who they are, SIGTERM the group."""
     others = _members(group)
-    if others is None:
-        _signal_others(group, signal.SIGTERM)
+    if others is None:  # the whole group: this process ignores it meanwhile if it can
+        with signal_ignored(signal.SIGTERM), contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGTERM)
         return
     for pid in others:
         _signal(pid, signal.SIGTERM)
@@ -313,16 +315,18 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _signal_others(group: int, sig: int) -> None:
-    """``sig`` to the whole group: this process ignores it meanwhile if it can (only the
-    main thread may change a disposition; another thread calls this on the way out)."""
+@contextlib.contextmanager
+def signal_ignored(sig: int) -> Iterator[None]:
+    """``sig`` ignored by this process meanwhile, where it can be: only the main thread
+    may change a disposition (another thread ends a group on the way out, or starts a
+    child), and it is left as it was. Ignored, it is ignored in a child started meanwhile
+    too (the disposition survives fork and exec)."""
     try:
         previous = signal.signal(sig, signal.SIG_IGN)
     except ValueError:
         previous = None
     try:
-        with contextlib.suppress(OSError):
-            os.killpg(group, sig)
+        yield
     finally:
         if previous is not None:
             signal.signal(sig, previous)
