@@ -1,7 +1,9 @@
 """How aioenv starts a child process: the multiprocessing context (forkserver with preloads
 where available), and the start itself, which leaves the user's main module out of the
 child's start-up, gives the forkserver the parent's module path, and keeps a Ctrl-C
-during it from reaching the child.
+during it from reaching the child; and how the parent ends it (:class:`ChildStart`: its
+signals, its exit status, what the parent holds of it closed), for a process worker's
+host, an engine child and the probe alike.
 
 A child's program (a process worker's :mod:`aioenv.workers.process._child`, the engine's
 :mod:`aioenv.engine._child`) is named, not imported: the entry point here imports it in

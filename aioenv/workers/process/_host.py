@@ -6,7 +6,8 @@ seeds, episode options) and, per slot, two callbacks: ``deliver`` for each messa
 child writes for that slot, and ``on_exit`` once the child has exited and been reaped. The
 parent keeps no thread per child: a ``loop.add_reader`` callback reads replies from a
 non-blocking socket, and another watches the process sentinel, so a dead child is seen at
-once. How the child is started is :mod:`aioenv.engine._start`'s.
+once. How the child is started, signalled, reaped and closed is
+:class:`aioenv.engine._start.ChildStart`'s, as for the engine's children.
 
 The child leads a process group of its own, which holds every process its envs start
 (:mod:`aioenv.env_side._process_group`): forcing the child out signals the whole group, and
