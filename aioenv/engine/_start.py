@@ -135,7 +135,9 @@ class ChildStart:
         arguments: Sequence[Any],
         program: str,
     ) -> None:
-        self._context = context
+        #: It starts through the forkserver: a round trip to the server, whose children
+        #: start with SIGINT ignored.
+        self.forkserver = context.get_start_method() == "forkserver"
         self.socket, self._child_end = socket.socketpair()
         self.alive, self._alive_child = socket.socketpair()
         _PARENT_ENDS.update((self.socket, self.alive))
@@ -156,9 +158,8 @@ class ChildStart:
         # Children start with SIGINT ignored, so a Ctrl-C during their start-up cannot
         # reach them (only the main thread may ignore it). Under forkserver, the server's
         # children start so anyway.
-        forkserver = self._context.get_start_method() == "forkserver"
         try:
-            ignored = contextlib.nullcontext() if forkserver else signal_ignored(signal.SIGINT)
+            ignored = contextlib.nullcontext() if self.forkserver else signal_ignored(signal.SIGINT)
             with _child_start(), ignored:
                 _start_process(self.process)
             self.pid = self.process.pid

@@ -109,9 +109,9 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         # runs in a thread, and what is written to the child meanwhile waits in its socket.
         # Other start methods run here, where SIGINT can be ignored while they start (see
         # _start).
-        forkserver = recipe.context.get_start_method() == "forkserver"
         try:
-            self._started = CHILD_STARTS.run(functools.partial(self._launch, child), forkserver)
+            launch = functools.partial(self._launch, child)
+            self._started = CHILD_STARTS.run(launch, child.forkserver)
         except BaseException:
             child.close()
             raise
@@ -228,8 +228,7 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
             self.killed_for = (slot, reason)
         self._stop_reading()
         self._close_lanes()
-        if self.exitcode is None:
-            self._signal(signal.SIGKILL)
+        self.force("kill")
 
     def kill_now(self) -> None:
         """Kill and reap without a loop (a pool that failed to be built)."""
