@@ -204,20 +204,17 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
         return None
     arguments = [payload, registry_snapshot(), timed]
     child = ChildStart(context, "probe", arguments, "aioenv.vector._probe:_serve_probe")
+    data = bytearray()
     try:
         child.start()
-    except BaseException:
-        child.close()
-        raise
-    try:
         child.socket.setblocking(True)
-        data = bytearray()
         while chunk := child.socket.recv(1 << 16):
             data += chunk
         child.process.join()  # it has closed the env and ended what the env started
     finally:
         child.alive.close()  # a child still running (the parent was interrupted) exits now
-        child.process.join()
+        if child.pid is not None:  # (None: its start failed, raised from here)
+            child.process.join()
         exitcode = child.process.exitcode
         child.close()  # and whatever is left of what the env started
     if not data:
