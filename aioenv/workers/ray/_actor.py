@@ -18,12 +18,11 @@ envs of 5 ms each would answer a call in 20 ms, not 5. Fast envs stay in turn, s
 hand-off to a thread costs tens of microseconds, more than a CartPole step.
 
 The same messages come as actor calls or, once the parent has connected, as frames on a
-direct connection (:meth:`EnvActor.open_channel`, :meth:`EnvActor.run_channel`, and
-:class:`ChannelServer` below), which spares each step Ray's task submission,
-and whose slow envs answer each as soon as it is done. The parent never has messages on
-both ways at once.
+direct connection (:meth:`EnvActor.open_channel` and :meth:`EnvActor.run_channel`),
+which spares each step Ray's task submission, and whose slow envs answer each as soon as
+it is done. The parent never has messages on both ways at once.
 
-The actor's end of its direct connection (:class:`ChannelServer`; the parent's is
+The actor's end of its direct connection (:meth:`EnvActor.run_channel`; the parent's is
 :mod:`aioenv.workers.ray._channel`): accept the parent's connection, then answer the
 messages that come on it, each env's as soon as it is ready.
 
@@ -33,8 +32,9 @@ goes back so too). A message is
 answered here, on the connection's thread, in the order it came; or, where the actor's
 envs are all safe in threads and its slot's steps are slow (the rule of
 :class:`EnvActor`'s side-by-side calls), in a thread of the
-slot's own (its *lane*), which then takes every message of that slot until it is idle, so
-each slot's messages are answered in order. A lane writes its answer as soon as it has it:
+slot's own (its *lane*: the thread its steps take beside other slots' in an actor call
+too), which then takes every message of that slot until it is idle, so each slot's
+messages are answered in order. A lane writes its answer as soon as it has it:
 an env whose step is done does not wait for the others of its frame, and its next action
 can come while they step. Every message is answered by one reply (a CLOSE_SLOT by an
 empty one), which lets the parent count what it still waits for.
@@ -74,7 +74,7 @@ from ...wire._ray_messages import (
 )
 from ...wire._requests import Request
 
-__all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "ChannelServer", "EnvActor", "accepted"]
+__all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor", "accepted"]
 
 #: Seconds each of a slot's last requests took, from which its steps go beside the other
 #: slots' of the same call (see the module's docstring).
@@ -103,23 +103,30 @@ class EnvActor:
         #: Per slot: seconds its last requests took; whether its envs are safe in threads.
         self._took = [collections.deque[float](maxlen=TIMED_REQUESTS) for _ in payloads]
         self._thread_safe = [False] * len(payloads)
-        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Per slot: the thread its messages are answered in beside other slots' (its
+        #: *lane*, made when first needed), and the last message handed to it there.
+        self._lanes: list[concurrent.futures.ThreadPoolExecutor | None] = [None] * len(payloads)
+        self._last: list[concurrent.futures.Future[None] | None] = [None] * len(payloads)
         self._lock = threading.Lock()  # one call at a time, and close after the channel
         self._listener: socket.socket | None = None
         self._token = b""
-        self._channel: ChannelServer | None = None
+        #: The direct connection once accepted, its writes' lock, and its end (set once
+        #: the parent has closed it and the messages that came on it are handed out;
+        #: cleared as a later connection is accepted, run_channel's calls one at a time).
+        self._connection: socket.socket | None = None
+        self._writing = threading.Lock()
+        self._ended = threading.Event()
 
     def serve(self, messages: list[Message]) -> list[Reply]:
         """Answer ``messages`` in order (the steps of several slots side by side where
         that pays, see the module's docstring); messages that need no answer get none."""
         with self._lock:
             if self._side_by_side(messages):
-                if self._threads is None:
-                    self._threads = concurrent.futures.ThreadPoolExecutor(
-                        len(self._took) - 1, thread_name_prefix="aioenv-actor-slot"
-                    )
-                # The first here, on the thread that waits for the others anyway.
-                others = [self._threads.submit(self.answer, message) for message in messages[1:]]
+                # The first here, on the thread that waits for the others anyway; each
+                # other in its slot's lane (one message per slot: see _side_by_side).
+                others = [
+                    self._lane(message[0]).submit(self.answer, message) for message in messages[1:]
+                ]
                 answers = [self.answer(messages[0]), *(other.result() for other in others)]
             else:
                 answers = [self.answer(message) for message in messages]
@@ -167,10 +174,13 @@ class EnvActor:
     def close(self) -> None:
         """Close every env (the parent then kills the actor)."""
         with self._lock:
-            if self._channel is not None:
-                self._channel.stop()  # its answers in progress first
-            if self._threads is not None:
-                self._threads.shutdown()
+            if self._connection is not None:
+                # Closed by the parent before it asks the actor to close its envs: wait
+                # until every answer in progress is sent.
+                self._ended.wait()
+            for lane in self._lanes:
+                if lane is not None:
+                    lane.shutdown(wait=True)
             self._slots.close()
 
     # The direct connection ---------------------------------------------------------------
@@ -189,7 +199,7 @@ class EnvActor:
 
     def run_channel(self, wait: float) -> None:
         """Accept the parent's connection (waiting ``wait`` seconds at most) and answer the
-        messages that come on it (:class:`ChannelServer`)
+        messages that come on it (see the module's docstring), on this call's thread,
         until the parent closes it. In a concurrency group of its own: the call lasts as
         long as the connection, and its failure tells the parent that the actor is gone."""
         listener = self._listener
@@ -199,13 +209,73 @@ class EnvActor:
         if connection is None:
             return  # the parent did not connect: its messages keep coming as calls
         with connection:
-            self._channel = ChannelServer(self, connection, len(self._took))
-            self._channel.run()
+            self._ended.clear()  # a later loop's connection (after the first one ended)
+            self._connection = connection
+            try:
+                while (body := _frame(connection)) is not None:
+                    answered: list[Reply] = []
+                    for slot, seq, request, data in pickle.loads(body):
+                        message = (slot, seq, request, data)
+                        if self._in_lane(slot, request):
+                            lane = self._lane(slot)
+                            self._last[slot] = lane.submit(self._answer_alone, message)
+                        else:
+                            answered.append(self._answered(message))
+                    if answered and not self._write(answered):
+                        return
+            finally:
+                self._ended.set()
 
     def linger(self, seconds: float) -> None:
         """Wait here: a call the parent makes after killing the actor, which fails as soon
         as the kill has taken effect (and returns only if it never does)."""
         time.sleep(seconds)
+
+    def _in_lane(self, slot: int, request: Request) -> bool:
+        last = self._last[slot]
+        if last is not None and not last.done():
+            return True  # after what its lane has to answer first
+        # Alone in the actor, a slot has nothing to wait for here.
+        return len(self._lanes) > 1 and self.side_by_side(slot, request)
+
+    def _lane(self, slot: int) -> concurrent.futures.ThreadPoolExecutor:
+        lane = self._lanes[slot]
+        if lane is None:
+            name = f"aioenv-actor-lane-{slot}"
+            lane = self._lanes[slot] = concurrent.futures.ThreadPoolExecutor(1, name)
+        return lane
+
+    def _answer_alone(self, message: tuple[int, int, Request, bytes]) -> None:
+        self._write([self._answered(message)])
+
+    def _answered(self, message: tuple[int, int, Request, bytes]) -> Reply:
+        """The reply to a message whose payload is still pickled."""
+        slot, seq, request, data = message
+        try:
+            payload = cloudpickle.loads(data)
+        except Exception as exc:
+            during = "reading a request on a Ray actor (unpickling)"
+            failure = Failure.from_exception(exc, during, "the request sent")
+            return (slot, seq, failure.without_exception())
+        try:
+            reply = self.answer((slot, seq, request, payload))
+        except Exception as exc:  # never silence: a lane's lost answer would hang its env
+            failure = Failure.from_exception(exc, "answering a request on a Ray actor")
+            return (slot, seq, failure.without_exception())
+        return (slot, 0, None) if reply is None else reply
+
+    def _write(self, replies: list[Reply]) -> bool:
+        """Send ``replies`` as one frame, each result pickled on its own (one that will
+        not pickle is its request's Failure); False once the parent has closed the
+        connection."""
+        body = pickle.dumps([_pickled_reply(reply) for reply in replies], protocol=5)
+        assert self._connection is not None, "written only once accepted"
+        try:
+            with self._writing:
+                self._connection.sendall(framed(body))
+        except OSError:
+            return False
+        return True
 
 
 def _ready(spaces: tuple[Any, Any]) -> Ready | Pickled:
@@ -269,87 +339,6 @@ def accepted(listener: socket.socket, token: bytes, deadline: float) -> socket.s
             return connection
         connection.close()
     return None
-
-
-class ChannelServer:
-    """Answers ``actor``'s messages that come on ``connection`` (see the module's
-    docstring) until the parent closes it: :meth:`run`, on the connection's thread."""
-
-    def __init__(self, actor: EnvActor, connection: socket.socket, slots: int) -> None:
-        self._actor = actor
-        self._connection = connection
-        self._writing = threading.Lock()
-        self._ended = threading.Event()
-        self._lanes: list[concurrent.futures.ThreadPoolExecutor | None] = [None] * slots
-        self._last: list[concurrent.futures.Future[None] | None] = [None] * slots
-
-    def run(self) -> None:
-        try:
-            while (body := _frame(self._connection)) is not None:
-                answered: list[Reply] = []
-                for slot, seq, request, data in pickle.loads(body):
-                    message = (slot, seq, request, data)
-                    if self._in_lane(slot, request):
-                        self._last[slot] = self._lane(slot).submit(self._answer_alone, message)
-                    else:
-                        answered.append(self._answered(message))
-                if answered and not self._write(answered):
-                    return
-        finally:
-            self._ended.set()
-
-    def stop(self) -> None:
-        """Wait until the connection is closed (by the parent, before it asks the actor to
-        close its envs) and every answer in progress is sent, and end the lanes."""
-        self._ended.wait()
-        for lane in self._lanes:
-            if lane is not None:
-                lane.shutdown(wait=True)
-
-    def _in_lane(self, slot: int, request: Request) -> bool:
-        last = self._last[slot]
-        if last is not None and not last.done():
-            return True  # after what its lane has to answer first
-        # Alone in the actor, a slot has nothing to wait for here.
-        return len(self._lanes) > 1 and self._actor.side_by_side(slot, request)
-
-    def _lane(self, slot: int) -> concurrent.futures.ThreadPoolExecutor:
-        lane = self._lanes[slot]
-        if lane is None:
-            name = f"aioenv-actor-lane-{slot}"
-            lane = self._lanes[slot] = concurrent.futures.ThreadPoolExecutor(1, name)
-        return lane
-
-    def _answer_alone(self, message: tuple[int, int, Request, bytes]) -> None:
-        self._write([self._answered(message)])
-
-    def _answered(self, message: tuple[int, int, Request, bytes]) -> Reply:
-        """The reply to a message whose payload is still pickled."""
-        slot, seq, request, data = message
-        try:
-            payload = cloudpickle.loads(data)
-        except Exception as exc:
-            during = "reading a request on a Ray actor (unpickling)"
-            failure = Failure.from_exception(exc, during, "the request sent")
-            return (slot, seq, failure.without_exception())
-        try:
-            reply = self._actor.answer((slot, seq, request, payload))
-        except Exception as exc:  # never silence: a lane's lost answer would hang its env
-            failure = Failure.from_exception(exc, "answering a request on a Ray actor")
-            return (slot, seq, failure.without_exception())
-        return (slot, 0, None) if reply is None else reply
-
-    def _write(self, replies: list[Reply]) -> bool:
-        """Send ``replies`` as one frame, each result pickled on its own (one that will
-        not pickle is its request's Failure); False once the parent has closed the
-        connection."""
-        body = pickle.dumps([_pickled_reply(reply) for reply in replies], protocol=5)
-        try:
-            with self._writing:
-                self._connection.sendall(framed(body))
-        except OSError:
-            return False
-        return True
 
 
 def _pickled_reply(reply: Reply) -> tuple[int, int, bytes]:
