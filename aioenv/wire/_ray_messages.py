@@ -1,33 +1,31 @@
-"""What travels between a Ray worker's host and its actor: one actor call (or one frame on
-the actor's direct connection) carries a list of :data:`Message` and returns a list of
-:data:`Reply`. Shared by both sides; what a message asks is a
-:class:`~aioenv.wire._requests.Request`, as in a process worker."""
+"""What travels between a Ray worker's host and its actor: one actor call carries a list of
+:data:`Message` and returns a list of :data:`Reply` (on the actor's direct connection,
+each goes as a frame of the process worker's wire, :mod:`aioenv.wire._frames`). Shared by
+both sides; what a message asks is a :class:`~aioenv.wire._requests.Request`, as in a
+process worker."""
 
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Callable
 from typing import Any
 
 from ..core._messages import ControlRequest
-from ._requests import Request
 
 __all__ = [
     "CHANNEL_GROUP",
-    "FRAME",
     "TOKEN_BYTES",
     "Message",
     "Pickled",
     "Ready",
     "Reply",
-    "framed",
     "with_arguments",
 ]
 
 
-#: ``(slot, seq, request, payload)``: one request for one slot.
-Message = tuple[int, int, Request, Any]
+#: ``(slot, seq, request, payload)``: one request for one slot; ``request`` is a
+#: :class:`~aioenv.wire._requests.Request`, or its number where it came in a frame.
+Message = tuple[int, int, int, Any]
 #: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
 Reply = tuple[int, int, Any]
 
@@ -49,21 +47,11 @@ class Ready:
     action_space: Any
 
 
-#: The head of a frame on an actor's direct connection (:mod:`aioenv.workers.ray._channel`):
-#: the length of the cloudpickled body that follows (a list of :data:`Message` one way, a
-#: list of :data:`Reply` or the :class:`~aioenv.core._messages.Failure` of the whole call
-#: the other).
-FRAME = struct.Struct("<Q")
 #: The Ray concurrency group the actor answers its direct connection in, beside its calls.
 CHANNEL_GROUP = "channel"
 #: The bytes of the secret the parent sends first on a direct connection, proving that the
 #: actor handed it the address: nothing else is read from a connection that lacks it.
 TOKEN_BYTES = 32
-
-
-def framed(body: bytes) -> bytes:
-    """``body`` with its frame's head."""
-    return FRAME.pack(len(body)) + body
 
 
 def with_arguments(

@@ -26,16 +26,17 @@ The actor's end of its direct connection (:meth:`EnvActor.run_channel`; the pare
 :mod:`aioenv.workers.ray._channel`): accept the parent's connection, then answer the
 messages that come on it, each env's as soon as it is ready.
 
-Each frame from the parent carries a loop iteration's messages, each payload pickled on
-its own, so that one that will not load here fails its own request only (and each reply
-goes back so too). A message is
+Each message from the parent comes as a frame of the process worker's wire
+(:mod:`aioenv.wire._frames`: its header, then its payload), a loop iteration's messages in
+one write, each payload pickled on its own, so that one that will not load here fails its
+own request only (and each reply goes back so too). A message is
 answered here, on the connection's thread, in the order it came; or, where the actor's
 envs are all safe in threads and its slot's steps are slow (the rule of
 :class:`EnvActor`'s side-by-side calls), in a thread of the
 slot's own (its *lane*: the thread its steps take beside other slots' in an actor call
 too), which then takes every message of that slot until it is idle, so each slot's
 messages are answered in order. A lane writes its answer as soon as it has it:
-an env whose step is done does not wait for the others of its frame, and its next action
+an env whose step is done does not wait for the others that came with it, and its next action
 can come while they step. Every message is answered by one reply (a CLOSE_SLOT by an
 empty one), which lets the parent count what it still waits for.
 
@@ -49,7 +50,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hmac
-import pickle
 import secrets
 import socket
 import threading
@@ -62,16 +62,8 @@ from ...core._messages import ControlRequest, EpisodeOptions, Failure
 from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...env_side._thread_safety import runner_unsafe_reason
-from ...wire._ray_messages import (
-    FRAME,
-    TOKEN_BYTES,
-    Message,
-    Pickled,
-    Ready,
-    Reply,
-    framed,
-    with_arguments,
-)
+from ...wire._frames import HEADER, RECEIVE_SIZE, FrameDecoder, Kind
+from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Ready, Reply, with_arguments
 from ...wire._requests import Request
 
 __all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor", "accepted"]
@@ -81,6 +73,9 @@ __all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor", "accepted"]
 SIDE_BY_SIDE_STEP = 1e-3
 #: How many of a slot's last requests are timed for it.
 TIMED_REQUESTS = 4
+#: The kind of a reply's frame on the direct connection (the parent reads its sequence
+#: number, slot and payload).
+_REPLY = int(Kind.STATE)
 
 
 class EnvActor:
@@ -140,7 +135,7 @@ class EnvActor:
             and all(self.side_by_side(slot, request) for slot, _, request, _ in messages)
         )
 
-    def side_by_side(self, slot: int, request: Request) -> bool:
+    def side_by_side(self, slot: int, request: int) -> bool:
         """``request`` for ``slot`` may be answered beside other slots' (see the module's
         docstring): it is a step, every slot's envs are safe in threads (by the thread
         workers' rule), and each of ``slot``'s last requests took :data:`SIDE_BY_SIDE_STEP`
@@ -211,11 +206,18 @@ class EnvActor:
         with connection:
             self._ended.clear()  # a later loop's connection (after the first one ended)
             self._connection = connection
+            decoder = FrameDecoder()
             try:
-                while (body := _frame(connection)) is not None:
+                while True:
+                    try:
+                        data = connection.recv(RECEIVE_SIZE)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return  # closed by the parent
                     answered: list[Reply] = []
-                    for slot, seq, request, data in pickle.loads(body):
-                        message = (slot, seq, request, data)
+                    for request, seq, slot, payload in decoder.feed(data):
+                        message = (slot, seq, request, payload)
                         if self._in_lane(slot, request):
                             lane = self._lane(slot)
                             self._last[slot] = lane.submit(self._answer_alone, message)
@@ -231,7 +233,7 @@ class EnvActor:
         as the kill has taken effect (and returns only if it never does)."""
         time.sleep(seconds)
 
-    def _in_lane(self, slot: int, request: Request) -> bool:
+    def _in_lane(self, slot: int, request: int) -> bool:
         last = self._last[slot]
         if last is not None and not last.done():
             return True  # after what its lane has to answer first
@@ -245,10 +247,10 @@ class EnvActor:
             lane = self._lanes[slot] = concurrent.futures.ThreadPoolExecutor(1, name)
         return lane
 
-    def _answer_alone(self, message: tuple[int, int, Request, bytes]) -> None:
+    def _answer_alone(self, message: tuple[int, int, int, bytes | memoryview]) -> None:
         self._write([self._answered(message)])
 
-    def _answered(self, message: tuple[int, int, Request, bytes]) -> Reply:
+    def _answered(self, message: tuple[int, int, int, bytes | memoryview]) -> Reply:
         """The reply to a message whose payload is still pickled."""
         slot, seq, request, data = message
         try:
@@ -265,14 +267,14 @@ class EnvActor:
         return (slot, 0, None) if reply is None else reply
 
     def _write(self, replies: list[Reply]) -> bool:
-        """Send ``replies`` as one frame, each result pickled on its own (one that will
-        not pickle is its request's Failure); False once the parent has closed the
-        connection."""
-        body = pickle.dumps([_pickled_reply(reply) for reply in replies], protocol=5)
+        """Send ``replies`` in one write, a frame each, each result pickled on its own (one
+        that will not pickle is its request's Failure); False once the parent has closed
+        the connection."""
+        frames = b"".join([_reply_frame(reply) for reply in replies])
         assert self._connection is not None, "written only once accepted"
         try:
             with self._writing:
-                self._connection.sendall(framed(body))
+                self._connection.sendall(frames)
         except OSError:
             return False
         return True
@@ -341,29 +343,11 @@ def accepted(listener: socket.socket, token: bytes, deadline: float) -> socket.s
     return None
 
 
-def _pickled_reply(reply: Reply) -> tuple[int, int, bytes]:
+def _reply_frame(reply: Reply) -> bytes:
     slot, seq, result = reply
     try:
-        return (slot, seq, cloudpickle.dumps(result, protocol=5))
+        data: bytes = cloudpickle.dumps(result, protocol=5)
     except Exception as exc:
         failure = Failure.from_exception(exc, "sending a Ray actor's reply (pickling)")
-        return (slot, seq, cloudpickle.dumps(failure.without_exception(), protocol=5))
-
-
-def _frame(connection: socket.socket) -> bytearray | None:
-    """The body of the next frame on ``connection``, or None once it is closed."""
-    try:
-        head = connection.recv(FRAME.size, socket.MSG_WAITALL)
-        if len(head) < FRAME.size:
-            return None
-        (size,) = FRAME.unpack(head)
-        body = bytearray(size)
-        view, got = memoryview(body), 0
-        while got < size:
-            count = connection.recv_into(view[got:])
-            if count == 0:
-                return None
-            got += count
-    except OSError:
-        return None
-    return body
+        data = cloudpickle.dumps(failure.without_exception(), protocol=5)
+    return HEADER.pack(len(data), seq, _REPLY, slot) + data

@@ -9,9 +9,10 @@ connects to the address it names, from the event loop, sending first the secret 
 with the address (the actor reads nothing from a connection without it). The actor then
 answers frames on that connection (``run_channel``, an actor call that lasts as long as the
 connection: its failure says the actor is gone, as Ray learns it, a lost node included).
-Each frame carries a loop iteration's messages for the actor (each payload cloudpickled
-on its own, :mod:`aioenv.wire._ray_messages`), and each env's answer comes back as soon as
-it is ready (:class:`aioenv.workers.ray._actor.ChannelServer`): no thread between the loop and
+A loop iteration's messages for the actor go in one write, each as a frame of the process
+worker's wire (:mod:`aioenv.wire._frames`: its header, then its payload cloudpickled on its
+own), and each env's answer comes back as soon as it is ready, a frame too
+(:meth:`aioenv.workers.ray._actor.EnvActor.run_channel`): no thread between the loop and
 the socket, and one write and one read per env step at most.
 
 Where the connection cannot be made (a firewall between the nodes, a driver outside the
@@ -22,7 +23,6 @@ calls.
 from __future__ import annotations
 
 import asyncio
-import pickle
 import socket
 import warnings
 from collections.abc import Callable
@@ -32,7 +32,8 @@ import cloudpickle
 
 from ...core._messages import Failure
 from ...core._rollouts import Rollout
-from ...wire._ray_messages import CHANNEL_GROUP, FRAME, Message, Reply, framed
+from ...wire._frames import HEADER, RECEIVE_SIZE, FrameDecoder
+from ...wire._ray_messages import CHANNEL_GROUP, Message, Reply
 from ...wire._requests import Request
 from ..process._host_socket import SocketWrites
 from ._calls import send_off_loop
@@ -44,8 +45,6 @@ CONNECT_TIMEOUT = 10.0
 #: Seconds the actor waits for the parent's connection (a bound, not a wait: the parent
 #: connects as soon as it has the address).
 ACCEPT_WAIT = 60.0
-
-_RECEIVE_SIZE = 1 << 16
 
 #: The nodes whose actors could not be reached directly, warned of once each.
 _UNREACHED: set[str] = set()
@@ -76,7 +75,7 @@ class DirectConnection:
         #: The connection once made, and its writes not taken by it yet.
         self._sock: socket.socket | None = None
         self._writes: SocketWrites | None = None
-        self._inbox = bytearray()
+        self._decoder = FrameDecoder()
         #: It can carry messages.
         self.open = False
         #: Messages sent on it that are not answered yet.
@@ -134,27 +133,28 @@ class DirectConnection:
             self._on_lost(first_line(error))
 
     def send(self, messages: list[Message]) -> list[Reply]:
-        """Send ``messages`` in one frame, each payload pickled on its own (one that will
-        not load on the actor fails its own request there): the Failures of those whose
-        payloads would not pickle, which are not sent."""
+        """Send ``messages`` in one write, a frame each, each payload pickled on its own (one
+        that will not load on the actor fails its own request there): the Failures of those
+        whose payloads would not pickle, which are not sent."""
         assert self._writes is not None
-        sent: list[tuple[int, int, Request, bytes]] = []
+        sent: list[bytes] = []
         failed: list[Reply] = []
         for slot, seq, request, payload in messages:
             try:
-                sent.append((slot, seq, request, cloudpickle.dumps(payload, protocol=5)))
+                data = cloudpickle.dumps(payload, protocol=5)
+                sent.append(HEADER.pack(len(data), seq, request, slot) + data)
             except Exception as exc:
                 during = "pickling a request for a Ray actor"
                 failure = Failure.from_exception(exc, during, "the request sent")
                 failed.append((slot, seq, failure.without_exception()))
         if sent:
-            self._writes.write(framed(pickle.dumps(sent, protocol=5)), self._loop)
+            self._writes.write(b"".join(sent), self._loop)
             self.unanswered += len(sent)
         return failed
 
     def _on_readable(self, sock: socket.socket) -> None:
         try:
-            data = sock.recv(_RECEIVE_SIZE)
+            data = sock.recv(RECEIVE_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -163,16 +163,9 @@ class DirectConnection:
             self.close()
             self._on_lost("its direct connection closed")
             return
-        inbox = self._inbox
-        inbox += data
-        while self.open and len(inbox) >= FRAME.size:
-            (size,) = FRAME.unpack_from(inbox)
-            end = FRAME.size + size
-            if len(inbox) < end:
-                return
-            body = inbox[FRAME.size : end]
-            del inbox[:end]
-            replies = [(slot, seq, loaded(data)) for slot, seq, data in pickle.loads(body)]
+        frames = self._decoder.feed(data)
+        if frames:
+            replies = [(slot, seq, loaded(payload)) for _, seq, slot, payload in frames]
             self.unanswered -= len(replies)
             self._on_replies(replies)
 
@@ -222,7 +215,7 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def loaded(data: bytes) -> Any:
+def loaded(data: bytes | memoryview) -> Any:
     """A reply's result from its bytes (a frame's, or an actor call's
     :class:`~aioenv.wire._ray_messages.Pickled`), or the Failure that says why it would
     not load here (the same whichever way the reply came)."""
