@@ -25,8 +25,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import warnings
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 
@@ -50,24 +49,32 @@ ACCEPT_WAIT = 60.0
 _UNREACHED: set[str] = set()
 
 
+class ChannelHost(Protocol):
+    """What a direct connection tells its host
+    (:class:`~aioenv.workers.ray._host.ActorHost`), and asks of it."""
+
+    @property
+    def label(self) -> str:
+        """The actor, for the warning where it cannot be reached."""
+
+    def on_replies(self, replies: list[Reply]) -> None:
+        """The replies that came (every message sent is answered by one)."""
+
+    def flush_soon(self) -> None:
+        """The connection can carry messages now."""
+
+    def on_lost(self, reason: str) -> None:
+        """The actor is gone (its end of the connection closed, or the actor call that
+        serves it failed as Ray found the actor gone)."""
+
+
 class DirectConnection:
     """An actor host's direct connection, from asking the actor to listen to closing; once
-    made, its socket is read and written from the loop. ``label()`` names the actor for
-    the warning where it cannot be reached; ``on_replies(replies)`` gets each frame's
-    replies (every message sent is answered by one), ``on_open()`` says it can carry
-    messages, ``on_lost(reason)`` that the actor is gone (its end of the connection
-    closed, or the actor call that serves it failed as Ray found the actor gone)."""
+    made, its socket is read and written from the loop. It tells ``host`` what comes of it
+    (:class:`ChannelHost`); ``ray``: the ray module, whose errors it tells apart."""
 
-    def __init__(
-        self,
-        ray: Any,
-        label: Callable[[], str],
-        on_replies: Callable[[list[Reply]], None],
-        on_open: Callable[[], None],
-        on_lost: Callable[[str], None],
-    ) -> None:
-        self._ray, self._label = ray, label
-        self._on_replies, self._on_open, self._on_lost = on_replies, on_open, on_lost
+    def __init__(self, ray: Any, host: ChannelHost) -> None:
+        self._ray, self._host = ray, host
         self._closed = False
         #: The loop it was begun from (once): None until then.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -109,7 +116,7 @@ class DirectConnection:
             if address not in _UNREACHED:  # once per node: a pool may have hundreds there
                 _UNREACHED.add(address)
                 warnings.warn(
-                    f"aioenv: no direct connection to Ray {self._label()} at {address}:"
+                    f"aioenv: no direct connection to Ray {self._host.label} at {address}:"
                     f"{port} ({type(exc).__name__}: {exc}); the messages of the actors on "
                     "that node go as actor calls, which are slower (a firewall between the "
                     "nodes? make_pool(..., direct_connection=False) skips the attempt)",
@@ -123,14 +130,14 @@ class DirectConnection:
         assert self._loop is not None
         self._sock, self._writes, self.open = sock, SocketWrites(sock), True
         self._loop.add_reader(sock.fileno(), self._on_readable, sock)
-        self._on_open()
+        self._host.flush_soon()
 
     def _on_served(self, serving: asyncio.Future[Any]) -> None:
         """The actor's end stopped serving: fine once closed from here; a failure that
         is not the call's own is the actor's death, as Ray learnt it (a lost node)."""
         error = None if serving.cancelled() else serving.exception()
         if error is not None and not isinstance(error, self._ray.exceptions.RayTaskError):
-            self._on_lost(first_line(error))
+            self._host.on_lost(first_line(error))
 
     def send(self, messages: list[Message]) -> list[Reply]:
         """Send ``messages`` in one write, a frame each, each payload pickled on its own (one
@@ -161,13 +168,13 @@ class DirectConnection:
             data = b""
         if not data:
             self.close()
-            self._on_lost("its direct connection closed")
+            self._host.on_lost("its direct connection closed")
             return
         frames = self._decoder.feed(data)
         if frames:
             replies = [(slot, seq, loaded(payload)) for _, seq, slot, payload in frames]
             self.unanswered -= len(replies)
-            self._on_replies(replies)
+            self._host.on_replies(replies)
 
     def close(self) -> None:
         """Close it, or stop making it: nothing more comes from it (the actor's end of it

@@ -148,7 +148,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The direct connection (None: every message goes as an actor call).
-        self._direct = self._direct_connection() if recipe.direct else None
+        self._direct = DirectConnection(self._ray, self) if recipe.direct else None
 
     @property
     def alive(self) -> bool:
@@ -186,7 +186,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         if self._loop is not None and self._loop is not loop and self._loop.is_closed():
             self._close_direct()  # the closed loop took its reader and its calls' futures
             self._loop, self._flush_scheduled, self._calls = None, False, collections.deque()
-            self._direct = self._direct_connection() if self._recipe.direct else None
+            self._direct = DirectConnection(self._ray, self) if self._recipe.direct else None
         if self._loop is not None:
             return
         self._loop = loop
@@ -195,7 +195,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
     def _start_sending(self) -> None:
         """Once the actor exists and a loop watches: send what waits, and open the direct
         connection."""
-        self._schedule_flush()
+        self.flush_soon()
         if self._direct is not None and self._loop is not None and self._handle() is not None:
             self._direct.begin(self._loop, self._handle())
 
@@ -205,9 +205,9 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         if not self.alive:
             return  # its death is (or was) reported to every slot
         self._queued.append(message)
-        self._schedule_flush()
+        self.flush_soon()
 
-    def _schedule_flush(self) -> None:
+    def flush_soon(self) -> None:
         """Have what is queued flushed as this loop iteration ends (once a loop watches)."""
         if self._queued and self._loop is not None and not self._flush_scheduled:
             self._flush_scheduled = True
@@ -233,7 +233,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
                 self._deliver(failed, borrowed=False)
             return None
         if direct is not None and direct.unanswered:
-            return None  # sent once the connection's are answered (_on_direct), in order
+            return None  # sent once the connection's are answered (on_replies), in order
         messages, self._queued = self._queued, []
         assert self._loop is not None
         reply = self._loop.create_future()
@@ -241,22 +241,17 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         reply.add_done_callback(self._on_reply)
         return (actor.serve, (messages,), reply, True)
 
-    # The direct connection -------------------------------------------------------------
-    def _direct_connection(self) -> DirectConnection:
-        return DirectConnection(
-            self._ray,
-            lambda: self.label,
-            self._on_direct,
-            self._schedule_flush,
-            lambda reason: self._die(f"its Ray actor is gone ({reason})"),
-        )
-
-    def _on_direct(self, replies: list[Reply]) -> None:
+    # The direct connection (its ChannelHost) -----------------------------------------
+    def on_replies(self, replies: list[Reply]) -> None:
         """Replies that came on the direct connection (a CLOSE_SLOT's is empty)."""
         self.answered = True
         self._deliver([reply for reply in replies if reply[1:] != (0, None)], borrowed=False)
         if self._direct is not None and not self._direct.unanswered:
-            self._schedule_flush()  # what waited for these answers
+            self.flush_soon()  # what waited for these answers
+
+    def on_lost(self, reason: str) -> None:
+        """The direct connection found the actor gone (``reason`` says how)."""
+        self._die(f"its Ray actor is gone ({reason})")
 
     # Answers -------------------------------------------------------------------------
     def _on_reply(self, _: object) -> None:
@@ -276,7 +271,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             else:
                 self._die(f"its Ray actor is gone ({first_line(error)})")
         if not calls:
-            self._schedule_flush()  # what waited for the other way's answers
+            self.flush_soon()  # what waited for the other way's answers
 
     def _deliver(self, replies: list[Reply], borrowed: bool) -> None:
         deliver = self._recipe.deliver
