@@ -10,7 +10,7 @@ message per batch each way, and the parent does no work per env.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,30 +178,17 @@ class VectorRunner:
             return Failure.from_exception(count, "step", "the actions sent")
         return self.step_rows(rows)
 
-    def step_rows(self, rows: list[Any]) -> Any:
-        """Step env ``i`` with ``rows[i]`` (the envs are built): a BatchStep, or a Failure."""
-        return self._gathered(range(self.size), rows, None)
-
-    def answer_envs(self, envs: list[int], requests: list[Any], resets: bool) -> Any:
-        """Answer ``requests[k]`` for env ``envs[k]`` alone (the envs are built): a
-        BatchStep whose rows are those envs, in that order, or a Failure. A request is an
-        action, or with ``resets`` also ``RESET`` or ``Reset(seed, options)`` with one
-        env's seed (without, no request is looked at). Every env asked is answered, as in
-        :meth:`step_rows`; the envs not asked are untouched."""
-        return self._gathered(envs, requests, envs, resets)
-
-    def _gathered(
-        self,
-        order: Iterable[int],
-        requests: list[Any],
-        envs: list[int] | None,
-        resets: bool = False,
+    def step_rows(
+        self, requests: list[Any], envs: list[int] | None = None, resets: bool = False
     ) -> Any:
-        """Answer ``requests[k]`` for env ``order[k]``, in order: the BatchStep of every env
-        (``envs`` None: ``order`` is every env) or of the envs ``envs`` (``order``), or
-        the first failure of an env after every env asked has answered. An answer that
-        is no state stops the rest from being asked. A request is an action unless
-        ``resets``: then it may be ``RESET`` or a ``Reset(...)`` too."""
+        """Answer ``requests[k]`` for env ``k`` (``envs`` None: every env, in order), or
+        for env ``envs[k]`` alone (the envs are built), in order: the BatchStep of every
+        env, or of the envs ``envs``, a row each in that order (the envs not asked are
+        untouched); or the first failure of an env after every env asked has answered.
+        An answer that is no state stops the rest from being asked. A request is an
+        action, or with ``resets`` also ``RESET`` or ``Reset(seed, options)`` with one
+        env's seed (without, no request is looked at)."""
+        order = range(self.size) if envs is None else envs
         runners = self.runners
         states: list[Any] = []
         failures: list[Failure] = []

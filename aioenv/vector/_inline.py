@@ -172,7 +172,7 @@ class InlineEnvs:
         if resets:
             self._resets.difference_update(envs)
         self._check_usable()
-        result = self._runner.answer_envs(envs, requests, resets)
+        result = self._runner.step_rows(requests, envs, resets)
         if isinstance(result, Failure):
             raise self._failed(result)
         restarts = self.restarts
