@@ -30,10 +30,11 @@ class AsyncEnvRunner(EnvRunner):
     #: The async gymnasium env itself when ``env`` is its adapter (for :meth:`step_call`).
     _async_gym: Any = None
 
-    def build(self) -> None:
-        super().build()
+    def build(self) -> Failure | None:
+        failure = super().build()
         if type(self.env) is AsyncGymnasiumEnvironment:
             self._async_gym = self.env.env
+        return failure
 
     def ahandle(self, action: Any) -> Coroutine[Any, Any, Any]:
         """Answer ``RESET``, a ``Reset(...)``, a step or a rollout: the state, or a Failure."""

@@ -84,16 +84,19 @@ class EnvRunner:
         # The autoreset rule, asked once: the runner's every episode end reads it.
         self._resets_after_end = resets_next(episode.autoreset, True)
 
-    def build(self) -> None:
+    def build(self) -> Failure | None:
+        """Build the env, once: None, or :attr:`build_failure`, the failure of its
+        construction (answered by every request that needs the env)."""
         if self.env is not None or self.build_failure is not None:
-            return
+            return self.build_failure
         try:
             self.env = build_environment(self.source, self._adapt)
         except Exception as exc:
             self.build_failure = Failure.from_exception(exc, "construction")
-            return
+            return self.build_failure
         if type(self.env) is GymnasiumEnvironment:
             self.gym = self.env.env
+        return None
 
     @property
     def built(self) -> bool:
@@ -139,11 +142,10 @@ class EnvRunner:
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> Plan[Any]:
         """:meth:`reset`'s plan."""
-        env = self._built()
-        if env is None:
-            return self.build_failure
+        if self.env is None and (failure := self.build()) is not None:
+            return failure
         try:
-            state = yield self._reset(env, seed, options)
+            state = yield self._reset(self.env, seed, options)
         except Exception as exc:
             return Failure.from_exception(exc, "reset")
         self.last = state
@@ -192,10 +194,10 @@ class EnvRunner:
 
     def step_plan(self, action: Any) -> Plan[Any]:
         """:meth:`step`'s plan."""
+        if self.env is None and (failure := self.build()) is not None:
+            return self._failed(failure)
         env = self.env
-        if env is None and (env := self._built()) is None:
-            assert self.build_failure is not None
-            return self._failed(self.build_failure)
+        assert env is not None
         try:
             if self.needs_reset:  # autoreset "next_step": this action is ignored
                 self.last = state = yield self._reset(env, None, None)
@@ -325,11 +327,10 @@ class EnvRunner:
             return None
         if request.op == "policy":
             return self.policies.load(request.kwargs["package"])
-        env = self._built()
-        if env is None:
-            return self.build_failure
+        if self.env is None and (failure := self.build()) is not None:
+            return failure
         try:
-            return (yield answer_control(env, request))
+            return (yield answer_control(self.env, request))
         except Exception as exc:
             if request.op == "apply":  # the function is the caller's, not the env's
                 return Failure.from_exception(exc, "apply", "the function applied")
@@ -349,11 +350,6 @@ class EnvRunner:
         except Exception as exc:
             return Failure.from_exception(exc, "close")
         return None
-
-    def _built(self) -> Environment[Any, Any] | None:
-        if self.env is None:
-            self.build()
-        return self.env
 
 
 def answer_control(env: Any, request: ControlRequest) -> Any:

@@ -98,9 +98,8 @@ class VectorRunner:
             return self.build_failure
         self.built = True
         for index, runner in enumerate(self.runners):
-            runner.build()
-            if runner.build_failure is not None:
-                self.build_failure = _in_env(runner.build_failure, index)
+            if (failure := runner.build()) is not None:
+                self.build_failure = _in_env(failure, index)
                 return self.build_failure
         observations = [runner.spaces[0] for runner in self.runners]
         actions = [runner.spaces[1] for runner in self.runners]
