@@ -258,26 +258,16 @@ class VectorRunner:
             self._single_space, observations, self._observations, self.stack_into, self.cast
         )
         rewards_array = np.array(rewards, np.float64)
-        ended_array, cut_array = flag_array(terminated, size), flag_array(truncated, size)
+        # The batch's observations, rewards and flags, which every answer below begins with.
+        arrays = (stacked, rewards_array, flag_array(terminated, size), flag_array(truncated, size))
         if not entries:  # most steps of envs that give no infos
-            return BatchStep(stacked, rewards_array, ended_array, cut_array, {}, {}, {}, {}, {})
-        if len(infos) == size and not finals:
-            packed = flat_infos(list(infos.values()))
-            if packed is not None:
-                return BatchStep(
-                    stacked, rewards_array, ended_array, cut_array, infos, finals,
-                    final_infos, packed_infos=packed,
-                )  # fmt: skip
-        return BatchStep(
-            stacked,
-            rewards_array,
-            ended_array,
-            cut_array,
-            infos,
-            finals,
-            final_infos,
-            *batch_vector_infos(entries, infos, size),
-        )
+            return BatchStep(*arrays, {}, {}, {}, {}, {})
+        # The infos packed, one record per env, where every env gave the same flat scalar
+        # keys and none ended an episode under same-step autoreset; else in gymnasium's
+        # vector form (or per row, see batch_vector_infos).
+        packed = flat_infos(list(infos.values())) if len(infos) == size and not finals else None
+        vector = (None, None) if packed is not None else batch_vector_infos(entries, infos, size)
+        return BatchStep(*arrays, infos, finals, final_infos, *vector, packed)
 
     def _batch(self, states: list[tuple[int, Any]]) -> Any:
         """The BatchStep of a reset, from the states of the envs in ``states`` (the others
