@@ -150,16 +150,10 @@ class EnvRestarts(Supervisors["_OneEnv"]):
     ) -> None:
         self.runner = runner
         self.where, self.first, self.worker_id = where, first, worker_id
-        # The episode options the runner gave its envs (a new env gets them too).
-        self.episode = runner.runners[0].episode
         # The restart options alone; each env's supervisor reports its failures to
         # on_failure, as a pool's worker's does.
         options = Supervision(**{name: getattr(options, name) for name in RESTART_OPTIONS})
-        # Each env is rebuilt from the source its runner has, and a restart's seed is
-        # drawn from the seed the runner gave it, as a worker's is from the worker's (a
-        # process worker of one env has that seed).
-        runners = enumerate(runner.runners)
-        super().__init__([_OneEnv(self, i, env.source, env.seed, options) for i, env in runners])
+        super().__init__([_OneEnv(self, i, options) for i in range(len(runner.runners))])
         #: The envs given up on, with the error that did it.
         self.removed: dict[int, WorkerError] = {}
         #: The error of the env given up on in the request being answered.
@@ -198,21 +192,19 @@ class _OneEnv(RestartRule):
     failure, for a worker of that one env, answered in the calling thread (the cut-short
     rule is :class:`~aioenv.core._supervisor.RestartRule`'s, a worker's too)."""
 
-    def __init__(
-        self,
-        owner: EnvRestarts,
-        index: int,
-        source: EnvSource,
-        seed: int | None,
-        options: Supervision,
-    ) -> None:
-        self.owner, self.index, self.source = owner, index, source
+    def __init__(self, owner: EnvRestarts, index: int, options: Supervision) -> None:
+        self.owner, self.index = owner, index
         self._runners: list[Any] = owner.runner.runners  # the vector runner's, by env
-        self.name = f"{owner.where} {owner.first + index} ({describe_source(source)})"
+        # The env is rebuilt from the source its runner has, with the episode options the
+        # runner gave it, and a restart's seed is drawn from the seed the runner gave it,
+        # as a worker's is from the worker's (a process worker of one env has that seed).
+        first: EnvRunner = self._runners[index]
+        self.source: EnvSource = first.source
+        self.name = f"{owner.where} {owner.first + index} ({describe_source(self.source)})"
         remedies = Remedies(self._discard_env, self._start_env, self._fail)
         # One supervisor: ``supervisor`` to its Supervisors, ``_supervisor`` to RestartRule.
-        self.supervisor = self._supervisor = Supervisor(options, seed, remedies)
-        self._episode = owner.episode
+        self.supervisor = self._supervisor = Supervisor(options, first.seed, remedies)
+        self._episode = first.episode
         # RestartRule's _sent is the request being answered.
         self._last: Any = None  # the state last handed out before it (a Step or a row)
         self._failure: Failure | None = None  # the failure being handled
@@ -280,7 +272,7 @@ class _OneEnv(RestartRule):
         """A new env, seeded ``seed``, whose reset answers the request (with the options
         of a reset it answers, a task say, as a worker's restart reset does)."""
         owner = self.owner
-        runner = EnvRunner(self.source, seed, owner.episode, owner.runner.policies)
+        runner = EnvRunner(self.source, seed, self._episode, owner.runner.policies)
         self._runners[self.index] = runner
         self._on_reply(runner.handle(self._restart_reset()))
 
