@@ -101,20 +101,17 @@ class Cursor:
 
 
 def _rows(
-    runner: Any,
-    cursor: Cursor | None,
-    num_steps: int,
-    seed: int | None,
-    policy: Any,
-    budget: float | None = None,
+    runner: Any, cursor: Cursor | None, request: Rollout, seed: int | None, policy: Any
 ) -> Plan[tuple[dict[str, list[Any]], Cursor]]:
-    """The segment's rows, the runner's own reset and step plans making the env's calls.
-    ``budget``: an episode's seconds; the step that finds its episode past them ends it
-    truncated, and the env is reset."""
+    """The segment's rows (``request.num_steps`` of them), the runner's own reset and step
+    plans making the env's calls. ``request.episode_timeout``, the budget: an episode's
+    seconds; the step that finds its episode past them ends it truncated, and the env is
+    reset."""
+    budget = request.episode_timeout
     rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     if cursor is None or seed is not None:
         cursor = Cursor((yield from _answered(runner.reset_plan(seed))).observation, 0)
-    for _ in range(num_steps):
+    for _ in range(request.num_steps):
         try:
             action = policy(cursor.observation)
         except Exception as exc:  # the caller's: no restart of the env would fix it
@@ -181,8 +178,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
         cursor = _resume(runner)
         if request.fresh:
             cursor = None
-        plan = _rows(runner, cursor, request.num_steps, seed, policy, request.episode_timeout)
-        rows, runner.last = yield from plan
+        rows, runner.last = yield from _rows(runner, cursor, request, seed, policy)
     except _Stop as stop:
         return stop.failure
     except Exception as exc:
