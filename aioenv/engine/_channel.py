@@ -1,24 +1,24 @@
 """What does not fit the step buffer travels beside it, pickled, on the socket the parent
 and a child share: requests that are not steps (resets, calls, closing) and the parts of
 an answer that have no fixed size (infos, a final observation, a failure). A message is
-its length and kind (9 bytes) and its pickle, or a step's infos as a process worker's
-reply carries them. Both sides read the socket only after the wake told
-them a message is there; a small message is written before that post, so it is whole
-when read, a large one after (:data:`SMALL`).
+a process worker's frame (:mod:`aioenv.wire._frames`, its sequence number and slot 0):
+a request or an answer as :func:`~aioenv.wire._frames.encode_reply` encodes it (pickled
+whole, a BatchStep in its binary layout), or a step's infos as an INFOS frame (their
+flag and bytes, as a BATCH_STATE's tail carries them). Both sides read the socket only
+after the wake told them a message is there; a small message is written before that
+post, so it is whole when read, a large one after (:data:`SMALL`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import socket
-import struct
 from collections.abc import Callable
 from typing import Any
 
 from ..core._errors import EnvError
 from ..core._messages import Failure
-from ..wire._pickles import pickled_answer
+from ..wire._frames import HEADER, INFOS, Kind, decode_reply, encode
 from ._wake import Wake
 
 __all__ = [
@@ -26,16 +26,11 @@ __all__ = [
     "GivenUp",
     "Reported",
     "answer_of",
-    "encoded",
     "encoded_infos",
     "post_with",
     "receive_message",
 ]
 
-#: A message's head: the length of what follows, and its kind: :data:`_PICKLED`, or an
-#: infos flag of :func:`aioenv.wire._pickles.encode_infos` (what follows is its bytes).
-_HEAD = struct.Struct("<QB")
-_PICKLED = 255
 #: A message this long (bytes) fits a socket's buffer on any system aioenv runs on (Linux
 #: gives a Unix socket 208 KiB by default): its sender can write it before it posts the
 #: wake. A longer one is written after the post, as the reader reads it, since writing
@@ -61,18 +56,10 @@ class GivenUp:
     error: Any
 
 
-def encoded(message: Any) -> bytes:
-    """``message`` as it travels, pickled by :func:`~aioenv.wire._pickles.pickled_answer`
-    (by value where it must be; a :class:`Failure` whose exception will not pickle goes
-    without it)."""
-    data, _ = pickled_answer(message)
-    return _HEAD.pack(len(data), _PICKLED) + data
-
-
 def encoded_infos(flag: int, data: bytes) -> bytes:
     """A step's infos as :func:`aioenv.wire._pickles.encode_infos` gave them, as a message
     whose reader gets ``(flag, data)`` back without unpickling anything."""
-    return _HEAD.pack(len(data), flag) + data
+    return encode(Kind.INFOS, 0, bytes((flag,)) + data)
 
 
 def post_with(sock: socket.socket, wake: Wake, data: bytes) -> None:
@@ -92,8 +79,8 @@ def receive_message(sock: socket.socket) -> Any:
     """The next message; :class:`EOFError` if the other side closed its end first. One
     message is in flight at a time, so a read of more than it asks for takes nothing of
     the next: most messages take one ``recv``."""
-    data = _read(sock, _HEAD.size, SMALL)
-    end = _HEAD.size + _HEAD.unpack_from(data)[0]
+    data = _read(sock, HEADER.size, SMALL)
+    end = HEADER.size + HEADER.unpack_from(data)[0]
     if len(data) < end:
         data += _read(sock, end - len(data), end - len(data))
     return _decoded(data)
@@ -101,9 +88,9 @@ def receive_message(sock: socket.socket) -> Any:
 
 def _decoded(data: bytes | bytearray) -> Any:
     """A whole message (its head and body) as its reader gets it."""
-    length, kind = _HEAD.unpack_from(data)
-    body = memoryview(data)[_HEAD.size : _HEAD.size + length]
-    return pickle.loads(body) if kind == _PICKLED else (kind, body)
+    length, _, kind, _ = HEADER.unpack_from(data)
+    body = memoryview(data)[HEADER.size : HEADER.size + length]
+    return (body[0], body[1:]) if kind == INFOS else decode_reply(kind, body, None)[0]
 
 
 def answer_of(

@@ -38,13 +38,13 @@ from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
+from ..wire._frames import encode_reply
 from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, PackedInfos, StepBuffer, write_rows
 from ._channel import (
     GivenUp,
     Reported,
-    encoded,
     encoded_infos,
     post_with,
     receive_message,
@@ -120,7 +120,7 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         )
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
-        sock.sendall(encoded(spaces if failure is None else failure))
+        sock.sendall(encode_reply(0, spaces if failure is None else failure))
         gone = failure is None and _loop(sock, alive, _Envs(slots, buffer, plan), request, answer)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         return
@@ -206,10 +206,10 @@ class _Envs:
             return 1, self.served("step", copy_arrays(self.actions))
         result = self._answer(STEP, copy_arrays(self.actions))
         if type(result) is not BatchStep:
-            return 1, self._sent(encoded(result))  # a Failure, or an env given up
+            return 1, self._sent(encode_reply(0, result))  # a Failure, or an env given up
         failed = self._written(result)
         if failed is not None:
-            return 1, self._sent(encoded(failed))
+            return 1, self._sent(encode_reply(0, failed))
         packed = result.packed_infos
         told = self.packed
         if packed is not None and not self.reports and told.written(self.child, packed, self.infos):
@@ -235,7 +235,7 @@ class _Envs:
             result = self._answer(CONTROL if op == "control" else STEP, payload)
         if type(result) is BatchStep:
             result = self._written(result) or result
-        return self._sent(encoded(result))
+        return self._sent(encode_reply(0, result))
 
     def _answer(self, request: int, payload: Any) -> Any:
         result = self.slots.serve(0, request, payload)
@@ -268,7 +268,7 @@ class _Envs:
             return data
         reported = Reported([_portable(error) for error in self.reports], data)
         self.reports.clear()
-        return encoded(reported)
+        return encode_reply(0, reported)
 
     def _written(self, result: BatchStep[Any]) -> Failure | None:
         """Write a BatchStep's observations into the child's rows of the buffer (and its

@@ -28,7 +28,8 @@ from ..core._errors import (
 )
 from ..core._supervision import Phase, Supervision, timeout_error
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
-from ._channel import answer_of, encoded, post_with
+from ..wire._frames import encode_reply
+from ._channel import answer_of, post_with
 from ._child import ChildPlan
 from ._start import PROCESS_TABLE, ChildStart, Context
 from ._wake import Wake
@@ -177,7 +178,7 @@ class Child:
         already gone is not asked. ``notes``: the buffer's."""
         with contextlib.suppress(OSError):
             notes[self.rows.start] = 1
-            post_with(self.start.socket, self.request, encoded(None))
+            post_with(self.start.socket, self.request, encode_reply(0, None))
 
     def end(self, grace: float, term_grace: float = TERMINATE_GRACE) -> None:
         """Wait ``grace`` seconds for the child to exit (it was asked to), then terminate

@@ -22,6 +22,7 @@ from ..core._commands import Command, Reset, is_reset
 from ..core._environment import BatchStep, Stepped, copy_arrays, take_rows
 from ..core._errors import WorkerDied, WorkerError
 from ..core._supervision import Phase, Supervision, request_phase
+from ..wire._frames import encode_reply
 from ..wire._pickles import decode_infos
 from ._buffer import (
     INFOS_IN_BUFFER,
@@ -31,7 +32,7 @@ from ._buffer import (
     rows_state,
     write_rows,
 )
-from ._channel import GivenUp, answer_of, encoded
+from ._channel import GivenUp, answer_of
 from ._family import Child, late, together, until_due
 from ._wake import Gone, Wake
 
@@ -134,7 +135,7 @@ class HandOffs:
             if budgets is not None and phase is not None and phase != "reset":
                 budgets.handed(w, child)
         if message:
-            child.post(encoded((op, request)))
+            child.post(encode_reply(0, (op, request)))
         else:
             child.request.post()
         (self._in_buffer.discard if note else self._in_buffer.add)(w)

@@ -1,7 +1,9 @@
 """The wire protocol between the parent and a process worker: both ends read it here.
 
 The parent's end is :mod:`aioenv.workers.process._host`, the child's
-:mod:`aioenv.workers.process._child`. They share two sockets.
+:mod:`aioenv.workers.process._child`. They share two sockets. An engine child's messages
+beside its step buffer (:mod:`aioenv.engine._channel`) are these frames too: its requests
+and answers as STATE (or BATCH_STATE) frames, a step's infos as an INFOS frame.
 
 **The message socket.** A message is a fixed binary header followed by a payload::
 
@@ -36,13 +38,14 @@ from typing import Any
 import numpy as np
 
 from ..core._environment import BatchStep, Step
-from ._pickles import decode_infos, dumps, encode_infos, loads, raw_dtype
+from ._pickles import decode_infos, dumps, encode_infos, loads, pickled_answer, raw_dtype
 from ._requests import STEP, STEP_ARRAY, Request
 from ._shared_memory import SharedObservations
 
 __all__ = [
     "BATCH_STATE",
     "HEADER",
+    "INFOS",
     "LANE_ANSWER",
     "READY",
     "RECEIVE_SIZE",
@@ -57,6 +60,7 @@ __all__ = [
     "encode_action",
     "encode_array_action",
     "encode_batch_step",
+    "encode_reply",
     "encode_spin",
     "encode_step",
     "Frame",
@@ -74,15 +78,17 @@ class Kind(enum.IntEnum):
     STEP_STATE = 19  # payload: a Step in encode_step's binary layout (no pickling)
     BATCH_STATE = 20  # payload: a BatchStep in encode_batch_step's layout
     LANE_ANSWER = 21  # a LANE request served: payload b"\x01" (the lane is in use) or empty
+    INFOS = 22  # beside an engine child's rows: a step's infos, payload their flag (u8) and bytes
 
 
 # The kinds the parent's hot path tests, as plain ints: a frame's kind arrives as an int,
 # and comparing two ints is cheaper than looking up and comparing an enum member.
-READY, STEP_STATE, BATCH_STATE, LANE_ANSWER = (
+READY, STEP_STATE, BATCH_STATE, LANE_ANSWER, INFOS = (
     int(Kind.READY),
     int(Kind.STEP_STATE),
     int(Kind.BATCH_STATE),
     int(Kind.LANE_ANSWER),
+    int(Kind.INFOS),
 )
 
 #: Bytes either side reads from the message socket at once.
@@ -196,6 +202,25 @@ def decode_batch_step(
     if not flags & _TAIL:
         return BatchStep(observations, rewards, terminated, truncated)
     return decode_infos(flags, payload[at + size :], observations, rewards, terminated, truncated)
+
+
+def encode_reply(
+    seq: int, result: Any, slot: int = 0, shared: SharedObservations | None = None
+) -> bytes:
+    """The message answering request ``seq`` with ``result``: a Step or a BatchStep in
+    its binary layout (:func:`encode_step`, :func:`encode_batch_step`), anything else (a
+    Failure too) pickled whole by :func:`~aioenv.wire._pickles.pickled_answer`, as STATE
+    (by value where it must be; a Failure whose exception will not pickle goes without
+    it)."""
+    try:
+        if type(result) is Step:
+            return encode_step(seq, result, slot, shared)
+        if type(result) is BatchStep:
+            return encode_batch_step(seq, result, slot, shared)
+    except Exception:
+        pass  # pickled whole below, by value where it must be
+    data, _ = pickled_answer(result)  # (a Failure too: the parent unpickles either alike)
+    return encode(Kind.STATE, seq, data, slot)
 
 
 def decode_reply(

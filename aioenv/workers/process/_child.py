@@ -17,7 +17,6 @@ import select
 import socket
 from typing import Any
 
-from ...core._environment import BatchStep, Step
 from ...core._messages import EpisodeOptions, Failure
 from ...engine._lane import ChildLane, drain
 from ...env_side._idle_spin import IdleSpin
@@ -32,12 +31,10 @@ from ...wire._frames import (
     decode_array,
     decode_spin,
     encode,
-    encode_batch_step,
-    encode_step,
+    encode_reply,
 )
-from ...wire._pickles import dumps, loads, pickled_answer
+from ...wire._pickles import dumps, loads
 from ...wire._requests import CONTROL, STEP, STEP_ARRAY, Request
-from ...wire._shared_memory import SharedObservations
 
 __all__ = ["serve"]
 
@@ -205,7 +202,7 @@ class _Child:
         lane = self.lanes.get(slot) if state else None
         if lane is not None and lane.answered(seq, result):
             return
-        self.sock.sendall(_encode_reply(seq, result, slot, None if lane is None else lane.shared))
+        self.sock.sendall(encode_reply(seq, result, slot, None if lane is None else lane.shared))
 
     def _open_lane(self, frame: Any, slot: int) -> None:
         """Map the lane the parent sent for ``slot`` (its descriptors came just before the
@@ -260,17 +257,3 @@ def _result(slots: Slots, kind: int, slot: int, payload: Any) -> Any:
     except Exception as exc:
         return Failure.from_exception(exc, "unpickling the request", "the request sent")
     return slots.serve(slot, CONTROL if kind == CONTROL else STEP, request)
-
-
-def _encode_reply(
-    seq: int, result: Any, slot: int, shared: SharedObservations | None = None
-) -> bytes:
-    try:
-        if type(result) is Step:
-            return encode_step(seq, result, slot, shared)
-        if type(result) is BatchStep:
-            return encode_batch_step(seq, result, slot, shared)
-    except Exception:
-        pass  # pickled whole below, by value where it must be
-    data, _ = pickled_answer(result)  # (a Failure too: the parent unpickles either alike)
-    return encode(Kind.STATE, seq, data, slot)
