@@ -37,7 +37,6 @@ drops a step posted for it, whose worker is gone.)
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -47,13 +46,12 @@ from gymnasium import spaces
 
 from ..core._commands import RESET
 from ..core._environment import PLAIN_STEP, BatchStep, Step, copy_arrays
-from ..wire._frames import RECEIVE_SIZE
 from ..wire._pickles import decode_infos, dumps, encode_infos, loads
 from ..wire._shared_memory import Layout, SharedObservations
 from ._buffer import NoLayout, StepBuffer
 from ._wake import Wake
 
-__all__ = ["INFO_BYTES", "ChildLane", "Lane", "drain"]
+__all__ = ["INFO_BYTES", "ChildLane", "Lane"]
 
 #: How the action in a lane was given, so the child hands the env that same type; or that
 #: the request is ``RESET``.
@@ -360,18 +358,3 @@ class ChildLane(_Half):
         self._terminated[:] = result.terminated
         self._truncated[:] = result.truncated
         return True
-
-
-def drain(sock: socket.socket, first: bytes) -> bytes:
-    """``first`` and everything else ``sock`` holds now (non-blocking); what the child
-    reads once it has taken a post, so that every request made before the step is in."""
-    chunks = [first]
-    while True:
-        try:
-            data = sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            break
-        if not data:
-            break
-        chunks.append(data)
-    return b"".join(chunks)

@@ -35,10 +35,12 @@ import pickle
 import struct
 from typing import Any
 
+import cloudpickle
 import numpy as np
 
 from ..core._environment import BatchStep, Step
-from ._pickles import decode_infos, dumps, encode_infos, loads, pickled_answer, raw_dtype
+from ..core._messages import Failure
+from ._pickles import decode_infos, dumps, encode_infos, loads, raw_dtype
 from ._requests import STEP, STEP_ARRAY, Request
 from ._shared_memory import SharedObservations
 
@@ -209,9 +211,11 @@ def encode_reply(
 ) -> bytes:
     """The message answering request ``seq`` with ``result``: a Step or a BatchStep in
     its binary layout (:func:`encode_step`, :func:`encode_batch_step`), anything else (a
-    Failure too) pickled whole by :func:`~aioenv.wire._pickles.pickled_answer`, as STATE
-    (by value where it must be; a Failure whose exception will not pickle goes without
-    it)."""
+    Failure too) pickled whole, as STATE. What the standard pickle cannot take (a class of
+    the user's main module, shipped with the env) goes by value (cloudpickle hands the
+    parent back its own class objects); what will not pickle at all goes as the Failure
+    of that, and a Failure whose exception will not pickle goes without it, its text and
+    traceback kept."""
     try:
         if type(result) is Step:
             return encode_step(seq, result, slot, shared)
@@ -219,7 +223,16 @@ def encode_reply(
             return encode_batch_step(seq, result, slot, shared)
     except Exception:
         pass  # pickled whole below, by value where it must be
-    data, _ = pickled_answer(result)  # (a Failure too: the parent unpickles either alike)
+    # (A Failure too: the parent unpickles either alike.)
+    try:
+        data = pickle.dumps(result, protocol=5)
+    except Exception:
+        try:
+            data = cloudpickle.dumps(result, protocol=5)
+        except Exception as exc:
+            if not isinstance(result, Failure):
+                result = Failure.from_exception(exc, "pickling the answer to send it to the parent")
+            data = pickle.dumps(result.without_exception(), protocol=5)
     return encode(Kind.STATE, seq, data, slot)
 
 

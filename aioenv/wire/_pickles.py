@@ -1,7 +1,7 @@
 """How the objects a process worker's frames (and the engine's messages) carry are pickled:
-plainly, or with their numeric arrays as raw bytes, dtype and shape; a child's answer,
-by value where it must be (:func:`pickled_answer`); and a batch's infos as they travel
-(:func:`encode_infos`), the same way in both."""
+plainly, or with their numeric arrays as raw bytes, dtype and shape (a child's answer,
+by value where it must be, is :func:`aioenv.wire._frames.encode_reply`'s); and a batch's
+infos as they travel (:func:`encode_infos`), the same way in both."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ import io
 import pickle
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 from ..core._environment import BatchStep
 from ..core._infos import FlatInfos
-from ..core._messages import Failure
 
 __all__ = [
     "VECTOR_INFOS",
@@ -27,7 +25,6 @@ __all__ = [
     "encode_infos",
     "loads",
     "not_pickled",
-    "pickled_answer",
     "pickled_for",
     "raw_dtype",
 ]
@@ -43,24 +40,6 @@ def dumps(obj: Any) -> bytes:
 
 #: The standard unpickler itself: what :func:`dumps` (or cloudpickle) wrote.
 loads = pickle.loads
-
-
-def pickled_answer(answer: Any) -> tuple[bytes, bool]:
-    """``answer`` pickled, as a child sends it back to the parent, and whether it goes as
-    a :class:`Failure`. What the standard pickle cannot take (a class of the user's main
-    module, shipped with the env) goes by value (cloudpickle hands the parent back its own
-    class objects); what will not pickle at all goes as the Failure of that, and a Failure
-    whose exception will not pickle goes without it, its text and traceback kept."""
-    failed = isinstance(answer, Failure)
-    try:
-        return pickle.dumps(answer, protocol=5), failed
-    except Exception:
-        try:
-            return cloudpickle.dumps(answer, protocol=5), failed
-        except Exception as exc:
-            if not failed:
-                answer = Failure.from_exception(exc, "pickling the answer to send it to the parent")
-            return pickle.dumps(answer.without_exception(), protocol=5), True
 
 
 def pickled_for(obj: Any, what: str, worker: Any) -> bytes:

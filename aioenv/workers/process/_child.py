@@ -18,7 +18,7 @@ import socket
 from typing import Any
 
 from ...core._messages import EpisodeOptions, Failure
-from ...engine._lane import ChildLane, drain
+from ...engine._lane import ChildLane
 from ...env_side._idle_spin import IdleSpin
 from ...env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ...env_side._serving import Slots
@@ -132,7 +132,13 @@ class _Child:
             got = self._take(self.sock.fileno() in ready, posted)
         data, posts = got
         if posts and data:
-            data = drain(self.sock, data)
+            # Everything else the socket holds now (non-blocking): every request made
+            # before the step is in.
+            chunks = [data]
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                while chunk := self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT):
+                    chunks.append(chunk)
+            data = b"".join(chunks)
         return data, posts
 
     def _take(
