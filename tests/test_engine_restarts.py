@@ -21,7 +21,7 @@ from envs import Walk
 from support import process_running, wait_until
 
 import aioenv
-from aioenv.engine._channel import SMALL
+from aioenv.engine._child import SMALL
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -214,7 +214,7 @@ def test_a_new_child_of_one_env_seeds_it_as_a_restarted_worker_of_that_env_is_se
 
 class DiesWritingALongAnswer(Walk):
     """Once ``armed`` (with ``set_attr``), its next step or reset answers with infos longer
-    than the engine writes before its post (``aioenv.engine._channel.SMALL``), and its
+    than the engine writes before its post (``aioenv.engine._child.SMALL``), and its
     process exits halfway through writing them: the parent has taken the post and is
     reading the message when the child is gone."""
 

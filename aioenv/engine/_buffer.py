@@ -81,7 +81,7 @@ class StepBuffer:
     are: one array for a Box, a dict of them for a Dict); ``rewards`` (float64),
     ``terminated`` and ``truncated`` (bool) are arrays of ``n``. ``notes`` (uint8, one per
     row) says, in the first row of a child's envs, that this hand-off has a message on
-    the socket beside the buffer (:mod:`aioenv.engine._channel`): a request that is not a
+    the socket beside the buffer (:mod:`aioenv.engine._child`): a request that is not a
     step, or an answer with infos or a failure; it is written before the post, like
     everything else here. ``marks`` (uint8, one per row) says, in the same row, that the
     child has answered this hand-off: it writes it just before its post, and the parent

@@ -8,8 +8,8 @@ there). It builds the envs and reports their spaces on its socket, then loops: w
 request wake (spinning first while the idle-spin rule says spinning pays, and returning
 once the parent is gone), answer, post the answer wake. A step's actions are read from its
 rows and its results written there; the row's note says whether a message on the socket
-goes with the hand-off (:mod:`aioenv.engine._channel`): for a step, its infos encoded as a
-process worker's are (:func:`aioenv.wire._pickles.encode_infos`), or its failure.
+goes with the hand-off (see below): for a step, its infos encoded as a process worker's
+are (:func:`aioenv.wire._pickles.encode_infos`), or its failure.
 
 With restarts on, an env that raises is rebuilt here, by the rule envs in line follow
 (:mod:`aioenv.env_side._env_restarts`: the same budget, seeds and cut-short episodes,
@@ -18,6 +18,17 @@ env by env), and the errors go to the parent with the answer (:class:`Reported`)
 :mod:`aioenv.engine._revivals`) answers its first step with its new envs' resets, marked
 as a restart's or cutting short the episodes its predecessor left open (:class:`Revived`).
 It imports nothing from the parent's side.
+
+The messages beside the buffer, both sides' (the parent's :func:`answer_of`). What does
+not fit the step buffer travels beside it, pickled, on the socket the parent and a child
+share: requests that are not steps (resets, calls, closing) and the parts of an answer
+that have no fixed size (infos, a final observation, a failure). A message is a process
+worker's frame (:mod:`aioenv.wire._frames`, its sequence number and slot 0): a request or
+an answer as :func:`~aioenv.wire._frames.encode_reply` encodes it (pickled whole, a
+BatchStep in its binary layout), or a step's infos as an INFOS frame (their flag and
+bytes, as a BATCH_STATE's tail carries them). Both sides read the socket only after the
+wake told them a message is there; a small message is written before that post, so it
+is whole when read, a large one after (:data:`SMALL`).
 """
 
 from __future__ import annotations
@@ -25,10 +36,12 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from ..core._commands import RESET, is_reset
 from ..core._environment import BatchStep, copy_arrays, take_rows
+from ..core._errors import EnvError
 from ..core._messages import EpisodeOptions, Failure
 from ..core._restarts import restarted_state
 from ..core._seeds import GroupSeed
@@ -38,20 +51,13 @@ from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
-from ..wire._frames import encode_reply
+from ..wire._frames import HEADER, INFOS, Kind, decode_reply, encode, encode_reply
 from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, PackedInfos, StepBuffer, write_rows
-from ._channel import (
-    GivenUp,
-    Reported,
-    encoded_infos,
-    post_with,
-    receive_message,
-)
 from ._wake import Gone, Wake
 
-__all__ = ["serve"]
+__all__ = ["SMALL", "GivenUp", "Reported", "answer_of", "post_with", "serve"]
 
 #: The most descriptors the parent sends: the buffer's, and two wakes' (two for a pipe).
 _DESCRIPTORS = 5
@@ -297,3 +303,93 @@ def _portable(error: Any) -> Any:
         except Exception:
             one.__cause__ = None
     return error
+
+
+# The messages beside the buffer -----------------------------------------------------------
+#: A message this long (bytes) fits a socket's buffer on any system aioenv runs on (Linux
+#: gives a Unix socket 208 KiB by default): its sender can write it before it posts the
+#: wake. A longer one is written after the post, as the reader reads it, since writing
+#: it first could wait for a reader that waits for the post.
+SMALL = 32 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Reported:
+    """A child's answer (``message``: as it would travel alone, or b"" for none) with the
+    errors of its envs that failed meanwhile, restarted or given up: each goes to the
+    parent's ``on_failure``."""
+
+    errors: list[Any]
+    message: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class GivenUp:
+    """A child's answer where an env of its failed with its restart budget spent: the
+    error that gave it up (the vector env cannot go on without it)."""
+
+    error: Any
+
+
+def encoded_infos(flag: int, data: bytes) -> bytes:
+    """A step's infos as :func:`aioenv.wire._pickles.encode_infos` gave them, as a message
+    whose reader gets ``(flag, data)`` back without unpickling anything."""
+    return encode(Kind.INFOS, 0, bytes((flag,)) + data)
+
+
+def post_with(sock: socket.socket, wake: Wake, data: bytes) -> None:
+    """Post ``wake`` with a message (``data``, encoded) for its taker on ``sock``: a small
+    one written first, whole when read; a large one after the post, as it is read (see
+    :data:`SMALL`). With no data, only the post."""
+    if len(data) <= SMALL:
+        if data:
+            sock.sendall(data)
+        wake.post()
+    else:
+        wake.post()
+        sock.sendall(data)
+
+
+def receive_message(sock: socket.socket) -> Any:
+    """The next message; :class:`EOFError` if the other side closed its end first. One
+    message is in flight at a time, so a read of more than it asks for takes nothing of
+    the next: most messages take one ``recv``."""
+    data = _read(sock, HEADER.size, SMALL)
+    end = HEADER.size + HEADER.unpack_from(data)[0]
+    if len(data) < end:
+        data += _read(sock, end - len(data), end - len(data))
+    return _decoded(data)
+
+
+def _decoded(data: bytes | bytearray) -> Any:
+    """A whole message (its head and body) as its reader gets it."""
+    length, _, kind, _ = HEADER.unpack_from(data)
+    body = memoryview(data)[HEADER.size : HEADER.size + length]
+    return (body[0], body[1:]) if kind == INFOS else decode_reply(kind, body, None)[0]
+
+
+def answer_of(
+    sock: socket.socket, name: str, w: int, report: Callable[[list[Any]], None] | None = None
+) -> Any:
+    """A child's message as the parent takes it: its answer (None for none: its rows hold
+    it), the EnvError its failure is (of ``name``, child ``w``), or :class:`GivenUp`. The
+    errors :class:`Reported` with it go to ``report``. EOFError or OSError where the child
+    is gone."""
+    answer = receive_message(sock)
+    if type(answer) is Reported:
+        if report is not None:
+            report(answer.errors)
+        answer = _decoded(answer.message) if answer.message else None
+    if isinstance(answer, Failure):
+        return EnvError.from_failure(answer, name, w)
+    return answer
+
+
+def _read(sock: socket.socket, at_least: int, at_most: int) -> bytearray:
+    data = bytearray()
+    while len(data) < at_least:
+        chunk = sock.recv(min(at_most - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError("the other side of the engine's socket closed it")
+        data += chunk
+    return data

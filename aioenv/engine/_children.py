@@ -5,7 +5,7 @@ the children.
 A lockstep step writes each child's actions into its rows of the buffer, posts each
 child's request wake, sleeps (the GIL released) on the one answer wake until every child
 has posted, and reads the results from the buffer; only what has no fixed size (infos, a
-failure) comes as a message beside it (:mod:`aioenv.engine._channel`), and only when there
+failure) comes as a message beside it (:mod:`aioenv.engine._child`), and only when there
 is some. Requests that are not steps (resets, calls, attributes) go as messages through
 the same hand-off, so every request reaches a child in the order it was made.
 

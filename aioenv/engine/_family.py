@@ -29,8 +29,7 @@ from ..core._errors import (
 from ..core._supervision import Phase, Supervision, timeout_error
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ..wire._frames import encode_reply
-from ._channel import answer_of, post_with
-from ._child import ChildPlan
+from ._child import ChildPlan, answer_of, post_with
 from ._start import PROCESS_TABLE, ChildStart, Context
 from ._wake import Wake
 

@@ -32,7 +32,7 @@ from ._buffer import (
     rows_state,
     write_rows,
 )
-from ._channel import GivenUp, answer_of
+from ._child import GivenUp, answer_of
 from ._family import Child, late, together, until_due
 from ._wake import Gone, Wake
 
@@ -397,7 +397,7 @@ class HandOffs:
 
 def _died_answering(offs: HandOffs, w: int) -> Any:
     """Child ``w`` of ``offs`` posted its answer and died before its message was read
-    whole (a message longer than :data:`~aioenv.engine._channel.SMALL` is written after
+    whole (a message longer than :data:`~aioenv.engine._child.SMALL` is written after
     the post): its error, for good; with restarts on, as after a death while it stepped,
     a new child is handed what answers its request, and that answer is read instead (the
     error that gave the child up, where none could be). A function of the module, not a

@@ -2,7 +2,7 @@
 
 The parent's end is :mod:`aioenv.workers.process._host`, the child's
 :mod:`aioenv.workers.process._child`. They share two sockets. An engine child's messages
-beside its step buffer (:mod:`aioenv.engine._channel`) are these frames too: its requests
+beside its step buffer (:mod:`aioenv.engine._child`) are these frames too: its requests
 and answers as STATE (or BATCH_STATE) frames, a step's infos as an INFOS frame.
 
 **The message socket.** A message is a fixed binary header followed by a payload::
