@@ -141,6 +141,8 @@ class Lane(_Half):
             self._action = None  # (the placeholder's row takes no action: put refuses all)
         self.views = views
         self.request, self.answer = Wake.new(), Wake.new()
+        #: The descriptor that becomes readable when the child has answered.
+        self.answer_fd = self.answer.descriptors()[0]
 
     def descriptors(self) -> list[int]:
         """What the child needs of this lane, in the order :class:`ChildLane` takes them."""
@@ -151,11 +153,6 @@ class Lane(_Half):
         the worker, how many descriptors each wake has, and ``views``."""
         request, answer = self.request.descriptors(), self.answer.descriptors()
         return (*self.buffer.layouts, self.envs, len(request), len(answer), self.views)
-
-    @property
-    def answer_fd(self) -> int:
-        """The descriptor that becomes readable when the child has answered."""
-        return self.answer.descriptors()[0]
 
     def put(self, seq: int, action: Any, post: bool = True) -> bool:
         """Write step ``seq`` with ``action`` (or ``RESET``) into the row and post it to the
@@ -262,10 +259,8 @@ class ChildLane(_Half):
         super().__init__(buffer, envs)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
-
-    @property
-    def request_fd(self) -> int:
-        return self.request.descriptors()[0]
+        #: The descriptor that becomes readable when the parent has posted a step.
+        self.request_fd = self.request.descriptors()[0]
 
     def posted(self) -> int:
         """The number of the step the parent posted, taking its post; 0 if none is."""
