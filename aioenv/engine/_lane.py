@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 from ..core._commands import RESET
 from ..core._environment import PLAIN_STEP, BatchStep, Step, copy_arrays
@@ -59,30 +60,35 @@ _INT, _SCALAR, _ARRAY, _RESET = 1, 2, 3, 4
 
 
 #: Bytes of a lane's info slot: its length (4 bytes), then the pickled info. A lane of a
-#: worker of several envs has its rewards and flags first (see _Half).
+#: worker of several envs has its rewards and flags in the buffer's rows of them, one per
+#: env, and this many bytes of its rows' info slots, taken as one, for its infos (see _Half).
 INFO_BYTES = 1024
 _LENGTH = struct.Struct("<I")
 _new_step = object.__new__  # see Lane.answered
 
 
 def _info_bytes(envs: int) -> int:
-    return INFO_BYTES if envs == 1 else INFO_BYTES + 10 * envs
+    """Bytes of each of the ``envs`` rows' info slots: :data:`INFO_BYTES` in all, at least."""
+    return -(-INFO_BYTES // envs)
 
 
 #: A lane's action row where the action space has no fixed layout: its actions take the
-#: socket, its observations the row.
-_NO_ACTIONS = spaces.MultiBinary(1)
+#: socket, its observations the row. (As a batch of one's layout, as a lane's actions are
+#: laid out: the rows of its buffer are the worker's envs, its action the worker's one.)
+_NO_ACTIONS = Layout.of(batch_space(spaces.MultiBinary(1), 1))
 
 
 class _Half:
-    """What each half holds: the one-row ``buffer``, views of its action, observation and
+    """What each half holds: the ``buffer`` (one action and one observation, the worker's,
+    and a row of reward and flags per env it steps), views of its action, observation and
     info, and the request and answer wakes (set by each half: new, or the parent's).
 
     ``envs``: the envs its worker steps. One: the answer is a Step. More
     (``envs_per_worker``): the row holds the batch of actions and of observations, and
-    the answer is a BatchStep, whose rewards, terminated and truncated flags lead the
-    info slot, then its infos' length, their flag and their bytes, as a BATCH_STATE
-    message's tail carries them (:func:`~aioenv.wire._pickles.encode_infos`)."""
+    the answer is a BatchStep, whose rewards, terminated and truncated flags take the
+    buffer's rows of them, and the info slot (its rows' slots, taken as one) its infos'
+    length, their flag and their bytes, as a BATCH_STATE message's tail carries them
+    (:func:`~aioenv.wire._pickles.encode_infos`)."""
 
     request: Wake
     answer: Wake
@@ -100,13 +106,8 @@ class _Half:
         #: The row as one array, where the observation is one (the common case, read with
         #: no call), else None (a Dict, a Tuple, a Discrete's int: read by the layout).
         self._row = views if type(views) is np.ndarray and views.ndim else None
-        info = buffer.infos[0]
-        if envs > 1:
-            self._rewards = np.ndarray((envs,), np.float64, info, 0)
-            self._terminated = np.ndarray((envs,), np.bool_, info, 8 * envs)
-            self._truncated = np.ndarray((envs,), np.bool_, info, 9 * envs)
-            info = info[10 * envs :]
-        self._info = memoryview(info)  # (uint8: a view of bytes)
+        # (uint8: a view of bytes; the rows' slots as one, of INFO_BYTES)
+        self._info = memoryview(buffer.infos.reshape(-1))[:INFO_BYTES]
 
     def close(self) -> None:
         """Close the wakes and the buffer (a state still viewing the row keeps its memory)."""
@@ -114,30 +115,25 @@ class _Half:
         self.answer.close()
         self._info.release()
         del self._action, self.observations, self._row, self._info
-        if self.envs > 1:
-            del self._rewards, self._terminated, self._truncated
         self.buffer.close()
 
 
 class Lane(_Half):
-    """The parent's half: a one-row buffer for ``observation_space`` and ``action_space``
-    and two wakes, new (NoLayout where the observation space has no fixed layout; see the
-    module's docstring). ``views``: the states read from it view its observation row
-    (valid until the next request) rather than own a copy; the child answers on the
-    socket with its observation in the row only then (as :attr:`observations`)."""
+    """The parent's half: a buffer for ``observation_space`` and ``action_space`` (one
+    row of each, a reward and flags for each of the ``envs``) and two wakes, new
+    (NoLayout where the observation space has no fixed layout; see the module's
+    docstring). ``views``: the states read from it view its observation row (valid until
+    the next request) rather than own a copy; the child answers on the socket with its
+    observation in the row only then (as :attr:`observations`)."""
 
     def __init__(self, observation_space: Any, action_space: Any, views: bool, envs: int) -> None:
         observations = Layout.of(observation_space)
         if observations is None:
             raise NoLayout(f"the observation space {observation_space} has no fixed layout")
-        try:
-            buffer = StepBuffer(observations, action_space, 1, None, _info_bytes(envs))
-            acts = True
-        except NoLayout:
-            buffer = StepBuffer(observations, _NO_ACTIONS, 1, None, _info_bytes(envs))
-            acts = False
+        actions = Layout.of(batch_space(action_space, 1))
+        buffer = StepBuffer(observations, actions or _NO_ACTIONS, envs, None, _info_bytes(envs))
         super().__init__(buffer, envs)
-        if not acts:
+        if actions is None:
             self._action = None  # (the placeholder's row takes no action: put refuses all)
         self.views = views
         self.request, self.answer = Wake.new(), Wake.new()
@@ -237,9 +233,9 @@ class Lane(_Half):
     def _batch(self, observations: Any, length: int) -> BatchStep[Any]:
         parts = (
             observations,
-            self._rewards.copy(),
-            self._terminated.copy(),
-            self._truncated.copy(),
+            self.buffer.rewards.copy(),
+            self.buffer.terminated.copy(),
+            self.buffer.truncated.copy(),
         )
         if not length:
             return BatchStep(*parts)
@@ -255,7 +251,7 @@ class ChildLane(_Half):
         self, offer: tuple[Any, Any, int, int, int, bool], descriptors: Sequence[int]
     ) -> None:
         observations, actions, envs, requests, answers, self.views = offer
-        buffer = StepBuffer(observations, actions, 1, descriptors[0], _info_bytes(envs))
+        buffer = StepBuffer(observations, actions, envs, descriptors[0], _info_bytes(envs))
         super().__init__(buffer, envs)
         self.request = Wake.from_descriptors(descriptors[1 : 1 + requests])
         self.answer = Wake.from_descriptors(descriptors[1 + requests : 1 + requests + answers])
@@ -349,7 +345,7 @@ class ChildLane(_Half):
         _LENGTH.pack_into(self._info, 0, len(data))
         self._info[_LENGTH.size] = flag
         self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + len(data)] = data
-        self._rewards[:] = result.rewards
-        self._terminated[:] = result.terminated
-        self._truncated[:] = result.truncated
+        self.buffer.rewards[:] = result.rewards
+        self.buffer.terminated[:] = result.terminated
+        self.buffer.truncated[:] = result.truncated
         return True
