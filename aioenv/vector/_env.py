@@ -296,13 +296,10 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         ids, requests = self._layout.reset_requests(seed, options, "reset()")
         if self._spin_trial is not None:
             self._spin_trial.interrupted()
-        infos = self._batches.gather(ids, self._exchange(ids, requests))
-        if self._lanes is not None:
-            zeros = np.zeros(self._layout.num_envs)
-            flags = zeros.astype(np.bool_)
-            result = self._lanes.result((self._batches.observations(), zeros, flags, flags, infos))
-            return result[0], result[4]
-        return self._batches.observations(), infos
+        # A reset's rewards are zeros and its flags False, as a step's result that the
+        # lanes (for parallel envs) spread as they spread a step's.
+        result = self._lane_result(self._batches.stepped(ids, self._exchange(ids, requests)))
+        return result[0], result[4]
 
     def step(self, actions: Any) -> Result:
         self._check_open()
