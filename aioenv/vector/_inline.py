@@ -78,11 +78,8 @@ class InlineEnvs:
         self._resets: set[int] = set()
 
     def start(self) -> tuple[list[Any], list[Any]]:
-        """Build the envs; their observation and action spaces, one per env."""
-        runner = self._runner
-        runner.build()
-        if runner.build_failure is not None:
-            raise self._error(runner.build_failure)
+        """Build the envs; their observation and action spaces, one per env (the first
+        control builds them, and an env that could not be built fails it)."""
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
     def step(self, actions: Any) -> Stepped:
