@@ -197,18 +197,12 @@ class Runtime:
         self, functions: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> list[Any]:
         asked = [worker for worker, function in enumerate(functions) if function is not None]
-        answers: list[Any] = [None] * len(functions)
-        if asked:
-            apply = functools.partial(
-                self.pool.apply,
-                PerWorker([functions[worker] for worker in asked]),
-                *args,
-                worker_ids=asked,
-                **kwargs,
-            )
-            for worker, answer in zip(asked, self.call(apply), strict=True):
-                answers[worker] = answer
-        return answers
+        if not asked:
+            return [None] * len(functions)
+        per_worker = PerWorker([functions[worker] for worker in asked])
+        apply = functools.partial(self.pool.apply, per_worker, *args, worker_ids=asked, **kwargs)
+        answers = self.call(apply).by_id()
+        return [answers.get(worker) for worker in range(len(functions))]
 
     def get_attr(self, name: str) -> list[Any]:
         return self.call(self.pool.get_attr, name)  # type: ignore[no-any-return]
