@@ -365,11 +365,7 @@ class AioVectorEnv(VectorCalls, VectorEnv):
 
 
 #: The keywords of :class:`AioVectorEnv` itself (the others are pool and worker options).
-VECTOR_KEYWORDS = frozenset(
-    name
-    for name, parameter in inspect.signature(AioVectorEnv.__init__).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-)
+VECTOR_KEYWORDS = frozenset(inspect.getfullargspec(AioVectorEnv.__init__).kwonlyargs)
 
 
 def _spin_children(envs: Envs, spinning: bool) -> None:
