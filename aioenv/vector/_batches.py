@@ -79,7 +79,6 @@ class VectorBatches:
         self._add_info = add_info
         #: The batched action space of ``k`` envs, by ``k`` (made once for each).
         self._batched_actions = functools.cache(functools.partial(batch_space, single_action_space))
-        self._part_at = {part.start: part for part in layout.parts}
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
         #: group of them and the rule of adding infos (``add_info``) over them.
@@ -166,7 +165,7 @@ class VectorBatches:
             infos = joined
         infos["env_id"] = rows
         return (
-            self.observations(rows),
+            self.observations(rows, workers),
             self._rewards[rows],
             self._terminated[rows],
             self._truncated[rows],
@@ -209,21 +208,22 @@ class VectorBatches:
             infos = self._add_info(infos, step.info, i)
         return infos
 
-    def observations(self, rows: npt.NDArray[np.int64] | None = None) -> Any:
+    def observations(
+        self, rows: npt.NDArray[np.int64] | None = None, workers: list[int] | None = None
+    ) -> Any:
         """Every env's latest observation, batched, or those of the envs ``rows``: one copy
-        of what the workers gave (where ``rows`` are whole workers' envs in order, as a
-        ``recv``'s are; any other rows are picked from every env's)."""
+        of what the workers gave (where ``workers`` are given, ``rows`` are their envs, one
+        worker's after another, as a ``recv``'s are; any other rows are picked from every
+        env's)."""
         if rows is None and self._latest is not None:
             latest = self._latest()
             if latest is not None:
                 return latest
         if self._layout.batched and self._box:
-            if rows is None:
-                return self._box_batch(self._layout.parts)
-            parts = self._whole_parts(rows)
-            if parts is None:
-                return self._box_batch(self._layout.parts)[rows]
-            return self._box_batch(parts)
+            parts = self._layout.parts
+            if workers is not None:
+                return self._box_batch([parts[w] for w in workers])
+            return self._box_batch(parts) if rows is None else self._box_batch(parts)[rows]
         per_env = self._per_env
         chosen = per_env if rows is None else [per_env[i] for i in rows]
         space = self._single_space
@@ -288,21 +288,6 @@ class VectorBatches:
         self._rewards = np.zeros(size, np.float64)
         self._terminated = np.zeros(size, np.bool_)
         self._truncated = np.zeros(size, np.bool_)
-
-    def _whole_parts(self, rows: npt.NDArray[np.int64]) -> list[slice] | None:
-        """The workers' rows that ``rows`` are, one worker after another; None if they
-        are not whole workers' envs in order."""
-        parts: list[slice] = []
-        at = 0
-        listed = rows.tolist()
-        while at < len(listed):
-            part = self._part_at.get(listed[at])
-            size = 0 if part is None else part.stop - part.start
-            if part is None or listed[at : at + size] != list(range(part.start, part.stop)):
-                return None
-            parts.append(part)
-            at += size
-        return parts
 
 
 def _row_layout(size: int) -> tuple[EnvLayout, AddInfo]:
