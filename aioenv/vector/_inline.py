@@ -199,9 +199,6 @@ class InlineEnvs:
         value = values[0] if isinstance(values, list) else values  # a PerEnv, or one value
         self._control(ControlRequest("set", name, (value,)))
 
-    def __len__(self) -> int:
-        return 1  # one group of every env, as a vector env's bookkeeping counts workers
-
     def has_pending(self, env: int) -> bool:
         """Whether env ``env`` has a pipelined request queued (the pipelined calls count
         inline envs one by one, not as one group)."""

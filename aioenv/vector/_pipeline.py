@@ -299,7 +299,8 @@ class VectorCalls:
                 "step_wait() was called without step_async(); call step_async(actions) first",
                 "step",
             )
-        workers = list(range(len(self._envs)))
+        # Every worker (inline envs: one group of every env, as the layout counts workers).
+        workers = list(self._layout.all_workers)
         try:
             states, errors = self._envs.collect(workers)
         finally:

@@ -112,9 +112,6 @@ class Envs(Protocol):
 
     def set_attr(self, name: str, values: Any) -> None: ...
 
-    def __len__(self) -> int:
-        """How many workers."""
-
     def has_pending(self, worker_id: int) -> bool: ...
 
     @property
@@ -209,9 +206,6 @@ class Runtime:
 
     def set_attr(self, name: str, values: Any) -> None:
         self.call(self.pool.set_attr, name, values)
-
-    def __len__(self) -> int:
-        return len(self.pool)
 
     def has_pending(self, worker_id: int) -> bool:
         return self.pool.has_pending(worker_id)
