@@ -80,8 +80,9 @@ class VectorBatches:
         #: The batched action space of ``k`` envs, by ``k`` (made once for each).
         self._batched_actions = functools.cache(functools.partial(batch_space, single_action_space))
         self._out: Any = None  # with copy=False: the array per-env observations are joined into
-        #: For results of some envs' rows (:meth:`rows`), by their number: a layout of one
-        #: group of them and the rule of adding infos (``add_info``) over them.
+        #: For results of some envs' rows (an inline recv's, in :meth:`received`), by their
+        #: number: a layout of one group of them and the rule of adding infos (``add_info``)
+        #: over them.
         self._row_layout = functools.cache(_row_layout)
         self._box = isinstance(single_observation_space, Box)
         self._copy = copy
@@ -151,9 +152,17 @@ class VectorBatches:
         ``env_ids``, in that order, which ``infos["env_id"]`` gives (replacing an
         ``"env_id"`` info of the envs' own). Envs sent to ``by_env`` answer in one
         BatchStep of the rows ``env_ids``, the same under each of them."""
-        if self._layout.by_env:
-            return self.rows(states[0], env_ids)
         rows = np.asarray(env_ids, dtype=np.int64)
+        if self._layout.by_env:
+            # Inline envs, stepped when asked: the BatchStep's arrays are new, so they are
+            # handed out as they are, with infos over its rows.
+            batch = states[0]
+            infos: dict[str, Any] = {}
+            if batch.infos or batch.final_infos:
+                layout, add_info = self._row_layout(len(env_ids))
+                infos = layout.infos_of(_ONLY_WORKER, [batch], add_info)
+            infos["env_id"] = rows
+            return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
         # Grouped workers: the rows are these workers' envs, one worker after another, so
         # their own infos joined are the rows' (where they join).
         joined = self._layout.joined_rows(states) if self._layout.batched else None
@@ -176,17 +185,6 @@ class VectorBatches:
         """The infos of a step whose workers ``parts`` (by id) gave some, each in a
         BatchStep of its rows: in gymnasium's vector form over every env."""
         return self._layout.infos_of(list(parts), list(parts.values()), self._add_info)
-
-    def rows(self, batch: BatchStep[Any], env_ids: list[int]) -> Result:
-        """What ``recv`` returns from a BatchStep whose rows are the envs ``env_ids`` (inline
-        envs, stepped when asked): its arrays are new, so they are handed out as they are;
-        infos over its rows, ``infos["env_id"]`` as :meth:`received` gives it."""
-        infos: dict[str, Any] = {}
-        if batch.infos or batch.final_infos:
-            layout, add_info = self._row_layout(len(env_ids))
-            infos = layout.infos_of(_ONLY_WORKER, [batch], add_info)
-        infos["env_id"] = np.array(env_ids, dtype=np.int64)
-        return batch.observations, batch.rewards, batch.terminated, batch.truncated, infos
 
     def gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
         """Write these workers' states into the envs' observations, and into new arrays of
