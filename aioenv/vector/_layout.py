@@ -37,9 +37,6 @@ from ._infos import AddInfo, MergeInfos, joined_flat, joined_infos
 
 __all__ = ["EnvLayout"]
 
-#: ``flatten``'s default: every worker was asked.
-_ALL_ASKED = object()
-
 
 class EnvLayout:
     """Worker ``w`` steps envs ``starts[w]`` to ``starts[w] + sizes[w] - 1``. ``by_env``:
@@ -177,14 +174,16 @@ class EnvLayout:
                 out.append(function)
         return out
 
-    def flatten(self, results: list[Any], unasked: Any = _ALL_ASKED) -> list[Any]:
+    def flatten(self, results: list[Any]) -> list[Any]:
         """Per-worker answers (a list per env for workers stepping several) as per env;
-        a worker whose answer is ``unasked`` was not asked (``apply_envs``): ``unasked``
-        for each of its envs."""
+        a worker whose answer is None was not asked (``apply_envs``): None for each of its
+        envs. (A worker that answers for several envs, or in a list as envs in line and the
+        engine's children do, answers a list when asked: VectorRunner.control's; a worker
+        of one env that answered None gives that None either way.)"""
         out: list[Any] = []
         for size, result in zip(self.sizes, results, strict=True):
-            if result is unasked:
-                out.extend([unasked] * size)
+            if result is None:
+                out.extend([None] * size)
             else:
                 out.extend(result if size > 1 or self._lists else [result])
         return out

@@ -338,7 +338,7 @@ class VectorCalls:
         ids = [int(env) % count for env in ids]
         functions = self._layout.functions(function, ids)
         answers = self._answers(self._envs.apply_envs, functions, args, kwargs)
-        per_env = self._layout.flatten(answers, unasked=None)
+        per_env = self._layout.flatten(answers)
         return tuple(per_env[env] for env in ids)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
