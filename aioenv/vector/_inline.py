@@ -82,18 +82,19 @@ class InlineEnvs:
         control builds them, and an env that could not be built fails it)."""
         return self.get_attr("observation_space"), self.get_attr("action_space")
 
-    def step(self, actions: Any) -> Stepped:
+    def step(self, actions: Any) -> Stepped | None:
         """Step every env with its action of the batch ``actions`` (a WorkerError for an
         env's failure). The lockstep hot path: nothing but the runner's own work, the
-        batch split once, by the runner; its arrays are new, handed out as they are."""
+        batch split once, by the runner; its arrays are new, handed out as they are. None
+        where the batch does not hold one action per env: the vector env's general way
+        splits it again and says so (``step() got 3 actions for 4 envs``), as it does for
+        the envs of a pool."""
         runner, restarts = self._runner, self.restarts
         if restarts is not None:
             self._check_usable()
         rows = runner.split(actions)
         if len(rows) != self.num_envs:
-            raise ValueError(
-                f"step() got {len(rows)} actions for {self.num_envs} envs; nothing was sent"
-            )
+            return None
         result = runner.step_rows(rows)
         if isinstance(result, Failure):
             raise self._failed(result)
