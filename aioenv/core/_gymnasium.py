@@ -230,19 +230,20 @@ def build_environment(
 
 class GymnasiumFactory:
     """A picklable factory: ``gymnasium.make(env_id, **kwargs)`` then each wrapper.
-    ``env_id`` is an id or an ``EnvSpec``; a spec is built without gymnasium's registry,
-    so an env registered in the parent at run time builds in a worker process too."""
+    ``env_id`` is an ``EnvSpec``, resolved in the parent (:func:`resolve_source`'s, or
+    ``make_vec``'s); a spec is built without gymnasium's registry, so an env registered
+    in the parent at run time builds in a worker process too."""
 
     def __init__(
         self,
-        env_id: str | gymnasium.envs.registration.EnvSpec,
+        env_id: EnvSpec,
         kwargs: dict[str, Any],
         wrappers: Sequence[Callable[[gymnasium.Env[Any, Any]], gymnasium.Env[Any, Any]]] = (),
     ) -> None:
         self.env_id = env_id
         self.kwargs = kwargs
         self.wrappers = list(wrappers)
-        self.description = env_id if isinstance(env_id, str) else env_id.id
+        self.description = env_id.id
 
     def __call__(self) -> Any:
         """The env: ``gymnasium.make``'s, wrapped; or the PettingZoo parallel env that the
@@ -252,8 +253,8 @@ class GymnasiumFactory:
         try:
             env = gymnasium.make(spec, **self.kwargs)
         except _ParallelBuilt as built:
-            return self._parallel(built.env)
-        if spec is not self.env_id and isinstance(self.env_id, EnvSpec):
+            return self._parallel(built.args[0])
+        if spec is not self.env_id:
             # the env's spec names the registered entry point, not the catcher
             made = env.unwrapped.spec
             if made is not None:
@@ -263,8 +264,7 @@ class GymnasiumFactory:
         return env
 
     def _parallel(self, env: Any) -> Any:
-        spec = self.env_id if isinstance(self.env_id, EnvSpec) else None
-        if self.wrappers or (spec is not None and spec.max_episode_steps is not None):
+        if self.wrappers or self.env_id.max_episode_steps is not None:
             env.close()
             raise ValueError(
                 f"{self.description} builds a PettingZoo parallel env, which gymnasium's "
@@ -276,12 +276,9 @@ class GymnasiumFactory:
 
 
 class _ParallelBuilt(Exception):
-    """An entry point built a PettingZoo parallel env: carried out of ``gymnasium.make``
-    (which refuses anything but a ``gymnasium.Env``) without building it twice."""
-
-    def __init__(self, env: Any) -> None:
-        super().__init__("a parallel env")
-        self.env = env
+    """An entry point built a PettingZoo parallel env, its one argument: carried out of
+    ``gymnasium.make`` (which refuses anything but a ``gymnasium.Env``) without building
+    it twice."""
 
 
 class _ParallelCatcher:
@@ -300,12 +297,10 @@ class _ParallelCatcher:
         return built
 
 
-def _parallel_aware(env_id: str | EnvSpec) -> str | EnvSpec:
-    """``env_id``'s spec with an entry point that lets a parallel env out of
-    ``gymnasium.make``; the id itself where the entry point is a ``gymnasium.Env`` class
-    (the common case: nothing changes)."""
-    if not isinstance(env_id, EnvSpec):
-        return env_id  # gymnasium.make looks it up (a resolved source is a spec)
+def _parallel_aware(env_id: EnvSpec) -> EnvSpec:
+    """``env_id`` with an entry point that lets a parallel env out of ``gymnasium.make``;
+    the spec itself where the entry point is a ``gymnasium.Env`` class (the common case:
+    nothing changes)."""
     entry = env_id.entry_point
     creator = entry if callable(entry) else load_env_creator(entry) if entry else None
     if creator is None or (isinstance(creator, type) and issubclass(creator, gymnasium.Env)):
