@@ -92,8 +92,12 @@ class WorkerError(AioEnvError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Its attributes as they are (the constructors take keywords), and its cause (the
-        # env's own exception): an engine child's env errors travel to the parent.
-        return (_rebuilt, (type(self), self.args, self.__dict__, self.__cause__))
+        # env's own exception): an engine child's env errors travel to the parent. Made
+        # again with BaseException's __new__ (whatever its constructor takes: it sets
+        # ``args``) and its __setstate__, which sets each item of the state as an
+        # attribute, ``__cause__`` too.
+        state = {**self.__dict__, "__cause__": self.__cause__}
+        return (type(self).__new__, (type(self), *self.args), state)
 
 
 class EnvError(WorkerError):
@@ -218,18 +222,4 @@ def restart_failed(name: str, worker_id: int | None, reason: str, exc: Exception
         worker_id=worker_id,
     )
     error.__cause__ = exc
-    return error
-
-
-def _rebuilt(
-    cls: type[WorkerError],
-    args: tuple[Any, ...],
-    state: dict[str, Any],
-    cause: BaseException | None = None,
-) -> WorkerError:
-    """A pickled WorkerError, whatever its constructor takes."""
-    error = cls.__new__(cls)
-    error.args = args
-    error.__dict__.update(state)
-    error.__cause__ = cause
     return error
