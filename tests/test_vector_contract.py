@@ -73,6 +73,33 @@ def test_one_env_instance_is_refused_as_several_envs_before_anything_starts(mode
     assert not worker_threads()
 
 
+class _CallableEnv(gymnasium.Wrapper[Any, Any, Any, Any]):
+    """An env instance that can also be called: still an instance, never a factory."""
+
+    closed = False
+
+    def __call__(self) -> None:
+        raise AssertionError("an env instance was called as a factory")
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_a_callable_env_instance_is_an_instance_not_a_factory(mode: str) -> None:
+    env = _CallableEnv(gymnasium.make("CartPole-v1"))
+    with pytest.raises(TypeError, match="2 separate envs, got an instance of _CallableEnv"):
+        aioenv.AioVectorEnv(env, 2, mode=mode)
+    with aioenv.AioVectorEnv(env, 1, mode=mode) as envs:
+        assert not env.closed  # the probe left open the one env the vector env steps
+        observations, _ = envs.reset(seed=0)
+        envs.step(np.array([0]))
+        assert observations.shape == (1, 4)
+    assert env.closed
+    assert not worker_threads()
+
+
 def test_an_env_registered_at_run_time_builds_in_worker_processes() -> None:
     gymnasium.register("AioenvRunTimeOnly-v0", entry_point=Touchy, max_episode_steps=2)
     try:

@@ -46,6 +46,7 @@ __all__ = [
     "gymnasium_reset",
     "gymnasium_step",
     "is_coroutine_env",
+    "is_env_instance",
     "refuse_shared",
     "resolve_source",
     "resolve_spec",
@@ -209,6 +210,20 @@ def as_async_environment(obj: object) -> Environment[Any, Any]:
     return AsyncGymnasiumEnvironment(obj)
 
 
+def is_env_instance(source: EnvSource) -> bool:
+    """``source`` is an env itself, not what builds one: a ``gymnasium.Env``, an
+    :class:`Environment` or a coroutine env instance, callable or not (an id or any other
+    callable is a factory). Every place that tells the two apart asks this."""
+    if isinstance(source, str):
+        return False
+    return (
+        isinstance(source, gymnasium.Env)
+        or is_environment(source)
+        or is_coroutine_env(source)
+        or not callable(source)
+    )
+
+
 def build_environment(
     source: EnvSource, adapt: Callable[[object], Environment[Any, Any]] = as_environment
 ) -> Environment[Any, Any]:
@@ -217,15 +232,13 @@ def build_environment(
     (default :func:`as_environment`)."""
     if isinstance(source, str):
         return adapt(gymnasium.make(source))
-    if isinstance(source, gymnasium.Env) or is_environment(source) or is_coroutine_env(source):
+    if is_env_instance(source) or not callable(source):  # (the second for the type checker)
         return adapt(source)
-    if callable(source):
-        built = source()
-        try:
-            return adapt(built)
-        except NotAnEnvironment as exc:
-            raise NotAnEnvironment(exc.name, exc.problem, describe_source(source)) from None
-    return adapt(source)
+    built = source()
+    try:
+        return adapt(built)
+    except NotAnEnvironment as exc:
+        raise NotAnEnvironment(exc.name, exc.problem, describe_source(source)) from None
 
 
 class GymnasiumFactory:
@@ -314,7 +327,7 @@ def refuse_shared(sources: Sequence[EnvSource], caller: str, copies: int = 1) ->
     listed = collections.Counter(map(id, sources))
     for source in sources:
         separate = copies * listed[id(source)]
-        if not isinstance(source, str) and not callable(source) and separate > 1:
+        if is_env_instance(source) and separate > 1:
             raise TypeError(
                 f"{caller} needs a gymnasium id or a zero-argument factory to build "
                 f"{separate} separate envs, got an instance of {type(source).__name__}; "

@@ -34,6 +34,7 @@ from ..core._gymnasium import (
     GymnasiumEnvironment,
     as_async_environment,
     build_environment,
+    is_env_instance,
 )
 from ..core._registry import merge as merge_registry
 from ..core._registry import snapshot as registry_snapshot
@@ -134,7 +135,7 @@ def _probe_here(source: EnvSource, timed: bool) -> Probe:
                 None if lanes is None else lanes.lane_agents,
             )
         finally:
-            if isinstance(source, str) or callable(source):  # an instance is the one to step
+            if not is_env_instance(source):  # an instance is the one to step
                 _close(env)
     finally:
         _PROBING.reset(token)
