@@ -54,29 +54,37 @@ class FakeTimer:
         self.cancelled = True
 
 
-class FakeWorker:
+class FakeWorker(Remedies):
     """Records what the supervisor asks of it."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.awaited = 0
 
-    def remedies(self) -> Remedies:
-        return Remedies(
-            discard_env=lambda gone: self.calls.append(("discard", gone)),
-            start_env=lambda seq, seed, reason: self.calls.append(("start", seq, seed)),
-            fail=lambda error, for_good: self.calls.append(("fail", error, for_good)),
-            fail_controls=lambda error: self.calls.append(("fail_controls", error)),
-            awaiting=lambda seq: seq == self.awaited,
-            time_out=lambda seq, timeout, elapsed: self.calls.append(("time_out", seq, elapsed)),
-        )
+    def _discard_env(self, env_gone: bool) -> None:
+        self.calls.append(("discard", env_gone))
+
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
+        self.calls.append(("start", seq, seed))
+
+    def _fail_request(self, error: aioenv.WorkerError, for_good: bool) -> None:
+        self.calls.append(("fail", error, for_good))
+
+    def _fail_controls(self, error: aioenv.WorkerError) -> None:
+        self.calls.append(("fail_controls", error))
+
+    def _awaiting(self, seq: int) -> bool:
+        return seq == self.awaited
+
+    def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
+        self.calls.append(("time_out", seq, elapsed))
 
 
 def supervisor(**options: Any) -> tuple[Supervisor, FakeWorker, FakeClock]:
     worker = FakeWorker()
     reports: list[aioenv.WorkerError] = []
     options.setdefault("on_failure", reports.append)
-    return Supervisor(Supervision(**options), 7, worker.remedies()), worker, FakeClock()
+    return Supervisor(Supervision(**options), 7, worker), worker, FakeClock()
 
 
 def error(message: str = "boom") -> aioenv.WorkerError:

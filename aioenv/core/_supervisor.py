@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import abc
 import collections
-import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -46,32 +45,19 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-def _no_controls(error: WorkerError) -> None:
-    """No control request is in flight beside the one answered."""
+class Remedies(abc.ABC):
+    """What a supervisor can do to its worker, which owns it and implements these (the
+    supervisor calls them on its owner).
 
-
-def _always_awaited(seq: int) -> bool:
-    return True  # the request in flight is awaited until it is answered
-
-
-def _no_deadline(seq: int, timeout: float, elapsed: float) -> None:
-    raise AssertionError(
-        "a request answered in the calling thread has no deadline here"
-    )  # pragma: no cover
-
-
-@dataclasses.dataclass(frozen=True)
-class Remedies:
-    """What a supervisor can do to its worker; the worker gives these callbacks.
-
-    ``discard_env(env_gone)``: drop the env at once (``env_gone``: it died or hung, so
-    nothing of it is kept). ``start_env(seq, seed, reason)``: start a new env and send it
-    a RESET as request ``seq``. ``fail(error, for_good)``: raise ``error`` in place of the state in
-    flight (``for_good``: and on every later action). ``fail_controls(error)``: fail the
-    control requests in flight. ``awaiting(seq)``: request ``seq`` is still awaited (the
-    worker is open and sent nothing since). ``time_out(seq, timeout, elapsed)``: request
-    ``seq`` ran past its deadline. ``start_env`` also gets the failure that caused the
-    restart, for its own error if the start fails.
+    ``_discard_env(env_gone)``: drop the env at once (``env_gone``: it died or hung, so
+    nothing of it is kept). ``_start_env(seq, seed, reason)``: start a new env and send it
+    a RESET as request ``seq``. ``_fail_request(error, for_good)``: raise ``error`` in
+    place of the state in flight (``for_good``: and on every later action).
+    ``_fail_controls(error)``: fail the control requests in flight. ``_awaiting(seq)``:
+    request ``seq`` is still awaited (the worker is open and sent nothing since).
+    ``_timed_out(seq, timeout, elapsed)``: request ``seq`` ran past its deadline.
+    ``_start_env`` also gets the failure that caused the restart, for its own error if
+    the start fails.
 
     The last three default to those of a supervisor whose request in flight is answered
     in the calling thread (envs in line, an engine's children): it is awaited until it is
@@ -79,12 +65,23 @@ class Remedies:
     control request is in flight beside it.
     """
 
-    discard_env: Callable[[bool], None]
-    start_env: Callable[[int, int | None, str], None]
-    fail: Callable[[WorkerError, bool], None]
-    fail_controls: Callable[[WorkerError], None] = _no_controls
-    awaiting: Callable[[int], bool] = _always_awaited
-    time_out: Callable[[int, float, float], None] = _no_deadline
+    @abc.abstractmethod
+    def _discard_env(self, env_gone: bool) -> None: ...
+    @abc.abstractmethod
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None: ...
+    @abc.abstractmethod
+    def _fail_request(self, error: WorkerError, for_good: bool) -> None: ...
+
+    def _fail_controls(self, error: WorkerError) -> None:
+        return None  # no control request is in flight beside the one answered
+
+    def _awaiting(self, seq: int) -> bool:
+        return True  # the request in flight is awaited until it is answered
+
+    def _timed_out(self, seq: int, timeout: float, elapsed: float) -> None:
+        raise AssertionError(
+            "a request answered in the calling thread has no deadline here"
+        )  # pragma: no cover
 
 
 class Supervisor:
@@ -106,12 +103,12 @@ class Supervisor:
     died or merely raised).
 
     The worker owns it and drives it: it arms a deadline for each request, reports each
-    answer and failure, and gives it :class:`Remedies` to act through. Timers run on a
+    answer and failure, and is the :class:`Remedies` it acts through. Timers run on a
     :class:`Clock` (the worker's event loop), so no process, thread or real loop is needed
     to test it.
     """
 
-    def __init__(self, options: Supervision, seed: int | None, remedies: Remedies) -> None:
+    def __init__(self, options: Supervision, seed: int | None, owner: Remedies) -> None:
         self.configure(options)
         self.seed = seed
         #: Restarts so far (each rebuilt the env after a failure).
@@ -122,7 +119,7 @@ class Supervisor:
         self.starting = True
         #: The env failed while no request was in flight: the next request restarts it.
         self.pending_restart: str | None = None
-        self._remedies = remedies
+        self._owner = owner
         #: Failures with no answer of any kind between them (the backoff doubles on them).
         self._consecutive_failures = 0
         #: Failures since the env last made progress (the crash-loop rule counts them).
@@ -189,8 +186,8 @@ class Supervisor:
 
     def _expire(self, clock: Clock, seq: int, timeout: float, sent_at: float) -> None:
         self._timer = None
-        if self._remedies.awaiting(seq):
-            self._remedies.time_out(seq, timeout, clock.time() - sent_at)
+        if self._owner._awaiting(seq):
+            self._owner._timed_out(seq, timeout, clock.time() - sent_at)
 
     # Outcomes --------------------------------------------------------------------------
     def answered(self, state: bool = False) -> bool:
@@ -225,7 +222,7 @@ class Supervisor:
         or when restarts are on and the budget is spent; with restarts off, an env that
         merely raised is kept."""
         self.disarm()
-        options, remedies = self.options, self._remedies
+        options, owner = self.options, self._owner
         self.settled = False
         self._restart_reason = None
         self._consecutive_failures += 1
@@ -235,10 +232,10 @@ class Supervisor:
         report_failure(options.on_failure, error)
         for_good = not restarting and (env_gone or restarts_on)
         if restarting or for_good:
-            remedies.fail_controls(error)
-            remedies.discard_env(env_gone)
+            owner._fail_controls(error)
+            owner._discard_env(env_gone)
         if not restarting:
-            remedies.fail(error, for_good)
+            owner._fail_request(error, for_good)
             return
         self.restart_later(in_flight, describe_failure(error), clock)
 
@@ -289,7 +286,7 @@ class Supervisor:
         awaited. Its seed is ``seed`` (a seeded reset asked for it) or deterministic
         (:func:`~aioenv.core._seeds.restart_seed`)."""
         self._scheduled = None
-        if not self._remedies.awaiting(seq):
+        if not self._owner._awaiting(seq):
             # Nobody waits for it any more: the next request restarts the env, as after a
             # failure while idle.
             self.pending_restart = reason
@@ -299,7 +296,7 @@ class Supervisor:
         self._restart_reason = reason
         if seed is None:
             seed = restart_seed(self.seed, self.restarts + self.budget_restarts)
-        self._remedies.start_env(seq, seed, reason)
+        self._owner._start_env(seq, seed, reason)
 
     @property
     def dropped(self) -> str | None:
@@ -323,7 +320,7 @@ class Supervisor:
         self._restart_reason = None
 
 
-class RestartRule(abc.ABC):
+class RestartRule(Remedies):
     """The cut-short rule (:mod:`aioenv.core._restarts`) as a supervised env follows it,
     over the fields named here: which episode its failure cuts short, whether its
     restarted env's reset or the cut-short step answers the request in flight, what a
@@ -331,7 +328,8 @@ class RestartRule(abc.ABC):
     state is handed out. A worker (:class:`~aioenv.workers._supervised.SupervisedEnv`)
     and an env stepped in the calling thread (``_OneEnv`` of
     :mod:`aioenv.env_side._env_restarts`) follow it alike; each hands out states its own
-    way (:meth:`_deliver_cut_short`, :meth:`_last_state`)."""
+    way (:meth:`_deliver_cut_short`, :meth:`_last_state`). Either is its supervisor's
+    :class:`Remedies`."""
 
     _supervisor: Supervisor
     #: The episode options its env runs under (its autoreset decides what is cut short).

@@ -79,15 +79,13 @@ class Revivals(Supervisors["_OneChild"]):
             report_failure(self.on_failure, error)
 
 
-class _OneChild:
+class _OneChild(Remedies):
     """One child's supervision: what :class:`~aioenv.workers._base.Worker` does about a
     process worker's death, for the child's envs, in the calling thread."""
 
     def __init__(self, owner: Revivals, w: int, plan: ChildPlan, options: Supervision) -> None:
         self.owner, self.w, self.plan = owner, w, plan
-        # The child is dead or killed, nothing to discard: its new one ends it.
-        remedies = Remedies(_kept, self._start, self._fail)
-        self.supervisor = Supervisor(options, plan.seed, remedies)
+        self.supervisor = Supervisor(options, plan.seed, self)
         # What the new child is handed: a request with its op, or ("cut", rows): the
         # state that ends the episodes of these rows here, truncated, echoed.
         self._then: tuple[str, Any] = ("step", None)
@@ -126,7 +124,11 @@ class _OneChild:
         clock.run()
         return self._given_up
 
-    def _start(self, seq: int, seed: int | None, reason: str) -> None:
+    def _discard_env(self, env_gone: bool) -> None:
+        """The child is dead or killed, nothing to discard: its new one ends it. A dead
+        child is ended when its new one starts (:meth:`EngineChildren.respawn`)."""
+
+    def _start_env(self, seq: int, seed: int | None, reason: str) -> None:
         """A new child, seeded ``seed``, handed what answers the request in flight."""
         # Its envs' seeds are drawn from ``seed``, as a restarted worker's are (not its
         # predecessor's first ones); an env alone in it takes ``seed``, as one alone in one.
@@ -151,9 +153,5 @@ class _OneChild:
         else:
             children.hand(self.w, request, op)
 
-    def _fail(self, error: WorkerError, for_good: bool) -> None:
+    def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         self._given_up = error  # a child's death is for good where no restart follows
-
-
-def _kept(env_gone: bool) -> None:
-    """A dead child is ended when its new one starts (:meth:`EngineChildren.respawn`)."""

@@ -38,7 +38,7 @@ from ..core._messages import Failure
 from ..core._restarts import cut_short_state
 from ..core._seeds import reset_mask
 from ..core._supervision import Supervision
-from ..core._supervisor import Remedies, RestartRule, Supervisor
+from ..core._supervisor import RestartRule, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 
@@ -201,9 +201,8 @@ class _OneEnv(RestartRule):
         first: EnvRunner = self._runners[index]
         self.source: EnvSource = first.source
         self.name = f"{owner.where} {owner.first + index} ({describe_source(self.source)})"
-        remedies = Remedies(self._discard_env, self._start_env, self._fail)
         # One supervisor: ``supervisor`` to its Supervisors, ``_supervisor`` to RestartRule.
-        self.supervisor = self._supervisor = Supervisor(options, first.seed, remedies)
+        self.supervisor = self._supervisor = Supervisor(options, first.seed, self)
         self._episode = first.episode
         # RestartRule's _sent is the request being answered.
         self._last: Any = None  # the state last handed out before it (a Step or a row)
@@ -276,7 +275,7 @@ class _OneEnv(RestartRule):
         self._runners[self.index] = runner
         self._on_reply(runner.handle(self._restart_reset()))
 
-    def _fail(self, error: WorkerError, for_good: bool) -> None:
+    def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         self._answer = None
         if for_good:
             self.owner.give_up(self.index, error)

@@ -106,7 +106,7 @@ class Worker(Membership, Generic[S]):
         self._inbox = Inbox(ordered=True)
         self._controls = {}
         self._check_budget(options)
-        self._supervisor = Supervisor(options, seed, self._remedies())
+        self._supervisor = Supervisor(options, seed, self)
         self._closed = False
         self._setup(seed)
 

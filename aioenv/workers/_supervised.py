@@ -25,7 +25,7 @@ from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
-from ..core._supervisor import Remedies, RestartRule, Supervisor
+from ..core._supervisor import RestartRule, Supervisor
 from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
 from ._inbox import Inbox, Outcome
@@ -206,16 +206,6 @@ class SupervisedEnv(RestartRule):
         self._on_failure(error, env_gone=True)
 
     # Remedies: what the supervisor does through the worker ----------------------------
-    def _remedies(self) -> Remedies:
-        return Remedies(
-            discard_env=self._discard_env,
-            start_env=self._start_env,
-            fail=self._fail_request,
-            fail_controls=self._fail_controls,
-            awaiting=self._awaiting,
-            time_out=self._timed_out,
-        )
-
     def _awaiting(self, seq: int) -> bool:
         return not self._closing and seq == self._awaited
 
