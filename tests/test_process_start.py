@@ -122,7 +122,7 @@ async def test_a_child_that_starts_after_its_worker_was_closed_is_killed(
         group.start_soon(worker.aclose)
         host = worker._current_host()
         with anyio.fail_after(20):
-            while not host._doomed:  # the close gave up waiting and asked for a kill
+            while not host._child._doomed:  # the close gave up waiting and asked for a kill
                 await anyio.sleep(0.01)
         starts.release.set()
     assert worker.exitcode == -signal.SIGKILL

@@ -152,6 +152,10 @@ class ChildStart:
         self.pid: int | None = None
         #: Closed (:meth:`close`): the group killed and the parent's ends closed.
         self.closed = False
+        #: A signal asked for before the child's process id is known (:attr:`pid`, once it
+        #: has started): under the lock, which the start's thread takes too.
+        self._lock = threading.Lock()
+        self._doomed = False
 
     def start(self) -> None:
         """Start the child (once); the parent's copies of its ends are closed either way."""
@@ -162,7 +166,11 @@ class ChildStart:
             ignored = contextlib.nullcontext() if self.forkserver else signal_ignored(signal.SIGINT)
             with _child_start(), ignored:
                 _start_process(self.process)
-            self.pid = self.process.pid
+            with self._lock:
+                self.pid = self.process.pid
+                doomed = self._doomed
+            if doomed:
+                self.signal(signal.SIGKILL)
         finally:
             self._child_end.close()
             self._alive_child.close()
@@ -170,8 +178,13 @@ class ChildStart:
     def signal(self, sig: int) -> None:
         """``sig`` to the started child's process group, and to the child itself (which
         may not lead its group yet, or ever); a child gone already is no error. Never to a
-        child known to have exited: its process id may be another's by then."""
-        assert self.pid is not None
+        child known to have exited: its process id may be another's by then. A child not
+        started yet (its start under way in another thread) is killed as soon as it has
+        started, whatever ``sig``."""
+        with self._lock:
+            if self.pid is None:
+                self._doomed = True
+                return
         signal_group(self.pid, sig)
         # Gone already (no such process) when the group's signal killed it and the
         # forkserver, its parent, reaped it before its exit status reached us.

@@ -6,7 +6,10 @@ seeds, episode options) and, per slot, two callbacks: ``deliver`` for each messa
 child writes for that slot, and ``on_exit`` once the child has exited and been reaped. The
 parent keeps no thread per child: a ``loop.add_reader`` callback reads replies from a
 non-blocking socket, and another watches the process sentinel, so a dead child is seen at
-once. How the child is started, signalled, reaped and closed is
+once. Frames are written as they are sent (several envs' frames of one loop iteration
+together, and what the socket does not take now when it is writable:
+:class:`~aioenv.workers.process._host_socket.SocketWrites`) and read as they come, each
+handed to its slot's ``deliver``. How the child is started, signalled, reaped and closed is
 :class:`aioenv.engine._start.ChildStart`'s, as for the engine's children.
 
 The child leads a process group of its own, which holds every process its envs start
@@ -25,18 +28,20 @@ import concurrent.futures
 import dataclasses
 import functools
 import signal
-import threading
+import socket
 from collections.abc import Callable, Sequence
 
+from ...engine._lane import Lane
 from ...engine._start import PROCESS_TABLE, ChildStart, Context
 from ...env_side._process_group import TERMINATE_GRACE, signal_group
-from ...wire._frames import encode
+from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
+from ...wire._pickles import dumps
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
 from .._replaceable import Replaceable, SlotRecipe
-from ._host_socket import HostSocket
+from ._host_socket import SocketWrites
 
-__all__ = ["CHILD_STARTS", "ChildRecipe", "Deliver", "Host", "OnExit", "describe_exit"]
+__all__ = ["CHILD_STARTS", "ChildRecipe", "Deliver", "Host", "OnExit"]
 
 #: The program of a process worker's child, imported in the child only.
 CHILD_PROGRAM = "aioenv.workers.process._child:serve"
@@ -77,10 +82,16 @@ class ChildRecipe(SlotRecipe):
     idle_spin: float
 
 
-class Host(HostSocket, Replaceable["Host", ChildRecipe]):
+class Host(Replaceable["Host", ChildRecipe]):
     """One child process serving the env slots of ``recipe``; slot ``i``'s messages go to
-    ``recipe.deliver[i]``. ``build``: the child builds every env at once (a replacement
-    after a death builds each slot only when asked to, see :meth:`replacement`)."""
+    ``recipe.deliver[i]`` (``size``: how many slots). ``build``: the child builds every env
+    at once (a replacement after a death builds each slot only when asked to, see
+    :meth:`replacement`).
+
+    The host writes and reads the parent's end of its child's socket of requests and
+    replies (made non-blocking), and holds the child's alive socket
+    (:attr:`ChildStart.alive <aioenv.engine._start.ChildStart.alive>`) open, never
+    written, over which lanes' descriptors travel."""
 
     def __init__(self, recipe: ChildRecipe, build: bool = True) -> None:
         Replaceable.__init__(self, recipe, build)
@@ -88,11 +99,28 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         # env at once).
         handed = [*recipe.slots(), build, recipe.idle_spin]
         child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
-        HostSocket.__init__(self, child.socket, child.alive, recipe.deliver)
-        #: A signal asked for before the child's process id is known (``child.pid``, once
-        #: it has started): under the lock, which the start's thread takes too.
-        self._lock = threading.Lock()
-        self._doomed = False
+        self.size = len(recipe.deliver)
+        self._socket = child.socket
+        child.socket.setblocking(False)
+        self._deliver = list(recipe.deliver)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.exitcode: int | None = None
+        #: The slot whose failure killed the child, and why, for the others' messages.
+        self.killed_for: tuple[int, str] | None = None
+        self.writes = SocketWrites(child.socket)
+        #: Frames sent in this loop iteration, written together at its end (several envs).
+        self.queued: list[bytes] = []
+        #: The lanes whose steps were written in this loop iteration, posted at its end.
+        self._posts: list[Lane] = []
+        #: The lane each slot's steps take (:mod:`aioenv.engine._lane`), once the child has
+        #: mapped it; those offered and not answered yet.
+        self.lanes: dict[int, Lane] = {}
+        self._offered: dict[int, Lane] = {}
+        #: What each slot's lane in use calls when its answer wake may have a post (see
+        #: :meth:`lane_answered`), for a later event loop to watch it too (:meth:`watch`).
+        self._on_answer: dict[int, Callable[[Lane], None]] = {}
+        self._reading = False
+        self._receive_buffer, self._decoder = bytearray(RECEIVE_SIZE), FrameDecoder()
         #: Why the child could not be started (set once the start failed).
         self.start_error: BaseException | None = None
         self._sentinel_watched = False
@@ -119,14 +147,11 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
 
     def _launch(self, child: ChildStart) -> None:
         """Start the child (in the start's thread, or here); one that was to be killed
-        before it started is killed now, whether or not an event loop still runs."""
+        before it started is killed now, whether or not an event loop still runs (see
+        :meth:`ChildStart.signal <aioenv.engine._start.ChildStart.signal>`)."""
         child.start()
         assert child.pid is not None  # it has started
         _running.add(child.pid)
-        with self._lock:
-            doomed = self._doomed
-        if doomed:
-            self._signal(signal.SIGKILL)
 
     @property
     def pid(self) -> int:
@@ -180,10 +205,98 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         self.exited = asyncio.Event()
         loop.add_reader(self._socket.fileno(), self._on_readable)
         self._reading = True
-        self.watch_lanes(loop)  # (the first loop has none yet)
+        # The answer wakes of the lanes in use, where a later event loop takes over once the
+        # one that watched them is closed (it took their readers; the first loop has none).
+        for slot, lane in self.lanes.items():
+            loop.add_reader(lane.answer_fd, self._on_answer[slot], lane)
         self._sentinel_watched = False
         if self._started.done():
             loop.call_soon(self._on_started)  # a failed start is reported as a death is
+
+    @property
+    def alive(self) -> bool:
+        """Running and not being killed."""
+        return self.exitcode is None and self.killed_for is None
+
+    # Writing -------------------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        """Send now, or (several envs here) at the end of this loop iteration, together
+        with every other frame for this host sent meanwhile."""
+        if self.exitcode is not None or self.killed_for is not None:  # not self.alive, inlined
+            return  # gone, or going: its death is (or was) handled elsewhere
+        if self.size == 1 or self._loop is None:
+            self.writes.write(frame, self._loop)
+            return
+        if not self.queued:
+            self._loop.call_soon(self._flush)
+        self.queued.append(frame)
+
+    def post_soon(self, lane: Lane) -> None:
+        """Post ``lane``'s step (written, not posted) at the end of this loop iteration,
+        before the frames sent meanwhile: a child of several envs is woken once for the
+        steps its envs are sent together, as it is for their frames, not once for each
+        (with more children than cores, each wake may preempt the parent mid-batch)."""
+        if not self.queued and not self._posts:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._posts.append(lane)
+
+    # The lanes --------------------------------------------------------------------------
+    def has_lane(self, slot: int) -> bool:
+        """A lane is in use for ``slot``, or offered."""
+        return slot in self.lanes or slot in self._offered
+
+    def offer_lane(self, lane: Lane, slot: int) -> None:
+        """Send ``lane`` for ``slot`` to the child (its descriptors, then its offer); the
+        child's answer comes as a LANE_ANSWER frame (:meth:`lane_answered`)."""
+        if self.has_lane(slot) or not self.alive:
+            lane.close()
+            return
+        try:
+            # A copy of each, one byte with it: it arrives before any message sent on the
+            # message socket after this (OSError: the child is gone).
+            for fd in lane.descriptors():
+                socket.send_fds(self._child.alive, [b"\0"], [fd])
+        except OSError:
+            lane.close()
+            return
+        self._offered[slot] = lane
+        self.send(encode(Request.LANE, 0, dumps(lane.offer()), slot))
+
+    def lane_answered(self, slot: int, in_use: bool, on_answer: Callable[[Lane], None]) -> None:
+        """The child's answer to the lane offered for ``slot``: in use (``on_answer(lane)``
+        is called from the loop whenever the lane's answer wake may have a post, until the
+        lane is closed: when the slot is released, or the child is killed or has exited),
+        or closed."""
+        lane = self._offered.pop(slot, None)
+        if lane is None or not in_use or self._loop is None or not self.alive:
+            if lane is not None:
+                lane.close()
+            return
+        self.lanes[slot], self._on_answer[slot] = lane, on_answer
+        self._loop.add_reader(lane.answer_fd, on_answer, lane)
+
+    def _close_lanes(self, *slots: int) -> None:
+        """Close the lanes of ``slots`` (all: every slot's), in use or offered."""
+        for slot in slots or [*self.lanes, *self._offered]:
+            lane = self.lanes.pop(slot, None)
+            if lane in self._posts:
+                self._posts.remove(lane)  # (its step goes with it)
+            if lane is not None and self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(lane.answer_fd)
+            offered = self._offered.pop(slot, None)
+            for each in (lane, offered):
+                if each is not None:
+                    each.close()
+
+    def _flush(self) -> None:
+        # The posts first: a frame queued after a step was written is a later request.
+        posts, self._posts = self._posts, []
+        for lane in posts:
+            lane.request.post()
+        frames, self.queued = self.queued, []
+        if frames and self.alive:
+            self.writes.write(b"".join(frames), self._loop)
 
     # Ending ----------------------------------------------------------------------------
     def release(self, slot: int, cleanup_time: float) -> None:
@@ -205,20 +318,11 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         if self.exitcode is not None:
             return
         if how == "terminate":
-            self._signal(signal.SIGTERM)
+            self._child.signal(signal.SIGTERM)
             assert self._loop is not None
             self._force_timer = self._loop.call_later(TERMINATE_GRACE, self.force, "kill")
         elif how == "kill":
-            self._signal(signal.SIGKILL)
-
-    def _signal(self, sig: int) -> None:
-        """``sig`` to the child's process group, and to the child itself (which may not
-        lead its group yet, or ever)."""
-        with self._lock:
-            if self._child.pid is None:
-                self._doomed = True  # killed as soon as it has started
-                return
-        self._child.signal(sig)
+            self._child.signal(signal.SIGKILL)
 
     def kill(self, slot: int, reason: str) -> None:
         """Kill the child at once because the env in ``slot`` failed (``reason`` says
@@ -233,12 +337,37 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
     def kill_now(self) -> None:
         """Kill and reap without a loop (a pool that failed to be built)."""
         if self.exitcode is None and self._loop is None:
-            self._signal(signal.SIGKILL)  # or, while it starts, once it has started
+            self._child.signal(signal.SIGKILL)  # or, while it starts, once it has started
             concurrent.futures.wait([self._started])
             with PROCESS_TABLE:
                 exitcode = self._child.join(None)
                 self.exitcode = exitcode if exitcode is not None else -1  # -1: never started
                 self._close_resources()
+
+    # Reading -------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        buffer = self._receive_buffer
+        view = memoryview(buffer)
+        deliver = self._deliver
+        while self._reading:
+            try:
+                count = self._socket.recv_into(buffer)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                count = 0
+            if count == 0:
+                self._stop_reading()  # end of file: the sentinel reports the exit
+                return
+            for kind, seq, slot, payload in self._decoder.feed(view[:count]):
+                deliver[slot](self, kind, seq, payload)
+            if count < len(buffer):
+                return
+
+    def _stop_reading(self) -> None:
+        if self._reading and self._loop is not None:
+            self._reading = False
+            self._loop.remove_reader(self._socket.fileno())
 
     def _on_sentinel(self) -> None:
         assert self._loop is not None
@@ -284,15 +413,3 @@ class Host(HostSocket, Replaceable["Host", ChildRecipe]):
         # What the envs started and the child did not end (it was killed, or crashed),
         # and the socket, the alarm and the process object (a start that failed half-way).
         self._child.close()
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """An exit code for messages: ``-9 (killed by SIGKILL)``."""
-    if exitcode is None:
-        return "unknown"
-    if exitcode < 0:
-        try:
-            return f"{exitcode} (killed by {signal.Signals(-exitcode).name})"
-        except ValueError:
-            pass
-    return str(exitcode)

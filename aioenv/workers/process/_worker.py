@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import signal
 import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
@@ -58,7 +59,7 @@ from ...wire._shared_memory import AUTO_THRESHOLD, Layout, available
 from .._base import Worker
 from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import WORKER_KEYWORDS, SlottedWorker
-from ._host import CHILD_STARTS, ChildRecipe, Host, describe_exit
+from ._host import CHILD_STARTS, ChildRecipe, Host
 
 __all__ = ["ProcessWorker"]
 
@@ -380,3 +381,15 @@ class ProcessWorker(SlottedWorker[S, Host]):
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """An exit code for messages: ``-9 (killed by SIGKILL)``."""
+    if exitcode is None:
+        return "unknown"
+    if exitcode < 0:
+        try:
+            return f"{exitcode} (killed by {signal.Signals(-exitcode).name})"
+        except ValueError:
+            pass
+    return str(exitcode)
