@@ -51,7 +51,7 @@ from ..env_side._idle_spin import IdleSpin
 from ..env_side._process_group import begin_serving, end_own_group, exit_with_own_group
 from ..env_side._serving import Slots
 from ..env_side._thread_caps import ThreadCaps
-from ..wire._frames import HEADER, INFOS, Kind, decode_reply, encode, encode_reply
+from ..wire._frames import INFOS, Frame, FrameDecoder, Kind, decode_reply, encode, encode_reply
 from ..wire._pickles import encode_infos
 from ..wire._requests import CONTROL, STEP, Request
 from ._buffer import INFOS_IN_BUFFER, NEW_SPIN, PackedInfos, StepBuffer, write_rows
@@ -353,18 +353,21 @@ def post_with(sock: socket.socket, wake: Wake, data: bytes) -> None:
 def receive_message(sock: socket.socket) -> Any:
     """The next message; :class:`EOFError` if the other side closed its end first. One
     message is in flight at a time, so a read of more than it asks for takes nothing of
-    the next: most messages take one ``recv``."""
-    data = _read(sock, HEADER.size, SMALL)
-    end = HEADER.size + HEADER.unpack_from(data)[0]
-    if len(data) < end:
-        data += _read(sock, end - len(data), end - len(data))
-    return _decoded(data)
+    the next: most messages take one ``recv`` (a large one is read as it is written, in
+    reads of up to a mebibyte)."""
+    decoder = FrameDecoder()
+    frames: list[Frame] = []
+    while not frames:
+        chunk = sock.recv(1 << 20 if decoder.pending_bytes else SMALL)
+        if not chunk:
+            raise EOFError("the other side of the engine's socket closed it")
+        frames = decoder.feed(chunk)
+    return _decoded(frames[0])
 
 
-def _decoded(data: bytes | bytearray) -> Any:
-    """A whole message (its head and body) as its reader gets it."""
-    length, _, kind, _ = HEADER.unpack_from(data)
-    body = memoryview(data)[HEADER.size : HEADER.size + length]
+def _decoded(frame: Frame) -> Any:
+    """A whole message (its head and body, cut out as ``frame``) as its reader gets it."""
+    kind, _, _, body = frame
     return (body[0], body[1:]) if kind == INFOS else decode_reply(kind, body, None)[0]
 
 
@@ -379,17 +382,7 @@ def answer_of(
     if type(answer) is Reported:
         if report is not None:
             report(answer.errors)
-        answer = _decoded(answer.message) if answer.message else None
+        answer = _decoded(FrameDecoder().feed(answer.message)[0]) if answer.message else None
     if isinstance(answer, Failure):
         return EnvError.from_failure(answer, name, w)
     return answer
-
-
-def _read(sock: socket.socket, at_least: int, at_most: int) -> bytearray:
-    data = bytearray()
-    while len(data) < at_least:
-        chunk = sock.recv(min(at_most - len(data), 1 << 20))
-        if not chunk:
-            raise EOFError("the other side of the engine's socket closed it")
-        data += chunk
-    return data
