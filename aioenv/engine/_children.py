@@ -251,9 +251,6 @@ class EngineChildren(HandOffs):
     def pool(self) -> Any:
         raise no_pool("in child processes through the engine's shared buffer")
 
-    def allow_differing_observations(self) -> None:
-        raise ValueError("the engine's buffer holds envs of one observation space")
-
     # Controls ------------------------------------------------------------------------------
     def call_envs(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         return self._to_every(ControlRequest("call", name, args, kwargs))

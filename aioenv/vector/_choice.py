@@ -170,9 +170,9 @@ def place_envs(
     options["copy"] = False
     grouping = one if per_worker == 1 else groups_of(sources, per_worker, options.get("seed"))
     count = len(sources) // per_worker
-    runtime = Runtime(make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options))
-    sizes = [worker.num_envs for worker in runtime.pool.workers]
-    return Placement(runtime, sizes, probe, choice, batch_size, spin_by_rule)
+    pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
+    sizes = [worker.num_envs for worker in pool.workers]
+    return Placement(Runtime(pool, alike=alike), sizes, probe, choice, batch_size, spin_by_rule)
 
 
 def _sources(

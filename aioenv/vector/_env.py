@@ -165,7 +165,8 @@ class AioVectorEnv(VectorCalls, VectorEnv):
                 "AioVectorEnv.from_pool() takes a pool of gymnasium envs; for PettingZoo "
                 "parallel envs pass their factories to AioVectorEnv(...), which makes their lanes"
             )
-        venv._setup(Placement(Runtime(pool), sizes, probe, choice, batch_size), observation_mode)
+        runtime = Runtime(pool, alike=observation_mode == "same")
+        venv._setup(Placement(runtime, sizes, probe, choice, batch_size), observation_mode)
         # Its pool's check_actions: a whole batch checked before any is sent, not as each goes.
         venv._batches.checks_actions, pool.check_actions = pool.check_actions, False
         return venv
@@ -223,8 +224,6 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         self.observation_space, self.single_observation_space = observation_spaces(
             observation_mode, observation_space, self.num_envs
         )
-        if observation_mode != "same":
-            envs.allow_differing_observations()  # checked per env below, as gymnasium does
         self._env_spaces: tuple[Any, Any]
         if lanes is None:
             self._env_spaces = (self.single_observation_space, self.single_action_space)

@@ -113,9 +113,6 @@ class InlineEnvs:
     def pool(self) -> Any:
         raise no_pool("in line, in the calling thread")
 
-    def allow_differing_observations(self) -> None:
-        """Nothing to allow: the vector env checks each env's observation space."""
-
     # What the vector env asks of its envs (see ``_vector_runtime.Envs``) -----------------
     def exchange(self, ids: list[int], requests: list[Any]) -> tuple[list[Any], list[WorkerError]]:
         """Answer the request (a batch of actions, or a reset): the envs' BatchStep, or

@@ -56,10 +56,6 @@ class Envs(Protocol):
         """The pool behind the envs; AttributeError, saying how they step, where there is
         none."""
 
-    def allow_differing_observations(self) -> None:
-        """Let envs' observation spaces differ (``observation_mode="different"``: the
-        vector env checks each env's itself)."""
-
     @property
     def autoreset(self) -> str:
         """The autoreset mode the envs run under (aioenv's name)."""
@@ -122,7 +118,9 @@ class Envs(Protocol):
 
 class Runtime:
     """The pool and the event loop it runs on; closed exactly once, by ``close()``, the
-    vector env's finalizer or the interpreter's exit.
+    vector env's finalizer or the interpreter's exit. ``alike``: every env has the
+    vector env's observation space (``observation_mode="same"``); else the pool lets
+    them differ, and the vector env checks each env's itself, as gymnasium does.
 
     Made outside any event loop (a training script), the loop runs in the calling thread
     during each call: a step costs no hand-off to another thread and back. Made inside a
@@ -133,8 +131,10 @@ class Runtime:
     by_env = False
     closes_at_exit = True  # close_at_exit below
 
-    def __init__(self, pool: WorkerPool[Any]) -> None:
+    def __init__(self, pool: WorkerPool[Any], alike: bool) -> None:
         self.pool = pool
+        if not alike:  # observation_mode="different": the vector env checks each env's
+            pool.allow_differing_observations()
         self.closed = False
         name = describe_source(pool.workers[0].source)
         self.loop: LoopHost = host_for_sync_calls(f"aioenv-vector-loop ({name})")
@@ -160,9 +160,6 @@ class Runtime:
     def set_idle_spin(self, seconds: float) -> None:
         """Make every process worker's child poll ``seconds`` for its next request."""
         self.call(_set_idle_spin, self.pool, seconds)
-
-    def allow_differing_observations(self) -> None:
-        self.pool.allow_differing_observations()
 
     def step(self, actions: Any) -> None:
         """A pool has no step of every env in one call: its workers are sent theirs."""
