@@ -234,8 +234,8 @@ class AioVectorEnv(VectorCalls, VectorEnv):
                     "the lanes of parallel envs share one agent's observation space: "
                     f"observation_mode={observation_mode!r} needs gymnasium envs"
                 )
-            self._env_spaces = (lanes.env_observation_space, lanes.env_action_space)
-            env_actions = batch_space(lanes.env_action_space, count)
+            self._env_spaces = probe.env_spaces()
+            env_actions = batch_space(self._env_spaces[1], count)
         self._batches = VectorBatches(
             self._layout,
             *self._env_spaces,

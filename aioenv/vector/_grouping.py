@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from gymnasium.vector.utils import batch_space
 
 from ..core._environment import EnvSource, VectorSource
 from ..core._seeds import checked_count, worker_seeds
@@ -148,17 +147,11 @@ def engine_envs(
         return None  # the pool's, which says what is wrong where something is
     groups = groups_of(sources, per_worker)
     sizes = [per_worker] * len(groups)
-    observation_space, action_space = probe.observation_space, probe.action_space
-    if probe.agents is not None:  # an env of parallel envs' lanes: a batch of one per agent
-        lanes = len(probe.agents)
-        observation_space = batch_space(observation_space, lanes)
-        action_space = batch_space(action_space, lanes)
     try:
         return EngineChildren(
             groups,
             sizes,
-            observation_space,
-            action_space,
+            *probe.env_spaces(),  # parallel envs' lanes: a batch of one agent's per lane
             autoreset=autoreset,
             copy=copy,
             **options,

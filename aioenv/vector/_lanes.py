@@ -38,9 +38,8 @@ class LaneView:
         self.width = len(agents)
         self.observation_space = observation_space
         self.action_space = action_space
-        #: One env's spaces: a batch of one agent's per lane.
+        #: One env's observation space: a batch of one agent's per lane.
         self.env_observation_space = batch_space(observation_space, self.width)
-        self.env_action_space = batch_space(action_space, self.width)
 
     def env_actions(self, actions: Any) -> Any:
         """A batch of lane actions as the batch of env actions (a row per env)."""

@@ -25,6 +25,8 @@ import warnings
 from typing import Any, NamedTuple
 
 import cloudpickle
+from gymnasium import Space
+from gymnasium.vector.utils import batch_space
 
 from ..core import _pickling as pickling
 from ..core._agents import AgentLanesEnv, is_parallel_env
@@ -84,6 +86,15 @@ class Probe(NamedTuple):
     #: A PettingZoo parallel env's ``possible_agents`` (its lanes; the spaces above are
     #: one agent's); None for a gymnasium env.
     agents: tuple[Any, ...] | None = None
+
+    def env_spaces(self) -> tuple[Space[Any], Space[Any]]:
+        """The observation and action spaces of one env as its workers step it: the ones
+        above, or for parallel envs (stepped as their agent lanes,
+        :class:`~aioenv.core._agents.AgentLanesEnv`) a batch of one agent's per lane."""
+        if self.agents is None:
+            return self.observation_space, self.action_space
+        lanes = len(self.agents)
+        return batch_space(self.observation_space, lanes), batch_space(self.action_space, lanes)
 
 
 def probe_env(
