@@ -83,6 +83,49 @@ def test_a_vector_env_never_closed_does_not_hold_up_exit(tmp_path: Path) -> None
     assert not process_running(child)
 
 
+@pytest.mark.parametrize("options", [{}, {"shared_memory": False}], ids=["engine", "pool"])
+def test_envs_left_open_in_children_are_closed_at_exit_whichever_exit_hook_came_first(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """A vector env left open at exit closes its envs in their child processes (the
+    engine's children, a pool's process workers) before multiprocessing ends those
+    children, even where a ``weakref.finalize`` made before multiprocessing was imported
+    put weakref's exit hook after multiprocessing's (the engine's envs were then never
+    closed)."""
+    marks = tmp_path / "closed"
+    script = _script(
+        tmp_path,
+        f"""
+        import weakref
+
+        class Kept:
+            pass
+
+        kept = Kept()
+        weakref.finalize(kept, print)  # weakref's exit hook, before multiprocessing's
+
+        import gymnasium
+        import aioenv
+
+        class Marked(gymnasium.Wrapper):
+            def close(self):
+                open({str(marks)!r}, "a").write("x")
+                super().close()
+
+        def make():
+            return Marked(gymnasium.make("CartPole-v1"))
+
+        if __name__ == "__main__":
+            envs = aioenv.AioVectorEnv(make, 2, mode="process", **{options!r})
+            envs.reset(seed=0)
+            open({str(marks)!r}, "w").write("")  # the probe env's close is not counted
+        """,
+    )
+    _, err = _finish(script, 60)
+    assert script.returncode == 0, err
+    assert marks.read_text() == "xx"  # every env, once, though close() was never called
+
+
 @pytest.mark.loops
 def test_ctrl_c_in_a_step_loop_exits_with_only_the_keyboard_interrupt(tmp_path: Path) -> None:
     script = _script(

@@ -76,7 +76,6 @@ class EngineChildren(HandOffs):
 
     batched = True
     by_env = False
-    closes_at_exit = False
 
     def __init__(
         self,

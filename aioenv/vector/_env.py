@@ -25,6 +25,7 @@ from ..core._errors import VectorEnvClosed, WorkerError
 from ..core._gymnasium import GymnasiumFactory
 from ..core._messages import autoreset_name
 from ..env_side._infos import add_info_of
+from ..loops._background import close_at_exit
 from ..pool._factory import check_option_names
 from ..pool._options import POOL_DEFAULTS, PoolOptions
 from ..pool._pool import WorkerPool
@@ -180,9 +181,12 @@ class AioVectorEnv(VectorCalls, VectorEnv):
             if placed.spin_by_rule and envs.idle_spin is not None
             else None
         )
-        # Closes the envs when this vector env is garbage collected unclosed.
-        self._finalizer = weakref.finalize(self, envs.close)
-        self._finalizer.atexit = not envs.closes_at_exit
+        # Closes the envs when this vector env is closed or garbage collected unclosed; at
+        # interpreter exit, an exit hook registered after multiprocessing's closes them
+        # first, while their children and their loop's thread are still there.
+        self._finalizer = weakref.finalize(self, _close_envs, envs, id(self))
+        self._finalizer.atexit = False
+        close_at_exit(id(self), envs.close)
         try:
             self._layout = EnvLayout(placed.sizes, batched=envs.batched, by_env=envs.by_env)
             self._define(envs, placed.probe, observation_mode)
@@ -197,7 +201,7 @@ class AioVectorEnv(VectorCalls, VectorEnv):
             if batched is not None:
                 self.observation_space = batched
         except BaseException:
-            envs.close()
+            self._finalizer()  # closes the envs
             raise
 
     def _define(
@@ -347,8 +351,7 @@ class AioVectorEnv(VectorCalls, VectorEnv):
             # The constructor raised before it placed any env; gymnasium's __del__ still
             # calls close(), and there is nothing to close.
             return
-        self._finalizer.detach()
-        self._envs.close()
+        self._finalizer()
 
     def __enter__(self) -> AioVectorEnv:
         return self
@@ -365,6 +368,13 @@ class AioVectorEnv(VectorCalls, VectorEnv):
 
 #: The keywords of :class:`AioVectorEnv` itself (the others are pool and worker options).
 VECTOR_KEYWORDS = frozenset(inspect.getfullargspec(AioVectorEnv.__init__).kwonlyargs)
+
+
+def _close_envs(envs: Envs, key: int) -> None:
+    """Close ``envs``, whose vector env ``key`` is closed or garbage collected, and
+    withdraw their exit hook."""
+    close_at_exit(key, None)
+    envs.close()
 
 
 def _spin_children(envs: Envs, spinning: bool) -> None:

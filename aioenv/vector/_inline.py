@@ -47,7 +47,6 @@ class InlineEnvs:
 
     batched = True
     by_env = True
-    closes_at_exit = False
     #: No children: nothing polls between steps.
     idle_spin = None
 

@@ -13,7 +13,6 @@ import gymnasium
 
 from ..core._environment import Stepped, describe_source
 from ..core._errors import EnvError, VectorEnvClosed, WorkerError, WorkerRemoved, env_given_up
-from ..loops._background import close_at_exit
 from ..loops._inline import LoopHost, host_for_sync_calls
 from ..pool._pool import WorkerPool, in_send_order
 from ..pool._remote_control import PerWorker
@@ -47,9 +46,6 @@ class Envs(Protocol):
     #: them back env by env (the units of ``dispatch``, ``receive`` and ``has_pending``
     #: are envs, not workers), and there is no worker to name in messages.
     by_env: bool
-    #: The envs close themselves at interpreter exit (a pool's runtime: it must close
-    #: before its loop's thread goes); else the vector env's finalizer closes them then.
-    closes_at_exit: bool
 
     @property
     def pool(self) -> WorkerPool[Any]:
@@ -129,7 +125,6 @@ class Runtime:
 
     batched = False
     by_env = False
-    closes_at_exit = True  # close_at_exit below
 
     def __init__(self, pool: WorkerPool[Any], alike: bool) -> None:
         self.pool = pool
@@ -138,7 +133,6 @@ class Runtime:
         self.closed = False
         name = describe_source(pool.workers[0].source)
         self.loop: LoopHost = host_for_sync_calls(f"aioenv-vector-loop ({name})")
-        close_at_exit(id(self), self.close)
 
     def call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self.closed:
@@ -215,7 +209,6 @@ class Runtime:
         if self.closed:
             return
         self.closed = True
-        close_at_exit(id(self), None)
         try:
             if self.loop.running and not self.loop.in_loop_thread:
                 # aclose is bounded by cleanup_time plus the SIGTERM/SIGKILL graces.
