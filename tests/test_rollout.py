@@ -814,6 +814,26 @@ async def test_a_policy_that_raises_in_a_ray_actor_restarts_nothing() -> None:
         assert len(await pool.rollout(3)) == 2 * 3
 
 
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_local")
+async def test_a_policy_ray_cannot_put_is_an_error_naming_the_worker() -> None:
+    """Ray puts the policy's bytes off the event loop, as its actor call is made: a policy
+    that will not pickle fails that call, and set_policy raises an error naming the worker
+    (an EnvError, the failure of the request sent); the policy is not set."""
+    lock = threading.Lock()
+
+    def holds_a_lock(observation: Any) -> int:
+        with lock:
+            return 0
+
+    async with aioenv.make_pool(Walk, 2, mode="ray", num_cpus=0) as pool:
+        with pytest.raises(aioenv.EnvError, match=r"ray worker 0 .*could not be pickled"):
+            await pool.set_policy(holds_a_lock)
+        assert pool.policy_version is None
+        await pool.set_policy(choose_walk)
+        assert len(await pool.rollout(2)) == 2 * 2
+
+
 @pytest.mark.loops
 async def test_a_segment_may_take_step_timeout_per_transition() -> None:
     """With ``step_timeout=0.5`` a segment of 2 envs x 40 steps of 20 ms each takes at

@@ -178,7 +178,10 @@ class RemoteControl:
     async def _ask(self, ids: list[int], requests: list[ControlRequest]) -> WorkerResults[Any]:
         """Send ``requests[k]`` to worker ``ids[k]``, wait for every answer (they are
         answered in flight already), then raise the first error. A worker's error for good
-        raised here is handed out: the worker leaves the pool."""
+        raised here is handed out: the worker leaves the pool. Every error raised names its
+        worker (one raised as a request is sent, a closed or failed worker's or a request
+        that would not pickle for a child process, as one answered). The rollouts'
+        :meth:`~aioenv.WorkerPool.set_policy` ships its policy through it too."""
         roster = self._roster
         sent: list[asyncio.Future[Any] | Exception] = []
         for worker_id, request in zip(ids, requests, strict=True):

@@ -10,11 +10,10 @@ pool's restart policy, and a reply nobody waits for any more is dropped as stale
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import operator
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ from ..core._seeds import checked_count, checked_seed
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
+from ._remote_control import WorkerResults
 from ._roster import Roster
 from ._trajectories import COLUMNS, Trajectories, stack
 
@@ -44,6 +44,7 @@ class PoolRollouts:
     _roster: Roster
     _inbox: Inbox
     _episodes: EpisodeCounter
+    _ask: Callable[[list[int], list[ControlRequest]], Awaitable[WorkerResults[Any]]]
 
     def _start_rollouts(self) -> None:
         """No policy yet; the ledger's lanes count their finished episodes in their
@@ -87,26 +88,9 @@ class PoolRollouts:
             raise TypeError(f"set_policy() needs a callable policy, got {type(policy).__name__}")
         version = _next_version(self._package, version)
         package = PolicyPackage(version, uuid.uuid4().hex, policy=policy)
+        ids = self._roster.ids(None)
         request = ControlRequest("policy", kwargs={"package": package})
-        futures: list[tuple[int, asyncio.Future[Any]]] = []
-        first_error: BaseException | None = None
-        for worker_id in self._roster.ids(None):
-            worker = self._roster.members[worker_id]
-            try:
-                futures.append((worker_id, worker.control(request)))
-            except Exception as exc:
-                if first_error is None:
-                    self._roster.hand_out(worker_id, exc)  # a failure for good, raised here
-                    first_error = _named(exc, worker)
-        for worker_id, future in futures:  # every answer awaited, so none is left dangling
-            try:
-                await future
-            except Exception as exc:
-                if first_error is None:
-                    self._roster.hand_out(worker_id, exc)  # as above: its death, say
-                    first_error = exc
-        if first_error is not None:
-            raise first_error
+        await self._ask(ids, [request] * len(ids))  # the first error, once all answered
         self._package = package
         return version
 
@@ -369,12 +353,3 @@ def _lane_seed(seed: int | None, roster: Roster, worker: Member) -> int | None:
         return None
     assert worker.worker_id is not None
     return seed + roster.first_env[worker.worker_id]
-
-
-def _named(error: Exception, worker: Member) -> Exception:
-    """``error`` with the worker's name in its message, if it lacks it."""
-    if worker.name in str(error):
-        return error
-    named = type(error)(f"{worker.name}: {error}") if isinstance(error, TypeError) else error
-    named.__cause__ = error if named is not error else error.__cause__
-    return named
