@@ -79,9 +79,10 @@ class PoolRollouts:
         their threads, concurrently (a numpy policy is fine; guard any state it mutates).
 
         :raises ValueError: ``version`` does not increase.
-        :raises TypeError: the policy is not callable or cannot be pickled for a process or
-            Ray worker (the error names the worker).
-        :raises EnvError: a worker could not unpickle it (names the worker).
+        :raises TypeError: the policy is not callable or cannot be pickled for a process
+            worker (the error names the worker).
+        :raises EnvError: a worker could not unpickle it, or a Ray worker could not pickle
+            it into Ray's object store (either names the worker).
         """
         self._inbox.check_open()
         if not callable(policy):
