@@ -46,7 +46,9 @@ class SlotHost(Protocol):
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None: ...
 
-    def kill(self, slot: int, reason: str) -> None: ...
+    def kill(self, slot: int, reason: str) -> None:
+        """Kill the host at once because the env in ``slot`` failed, or its worker was
+        abandoned (``reason`` says how); without a loop too (:meth:`SlottedWorker._abandon`)."""
 
 
 H = TypeVar("H", bound=SlotHost)
@@ -205,6 +207,14 @@ class SlottedWorker(Worker[S], Generic[S, H]):
     def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         for host in self._hosts:
             host.watch(loop)
+
+    def _abandon(self) -> None:
+        """No restart comes any more: kill every host this worker used that may still run
+        (a pool that failed to be built: no loop watches them)."""
+        self._release_off_loop()
+        for host in self._hosts:
+            host.kill(self._slot, f"{self.name} was abandoned")
+        self._hosts.clear()
 
     def _discard_env(self, env_gone: bool) -> None:
         host = self._current_host()

@@ -183,7 +183,7 @@ class Host(Replaceable["Host", ChildRecipe]):
         exit, or report that it could not be started as its exit. Called once or twice
         (the start's callback and :meth:`watch` may both see it done)."""
         if self.exitcode is not None:
-            return  # reaped without a loop meanwhile (kill_now), or reported already
+            return  # reaped without a loop meanwhile (kill), or reported already
         error = self._started.exception()
         if error is not None:
             self.start_error = error
@@ -325,19 +325,16 @@ class Host(Replaceable["Host", ChildRecipe]):
             self._child.signal(signal.SIGKILL)
 
     def kill(self, slot: int, reason: str) -> None:
-        """Kill the child at once because the env in ``slot`` failed (``reason`` says
-        how, for the other slots' messages, unless it had exited already); it is reaped in
-        the background."""
+        """Kill the child at once because the env in ``slot`` failed, or its worker was
+        abandoned (``reason`` says how, for the other slots' messages, unless it had exited
+        already); it is reaped in the background, or here where no loop watches it (a pool
+        that failed to be built: its workers were never bound to a loop)."""
         if self.killed_for is None and self.exitcode is None:
             self.killed_for = (slot, reason)
         self._stop_reading()
         self._close_lanes()
-        self.force("kill")
-
-    def kill_now(self) -> None:
-        """Kill and reap without a loop (a pool that failed to be built)."""
+        self.force("kill")  # or, while it starts, once it has started
         if self.exitcode is None and self._loop is None:
-            self._child.signal(signal.SIGKILL)  # or, while it starts, once it has started
             concurrent.futures.wait([self._started])
             with PROCESS_TABLE:
                 exitcode = self._child.join(None)

@@ -268,12 +268,6 @@ class ProcessWorker(SlottedWorker[S, Host]):
         host.send(encode(kind, seq, payload, self._slot))
         mark_shipped(host, shipped)
 
-    def _abandon(self) -> None:
-        self._release_off_loop()
-        for host in self._hosts:
-            host.kill_now()
-        self._hosts.clear()
-
     # From the host ---------------------------------------------------------------------
     def _on_host_message(self, host: Host, kind: int, seq: int, payload: Any) -> None:
         if host is not self._host:

@@ -327,8 +327,9 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
 
     # Ending ----------------------------------------------------------------------------
     def kill(self, slot: int, reason: str) -> None:
-        """Kill the actor at once because the env in ``slot`` failed (``reason`` says how);
-        the other slots hear of it in the next loop iteration."""
+        """Kill the actor at once because the env in ``slot`` failed, or its worker was
+        abandoned (``reason`` says how); the other slots hear of it in the next loop
+        iteration (none where no loop watches it)."""
         self._die(f"its Ray actor was killed because {reason}", killed_for=slot)
 
     def release(self, slot: int) -> None:

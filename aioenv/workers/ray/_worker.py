@@ -230,12 +230,6 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         request = shared_request(request)  # large values: put once, off the loop
         self._current_host().send((self._slot, seq, Request.CONTROL, request))
 
-    def _abandon(self) -> None:
-        self._release_off_loop()
-        for host in self._hosts:
-            host.kill(self._slot, f"{self.name} was abandoned")
-        self._hosts.clear()
-
     # From the actor --------------------------------------------------------------------
     def _on_actor_reply(self, host: ActorHost, seq: int, result: Any, borrowed: bool) -> None:
         if host is not self._host:
