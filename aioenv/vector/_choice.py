@@ -155,9 +155,9 @@ def place_envs(
     if choice.mode == "inline":
         inline = _inline(sources, autoreset, options)
         return Placement(inline, [len(sources)], probe, choice, batch_size)
-    if choice.envs_per_worker and options.get("episode_timeout") is None:
+    if choice.envs_per_worker or options.get("episode_timeout") is not None:
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
-        options.setdefault("envs_per_worker", choice.envs_per_worker)
+        options.setdefault("envs_per_worker", choice.envs_per_worker or 1)
     asked_spin = "idle_spin" in options
     per_worker = group_size(len(sources), choice.mode, options, batch_size)
     spin_by_rule = not asked_spin and "idle_spin" in options

@@ -86,9 +86,10 @@ def group_size(
                 f"got {per_worker!r}"
             )
     elif mode == "process" and "envs_per_process" not in options:
-        # A budget (episode_timeout) times each env's episodes on a worker of its own.
-        timed = options.get("episode_timeout") is not None
-        per_worker = 1 if timed else envs_per_worker(num_envs, usable_cores(), batch_size)
+        # A budget (episode_timeout) times each env's episodes on a worker of its own:
+        # place_envs gives each env a worker then (envs_per_worker=1, where the mode
+        # choice, which leaves the grouping to the pool given a budget, chose none).
+        per_worker = envs_per_worker(num_envs, usable_cores(), batch_size)
     else:
         per_worker = 1
     _spin_where_children_have_cores(mode, num_envs // per_worker, options)
