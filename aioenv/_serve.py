@@ -1,4 +1,5 @@
-"""``aioenv serve``: an env server that speaks OpenEnv's protocol (the ``serve`` extra).
+"""``aioenv serve``'s sessions and OpenEnv's protocol as they speak it, with no web
+framework (:mod:`aioenv.serve` serves them over starlette, and runs them with uvicorn).
 
 Each WebSocket session at ``/ws`` gets its own one-worker pool (process workers by
 default), so OpenEnv clients get aioenv's isolation, deadlines and restarts: an env that
@@ -14,11 +15,13 @@ or ``{"type": "close"}``; the server answers ``{"type": "observation", "data":
 "reward": ..., "done": ...}}``, ``{"type": "state", "data": {"episode_id": ...,
 "step_count": ...}}`` or ``{"type": "error", "data": {"message": ..., "code": ...}}``.
 
-This module holds the server: its options, its sessions (each one's pool, and its answer
-to each message), the starlette app and its endpoints (:func:`aioenv.serve.serve` runs it
-with uvicorn). What the protocol says (its error codes, the checks of a request's data,
-the observation payload, a session's episode and the ``/schema`` document) is
-:mod:`aioenv.wire._openenv_protocol`'s, which needs no web framework.
+This module holds the server's options, its sessions (each one's pool, and its answer to
+each message) and what the protocol says, which needs no web framework: the error codes
+OpenEnv's clients read, :class:`SessionError` (a request answered with the protocol's
+error frame), the checks of a request's data, a session's episode (what its ``state``
+reports, and whether a step may come: :class:`_Session`'s), the observation payload a
+reset or a step is answered with, and the document ``/schema`` publishes. The starlette
+app and its endpoints are :mod:`aioenv.serve`'s.
 """
 
 from __future__ import annotations
@@ -27,37 +30,30 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
-
-from .core._environment import EnvSource
+from .core._commands import Reset
+from .core._environment import EnvSource, Step
 from .core._errors import AioEnvError
+from .core._restarts import restart_note
 from .core._supervision import SUPERVISION_DEFAULTS
 from .pool._factory import make_pool
 from .pool._pool import WorkerPool
-from .wire._openenv_json import value_from_json
-from .wire._openenv_protocol import (
-    CAPACITY_REACHED,
-    SESSION_ERROR,
-    UNKNOWN_TYPE,
-    VALIDATION_ERROR,
-    Episode,
-    SessionError,
-    observation_payload,
-    request_body,
-    reset_command,
-    schema_document,
-    session_message,
-    step_body_action,
-)
+from .wire._openenv_json import jsonable, space_schema, value_from_json
 
-__all__ = ["ServeOptions", "build_app"]
+__all__ = [
+    "CAPACITY_REACHED",
+    "SESSION_ERROR",
+    "VALIDATION_ERROR",
+    "ServeOptions",
+    "SessionError",
+    "request_body",
+    "schema_document",
+    "session_message",
+    "step_body_action",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +106,123 @@ class ServeOptions:
             )
 
 
+#: OpenEnv's error codes, as its clients read them.
+INVALID_JSON = "INVALID_JSON"
+UNKNOWN_TYPE = "UNKNOWN_TYPE"
+VALIDATION_ERROR = "VALIDATION_ERROR"
+EXECUTION_ERROR = "EXECUTION_ERROR"
+CAPACITY_REACHED = "CAPACITY_REACHED"
+SESSION_ERROR = "SESSION_ERROR"
+
+
+class SessionError(Exception):
+    """A request this session answers with the protocol's error frame."""
+
+    def __init__(self, message: str, code: str = EXECUTION_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def request_body(raw: bytes) -> dict[str, Any]:
+    """An HTTP request's JSON object, from its body's bytes (an empty body is ``{}``, as
+    OpenEnv's default request)."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise SessionError("the body must be a JSON object", VALIDATION_ERROR)
+    return body
+
+
+def session_message(raw: str) -> dict[str, Any]:
+    """A WebSocket session's message, from its text: a JSON object
+    (``{"type": ..., "data": {...}}``), else the error frame that says what it is not."""
+    try:
+        message = json.loads(raw)
+    except ValueError as exc:
+        raise SessionError(f"Invalid JSON: {exc}", INVALID_JSON) from None
+    if not isinstance(message, dict):
+        raise SessionError(
+            'a message is a JSON object: {"type": ..., "data": {...}}', VALIDATION_ERROR
+        )
+    return message
+
+
+def step_body_action(body: dict[str, Any]) -> dict[str, Any]:
+    """The step's data an HTTP ``/step`` body carries: ``{"action": {"action": value}}``."""
+    action = body.get("action")
+    if not isinstance(action, dict) or "action" not in action:
+        raise SessionError('the body must be {"action": {"action": value}}', VALIDATION_ERROR)
+    return action
+
+
+def reset_command(data: dict[str, Any]) -> Reset:
+    """A reset's data checked (its seed an int or None, its options an object or None), as
+    the command the env's worker takes."""
+    seed, options = data.get("seed"), data.get("options")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise SessionError(f"seed must be an int, got {seed!r}", VALIDATION_ERROR)
+    if options is not None and not isinstance(options, dict):
+        raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
+    return Reset(seed=seed, options=options)
+
+
+def observation_payload(state: Any, reward: float | None) -> dict[str, Any]:
+    """OpenEnv's observation payload: aioenv's envelope as its observation."""
+    if isinstance(state, Step):
+        observation, info = state.observation, state.info
+        terminated, truncated = bool(state.terminated), bool(state.truncated)
+    else:  # a custom Environment's state: no flags of its own to report
+        observation, info, terminated, truncated = state, {}, False, False
+    envelope = {
+        "observation": jsonable(observation),
+        "info": jsonable(info),
+        "terminated": terminated,
+        "truncated": truncated,
+    }
+    return {"observation": envelope, "reward": reward, "done": terminated or truncated}
+
+
+def schema_document(observation_space: Any, action_space: Any) -> dict[str, Any]:
+    """What ``/schema`` answers: the JSON schemas of a step's action, of the observation
+    payload (a reset's too) and of a session's state, the spaces given under their
+    values' schemas (None: a space not known, any value)."""
+    observation = {
+        "type": "object",
+        "properties": {
+            "observation": space_schema(observation_space),
+            "info": {"type": "object"},
+            "terminated": {"type": "boolean"},
+            "truncated": {"type": "boolean"},
+        },
+    }
+    return {
+        "action": {
+            "type": "object",
+            "properties": {"action": space_schema(action_space)},
+            "required": ["action"],
+        },
+        "observation": observation,
+        "reset_observation": observation,
+        "state": {
+            "type": "object",
+            "properties": {
+                "episode_id": {"type": ["string", "null"]},
+                "step_count": {"type": "integer"},
+            },
+        },
+    }
+
+
 class _Session:
     """One client's env: a one-worker pool built at the first reset, rebuilt after a
-    failure the pool could not recover from."""
+    failure the pool could not recover from; and where its episode stands: what its
+    ``state`` message reports (the episode's id, its steps so far) and whether a step may
+    come now (not before the first reset, nor after the episode ended or its env failed,
+    until the next reset)."""
 
     def __init__(self, server: _Server) -> None:
         self.server = server
@@ -120,18 +230,54 @@ class _Session:
         #: The client left while its env was busy: the env is not asked to close (it
         #: would answer only after the request it is busy with), its worker is ended.
         self.abandoned = False
-        self.episode = Episode()
+        self.needs_reset = True
+        self.episode_id: str | None = None
+        self.step_count = 0
 
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The observation payload of a reset of ``data``, which begins a new episode, of
+        the id ``data`` gives or a fresh one."""
         state = await self._request(reset_command(data))
-        self.episode.begin(data)
+        episode_id = data.get("episode_id")
+        self.episode_id = str(episode_id) if episode_id is not None else uuid.uuid4().hex
+        self.step_count = 0
+        self.needs_reset = False
         await self.server.learn_spaces(self.pool)
         return observation_payload(state, reward=None)
 
     async def step(self, data: dict[str, Any]) -> dict[str, Any]:
-        self.episode.check_step(data)
-        state = await self._request(self.server.action(data["action"]))
-        return self.episode.stepped(state)
+        """The observation payload of a step of ``data`` the env answered, counted in the
+        episode (which ends with it where it is done). Raises the protocol's error for a
+        step whose ``data`` has no action, or a step that cannot come now; and where the
+        env failed and was restarted instead."""
+        if "action" not in data:
+            raise SessionError('a step\'s data is {"action": value}', VALIDATION_ERROR)
+        if self.needs_reset:
+            if self.episode_id is None:
+                raise SessionError(
+                    "this session has no episode yet: reset first (a client that reconnected, "
+                    "its session closed as idle or its link dropped, is in a new session)"
+                )
+            raise SessionError(
+                "no episode is going on (the last one ended, or its env failed): reset first"
+            )
+        # A JSON action as the env takes it (value_from_json, for the action space once it
+        # is known).
+        spaces = self.server.spaces
+        action = value_from_json(data["action"], spaces[1] if spaces is not None else None)
+        state = await self._request(action)
+        note = restart_note(state) if isinstance(state, Step) else None
+        if note is not None:
+            self.needs_reset = True
+            raise SessionError(f"the env failed and was restarted ({note}); reset to go on")
+        self.step_count += 1
+        reward = float(state.reward) if isinstance(state, Step) else 0.0
+        result = observation_payload(state, reward=reward)
+        self.needs_reset = bool(result["done"])
+        return result
+
+    def state(self) -> dict[str, Any]:
+        return {"episode_id": self.episode_id, "step_count": self.step_count}
 
     async def answer(self, kind: Any, data: Any) -> dict[str, Any]:
         """The answer to the client's message of type ``kind`` (its ``data`` checked)."""
@@ -142,7 +288,7 @@ class _Session:
         if kind == "step":
             return {"type": "observation", "data": await self.step(data)}
         if kind == "state":
-            return {"type": "state", "data": self.episode.state()}
+            return {"type": "state", "data": self.state()}
         raise SessionError(f"Unknown message type: {kind}", UNKNOWN_TYPE)
 
     async def _request(self, request: Any) -> Any:
@@ -153,7 +299,7 @@ class _Session:
             answer = await self.pool.get_state(worker_id=0)
         except AioEnvError as exc:
             # The pool could not recover (its restarts spent, say): a fresh one next time.
-            self.episode.needs_reset = True
+            self.needs_reset = True
             await self.aclose()
             raise SessionError(f"{type(exc).__name__}: {exc}; reset to go on") from exc
         assert answer is not None  # no timeout given
@@ -189,11 +335,6 @@ class _Server:
             autoreset="disabled",
         )
 
-    def action(self, value: Any) -> Any:
-        """A JSON action as the env takes it (:func:`value_from_json`, for the action
-        space once it is known)."""
-        return value_from_json(value, self.spaces[1] if self.spaces is not None else None)
-
     async def learn_spaces(self, pool: WorkerPool[Any] | None) -> None:
         if self.spaces is not None or pool is None:
             return
@@ -222,176 +363,6 @@ class _Server:
             # Shielded: a client gone mid-request must not leave its worker behind.
             await asyncio.shield(session.aclose())
 
-    # WebSocket sessions ------------------------------------------------------------
-    async def websocket(self, websocket: WebSocket) -> None:
-        await websocket.accept()
-        try:
-            async with self.session() as session:
-                await self._serve_session(websocket, session)
-        except SessionError as refused:
-            await _send_error(websocket, refused)
-        except WebSocketDisconnect:
-            pass
-        with contextlib.suppress(Exception):
-            await websocket.close()
-
-    async def _serve_session(self, websocket: WebSocket, session: _Session) -> None:
-        # The client is read all along, so one that leaves while its env is busy (a step
-        # hung, with no deadline) takes its worker with it at once: the worker is ended
-        # without waiting for the env (see _Session.abandoned).
-        messages: asyncio.Queue[str | None] = asyncio.Queue()
-        reader = asyncio.ensure_future(_read(websocket, messages))
-        try:
-            idle = self.options.idle_timeout
-            while True:
-                try:
-                    raw = await asyncio.wait_for(messages.get(), idle)
-                except asyncio.TimeoutError:
-                    await _send_error(
-                        websocket,
-                        SessionError(f"session idle for {idle:g} s: closed", SESSION_ERROR),
-                    )
-                    return
-                if raw is None:  # the client left
-                    return
-                try:
-                    message = session_message(raw)
-                except SessionError as error:
-                    await _send_error(websocket, error)
-                    continue
-                kind = message.get("type")
-                if kind == "close":
-                    return
-                answer = asyncio.ensure_future(session.answer(kind, message.get("data") or {}))
-                racing: set[asyncio.Future[Any]] = {answer, reader}
-                await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-                if not answer.done():  # the client left mid-request
-                    session.abandoned = True
-                    answer.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, SessionError):
-                        await answer
-                    return
-                try:
-                    reply = answer.result()
-                except Exception as exc:  # an action the worker cannot take, say: still an answer
-                    await _send_error(websocket, _session_error(exc))
-                    continue
-                await websocket.send_text(json.dumps(reply))
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-
-    # HTTP: one fresh env per request ------------------------------------------------
-    async def http_reset(self, request: Request) -> JSONResponse:
-        return await self._stateless(request, step=False)
-
-    async def http_step(self, request: Request) -> JSONResponse:
-        return await self._stateless(request, step=True)
-
-    async def http_state(self, request: Request) -> JSONResponse:
-        return JSONResponse(Episode().state())
-
-    async def _stateless(self, request: Request, step: bool) -> JSONResponse:
-        """``/reset`` (a reset of the body's data) or ``/step`` (a reset with the body's
-        seed, then the step of its action) in a session of its own: the body checked
-        before a session is taken, the answer or the error that says why."""
-        try:
-            body = request_body(await request.body())
-            action = step_body_action(body) if step else None
-        except SessionError as error:
-            return _http_error(error)
-        try:
-            async with self.session() as session:
-                if action is None:
-                    return JSONResponse(await session.reset(body))
-                # A fresh env cannot step before its reset: the request's seed seeds it.
-                await session.reset({"seed": body.get("seed")} if "seed" in body else {})
-                return JSONResponse(await session.step(action))
-        except Exception as exc:  # still an answer saying why, as a session's would be
-            return _http_error(_session_error(exc))
-
-    async def health(self, request: Request) -> JSONResponse:
-        return JSONResponse({"status": "healthy"})
-
-    async def metadata(self, request: Request) -> JSONResponse:
-        return JSONResponse(
-            {"name": self.options.name, "description": "a gymnasium env served by aioenv"}
-        )
-
-    async def schema(self, request: Request) -> JSONResponse:
-        if self.spaces is None:
-            try:
-                async with self.session() as session:
-                    session.pool = self.new_pool()
-                    await self.learn_spaces(session.pool)
-            except (SessionError, AioEnvError) as error:
-                return JSONResponse({"detail": str(error)}, status_code=503)
-        observation_space, action_space = self.spaces or (None, None)
-        return JSONResponse(schema_document(observation_space, action_space))
-
     async def aclose(self) -> None:
         sessions, self.sessions = list(self.sessions), set()
         await asyncio.gather(*(session.aclose() for session in sessions))
-
-
-async def _read(websocket: WebSocket, messages: asyncio.Queue[str | None]) -> None:
-    """Queue the client's messages (a binary frame read as UTF-8 text), then None once it
-    leaves."""
-    try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text")
-            if text is None:
-                text = (message.get("bytes") or b"").decode("utf-8", "replace")
-            messages.put_nowait(text)
-    finally:
-        messages.put_nowait(None)
-
-
-def _session_error(exc: Exception) -> SessionError:
-    """What the protocol's error frame says of ``exc``: a SessionError as it is, anything
-    else (an action the worker cannot take, say) by its type's name and its text."""
-    return exc if isinstance(exc, SessionError) else SessionError(f"{type(exc).__name__}: {exc}")
-
-
-def _http_error(error: SessionError) -> JSONResponse:
-    status = {CAPACITY_REACHED: 503, VALIDATION_ERROR: 422}.get(error.code, 500)
-    return JSONResponse({"detail": str(error), "code": error.code}, status_code=status)
-
-
-async def _send_error(websocket: WebSocket, error: SessionError) -> None:
-    frame = {"type": "error", "data": {"message": str(error), "code": error.code}}
-    with contextlib.suppress(Exception):  # the client may be gone already
-        await websocket.send_text(json.dumps(frame))
-
-
-def build_app(source: EnvSource, options: ServeOptions | None = None) -> Starlette:
-    """The ASGI app serving ``source`` (what ``make_pool`` takes: a gymnasium id, a
-    factory) over OpenEnv's protocol. Every session's worker is closed when its client
-    leaves, and every one left when the app shuts down."""
-    server = _Server(source, options or ServeOptions())
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await server.aclose()
-
-    app = Starlette(
-        routes=[
-            WebSocketRoute("/ws", server.websocket),
-            Route("/reset", server.http_reset, methods=["POST"]),
-            Route("/step", server.http_step, methods=["POST"]),
-            Route("/state", server.http_state, methods=["GET"]),
-            Route("/health", server.health, methods=["GET"]),
-            Route("/metadata", server.metadata, methods=["GET"]),
-            Route("/schema", server.schema, methods=["GET"]),
-        ],
-        lifespan=lifespan,
-    )
-    app.state.aioenv_server = server
-    return app

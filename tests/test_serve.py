@@ -36,7 +36,7 @@ from openenv.core.env_server.types import Action, Observation, State  # noqa: E4
 from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 import aioenv  # noqa: E402
-from aioenv._serve import ServeOptions, build_app  # noqa: E402
+from aioenv.serve import ServeOptions, build_app  # noqa: E402
 from aioenv.wire._openenv_json import space_from_schema, space_schema  # noqa: E402
 
 HANG = 20.0  # a hanging step outlives every deadline below, and ends with its worker
