@@ -290,8 +290,11 @@ class RemoteEnv:
                 # The server's pool restarted its env: said under a key of its own, so this
                 # side's pool never takes the note for one of its own restarts.
                 info[SERVER_RESTART_KEY] = info.pop(RESTART_KEY)
+            # Arrays travel as lists: back to the space's dtype where an array space says
+            # which (a MultiBinary's is always int8), inside a Dict or a Tuple too.
+            value, space = observation["observation"], self.observation_space
             return (
-                self._observation(observation["observation"]),
+                value if space is None else value_from_json(value, space),
                 reward,
                 bool(observation["terminated"]),
                 bool(observation["truncated"]),
@@ -299,12 +302,6 @@ class RemoteEnv:
             )
         metadata = data.get("metadata")
         return observation, reward, done, False, metadata if isinstance(metadata, dict) else {}
-
-    def _observation(self, value: Any) -> Any:
-        # Arrays travel as lists: back to the space's dtype where an array space says which
-        # (a MultiBinary's is always int8), inside a Dict or a Tuple too.
-        space = self.observation_space
-        return value if space is None else value_from_json(value, space)
 
 
 def _http_url(base_url: str) -> str:
