@@ -83,10 +83,16 @@ def measure(row: str, arguments: argparse.Namespace) -> Measurement:
     """One row: a worker mode, :data:`GROUPED_ROW`, :data:`VECTOR_ROW` or one of
     :data:`GYMNASIUM_ROWS`, stepping ``arguments.workers`` envs for ``arguments.seconds``
     (with ``aioenv bench``'s ``env_id``, ``envs_per_process`` and ``seed``)."""
+    if row in GYMNASIUM_ROWS or row == VECTOR_ROW:
+        return _measure_vector(row, arguments)
+    return Measurement(row, *run(_drive_pool(row, arguments)))
+
+
+async def _drive_pool(row: str, arguments: argparse.Namespace) -> tuple[int, float]:
+    """The steps a pool of the row's workers took in ``arguments.seconds``, driven with
+    ``get_batch``, and the seconds it took them."""
     env_id, seconds, seed = arguments.env_id, arguments.seconds, arguments.seed
     num_envs = arguments.workers
-    if row in GYMNASIUM_ROWS or row == VECTOR_ROW:
-        return _measure_vector(row, env_id, num_envs, seconds, seed)
     if row == GROUPED_ROW:
         per_worker = grouping(num_envs)
         options: dict[str, Any] = {"envs_per_worker": per_worker}
@@ -97,13 +103,6 @@ def measure(row: str, arguments: argparse.Namespace) -> Measurement:
         rows = {"process": {"envs_per_process": arguments.envs_per_process}, "ray": {"num_cpus": 0}}
         options = rows.get(row, {})
         workers, mode = num_envs, row
-    steps, elapsed = run(_drive_pool(env_id, workers, mode, seconds, seed, options))
-    return Measurement(row, steps, elapsed)
-
-
-async def _drive_pool(
-    env_id: str, workers: int, mode: str, seconds: float, seed: int, options: dict[str, Any]
-) -> tuple[int, float]:
     async with make_pool(
         env_id, workers, mode=mode, seed=seed, autoreset="next_step", **options
     ) as pool:
@@ -125,11 +124,11 @@ async def _drive_pool(
         return steps, time.perf_counter() - started
 
 
-def _measure_vector(
-    label: str, env_id: str, num_envs: int, seconds: float, seed: int
-) -> Measurement:
+def _measure_vector(label: str, arguments: argparse.Namespace) -> Measurement:
     """A vector env (gymnasium's ``SyncVectorEnv``, ``AsyncVectorEnv`` with shared memory where
-    its spaces allow, or ``AioVectorEnv``) stepped in lockstep for ``seconds``."""
+    its spaces allow, or ``AioVectorEnv``) stepped in lockstep for ``arguments.seconds``."""
+    env_id, seconds, seed = arguments.env_id, arguments.seconds, arguments.seed
+    num_envs = arguments.workers
     factories: list[Callable[[], gymnasium.Env[Any, Any]]] = [
         functools.partial(gymnasium.make, env_id)
     ] * num_envs
