@@ -159,17 +159,6 @@ def step_body_action(body: dict[str, Any]) -> dict[str, Any]:
     return action
 
 
-def reset_command(data: dict[str, Any]) -> Reset:
-    """A reset's data checked (its seed an int or None, its options an object or None), as
-    the command the env's worker takes."""
-    seed, options = data.get("seed"), data.get("options")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise SessionError(f"seed must be an int, got {seed!r}", VALIDATION_ERROR)
-    if options is not None and not isinstance(options, dict):
-        raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
-    return Reset(seed=seed, options=options)
-
-
 def observation_payload(state: Any, reward: float | None) -> dict[str, Any]:
     """OpenEnv's observation payload: aioenv's envelope as its observation."""
     if isinstance(state, Step):
@@ -237,7 +226,14 @@ class _Session:
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
         """The observation payload of a reset of ``data``, which begins a new episode, of
         the id ``data`` gives or a fresh one."""
-        state = await self._request(reset_command(data))
+        # Its data checked (its seed an int or None, its options an object or None), as the
+        # command the env's worker takes.
+        seed, options = data.get("seed"), data.get("options")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise SessionError(f"seed must be an int, got {seed!r}", VALIDATION_ERROR)
+        if options is not None and not isinstance(options, dict):
+            raise SessionError(f"options must be an object, got {options!r}", VALIDATION_ERROR)
+        state = await self._request(Reset(seed=seed, options=options))
         episode_id = data.get("episode_id")
         self.episode_id = str(episode_id) if episode_id is not None else uuid.uuid4().hex
         self.step_count = 0
