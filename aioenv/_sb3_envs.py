@@ -1,6 +1,7 @@
 """What :class:`aioenv.sb3.AioVecEnv` runs beside its envs, in their workers: the factory
-each env is built by, and the functions ``get_attr``, ``set_attr``, ``env_method``,
-``has_attr`` and ``env_is_wrapped`` run on an env, with Stable-Baselines3's meaning.
+each env is built by, and the functions ``get_attr``, ``env_method``, ``has_attr`` and
+``env_is_wrapped`` run on an env, with Stable-Baselines3's meaning (``set_attr`` runs the
+builtin ``setattr``).
 
 This module imports neither Stable-Baselines3 nor torch, so that a process worker that
 unpickles these functions does not import them either: only a probe env's build imports
@@ -19,7 +20,7 @@ import gymnasium
 from .core._environment import describe_source
 from .vector._probe import probing
 
-__all__ = ["EnvFactory", "call_method", "get_attr", "has_attr", "is_wrapped", "set_attr"]
+__all__ = ["EnvFactory", "call_method", "get_attr", "has_attr", "is_wrapped"]
 
 _WRITER = "ResultsWriter"
 _patch_lock = threading.Lock()
@@ -86,11 +87,6 @@ class _ProbeAwareWriter:
 # Run on an env as its factory built it (its outermost wrapper), as SB3's workers do ------
 def get_attr(env: Any, name: str) -> Any:
     return env.get_wrapper_attr(name)
-
-
-def set_attr(env: Any, name: str, value: Any) -> None:
-    # SB3 sets the attribute on the outermost wrapper, where get_wrapper_attr finds it first.
-    setattr(env, name, value)
 
 
 def call_method(env: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

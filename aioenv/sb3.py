@@ -171,7 +171,9 @@ class AioVecEnv(VecEnv):
         return self._apply(envs_side.get_attr, indices, attr_name)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        self._apply(envs_side.set_attr, indices, attr_name, value)
+        # SB3 sets the attribute on the outermost wrapper, where get_wrapper_attr finds it
+        # first.
+        self._apply(setattr, indices, attr_name, value)
 
     def env_method(
         self,
