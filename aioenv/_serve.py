@@ -19,7 +19,7 @@ This module holds the server's options, its sessions (each one's pool, and its a
 each message) and what the protocol says, which needs no web framework: the error codes
 OpenEnv's clients read, :class:`SessionError` (a request answered with the protocol's
 error frame), the checks of a request's data, a session's episode (what its ``state``
-reports, and whether a step may come: :class:`_Session`'s), the observation payload a
+reports, and whether a step may come: :class:`Session`'s), the observation payload a
 reset or a step is answered with, and the document ``/schema`` publishes. The starlette
 app and its endpoints are :mod:`aioenv.serve`'s.
 """
@@ -48,6 +48,8 @@ __all__ = [
     "SESSION_ERROR",
     "VALIDATION_ERROR",
     "ServeOptions",
+    "Server",
+    "Session",
     "SessionError",
     "request_body",
     "schema_document",
@@ -206,14 +208,14 @@ def schema_document(observation_space: Any, action_space: Any) -> dict[str, Any]
     }
 
 
-class _Session:
+class Session:
     """One client's env: a one-worker pool built at the first reset, rebuilt after a
     failure the pool could not recover from; and where its episode stands: what its
     ``state`` message reports (the episode's id, its steps so far) and whether a step may
     come now (not before the first reset, nor after the episode ended or its env failed,
     until the next reset)."""
 
-    def __init__(self, server: _Server) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.pool: WorkerPool[Any] | None = None
         #: The client left while its env was busy: the env is not asked to close (it
@@ -309,11 +311,11 @@ class _Session:
             await pool.aclose()
 
 
-class _Server:
+class Server:
     def __init__(self, source: EnvSource, options: ServeOptions) -> None:
         self.source = source
         self.options = options
-        self.sessions: set[_Session] = set()
+        self.sessions: set[Session] = set()
         self.spaces: tuple[Any, Any] | None = None
         self._spaces_lock = asyncio.Lock()
 
@@ -344,13 +346,13 @@ class _Server:
                 self.spaces = (observed[0], acted[0])
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[_Session]:
+    async def session(self) -> AsyncIterator[Session]:
         if len(self.sessions) >= self.options.max_sessions:
             raise SessionError(
                 f"the server serves at most {self.options.max_sessions} sessions at once",
                 CAPACITY_REACHED,
             )
-        session = _Session(self)
+        session = Session(self)
         self.sessions.add(session)
         try:
             yield session

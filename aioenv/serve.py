@@ -39,7 +39,7 @@ __all__ = ["ServeOptions", "build_app", "serve"]
 ServeOptions.__module__ = __name__
 
 
-class _App(_serve._Server):
+class _App(_serve.Server):
     """The server's endpoints: a WebSocket session's messages answered by its session,
     and the HTTP requests, each in a session of its own."""
 
@@ -56,10 +56,10 @@ class _App(_serve._Server):
         with contextlib.suppress(Exception):
             await websocket.close()
 
-    async def _serve_session(self, websocket: WebSocket, session: _serve._Session) -> None:
+    async def _serve_session(self, websocket: WebSocket, session: _serve.Session) -> None:
         # The client is read all along, so one that leaves while its env is busy (a step
         # hung, with no deadline) takes its worker with it at once: the worker is ended
-        # without waiting for the env (see _serve._Session.abandoned).
+        # without waiting for the env (see _serve.Session.abandoned).
         messages: asyncio.Queue[str | None] = asyncio.Queue()
         reader = asyncio.ensure_future(_read(websocket, messages))
         try:
@@ -105,7 +105,7 @@ class _App(_serve._Server):
 
     # HTTP: one fresh env per request ------------------------------------------------
     async def http_state(self, request: Request) -> JSONResponse:
-        return JSONResponse(_serve._Session(self).state())
+        return JSONResponse(_serve.Session(self).state())
 
     async def stateless(self, request: Request, step: bool) -> JSONResponse:
         """``/reset`` (a reset of the body's data) or ``/step`` (a reset with the body's
