@@ -307,17 +307,9 @@ def _portable(result: Any) -> Any:
 def _resolved(request: ControlRequest) -> ControlRequest:
     """The request with the arguments the parent put in the object store fetched here.
     (Ray resolves only an actor call's top-level arguments, and these are nested.)"""
-    return with_arguments(request, _is_ref, _fetched)
+    import ray  # inside a Ray actor, where ray is importable
 
-
-def _fetched(ref: Any) -> Any:
-    import ray  # only reached for a reference, inside a Ray actor, where ray is importable
-
-    return ray.get(ref)
-
-
-def _is_ref(value: Any) -> bool:
-    return type(value).__name__ == "ObjectRef" and type(value).__module__.startswith("ray")
+    return with_arguments(request, lambda value: type(value) is ray.ObjectRef, ray.get)
 
 
 # The direct connection's server ----------------------------------------------------------
