@@ -17,7 +17,6 @@ __all__ = [
     "TOKEN_BYTES",
     "Message",
     "Pickled",
-    "Ready",
     "Reply",
     "with_arguments",
 ]
@@ -26,7 +25,9 @@ __all__ = [
 #: ``(slot, seq, request, payload)``: one request for one slot; ``request`` is a
 #: :class:`~aioenv.wire._requests.Request`, or its number where it came in a frame.
 Message = tuple[int, int, int, Any]
-#: ``(slot, seq, result)``: a state, a control's result, a :class:`Failure` or :class:`Ready`.
+#: ``(slot, seq, result)``: a state, a control's result or a :class:`Failure`; with ``seq``
+#: 0, a tuple says that a slot's env was built (BUILD, REBUILD): its spaces,
+#: ``(observation_space, action_space)`` (both None where they could not travel).
 Reply = tuple[int, int, Any]
 
 
@@ -37,14 +38,6 @@ class Pickled:
     parent's own classes, where Ray's serializer would make new ones that compare unequal."""
 
     data: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class Ready:
-    """A slot's env was built: its spaces (None where they could not travel)."""
-
-    observation_space: Any
-    action_space: Any
 
 
 #: The Ray concurrency group the actor answers its direct connection in, beside its calls.

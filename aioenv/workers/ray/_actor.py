@@ -63,7 +63,7 @@ from ...env_side._serving import Slots
 from ...env_side._thread_caps import ThreadCaps
 from ...env_side._thread_safety import runner_unsafe_reason
 from ...wire._frames import HEADER, RECEIVE_SIZE, FrameDecoder, Kind
-from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Ready, Reply, with_arguments
+from ...wire._ray_messages import TOKEN_BYTES, Message, Pickled, Reply, with_arguments
 from ...wire._requests import Request
 
 __all__ = ["SIDE_BY_SIDE_STEP", "TIMED_REQUESTS", "EnvActor", "accepted"]
@@ -162,9 +162,10 @@ class EnvActor:
             return (slot, seq, _pickled(_portable(answer)))
         if request == Request.CLOSE_SLOT:
             return None
-        # BUILD, REBUILD: the spaces
+        # BUILD, REBUILD: the spaces (seq 0), pickled, or both None where they will not pickle
         self._thread_safe[slot] = runner_unsafe_reason(self._slots.runners[slot]) is None
-        return (slot, 0, _ready(answer))
+        ready = _pickled(answer)
+        return (slot, 0, (None, None) if ready is answer else ready)  # spaces are informative
 
     def close(self) -> None:
         """Close every env (the parent then kills the actor)."""
@@ -278,11 +279,6 @@ class EnvActor:
         except OSError:
             return False
         return True
-
-
-def _ready(spaces: tuple[Any, Any]) -> Ready | Pickled:
-    ready = _pickled(Ready(*spaces))
-    return Ready(None, None) if isinstance(ready, Ready) else ready  # spaces are informative
 
 
 def _pickled(result: Any) -> Any:

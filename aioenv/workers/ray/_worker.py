@@ -46,7 +46,6 @@ from ...core._environment import BatchStep, EnvSource, Step, VectorSource
 from ...core._messages import ControlRequest
 from ...core._supervision import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV
-from ...wire._ray_messages import Ready
 from ...wire._requests import Request
 from .._base import Worker
 from .._slotted import WORKER_KEYWORDS, SlottedWorker
@@ -234,11 +233,10 @@ class RayWorker(SlottedWorker[S, ActorHost]):
     def _on_actor_reply(self, host: ActorHost, seq: int, result: Any, borrowed: bool) -> None:
         if host is not self._host:
             return  # a replaced actor's words are never delivered
-        if isinstance(result, Ready):
-            reported = (result.observation_space, result.action_space)
-            if reported == (None, None) and self.observation_space is not None:
+        if not seq and type(result) is tuple:  # the spaces of a build (see Reply)
+            if result == (None, None) and self.observation_space is not None:
                 return  # a rebuild that failed (its reset says so): the spaces stay
-            self.observation_space, self.action_space = reported
+            self.observation_space, self.action_space = result
             return
         # Through an actor call, Ray hands arrays back as read-only views of its buffers:
         # a pool that owns its states (copy=True) copies them, as for shared memory.
