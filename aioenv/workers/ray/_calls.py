@@ -138,18 +138,15 @@ class _Put:
     """A large value that goes into the object store once, put by the first actor call
     that carries it (off the event loop); every call carrying it passes the reference."""
 
-    __slots__ = ("_ref", "value")
-
     def __init__(self, value: Any) -> None:
         self.value = value
-        self._ref: Any = None
 
+    @functools.cached_property
     def ref(self) -> Any:
-        if self._ref is None:
-            import ray
+        """The reference, the value put the first time it is asked for."""
+        import ray
 
-            self._ref = ray.put(self.value)
-        return self._ref
+        return ray.put(self.value)
 
 
 #: The values marked to be put in this loop iteration, by the id of the value (held by its
@@ -183,7 +180,7 @@ def shared_request(request: ControlRequest) -> ControlRequest:
 def with_references(request: ControlRequest) -> ControlRequest:
     """``request`` with its marked arguments put (the first time) and replaced by their
     object references: where the actor call is made, off the event loop."""
-    return with_arguments(request, lambda value: type(value) is _Put, _Put.ref)
+    return with_arguments(request, lambda value: type(value) is _Put, lambda put: put.ref)
 
 
 def _size(value: Any, depth: int) -> int:
