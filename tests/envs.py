@@ -202,6 +202,17 @@ class SlowClose(Counter):
         time.sleep(60)
 
 
+class MarksClose(Counter):
+    """``close`` creates the file ``mark``: a test in another process sees the env closed."""
+
+    def __init__(self, mark: str) -> None:
+        super().__init__()
+        self.mark = mark
+
+    def close(self) -> None:
+        open(self.mark, "w").close()
+
+
 class BigObservation(gymnasium.Env[np.ndarray, int]):
     """A gymnasium env with a large image observation whose content encodes the step."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import os
 import re
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from envs import (
     Failing,
     Gated,
     LockedState,
+    MarksClose,
     Rendezvous,
     expected_big_observation,
 )
@@ -259,6 +261,33 @@ async def test_closing_a_pool_leaves_no_actor_in_the_cluster() -> None:
         assert len(actors) == 2
         assert all(actor_state(actor) == "ALIVE" for actor in actors)
     assert all(actor_state(actor) == "DEAD" for actor in actors)
+
+
+@ray_test
+async def test_close_sentinel_alone_closes_the_env_of_a_worker_alone_in_its_actor(
+    tmp_path: Any,
+) -> None:
+    """CLOSE with nobody awaiting aclose(): the env is closed in the actor all the same, as a
+    process worker's child closes it, whether or not the worker's actor serves others."""
+    marks = [str(tmp_path / f"closed{n}") for n in range(3)]
+    alone = aioenv.RayWorker(functools.partial(MarksClose, marks[0]), **OFF_CPU)
+    pool = aioenv.make_pool(
+        [functools.partial(MarksClose, mark) for mark in marks[1:]],
+        mode="ray",
+        envs_per_actor=2,
+        **OFF_CPU,
+    )
+    async with alone, pool:
+        alone.send_action(aioenv.RESET)
+        await alone.get_state()
+        pool.reset()
+        await pool.get_batch(min_size=2)
+        alone.send_action(aioenv.CLOSE)
+        pool.send_action(aioenv.CLOSE, 0)
+        pool.send_action(aioenv.CLOSE, 1)
+        assert await eventually(lambda: all(map(os.path.exists, marks)), timeout=60), [
+            os.path.exists(mark) for mark in marks
+        ]
 
 
 @ray_test

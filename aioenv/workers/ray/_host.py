@@ -333,11 +333,10 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._die(f"its Ray actor was killed because {reason}", killed_for=slot)
 
     def release(self, slot: int) -> None:
-        """The env in ``slot`` is done: close it; the last one closes the actor's envs
-        (:meth:`end` then kills it)."""
+        """The env in ``slot`` is done: close it now, the last one too (a worker closed by
+        ``CLOSE`` alone may never be awaited; :meth:`end` kills the actor)."""
         self._open_slots.discard(slot)
-        if self._open_slots:
-            self.send((slot, 0, Request.CLOSE_SLOT, None))
+        self.send((slot, 0, Request.CLOSE_SLOT, None))
 
     async def end(self, cleanup_time: float) -> bool:
         """Let the actor close its envs for up to ``cleanup_time`` seconds, then kill it
