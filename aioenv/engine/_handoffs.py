@@ -224,15 +224,15 @@ class HandOffs:
         self._to_every(self.idle_spin, "spin")
 
     # Answers in ------------------------------------------------------------------------------
-    def wait(self, timeout: float | None = None) -> dict[int, WorkerError]:
+    def wait(self) -> dict[int, WorkerError]:
         """Wait until every child handed a request has posted its answer: the children
         that died or ran past their deadlines meanwhile, their errors by id (no longer
-        pending). With ``timeout`` (closing), it waits so long at most, deadlines aside.
-        Interrupted (Ctrl-C), it leaves the others pending, the posts it took counted, for
-        the next call."""
+        pending). Interrupted (Ctrl-C), it leaves the others pending, the posts it took
+        counted, for the next call. (Closing waits so long at most through
+        :meth:`_wait_once`'s ``timeout``, which a wait without one never sees run out.)"""
         died: dict[int, WorkerError] = {}
-        while self._taken < len(self.pending) and self._wait_once(timeout, died):
-            pass
+        while self._taken < len(self.pending):
+            self._wait_once(None, died)
         return died
 
     def _wait_once(self, timeout: float | None, died: dict[int, WorkerError]) -> bool:
@@ -299,14 +299,10 @@ class HandOffs:
             self.sent[w] = ("step", copy_arrays(take_rows(self.buffer.actions, rows)))
         return self.sent[w]
 
-    def answers(self, timeout: float | None = None) -> dict[int, Any]:
+    def answers(self) -> dict[int, Any]:
         """Wait for every child handed a request, and take their answers: a BatchStep or
-        a control's result, or the WorkerError that replaced it, by child id. With
-        ``timeout``, it gives up waiting after so many seconds (closing): the children
-        that have not answered are left out."""
-        answers: dict[int, Any] = self.wait(timeout)
-        if self._taken < len(self.pending):
-            return answers  # timed out
+        a control's result, or the WorkerError that replaced it, by child id."""
+        answers: dict[int, Any] = self.wait()
         for w in sorted(self.pending):
             answers[w] = self._read(w)
             if self.budgets is not None:
