@@ -138,9 +138,9 @@ class EngineChildren(HandOffs):
             try:
                 child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
             except BaseException:
-                child.end(0.0)  # not started, it has no sentinel to be added with
+                child.end(0.0)  # not started, it has no sentinel to be watched by
                 raise
-            self.add(child)
+            self.children.append(child)
         for w in range(len(self.children)):
             error = self._built(w)
             if error is not None:
@@ -155,8 +155,7 @@ class EngineChildren(HandOffs):
         try:
             child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
         finally:
-            self.children[w], self.requests[w] = child, child.request
-        self._sentinels[w] = child.sentinel
+            self.children[w] = child
         return self._built(w)
 
     def _built(self, w: int) -> WorkerError | None:

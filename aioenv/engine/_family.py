@@ -61,6 +61,9 @@ class Child:
     #: No request with a deadline was handed since its start-up's: the next one is
     #: part of its start-up (its envs' first reset, or the request a new child answers).
     starting: bool = True
+    #: Readable once the child's process has exited (its process sentinel, once
+    #: :meth:`launch` has started it).
+    sentinel: int = -1
 
     def handed(self, options: Supervision, phase: Phase | None) -> None:
         """The child was handed a request of ``phase`` now (None: a control, which has no
@@ -120,16 +123,12 @@ class Child:
         options whose start-up deadline it is then :meth:`handed` (None: its requests are
         not timed)."""
         self.start.start()
+        self.sentinel = int(self.start.process.sentinel)
         fds = [buffer_fd, *self.request.descriptors(), *answer.descriptors()]
         with contextlib.suppress(ConnectionError):
             socket.send_fds(self.start.socket, [b"\0"], fds)
         if timed is not None:
             self.handed(timed, "start-up")
-
-    @property
-    def sentinel(self) -> int:
-        """Readable once the child's process has exited."""
-        return int(self.start.process.sentinel)
 
     def exit_error(self, w: int, when: str) -> WorkerDied:
         """What the child's death is reported as: it exited ``when``."""

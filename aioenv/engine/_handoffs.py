@@ -66,9 +66,8 @@ class HandOffs:
         self.options = options
         self.timed = options.has_deadlines
         self.autoreset = autoreset
+        #: The children handed off to (launched: each has its process sentinel).
         self.children: list[Child] = []
-        self.requests: list[Wake] = []  # each child's request wake
-        self._sentinels: list[int] = []  # each child's process sentinel, watched for its exit
         self.pending: set[int] = set()  # the children handed a request not yet read
         self.early: dict[int, Any] = {}  # by child: answers a control took in flight, for recv
         self._taken = 0  # the answer wake's posts taken for them so far
@@ -95,12 +94,6 @@ class HandOffs:
         self._notes = memoryview(buffer.notes)
         self._marks = memoryview(buffer.marks)
         self._zeros = bytes(len(buffer.notes))
-
-    def add(self, child: Child) -> None:
-        """Hand off to ``child`` too (launched: its process has a sentinel)."""
-        self.children.append(child)
-        self.requests.append(child.request)
-        self._sentinels.append(child.sentinel)
 
     # Requests out ----------------------------------------------------------------------------
     def hand(self, w: int, request: Any, op: str = "step") -> None:
@@ -163,8 +156,8 @@ class HandOffs:
                 child.handed(self.options, self._phase(w))
                 if budgets is not None:
                     budgets.handed(w, child)
-        for wake in self.requests:
-            wake.post()
+        for child in self.children:
+            child.request.post()
         every = range(len(self.children))
         self.pending.update(every)
         self._in_buffer.update(every)
@@ -240,7 +233,7 @@ class HandOffs:
         deadline: the posts counted, the children that died or hung put in ``died`` (and
         no longer pending). False where ``timeout`` ran out (closing)."""
         waiting = sorted(self.pending)
-        watch = [self._sentinels[w] for w in waiting]
+        watch = [self.children[w].sentinel for w in waiting]
         timed = self.timed and timeout is None
         children = {w: self.children[w] for w in waiting} if timed else {}
         try:
