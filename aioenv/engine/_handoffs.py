@@ -322,53 +322,51 @@ class HandOffs:
                 slots = self.buffer.infos[child.rows]
                 parts[w] = self.packed.read(w, slots, None, None, None, None)
                 continue
-            answer = self._message(w)
+            answer = self._read(w, False)
             if isinstance(answer, WorkerError):
                 errors.append(answer)
-            elif type(answer) is BatchStep:  # a whole answer: a new child's first, say
+            elif answer is not None:  # its infos, or a whole answer (a new child's first, say)
                 parts[w] = answer
-            elif answer is not None:
-                flag, data = answer
-                parts[w] = self.packed.learned(w, decode_infos(flag, data, None, None, None, None))
         if errors:
             raise together(errors)
         return parts
 
-    def _message(self, w: int) -> Any:
-        """Child ``w``'s message: its answer, or the WorkerError a failure or its death
-        is (a death, or an env given up, for good)."""
-        child = self.children[w]
-        try:
-            answer = answer_of(child.start.socket, child.name, w, self.report)
-        except (EOFError, OSError):
-            return _died_answering(self, w)
-        if type(answer) is GivenUp:  # an env's restart budget is spent
-            self.dead[w] = answer.error
-            return answer.error
-        return answer
-
-    def _read(self, w: int) -> Any:
+    def _read(self, w: int, whole: bool = True) -> Any:
         """Child ``w``'s answer, which it posted: from its rows of the buffer (a step), a
-        message (a reset, a control, a failure) or both (a step with infos)."""
+        message (a reset, a control, a failure) or both (a step with infos); or the
+        WorkerError a failure or its death is (a death, or an env given up, for good).
+        Not ``whole`` (a lockstep step's child whose message goes with its rows, which the
+        step reads itself): the message's infos as a BatchStep of the rows that holds
+        nothing else, or None where it had none."""
         buffer = self.buffer
-        rows = self.children[w].rows
+        child = self.children[w]
+        rows = child.rows
         note = buffer.notes[rows.start]
-        answer = self._message(w) if note == 1 else None
+        answer = None
+        if note == 1:
+            try:
+                answer = answer_of(child.start.socket, child.name, w, self.report)
+            except (EOFError, OSError):
+                return _died_answering(self, w)
+            if type(answer) is GivenUp:  # an env's restart budget is spent
+                self.dead[w] = answer.error
+                return answer.error
         stepped = w in self._in_buffer
         if not stepped or isinstance(answer, WorkerError) or type(answer) is BatchStep:
             return answer  # a whole reset's BatchStep, a control's result, an error
-        parts = (
-            take_rows(buffer.observations, rows),
-            buffer.rewards[rows].copy(),
-            buffer.terminated[rows].copy(),
-            buffer.truncated[rows].copy(),
-        )
+        parts: tuple[Any, ...] = (None, None, None, None)
+        if whole:
+            parts = (
+                take_rows(buffer.observations, rows),
+                buffer.rewards[rows].copy(),
+                buffer.terminated[rows].copy(),
+                buffer.truncated[rows].copy(),
+            )
         if answer is not None:
-            flag, data = answer
-            return self.packed.learned(w, decode_infos(flag, data, *parts))
+            return self.packed.learned(w, decode_infos(*answer, *parts))
         if note == INFOS_IN_BUFFER:
             return self.packed.read(w, buffer.infos[rows], *parts)
-        return BatchStep(*parts)
+        return BatchStep(*parts) if whole else None
 
     # Failures ----------------------------------------------------------------------------------
     def died(self, w: int, when: str) -> WorkerDied:
