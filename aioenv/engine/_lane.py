@@ -202,10 +202,21 @@ class Lane(_Half):
         try:
             if row is not None:
                 observation = row if self.views else row.copy()
-            else:
-                observation = self._nested_observation()
+            else:  # not one array: views of it (``views``), else copies
+                observation = self.observations.read()
+                if not self.views:
+                    observation = copy_arrays(observation)
             if self.envs > 1:
-                return seq, self._batch(observation, length)
+                parts = (
+                    observation,
+                    buffer.rewards.copy(),
+                    buffer.terminated.copy(),
+                    buffer.truncated.copy(),
+                )
+                if not length:
+                    return seq, BatchStep(*parts)
+                tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]
+                return seq, decode_infos(self._info[_LENGTH.size], tail, *parts)
             info = loads(self._info[_LENGTH.size : _LENGTH.size + length]) if length else {}
         except Exception as exc:  # an info that does not unpickle here
             return seq, exc
@@ -223,24 +234,6 @@ class Lane(_Half):
             done=terminated or truncated,
         )
         return seq, step
-
-    def _nested_observation(self) -> Any:
-        """The row's observation where it is not one array: views of it (``views``),
-        else copies."""
-        observation = self.observations.read()
-        return observation if self.views else copy_arrays(observation)
-
-    def _batch(self, observations: Any, length: int) -> BatchStep[Any]:
-        parts = (
-            observations,
-            self.buffer.rewards.copy(),
-            self.buffer.terminated.copy(),
-            self.buffer.truncated.copy(),
-        )
-        if not length:
-            return BatchStep(*parts)
-        tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]
-        return decode_infos(self._info[_LENGTH.size], tail, *parts)
 
 
 class ChildLane(_Half):
@@ -279,12 +272,39 @@ class ChildLane(_Half):
     def answered(self, seq: int, result: Any) -> bool:
         """Answer request ``seq`` with ``result`` through the lane, if it is a plain step
         (a BatchStep, for a worker of several envs) that fits the row (see the module's
-        docstring); False: it goes on the socket."""
-        written = self._batch_written(result) if self.envs > 1 else self._step_written(result)
-        if written:
-            self.buffer.seqs[0] = seq
-            self.answer.post()
-        return written
+        docstring); False: it goes on the socket. A plain Step has no final observation
+        or info; its info goes into the info slot pickled, after its length. A
+        BatchStep's observations go into the row, the rest into the info slot, its infos
+        there as :func:`~aioenv.wire._pickles.encode_infos` gives them, after their
+        length and flag. Either where it fits."""
+        try:
+            if self.envs > 1:
+                if type(result) is not BatchStep:
+                    return False
+                flag, data = encode_infos(result) or (0, b"")
+                observation, rewards = result.observations, result.rewards
+            else:
+                if type(result) is not Step or result.final_observation is not None:
+                    return False
+                if result.final_info is not None:
+                    return False
+                flag, data = 0, dumps(result.info) if result.info else b""
+                observation, rewards = result.observation, float(result.reward)
+        except Exception:
+            return False  # the socket's path pickles it by value, or says what failed
+        at = _LENGTH.size + (self.envs > 1)  # (a BatchStep's flag before its infos)
+        if at + len(data) > len(self._info) or not self._written(observation):
+            return False
+        _LENGTH.pack_into(self._info, 0, len(data))
+        self._info[_LENGTH.size] = flag  # (a Step's info, where it has one, writes over it)
+        self._info[at : at + len(data)] = data
+        buffer = self.buffer
+        buffer.rewards[:] = rewards  # (a Step's: the one row's)
+        buffer.terminated[:] = result.terminated
+        buffer.truncated[:] = result.truncated
+        buffer.seqs[0] = seq
+        self.answer.post()
+        return True
 
     @property
     def shared(self) -> SharedObservations | None:
@@ -303,49 +323,4 @@ class ChildLane(_Half):
             return False
         if observation is not row:  # (else stacked there in place: see Slots.share)
             np.copyto(row, observation)
-        return True
-
-    def _step_written(self, result: Any) -> bool:
-        """A plain Step written into the row and the info slot, where it fits."""
-        if type(result) is not Step or result.final_observation is not None:
-            return False
-        if result.final_info is not None:
-            return False
-        try:
-            reward = float(result.reward)
-            info = dumps(result.info) if result.info else b""
-        except Exception:
-            return False  # the socket's path pickles it by value, or says what failed
-        buffer = self.buffer
-        size = len(info)
-        if size > INFO_BYTES - _LENGTH.size or not self._written(result.observation):
-            return False
-        _LENGTH.pack_into(self._info, 0, size)
-        if size:
-            self._info[_LENGTH.size : _LENGTH.size + size] = info
-        buffer.rewards[0] = reward
-        buffer.terminated[0] = result.terminated
-        buffer.truncated[0] = result.truncated
-        return True
-
-    def _batch_written(self, result: Any) -> bool:
-        """A BatchStep written: its observations into the row, the rest into the info
-        slot, its infos there as :func:`~aioenv.wire._pickles.encode_infos` gives them,
-        where they fit."""
-        if type(result) is not BatchStep:
-            return False
-        try:
-            flag, data = encode_infos(result) or (0, b"")
-        except Exception:
-            return False  # the socket's path pickles it by value, or says what failed
-        if _LENGTH.size + 1 + len(data) > len(self._info):
-            return False
-        if not self._written(result.observations):
-            return False
-        _LENGTH.pack_into(self._info, 0, len(data))
-        self._info[_LENGTH.size] = flag
-        self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + len(data)] = data
-        self.buffer.rewards[:] = result.rewards
-        self.buffer.terminated[:] = result.terminated
-        self.buffer.truncated[:] = result.truncated
         return True
