@@ -66,18 +66,11 @@ def cut_short(last_observation: T, marker: dict[str, Any], first: Step[T] | None
     final observation. The next episode's ``first`` state (its reset), given under
     ``autoreset="same_step"``, is carried as an autoreset carries it: its observation and
     info (``marker`` added) are the step's, ``last_observation`` and ``marker`` go to
-    ``final_observation``/``final_info``."""
+    ``final_observation``/``final_info`` (:func:`~aioenv.core._environment.with_reset`)."""
+    cut = Step(last_observation, 0.0, False, True, {RESTART_KEY: marker})
     if first is None:
-        return Step(last_observation, 0.0, False, True, {RESTART_KEY: marker})
-    return Step(
-        first.observation,
-        0.0,
-        False,
-        True,
-        {**first.info, RESTART_KEY: marker},
-        final_observation=last_observation,
-        final_info={RESTART_KEY: marker},
-    )
+        return cut
+    return with_reset(cut, Step(first.observation, info={**first.info, RESTART_KEY: marker}))
 
 
 def cut_short_batch(
