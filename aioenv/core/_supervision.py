@@ -148,13 +148,9 @@ class Supervision:
 
     def under(self, own: Supervision) -> Supervision:
         """These options for a worker whose ``own`` deadlines win over these."""
-        return dataclasses.replace(
-            self,
-            step_timeout=own.step_timeout or self.step_timeout,
-            start_timeout=own.start_timeout or self.start_timeout,
-            reset_timeout=own.reset_timeout or self.reset_timeout,
-            episode_timeout=own.episode_timeout or self.episode_timeout,
-        )
+        names = ("step_timeout", "start_timeout", "reset_timeout", "episode_timeout")
+        winners = {name: getattr(own, name) or getattr(self, name) for name in names}
+        return dataclasses.replace(self, **winners)
 
     @property
     def has_deadlines(self) -> bool:
