@@ -28,13 +28,10 @@ from ..core._errors import WorkerError, restart_failed
 from ..core._restarts import cut_short_state, open_episode, restart_answers
 from ..core._supervision import Supervision, report_failure
 from ..core._supervisor import Remedies, Supervisor
-from ..env_side._env_restarts import Supervisors
+from ..env_side._env_restarts import IN_FLIGHT, Supervisors
 from ._child import ChildPlan, Revived
 
 __all__ = ["Revivals"]
-
-#: The request in flight, as a supervisor numbers it: a child has one at a time.
-_IN_FLIGHT = 1
 
 
 class Children(Protocol):
@@ -118,9 +115,9 @@ class _OneChild(Remedies):
             self._cut = None if op == "step" else open_
         # Either way the restart (after its backoff) hands the new child ``_then``.
         if error is None:  # no failure is counted
-            self.supervisor.end_episode(_IN_FLIGHT, clock)
+            self.supervisor.end_episode(IN_FLIGHT, clock)
         else:
-            self.supervisor.failed(error, env_gone=True, in_flight=_IN_FLIGHT, clock=clock)
+            self.supervisor.failed(error, env_gone=True, in_flight=IN_FLIGHT, clock=clock)
         clock.run()
         return self._given_up
 
@@ -144,7 +141,7 @@ class _OneChild(Remedies):
             return
         if error is not None:  # the new child failed too: a failure like any other
             self.supervisor.failed(
-                error, env_gone=True, in_flight=_IN_FLIGHT, clock=self.owner.clock
+                error, env_gone=True, in_flight=IN_FLIGHT, clock=self.owner.clock
             )
             return
         op, request = self._then

@@ -42,7 +42,7 @@ from ..core._supervisor import RestartRule, Supervisor
 from ._runner import EnvRunner
 from ._vector_runner import VectorRunner
 
-__all__ = ["RESTART_OPTIONS", "EnvRestarts", "Supervisors", "ThreadClock"]
+__all__ = ["IN_FLIGHT", "RESTART_OPTIONS", "EnvRestarts", "Supervisors", "ThreadClock"]
 
 #: The supervision options envs stepped in line take (deadlines need a worker to abandon).
 RESTART_OPTIONS = frozenset(
@@ -58,8 +58,9 @@ class _Supervised(Protocol):
 
 _One = TypeVar("_One", bound=_Supervised)
 
-#: The request in flight, as a supervisor numbers it: an env in line has one at a time.
-_IN_FLIGHT = 1
+#: The request in flight, as a supervisor in the calling thread numbers it: an env in
+#: line, or an engine's child, has one at a time.
+IN_FLIGHT = 1
 
 
 class _Call:
@@ -181,11 +182,6 @@ class EnvRestarts(Supervisors["_OneEnv"]):
         self._restarted.clear()
         return error
 
-    def give_up(self, index: int, error: WorkerError) -> None:
-        self.removed.setdefault(index, error)
-        if self._given_up is None:
-            self._given_up = error
-
 
 class _OneEnv(RestartRule):
     """One env's supervision: what :class:`~aioenv.workers._base.Worker` does about a
@@ -225,7 +221,7 @@ class _OneEnv(RestartRule):
             assert reason is not None
             # Its failure's cut-short step answered the request then, so no episode is
             # open: the new env's reset answers this one.
-            self._restart_for(_IN_FLIGHT, request, reason, self.owner.clock)
+            self._restart_for(IN_FLIGHT, request, reason, self.owner.clock)
         self.owner.clock.run()
         # Its supervisor hears of the next answers, not of this one (see progress).
         self.owner.unsettled.add(self.index)
@@ -241,7 +237,7 @@ class _OneEnv(RestartRule):
             self._failure = result
             error = EnvError.from_failure(result, self.name, self.owner.worker_id)
             error.env = self.index  # which env of the batch, as a worker's EnvError says
-            self._fail_over(error, env_gone=False, in_flight=_IN_FLIGHT, clock=self.owner.clock)
+            self._fail_over(error, env_gone=False, in_flight=IN_FLIGHT, clock=self.owner.clock)
             return
         reason = supervisor.restart_completed
         if reason is not None:
@@ -277,8 +273,10 @@ class _OneEnv(RestartRule):
 
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         self._answer = None
-        if for_good:
-            self.owner.give_up(self.index, error)
+        if for_good:  # given up: the request raises its error, as later ones do
+            self.owner.removed.setdefault(self.index, error)
+            if self.owner._given_up is None:
+                self.owner._given_up = error
 
 
 class _Pending:
