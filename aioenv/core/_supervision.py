@@ -21,8 +21,6 @@ from ._rollouts import Rollout
 from ._seeds import checked_count
 
 __all__ = [
-    "DEFAULT_MAX_RESTARTS",
-    "DEFAULT_RESTART_WINDOW",
     "DEFAULT_START_TIMEOUT",
     "SUPERVISION_DEFAULTS",
     "Phase",
@@ -37,15 +35,6 @@ __all__ = [
 #: The deadline for building an env and its first reset when only ``step_timeout`` is
 #: set: simulators can take far longer to start than to step.
 DEFAULT_START_TIMEOUT = 60.0
-
-#: The default restart budget: a worker is given up once its env fails
-#: ``DEFAULT_MAX_RESTARTS + 1`` times in a row with no progress between the failures (a
-#: crash loop; see :class:`Supervisor`). An env that makes progress between its failures
-#: is restarted for as long as it does, however often it fails and however long the run.
-DEFAULT_MAX_RESTARTS = 10
-#: No window: the crash-loop rule above. A number of seconds asks for the rate rule
-#: instead (at most ``max_restarts`` restarts within any window that long).
-DEFAULT_RESTART_WINDOW: float | None = None
 
 #: Which deadline a request gets: building an env plus its first reset, a reset, a step,
 #: a step that may also reset an env (autoreset), or a rollout segment.
@@ -112,8 +101,14 @@ class Supervision:
     start_timeout: float | None = None
     reset_timeout: float | None = None
     restart: Literal["never", "on_failure"] = "never"
-    max_restarts: int = DEFAULT_MAX_RESTARTS
-    restart_window: float | None = DEFAULT_RESTART_WINDOW
+    #: The default restart budget: a worker is given up once its env fails
+    #: ``max_restarts + 1`` (11) times in a row with no progress between the failures (a
+    #: crash loop; see :class:`Supervisor`). An env that makes progress between its failures
+    #: is restarted for as long as it does, however often it fails and however long the run.
+    max_restarts: int = 10
+    #: No window: the crash-loop rule above. A number of seconds asks for the rate rule
+    #: instead (at most ``max_restarts`` restarts within any window that long).
+    restart_window: float | None = None
     restart_backoff: float = 0.0
     on_failure: Callable[[WorkerError], None] | None = None
     episode_timeout: float | None = None
