@@ -242,7 +242,7 @@ class _OneEnv(RestartRule):
         reason = supervisor.restart_completed
         if reason is not None:
             result = self._restarted(result, reason)
-        self._deliver(result)
+        self._answer = self._last = result  # it answers, and is the state last handed out
 
     def _last_state(self) -> Any:
         """The state last handed out, as a Step."""
@@ -253,11 +253,8 @@ class _OneEnv(RestartRule):
 
     def _deliver_cut_short(self, last: Any, reason: str) -> None:
         """The cut-short step answers; the env waits for its restart (:class:`_Pending`)."""
-        self._deliver(cut_short_state(last, reason))
+        self._answer = self._last = cut_short_state(last, reason)
         self._runners[self.index] = _Pending(self, self._runners[self.index])
-
-    def _deliver(self, state: Any) -> None:
-        self._answer = self._last = state
 
     # Remedies --------------------------------------------------------------------------
     def _discard_env(self, env_gone: bool) -> None:
