@@ -25,7 +25,7 @@ from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._restarts import EPISODE_TIMEOUT, cut_short_state, is_restart_reset
 from ..core._rollouts import Rollout
 from ..core._supervision import Supervision, budget_end, request_phase, timeout_error
-from ..core._supervisor import RestartRule, Supervisor
+from ..core._supervisor import RestartRule
 from ..env_side._env_restarts import ThreadClock
 from ..loops._here import CoroutineHost
 from ._inbox import Inbox, Outcome
@@ -46,7 +46,6 @@ class SupervisedEnv(RestartRule):
     worker_id: int | None = None
     num_envs: int
     action_space: Any = None
-    _supervisor: Supervisor
     #: The episode options its envs run under: the defaults (frozen, so shared) until a
     #: pool's join_pool gives its own.
     _episode = EpisodeOptions()
@@ -188,7 +187,7 @@ class SupervisedEnv(RestartRule):
             return None
         request = action
         if supervisor.episode_timeout is not None:
-            request = self._within_budget(seq, action)
+            request = self._within_budget(action)
             if request is None:
                 return None
         if supervisor.has_deadlines:  # a segment plays num_steps in each of its envs
@@ -260,8 +259,8 @@ class SupervisedEnv(RestartRule):
                 f"steps {self.num_envs} envs together (envs_per_worker): use one env per worker"
             )
 
-    def _within_budget(self, seq: int, action: Any) -> Any:
-        """What request ``seq`` sends for ``action`` under the open episode's budget: the
+    def _within_budget(self, action: Any) -> Any:
+        """What the request now sent carries for ``action`` under the open episode's budget: the
         action (the budget's end, if it comes while the step runs, abandons it), a reset
         (the episode ran out of its budget: same-step autoreset carries the cut-short step
         with its answer; else the budget's end was handed out already and this request
