@@ -19,6 +19,7 @@ import pytest
 from envs import (
     AsyncCounter,
     BigObservation,
+    Breakable,
     ChildOnlyReplies,
     Counter,
     Failing,
@@ -342,6 +343,25 @@ def test_a_sync_worker_whose_env_fails_before_any_event_loop_answers_in_the_firs
     else:  # a new env's reset answers, marked as a restart
         assert asyncio.run(main())["t"] == 0
         assert pool.restarts == 1
+
+
+@pytest.mark.parametrize("autoreset", ["disabled", "next_step"])
+def test_a_sync_pool_driven_with_no_event_loop_running_restarts_an_env_that_failed(
+    autoreset: str,
+) -> None:
+    """Each action sent where no event loop runs, each state taken in an asyncio.run of its
+    own: the step whose env failed ends its episode cut short, and the next action starts
+    the new env in line, whose reset answers it (where it raised a bare AssertionError)."""
+    pool = aioenv.make_pool(Breakable, 1, mode="sync", restart="on_failure", autoreset=autoreset)
+    states = []
+    for action in (aioenv.RESET, 0, 1, 0):  # action 1 raises
+        pool.send_action(action, 0)
+        states.append(asyncio.run(pool.get_state())[0])  # type: ignore[index]
+    asyncio.run(pool.aclose())
+    cut, first = states[2], states[3]
+    assert cut.truncated and "the simulator lost its state" in cut.info["aioenv"]["reason"]
+    assert first.info["aioenv"]["restarted"] and first.observation[0] == 0
+    assert not (first.terminated or first.truncated) and pool.restarts == 1
 
 
 def test_a_sync_worker_with_an_episode_budget_answers_an_action_before_any_event_loop() -> None:

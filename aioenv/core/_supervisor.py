@@ -375,14 +375,13 @@ class RestartRule(Remedies):
         if not restarted_now and supervisor.pending_restart is not None:
             self._deliver_cut_short(last, supervisor.pending_restart)
 
-    def _restart_for(self, seq: int, request: Any, reason: str, clock: Clock | None) -> None:
+    def _restart_for(self, seq: int, request: Any, reason: str, clock: Clock) -> None:
         """Request ``seq`` (``request``) comes to an env that failed and was dropped: an
         episode that failure left open ends now (under same-step autoreset with the new
         env's reset), else the new env's reset answers the request, started on
         ``clock``."""
         if not self._carried(self._open_episode(request), reason):
             return
-        assert clock is not None
         # A reset the user seeded seeds the new env: their episode starts where they said.
         seed = request.seed if isinstance(request, Reset) else None
         self._supervisor.restart_later(seq, reason, clock, seed)

@@ -183,7 +183,11 @@ class SupervisedEnv(RestartRule):
         supervisor = self._supervisor
         if supervisor.pending_restart is not None:
             self._reset_next = False  # the new env's reset answers this request anyway
-            self._restart_for(seq, action, supervisor.pending_restart, self._loop)
+            # A sync worker sent this before any event loop runs: it restarts in line.
+            clock = self._loop or ThreadClock()
+            self._restart_for(seq, action, supervisor.pending_restart, clock)
+            if isinstance(clock, ThreadClock):
+                clock.run()
             return None
         request = action
         if supervisor.episode_timeout is not None:
