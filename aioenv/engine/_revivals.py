@@ -83,10 +83,11 @@ class _OneChild(Remedies):
     def __init__(self, owner: Revivals, w: int, plan: ChildPlan, options: Supervision) -> None:
         self.owner, self.w, self.plan = owner, w, plan
         self.supervisor = Supervisor(options, plan.seed, self)
-        # What the new child is handed: a request with its op, or ("cut", rows): the
-        # state that ends the episodes of these rows here, truncated, echoed.
-        self._then: tuple[str, Any] = ("step", None)
-        self._cut: BatchStep[Any] | None = None  # the rows whose episodes it cuts short
+        # What the new child answers (see _start_env): the request in flight with its op,
+        # the episodes its rows left open (None: none is), and the error that lost it.
+        self._sent: tuple[str, Any] = ("step", None)
+        self._open: BatchStep[Any] | None = None
+        self._error: WorkerError | None = None
         self._given_up: WorkerError | None = None
 
     def failed(self, error: WorkerError | None, sent: tuple[str, Any]) -> WorkerError | None:
@@ -103,17 +104,10 @@ class _OneChild(Remedies):
         # A control in flight cuts short the episode its child's envs left open too.
         asked = request if op == "step" else None
         last = None if is_reset(asked) else self.owner.children.last_state(self.w)
-        open_ = last if error is None else open_episode(last, asked, self.owner.autoreset)
-        self._given_up = None
-        if op == "step" and restart_answers(open_, self.owner.autoreset):
-            # The new child's answer to the request answers it.
-            self._then, self._cut = sent, open_
-        else:
-            # A step ends the open episodes here, truncated; a control fails. The new
-            # child's first step then starts new episodes (cutting short those still open).
-            self._then = ("cut", open_) if op == "step" else ("echo", error)
-            self._cut = None if op == "step" else open_
-        # Either way the restart (after its backoff) hands the new child ``_then``.
+        self._open = last if error is None else open_episode(last, asked, self.owner.autoreset)
+        self._sent, self._error, self._given_up = sent, error, None
+        # Either way the restart (after its backoff) hands the new child what answers
+        # ``sent`` (_start_env).
         if error is None:  # no failure is counted
             self.supervisor.end_episode(IN_FLIGHT, clock)
         else:
@@ -130,7 +124,18 @@ class _OneChild(Remedies):
         # Its envs' seeds are drawn from ``seed``, as a restarted worker's are (not its
         # predecessor's first ones); an env alone in it takes ``seed``, as one alone in one.
         env_seeds = (seed,) if self.plan.rows.stop - self.plan.rows.start == 1 else seed
-        revived = Revived(reason, self._cut)
+        op, request = self._sent
+        cut = self._open  # the rows whose episodes the new child's first step cuts short
+        if op != "step":
+            # A control fails; the new child's first step then starts new episodes,
+            # cutting short those still open.
+            op, request = "echo", self._error
+        elif not restart_answers(cut, self.owner.autoreset):
+            # A step ends the open episodes here, truncated, echoed; the new child's first
+            # step then starts new episodes. (Else the new child's answer to the request
+            # answers it.)
+            op, request, cut = "echo", cut_short_state(cut, reason), None
+        revived = Revived(reason, cut)
         plan = dataclasses.replace(self.plan, seed=seed, env_seeds=env_seeds, revived=revived)
         children = self.owner.children
         try:
@@ -144,11 +149,7 @@ class _OneChild(Remedies):
                 error, env_gone=True, in_flight=IN_FLIGHT, clock=self.owner.clock
             )
             return
-        op, request = self._then
-        if op == "cut":  # the open episodes end here, truncated
-            children.hand(self.w, cut_short_state(request, reason), "echo")
-        else:
-            children.hand(self.w, request, op)
+        children.hand(self.w, request, op)
 
     def _fail_request(self, error: WorkerError, for_good: bool) -> None:
         self._given_up = error  # a child's death is for good where no restart follows
