@@ -231,7 +231,7 @@ class _Envs:
         replaced, or that one's error), or a Failure. ``"expire"``: the env's episode ran
         out of its budget; the request it carries is answered as a new child's first
         (:class:`Revived`)."""
-        if op == "expire":  # its env's episode ran out of its budget (see engine._budgets)
+        if op == "expire":  # its env's episode ran out of its budget (see EpisodeBudgets)
             self.revived, op, payload = payload
         if op == "echo":
             result = payload

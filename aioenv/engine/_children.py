@@ -18,11 +18,11 @@ waits, by the rule every worker kind follows) is killed, and fails the same way 
 restarted in its child, and a child that dies or hangs is replaced by a new one
 (:mod:`aioenv.engine._revivals`), under the restart budget, as a pool restarts its
 workers. An episode budget (``episode_timeout``: an env to a child) is timed by the
-parent, and an episode past it ends cut short (:mod:`aioenv.engine._budgets`). The
-children lead process groups of their own; closing
-asks each to close its envs, then waits ``cleanup_time``, terminates and kills, and ends
-what the envs started. How a request is handed to a child and its answer taken back, the
-lockstep step included, is :mod:`aioenv.engine._handoffs`'.
+parent, and an episode past it ends cut short
+(:class:`~aioenv.engine._revivals.EpisodeBudgets`). The children lead process groups of
+their own; closing asks each to close its envs, then waits ``cleanup_time``, terminates
+and kills, and ends what the envs started. How a request is handed to a child and its
+answer taken back, the lockstep step included, is :mod:`aioenv.engine._handoffs`'.
 """
 
 from __future__ import annotations
@@ -44,12 +44,11 @@ from ..core._supervision import Supervision
 from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._process_group import TERMINATE_GRACE
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
-from ._budgets import EpisodeBudgets
 from ._buffer import StepBuffer, rows_state
 from ._child import ChildPlan
 from ._family import Child, together
 from ._handoffs import HandOffs
-from ._revivals import Revivals
+from ._revivals import EpisodeBudgets, Revivals
 from ._start import Context, resolve_context
 from ._wake import Wake
 

@@ -37,8 +37,7 @@ from ._family import Child, late, together, until_due
 from ._wake import Gone, Wake
 
 if TYPE_CHECKING:
-    from ._budgets import EpisodeBudgets
-    from ._revivals import Revivals
+    from ._revivals import EpisodeBudgets, Revivals
 
 __all__ = ["HandOffs"]
 
@@ -122,7 +121,7 @@ class HandOffs:
         self.sent[w] = sent
         if self.timed:
             phase = None if op != "step" else "reset" if is_reset(request) else self._phase(w)
-            if op == "expire":  # the child answers with its env's reset (see engine._budgets)
+            if op == "expire":  # the child answers with its env's reset (see EpisodeBudgets)
                 phase = "reset"
             child.handed(self.options, phase)
             if budgets is not None and phase is not None and phase != "reset":
