@@ -246,11 +246,19 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
 
         :raises WorkerRemoved: the worker was given up on.
         """
-        self._roster.pause(worker_id)
+        self._inbox.check_open()
+        index = self._roster.live_index(worker_id)
+        self._inbox.pause(index)  # its states are held back until it is resumed
+        self._roster.accepting[index] = False
 
     def resume(self, worker_id: int | None = None) -> None:
         """Resume one worker, or every paused worker."""
-        self._roster.resume(worker_id)
+        self._inbox.check_open()
+        roster = self._roster
+        targets = range(len(roster)) if worker_id is None else [roster.live_index(worker_id)]
+        for index in targets:
+            self._inbox.resume(index)
+            roster.accepting[index] = index not in roster.removed
 
     @property
     def active_ids(self) -> list[int]:
@@ -296,7 +304,7 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
             return
         self._close_done = anyio.Event()
         self._inbox.close()  # every call raises ClosedError from now on
-        self._roster.close()
+        self._roster.accepting = [False] * len(self._roster)  # no worker takes another action
         with anyio.CancelScope(shield=True):
             try:
                 async with anyio.create_task_group() as group:

@@ -1,5 +1,7 @@
-"""A pool's workers by id: looking one up, pausing and resuming, the open and unpaused
-ones, the ones given up on, where each one's envs start among all the pool's envs."""
+"""A pool's workers by id: looking one up, which of them take actions (the pool pauses
+and resumes them, the roster's ``accepting`` and the inbox keep track), the open and
+unpaused ones, the ones given up on, where each one's envs start among all the pool's
+envs."""
 
 from __future__ import annotations
 
@@ -42,9 +44,10 @@ class Roster:
         #: The workers given up on, by id: the last error of each (handed out once).
         self.removed: dict[int, WorkerError] = {}
         #: Per worker, False once an action to it must be refused (the pool closed, the
-        #: worker paused or given up on), kept up to date as those change: the sending
-        #: path reads one flag per action and makes the checks that say why only when
-        #: it is False.
+        #: worker paused or given up on), kept up to date as those change (the pool's
+        #: ``pause``, ``resume`` and ``aclose``, and :meth:`hand_out`): the sending path
+        #: reads one flag per action and makes the checks that say why only when it is
+        #: False.
         self.accepting = [True] * len(self.members)
         #: Where some workers answer in line (sync workers step during their send) and
         #: others do not: which do (see :meth:`send_order`); else None.
@@ -121,25 +124,6 @@ class Roster:
         """Workers that are open, not paused and not given up on."""
         paused = self.inbox.paused
         return [self.members[i] for i in self._open_ids() if i not in paused]
-
-    def pause(self, worker_id: int) -> None:
-        """Hold the worker's states back until it is resumed (see ``WorkerPool.pause``)."""
-        self.inbox.check_open()
-        index = self.live_index(worker_id)
-        self.inbox.pause(index)
-        self.accepting[index] = False
-
-    def resume(self, worker_id: int | None) -> None:
-        """Resume the worker, or every paused worker where ``worker_id`` is None."""
-        self.inbox.check_open()
-        targets = range(len(self.members)) if worker_id is None else [self.live_index(worker_id)]
-        for index in targets:
-            self.inbox.resume(index)
-            self.accepting[index] = index not in self.removed
-
-    def close(self) -> None:
-        """The pool is closing: no worker takes another action."""
-        self.accepting = [False] * len(self.members)
 
     def send_order(self, worker_ids: Sequence[int]) -> list[int]:
         """``worker_ids`` in the order to send each of them an action: the workers that
