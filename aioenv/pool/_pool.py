@@ -364,9 +364,18 @@ class SpaceCheck:
         passed = self._passed.get(worker.worker_id)
         if passed is not None and passed[0] is spaces[0] and passed[1] is spaces[1]:
             return None
-        reference = self._reference_spaces(worker.num_envs)
+        # The spaces a worker stepping `size` envs must report: those of the first worker
+        # of that size, else a one-env worker's batched to `size` (a worker of several envs
+        # reports its envs' spaces batched); none for the first of its size where no
+        # one-env worker has reported yet.
+        size = worker.num_envs
+        reference: tuple[Any, ...] | None = self._spaces.get(size)
+        if reference is None and 1 in self._spaces:
+            reference = tuple(
+                None if space is None else batch_space(space, size) for space in self._spaces[1]
+            )
         if reference is None:
-            self._spaces[worker.num_envs] = self._passed[worker.worker_id] = spaces
+            self._spaces[size] = self._passed[worker.worker_id] = spaces
             return None
         for what, mine, theirs in zip(("observation", "action"), spaces, reference, strict=True):
             if what == "observation" and self.observations_may_differ:
@@ -379,21 +388,6 @@ class SpaceCheck:
                 )
         self._passed[worker.worker_id] = spaces
         return None
-
-    def _reference_spaces(self, size: int) -> tuple[Any, Any] | None:
-        """The spaces a worker stepping ``size`` envs must report: those of the first
-        worker of that size, else a one-env worker's batched to ``size`` (a worker of
-        several envs reports its envs' spaces batched); None for the first of its size
-        where no one-env worker has reported yet."""
-        if size in self._spaces:
-            return self._spaces[size]
-        if 1 not in self._spaces:
-            return None
-        single = self._spaces[1]
-        return (
-            None if single[0] is None else batch_space(single[0], size),
-            None if single[1] is None else batch_space(single[1], size),
-        )
 
 
 T = TypeVar("T")
