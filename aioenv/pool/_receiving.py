@@ -10,7 +10,8 @@ Episodes are counted in the parent, here beside the states they are counted from
 module on every state's path): one ledger per counting (episode ids, the open episode's
 return and length, each finished episode added to its worker's statistics; rollouts and
 collection keep ledgers too), and the pool's running statistics per worker, counted from
-the states it hands out (rewards and step counts). Nothing is added to the env's info.
+the states it hands out (rewards and step counts) in the pool's own ledger (an
+:class:`EpisodeCounter`). Nothing is added to the env's info.
 """
 
 from __future__ import annotations
@@ -119,16 +120,16 @@ class EpisodeLedger:
         return episode_return
 
 
-class EpisodeCounter:
-    """Adds up each worker's rewards and steps from the states it hands out, and closes an
-    episode at the state that ends it. A state that answers a reset (a ``RESET`` sent, the
-    state after a finished episode under ``"next_step"``, a restart) starts a new one.
-    Workers that step several envs together hand out states that are not a
-    :class:`~aioenv.Step`, so a worker is one lane of its ledger."""
+class EpisodeCounter(EpisodeLedger):
+    """The pool's ledger: adds up each worker's rewards and steps from the states it hands
+    out, and closes an episode at the state that ends it. A state that answers a reset (a
+    ``RESET`` sent, the state after a finished episode under ``"next_step"``, a restart)
+    starts a new one. Workers that step several envs together hand out states that are not
+    a :class:`~aioenv.Step`, so a worker is one lane of this ledger."""
 
     def __init__(self, num_workers: int, autoreset: str) -> None:
         self.stats = [EpisodeStats() for _ in range(num_workers)]
-        self._ledger = EpisodeLedger(num_workers, self.stats)
+        super().__init__(num_workers, self.stats)
         self._resetting = [True] * num_workers  # the next state answers a reset
         self._next_step = resets_next(autoreset, True)  # after each episode's end
         #: The last worker that handed out a state that is not an aioenv.Step (a custom
@@ -142,7 +143,7 @@ class EpisodeCounter:
     def hand_over(self, worker_id: int, ledger: EpisodeLedger, lane: int, back: bool) -> None:
         """The open episode of the worker's env (one env) goes on in ``ledger``'s ``lane``
         (a rollout's), or, ``back``, from there in the worker's next state (a step)."""
-        ends = ((ledger, lane), (self._ledger, worker_id))
+        ends = ((ledger, lane), (self, worker_id))
         (source, j), (to, i) = ends if back else ends[::-1]
         to.returns[i], to.lengths[i] = source.returns[j], source.lengths[j]
         if back:
@@ -157,14 +158,13 @@ class EpisodeCounter:
         # a truncated step, counted below like any other.
         if self._resetting[worker_id] or (state.info and is_restart_reset(state)):
             self._resetting[worker_id] = False
-            self._ledger.start(worker_id)
+            self.start(worker_id)
             return
-        # The ledger's add(), inlined: this is every state's path.
-        ledger = self._ledger
-        ledger.returns[worker_id] += state.reward
-        ledger.lengths[worker_id] += 1
+        # add(), inlined: this is every state's path.
+        self.returns[worker_id] += state.reward
+        self.lengths[worker_id] += 1
         if state.terminated or state.truncated:
-            ledger.finish(worker_id)
+            self.finish(worker_id)
             self._resetting[worker_id] = self._next_step
 
 
@@ -295,8 +295,7 @@ class PoolReceiving(Generic[S]):
         limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
         outcomes = inbox.take(limit)
         if outcomes and outcomes[0].error is not None:
-            self._roster.hand_out(outcomes[0].worker_id, outcomes[0].error)
-            raise outcomes[0].error
+            self._handed_out(outcomes[0])  # raises its error
         record = self._episodes.record
         for outcome in outcomes:
             record(outcome.worker_id, outcome.state)  # type: ignore[arg-type]
