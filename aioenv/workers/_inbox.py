@@ -215,19 +215,15 @@ class Inbox:
                 if outcome.error is not None:
                     break
             return taken
-        while len(taken) < limit:
-            upcoming = self.peek_next()
-            if upcoming is None or (upcoming.error is not None and taken):
+        while len(taken) < limit and (worker_id := self._next_id()) is not False:
+            upcoming = self._ready[worker_id]
+            if upcoming.error is not None and taken:
                 break
-            self.pop_next()
+            self.pop(worker_id)
             taken.append(upcoming)
             if upcoming.error is not None:
                 break
         return taken
-
-    def peek_next(self) -> Outcome | None:
-        worker_id = self._next_id()
-        return None if worker_id is False else self._ready[worker_id]
 
     def pop(self, worker_id: int | None) -> Outcome | None:
         outcome = self._ready.pop(worker_id, None)
@@ -277,9 +273,9 @@ class Inbox:
                 break  # only paused workers' answers
             if whole_batch:  # every worker whose outcome is ready (not paused)
                 held = [i for i in self._ready if i not in self.paused]
-            else:
-                upcoming = self.peek_next()
-                held = [] if upcoming is None else [upcoming.worker_id]
+            else:  # the worker whose outcome is next in line, if any
+                next_id = self._next_id()
+                held = [] if next_id is False else [next_id]
             held = [i for i in held if in_line[i]]  # type: ignore[index]
             if not any(self.last_served(i) > oldest for i in held):
                 break
