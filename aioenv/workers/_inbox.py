@@ -137,42 +137,36 @@ class Inbox:
         return sum(1 for worker_id in self.owed if worker_id not in self.paused)
 
     def num_ready(self) -> int:
-        paused = self.paused
-        if not self.ordered:
-            if not paused:
-                return len(self._ready)
-            return sum(1 for worker_id in self._ready if worker_id not in paused)
+        """Outcomes that can be taken now, one after another (see :meth:`_next_id`)."""
+        paused, ready = self.paused, self._ready
+        if not self.ordered and not paused:
+            return len(ready)
         count = 0
-        for worker_id in self.owed:
+        for worker_id in self.owed if self.ordered else ready:
             if worker_id in paused:
                 continue
-            if worker_id not in self._ready:
+            if worker_id not in ready:  # ordered: the next outcome owed is not in yet
                 break
             count += 1
         return count
 
     def _next_id(self) -> int | bool | None:
-        """The worker whose outcome is next in line (False: none is)."""
-        paused = self.paused
-        if self.ordered:
-            for worker_id in self.owed:
-                if worker_id not in paused:
-                    return worker_id if worker_id in self._ready else False
-            return False
-        served = self._served
-        if served is not None:
-            chosen: int | bool | None = False
-            oldest = 0
-            for worker_id in self._ready:
-                if worker_id not in paused:
-                    turn = served.get(worker_id, -1)
-                    if chosen is False or turn < oldest:
-                        chosen, oldest = worker_id, turn
-            return chosen
-        for worker_id in self._ready:
-            if worker_id not in paused:
-                return worker_id
-        return False
+        """The worker whose outcome is next in line (False: none is): ordered, the first
+        worker owed (not paused) if its outcome is ready; else, of the outcomes ready (not
+        paused), the first to arrive, or after serve_fairly() the one of the worker served
+        longest ago (ties in arrival order)."""
+        paused, ready, served = self.paused, self._ready, self._served
+        chosen: int | bool | None = False
+        oldest = 0
+        for worker_id in self.owed if self.ordered else ready:
+            if worker_id in paused:
+                continue
+            if served is None:  # ordered (the first owed, if it is in) or arrival order
+                return worker_id if worker_id in ready else False
+            turn = served.get(worker_id, -1)
+            if chosen is False or turn < oldest:
+                chosen, oldest = worker_id, turn
+        return chosen
 
     def pop_next(self) -> Outcome | None:
         """The next outcome to take, or None if it has not arrived yet."""
