@@ -261,10 +261,9 @@ class Inbox:
         loop = asyncio.get_running_loop()
         until: float | None = None
         waited = False
-        while self.num_owed > self.num_ready():  # answers on their way
-            oldest = self.oldest_on_its_way()
-            if oldest is None:
-                break  # only paused workers' answers
+        # While answers are on their way (owed, not ready, not paused: every outcome ready
+        # is owed); the answers of paused workers are not waited for.
+        while (oldest := self.oldest_on_its_way()) is not None:
             if whole_batch:  # every worker whose outcome is ready (not paused)
                 held = [i for i in self._ready if i not in self.paused]
             else:  # the worker whose outcome is next in line, if any
