@@ -36,6 +36,8 @@ _OLD_SPELLINGS = {"async": "coroutine"}
 #: Each kind's name in ``make_pool``'s ``mode`` (Ray's class is imported on first use, see
 #: :func:`_kind_class`).
 _MODES = (*_KINDS, "ray")
+#: The options that go to the pool and to every kind of worker (see :func:`_split_options`).
+_BOTH = frozenset({"cleanup_time", "episode_timeout"})
 
 
 @functools.cache
@@ -49,7 +51,7 @@ def _worker_options() -> dict[str, frozenset[str]]:
     for kind in _MODES:
         worker = _kind_class(kind)
         own = set(inspect.signature(worker).parameters) - POOL_OPTIONS - {"env", "seed", "_start"}
-        own.update(("cleanup_time", "episode_timeout"))
+        own.update(_BOTH)
         if worker.steps_batches:
             own.add("envs_per_worker")
         per_host: str | None = getattr(worker, "_per_host_option", None)
@@ -173,9 +175,7 @@ def _split_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     closes within the least of its own and the pool's), and so does ``episode_timeout``
     (a worker that steps several envs refuses it as it is built, before its host starts)."""
     pool_options = {k: v for k, v in options.items() if k in POOL_OPTIONS}
-    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS}
-    for both in {"cleanup_time", "episode_timeout"}.intersection(options):
-        worker_options[both] = options[both]
+    worker_options = {k: v for k, v in options.items() if k not in POOL_OPTIONS or k in _BOTH}
     PoolOptions(**pool_options)  # raises what the pool would
     return pool_options, worker_options
 
