@@ -292,8 +292,8 @@ class PoolReceiving(Generic[S]):
                 break
             await inbox.wait(deadline)
             self._inbox.check_open()
-        limit = inbox.num_ready() if max_size is None else min(max_size, inbox.num_ready())
-        outcomes = inbox.take(limit)
+        # Every state ready, or max_size of them: take stops where none is next in line.
+        outcomes = inbox.take(len(inbox.owed) if max_size is None else max_size)
         if outcomes and outcomes[0].error is not None:
             self._handed_out(outcomes[0])  # raises its error
         record = self._episodes.record
