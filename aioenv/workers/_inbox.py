@@ -259,8 +259,7 @@ class Inbox:
         back. The wait releases the GIL and the CPU, which a thread worker needs to finish
         its step and a process worker may need to run. True if it waited."""
         loop = asyncio.get_running_loop()
-        until: float | None = None
-        waited = False
+        until: float | None = None  # set before the first wait: it waited once it is
         # While answers are on their way (owed, not ready, not paused: every outcome ready
         # is owed); the answers of paused workers are not waited for.
         while (oldest := self.oldest_on_its_way()) is not None:
@@ -278,10 +277,9 @@ class Inbox:
                     until = min(until, deadline)
             elif loop.time() >= until:
                 break
-            waited = True
             await self.wait(until)
             self.check_open()
-        return waited
+        return until is not None
 
     def _record_service(self, worker_id: int | None) -> None:
         if self._served is not None:
