@@ -51,13 +51,6 @@ class EpisodeStats:
     last_return: float = math.nan
     last_length: int = 0
 
-    def _add(self, episode_return: float, length: int) -> None:
-        """Count an episode that ended with this return and length."""
-        self.episodes += 1
-        self.total_return += episode_return
-        self.total_length += length
-        self.last_return, self.last_length = episode_return, length
-
     @property
     def mean_return(self) -> float:
         return self.total_return / self.episodes if self.episodes else math.nan
@@ -114,8 +107,12 @@ class EpisodeLedger:
         return its return. Steps added after it without a :meth:`start` go to the lane's
         next episode (under ``"same_step"`` autoreset no reset state starts it)."""
         episode_return, length = self.returns[lane], self.lengths[lane]
-        if self._stats is not None:
-            self._stats[lane]._add(episode_return, length)
+        if self._stats is not None:  # counted in the lane's worker's statistics
+            stats = self._stats[lane]
+            stats.episodes += 1
+            stats.total_return += episode_return
+            stats.total_length += length
+            stats.last_return, stats.last_length = episode_return, length
         self.returns[lane], self.lengths[lane] = 0.0, 0
         return episode_return
 
