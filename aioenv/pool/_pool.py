@@ -39,10 +39,9 @@ from ..workers._seam import Member
 from ._batch import Batch
 from ._options import POOL_DEFAULTS, POOL_OPTIONS, PoolOptions
 from ._receiving import EpisodeCounter, EpisodeStats, PoolReceiving
-from ._remote_control import RemoteControl
+from ._remote_control import PoolSending, RemoteControl
 from ._rollout import PoolRollouts
 from ._roster import Roster, checked_workers
-from ._sending import PoolSending
 
 __all__ = ["AsyncWorkerPool", "SyncWorkerPool", "WorkerPool", "in_send_order"]
 
