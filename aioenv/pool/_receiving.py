@@ -29,7 +29,7 @@ from ..core._errors import NoActionInFlight, WorkerPaused
 from ..core._messages import resets_next
 from ..core._restarts import is_restart_reset
 from ..core._seeds import checked_count
-from ..loops._here import not_on_asyncio, running_loop, still_here, thread_id
+from ..loops._here import not_on_asyncio, running_loop, thread_id
 from ..workers._inbox import Inbox, Outcome
 from ..workers._seam import Member
 from ._batch import Batch, ReusedRows
@@ -267,9 +267,9 @@ class PoolReceiving(Generic[S]):
         if max_size is not None:
             max_size = checked_count(max_size, "max_size", min_size, or_none=True)
         inbox = self._inbox
-        if not still_here(self._loop, self._loop_thread) and (
-            self._loop is not None or running_loop() is not None
-        ):
+        # With no loop, seen or running, the states ready are taken without one; else the
+        # loop is checked (at once where it still runs in this thread: _check_loop's test).
+        if self._loop is not None or running_loop() is not None:
             self._check_loop()
         deadline = self._deadline(timeout)
         if self._in_line is not None:
