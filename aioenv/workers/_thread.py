@@ -11,8 +11,6 @@ import threading
 import warnings
 from typing import Any, TypeVar
 
-import anyio
-
 from ..core._docs import documented_with
 from ..core._environment import VectorSource
 from ..core._messages import ControlRequest, Failure
@@ -88,10 +86,9 @@ class ThreadWorker(Worker[S]):
         self._current.requests.put((0, _STOP))
 
     async def _wait_closed(self, cleanup_time: float) -> None:
-        done = [asyncio.wrap_future(t.finished) for t in self._threads if not t.finished.done()]
-        with anyio.move_on_after(cleanup_time):
-            for future in done:
-                await future
+        running = [asyncio.wrap_future(t.finished) for t in self._threads if not t.finished.done()]
+        if running:
+            await asyncio.wait(running, timeout=cleanup_time)
         for env_thread in self._threads:
             if env_thread.finished.done():
                 env_thread._thread.join(timeout=1.0)  # it has run its last line: at once
