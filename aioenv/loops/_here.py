@@ -102,22 +102,6 @@ def not_on_asyncio(what: str) -> RuntimeError:
     return RuntimeError(f"{what} must be called from async code running in an asyncio event loop")
 
 
-def check_loop_move(what: str, old: asyncio.AbstractEventLoop, in_flight: bool) -> None:
-    """Raise unless ``what``, bound to the ``old`` loop, may move to the running one: the old
-    loop is closed and nothing ``what`` sent on it is still in flight."""
-    if not old.is_closed():
-        raise RuntimeError(
-            f"{what} is bound to another event loop, which is still open; a pool "
-            "works on one event loop at a time"
-        )
-    if in_flight:
-        raise RuntimeError(
-            f"{what} had a request in flight when its event loop ended; its reply "
-            "is lost with that loop. Close the pool (aclose works from any loop) and "
-            "make a new one"
-        )
-
-
 class CoroutineHost(Protocol):
     """Where a coroutine env's calls run when not on its pool's loop."""
 

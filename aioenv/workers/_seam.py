@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from ..core._errors import ClosedError, StateNotTaken, WorkerError
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._supervision import Supervision
-from ..loops._here import check_loop_move, not_on_asyncio, running_loop, thread_id
+from ..loops._here import not_on_asyncio, running_loop, thread_id
 from ._inbox import Inbox
 from ._supervised import SupervisedEnv
 
@@ -227,8 +227,19 @@ class Membership(SupervisedEnv):
             self._loop_thread = thread_id()
             return loop
         if old is not None:
-            if not closing:
-                check_loop_move(self.name, old, bool(self._awaited or self._controls))
+            # It moves only once its old loop is closed and nothing it sent on it is still
+            # in flight (unless it is closing).
+            if not closing and not old.is_closed():
+                raise RuntimeError(
+                    f"{self.name} is bound to another event loop, which is still open; a "
+                    "pool works on one event loop at a time"
+                )
+            if not closing and (self._awaited or self._controls):
+                raise RuntimeError(
+                    f"{self.name} had a request in flight when its event loop ended; its "
+                    "reply is lost with that loop. Close the pool (aclose works from any "
+                    "loop) and make a new one"
+                )
             self._supervisor.disarm()
             if self._awaited:
                 self._forget()
