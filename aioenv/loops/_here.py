@@ -25,7 +25,6 @@ __all__ = [
     "still_here",
     "to_the_end",
     "thread_id",
-    "trio_env_on_asyncio",
     "trio_running_here",
 ]
 
@@ -112,18 +111,6 @@ class CoroutineHost(Protocol):
     def env_error_hint(self, error: BaseException | None) -> str:
         """What to add to the message of the env's ``error`` (an env that called a library
         its host does not run), or nothing."""
-
-
-def trio_env_on_asyncio(error: BaseException | None) -> str:
-    """What to add to the message of a coroutine env's ``error`` on a pool that runs on
-    asyncio: where the env called trio, how to run it under trio; else nothing."""
-    if not raised_in("trio", error):
-        return ""
-    return (
-        " (this pool runs on asyncio, so its coroutine envs do too: an env that "
-        "calls trio needs the pool run under trio, `async with pool as bridged:` in "
-        "a trio run; written with anyio, it works on both)"
-    )
 
 
 def raised_in(library: str, error: BaseException | None) -> bool:

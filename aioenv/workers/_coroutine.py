@@ -16,7 +16,7 @@ from ..core._errors import EnvError, WorkerError
 from ..core._messages import ControlRequest, Failure
 from ..env_side._async_runner import AsyncEnvRunner
 from ..env_side._runner import NOT_ACTIONS
-from ..loops._here import CoroutineHost, trio_env_on_asyncio
+from ..loops._here import CoroutineHost, raised_in
 from ._base import Worker
 
 __all__ = ["AsyncEnvWorker"]
@@ -84,11 +84,20 @@ class AsyncEnvWorker(Worker[S]):
                 wake_up.set_result(None)
 
     def _env_error(self, failure: Failure) -> EnvError:
-        # An env that called the library of another event loop than its own: say why.
-        if self._host is None:
-            hint = trio_env_on_asyncio(failure.exception)
-        else:
+        # An env that called the library of another event loop than its own: say why. Its
+        # host's hint where its coroutines run elsewhere; on a pool that runs on asyncio,
+        # what to add to the message of the env's error: where the env called trio, how
+        # to run it under trio; else nothing.
+        if self._host is not None:
             hint = self._host.env_error_hint(failure.exception)
+        elif raised_in("trio", failure.exception):
+            hint = (
+                " (this pool runs on asyncio, so its coroutine envs do too: an env that "
+                "calls trio needs the pool run under trio, `async with pool as bridged:` in "
+                "a trio run; written with anyio, it works on both)"
+            )
+        else:
+            hint = ""
         if hint:
             failure = dataclasses.replace(failure, message=failure.message + hint)
         return super()._env_error(failure)
