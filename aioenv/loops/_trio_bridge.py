@@ -136,10 +136,6 @@ class _Bridge:
         # task enters it (``run_sync_soon`` may call it first) still counts.
         scope = trio.CancelScope()
 
-        def finish(result: outcome.Outcome[T]) -> None:  # on the bridge loop
-            if not ended.done():
-                ended.set_result(result)
-
         async def run() -> None:  # the trio task; its outcome goes to ``ended``
             result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
             with scope:
@@ -148,8 +144,10 @@ class _Bridge:
                     result.unwrap()  # the scope catches its own cancellation
             if scope.cancelled_caught:
                 result = outcome.Error(asyncio.CancelledError())
+            # Set once (``ended`` is only awaited through asyncio.shield, which never
+            # cancels it), on the bridge loop.
             with contextlib.suppress(RuntimeError):  # the bridge loop closed: nobody waits
-                loop.call_soon_threadsafe(finish, result)
+                loop.call_soon_threadsafe(ended.set_result, result)
 
         try:
             self.token.run_sync_soon(trio.lowlevel.spawn_system_task, run)
