@@ -59,17 +59,15 @@ class BackgroundLoop:
     ``name``; :meth:`call` runs a coroutine function on it and waits for the result."""
 
     def __init__(self, name: str) -> None:
-        self._started = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Made here and run in the thread (a loop may run in another thread than the one
+        # that made it, in one thread at a time): it takes calls once this returns.
+        self._loop = new_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-        self._started.wait()
 
     def _run(self) -> None:
-        loop = new_loop()
-        self._loop = loop
+        loop = self._loop
         asyncio.set_event_loop(loop)
-        self._started.set()
         try:
             loop.run_forever()
         finally:
@@ -82,7 +80,6 @@ class BackgroundLoop:
     def post(self, callback: Callable[..., object], *args: Any) -> None:
         """Schedule ``callback(*args)`` on the loop, in a context of its own (see the module
         docstring); from any thread. Raises ``RuntimeError`` once the loop is closed."""
-        assert self._loop is not None
         self._loop.call_soon_threadsafe(callback, *args, context=contextvars.Context())
 
     @property
@@ -93,7 +90,7 @@ class BackgroundLoop:
     @property
     def running(self) -> bool:
         """The loop runs and takes calls (not stopped)."""
-        return self._thread.is_alive() and self._loop is not None and not self._loop.is_closed()
+        return self._thread.is_alive() and not self._loop.is_closed()
 
     def call(
         self,
@@ -138,7 +135,7 @@ class BackgroundLoop:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and wait up to ``timeout`` seconds for its thread to end."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(loop.stop)
         if self._thread is not threading.current_thread():

@@ -38,7 +38,9 @@ def uvloop_for(*, started_per_call: bool = False) -> ModuleType | None:
 
 
 def new_loop(*, started_per_call: bool = False) -> asyncio.AbstractEventLoop:
-    """A new event loop for this thread, by :func:`uvloop_for`'s rule."""
+    """A new event loop for this thread (or for the thread of aioenv's own that it is
+    handed to: see :class:`~aioenv.loops._background.BackgroundLoop`), by
+    :func:`uvloop_for`'s rule."""
     uvloop = uvloop_for(started_per_call=started_per_call)
     return asyncio.new_event_loop() if uvloop is None else uvloop.new_event_loop()
 
