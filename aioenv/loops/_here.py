@@ -48,10 +48,10 @@ async def to_the_end(awaitable: Awaitable[T]) -> T:
     """Await ``awaitable`` to its end even where asyncio itself cancels the calling task
     meanwhile (``Task.cancel``, as ``asyncio.wait_for`` does past its timeout), which
     anyio's shielded scopes do not stop; that cancellation is raised once it has ended.
-    On asyncio it runs in a task of its own, awaited through ``asyncio.shield``; under
-    trio (no asyncio loop here), a shielded scope is enough, and it is awaited as it is."""
-    if running_loop() is None:
-        return await awaitable
+    It runs in a task of its own, awaited through ``asyncio.shield``, so it is awaited
+    on asyncio only (its one caller, :meth:`~aioenv.workers.Worker.aclose`, runs on the
+    asyncio loop it has just bound the worker to; under trio, where no asyncio loop runs,
+    a shielded scope would be enough, and it would be awaited as it is)."""
     task = asyncio.ensure_future(awaitable)
     cancelled: asyncio.CancelledError | None = None
     while not task.done():
