@@ -34,36 +34,31 @@ class PolicyPackage:
     :meth:`~aioenv.WorkerPool.set_policy` call) name it; ``payload`` is its cloudpickle
     bytes, a Ray object reference to them, or None (the receiving process has it).
     ``stored``: in the parent, the reference to its bytes once they were put in Ray's
-    object store (once per package, however many actors it goes to)."""
+    object store (once per package, however many actors it goes to). ``policy``: the
+    policy object itself, where the package is :attr:`in_process` (read only there: a
+    package that travelled as bytes has none)."""
 
-    __slots__ = ("_policy", "key", "payload", "stored", "version")
+    __slots__ = ("key", "payload", "policy", "stored", "version")
 
     def __init__(self, version: int, key: str, payload: Any = None, policy: Any = _NO_OBJECT):
         self.version = version
         self.key = key
         self.payload = payload
-        self._policy = policy
+        self.policy = policy
         self.stored: Any = None
 
     @property
     def in_process(self) -> bool:
         """The package carries the policy object itself: it never left the parent's
         process, and the workers there share that object."""
-        return self._policy is not _NO_OBJECT
-
-    @property
-    def policy(self) -> Any:
-        """The policy object itself, where the package is :attr:`in_process`."""
-        if self._policy is _NO_OBJECT:
-            raise LookupError(f"the policy (version {self.version}) travelled as bytes")
-        return self._policy
+        return self.policy is not _NO_OBJECT
 
     def pickled(self) -> bytes:
         """The policy's cloudpickle bytes, made on first use only (the parent pickles a
         policy once, however many workers it goes to)."""
         if not isinstance(self.payload, bytes):
             try:
-                self.payload = pickling.dumps(self._policy)
+                self.payload = pickling.dumps(self.policy)
             except Exception as exc:
                 raise TypeError(
                     f"the policy (version {self.version}) could not be pickled with cloudpickle "
@@ -75,7 +70,7 @@ class PolicyPackage:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The object itself never travels: its bytes (pickled once), a reference, or nothing.
-        payload = self.pickled() if self._policy is not _NO_OBJECT else self.payload
+        payload = self.pickled() if self.in_process else self.payload
         return (PolicyPackage, (self.version, self.key, payload))
 
 
