@@ -340,17 +340,15 @@ class Progress:
         file: IO[str] | None = None,
         mininterval: float = 0.1,
     ) -> None:
-        self._bar: Any = None  # a tqdm bar
-        if enabled:
-            self._bar = tqdm(
-                total=total,
-                unit="step",
-                dynamic_ncols=True,
-                disable=None,  # tqdm's "only on a terminal"
-                file=file,
-                leave=False,  # collect() runs in a loop: one line, not one per call
-                mininterval=mininterval,
-            )
+        self._bar = tqdm(  # disabled (enabled=False): a tqdm bar that shows nothing
+            total=total,
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if enabled else True,  # None: tqdm's "only on a terminal"
+            file=file,
+            leave=False,  # collect() runs in a loop: one line, not one per call
+            mininterval=mininterval,
+        )
         self.episodes = 0
         self._return_sum = 0.0
 
@@ -358,8 +356,6 @@ class Progress:
         """``steps`` more transitions, and the returns of the episodes that just ended."""
         self.episodes += len(returns)
         self._return_sum += sum(returns)
-        if self._bar is None:
-            return
         if returns:  # so at least one episode counted
             mean_return = self._return_sum / self.episodes
             self._bar.set_postfix(
@@ -368,8 +364,7 @@ class Progress:
         self._bar.update(steps)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+        self._bar.close()
 
 
 def _action_rows(actions: Any, count: int) -> list[Any]:
