@@ -11,7 +11,8 @@ result (see :class:`~aioenv.env_side._segment.PolicyCache`).
 A :class:`Rollout` is a request like a step (it goes where steps go, so deadlines, restarts
 and stale-reply checks apply to it as to a step): the runner plays ``num_steps`` transitions
 per env with the policy (see :mod:`aioenv.env_side._segment`) and answers one
-:class:`Segment` of arrays.
+:class:`Segment` of arrays per env (a worker of several envs: the list of them, env 0's
+first).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class PolicyPackage:
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
-    """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`.
+    """Play ``num_steps`` transitions per env with ``policy`` and answer a :class:`Segment`
+    per env.
     ``seed``: start from a fresh reset seeded so (env ``i`` of a worker: ``seed + i``); None:
     go on from where the last segment stopped (a reset if there is none).
     ``episode_timeout``: the seconds each episode may last (checked after each step: the
@@ -110,14 +112,14 @@ class Transitions:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Segment(Transitions):
-    """What a worker answers a :class:`Rollout` with: one row per transition, rows of env
-    ``env[i]`` of the worker contiguous and in step order. ``step`` is the row's index in
-    its episode (0 after a reset). Observations and actions are arrays where numpy can
-    stack them, else lists."""
+    """What a worker answers a :class:`Rollout` with, one per env (a worker of several envs
+    answers the list of them, env 0's first): one row per transition of env ``env`` of the
+    worker, in step order. ``step`` is the row's index in its episode (0 after a reset).
+    Observations and actions are arrays where numpy can stack them, else lists."""
 
     step: npt.NDArray[np.int64]
-    env: npt.NDArray[np.int64]
+    env: int
     version: int
-    #: Per env of the worker: its first row goes on from where its last segment stopped
-    #: (that episode keeps its id), not from a reset or a state answered by hand.
-    goes_on: npt.NDArray[np.bool_]
+    #: The env's first row goes on from where its last segment stopped (that episode
+    #: keeps its id), not from a reset or a state answered by hand.
+    goes_on: bool

@@ -6,7 +6,8 @@ The messages (:class:`~aioenv.core._rollouts.PolicyPackage`,
 vocabulary both sides share. Here a serving process unpickles each policy once for all its
 slots (:class:`PolicyCache`), and a runner plays a :class:`~aioenv.core._rollouts.Rollout`:
 ``num_steps`` transitions per env with the policy, answered as one
-:class:`~aioenv.core._rollouts.Segment` of arrays. This module is on the env's side: it
+:class:`~aioenv.core._rollouts.Segment` of arrays per env (a runner of several envs answers
+the list of its envs' segments, env 0's first). This module is on the env's side: it
 imports nothing of the parent's.
 """
 
@@ -25,7 +26,7 @@ from ..core._messages import Failure
 from ..core._rollouts import PolicyPackage, Rollout, Segment
 from ._plan import Plan
 
-__all__ = ["PolicyCache", "joined", "rollout_plan"]
+__all__ = ["PolicyCache", "rollout_plan"]
 
 _NOT_LOADED = object()
 
@@ -149,7 +150,7 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
 
 
 #: A Segment's columns, in the order a transition's row gives them: every field but the
-#: env (the same for every row of a runner), the version and goes_on (one per env).
+#: env, the version and goes_on (one per segment: a segment is one env's).
 _COLUMNS = tuple(
     f.name for f in dataclasses.fields(Segment) if f.name not in ("env", "version", "goes_on")
 )
@@ -167,7 +168,8 @@ class _Stop(Exception):
 def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | Failure]:
     """The plan of ``request`` on ``runner`` (an :class:`~aioenv.env_side._runner.EnvRunner`; see
     :mod:`aioenv.env_side._plan`), keeping its cursor there for the next segment; a Failure ends
-    the segment and drops its rows."""
+    the segment and drops its rows. ``env``: the runner's env's index in its worker, which
+    the segment carries."""
     try:
         policy = runner.policies.resolve(request.policy)
     except Exception as exc:
@@ -214,8 +216,7 @@ def _segment(rows: dict[str, list[Any]], env: int, version: int, goes_on: bool) 
         else _column(values)
         for name, values in rows.items()
     }
-    env_column = np.full(count, env, np.int64)
-    return Segment(**columns, env=env_column, version=version, goes_on=np.array([goes_on]))
+    return Segment(**columns, env=env, version=version, goes_on=goes_on)
 
 
 _NUMERIC = (np.ndarray, np.generic, int, float, bool)
@@ -231,22 +232,3 @@ def _column(items: list[Any]) -> Any:
     except ValueError:
         return items
     return items if array.dtype.hasobject else array
-
-
-def joined(segments: list[Segment]) -> Segment:
-    """The segments of a worker's envs, one after the other (each column joined by
-    :func:`_joined`: the 1-d arrays of rewards, flags, steps, envs and goes_on are
-    concatenated)."""
-    names = (*_COLUMNS, "env", "goes_on")
-    columns = {name: _joined([getattr(s, name) for s in segments]) for name in names}
-    return Segment(**columns, version=segments[0].version)
-
-
-def _joined(parts: list[Any]) -> Any:
-    """One column of several segments: arrays of one row shape concatenated, else the
-    items listed."""
-    if all(isinstance(part, np.ndarray) for part in parts):
-        shapes = {part.shape[1:] for part in parts}
-        if len(shapes) == 1:
-            return np.concatenate(parts)
-    return [item for part in parts for item in part]

@@ -25,7 +25,7 @@ from ._batch_rows import batched_space, columns_of, flag_array, misfit, stack_ro
 from ._infos import batch_vector_infos, flat_infos
 from ._plan import drive
 from ._runner import EnvRunner
-from ._segment import PolicyCache, joined, rollout_plan
+from ._segment import PolicyCache, rollout_plan
 
 __all__ = ["Runner", "VectorRunner", "make_runner"]
 
@@ -124,9 +124,10 @@ class VectorRunner:
             env = misfit(self._single_space, self._observations)
             return failure if env is None else _in_env(failure, env)
 
-    def _rollout(self, request: Rollout) -> Segment | Failure:
+    def _rollout(self, request: Rollout) -> list[Segment] | Failure:
         """Each env plays the segment in turn (``num_steps`` transitions each), with the
-        single-observation policy; their rows are joined, env 0's first."""
+        single-observation policy; the answer is their segments, one per env, env 0's
+        first."""
         if (failure := self.build()) is not None:
             return failure
         segments: list[Segment] = []
@@ -135,7 +136,7 @@ class VectorRunner:
             if isinstance(segment, Failure):
                 return _in_env(segment, index)
             segments.append(segment)
-        return joined(segments)
+        return segments
 
     def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
         """Reset the envs (see the class's docstring for ``seed`` and the reset mask in

@@ -164,10 +164,11 @@ class PoolRollouts:
                 )
         return workers
 
-    async def _play(self, requests: dict[Any, Rollout]) -> dict[int, Segment | WorkerError]:
-        """Send each worker its request and wait for every segment (or error); a reset
-        state in its place is a restart's, and the worker is asked again."""
-        results: dict[int, Segment | WorkerError] = {}
+    async def _play(self, requests: dict[Any, Rollout]) -> dict[int, list[Segment] | WorkerError]:
+        """Send each worker its request and wait for its segments, one per env (or its
+        error); a reset state in their place is a restart's, and the worker is asked
+        again."""
+        results: dict[int, list[Segment] | WorkerError] = {}
         pending: list[int] = []
         try:
             for worker_id in self._roster.send_order(list(requests)):
@@ -183,8 +184,9 @@ class PoolRollouts:
                         results[worker_id] = outcome.error
                     elif outcome.error is not None:
                         raise outcome.error
-                    elif type(outcome.state) is Segment:
-                        results[worker_id] = outcome.state
+                    elif type(outcome.state) in (Segment, list):  # a list: several envs'
+                        state = outcome.state
+                        results[worker_id] = state if type(state) is list else [state]
                     else:  # a restarted env's reset answered: ask it again
                         self._cut_short(worker_id)
                         self._roster.members[worker_id].send_action(requests[worker_id])
@@ -214,15 +216,16 @@ class PoolRollouts:
         for lane in range(first, first + self._roster.members[worker_id].num_envs):
             self._rollout_ledger.cut(lane)
 
-    def _assemble(self, results: dict[int, Segment | WorkerError]) -> Trajectories:
-        parts = []
+    def _assemble(self, results: dict[int, list[Segment] | WorkerError]) -> Trajectories:
+        parts: list[dict[str, Any]] = []
         error: WorkerError | None = None
         for worker_id in sorted(results):
             result = results[worker_id]
             self._episodes.expect_reset(worker_id)  # its restart's, where it failed
-            if isinstance(result, Segment):
-                parts.append(self._columns(worker_id, result))
-                if len(result.goes_on) == 1:  # stepping it by hand goes on from there
+            if isinstance(result, list):
+                alone = len(result) == 1  # a worker of one env
+                parts.extend(self._columns(worker_id, segment, alone) for segment in result)
+                if alone:  # stepping it by hand goes on from there
                     lane = self._roster.first_env[worker_id]
                     self._episodes.hand_over(worker_id, self._rollout_ledger, lane, True)
             elif error is None:
@@ -234,32 +237,28 @@ class PoolRollouts:
             raise error
         return trajectories
 
-    def _columns(self, worker_id: int, segment: Segment) -> dict[str, Any]:
-        """The worker's rows with their episode ids and open flags; counts its episodes."""
+    def _columns(self, worker_id: int, segment: Segment, alone: bool) -> dict[str, Any]:
+        """The rows of one env of the worker (``alone``: its only one) with their episode
+        ids and open flags; counts its episodes."""
         count = len(segment)
-        episode_id = np.empty(count, np.int64)
-        open_rows = np.zeros(count, np.bool_)
         done = segment.terminated | segment.truncated
-        for env in np.unique(segment.env).tolist():
-            rows = np.flatnonzero(segment.env == env)
-            lane = self._roster.first_env[worker_id] + env
-            starts = segment.step[rows] == 0
-            if not segment.goes_on[env] and not starts[0]:  # from a state answered by hand
-                self._rollout_ledger.start(lane)
-                if len(segment.goes_on) == 1:  # that episode's rewards and steps so far
-                    self._episodes.hand_over(worker_id, self._rollout_ledger, lane, False)
-            episode_id[rows] = _enter(
-                self._rollout_ledger, lane, segment.rewards[rows], starts, done[rows]
-            )
-            ends = np.flatnonzero(done[rows])
-            last_end = ends[-1] if len(ends) else -1
-            open_rows[rows[last_end + 1 :]] = True
+        lane = self._roster.first_env[worker_id] + segment.env
+        starts = segment.step == 0
+        if not segment.goes_on and not starts[0]:  # from a state answered by hand
+            self._rollout_ledger.start(lane)
+            if alone:  # that episode's rewards and steps so far
+                self._episodes.hand_over(worker_id, self._rollout_ledger, lane, False)
+        episode_id = _enter(self._rollout_ledger, lane, segment.rewards, starts, done)
+        ends = np.flatnonzero(done)
+        last_end = ends[-1] if len(ends) else -1
+        open_rows = np.zeros(count, np.bool_)
+        open_rows[last_end + 1 :] = True
         # The columns every transition has, as the segment holds them.
         shared = dataclasses.fields(Transitions)
         return {
             **{field.name: getattr(segment, field.name) for field in shared},
             "worker_id": np.full(count, worker_id, np.int64),
-            "episode_id": episode_id,
+            "episode_id": np.array(episode_id, np.int64),
             "step": segment.step,
             "policy_version": np.full(count, segment.version, np.int64),
             "open": open_rows,
