@@ -113,12 +113,11 @@ class Transitions:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Segment(Transitions):
     """What a worker answers a :class:`Rollout` with, one per env (a worker of several envs
-    answers the list of them, env 0's first): one row per transition of env ``env`` of the
-    worker, in step order. ``step`` is the row's index in its episode (0 after a reset).
+    answers the list of them, env 0's first): one row per transition of the env, in step
+    order. ``step`` is the row's index in its episode (0 after a reset).
     Observations and actions are arrays where numpy can stack them, else lists."""
 
     step: npt.NDArray[np.int64]
-    env: int
     version: int
     #: The env's first row goes on from where its last segment stopped (that episode
     #: keeps its id), not from a reset or a state answered by hand.

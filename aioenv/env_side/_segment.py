@@ -150,9 +150,9 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
 
 
 #: A Segment's columns, in the order a transition's row gives them: every field but the
-#: env, the version and goes_on (one per segment: a segment is one env's).
+#: version and goes_on (one per segment: a segment is one env's).
 _COLUMNS = tuple(
-    f.name for f in dataclasses.fields(Segment) if f.name not in ("env", "version", "goes_on")
+    f.name for f in dataclasses.fields(Segment) if f.name not in ("version", "goes_on")
 )
 #: The dtype of each numeric column (the others are stacked where numpy can: _column).
 _DTYPES = {"rewards": np.float64, "terminated": np.bool_, "truncated": np.bool_, "step": np.int64}
@@ -168,8 +168,8 @@ class _Stop(Exception):
 def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | Failure]:
     """The plan of ``request`` on ``runner`` (an :class:`~aioenv.env_side._runner.EnvRunner`; see
     :mod:`aioenv.env_side._plan`), keeping its cursor there for the next segment; a Failure ends
-    the segment and drops its rows. ``env``: the runner's env's index in its worker, which
-    the segment carries."""
+    the segment and drops its rows. ``env``: the runner's env's index in its worker (its
+    reset's seed is ``request.seed + env``)."""
     try:
         policy = runner.policies.resolve(request.policy)
     except Exception as exc:
@@ -185,7 +185,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
         return stop.failure
     except Exception as exc:
         return Failure.from_exception(exc, "rollout")
-    return _segment(rows, env, request.policy.version, goes_on)
+    return _segment(rows, request.policy.version, goes_on)
 
 
 def _resume(runner: Any) -> Cursor | None:
@@ -206,8 +206,8 @@ def _resume(runner: Any) -> Cursor | None:
     return Cursor(last.observation, runner.steps_in_episode)
 
 
-def _segment(rows: dict[str, list[Any]], env: int, version: int, goes_on: bool) -> Segment:
-    """The Segment of ``rows`` (by column) played on env ``env``: each numeric column an
+def _segment(rows: dict[str, list[Any]], version: int, goes_on: bool) -> Segment:
+    """The Segment of ``rows`` (by column) played on one env: each numeric column an
     array of its dtype, the others stacked where numpy can."""
     count = len(rows["rewards"])
     columns = {
@@ -216,7 +216,7 @@ def _segment(rows: dict[str, list[Any]], env: int, version: int, goes_on: bool) 
         else _column(values)
         for name, values in rows.items()
     }
-    return Segment(**columns, env=env, version=version, goes_on=goes_on)
+    return Segment(**columns, version=version, goes_on=goes_on)
 
 
 _NUMERIC = (np.ndarray, np.generic, int, float, bool)

@@ -222,12 +222,9 @@ class PoolRollouts:
         for worker_id in sorted(results):
             result = results[worker_id]
             self._episodes.expect_reset(worker_id)  # its restart's, where it failed
-            if isinstance(result, list):
-                alone = len(result) == 1  # a worker of one env
-                parts.extend(self._columns(worker_id, segment, alone) for segment in result)
-                if alone:  # stepping it by hand goes on from there
-                    lane = self._roster.first_env[worker_id]
-                    self._episodes.hand_over(worker_id, self._rollout_ledger, lane, True)
+            if isinstance(result, list):  # its envs' segments, env 0's first
+                for env, segment in enumerate(result):  # alone: a worker of one env
+                    parts.append(self._columns(worker_id, env, segment, len(result) == 1))
             elif error is None:
                 error = result
         trajectories = self._trajectories(parts)
@@ -237,18 +234,30 @@ class PoolRollouts:
             raise error
         return trajectories
 
-    def _columns(self, worker_id: int, segment: Segment, alone: bool) -> dict[str, Any]:
-        """The rows of one env of the worker (``alone``: its only one) with their episode
-        ids and open flags; counts its episodes."""
+    def _columns(self, worker_id: int, env: int, segment: Segment, alone: bool) -> dict[str, Any]:
+        """The rows of env ``env`` of the worker (``alone``: its only one) with their
+        episode ids and open flags, entered in the ledger (which counts their finished
+        episodes in the worker's statistics). A row at step 0 starts an episode, and so do
+        the lane's first row ever and a first row that goes on from a state answered by
+        hand."""
         count = len(segment)
+        ledger, lane = self._rollout_ledger, self._roster.first_env[worker_id] + env
         done = segment.terminated | segment.truncated
-        lane = self._roster.first_env[worker_id] + segment.env
         starts = segment.step == 0
         if not segment.goes_on and not starts[0]:  # from a state answered by hand
-            self._rollout_ledger.start(lane)
+            ledger.start(lane)
             if alone:  # that episode's rewards and steps so far
-                self._episodes.hand_over(worker_id, self._rollout_ledger, lane, False)
-        episode_id = _enter(self._rollout_ledger, lane, segment.rewards, starts, done)
+                self._episodes.hand_over(worker_id, ledger, lane, False)
+        episode_id: list[int] = []
+        latest = ledger.latest(lane)
+        rows = zip(segment.rewards.tolist(), starts.tolist(), done.tolist(), strict=True)
+        for reward, start, end in rows:
+            if start or latest is None:
+                latest = ledger.start(lane)
+            episode_id.append(latest)
+            ledger.add(lane, reward, end)
+        if alone:  # stepping it by hand goes on from there
+            self._episodes.hand_over(worker_id, ledger, lane, True)
         ends = np.flatnonzero(done)
         last_end = ends[-1] if len(ends) else -1
         open_rows = np.zeros(count, np.bool_)
@@ -277,21 +286,6 @@ class PoolRollouts:
         if np.array_equal(order, np.arange(len(order))):
             return trajectories
         return trajectories.select(order)
-
-
-def _enter(ledger: EpisodeLedger, lane: int, rewards: Any, starts: Any, done: Any) -> list[int]:
-    """Enter one lane's rows of a segment in the ledger (which counts its finished episodes
-    in the worker's statistics); returns each row's episode id. A row at step 0 starts an
-    episode (the caller starts one for a first row that goes on from a state answered by
-    hand), and so does the lane's first row ever."""
-    ids: list[int] = []
-    episode_id = ledger.latest(lane)
-    for reward, start, end in zip(rewards.tolist(), starts.tolist(), done.tolist(), strict=True):
-        if start or episode_id is None:
-            episode_id = ledger.start(lane)
-        ids.append(episode_id)
-        ledger.add(lane, reward, end)
-    return ids
 
 
 def _concatenated(values: list[Any], space: Any, observed: bool) -> Any:
