@@ -107,10 +107,11 @@ def _rows(
     """The segment's rows (``request.num_steps`` of them), the runner's own reset and step
     plans making the env's calls. ``request.episode_timeout``, the budget: an episode's
     seconds; the step that finds its episode past them ends it truncated, and the env is
-    reset."""
+    reset. The segment starts from a reset where there is no ``cursor``, a ``seed``, or
+    ``request.fresh``."""
     budget = request.episode_timeout
     rows: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-    if cursor is None or seed is not None:
+    if cursor is None or seed is not None or request.fresh:
         cursor = Cursor((yield from _answered(runner.reset_plan(seed))).observation, 0)
     for _ in range(request.num_steps):
         try:
@@ -177,9 +178,7 @@ def rollout_plan(runner: Any, request: Rollout, env: int = 0) -> Plan[Segment | 
     try:
         seed = None if request.seed is None else request.seed + env
         goes_on = type(runner.last) is Cursor
-        cursor = _resume(runner)
-        if request.fresh:
-            cursor = None
+        cursor = _resume(runner)  # cleared on the runner, whatever the request
         rows, runner.last = yield from _rows(runner, cursor, request, seed, policy)
     except _Stop as stop:
         return stop.failure
