@@ -188,7 +188,12 @@ class PoolRollouts:
                         state = outcome.state
                         results[worker_id] = state if type(state) is list else [state]
                     else:  # a restarted env's reset answered: ask it again
-                        self._cut_short(worker_id)
+                        # The worker's envs were replaced: the episodes they had open end
+                        # (truncated) in its statistics. Their rows in the failed segment
+                        # are lost with it.
+                        first = self._roster.first_env[worker_id]
+                        for lane in range(first, first + self._roster.members[worker_id].num_envs):
+                            self._rollout_ledger.cut(lane)
                         self._roster.members[worker_id].send_action(requests[worker_id])
                         break  # a sync worker answers in line: look again before waiting
                     pending.remove(worker_id)
@@ -208,13 +213,6 @@ class PoolRollouts:
             for worker_id in requests:
                 self._inbox.resume(worker_id)
         return results
-
-    def _cut_short(self, worker_id: int) -> None:
-        """The worker's envs were replaced: the episodes they had open end (truncated) in
-        its statistics. Their rows in the failed segment are lost with it."""
-        first = self._roster.first_env[worker_id]
-        for lane in range(first, first + self._roster.members[worker_id].num_envs):
-            self._rollout_ledger.cut(lane)
 
     def _assemble(self, results: dict[int, list[Segment] | WorkerError]) -> Trajectories:
         parts: list[dict[str, Any]] = []
