@@ -539,6 +539,22 @@ async def test_a_worker_that_fails_for_good_raises_and_the_others_segments_are_k
         assert len(again) == 3 * 2
 
 
+async def test_a_rollout_every_worker_of_which_fails_keeps_no_rows_of_their_own_dtypes() -> None:
+    # No worker answered a segment: the error's trajectories have no rows, each column of
+    # its documented dtype, where every column was float64 and repr() raised TypeError.
+    async with aioenv.make_pool([envs_factory(explode_at=2)] * 2, mode="thread") as pool:
+        await pool.set_policy(choose_walk)
+        with pytest.raises(aioenv.EnvError, match=r"worker 0 .*Walk exploded") as caught:
+            await pool.rollout(3)
+    kept = caught.value.trajectories  # type: ignore[attr-defined]
+    assert len(kept) == 0 and kept.num_episodes == 0 and "0 transitions" in repr(kept)
+    for name in ("worker_id", "episode_id", "step", "policy_version"):
+        assert getattr(kept, name).dtype == np.int64, name
+    for name in ("terminated", "truncated", "open"):
+        assert getattr(kept, name).dtype == np.bool_, name
+    assert kept.rewards.dtype == np.float64
+
+
 @pytest.mark.parametrize("kind", ["thread", "process", "mixed"])
 async def test_a_rollout_on_some_workers_keeps_its_segments_from_a_loop_stepping_the_others(
     kind: str, gate: str
