@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from . import _pickling as pickling
 
-__all__ = ["PolicyPackage", "Rollout", "Segment", "Transitions"]
+__all__ = ["DTYPES", "PolicyPackage", "Rollout", "Segment", "Transitions"]
 
 _NO_OBJECT = object()
 
@@ -122,3 +122,13 @@ class Segment(Transitions):
     #: The env's first row goes on from where its last segment stopped (that episode
     #: keeps its id), not from a reset or a state answered by hand.
     goes_on: bool
+
+
+#: The dtype of each column of numbers that transitions have: a :class:`Segment`'s (its
+#: ``step`` too) and the :class:`~aioenv.Trajectories`' made of segments (whose other
+#: columns of numbers are ids, versions and open flags), rows or none.
+DTYPES = {
+    "rewards": np.float64,
+    **dict.fromkeys(("terminated", "truncated", "open"), np.bool_),
+    **dict.fromkeys(("step", "worker_id", "episode_id", "policy_version"), np.int64),
+}

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..core._environment import Step, copy_arrays
 from ..core._messages import Failure
-from ..core._rollouts import PolicyPackage, Rollout, Segment
+from ..core._rollouts import DTYPES, PolicyPackage, Rollout, Segment
 from ._plan import Plan
 
 __all__ = ["PolicyCache", "rollout_plan"]
@@ -155,8 +155,6 @@ def _answered(plan: Plan[Any]) -> Plan[Step[Any]]:
 _COLUMNS = tuple(
     f.name for f in dataclasses.fields(Segment) if f.name not in ("version", "goes_on")
 )
-#: The dtype of each numeric column (the others are stacked where numpy can: _column).
-_DTYPES = {"rewards": np.float64, "terminated": np.bool_, "truncated": np.bool_, "step": np.int64}
 
 
 class _Stop(Exception):
@@ -210,8 +208,8 @@ def _segment(rows: dict[str, list[Any]], version: int, goes_on: bool) -> Segment
     array of its dtype, the others stacked where numpy can."""
     count = len(rows["rewards"])
     columns = {
-        name: np.asarray(values, _DTYPES[name]).reshape(count)
-        if name in _DTYPES
+        name: np.asarray(values, DTYPES[name]).reshape(count)
+        if name in DTYPES  # a numeric column (the others are stacked where numpy can: _column)
         else _column(values)
         for name, values in rows.items()
     }

@@ -21,7 +21,7 @@ from gymnasium.spaces import Box, Dict, Discrete, MultiDiscrete, Tuple
 
 from ..core._errors import StateNotTaken, WorkerError, WorkerPaused
 from ..core._messages import ControlRequest
-from ..core._rollouts import PolicyPackage, Rollout, Segment, Transitions
+from ..core._rollouts import DTYPES, PolicyPackage, Rollout, Segment, Transitions
 from ..core._seeds import checked_count, checked_seed
 from ..workers._inbox import Inbox
 from ..workers._seam import Member
@@ -277,8 +277,8 @@ class PoolRollouts:
         columns: dict[str, Any] = {}
         for name in COLUMNS:
             values = [part[name] for part in parts]
-            if not values and name in _DTYPES:  # no worker answered: no rows, of its dtype
-                values = [np.empty(0, _DTYPES[name])]
+            if not values and name in DTYPES:  # no worker answered: no rows, of its dtype
+                values = [np.empty(0, DTYPES[name])]
             observed = "observations" in name
             columns[name] = _concatenated(values, space if observed else None, observed)
         trajectories = Trajectories(**columns, observation_space=space)
@@ -286,14 +286,6 @@ class PoolRollouts:
         if np.array_equal(order, np.arange(len(order))):
             return trajectories
         return trajectories.select(order)
-
-
-#: The dtype of each column of numbers (what a worker's rows have, and no rows have).
-_DTYPES = {
-    "rewards": np.float64,
-    **dict.fromkeys(("terminated", "truncated", "open"), np.bool_),
-    **dict.fromkeys(("worker_id", "episode_id", "step", "policy_version"), np.int64),
-}
 
 
 def _concatenated(values: list[Any], space: Any, observed: bool) -> Any:
