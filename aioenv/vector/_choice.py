@@ -139,7 +139,7 @@ def place_envs(
     vector env's (the engine's steps copy the observations out, or not)."""
     check_mode(mode)
     PoolOptions(autoreset=autoreset, **{k: v for k, v in options.items() if k in POOL_OPTIONS})
-    sources, one = _sources(env, num_envs)
+    sources = _sources(env, num_envs)
     probe = probe_env(
         sources[0],
         timed=mode == AUTO,
@@ -150,7 +150,6 @@ def place_envs(
         # Parallel envs: each worker builds its envs as their agent lanes.
         batch_size = _envs_of_lanes(batch_size, len(probe.agents))
         sources = [LaneSource(source) for source in sources]
-        one = sources if isinstance(one, list) else sources[0]
     choice = choose_mode(mode, probe, len(sources), batch_size, options)
     if choice.mode == "inline":
         inline = _inline(sources, autoreset, options)
@@ -168,18 +167,17 @@ def place_envs(
     # The vector env copies observations once, into what it returns (its own ``copy``):
     # the pool hands them over as they arrive, views of shared memory included.
     options["copy"] = False
-    grouping = one if per_worker == 1 else groups_of(sources, per_worker, options.get("seed"))
+    grouping = sources if per_worker == 1 else groups_of(sources, per_worker, options.get("seed"))
     count = len(sources) // per_worker
     pool = make_pool(grouping, count, mode=choice.mode, autoreset=autoreset, **options)
     sizes = [worker.num_envs for worker in pool.workers]
     return Placement(Runtime(pool, alike=alike), sizes, probe, choice, batch_size, spin_by_rule)
 
 
-def _sources(
-    env: EnvSource | Sequence[EnvSource], num_envs: int | None
-) -> tuple[list[EnvSource], EnvSource | list[EnvSource]]:
-    """The env sources of ``AioVectorEnv(env, num_envs)``, one per env, and ``env``
-    resolved: the list of them, or the one source every env is built from."""
+def _sources(env: EnvSource | Sequence[EnvSource], num_envs: int | None) -> list[EnvSource]:
+    """The env sources of ``AioVectorEnv(env, num_envs)``, one per env, resolved (one
+    source every env is built from is listed once per env: the same object, which a
+    pool builds as it builds one source given for every worker)."""
     if isinstance(env, (list, tuple)):
         refuse_shared(env, "AioVectorEnv()")
         sources = [resolve_source(source) for source in env]
@@ -187,13 +185,12 @@ def _sources(
             raise ValueError("AioVectorEnv needs at least one env factory")
         if num_envs is not None and num_envs != len(sources):
             raise ValueError(f"num_envs={num_envs} but {len(sources)} env factories")
-        return sources, sources
+        return sources
     if num_envs is None:
         raise TypeError("AioVectorEnv(env, num_envs): num_envs is needed for one env")
     check_num_envs(num_envs, "AioVectorEnv(env, num_envs)")
     refuse_shared([env], "AioVectorEnv()", num_envs)
-    one = resolve_source(env)  # an unknown id fails here
-    return [one] * num_envs, one
+    return [resolve_source(env)] * num_envs  # an unknown id fails here
 
 
 def vector_modes() -> tuple[str, ...]:
