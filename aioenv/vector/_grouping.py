@@ -92,7 +92,20 @@ def group_size(
         per_worker = envs_per_worker(num_envs, usable_cores(), batch_size)
     else:
         per_worker = 1
-    _spin_where_children_have_cores(mode, num_envs // per_worker, options)
+    # idle_spin (unless given) where each child has a core of its own: the script's core
+    # is free for one while a lockstep script waits, but not while the parent steps envs
+    # itself (workers of a kind that runs in the parent, in a list of modes), and a child
+    # of several (envs_per_process) counts once.
+    per_process = options.get("envs_per_process", 1)
+    kinds = [mode] * (num_envs // per_worker) if isinstance(mode, str) else list(mode)
+    process_workers = kinds.count("process")
+    unasked = "idle_spin" not in options and isinstance(per_process, (int, np.integer))
+    if process_workers and unasked:
+        processes = -(-process_workers // max(1, per_process))
+        cores = usable_cores()
+        parent_steps = process_workers < len(kinds)
+        if cores > 1 and processes <= cores - parent_steps:
+            options["idle_spin"] = LOCKSTEP_IDLE_SPIN
     return per_worker
 
 
@@ -139,12 +152,18 @@ def engine_envs(
         or set(options) - ENGINE_OPTIONS
     ):
         return None
-    if per_worker > 1:  # a worker's k envs to a child
-        if per_process != 1:
-            return None  # workers of several envs, several to a process: the pool's
-    elif per_process == 1 or _whole_groups(per_process, len(sources), batch_size):
+    # envs_per_process=k makes whole children of the envs for the engine where it is an
+    # int that divides them and each pipelined batch: k envs to a child (a worker's k
+    # envs are a child already; several such workers to a process are the pool's).
+    if per_worker == 1 and (
+        isinstance(per_process, (int, np.integer))
+        and type(per_process) is not bool
+        and per_process >= 1
+        and len(sources) % per_process == 0
+        and (batch_size is None or batch_size % per_process == 0)
+    ):
         per_worker = int(per_process)  # a child per env, or per envs_per_process envs
-    else:
+    elif per_process != 1:
         return None  # the pool's, which says what is wrong where something is
     groups = groups_of(sources, per_worker)
     sizes = [per_worker] * len(groups)
@@ -159,39 +178,6 @@ def engine_envs(
         )
     except NoLayout:
         return None
-
-
-def _whole_groups(per_process: Any, num_envs: int, batch_size: int | None) -> bool:
-    """Whether ``envs_per_process`` makes whole children of the envs for the engine: ``k``
-    envs each, and whole children in each pipelined batch."""
-    return bool(
-        isinstance(per_process, (int, np.integer))
-        and type(per_process) is not bool
-        and per_process >= 1
-        and num_envs % per_process == 0
-        and (batch_size is None or batch_size % per_process == 0)
-    )
-
-
-def _spin_where_children_have_cores(
-    mode: str | Sequence[str], workers: int, options: dict[str, Any]
-) -> None:
-    """Give process workers ``idle_spin`` (unless given) where each child has a core of
-    its own: the script's core is free for one while a lockstep script waits, but not
-    while the parent steps envs itself (workers of a kind that runs in the parent, in a
-    list of modes), and a child of several (``envs_per_process``) counts once."""
-    per_process = options.get("envs_per_process", 1)
-    if "idle_spin" in options or not isinstance(per_process, (int, np.integer)):
-        return
-    kinds = [mode] * workers if isinstance(mode, str) else list(mode)
-    process_workers = kinds.count("process")
-    if not process_workers:
-        return
-    processes = -(-process_workers // max(1, per_process))
-    cores = usable_cores()
-    parent_steps = process_workers < len(kinds)
-    if cores > 1 and processes <= cores - parent_steps:
-        options["idle_spin"] = LOCKSTEP_IDLE_SPIN
 
 
 def envs_per_worker(num_envs: int, cores: int, batch_size: int | None = None) -> int:
