@@ -209,6 +209,13 @@ def test_a_batch_size_that_cannot_work_is_refused(options: dict[str, Any], messa
         aioenv.AioVectorEnv(envs.Walk, N, mode="thread", **options)
 
 
+def test_a_batch_size_that_is_no_int_is_refused_beside_envs_per_process() -> None:
+    """Whether envs_per_process makes whole children of each pipelined batch (for the
+    engine) is asked only of an int batch size: any other is refused as in any mode."""
+    with pytest.raises(ValueError, match="batch_size must be an int from 1 to num_envs=4"):
+        aioenv.AioVectorEnv(envs.Walk, N, mode="process", envs_per_process=2, batch_size="x")
+
+
 def test_default_grouping_of_process_workers_fits_the_batch_size() -> None:
     assert envs_per_worker(16, 2, batch_size=4) == 4  # 16 without a batch size
     assert envs_per_worker(16, 16, batch_size=6) == 2

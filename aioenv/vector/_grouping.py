@@ -160,7 +160,8 @@ def engine_envs(
         and type(per_process) is not bool
         and per_process >= 1
         and len(sources) % per_process == 0
-        and (batch_size is None or batch_size % per_process == 0)
+        # a batch size that is no int is refused by the vector env as in any mode
+        and (not isinstance(batch_size, numbers.Integral) or batch_size % per_process == 0)
     ):
         per_worker = int(per_process)  # a child per env, or per envs_per_process envs
     elif per_process != 1:
