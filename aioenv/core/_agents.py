@@ -108,32 +108,19 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
     ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)  # np_random_seed: the seed the env was given
         observations, infos = self.parallel_env.reset(seed=seed, options=options)
-        lanes = len(self.lane_agents)
-        zeros = np.zeros(lanes, np.bool_)
-        step = LaneStep(
-            np.zeros(lanes), zeros, zeros.copy(), self._present(observations), self._infos(infos)
-        )
-        return self._observations(observations), {LANES_KEY: step}
+        return self._lanes((observations, {}, {}, {}, infos))
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         env = self.parallel_env
         present = set(env.agents)
         lanes = zip(self.lane_agents, iterate(self.action_space, action), strict=True)
         actions = {agent: lane_action for agent, lane_action in lanes if agent in present}
-        observations, rewards, terminations, truncations, infos = env.step(actions)
-        agents = self.lane_agents
-        step = LaneStep(
-            np.array([float(rewards.get(agent, 0.0)) for agent in agents]),
-            np.array([bool(terminations.get(agent, False)) for agent in agents]),
-            np.array([bool(truncations.get(agent, False)) for agent in agents]),
-            self._present(observations),
-            self._infos(infos),
-        )
+        observation, info = self._lanes(env.step(actions))
+        step = info[LANES_KEY]
         done = not env.agents
         truncated = done and bool(step.truncated.any())
         terminated = done and not truncated
-        reward = float(step.rewards.sum())
-        return self._observations(observations), reward, terminated, truncated, {LANES_KEY: step}
+        return observation, float(step.rewards.sum()), terminated, truncated, info
 
     # The parallel env's own, which set_attr sets (not copies that would stay behind).
     @property
@@ -164,16 +151,24 @@ class AgentLanesEnv(gymnasium.Env[Any, Any]):
         setattr(target, name, value)
         return True
 
-    def _present(self, observations: dict[Any, Any]) -> npt.NDArray[np.bool_]:
-        return np.array([agent in observations for agent in self.lane_agents])
-
-    def _infos(self, infos: dict[Any, Any]) -> tuple[dict[str, Any] | None, ...]:
-        return tuple(infos.get(agent) for agent in self.lane_agents)
-
-    def _observations(self, observations: dict[Any, Any]) -> Any:
+    def _lanes(self, result: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
+        """The batch of the lanes' observations and the info that carries their
+        :class:`LaneStep`, from the parallel env's ``step`` result, its five dicts by agent
+        (a reset's with its rewards and flags empty: 0.0 and False for every lane, as for
+        an absent agent)."""
+        observations, rewards, terminations, truncations, infos = result
+        agents = self.lane_agents
+        step = LaneStep(
+            np.array([float(rewards.get(agent, 0.0)) for agent in agents]),
+            np.array([bool(terminations.get(agent, False)) for agent in agents]),
+            np.array([bool(truncations.get(agent, False)) for agent in agents]),
+            np.array([agent in observations for agent in agents]),
+            tuple(infos.get(agent) for agent in agents),
+        )
         space = self.single_observation_space
-        rows = [observations.get(agent, self._zero) for agent in self.lane_agents]
-        return concatenate(space, rows, create_empty_array(space, len(rows)))  # type: ignore[arg-type]
+        rows = [observations.get(agent, self._zero) for agent in agents]
+        batch = concatenate(space, rows, create_empty_array(space, len(rows)))  # type: ignore[arg-type]
+        return batch, {LANES_KEY: step}
 
 
 def _one_space(env: Any, kind: str, agents: tuple[Any, ...]) -> Any:
