@@ -42,7 +42,6 @@ __all__ = [
     "as_async_environment",
     "as_environment",
     "build_environment",
-    "describe_result",
     "gymnasium_reset",
     "gymnasium_step",
     "is_coroutine_env",
@@ -90,9 +89,8 @@ def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
     """The Step of ``env.step``'s ``result``: gymnasium's 5-tuple, or a TypeError that
     says what came instead."""
     if not isinstance(result, tuple) or len(result) != 5:
-        raise TypeError(
-            f"{type(env).__name__}.step() returned {describe_result(result)}; aioenv "
-            "expects gymnasium's 5-tuple (observation, reward, terminated, truncated, info)"
+        raise _refused(
+            env, "step", result, "5-tuple (observation, reward, terminated, truncated, info)"
         )
     observation, reward, terminated, truncated, info = result
     return Step(observation, float(reward), bool(terminated), bool(truncated), info)
@@ -102,19 +100,18 @@ def gymnasium_reset(env: object, result: Any) -> tuple[Any, Any]:
     """``env.reset``'s ``result``: gymnasium's pair, or a TypeError that says what came
     instead (the old gym API's observation alone, say, which a 2-row array would unpack)."""
     if not isinstance(result, tuple) or len(result) != 2:
-        raise TypeError(
-            f"{type(env).__name__}.reset() returned {describe_result(result)}; aioenv "
-            "expects gymnasium's pair (observation, info)"
-        )
+        raise _refused(env, "reset", result, "pair (observation, info)")
     return result
 
 
-def describe_result(result: object) -> str:
-    """What an env's ``reset`` or ``step`` returned, for the error that refuses it: ``a
-    3-tuple``, ``a dict``."""
-    if isinstance(result, tuple):
-        return f"a {len(result)}-tuple"
-    return f"a {type(result).__name__}"
+def _refused(env: object, method: str, result: object, expected: str) -> TypeError:
+    """The error for what ``env``'s ``method`` (``"reset"`` or ``"step"``) returned
+    instead of gymnasium's ``expected`` result, saying what it was: ``a 3-tuple``, ``a
+    dict``."""
+    got = f"{len(result)}-tuple" if isinstance(result, tuple) else type(result).__name__
+    return TypeError(
+        f"{type(env).__name__}.{method}() returned a {got}; aioenv expects gymnasium's {expected}"
+    )
 
 
 def is_coroutine_env(obj: object) -> bool:
