@@ -69,8 +69,7 @@ class GymnasiumEnvironment(EnvAdapter, Generic[O]):
         return self.env.action_space
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Step[O]:
-        observation, info = gymnasium_reset(self.env, self.env.reset(seed=seed, options=options))
-        return Step(observation, 0.0, False, False, info)
+        return gymnasium_reset(self.env, self.env.reset(seed=seed, options=options))
 
     def step(self, action: Any) -> Step[O]:
         return gymnasium_step(self.env, self.env.step(action))
@@ -96,12 +95,14 @@ def gymnasium_step(env: gymnasium.Env[Any, Any], result: Any) -> Step[Any]:
     return Step(observation, float(reward), bool(terminated), bool(truncated), info)
 
 
-def gymnasium_reset(env: object, result: Any) -> tuple[Any, Any]:
-    """``env.reset``'s ``result``: gymnasium's pair, or a TypeError that says what came
-    instead (the old gym API's observation alone, say, which a 2-row array would unpack)."""
+def gymnasium_reset(env: object, result: Any) -> Step[Any]:
+    """The Step of ``env.reset``'s ``result`` (reward 0.0, neither flag set): gymnasium's
+    pair, or a TypeError that says what came instead (the old gym API's observation
+    alone, say, which a 2-row array would unpack)."""
     if not isinstance(result, tuple) or len(result) != 2:
         raise _refused(env, "reset", result, "pair (observation, info)")
-    return result
+    observation, info = result
+    return Step(observation, 0.0, False, False, info)
 
 
 def _refused(env: object, method: str, result: object, expected: str) -> TypeError:
@@ -176,9 +177,7 @@ class AsyncGymnasiumEnvironment(EnvAdapter, Generic[O]):
     async def reset(
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> Step[O]:
-        result = gymnasium_reset(self.env, await self.env.reset(seed=seed, options=options))
-        observation, info = result
-        return Step(observation, 0.0, False, False, info)
+        return gymnasium_reset(self.env, await self.env.reset(seed=seed, options=options))
 
     async def step(self, action: Any) -> Step[O]:
         return gymnasium_step(self.env, await self.env.step(action))

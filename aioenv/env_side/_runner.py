@@ -177,7 +177,7 @@ class EnvRunner:
         if self.gym is not None:  # the adapter's reset, with no call into it
             pair = self.gym.reset(seed=seed, options=options)
             if type(pair) is not tuple or len(pair) != 2:  # (checked with no call)
-                pair = gymnasium_reset(self.gym, pair)
+                return gymnasium_reset(self.gym, pair)  # a tuple's subclass, or the error
             observation, info = pair
             step = _new_step(Step)
             step.__dict__.update(
