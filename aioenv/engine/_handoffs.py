@@ -362,7 +362,7 @@ class HandOffs:
                 buffer.truncated[rows].copy(),
             )
         if answer is not None:
-            return self.packed.learned(w, decode_infos(*answer, *parts))
+            return self.packed.learned(w, decode_infos(answer[0], answer[1], parts))
         if note == INFOS_IN_BUFFER:
             return self.packed.read(w, buffer.infos[rows], *parts)
         return BatchStep(*parts) if whole else None

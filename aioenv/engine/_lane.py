@@ -216,7 +216,7 @@ class Lane(_Half):
                 if not length:
                     return seq, BatchStep(*parts)
                 tail = self._info[_LENGTH.size + 1 : _LENGTH.size + 1 + length]
-                return seq, decode_infos(self._info[_LENGTH.size], tail, *parts)
+                return seq, decode_infos(self._info[_LENGTH.size], tail, parts)
             info = loads(self._info[_LENGTH.size : _LENGTH.size + length]) if length else {}
         except Exception as exc:  # an info that does not unpickle here
             return seq, exc

@@ -203,7 +203,7 @@ def decode_batch_step(
     observations = _decode_observation(payload, at, size, flags, shared)
     if not flags & _TAIL:
         return BatchStep(observations, rewards, terminated, truncated)
-    return decode_infos(flags, payload[at + size :], observations, rewards, terminated, truncated)
+    return decode_infos(flags, payload[at + size :], (observations, rewards, terminated, truncated))
 
 
 def encode_reply(

@@ -115,16 +115,10 @@ def encode_infos(batch: BatchStep[Any]) -> tuple[int, bytes] | None:
 
 
 def decode_infos(
-    flags: int,
-    data: bytes | memoryview,
-    observations: Any,
-    rewards: Any,
-    terminated: Any,
-    truncated: Any,
+    flags: int, data: bytes | memoryview, parts: tuple[Any, Any, Any, Any]
 ) -> BatchStep[Any]:
-    """The BatchStep of these parts and the infos :func:`encode_infos` gave as ``flags``
-    and ``data``."""
-    parts = (observations, rewards, terminated, truncated)
+    """The BatchStep of ``parts`` (its observations, rewards, terminated and truncated
+    flags) and the infos :func:`encode_infos` gave as ``flags`` and ``data``."""
     if flags & PACKED_INFOS:
         return BatchStep(*parts, packed_infos=FlatInfos(*loads(data)))
     if flags & VECTOR_INFOS:
