@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core._commands import RESET, Command, Reset
+from ..core._commands import RESET, Command, Reset, is_reset
 from ..core._environment import BatchStep, Step, VectorSource
 from ..core._gymnasium import split_rows
 from ..core._messages import ControlRequest, EpisodeOptions, Failure, PerEnv, options_refused
@@ -140,7 +140,9 @@ class VectorRunner:
 
     def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
         """Reset the envs (see the class's docstring for ``seed`` and the reset mask in
-        ``options``): a BatchStep, or a Failure."""
+        ``options``): a BatchStep, or a Failure. Each env's ``Reset`` is answered by
+        :meth:`step_rows`, as a step's action is (failures, restarts in line, the batch);
+        a masked reset's batch then has a row for every env."""
         if (failure := self.build()) is not None:
             return failure
         try:  # the seeds and the mask, read as a vector env reads them
@@ -148,23 +150,25 @@ class VectorRunner:
             mask, rest = reset_mask(options, self.size)
         except (TypeError, ValueError) as exc:
             return Failure.from_exception(exc, "reset", "the reset sent")
-        if mask is not None:
-            options = rest or None  # the envs' own reset has no mask to see
-        states: list[Any] = []
-        failures: list[Failure] = []
-        for index, runner in enumerate(self.runners):
-            if mask is not None and not mask[index]:
-                continue
-            request = Reset(seeds[index], options)
-            state = runner.handle(request)
-            if isinstance(state, Failure) and self.recover is not None:
-                state = self.recover(index, request, state)
-            if isinstance(state, Failure):
-                failures.append(_in_env(state, index))
-            states.append((index, state))
-        if failures:
-            return _first_of(failures)
-        return self._batch(states)
+        if mask is None:  # every env's Steps, batched as a step's
+            return self.step_rows([Reset(seed, options) for seed in seeds], resets=True)
+        options = rest or None  # the envs' own reset has no mask to see
+        asked = np.flatnonzero(mask).tolist()  # (reset_mask refuses a mask of no env)
+        part = self.step_rows([Reset(seeds[i], options) for i in asked], asked, resets=True)
+        if isinstance(part, Failure):
+            return part
+        # Every env's row: the others keep their last observation.
+        infos = {asked[row]: info for row, info in part.infos.items()}
+        return BatchStep(
+            stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
+            np.zeros(self.size),
+            np.zeros(self.size, np.bool_),
+            np.zeros(self.size, np.bool_),
+            infos,
+            {},
+            {},
+            *batch_vector_infos(list(infos.items()), infos, self.size),
+        )
 
     def step(self, actions: Any) -> Any:
         if (failure := self.build()) is not None:
@@ -205,7 +209,8 @@ class VectorRunner:
                 rows_only = False
                 if not isinstance(state, Step):
                     if not isinstance(state, Failure):
-                        return Failure.from_exception(options_refused(_NOT_STEPS), "step")
+                        during = "reset" if resets and is_reset(request) else "step"
+                        return Failure.from_exception(options_refused(_NOT_STEPS), during)
                     if self.recover is not None:
                         state = self.recover(index, request, state)
                     if isinstance(state, Failure):
@@ -213,7 +218,7 @@ class VectorRunner:
             states.append(state)
         if failures:
             return _first_of(failures)
-        return self._stepped(states, envs, rows_only)
+        return self._stepped(states, envs, rows_only, resets)
 
     def split(self, actions: Any) -> list[Any]:
         """One action per env, as gymnasium's ``iterate`` splits them (for the array
@@ -224,12 +229,13 @@ class VectorRunner:
         return split_rows(space, actions)
 
     def _stepped(
-        self, states: list[Any], envs: list[int] | None = None, rows_only: bool = False
+        self, states: list[Any], envs: list[int] | None, rows_only: bool, resets: bool
     ) -> BatchStep[Any]:
         """The BatchStep of a step of every env (``states[i]`` is env ``i``'s Step, or its
         :meth:`~aioenv.env_side._runner.EnvRunner.step_row` tuple), or of the envs
         ``envs`` alone (``states[k]`` is env ``envs[k]``'s), a row each in that order.
-        ``rows_only``: every state is such a tuple (no final observations then)."""
+        ``rows_only``: every state is such a tuple (no final observations then);
+        ``resets``: some may be a reset's (see :meth:`step_rows`)."""
         infos: dict[int, dict[str, Any]] = {}
         finals: dict[int, Any] = {}
         final_infos: dict[int, dict[str, Any]] = {}
@@ -264,36 +270,14 @@ class VectorRunner:
         if not entries:  # most steps of envs that give no infos
             return BatchStep(*arrays, {}, {}, {}, {}, {})
         # The infos packed, one record per env, where every env gave the same flat scalar
-        # keys and none ended an episode under same-step autoreset; else in gymnasium's
-        # vector form (or per row, see batch_vector_infos).
-        packed = flat_infos(list(infos.values())) if len(infos) == size and not finals else None
+        # keys and none ended an episode under same-step autoreset, in a batch of steps
+        # alone (an engine child tells the parent the keys of the infos it packs, which
+        # are a step's); else in gymnasium's vector form (or per row, see
+        # batch_vector_infos).
+        packs = len(infos) == size and not finals and not resets
+        packed = flat_infos(list(infos.values())) if packs else None
         vector = (None, None) if packed is not None else batch_vector_infos(entries, infos, size)
         return BatchStep(*arrays, infos, finals, final_infos, *vector, packed)
-
-    def _batch(self, states: list[tuple[int, Any]]) -> Any:
-        """The BatchStep of a reset, from the states of the envs in ``states`` (the others
-        keep their last observation: a masked reset); its rewards are zeros, its flags
-        False."""
-        infos: dict[int, dict[str, Any]] = {}
-        finals: dict[int, Any] = {}
-        final_infos: dict[int, dict[str, Any]] = {}
-        entries: list[tuple[int, dict[str, Any]]] = []
-        for index, state in states:
-            if not isinstance(state, Step):
-                return Failure.from_exception(options_refused(_NOT_STEPS), "reset")
-            self._observations[index] = state.observation
-        # Their infos and final observations are entered as a step's (the columns go unused).
-        columns_of(states, infos, finals, final_infos, entries)
-        return BatchStep(
-            stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
-            np.zeros(self.size),
-            np.zeros(self.size, np.bool_),
-            np.zeros(self.size, np.bool_),
-            infos,
-            finals,
-            final_infos,
-            *batch_vector_infos(entries, infos, self.size),
-        )
 
     def control(self, request: ControlRequest) -> Any:
         """``configure`` applies to every env, ``policy`` is loaded once for all; other
