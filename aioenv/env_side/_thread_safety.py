@@ -1,4 +1,4 @@
-"""Which envs thread workers refuse: the rule, one function (:func:`thread_unsafe_reason`),
+"""Which envs thread workers refuse: the rule, one function (:func:`runner_unsafe_reason`),
 applied to every env a :class:`~aioenv.ThreadWorker` builds, before its first reset.
 
 Thread workers step their envs at the same time in one process, so an env is safe there
@@ -47,7 +47,7 @@ import numpy as np
 
 from ..core._environment import EnvAdapter
 
-__all__ = ["THREAD_SAFE_KEY", "refusal", "runner_unsafe_reason", "thread_unsafe_reason"]
+__all__ = ["THREAD_SAFE_KEY", "refusal", "runner_unsafe_reason"]
 
 #: The metadata key with which an env declares whether thread workers may run it.
 THREAD_SAFE_KEY = "thread_safe"
@@ -56,42 +56,31 @@ THREAD_SAFE_KEY = "thread_safe"
 _PYGAME = "pygame"
 
 
-def thread_unsafe_reason(env: Any) -> str | None:
-    """Why ``env`` (an instance, gymnasium wrappers and all) is not safe in thread workers,
-    as a clause for an error message; None where it is (or where the rule does not know
-    it: see this module's docstring)."""
-    metadata = getattr(env, "metadata", None)
-    declared = metadata.get(THREAD_SAFE_KEY) if isinstance(metadata, dict) else None
-    if declared is not None:
-        if declared:
-            return None
-        return f"it declares metadata[{THREAD_SAFE_KEY!r}] = {declared!r}"
-    inner = getattr(env, "unwrapped", env)
-    drawer = _pygame_user(type(inner))
-    if drawer is None:
-        return None
-    if _is_image(getattr(env, "observation_space", None)):
-        return (
-            f"{drawer} draws its image observations with pygame in every step and reset, "
-            "and pygame's drawing shares state between the envs of a process (SDL_gfx's "
-            "polygon buffer): envs stepping at once in threads draw into each other's "
-            "observations"
-        )
-    return None
-
-
 def runner_unsafe_reason(runner: Any) -> str | None:
-    """:func:`thread_unsafe_reason` for the first env that ``runner`` (an env runner, or a
-    vector runner of several) built and that is not safe in threads; None where all are.
-    A gymnasium or PettingZoo env is judged itself, not through aioenv's adapter."""
+    """Why an env that ``runner`` (an env runner, or a vector runner of several) built is
+    not safe in thread workers, the first such env's (each judged as an instance,
+    gymnasium wrappers and all), as a clause for an error message; None where all are (or
+    where the rule does not know it: see this module's docstring). A gymnasium or
+    PettingZoo env is judged itself, not through aioenv's adapter."""
     leaves = getattr(runner, "runners", None) or [runner]
     for leaf in leaves:
         env = getattr(leaf, "env", None)
-        if env is None:
+        if isinstance(env, EnvAdapter):
+            env = env.env
+        metadata = getattr(env, "metadata", None)
+        declared = metadata.get(THREAD_SAFE_KEY) if isinstance(metadata, dict) else None
+        if env is None or declared:
             continue
-        reason = thread_unsafe_reason(env.env if isinstance(env, EnvAdapter) else env)
-        if reason is not None:
-            return reason
+        if declared is not None:
+            return f"it declares metadata[{THREAD_SAFE_KEY!r}] = {declared!r}"
+        drawer = _pygame_user(type(getattr(env, "unwrapped", env)))
+        if drawer is not None and _is_image(getattr(env, "observation_space", None)):
+            return (
+                f"{drawer} draws its image observations with pygame in every step and reset, "
+                "and pygame's drawing shares state between the envs of a process (SDL_gfx's "
+                "polygon buffer): envs stepping at once in threads draw into each other's "
+                "observations"
+            )
     return None
 
 
