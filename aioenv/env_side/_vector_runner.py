@@ -157,18 +157,14 @@ class VectorRunner:
         part = self.step_rows([Reset(seeds[i], options) for i in asked], asked, resets=True)
         if isinstance(part, Failure):
             return part
-        # Every env's row: the others keep their last observation.
+        # Every env's row, as a reset's (reward 0.0, flags False): those of the envs not
+        # asked are their last observation, with no info.
         infos = {asked[row]: info for row, info in part.infos.items()}
-        return BatchStep(
-            stack_rows(self._single_space, self._observations, self._observations, self.stack_into),
-            np.zeros(self.size),
-            np.zeros(self.size, np.bool_),
-            np.zeros(self.size, np.bool_),
-            infos,
-            {},
-            {},
-            *batch_vector_infos(list(infos.items()), infos, self.size),
-        )
+        rows = [
+            (observation, 0.0, False, False, infos.get(index))
+            for index, observation in enumerate(self._observations)
+        ]
+        return self._stepped(rows, None, False, True)
 
     def step(self, actions: Any) -> Any:
         if (failure := self.build()) is not None:
