@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..core import _pickling as pickling
-from ..core._environment import EnvSource
+from ..core._environment import EnvSource, VectorSource
 from ..core._errors import WorkerDied
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import checked_count
@@ -61,7 +61,7 @@ WORKER_KEYWORDS = inspect.getfullargspec(Worker.__init__).kwonlyargs
 
 class SlottedWorker(Worker[S], Generic[S, H]):
     """A worker in slot ``_slot`` of host ``_host``; kinds start their hosts
-    (``_new_host``)."""
+    (``_start_host``)."""
 
     #: The option that says how many workers share a host, for messages.
     _per_host_option: ClassVar[str]
@@ -142,21 +142,33 @@ class SlottedWorker(Worker[S], Generic[S, H]):
 
     @classmethod
     def _launch(cls, workers: Sequence[Any], per_host: int) -> None:
-        """Start the hosts of ``workers``, ``per_host`` of them to a host. The gymnasium
-        registry every host gets is taken once: it holds a spec per registered id."""
+        """Start the hosts of ``workers``, ``per_host`` of them to a host, which then join
+        it (slot ``i`` of a host is the ``i``-th of its workers). The gymnasium registry
+        every host gets is taken once: it holds a spec per registered id
+        (:func:`aioenv.core._registry.snapshot`). A host's recipe's slots are its workers'
+        (their pickled envs, first seeds, and each one's ``_on_host_message`` and
+        ``_on_host_exit`` for what the host says of its slot), the rest its first
+        worker's, which :meth:`_start_host` completes with its kind's own."""
         registry = registry_snapshot()
-        for first in range(0, len(workers), per_host):
-            served = workers[first : first + per_host]
-            host = cls._new_host(served, registry)
+        for start in range(0, len(workers), per_host):
+            served = workers[start : start + per_host]
+            first: SlottedWorker[Any, H] = served[0]
+            host = first._start_host(
+                payloads=[worker._payload for worker in served],
+                seeds=[VectorSource.first_seed(w.source, w.seed) for w in served],
+                episode=first._episode,
+                registry=registry,
+                thread_caps=first._thread_caps,
+                deliver=[worker._on_host_message for worker in served],
+                on_exit=[worker._on_host_exit for worker in served],
+            )
             for slot, worker in enumerate(served):
                 worker._join(host, slot)
 
-    @classmethod
     @abc.abstractmethod
-    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> H:
-        """Start one host serving ``workers`` (slot ``i`` is ``workers[i]``), which then
-        join it; ``registry``: this process's gymnasium ids
-        (:func:`aioenv.core._registry.snapshot`)."""
+    def _start_host(self, **recipe: Any) -> H:
+        """Start a host from the recipe of this kind made of ``recipe`` (the fields every
+        kind's recipe has) and this worker's options of the kind."""
 
     @property
     def name(self) -> str:

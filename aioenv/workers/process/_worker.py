@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core._commands import Reset
 from ...core._docs import documented_with
-from ...core._environment import EnvSource, VectorSource
+from ...core._environment import EnvSource
 from ...core._errors import TransportError
 from ...core._messages import ControlRequest
 from ...core._rollouts import Rollout
@@ -175,22 +175,9 @@ class ProcessWorker(SlottedWorker[S, Host]):
         ``env`` is one env source for all, or a list with one per seed."""
         return cls._hosted(env, seeds, envs_per_process, **options)
 
-    @classmethod
-    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> Host:
-        first = workers[0]
-        recipe = ChildRecipe(
-            payloads=[worker._payload for worker in workers],
-            seeds=[VectorSource.first_seed(w.source, w.seed) for w in workers],
-            episode=first._episode,
-            registry=registry,
-            thread_caps=first._thread_caps,
-            context=first._context,
-            name=first.env_name,
-            deliver=[worker._on_host_message for worker in workers],
-            on_exit=[worker._on_host_exit for worker in workers],
-            idle_spin=first._idle_spin,
-        )
-        return Host(recipe)
+    def _start_host(self, **recipe: Any) -> Host:
+        recipe.update(context=self._context, name=self.env_name, idle_spin=self._idle_spin)
+        return Host(ChildRecipe(**recipe))
 
     # What the steps travel in ------------------------------------------------------------
     def _lane(self) -> None:

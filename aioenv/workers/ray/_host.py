@@ -3,7 +3,7 @@ actor calls, await the answers on the event loop, notice its death, kill it.
 
 Like :class:`~aioenv.workers.process._host.Host` for a child process, an :class:`ActorHost` knows
 nothing of workers: it is given plain data and, per slot, a ``deliver`` callback for each
-answer and an ``on_death`` callback. Messages sent in one loop iteration travel together:
+answer and an ``on_exit`` callback (its death). Messages sent in one loop iteration travel together:
 in one frame on the actor's direct connection once it is made
 (:mod:`aioenv.workers.ray._channel`), else in one actor call. The two ways never carry
 messages at once (a switch waits until the other way's are answered), so the actor answers
@@ -54,7 +54,7 @@ __all__ = ["KILL_GRACE", "ActorHost", "ActorRecipe", "Deliver", "OnDeath", "impo
 #: ``deliver(host, seq, result, borrowed)``: an answer for one slot; ``borrowed``: its
 #: arrays are Ray's read-only views (it came as an actor call), else its own.
 Deliver = Callable[["ActorHost", int, Any, bool], None]
-#: ``on_death(host, reason)``: the actor is gone (dead, lost with its node, or killed).
+#: ``on_exit(host, reason)``: the actor is gone (dead, lost with its node, or killed).
 OnDeath = Callable[["ActorHost", str], None]
 
 #: Seconds to wait for Ray to report a killed actor dead before warning.
@@ -99,13 +99,13 @@ _CONTROL_CALLS = OffLoopCalls("aioenv-ray-control")
 @dataclasses.dataclass(frozen=True)
 class ActorRecipe(SlotRecipe):
     """What starts an actor (see :class:`SlotRecipe`), kept so that a replacement can be
-    started after a death: its Ray ``options``, per slot the ``deliver`` and ``on_death``
-    callbacks, and ``direct``: connect to the actor and send steps on that connection
-    (:mod:`aioenv.workers.ray._channel`)."""
+    started after a death: its Ray ``options``, per slot the ``deliver`` and ``on_exit``
+    (its death) callbacks, and ``direct``: connect to the actor and send steps on that
+    connection (:mod:`aioenv.workers.ray._channel`)."""
 
     options: dict[str, Any]
     deliver: Sequence[Deliver]
-    on_death: Sequence[OnDeath]
+    on_exit: Sequence[OnDeath]
     direct: bool
 
 
@@ -321,9 +321,9 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
 
     def _report_death(self) -> None:
         assert self.death is not None
-        on_death = self._recipe.on_death
+        on_exit = self._recipe.on_exit
         for slot in sorted(self._open_slots):
-            on_death[slot](self, self.death)
+            on_exit[slot](self, self.death)
 
     # Ending ----------------------------------------------------------------------------
     def kill(self, slot: int, reason: str) -> None:

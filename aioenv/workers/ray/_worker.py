@@ -8,7 +8,7 @@ in one loop iteration together, as one frame on a direct connection to the actor
 (:mod:`aioenv.workers.ray._channel`) or as one actor call; the actor
 (:class:`~aioenv.workers.ray._actor.EnvActor`) steps its envs with the same
 :class:`~aioenv.env_side._runner.EnvRunner` as every other kind and returns the answers, which the
-host delivers to :meth:`RayWorker._on_actor_reply`.
+host delivers to :meth:`RayWorker._on_host_message`.
 
 Ray is imported when the first Ray worker is made, never by ``import aioenv``.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ...core._docs import documented_with
-from ...core._environment import BatchStep, EnvSource, Step, VectorSource
+from ...core._environment import BatchStep, EnvSource, Step
 from ...core._messages import ControlRequest
 from ...core._supervision import SUPERVISION_DEFAULTS
 from ...env_side._thread_caps import DEFAULT_THREADS_PER_ENV
@@ -193,21 +193,8 @@ class RayWorker(SlottedWorker[S, ActorHost]):
             )
         super()._launch(workers, per_host)
 
-    @classmethod
-    def _new_host(cls, workers: Sequence[Any], registry: bytes) -> ActorHost:
-        first = workers[0]
-        recipe = ActorRecipe(
-            payloads=[worker._payload for worker in workers],
-            seeds=[VectorSource.first_seed(w.source, w.seed) for w in workers],
-            episode=first._episode,
-            registry=registry,
-            thread_caps=first._thread_caps,
-            options=first._actor_options,
-            deliver=[worker._on_actor_reply for worker in workers],
-            on_death=[worker._on_actor_death for worker in workers],
-            direct=first._direct,
-        )
-        return ActorHost(recipe)
+    def _start_host(self, **recipe: Any) -> ActorHost:
+        return ActorHost(ActorRecipe(options=self._actor_options, direct=self._direct, **recipe))
 
     def _start_delay_cause(self) -> str | None:
         if self._shortage is None or self._host is None or self._host.answered:
@@ -230,7 +217,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         self._current_host().send((self._slot, seq, Request.CONTROL, request))
 
     # From the actor --------------------------------------------------------------------
-    def _on_actor_reply(self, host: ActorHost, seq: int, result: Any, borrowed: bool) -> None:
+    def _on_host_message(self, host: ActorHost, seq: int, result: Any, borrowed: bool) -> None:
         if host is not self._host:
             return  # a replaced actor's words are never delivered
         if not seq and type(result) is tuple:  # the spaces of a build (see Reply)
@@ -242,7 +229,7 @@ class RayWorker(SlottedWorker[S, ActorHost]):
         # a pool that owns its states (copy=True) copies them, as for shared memory.
         self._on_reply(seq, result, borrowed=borrowed and type(result) in (Step, BatchStep))
 
-    def _on_actor_death(self, host: ActorHost, reason: str) -> None:
+    def _on_host_exit(self, host: ActorHost, reason: str) -> None:
         self._host_gone(host, host.killed_for, f"{self.name} died: {reason}", None)
 
     # Closing ---------------------------------------------------------------------------
