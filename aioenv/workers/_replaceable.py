@@ -52,8 +52,10 @@ class Replaceable(Generic[_Host, _Recipe]):
 
     def __init__(self, recipe: _Recipe, build: bool) -> None:
         self._recipe = recipe
+        #: How many slots it serves.
+        self.size = len(recipe.payloads)
         # Slots in use; a replacement gains them as their workers move over.
-        self._open_slots = set(range(len(recipe.payloads))) if build else set()
+        self._open_slots = set(range(self.size)) if build else set()
 
     @property
     def in_use(self) -> bool:

@@ -99,7 +99,6 @@ class Host(Replaceable["Host", ChildRecipe]):
         # env at once).
         handed = [*recipe.slots(), build, recipe.idle_spin]
         child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
-        self.size = len(recipe.deliver)
         self._socket = child.socket
         child.socket.setblocking(False)
         self._deliver = list(recipe.deliver)

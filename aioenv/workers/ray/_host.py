@@ -134,7 +134,6 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         loop = running_loop()
         if loop is not None:
             self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
-        self.size = len(recipe.payloads)
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
         #: The slot whose failure killed the actor, for the other slots' messages.
