@@ -26,7 +26,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import dataclasses
-import functools
 import signal
 import socket
 from collections.abc import Callable, Sequence
@@ -137,20 +136,19 @@ class Host(Replaceable["Host", ChildRecipe]):
         # Other start methods run here, where SIGINT can be ignored while they start (see
         # _start).
         try:
-            launch = functools.partial(self._launch, child)
-            self._started = CHILD_STARTS.run(launch, child.forkserver)
+            self._started = CHILD_STARTS.run(self._launch, child.forkserver)
         except BaseException:
             child.close()
             raise
         self._started.add_done_callback(self._start_done)  # (a start made here: no loop yet)
 
-    def _launch(self, child: ChildStart) -> None:
+    def _launch(self) -> None:
         """Start the child (in the start's thread, or here); one that was to be killed
         before it started is killed now, whether or not an event loop still runs (see
         :meth:`ChildStart.signal <aioenv.engine._start.ChildStart.signal>`)."""
-        child.start()
-        assert child.pid is not None  # it has started
-        _running.add(child.pid)
+        self._child.start()
+        assert self._child.pid is not None  # it has started
+        _running.add(self._child.pid)
 
     @property
     def pid(self) -> int:
