@@ -15,7 +15,8 @@ class SocketWrites:
     """The writes to ``sock`` (non-blocking) not taken by it yet."""
 
     def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+        #: The socket written to.
+        self.sock = sock
         #: What the socket has not taken yet, in order.
         self.waiting = bytearray()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -28,7 +29,7 @@ class SocketWrites:
             self.waiting += data
             return
         try:
-            sent = self._sock.send(data)
+            sent = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError:
@@ -37,11 +38,11 @@ class SocketWrites:
             assert loop is not None, "a write the socket did not take needs an event loop"
             self.waiting += memoryview(data)[sent:]
             self._loop = loop
-            loop.add_writer(self._sock.fileno(), self._on_writable)
+            loop.add_writer(self.sock.fileno(), self._on_writable)
 
     def _on_writable(self) -> None:
         try:
-            sent = self._sock.send(self.waiting)
+            sent = self.sock.send(self.waiting)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -56,5 +57,5 @@ class SocketWrites:
         self.waiting.clear()
         if self._loop is not None:
             if not self._loop.is_closed():
-                self._loop.remove_writer(self._sock.fileno())
+                self._loop.remove_writer(self.sock.fileno())
             self._loop = None

@@ -79,8 +79,7 @@ class DirectConnection:
         #: The loop it was begun from (once): None until then.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Task[None] | None = None
-        #: The connection once made, and its writes not taken by it yet.
-        self._sock: socket.socket | None = None
+        #: The connection once made (its socket), and its writes not taken by it yet.
         self._writes: SocketWrites | None = None
         self._decoder = FrameDecoder()
         #: It can carry messages.
@@ -128,7 +127,7 @@ class DirectConnection:
             sock.close()
             return
         assert self._loop is not None
-        self._sock, self._writes, self.open = sock, SocketWrites(sock), True
+        self._writes, self.open = SocketWrites(sock), True
         self._loop.add_reader(sock.fileno(), self._on_readable, sock)
         self._host.flush_soon()
 
@@ -185,11 +184,10 @@ class DirectConnection:
         if self.open:
             self.open = False
             assert self._loop is not None
-            assert self._sock is not None
             assert self._writes is not None
-            self._loop.remove_reader(self._sock.fileno())
+            self._loop.remove_reader(self._writes.sock.fileno())
             self._writes.drop()
-            self._sock.close()
+            self._writes.sock.close()
 
 
 def goes_direct(message: Message) -> bool:
