@@ -98,9 +98,7 @@ class Host(Replaceable["Host", ChildRecipe]):
         # env at once).
         handed = [*recipe.slots(), build, recipe.idle_spin]
         child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
-        self._socket = child.socket
         child.socket.setblocking(False)
-        self._deliver = list(recipe.deliver)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.exitcode: int | None = None
         #: The slot whose failure killed the child, and why, for the others' messages.
@@ -200,7 +198,7 @@ class Host(Replaceable["Host", ChildRecipe]):
             return
         self._loop = loop
         self.exited = asyncio.Event()
-        loop.add_reader(self._socket.fileno(), self._on_readable)
+        loop.add_reader(self._child.socket.fileno(), self._on_readable)
         self._reading = True
         # The answer wakes of the lanes in use, where a later event loop takes over once the
         # one that watched them is closed (it took their readers; the first loop has none).
@@ -342,10 +340,10 @@ class Host(Replaceable["Host", ChildRecipe]):
     def _on_readable(self) -> None:
         buffer = self._receive_buffer
         view = memoryview(buffer)
-        deliver = self._deliver
+        deliver = self._recipe.deliver
         while self._reading:
             try:
-                count = self._socket.recv_into(buffer)
+                count = self._child.socket.recv_into(buffer)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -361,7 +359,7 @@ class Host(Replaceable["Host", ChildRecipe]):
     def _stop_reading(self) -> None:
         if self._reading and self._loop is not None:
             self._reading = False
-            self._loop.remove_reader(self._socket.fileno())
+            self._loop.remove_reader(self._child.socket.fileno())
 
     def _on_sentinel(self) -> None:
         assert self._loop is not None
