@@ -175,6 +175,21 @@ async def test_force_sync_over_ray_workers_returns_states_in_send_order(gate: st
 
 
 @ray_test
+async def test_a_vector_env_of_ray_workers_made_inside_a_running_loop_steps() -> None:
+    """Made inside a running loop, a vector env drives its workers from a loop of its own,
+    in another thread, while its calls hold up the loop it was made on: each actor, once
+    created, is sent what waits for it from the loop that watches its host, where it waited
+    for the loop it was made on, and the vector env's start hung."""
+    venv = aioenv.AioVectorEnv("CartPole-v1", 2, mode="ray", **OFF_CPU)
+    try:
+        obs, _ = venv.reset(seed=0)  # sync call from async code: its own loop runs it
+        assert obs.shape == (2, 4)
+        assert venv.step(np.array([0, 1]))[0].shape == (2, 4)
+    finally:
+        venv.close()
+
+
+@ray_test
 async def test_an_env_exception_is_an_env_error_with_the_actors_traceback() -> None:
     async with aioenv.make_pool(
         lambda: Failing("step"), 2, mode="ray", envs_per_actor=2, **OFF_CPU

@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...core._messages import Failure
-from ...loops._here import running_loop
 from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
@@ -131,9 +130,6 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._actor: Any = None
         #: Its creation, asked of Ray off the event loop when made on one.
         self._created: concurrent.futures.Future[Any] = _CONTROL_CALLS.run(create)
-        loop = running_loop()
-        if loop is not None:
-            self._created.add_done_callback(lambda _: call_soon_threadsafe(loop, self._on_created))
         #: Why the actor is gone (set once), or None while it serves.
         self.death: str | None = None
         #: The slot whose failure killed the actor, for the other slots' messages.
@@ -148,6 +144,8 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The direct connection (None: every message goes as an actor call).
         self._direct = DirectConnection(self._ray, self) if recipe.direct else None
+        # Last, once every attribute is set (a creation made here is done already).
+        self._created.add_done_callback(self._created_done)
 
     @property
     def alive(self) -> bool:
@@ -171,13 +169,27 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             self._actor = self._created.result()
         return self._actor
 
+    def _created_done(self, _: object) -> None:
+        """In the thread that created the actor, once it is done: tell the loop that
+        watches this host, as a process host's start does. Not the loop the host was made
+        on: a vector env made in a running loop builds its workers there and drives them
+        from a loop of its own, in another thread, while its calls hold up the first. None
+        watches yet: :meth:`watch` finds the creation done."""
+        loop = self._loop
+        if loop is not None:
+            call_soon_threadsafe(loop, self._on_created)
+
     def _on_created(self) -> None:
-        """On the loop, once Ray has created the actor (or failed to): send what waits."""
+        """On the loop that watches this host, once Ray has created the actor (or failed
+        to): send what waits, and open the direct connection. Called once or twice (the
+        creation's callback and :meth:`watch` may both see it done)."""
         error = self._created.exception()
         if error is not None:
             self._die(f"its Ray actor could not be created ({first_line(error)})")
             return
-        self._start_sending()
+        self.flush_soon()
+        if self._direct is not None and self._loop is not None and self._handle() is not None:
+            self._direct.begin(self._loop, self._handle())
 
     def watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send and await from ``loop`` (once; again from a later loop once the first is
@@ -189,14 +201,8 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         if self._loop is not None:
             return
         self._loop = loop
-        self._start_sending()
-
-    def _start_sending(self) -> None:
-        """Once the actor exists and a loop watches: send what waits, and open the direct
-        connection."""
-        self.flush_soon()
-        if self._direct is not None and self._loop is not None and self._handle() is not None:
-            self._direct.begin(self._loop, self._handle())
+        if self._created.done():
+            loop.call_soon(self._on_created)  # a failed creation is reported as a death is
 
     # Sending -------------------------------------------------------------------------
     def send(self, message: Message) -> None:
