@@ -48,8 +48,8 @@ class VectorBatches:
     (gymnasium's default), else arrays reused from call to call (a worker's own view where
     one worker gives them all), valid until the next call. Where the envs keep every
     env's latest observation in one batch themselves (the engine's buffer), ``latest()``
-    returns it, as handed out (None where they do not), and every env's observations come
-    from there.
+    returns it, as handed out (``latest`` is None where they do not), and every env's
+    observations come from there.
 
     Between calls it keeps every env's latest observation (a masked reset leaves the other
     envs' as they were). A Box space's observations are kept as each worker last gave them,
@@ -214,9 +214,7 @@ class VectorBatches:
         worker's after another, as a ``recv``'s are; any other rows are picked from every
         env's)."""
         if rows is None and self._latest is not None:
-            latest = self._latest()
-            if latest is not None:
-                return latest
+            return self._latest()
         if self._layout.batched and self._box:
             parts = self._layout.parts
             if workers is not None:

@@ -49,6 +49,8 @@ class InlineEnvs:
     by_env = True
     #: No children: nothing polls between steps.
     idle_spin = None
+    #: No batch of every env's observations kept: each step's BatchStep has every env's.
+    observations = None
 
     def __init__(
         self,
@@ -104,9 +106,6 @@ class InlineEnvs:
 
     def set_idle_spin(self, seconds: float) -> None:
         """Nothing polls: the envs step in the calling thread."""
-
-    def observations(self) -> None:
-        return None  # each step's BatchStep has every env's
 
     @property
     def pool(self) -> Any:

@@ -70,9 +70,11 @@ class Envs(Protocol):
         :data:`~aioenv.core._environment.Stepped`; None where there is no such step (a
         pool's) or these actions do not fit it (then the requests are made one by one)."""
 
-    def observations(self) -> Any:
-        """Every env's latest observation as the vector env hands them out, where the
-        envs keep them in one batch themselves (the engine's buffer); else None."""
+    @property
+    def observations(self) -> Callable[[], Any] | None:
+        """What gives every env's latest observation as the vector env hands them out,
+        where the envs keep them in one batch themselves (the engine's buffer: its
+        ``observations()``); else None, and the vector env keeps them itself."""
 
     def start(self) -> tuple[list[Any], list[Any]]:
         """Start the envs: their observation and action spaces, an answer per worker."""
@@ -125,6 +127,8 @@ class Runtime:
 
     batched = False
     by_env = False
+    #: The vector env keeps the workers' latest observations itself.
+    observations = None
 
     def __init__(self, pool: WorkerPool[Any], alike: bool) -> None:
         self.pool = pool
@@ -157,9 +161,6 @@ class Runtime:
 
     def step(self, actions: Any) -> None:
         """A pool has no step of every env in one call: its workers are sent theirs."""
-        return None
-
-    def observations(self) -> None:
         return None
 
     # The calls of :class:`Envs`, each run on the loop ----------------------------------
