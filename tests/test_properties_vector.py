@@ -106,7 +106,7 @@ def test_a_batch_of_actions_reaches_every_env_as_gymnasium_splits_it(
     action_space.seed(seed)
     actions = action_space.sample()
     per_env = list(iterate(action_space, actions))  # what SyncVectorEnv gives env i
-    batches = VectorBatches(layout, space, space, action_space, _add_info(num_envs))
+    batches = VectorBatches(layout, space, space, _add_info(num_envs))
     worker_ids, requests = batches.step_requests(actions)
     received = []
     for worker_id, request in zip(worker_ids, requests, strict=True):
@@ -136,9 +136,7 @@ def test_send_splits_the_actions_of_whole_workers_in_any_order(
     action_space.seed(seed)
     actions = action_space.sample()
     per_env = dict(zip(env_ids, iterate(action_space, actions), strict=True))
-    batches = VectorBatches(
-        layout, space, space, batch_space(space, layout.num_envs), _add_info(layout.num_envs)
-    )
+    batches = VectorBatches(layout, space, space, _add_info(layout.num_envs))
     worker_ids, requests = batches.send_requests(actions, env_ids)
     expected = chosen if layout.batched else env_ids  # workers of one env are that env
     assert sorted(worker_ids) == sorted(expected)
@@ -159,7 +157,7 @@ def test_gathered_states_are_the_batch_sync_vector_env_makes(
     layout = EnvLayout(sizes)
     num_envs = layout.num_envs
     space.seed(seed)
-    batches = VectorBatches(layout, space, space, batch_space(space, num_envs), _add_info(num_envs))
+    batches = VectorBatches(layout, space, space, _add_info(num_envs))
     latest: list[Any] = [None] * num_envs
     for _ in range(2):  # a step of every worker, then of some (a pipelined recv)
         workers = sorted(

@@ -40,8 +40,9 @@ _ONLY_WORKER = [0]  # inline envs: one group of every env
 class VectorBatches:
     """The batched actions and results of a vector env whose envs ``layout`` places.
 
-    ``action_space`` is the vector env's (``single_action_space`` batched); ``add_info``
-    adds one env's info to the vector infos, masks and all, gymnasium's way
+    Actions are split by ``single_action_space`` batched (for every env, the vector env's
+    action space: gymnasium's ``batch_space`` of it, made once per number of envs);
+    ``add_info`` adds one env's info to the vector infos, masks and all, gymnasium's way
     (:func:`aioenv.env_side._infos.add_info`). Rewards and flags are new arrays at every
     gathering, so those handed out before stay as they were. Observations are copied
     once, from what the workers gave into the arrays handed out: new arrays with ``copy``
@@ -66,7 +67,6 @@ class VectorBatches:
         layout: EnvLayout,
         single_observation_space: Any,
         single_action_space: Any,
-        action_space: Any,
         add_info: AddInfo,
         *,
         copy: bool = True,
@@ -75,7 +75,6 @@ class VectorBatches:
         self._layout = layout
         self._latest = latest
         self._single_action_space = single_action_space
-        self._action_space = action_space
         self._add_info = add_info
         #: The batched action space of ``k`` envs, by ``k`` (made once for each).
         self._batched_actions = functools.cache(functools.partial(batch_space, single_action_space))
@@ -119,7 +118,7 @@ class VectorBatches:
         """The workers a step of every env goes to and their requests (the envs and one
         action each, where they are sent to ``by_env``); ``call`` is named in errors."""
         num_envs = self._layout.num_envs
-        batch = list(iterate(self._action_space, actions))
+        batch = list(iterate(self._batched_actions(num_envs), actions))
         if len(batch) != num_envs:
             raise ValueError(
                 f"{call} got {len(batch)} actions for {num_envs} envs; nothing was sent"

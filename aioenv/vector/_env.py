@@ -231,7 +231,6 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         self._env_spaces: tuple[Any, Any]
         if lanes is None:
             self._env_spaces = (self.single_observation_space, self.single_action_space)
-            env_actions = self.action_space
         else:
             if observation_mode != "same":
                 raise ValueError(
@@ -239,11 +238,9 @@ class AioVectorEnv(VectorCalls, VectorEnv):
                     f"observation_mode={observation_mode!r} needs gymnasium envs"
                 )
             self._env_spaces = probe.env_spaces()
-            env_actions = batch_space(self._env_spaces[1], count)
         self._batches = VectorBatches(
             self._layout,
             *self._env_spaces,
-            env_actions,
             add_info_of(count),
             copy=self.copy,
             latest=envs.observations,
