@@ -82,17 +82,11 @@ class AioVecEnv(VecEnv):
             options["context"] = start_method
         factories = [envs_side.EnvFactory(env_fn) for env_fn in env_fns]
         self.venv = AioVectorEnv(factories, mode=mode, autoreset_mode=_AUTORESET, **options)
-        # The workers and states of the last step or reset: their infos as the envs gave
-        # them (the vector env's are gymnasium's arrays, of numpy types).
-        kept: list[Any] = []
-        self._kept, batches = kept, self.venv._batches
-        gather = batches.gather
-
-        def keeping(workers: list[int], states: list[Any]) -> dict[str, Any]:
-            kept[:] = workers, states
-            return gather(workers, states)
-
-        batches.gather = keeping  # type: ignore[method-assign]
+        # The workers and states of the last step or reset, which the vector env's batches
+        # leave here: their infos as the envs gave them (the vector env's are gymnasium's
+        # arrays, of numpy types).
+        self._kept: list[Any] = []
+        self.venv._batches.kept = self._kept
         try:
             if self.venv.num_envs != len(factories):  # PettingZoo parallel envs' agent lanes
                 raise TypeError(

@@ -141,6 +141,11 @@ class VectorBatches:
         return self._layout.sends(self._single_action_space, actions, per_env, env_ids)
 
     # Results in -----------------------------------------------------------------------------
+    #: Where a list is set here, every gathering (:meth:`gather`) leaves its workers and
+    #: states in it: SB3's ``AioVecEnv`` reads the envs' infos as they gave them from there
+    #: (the vector env's are gymnasium's arrays, of numpy types), then empties it.
+    kept: list[Any] | None = None
+
     def stepped(self, workers: list[int], states: list[Any]) -> Result:
         """What a lockstep step returns, from these workers' states."""
         infos = self.gather(workers, states)
@@ -188,8 +193,10 @@ class VectorBatches:
     def gather(self, workers: list[int], states: list[Any]) -> dict[str, Any]:
         """Write these workers' states into the envs' observations, and into new arrays of
         rewards and flags (those handed out before stay as they were); their infos,
-        indexed by env."""
+        indexed by env (the workers and states left in :attr:`kept` where it is set)."""
         self._new_step()
+        if self.kept is not None:
+            self.kept[:] = workers, states
         if self._layout.batched:
             self._write(workers, states)
             return self._layout.infos_of(workers, states, self._add_info)
