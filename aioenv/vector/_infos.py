@@ -67,8 +67,12 @@ class MergeInfos:
                     continue
                 self.level(target, values, key_path)
             else:
-                if target is _MISSING:
-                    target = _empty(values, kind, self.num_envs)
+                # A key first seen in this group: the vector env's array, as gymnasium
+                # makes it.
+                if target is _MISSING and kind is None:
+                    target = np.full(self.num_envs, None, dtype=object)
+                elif target is _MISSING:
+                    target = np.zeros((self.num_envs, *values.shape[1:]), values.dtype)
                 elif not (
                     type(target) is np.ndarray
                     and target.dtype == values.dtype
@@ -99,13 +103,6 @@ class MergeInfos:
             for key in reversed(path[:-1]):
                 info = {key: info}
             self.add_info(self.top, info, self.first + row)
-
-
-def _empty(values: Any, kind: Any, num_envs: int) -> Any:
-    """The vector env's array for a key first seen in this group, as gymnasium makes it."""
-    if kind is None:
-        return np.full(num_envs, None, dtype=object)
-    return np.zeros((num_envs, *values.shape[1:]), values.dtype)
 
 
 def _put(target: Any, first: int, values: Any, mask: Any) -> None:
