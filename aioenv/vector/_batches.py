@@ -78,7 +78,6 @@ class VectorBatches:
         self._add_info = add_info
         #: The batched action space of ``k`` envs, by ``k`` (made once for each).
         self._batched_actions = functools.cache(functools.partial(batch_space, single_action_space))
-        self._out: Any = None  # with copy=False: the array per-env observations are joined into
         #: For results of some envs' rows (an inline recv's, in :meth:`received`), by their
         #: number: a layout of one group of them and the rule of adding infos (``add_info``)
         #: over them.
@@ -93,7 +92,11 @@ class VectorBatches:
         self._batched = functools.cache(functools.partial(batch_space, single_observation_space))
         #: Box observations by first env: the rows of the worker that gave them.
         self._given: dict[int, Any] = {}
-        self._reused: Any = None  # with copy=False: the array Box batches are stacked into
+        #: With copy=False, the array the observations handed out are joined into, reused
+        #: from call to call: Box batches stacked (:meth:`_box_batch`) or, for every other
+        #: case, per-env observations joined (the vector env takes one way only, as its
+        #: layout and space decide).
+        self._reused: Any = None
         self._new_step()
 
     # Actions out --------------------------------------------------------------------------
@@ -232,9 +235,9 @@ class VectorBatches:
         if self._copy or rows is not None:
             out = create_empty_array(space, len(chosen))
         else:
-            if self._out is None:
-                self._out = create_empty_array(space, len(chosen))
-            out = self._out
+            if self._reused is None:
+                self._reused = create_empty_array(space, len(chosen))
+            out = self._reused
         return concatenate(space, chosen, out)  # type: ignore[arg-type]
 
     def _write(self, worker_ids: list[int], batches: list[BatchStep[Any]]) -> None:
