@@ -287,8 +287,7 @@ class PoolReceiving(Generic[S]):
                 )
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 break
-            await inbox.wait(deadline)
-            self._inbox.check_open()
+            await inbox.wait(deadline)  # raises once the pool is closed
         # Every state ready, or max_size of them: take stops where none is next in line.
         outcomes = inbox.take(len(inbox.owed) if max_size is None else max_size)
         if outcomes and outcomes[0].error is not None:
@@ -376,9 +375,7 @@ class PoolReceiving(Generic[S]):
                     "flight; call pool.send_action(action, worker_id) or pool.reset() first"
                     f"{self._roster.removed_note()}"
                 )
-            await inbox.wait(deadline)
-            if inbox.closed:
-                inbox.check_open()
+            await inbox.wait(deadline)  # raises once the pool is closed
             outcome = inbox.pop_next()
             if outcome is not None:
                 return outcome
@@ -400,8 +397,7 @@ class PoolReceiving(Generic[S]):
                 )
             if deadline is not None and asyncio.get_running_loop().time() >= deadline:
                 return None
-            await inbox.wait(deadline)
-            self._inbox.check_open()
+            await inbox.wait(deadline)  # raises once the pool is closed
         raise WorkerPaused(f"{worker.name} is paused; pool.resume({worker.worker_id}) first")
 
     @staticmethod

@@ -199,8 +199,7 @@ class PoolRollouts:
                     pending.remove(worker_id)
                 else:
                     if pending:
-                        await self._inbox.wait(None)
-                        self._inbox.check_open()
+                        await self._inbox.wait(None)  # raises once the pool is closed
         except BaseException:
             for worker_id in pending:
                 self._roster.members[worker_id].forget_request()

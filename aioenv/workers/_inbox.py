@@ -111,7 +111,7 @@ class Inbox:
         self._wake()
 
     def close(self) -> None:
-        """The pool is closing: wake every waiter (each re-checks and raises)."""
+        """The pool is closing: wake every waiter (its wait raises ClosedError)."""
         self.closed = True
         self._wake()
 
@@ -278,7 +278,6 @@ class Inbox:
             elif loop.time() >= until:
                 break
             await self.wait(until)
-            self.check_open()
         return until is not None
 
     def _record_service(self, worker_id: int | None) -> None:
@@ -294,8 +293,9 @@ class Inbox:
             self._arrivals = collections.deque(self._ready.values())
 
     async def wait(self, deadline: float | None) -> None:
-        """Return after the next delivery, forgiveness or close, or at ``deadline``
-        (loop time). Callers re-check what they wait for: wake-ups can be spurious."""
+        """Return after the next delivery or forgiveness, or at ``deadline`` (loop time);
+        raise :class:`~aioenv.ClosedError` where the pool was closed (:meth:`check_open`).
+        Callers re-check what they wait for: wake-ups can be spurious."""
         try:  # free unless it raises
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -312,6 +312,8 @@ class Inbox:
                 timer.cancel()
             if waiter in self._waiters:  # unless a wake-up already took it off the list
                 self._waiters.remove(waiter)
+        if self.closed:  # check_open(), inlined: every wait's path
+            raise pool_closed()
 
     def _wake(self) -> None:
         if self._waiters:
