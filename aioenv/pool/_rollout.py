@@ -24,7 +24,6 @@ from ..core._messages import ControlRequest
 from ..core._rollouts import DTYPES, PolicyPackage, Rollout, Segment, Transitions
 from ..core._seeds import checked_count, checked_seed
 from ..workers._inbox import Inbox
-from ..workers._seam import Member
 from ._receiving import EpisodeCounter, EpisodeLedger
 from ._remote_control import WorkerResults
 from ._roster import Roster
@@ -135,36 +134,40 @@ class PoolRollouts:
             raise RuntimeError("rollout() needs a policy: await pool.set_policy(policy) first")
         num_steps = checked_count(num_steps, "num_steps")
         seed = checked_seed(seed, "rollout()")
-        workers = self._rollout_targets(worker_ids)
-        requests = {
-            worker.worker_id: Rollout(package, num_steps, _lane_seed(seed, self._roster, worker))
-            for worker in workers
-            if worker.failure is None
+        ids = self._rollout_targets(worker_ids)
+        members, first_env = self._roster.members, self._roster.first_env
+        requests = {  # env i of the pool seeded seed + i
+            i: Rollout(package, num_steps, None if seed is None else seed + first_env[i])
+            for i in ids
+            if members[i].failure is None
         }
         segments = await self._play(requests)
-        for worker in workers:  # failed for good while idle: its error answers in its place
-            if worker.failure is not None:
-                segments[worker.worker_id] = worker.failure  # type: ignore[index]
+        for i in ids:  # failed for good while idle: its error answers in its place
+            if (failure := members[i].failure) is not None:
+                segments[i] = failure
         return self._assemble(segments)
 
     # Internals -------------------------------------------------------------------------
-    def _rollout_targets(self, worker_ids: Sequence[int] | None) -> list[Member]:
+    def _rollout_targets(self, worker_ids: Sequence[int] | None) -> list[int]:
+        """The ids of the workers to play (``worker_ids``, default every open, unpaused
+        worker not given up on), checked: none paused, none with a state owed."""
         if worker_ids is None:
             self._roster.check_some_left("rollout()")
-            workers = self._roster.active()
+            ids = [i for i in self._roster.ids(None) if i not in self._inbox.paused]
         else:
-            workers = [self._roster.members[i] for i in self._roster.ids(worker_ids)]
-        for worker in workers:
-            if worker.worker_id in self._inbox.paused:
-                raise WorkerPaused(f"rollout(): {worker.name} is paused; resume it first")
-            if worker.worker_id in self._inbox.owed:
+            ids = self._roster.ids(worker_ids)
+        for i in ids:
+            name = self._roster.members[i].name
+            if i in self._inbox.paused:
+                raise WorkerPaused(f"rollout(): {name} is paused; resume it first")
+            if i in self._inbox.owed:
                 raise StateNotTaken(
-                    f"rollout(): {worker.name} has an action in flight or a state not taken; "
+                    f"rollout(): {name} has an action in flight or a state not taken; "
                     "take every pending state first (pool.drain()); nothing was sent"
                 )
-        return workers
+        return ids
 
-    async def _play(self, requests: dict[Any, Rollout]) -> dict[int, list[Segment] | WorkerError]:
+    async def _play(self, requests: dict[int, Rollout]) -> dict[int, list[Segment] | WorkerError]:
         """Send each worker its request and wait for its segments, one per env (or its
         error); a reset state in their place is a restart's, and the worker is asked
         again."""
@@ -339,10 +342,3 @@ def _next_version(package: PolicyPackage | None, version: int | None) -> int:
             f"has version {previous}; pass a larger int, or None for {previous + 1}"
         )
     return version
-
-
-def _lane_seed(seed: int | None, roster: Roster, worker: Member) -> int | None:
-    if seed is None:
-        return None
-    assert worker.worker_id is not None
-    return seed + roster.first_env[worker.worker_id]
