@@ -183,10 +183,8 @@ class PoolRollouts:
                     outcome = self._inbox.pop(worker_id)
                     if outcome is None:
                         continue
-                    if isinstance(outcome.error, WorkerError):
+                    if outcome.error is not None:
                         results[worker_id] = outcome.error
-                    elif outcome.error is not None:
-                        raise outcome.error
                     elif type(outcome.state) in (Segment, list):  # a list: several envs'
                         state = outcome.state
                         results[worker_id] = state if type(state) is list else [state]

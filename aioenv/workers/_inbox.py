@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..core._errors import pool_closed
+from ..core._errors import WorkerError, pool_closed
 from ..loops._here import not_on_asyncio
 
 __all__ = ["IN_LINE_WAIT", "Inbox", "Outcome"]
@@ -34,11 +34,12 @@ IN_LINE_WAIT = 0.001
 
 @dataclasses.dataclass(slots=True)
 class Outcome:
-    """What one action produced: a state, or the error to raise in its place."""
+    """What one action produced: a state, or the error to raise in its place (a worker's
+    failure: a request that failed, or a worker given up on, answers a WorkerError)."""
 
     worker_id: int | None
     state: Any
-    error: BaseException | None = None
+    error: WorkerError | None = None
     borrowed: bool = False  # the state's observation views shared memory: copy it to keep it
 
 
