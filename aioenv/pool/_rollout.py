@@ -173,6 +173,7 @@ class PoolRollouts:
         again."""
         results: dict[int, list[Segment] | WorkerError] = {}
         pending: list[int] = []
+        first_env = self._roster.first_env  # worker i's lanes: first_env[i] to first_env[i + 1]
         try:
             for worker_id in self._roster.send_order(list(requests)):
                 self._inbox.pause(worker_id)  # its answer is this call's: others' calls skip it
@@ -192,8 +193,7 @@ class PoolRollouts:
                         # The worker's envs were replaced: the episodes they had open end
                         # (truncated) in its statistics. Their rows in the failed segment
                         # are lost with it.
-                        first = self._roster.first_env[worker_id]
-                        for lane in range(first, first + self._roster.members[worker_id].num_envs):
+                        for lane in range(first_env[worker_id], first_env[worker_id + 1]):
                             self._rollout_ledger.cut(lane)
                         self._roster.members[worker_id].send_action(requests[worker_id])
                         break  # a sync worker answers in line: look again before waiting
@@ -205,8 +205,7 @@ class PoolRollouts:
             for worker_id in pending:
                 self._roster.members[worker_id].forget_request()
             for worker_id in (*pending, *results):  # played, dropped: the next rows begin anew
-                first = self._roster.first_env[worker_id]
-                for lane in range(first, first + self._roster.members[worker_id].num_envs):
+                for lane in range(first_env[worker_id], first_env[worker_id + 1]):
                     self._rollout_ledger.start(lane)
             raise
         finally:

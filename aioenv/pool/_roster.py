@@ -37,10 +37,12 @@ class Roster:
     def __init__(self, members: Sequence[Member], inbox: Inbox) -> None:
         self.members = list(members)
         self.inbox = inbox
-        #: Per worker, the index of its first env (workers may step several together).
+        #: Per worker, the index of its first env (workers may step several together),
+        #: and last the number of envs over all workers: worker ``i``'s envs are
+        #: ``range(first_env[i], first_env[i + 1])``.
         self.first_env = [0, *itertools.accumulate(m.num_envs for m in self.members)]
         #: Envs over all workers.
-        self.lanes = self.first_env.pop()
+        self.lanes = self.first_env[-1]
         #: The workers given up on, by id: the last error of each (handed out once).
         self.removed: dict[int, WorkerError] = {}
         #: Per worker, False once an action to it must be refused (the pool closed, the
