@@ -127,7 +127,9 @@ class EpisodeCounter(EpisodeLedger):
     def __init__(self, num_workers: int, autoreset: str) -> None:
         self.stats = [EpisodeStats() for _ in range(num_workers)]
         super().__init__(num_workers, self.stats)
-        self._resetting = [True] * num_workers  # the next state answers a reset
+        #: Per worker, the next state answers a reset (a rollout that plays its one env
+        #: hands its episode on to the steps sent by hand, which clears it).
+        self.resetting = [True] * num_workers
         self._next_step = resets_next(autoreset, True)  # after each episode's end
         #: The last worker that handed out a state that is not an aioenv.Step (a custom
         #: env's, or the BatchStep of a worker of several envs): its episodes go uncounted.
@@ -135,16 +137,7 @@ class EpisodeCounter(EpisodeLedger):
 
     def expect_reset(self, worker_id: int) -> None:
         """A reset was sent to ``worker_id``: its next state starts an episode."""
-        self._resetting[worker_id] = True
-
-    def hand_over(self, worker_id: int, ledger: EpisodeLedger, lane: int, back: bool) -> None:
-        """The open episode of the worker's env (one env) goes on in ``ledger``'s ``lane``
-        (a rollout's), or, ``back``, from there in the worker's next state (a step)."""
-        ends = ((ledger, lane), (self, worker_id))
-        (source, j), (to, i) = ends if back else ends[::-1]
-        to.returns[i], to.lengths[i] = source.returns[j], source.lengths[j]
-        if back:
-            self._resetting[worker_id] = False
+        self.resetting[worker_id] = True
 
     def record(self, worker_id: int, state: Any) -> None:
         if type(state) is not Step:
@@ -153,8 +146,8 @@ class EpisodeCounter(EpisodeLedger):
         # A reset, or a restarted env's reset handed out in place of a step (its marker
         # is in the info: most steps have none). An episode a failure cut short ends as
         # a truncated step, counted below like any other.
-        if self._resetting[worker_id] or (state.info and is_restart_reset(state)):
-            self._resetting[worker_id] = False
+        if self.resetting[worker_id] or (state.info and is_restart_reset(state)):
+            self.resetting[worker_id] = False
             self.start(worker_id)
             return
         # add(), inlined: this is every state's path.
@@ -162,7 +155,7 @@ class EpisodeCounter(EpisodeLedger):
         self.lengths[worker_id] += 1
         if state.terminated or state.truncated:
             self.finish(worker_id)
-            self._resetting[worker_id] = self._next_step
+            self.resetting[worker_id] = self._next_step
 
 
 class PoolReceiving(Generic[S]):

@@ -239,12 +239,14 @@ class PoolRollouts:
         hand."""
         count = len(segment)
         ledger, lane = self._rollout_ledger, self._roster.first_env[worker_id] + env
+        counter = self._episodes  # where the episode of a worker of one env is stepped by hand
         done = segment.terminated | segment.truncated
         starts = segment.step == 0
         if not segment.goes_on and not starts[0]:  # from a state answered by hand
             ledger.start(lane)
-            if alone:  # that episode's rewards and steps so far
-                self._episodes.hand_over(worker_id, ledger, lane, False)
+            if alone:  # that episode's rewards and steps so far go on in the lane
+                ledger.returns[lane] = counter.returns[worker_id]
+                ledger.lengths[lane] = counter.lengths[worker_id]
         episode_id: list[int] = []
         latest = ledger.latest(lane)
         rows = zip(segment.rewards.tolist(), starts.tolist(), done.tolist(), strict=True)
@@ -253,8 +255,10 @@ class PoolRollouts:
                 latest = ledger.start(lane)
             episode_id.append(latest)
             ledger.add(lane, reward, end)
-        if alone:  # stepping it by hand goes on from there
-            self._episodes.hand_over(worker_id, ledger, lane, True)
+        if alone:  # stepping it by hand goes on from there: its next state is a step
+            counter.returns[worker_id] = ledger.returns[lane]
+            counter.lengths[worker_id] = ledger.lengths[lane]
+            counter.resetting[worker_id] = False
         ends = np.flatnonzero(done)
         last_end = ends[-1] if len(ends) else -1
         open_rows = np.zeros(count, np.bool_)
