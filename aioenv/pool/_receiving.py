@@ -184,7 +184,6 @@ class PoolReceiving(Generic[S]):
         #: pool serves fairly (the inbox takes the worker served longest ago first) and lets
         #: the others in (see _let_the_others_in).
         self._in_line = None if self._inbox.ordered else self._roster.in_line
-        self._all_in_line = self._roster.all_in_line  # (see Roster.all_in_line)
         if self._in_line is not None:
             self._inbox.serve_fairly()
         #: The last state handed out was answered in line: the next call lets the others
@@ -222,7 +221,7 @@ class PoolReceiving(Generic[S]):
             if outcome is None:
                 outcome = await self._wait_next(deadline)
         else:
-            if self._all_in_line and self._roster.owes_a_turn():  # asyncio's or trio's
+            if self._roster.all_in_line and self._roster.owes_a_turn():  # asyncio's or trio's
                 await anyio.lowlevel.checkpoint()
             outcome = self._inbox.pop_next()
             if outcome is None:
@@ -267,7 +266,7 @@ class PoolReceiving(Generic[S]):
         deadline = self._deadline(timeout)
         if self._in_line is not None:
             await self._let_the_others_in(deadline, whole_batch=True)
-        elif self._all_in_line:  # a batch: states enough to give the loop a turn each
+        elif self._roster.all_in_line:  # a batch: states enough to give the loop a turn each
             await anyio.lowlevel.checkpoint()
         while inbox.num_ready() < min_size:
             owed = inbox.num_owed
@@ -303,7 +302,7 @@ class PoolReceiving(Generic[S]):
             self._roster.check_some_left("async for")
         try:
             while inbox.num_owed if inbox.paused else inbox.owed:  # num_owed, short cut
-                if self._in_line is not None or self._all_in_line or inbox.closed:
+                if self._in_line is not None or self._roster.all_in_line or inbox.closed:
                     item = await self.get_state()  # raises once closed
                     assert item is not None
                     yield item
