@@ -199,20 +199,18 @@ class Worker(Membership, Generic[S]):
         if self._closing:
             raise ClosedError(f"{self.name} is closed")
         inbox, worker_id = self._inbox, self.worker_id
-        while True:
-            outcome = inbox.pop(worker_id)
-            if outcome is not None:
-                if outcome.error is not None:
-                    raise outcome.error
-                if outcome.borrowed:
-                    return outcome.state.owned()  # type: ignore[no-any-return]
-                return outcome.state  # type: ignore[no-any-return]
+        while (outcome := inbox.pop(worker_id)) is None:
             if worker_id not in inbox.owed:
                 if self._closing:
                     raise ClosedError(f"{self.name} was closed while waiting for its state")
                 raise NoActionInFlight(f"{self.name} has no action in flight; send_action() first")
             self._ensure_loop()  # sent before any loop ran (or on one now closed): bind here
             await inbox.wait(None)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.borrowed:
+            return outcome.state.owned()  # type: ignore[no-any-return]
+        return outcome.state  # type: ignore[no-any-return]
 
     async def aclose(self, cleanup_time: float | None = None) -> None:
         """Close the env and stop the worker: ask it to close, wait ``cleanup_time``
