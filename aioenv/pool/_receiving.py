@@ -96,12 +96,6 @@ class EpisodeLedger:
         self.lengths[lane] += 1
         return self.finish(lane) if done else None
 
-    def cut(self, lane: int) -> None:
-        """The lane's env was replaced after a failure: its open episode (if it has steps)
-        ends, truncated, and counts as finished; the next :meth:`start` opens another."""
-        if self.lengths[lane]:
-            self.finish(lane)
-
     def finish(self, lane: int) -> float:
         """Close the lane's open episode, count it in the lane's worker's statistics, and
         return its return. Steps added after it without a :meth:`start` go to the lane's

@@ -190,11 +190,13 @@ class PoolRollouts:
                         state = outcome.state
                         results[worker_id] = state if type(state) is list else [state]
                     else:  # a restarted env's reset answered: ask it again
-                        # The worker's envs were replaced: the episodes they had open end
-                        # (truncated) in its statistics. Their rows in the failed segment
-                        # are lost with it.
+                        # The worker's envs were replaced: the episodes they had open (those
+                        # with steps) end, truncated, and count as finished in its statistics;
+                        # the next start opens another. Their rows in the failed segment are
+                        # lost with it.
                         for lane in range(first_env[worker_id], first_env[worker_id + 1]):
-                            self._rollout_ledger.cut(lane)
+                            if self._rollout_ledger.lengths[lane]:
+                                self._rollout_ledger.finish(lane)
                         self._roster.members[worker_id].send_action(requests[worker_id])
                         break  # a sync worker answers in line: look again before waiting
                     pending.remove(worker_id)
