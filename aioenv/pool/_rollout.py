@@ -261,10 +261,8 @@ class PoolRollouts:
             counter.returns[worker_id] = ledger.returns[lane]
             counter.lengths[worker_id] = ledger.lengths[lane]
             counter.resetting[worker_id] = False
-        ends = np.flatnonzero(done)
-        last_end = ends[-1] if len(ends) else -1
-        open_rows = np.zeros(count, np.bool_)
-        open_rows[last_end + 1 :] = True
+        last_end = np.flatnonzero(done).max(initial=-1)  # -1: no row ends an episode
+        open_rows = np.arange(count) > last_end  # the rows of the episode left open
         # The columns every transition has, as the segment holds them.
         shared = dataclasses.fields(Transitions)
         return {
