@@ -208,8 +208,7 @@ class PoolReceiving(Generic[S]):
             worker = self._roster.members[self._roster.live_index(worker_id)]
             outcome = await self._wait_for(worker, timeout)
         elif self._in_line is not None:  # in-line workers mixed with others: see _in_line
-            self._check_loop()
-            deadline = self._deadline(timeout)
+            deadline = self._check_loop(timeout)
             await self._let_the_others_in(deadline, whole_batch=False)
             outcome = self._inbox.pop_next()
             if outcome is None:
@@ -219,8 +218,7 @@ class PoolReceiving(Generic[S]):
                 await anyio.lowlevel.checkpoint()
             outcome = self._inbox.pop_next()
             if outcome is None:
-                self._check_loop()
-                outcome = await self._wait_next(self._deadline(timeout))
+                outcome = await self._wait_next(self._check_loop(timeout))
         if outcome is None:
             return None
         if self._in_line is not None:
@@ -334,21 +332,23 @@ class PoolReceiving(Generic[S]):
         await asyncio.sleep(0)
         self._inbox.check_open()
 
-    def _check_loop(self) -> None:
+    def _check_loop(self, timeout: float | None = None) -> float | None:
         """Before waiting on a new event loop: a worker whose reply was due on an old one
-        raises at once (its reply is lost with that loop) rather than hang."""
+        raises at once (its reply is lost with that loop) rather than hang. Returns the
+        deadline of ``timeout`` seconds on the loop (None for None: no call to
+        :meth:`_deadline`, which checks it)."""
         loop = self._loop  # still_here(loop, self._loop_thread), inlined: every wait's path
-        if self._loop_thread == thread_id() and loop is not None and loop.is_running():
-            return
-        loop = running_loop()
-        if loop is None:
-            raise not_on_asyncio("a pool's get_state()/get_batch()")
-        if loop is not self._loop:
-            for worker in self._roster.members:
-                if worker.worker_id in self._inbox.owed:
-                    worker.enter_loop()
-            self._loop = loop
-        self._loop_thread = thread_id()
+        if not (self._loop_thread == thread_id() and loop is not None and loop.is_running()):
+            loop = running_loop()
+            if loop is None:
+                raise not_on_asyncio("a pool's get_state()/get_batch()")
+            if loop is not self._loop:
+                for worker in self._roster.members:
+                    if worker.worker_id in self._inbox.owed:
+                        worker.enter_loop()
+                self._loop = loop
+            self._loop_thread = thread_id()
+        return None if timeout is None else self._deadline(timeout)
 
     async def _wait_next(self, deadline: float | None) -> Outcome | None:
         """Wait for the next outcome (after ``_check_loop``), until ``deadline``."""
@@ -370,8 +370,7 @@ class PoolReceiving(Generic[S]):
 
     async def _wait_for(self, worker: Member, timeout: float | None) -> Outcome | None:
         inbox = self._inbox
-        self._check_loop()
-        deadline = self._deadline(timeout)
+        deadline = self._check_loop(timeout)
         while worker.worker_id not in inbox.paused:  # also paused while this call waits
             outcome = inbox.pop(worker.worker_id)
             if outcome is not None:
