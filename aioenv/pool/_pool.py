@@ -198,11 +198,10 @@ class WorkerPool(PoolSending, PoolReceiving[S], RemoteControl, PoolRollouts, abc
         returned here hands it out: the worker leaves the pool). Paused workers are left
         alone: they keep their pending state until resumed. Cancel-safe: states are taken
         only once all of them are ready, so a cancelled ``drain()`` takes nothing."""
-        self._inbox.check_open()
         inbox = self._inbox
+        inbox.check_open()
         while inbox.num_ready() < inbox.num_owed:  # cancel-safe: nothing taken until then
-            await inbox.wait(None)
-            self._inbox.check_open()
+            await inbox.wait(None)  # (raises ClosedError once the pool is closed)
         taken: list[tuple[Any, int]] = []
         while (outcome := inbox.pop_next()) is not None:
             if outcome.error is None:
