@@ -44,9 +44,8 @@ class VectorCalls:
     _layout: EnvLayout
     _lanes: LaneView | None
     _spin_trial: SpinTrial | None
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
+    #: VectorEnvClosed once the vector env or its envs are closed (the vector env's).
+    _check_open: Callable[[], None]
 
     def _start_pipeline(self, batch_size: int | None, autoreset: str) -> None:
         """What the pipelined calls have under way, none yet.
