@@ -225,19 +225,18 @@ class AioVectorEnv(VectorCalls, VectorEnv):
         self.observation_mode = observation_mode
         self.single_action_space = action_space
         self.action_space = batch_space(action_space, self.num_envs)
+        if lanes is not None and observation_mode != "same":
+            raise ValueError(
+                "the lanes of parallel envs share one agent's observation space: "
+                f"observation_mode={observation_mode!r} needs gymnasium envs"
+            )
         self.observation_space, self.single_observation_space = observation_spaces(
             observation_mode, observation_space, self.num_envs
         )
-        self._env_spaces: tuple[Any, Any]
-        if lanes is None:
-            self._env_spaces = (self.single_observation_space, self.single_action_space)
-        else:
-            if observation_mode != "same":
-                raise ValueError(
-                    "the lanes of parallel envs share one agent's observation space: "
-                    f"observation_mode={observation_mode!r} needs gymnasium envs"
-                )
-            self._env_spaces = probe.env_spaces()
+        # One env's spaces as its workers step it: a parallel env's, a batch of one agent's
+        # per lane.
+        spaces = (self.single_observation_space, self.single_action_space)
+        self._env_spaces: tuple[Any, Any] = spaces if lanes is None else probe.env_spaces()
         self._batches = VectorBatches(
             self._layout,
             *self._env_spaces,
