@@ -151,8 +151,15 @@ def place_envs(
         batch_size = _envs_of_lanes(batch_size, len(probe.agents))
         sources = [LaneSource(source) for source in sources]
     choice = choose_mode(mode, probe, len(sources), batch_size, options)
-    if choice.mode == "inline":
-        inline = _inline(sources, autoreset, options)
+    if choice.mode == "inline":  # the envs of mode='inline', or why the options need another mode
+        unknown = sorted(set(options) - INLINE_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"mode='inline' steps the envs in the calling thread, with no pool, and "
+                f"{_why_not_inline(unknown)}; pass mode='sync', 'thread' or 'process' (or leave "
+                "mode='auto' to choose)"
+            )
+        inline = InlineEnvs(sources, autoreset, **options)
         return Placement(inline, [len(sources)], probe, choice, batch_size)
     if choice.envs_per_worker or options.get("episode_timeout") is not None:
         # A budget (episode_timeout) times each env's episodes on a worker of its own.
@@ -403,15 +410,3 @@ def _why_not_inline(options: list[str]) -> str:
 
 def _children_cost(step: float, per_worker: int, children: int) -> float:
     return per_worker * step + HAND_OFF + PER_CHILD * (children - 1)
-
-
-def _inline(sources: list[EnvSource], autoreset: object, options: dict[str, Any]) -> InlineEnvs:
-    """The envs of ``mode="inline"``, or why the options need another mode."""
-    unknown = sorted(set(options) - INLINE_OPTIONS)
-    if unknown:
-        raise TypeError(
-            f"mode='inline' steps the envs in the calling thread, with no pool, and "
-            f"{_why_not_inline(unknown)}; pass mode='sync', 'thread' or 'process' (or leave "
-            "mode='auto' to choose)"
-        )
-    return InlineEnvs(sources, autoreset, **options)
