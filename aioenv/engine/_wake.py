@@ -136,7 +136,13 @@ class Wake:
             if posts is not None:
                 return posts
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._watch(tuple(watch))
+        watch = tuple(watch)
+        if watch != self._watched:  # (registered until the next wait watches others)
+            for fd in self._watched:
+                self._poll.unregister(fd)
+            for fd in watch:
+                self._poll.register(fd, _READABLE)
+            self._watched = watch
         while True:
             try:
                 return self.take()
@@ -154,15 +160,6 @@ class Wake:
                         return self.take()
                     except BlockingIOError:
                         raise Gone(fd) from None
-
-    def _watch(self, watch: tuple[int, ...]) -> None:
-        if watch == self._watched:
-            return
-        for fd in self._watched:
-            self._poll.unregister(fd)
-        for fd in watch:
-            self._poll.register(fd, _READABLE)
-        self._watched = watch
 
     def close(self) -> None:
         """Close the descriptors (the other processes' copies stay open), once: their
