@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import multiprocessing.connection
 import signal
 import time
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..core import _pickling as pickling
 from ..core._environment import BatchStep, EnvSource, copy_arrays
-from ..core._errors import EnvError, WorkerError, WorkerTimeout, no_pool
+from ..core._errors import EnvError, WorkerError, no_pool
 from ..core._messages import ControlRequest, EpisodeOptions
 from ..core._registry import snapshot as registry_snapshot
 from ..core._seeds import worker_seeds
@@ -45,7 +46,7 @@ from ..env_side._idle_spin import DEFAULT_IDLE_SPIN, checked_idle_spin
 from ..env_side._process_group import TERMINATE_GRACE
 from ..env_side._thread_caps import DEFAULT_THREADS_PER_ENV, ThreadCaps
 from ._buffer import StepBuffer, rows_state
-from ._child import ChildPlan
+from ._child import ChildPlan, answer_of
 from ._family import Child, together
 from ._handoffs import HandOffs
 from ._revivals import EpisodeBudgets, Revivals
@@ -159,12 +160,19 @@ class EngineChildren(HandOffs):
 
     def _built(self, w: int) -> WorkerError | None:
         """Child ``w``'s envs built: None, or the error of its start (its env's, its death,
-        its deadline)."""
+        its deadline). Its first message (its spaces, or the EnvError of its build) is
+        waited for by the start-up deadline it was handed, if any: past it, the
+        WorkerTimeout that says so (the child killed)."""
+        child = self.children[w]
+        if child.timeout is not None:
+            left = max(0.0, child.due - time.monotonic())
+            if not multiprocessing.connection.wait([child.start.socket, child.sentinel], left):
+                return child.timed_out(w)
         try:
-            built = self.children[w].built(w)
+            built = answer_of(child.start.socket, child.name, w)
         except (EOFError, OSError):
             return self.died(w, "while it built its envs")
-        return built if isinstance(built, (EnvError, WorkerTimeout)) else None
+        return built if isinstance(built, EnvError) else None
 
     def last_state(self, w: int) -> BatchStep[Any]:
         """Child ``w``'s rows as it left them: its envs' last state (no infos)."""
@@ -262,11 +270,9 @@ class EngineChildren(HandOffs):
         return self._to_every(ControlRequest("get", name))
 
     def set_attr(self, name: str, values: Any) -> None:
-        per_child = values if isinstance(values, list) else [values] * len(self)
-        self._control({w: ControlRequest("set", name, (per_child[w],)) for w in range(len(self))})
-
-    def __len__(self) -> int:
-        return len(self._plans)
+        children = range(len(self.children))
+        per_child = values if isinstance(values, list) else [values] * len(children)
+        self._control({w: ControlRequest("set", name, (per_child[w],)) for w in children})
 
     def has_pending(self, worker_id: int) -> bool:
         return worker_id in self.pending or worker_id in self.early

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import multiprocessing.connection
 import signal
 import socket
 import time
@@ -29,7 +28,7 @@ from ..core._errors import (
 from ..core._supervision import Phase, Supervision, timeout_error
 from ..env_side._process_group import TERMINATE_GRACE, signal_group
 from ..wire._frames import encode_reply
-from ._child import ChildPlan, answer_of, post_with
+from ._child import ChildPlan, post_with
 from ._start import PROCESS_TABLE, ChildStart, Context
 from ._wake import Wake
 
@@ -154,16 +153,6 @@ class Child:
         env = getattr(died, "env", None)
         envs = _envs(self.rows) if env is None else f"env {self.rows.start + env}"
         return env_given_up(envs, self.name, died, w)
-
-    def built(self, w: int) -> Any:
-        """Child ``w``'s first message (its spaces, or the EnvError of its build), by the
-        start-up deadline it was :meth:`handed`, if any: past it, the WorkerTimeout that
-        says so (the child killed). EOFError or OSError where it is gone."""
-        if self.timeout is not None:
-            left = max(0.0, self.due - time.monotonic())
-            if not multiprocessing.connection.wait([self.start.socket, self.sentinel], left):
-                return self.timed_out(w)
-        return answer_of(self.start.socket, self.name, w)
 
     def post(self, data: bytes) -> None:
         """Wake the child with a message (``data``): one gone already is found so by the
