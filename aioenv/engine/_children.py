@@ -134,13 +134,7 @@ class EngineChildren(HandOffs):
         """Start every child and build its envs; their spaces, a list per child. A child
         whose env fails to build raises its EnvError (closing is the caller's)."""
         for w, plan in enumerate(self._plans):
-            child = Child.of(w, self._context, plan)
-            try:
-                child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
-            except BaseException:
-                child.end(0.0)  # not started, it has no sentinel to be watched by
-                raise
-            self.children.append(child)
+            self._launch(w, plan)
         for w in range(len(self.children)):
             error = self._built(w)
             if error is not None:
@@ -150,13 +144,21 @@ class EngineChildren(HandOffs):
     def respawn(self, w: int, plan: ChildPlan) -> WorkerError | None:
         """Replace child ``w`` (dead, or killed) with a new one serving ``plan``, its envs
         built: None, or the error of its start (its env's, its death, its deadline)."""
-        child = Child.of(w, self._context, plan)  # (failing, it leaves the old one to close)
-        self.children[w].end(0.0)
-        try:
-            child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
-        finally:
-            self.children[w] = child
+        self._launch(w, plan)
         return self._built(w)
+
+    def _launch(self, w: int, plan: ChildPlan) -> None:
+        """Start child ``w`` serving ``plan``, in the place of the one before it, if any
+        (ended first); its envs are being built when this returns (:meth:`_built`). Where
+        its start fails, the new child is in its place all the same, for :meth:`close` to
+        end (not started, it has no sentinel to be watched by: nothing waits on it)."""
+        child = Child.of(w, self._context, plan)  # (failing, it leaves the old one to close)
+        if w < len(self.children):
+            self.children[w].end(0.0)
+            self.children[w] = child
+        else:
+            self.children.append(child)
+        child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
 
     def _built(self, w: int) -> WorkerError | None:
         """Child ``w``'s envs built: None, or the error of its start (its env's, its death,
