@@ -211,9 +211,8 @@ class _Envs:
         if self.revived is not None:
             return 1, self.served("step", copy_arrays(self.actions))
         result = self._answer(STEP, copy_arrays(self.actions))
-        if type(result) is not BatchStep:
-            return 1, self._sent(encode_reply(0, result))  # a Failure, or an env given up
-        failed = self._written(result)
+        # A Failure, or an env given up; else the Failure of writing it into the rows, if any.
+        failed = result if type(result) is not BatchStep else self._written(result)
         if failed is not None:
             return 1, self._sent(encode_reply(0, failed))
         packed = result.packed_infos
