@@ -127,9 +127,31 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         spaces = slots.serve(0, Request.BUILD, None)
         failure = slots.runners[0].build_failure
         sock.sendall(encode_reply(0, spaces if failure is None else failure))
-        gone = failure is None and _loop(sock, alive, _Envs(slots, buffer, plan), request, answer)
-    except (BrokenPipeError, ConnectionResetError, EOFError):
-        return
+        gone = failure is None  # (a build that failed ends this child, as if asked to)
+        if not gone:
+            return
+        envs = _Envs(slots, buffer, plan)
+        first, notes, marks, spin = plan.rows.start, buffer.notes, buffer.marks, envs.spin
+        watch = (alive.fileno(),)
+        while True:  # serve requests until the parent asks this child to close, or is gone
+            request.wait(watch=watch, spin=spin)  # Gone once the parent is: see below
+            note = notes[first]
+            if not note:
+                notes[first], data = envs.stepped()
+            elif note == NEW_SPIN:  # (answered with no message)
+                spin.seconds = float(buffer.spins[first])
+                notes[first], data = 0, b""
+            else:
+                asked = receive_message(sock)
+                if asked is None:  # close
+                    gone = False
+                    return
+                data = envs.served(*asked)
+                notes[first] = bool(data)
+            marks[first] = 1
+            post_with(sock, answer, data)
+    except (BrokenPipeError, ConnectionResetError, EOFError, Gone):
+        return  # the parent is gone
     except BaseException:
         gone = False
         raise
@@ -140,40 +162,6 @@ def serve(sock: socket.socket, alive: socket.socket, plan: ChildPlan) -> None:
         if gone:  # an env's thread may still start processes: they go with this one
             exit_with_own_group(1)
         end_own_group()
-
-
-def _loop(
-    sock: socket.socket,
-    alive: socket.socket,
-    envs: _Envs,
-    request: Wake,
-    answer: Wake,
-) -> bool:
-    """Serve requests until the parent asks this child to close (False) or is gone (True)."""
-    first, buffer = envs.rows.start, envs.buffer
-    notes, marks = buffer.notes, buffer.marks
-    spin = envs.spin
-    envs.slots.share(0, envs.observations)  # a Box batch is stacked straight into the buffer
-    watch = (alive.fileno(),)
-    while True:
-        try:
-            request.wait(watch=watch, spin=spin)
-        except Gone:
-            return True
-        note = notes[first]
-        if not note:
-            notes[first], data = envs.stepped()
-        elif note == NEW_SPIN:  # (answered with no message)
-            spin.seconds = float(buffer.spins[first])
-            notes[first], data = 0, b""
-        else:
-            asked = receive_message(sock)
-            if asked is None:
-                return False  # close
-            data = envs.served(*asked)
-            notes[first] = bool(data)
-        marks[first] = 1
-        post_with(sock, answer, data)
 
 
 class _Envs:
@@ -203,6 +191,7 @@ class _Envs:
                 first=rows.start,
                 worker_id=plan.child,
             )
+        slots.share(0, self.observations)  # a Box batch is stacked straight into the buffer
 
     def stepped(self) -> tuple[int, bytes]:
         """Step the envs with the actions in their rows and write the results there: the
