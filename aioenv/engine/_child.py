@@ -209,7 +209,10 @@ class _Envs:
         if packed is not None and not self.reports and told.written(self.child, packed, self.infos):
             return INFOS_IN_BUFFER, b""
         infos = encode_infos(result)
-        data = self._sent(b"" if infos is None else encoded_infos(*infos))
+        # As a message whose reader gets encode_infos' (flag, data) back without unpickling
+        # anything.
+        message = b"" if infos is None else encode(Kind.INFOS, 0, bytes((infos[0],)) + infos[1])
+        data = self._sent(message)
         return bool(data), data
 
     def served(self, op: str, payload: Any) -> bytes:
@@ -317,12 +320,6 @@ class GivenUp:
     error that gave it up (the vector env cannot go on without it)."""
 
     error: Any
-
-
-def encoded_infos(flag: int, data: bytes) -> bytes:
-    """A step's infos as :func:`aioenv.wire._pickles.encode_infos` gave them, as a message
-    whose reader gets ``(flag, data)`` back without unpickling anything."""
-    return encode(Kind.INFOS, 0, bytes((flag,)) + data)
 
 
 def post_with(sock: socket.socket, wake: Wake, data: bytes) -> None:
