@@ -106,9 +106,9 @@ class Wake:
 
     @classmethod
     def from_descriptors(cls, descriptors: Sequence[int]) -> Wake:
-        """The wake whose :meth:`descriptors` another process sent us."""
-        reader, writer = (descriptors[0], descriptors[0]) if len(descriptors) == 1 else descriptors
-        return cls(reader, writer)
+        """The wake whose :meth:`descriptors` another process sent us (the eventfd, its
+        reader and writer alike, or the pipe's two ends)."""
+        return cls(descriptors[0], descriptors[-1])
 
     def descriptors(self) -> tuple[int, ...]:
         """What to send another process for it to post to, and wait on, this wake: the
