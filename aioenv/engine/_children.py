@@ -158,7 +158,7 @@ class EngineChildren(HandOffs):
             self.children[w] = child
         else:
             self.children.append(child)
-        child.launch(self.buffer.fd, self.answer, self.options if self.timed else None)
+        child.launch(self.buffer.fd, self.answer, self.options)
 
     def _built(self, w: int) -> WorkerError | None:
         """Child ``w``'s envs built: None, or the error of its start (its env's, its death,

@@ -114,20 +114,19 @@ class Child:
         replaced = plan.restarts is not None and plan.restarts.restart == "on_failure"
         return cls(name, start, Wake.new(), rows, replaced=replaced)
 
-    def launch(self, buffer_fd: int, answer: Wake, timed: Supervision | None) -> None:
+    def launch(self, buffer_fd: int, answer: Wake, options: Supervision) -> None:
         """Start the child and send it the buffer's descriptor, its request wake's and the
         answer wake's. Its envs are being built when this returns: its first message
         says how that went (a child that died before it was sent them: end-of-file, its
-        death). Where the start fails, :meth:`end` closes what was made. ``timed``: the
-        options whose start-up deadline it is then :meth:`handed` (None: its requests are
-        not timed)."""
+        death). Where the start fails, :meth:`end` closes what was made. It is then
+        :meth:`handed` its start-up, by ``options``' start-up deadline (where they set
+        none, its timeout is None and it is never due: its requests are not timed)."""
         self.start.start()
         self.sentinel = int(self.start.process.sentinel)
         fds = [buffer_fd, *self.request.descriptors(), *answer.descriptors()]
         with contextlib.suppress(ConnectionError):
             socket.send_fds(self.start.socket, [b"\0"], fds)
-        if timed is not None:
-            self.handed(timed, "start-up")
+        self.handed(options, "start-up")
 
     def exit_error(self, w: int, when: str) -> WorkerDied:
         """What the child's death is reported as: it exited ``when``."""
