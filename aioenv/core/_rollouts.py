@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _pickling as pickling
+from ._messages import ControlRequest
 
-__all__ = ["DTYPES", "PolicyPackage", "Rollout", "Segment", "Transitions"]
+__all__ = ["DTYPES", "PolicyPackage", "Rollout", "Segment", "Transitions", "package_of"]
 
 _NO_OBJECT = object()
 
@@ -69,6 +70,15 @@ class PolicyPackage:
         payload: bytes = self.payload
         return payload
 
+    def repacked(self, request: Any, payload: Any) -> Any:
+        """``request``, which carries this package (see :func:`package_of`), with the
+        package travelling with ``payload`` in place of its own: None (its key alone, for a
+        child process that has it already) or a Ray object reference to its bytes."""
+        package = PolicyPackage(self.version, self.key, payload)
+        if type(request) is Rollout:
+            return dataclasses.replace(request, policy=package)
+        return dataclasses.replace(request, kwargs={**request.kwargs, "package": package})
+
     def __reduce__(self) -> tuple[Any, ...]:
         # The object itself never travels: its bytes (pickled once), a reference, or nothing.
         payload = self.pickled() if self.in_process else self.payload
@@ -91,6 +101,17 @@ class Rollout:
     seed: int | None = None
     episode_timeout: float | None = None
     fresh: bool = False
+
+
+def package_of(request: Any) -> PolicyPackage | None:
+    """The policy package a request carries, if any: a :class:`Rollout`'s, or a
+    ``ControlRequest("policy")``'s (from :meth:`~aioenv.WorkerPool.set_policy`)."""
+    if type(request) is Rollout:
+        return request.policy
+    if type(request) is ControlRequest and request.op == "policy":
+        package: PolicyPackage = request.kwargs["package"]
+        return package
+    return None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

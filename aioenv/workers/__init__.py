@@ -8,7 +8,7 @@ a child is started (``_start``) and the ``_child`` program; ``ray/``: the worker
 a pool uses and the worker's side of it (``_seam``), where states are delivered and a
 worker's requests in flight are kept (``_inbox``), supervision (with the hooks each kind
 implements, ``_supervised``), and what the remote kinds share (``_slotted``,
-``_replaceable``, ``_policy_shipping``). ``RayWorker`` is imported on first use.
+``_replaceable``). ``RayWorker`` is imported on first use.
 """
 
 from typing import TYPE_CHECKING, Any

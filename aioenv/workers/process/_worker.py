@@ -36,7 +36,7 @@ from ...core._docs import documented_with
 from ...core._environment import EnvSource
 from ...core._errors import TransportError
 from ...core._messages import ControlRequest
-from ...core._rollouts import Rollout
+from ...core._rollouts import Rollout, package_of
 from ...core._supervision import SUPERVISION_DEFAULTS
 from ...engine._buffer import NoLayout
 from ...engine._lane import Lane
@@ -57,7 +57,6 @@ from ...wire._pickles import dumps, loads, not_pickled, pickled_for, raw_dtype
 from ...wire._requests import Request
 from ...wire._shared_memory import AUTO_THRESHOLD, Layout, available
 from .._base import Worker
-from .._policy_shipping import mark_shipped, without_shipped
 from .._slotted import WORKER_KEYWORDS, SlottedWorker
 from ._host import CHILD_STARTS, ChildRecipe, Host
 
@@ -247,13 +246,23 @@ class ProcessWorker(SlottedWorker[S, Host]):
 
     def _submit_control(self, seq: int, request: ControlRequest | Rollout) -> None:
         """A control request, or a rollout (which goes as a step): a policy they carry goes
-        to each child process with its bytes once."""
+        to each child process with its bytes once.
+
+        Workers that share a child process (``envs_per_process``) share its cache of
+        unpickled policies, so only the first request to a child carries a policy's bytes;
+        the others carry its key alone. Which key a child has is recorded on its
+        :class:`~aioenv.workers.process._host.Host` (``shipped_policy``, once sent with its
+        bytes): a replacement child (after a death) is a new host and gets the bytes
+        again."""
         host = self._current_host()
-        request, shipped = without_shipped(host, request)
+        package = package_of(request)
+        if package is not None and host.shipped_policy == package.key:
+            request = package.repacked(request, None)  # the package without its bytes
         payload = pickled_for(request, "request", self)
         kind = Request.CONTROL if type(request) is ControlRequest else Request.STEP
         host.send(encode(kind, seq, payload, self._slot))
-        mark_shipped(host, shipped)
+        if package is not None:
+            host.shipped_policy = package.key
 
     # From the host ---------------------------------------------------------------------
     def _on_host_message(self, host: Host, kind: int, seq: int, payload: Any) -> None:

@@ -6,7 +6,7 @@ iteration, every host's (:class:`~aioenv.workers.ray._host.ActorHost`), are hand
 together to :data:`ACTOR_CALLS`, one thread that makes them in the order asked for (so
 each actor runs them in that order, and answers in that order too), putting the large
 values they carry into Ray's object store there, once per value (:func:`shared_request`
-and :func:`with_references` below, the policies of :mod:`aioenv.workers._policy_shipping`).
+and :func:`with_references` below, and the policies of :func:`_portable`).
 Each answer comes back on the ``ObjectRef``'s future, completed on Ray's own thread and
 handed to the loop with ``call_soon_threadsafe`` (no thread per call, no polling, no
 blocking ``ray.get``).
@@ -35,12 +35,11 @@ from typing import Any
 import numpy as np
 
 from ...core._messages import ControlRequest
-from ...core._rollouts import Rollout
+from ...core._rollouts import Rollout, package_of
 from ...loops._here import running_loop
 from ...wire._ray_messages import Message, with_arguments
 from ...wire._requests import Request
 from .._off_loop import OffLoopCalls, call_soon_threadsafe
-from .._policy_shipping import through_object_store
 
 __all__ = ["ACTOR_CALLS", "Call", "add_outbox", "send_off_loop", "shared_request"]
 
@@ -98,13 +97,25 @@ def _make_calls(calls: list[Call]) -> None:
 def _portable(message: Message) -> Message:
     """A message with the large values it carries put into the object store: a policy's
     bytes (once per policy) and a control request's large arguments (once per value sent
-    in one loop iteration, see :func:`shared_request`)."""
+    in one loop iteration, see :func:`shared_request`).
+
+    A policy package (a rollout's, or ``pool.set_policy``'s request's) keeps the reference
+    to its bytes, :attr:`~aioenv.core._rollouts.PolicyPackage.stored`: they are put once
+    per package, however many actors it goes to, and the reference lives as long as the
+    package, which the pool holds while the policy is in force."""
     slot, seq, request, payload = message
-    if request == Request.STEP and type(payload) is Rollout:
-        return (slot, seq, request, through_object_store(payload))
     if request == Request.CONTROL:
-        return (slot, seq, request, with_references(through_object_store(payload)))
-    return message
+        payload = with_references(payload)
+    elif request != Request.STEP or type(payload) is not Rollout:
+        return message
+    package = package_of(payload)
+    if package is None:
+        return (slot, seq, request, payload)
+    if package.stored is None:
+        import ray
+
+        package.stored = ray.put(package.pickled())
+    return (slot, seq, request, package.repacked(payload, package.stored))
 
 
 def _on_answer(
