@@ -4,6 +4,7 @@ built only as their workers ask."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -11,6 +12,7 @@ from typing import Any, Generic, TypeVar
 from ..core._messages import EpisodeOptions
 from ..core._seeds import GroupSeed
 from ..env_side._thread_caps import ThreadCaps
+from ._off_loop import call_soon_threadsafe
 
 __all__ = ["Replaceable", "SlotRecipe"]
 
@@ -49,6 +51,8 @@ class Replaceable(Generic[_Host, _Recipe]):
 
     #: The host that took over from this one (None until :meth:`replacement` is called).
     successor: _Host | None = None
+    #: The event loop that watches this host (None until a kind's ``watch`` is called).
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def __init__(self, recipe: _Recipe, build: bool) -> None:
         self._recipe = recipe
@@ -72,3 +76,20 @@ class Replaceable(Generic[_Host, _Recipe]):
             start: Callable[..., Any] = type(self)  # a host of this one's class
             self.successor = start(self._recipe, build=False)
         return self.successor
+
+    def _start_done(self, _: object) -> None:
+        """In the thread that started the host (a process host's child, a Ray actor's
+        creation), once its start is done: tell the loop that watches this host. Not the
+        loop the host was made on: a vector env made in a running loop builds its workers
+        there and drives them from a loop of its own, in another thread, while its calls
+        hold up the first (which may not run again before the host is closed). None
+        watches yet: the kind's ``watch`` finds the start done."""
+        loop = self._loop
+        if loop is not None:
+            call_soon_threadsafe(loop, self._on_started)
+
+    def _on_started(self) -> None:
+        """On the loop that watches this host, once its start is done (or failed): each
+        kind's own. Called once or twice (the start's callback and the kind's ``watch``
+        may both see it done)."""
+        raise NotImplementedError

@@ -36,7 +36,7 @@ from ...env_side._process_group import TERMINATE_GRACE, signal_group
 from ...wire._frames import RECEIVE_SIZE, FrameDecoder, encode
 from ...wire._pickles import dumps
 from ...wire._requests import Request
-from .._off_loop import OffLoopCalls, call_soon_threadsafe
+from .._off_loop import OffLoopCalls
 from .._replaceable import Replaceable, SlotRecipe
 from ._host_socket import SocketWrites
 
@@ -99,7 +99,6 @@ class Host(Replaceable["Host", ChildRecipe]):
         handed = [*recipe.slots(), build, recipe.idle_spin]
         child = ChildStart(recipe.context, recipe.name, handed, CHILD_PROGRAM)
         child.socket.setblocking(False)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.exitcode: int | None = None
         #: The slot whose failure killed the child, and why, for the others' messages.
         self.killed_for: tuple[int, str] | None = None
@@ -163,20 +162,11 @@ class Host(Replaceable["Host", ChildRecipe]):
             return f"pid {self._child.pid}"
         return "process starting" if self.start_error is None else "process not started"
 
-    def _start_done(self, _: object) -> None:
-        """In the start's thread, once it is done: tell the loop that watches this host.
-        Not the loop the host was made on: a vector env made in a running loop builds its
-        workers there and drives them from a loop of its own, in another thread, and the
-        loop it was made on may not run again before the child is closed. None watches
-        yet: :meth:`watch` finds the start done."""
-        loop = self._loop
-        if loop is not None:
-            call_soon_threadsafe(loop, self._on_started)
-
     def _on_started(self) -> None:
         """On the loop that watches this host, once the start is done: watch the child's
         exit, or report that it could not be started as its exit. Called once or twice
-        (the start's callback and :meth:`watch` may both see it done)."""
+        (the start's callback, :meth:`~aioenv.workers._replaceable.Replaceable._start_done`,
+        and :meth:`watch` may both see it done)."""
         if self.exitcode is not None:
             return  # reaped without a loop meanwhile (kill), or reported already
         error = self._started.exception()

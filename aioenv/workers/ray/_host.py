@@ -43,7 +43,7 @@ from typing import Any
 from ...core._messages import Failure
 from ...wire._ray_messages import CHANNEL_GROUP, Message, Pickled, Reply
 from ...wire._requests import Request
-from .._off_loop import OffLoopCalls, call_soon_threadsafe
+from .._off_loop import OffLoopCalls
 from .._replaceable import Replaceable, SlotRecipe
 from ._calls import Call, add_outbox, send_off_loop
 from ._channel import DirectConnection, first_line, goes_direct, loaded
@@ -141,11 +141,10 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         )
         self._calls: collections.deque[_ActorCall] = collections.deque()
         self._flush_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         #: The direct connection (None: every message goes as an actor call).
         self._direct = DirectConnection(self._ray, self) if recipe.direct else None
         # Last, once every attribute is set (a creation made here is done already).
-        self._created.add_done_callback(self._created_done)
+        self._created.add_done_callback(self._start_done)
 
     @property
     def alive(self) -> bool:
@@ -169,20 +168,11 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             self._actor = self._created.result()
         return self._actor
 
-    def _created_done(self, _: object) -> None:
-        """In the thread that created the actor, once it is done: tell the loop that
-        watches this host, as a process host's start does. Not the loop the host was made
-        on: a vector env made in a running loop builds its workers there and drives them
-        from a loop of its own, in another thread, while its calls hold up the first. None
-        watches yet: :meth:`watch` finds the creation done."""
-        loop = self._loop
-        if loop is not None:
-            call_soon_threadsafe(loop, self._on_created)
-
-    def _on_created(self) -> None:
+    def _on_started(self) -> None:
         """On the loop that watches this host, once Ray has created the actor (or failed
         to): send what waits, and open the direct connection. Called once or twice (the
-        creation's callback and :meth:`watch` may both see it done)."""
+        creation's callback, :meth:`~aioenv.workers._replaceable.Replaceable._start_done`,
+        and :meth:`watch` may both see it done)."""
         error = self._created.exception()
         if error is not None:
             self._die(f"its Ray actor could not be created ({first_line(error)})")
@@ -202,7 +192,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
             return
         self._loop = loop
         if self._created.done():
-            loop.call_soon(self._on_created)  # a failed creation is reported as a death is
+            loop.call_soon(self._on_started)  # a failed creation is reported as a death is
 
     # Sending -------------------------------------------------------------------------
     def send(self, message: Message) -> None:
@@ -224,7 +214,7 @@ class ActorHost(Replaceable["ActorHost", ActorRecipe]):
         self._flush_scheduled = False
         actor = self._handle()
         if actor is None:
-            return None  # still being created: sent once it is (_on_created)
+            return None  # still being created: sent once it is (_on_started)
         if not self._queued or not self.alive:
             self._queued.clear()
             return None
