@@ -222,3 +222,14 @@ async def totals_after(pool: Any, action: Any) -> list[tuple[int, Any]]:
         pool.send_action(action, worker_id)
     batch = await pool.get_batch(min_size=len(pool))
     return sorted((w, s["total"]) for w, s in zip(batch.worker_ids, batch.states, strict=True))
+
+
+def steps_from_inside_a_loop(venv: Any) -> None:
+    """Reset and step a two-env CartPole vector env from async code (its own loop runs the
+    sync calls while the caller's is held up), then close it."""
+    try:
+        obs, _ = venv.reset(seed=0)
+        assert obs.shape == (2, 4)
+        assert venv.step([0, 1])[0].shape == (2, 4)
+    finally:
+        venv.close()

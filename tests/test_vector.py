@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from envs import CloseRaises
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from support import POOL_MODES
+from support import POOL_MODES, steps_from_inside_a_loop
 
 import aioenv
 
@@ -166,13 +166,7 @@ async def test_as_vector_env_refuses_a_pool_already_bound_to_a_loop() -> None:
 
 @pytest.mark.loops
 async def test_vector_env_works_when_called_from_inside_a_running_loop() -> None:
-    venv = aioenv.AioVectorEnv("CartPole-v1", 2, mode="thread")
-    try:
-        obs, _ = venv.reset(seed=0)  # sync call from async code: its own loop runs it
-        assert obs.shape == (2, 4)
-        assert venv.step(np.array([0, 1]))[0].shape == (2, 4)
-    finally:
-        venv.close()
+    steps_from_inside_a_loop(aioenv.AioVectorEnv("CartPole-v1", 2, mode="thread"))
 
 
 def test_a_constructor_that_raised_leaves_nothing_for_the_collector_to_trip_on() -> None:
