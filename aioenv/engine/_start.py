@@ -16,6 +16,7 @@ import contextlib
 import functools
 import importlib
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.process
 import multiprocessing.spawn
@@ -193,10 +194,16 @@ class ChildStart:
 
     def join(self, seconds: float | None) -> int | None:
         """Wait up to ``seconds`` (None: for good) for the child to exit: its exit code,
-        None while it runs, or where it never started."""
+        None while it runs, or where it never started. The wait reads nothing and takes no
+        lock (other threads' starts go on meanwhile); the exit status is read under
+        :data:`PROCESS_TABLE`, where no other thread reads it at the same moment (two
+        readers of a forkserver child's status: one of them blocks for good)."""
+        exited = self.pid is not None and bool(
+            multiprocessing.connection.wait([self.process.sentinel], seconds)
+        )
         with PROCESS_TABLE:
-            if self.pid is not None:
-                self.process.join(seconds)
+            if exited:
+                self.process.join()  # it has exited: at once (its status may lag a moment)
             return self.process.exitcode
 
     def close(self) -> None:
@@ -210,7 +217,8 @@ class ChildStart:
         for end in (self._child_end, self._alive_child, self.socket, self.alive):
             end.close()
         self.closed = True  # (before the process object's close: a second call skips it)
-        with contextlib.suppress(ValueError):  # still running, or a start failed half-way
+        # ValueError: still running, or a start failed half-way.
+        with PROCESS_TABLE, contextlib.suppress(ValueError):
             self.process.close()
 
 

@@ -222,12 +222,10 @@ def _probe_in_child(source: EnvSource, timed: bool, context: Context) -> Probe |
         child.socket.setblocking(True)
         while chunk := child.socket.recv(1 << 16):
             data += chunk
-        child.process.join()  # it has closed the env and ended what the env started
+        child.join(None)  # it has closed the env and ended what the env started
     finally:
         child.alive.close()  # a child still running (the parent was interrupted) exits now
-        if child.pid is not None:  # (None: its start failed, raised from here)
-            child.process.join()
-        exitcode = child.process.exitcode
+        exitcode = child.join(None)  # (None: its start failed, raised from here)
         child.close()  # and whatever is left of what the env started
     if not data:
         raise RuntimeError(
